@@ -1,0 +1,47 @@
+/*
+ * cli.h — the `strait` command line: the dispatch table and the helpers every
+ * subcommand uses. cli/ does nothing but parse arguments, print, and call the
+ * modules; a subcommand is one `cmd_*` function and one row in cli_commands.
+ *
+ * Exit status everywhere: 0 ok, 1 failed, 2 usage error. Errors go to stderr
+ * as one line that says what was wrong and what to do.
+ */
+#ifndef STRAIT_CLI_H
+#define STRAIT_CLI_H
+
+#include <getopt.h>
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+
+typedef struct Command {
+    const char *name;    /* words after `strait`: "version", "site enroll" */
+    const char *usage;   /* what follows the name: "[--json]" */
+    const char *summary; /* one line for `strait --help` */
+    const char *help;    /* the flags and what they do, for `strait help NAME` */
+    /* argv[0] is the command's name; returns an exit status */
+    int (*run)(const struct Command *cmd, int argc, char **argv);
+} Command;
+
+extern const Command cli_commands[];
+
+/* Prints "strait NAME: <message>; see 'strait help NAME'" on stderr and
+ * returns EXIT_USAGE. */
+int cli_usage_error(const Command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "strait NAME: <message>" on stderr and returns EXIT_FAILED. */
+int cli_fail(const Command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* getopt_long with the project's conventions: no getopt messages, an unknown
+ * flag or a missing value becomes a usage error. Returns the option's value,
+ * -1 at the end of the flags, or -2 after printing a usage error. */
+int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
+               const struct option *longopts);
+
+/* Subcommands. */
+int cmd_version(const Command *cmd, int argc, char **argv);
+int cmd_help(const Command *cmd, int argc, char **argv);
+
+/* From the generated build/gen/buildinfo.c. */
+extern const char strait_version[];
+extern const char strait_git_commit[];
+
+#endif /* STRAIT_CLI_H */

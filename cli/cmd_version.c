@@ -1,0 +1,51 @@
+/*
+ * cmd_version.c — `strait version`: what this binary is and what it can use
+ * here: version, commit, the build's capabilities, and the GPUs the CUDA
+ * runtime sees (or why none).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+int cmd_version(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    int as_json = 0, c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        if (c == -2) return EXIT_USAGE;
+        if (c == 'j') as_json = 1;
+    }
+    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+
+    KernelsBuildCaps caps = kernels_build_caps();
+    char gpu_name[256], why[256];
+    int gpus = kernels_gpu_count(gpu_name, sizeof gpu_name, why, sizeof why);
+    const char *nccl = kernels_nccl_version();
+
+    if (as_json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_string(strait_version));
+        json_object_set_new(o, "commit", json_string(strait_git_commit));
+        json_object_set_new(o, "cuda", json_boolean(caps.cuda));
+        json_object_set_new(o, "nccl", json_boolean(caps.nccl));
+        json_object_set_new(o, "nccl_version", json_string(nccl));
+        json_object_set_new(o, "openblas", json_boolean(caps.openblas));
+        json_object_set_new(o, "openmp", json_boolean(caps.openmp));
+        json_object_set_new(o, "gpus", json_integer(gpus));
+        json_object_set_new(o, "gpu_name", json_string(gpus > 0 ? gpu_name : ""));
+        json_object_set_new(o, "no_gpu_reason", json_string(gpus > 0 ? "" : why));
+        return json_emit_line(stdout, o) == 0 ? EXIT_OK : EXIT_FAILED;
+    }
+    printf("strait %s (commit %s)\n", strait_version, strait_git_commit);
+    printf("build: CUDA %s, NCCL %s%s%s%s, OpenBLAS %s, OpenMP %s\n", caps.cuda ? "yes" : "no",
+           caps.nccl ? "yes" : "no", *nccl ? " (" : "", nccl, *nccl ? ")" : "",
+           caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no");
+    if (gpus > 0)
+        printf("devices: %d CUDA GPU%s, first: %s\n", gpus, gpus == 1 ? "" : "s", gpu_name);
+    else
+        printf("devices: no GPU (%s)\n", why);
+    return EXIT_OK;
+}

@@ -1,0 +1,51 @@
+/*
+ * common.c — what every subcommand shares: one-line errors with the exit
+ * status conventions, and getopt_long without getopt's own messages.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_usage_error(const Command *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "strait %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "; see 'strait help %s'\n", cmd->name);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+int cli_fail(const Command *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "strait %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_FAILED;
+}
+
+int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
+               const struct option *longopts) {
+    opterr = 0;
+    char spec[128];
+    /* a leading ':' makes getopt tell a missing value from an unknown flag */
+    snprintf(spec, sizeof spec, ":%s", shortopts ? shortopts : "");
+    int c = getopt_long(argc, argv, spec, longopts, NULL);
+    if (c == '?') {
+        const char *bad = argv[optind - 1];
+        if (optopt && !(bad[0] == '-' && bad[1] == '-'))
+            cli_usage_error(cmd, "unknown flag '-%c'", optopt);
+        else
+            cli_usage_error(cmd, "unknown flag '%s'", bad);
+        return -2;
+    }
+    if (c == ':') {
+        cli_usage_error(cmd, "flag '%s' needs a value", argv[optind - 1]);
+        return -2;
+    }
+    return c;
+}

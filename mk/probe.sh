@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# probe.sh BUILD CC NVCC CUDA — find what this machine can build with, by
+# compiling and linking a tiny program for each capability (never by asking
+# dpkg), and write the answers to BUILD/config.mk for the Makefile.
+#
+# The answers are cached under a key of the inputs and the package database's
+# time stamp, so installing a package re-probes and an unchanged machine does
+# not pay for nvcc on every make.
+set -u
+build=$1 cc=$2 nvcc=$3 cuda=$4
+out="$build/config.mk"
+pkgstamp=$(stat -c %Y /var/lib/dpkg/status 2>/dev/null || echo 0)
+key="$cc|$nvcc|$cuda|$pkgstamp"
+if [[ -f "$out" ]] && head -n 1 "$out" | grep -qxF "# key: $key"; then exit 0; fi
+
+dir="$build/probe"
+mkdir -p "$dir"
+
+try_c() { # try_c NAME FLAGS... < program
+  cat > "$dir/$1.c"
+  local name=$1; shift
+  "$cc" -o "$dir/$name" "$dir/$name.c" "$@" >/dev/null 2>&1
+}
+
+openblas=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""
+
+printf '#include <cblas.h>\nint main(void){float x=1;return (int)cblas_sdot(1,&x,1,&x,1)-1;}\n' \
+  | try_c openblas -lopenblas && openblas=1
+printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reduction(+:n)\nn+=1;\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n' \
+  | try_c openmp -fopenmp && openmp=1
+
+if [[ "$cuda" != 0 && -n "$nvcc" && -x "$nvcc" ]]; then
+  cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd -P)
+  libdir="$cuda_home/lib64"
+  [[ -d "$libdir" ]] || libdir="$cuda_home/lib"
+  printf '#include <cublas_v2.h>\n__global__ void k(float*x){x[threadIdx.x]=0;}\nint main(){cublasHandle_t h;k<<<1,1>>>(0);return cublasCreate(&h)==CUBLAS_STATUS_SUCCESS?0:1;}\n' > "$dir/cuda.cu"
+  if "$nvcc" -o "$dir/cuda" "$dir/cuda.cu" -lcublas >/dev/null 2>&1; then
+    have_cuda=1
+    printf '#include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v)==ncclSuccess?0:1;}\n' \
+      | try_c nccl -I"$cuda_home/include" -L"$libdir" -lnccl && nccl=1
+  fi
+fi
+
+{
+  echo "# key: $key"
+  echo "HAVE_OPENBLAS := $openblas"
+  echo "HAVE_OPENMP := $openmp"
+  echo "HAVE_CUDA := $have_cuda"
+  echo "HAVE_NCCL := $nccl"
+  echo "CUDA_HOME := $cuda_home"
+} > "$out.tmp" && mv "$out.tmp" "$out"

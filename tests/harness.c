@@ -1,0 +1,104 @@
+/*
+ * harness.c — process running and scratch folders for the tests.
+ * proc_run reads stdout and stderr with poll so neither pipe can fill and
+ * block the child.
+ */
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "harness.h"
+
+static void buf_append(char **buf, size_t *len, const char *data, size_t n) {
+    *buf = realloc(*buf, *len + n + 1);
+    cr_assert_not_null(*buf);
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+ProcResult proc_run(char *const argv[]) {
+    int po[2], pe[2];
+    cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(pe, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s failed\n", argv[0]);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    ProcResult r = {0, NULL, NULL};
+    size_t olen = 0, elen = 0;
+    buf_append(&r.out, &olen, "", 0);
+    buf_append(&r.err, &elen, "", 0);
+    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        if (poll(fds, 2, -1) < 0) continue;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char chunk[4096];
+            ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
+            if (n <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else if (i == 0) {
+                buf_append(&r.out, &olen, chunk, (size_t)n);
+            } else {
+                buf_append(&r.err, &elen, chunk, (size_t)n);
+            }
+        }
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return r;
+}
+
+void proc_result_free(ProcResult *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+const char *harness_strait_bin(void) {
+    const char *b = getenv("STRAIT_BIN");
+    return b ? b : "build/strait";
+}
+
+char *harness_tmpdir(const char *tag) {
+    char *path = NULL;
+    cr_assert_gt(asprintf(&path, "/tmp/strait-test-%s-XXXXXX", tag), 0);
+    cr_assert_not_null(mkdtemp(path), "mkdtemp %s", path);
+    return path;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void harness_rmtree(const char *path) {
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int harness_count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}

@@ -1,0 +1,93 @@
+/*
+ * test_cli.c — the real `strait` binary run as a separate process: help,
+ * version and its capability line, and the usage-error conventions (one line
+ * on stderr, exit status 2).
+ */
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include "tests/harness.h"
+
+static ProcResult strait(const char *a1, const char *a2, const char *a3) {
+    char *argv[] = {(char *)harness_strait_bin(), (char *)a1, (char *)a2, (char *)a3, NULL};
+    return proc_run(argv);
+}
+
+Test(cli, version_prints_capability_line) {
+    ProcResult r = strait("version", NULL, NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_eq(strncmp(r.out, "strait 0.", 9), 0, "got: %s", r.out);
+    cr_assert_not_null(strstr(r.out, "\nbuild: CUDA "), "got: %s", r.out);
+    cr_assert_not_null(strstr(r.out, ", OpenBLAS "), "got: %s", r.out);
+    cr_assert_not_null(strstr(r.out, ", OpenMP "), "got: %s", r.out);
+    cr_assert_not_null(strstr(r.out, "\ndevices: "), "got: %s", r.out);
+    cr_assert_str_eq(r.err, "");
+    proc_result_free(&r);
+}
+
+Test(cli, version_json_is_one_object) {
+    ProcResult r = strait("version", "--json", NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), 1);
+    json_error_t je;
+    json_t *o = json_loads(r.out, 0, &je);
+    cr_assert_not_null(o, "not JSON: %s (%s)", r.out, je.text);
+    cr_assert(json_is_string(json_object_get(o, "version")));
+    cr_assert(json_is_boolean(json_object_get(o, "cuda")));
+    cr_assert(json_is_integer(json_object_get(o, "gpus")));
+    json_decref(o);
+    proc_result_free(&r);
+}
+
+Test(cli, unknown_command_is_a_one_line_usage_error) {
+    ProcResult r = strait("nosuch", NULL, NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_str_eq(r.out, "");
+    cr_assert_eq(harness_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "unknown command 'nosuch'"), "stderr: %s", r.err);
+    proc_result_free(&r);
+}
+
+Test(cli, unknown_flag_is_a_one_line_usage_error) {
+    ProcResult r = strait("version", "--bogus", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_eq(harness_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err, "strait version: unknown flag '--bogus'; see 'strait help version'\n");
+    proc_result_free(&r);
+    r = strait("version", "-q", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_str_eq(r.err, "strait version: unknown flag '-q'; see 'strait help version'\n");
+    proc_result_free(&r);
+    r = strait("version", "extra", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "unexpected argument 'extra'"), "stderr: %s", r.err);
+    proc_result_free(&r);
+}
+
+Test(cli, help_lists_commands_and_explains_one) {
+    ProcResult r = strait("--help", NULL, NULL);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "  version "), "got: %s", r.out);
+    proc_result_free(&r);
+    r = strait("help", "version", NULL);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "usage: strait version [--json]"), "got: %s", r.out);
+    proc_result_free(&r);
+    r = strait("version", "--help", NULL);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "usage: strait version"), "got: %s", r.out);
+    proc_result_free(&r);
+    r = strait("help", "nosuch", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_eq(harness_count_lines(r.err), 1);
+    proc_result_free(&r);
+}
+
+Test(cli, no_arguments_is_a_usage_error) {
+    ProcResult r = strait(NULL, NULL, NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "usage: strait COMMAND"));
+    proc_result_free(&r);
+}

@@ -1,0 +1,14 @@
+/*
+ * json.c — machine-readable output: one compact JSON object per line
+ * (JSON Lines), through jansson, for every `--json` flag and every benchmark.
+ */
+#include "util.h"
+
+int json_emit_line(FILE *f, json_t *obj) {
+    if (obj == NULL) return -1;
+    int rc = json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    if (rc != 0) return -1;
+    if (fputc('\n', f) == EOF) return -1;
+    return fflush(f) == 0 ? 0 : -1;
+}

@@ -1,0 +1,165 @@
+/*
+ * util.h — the whole API of util/: logging, errors, atomic file writes, time,
+ * JSON output, INI configuration and the progress bar.
+ *
+ * Two error regimes (STYLE.md):
+ *  - inside a training step or a kernel, fail fast with file:line
+ *    (mallocCheck, fopenCheck below);
+ *  - everywhere that faces a user, a file or a peer, a function returns 0 on
+ *    success or -1 on failure and writes one line into a caller-owned
+ *    `char err[ERR_LEN]` that says what went wrong and what to do, like
+ *    Redis's anetSetError.
+ *
+ * util/ depends on libc, jansson and inih only.
+ */
+#ifndef STRAIT_UTIL_H
+#define STRAIT_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#define NORETURN               __attribute__((noreturn))
+#else
+#define PRINTF_LIKE(fmt, args)
+#define NORETURN
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+#define ERR_LEN 512
+
+/* Writes a formatted one-line message into err (ERR_LEN bytes); err may be
+ * NULL. Always returns -1 so a caller can `return err_set(err, ...)`. */
+int err_set(char *err, const char *fmt, ...) PRINTF_LIKE(2, 3);
+/* The same, with ": strerror(errno)" appended (errno read on entry). */
+int err_set_errno(char *err, const char *fmt, ...) PRINTF_LIKE(2, 3);
+
+/* Fail-fast helpers for code that cannot continue (llm.c's mallocCheck). */
+NORETURN void die_at(const char *file, int line, const char *fmt, ...) PRINTF_LIKE(3, 4);
+void *malloc_check(size_t size, const char *file, int line);
+void *calloc_check(size_t n, size_t size, const char *file, int line);
+FILE *fopen_check(const char *path, const char *mode, const char *file, int line);
+#define mallocCheck(size)      malloc_check((size), __FILE__, __LINE__)
+#define callocCheck(n, size)   calloc_check((n), (size), __FILE__, __LINE__)
+#define fopenCheck(path, mode) fopen_check((path), (mode), __FILE__, __LINE__)
+#define DIE(...)               die_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ---- logging ----------------------------------------------------------- */
+
+typedef enum LogLevel { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } LogLevel;
+
+/* Lines go to stderr as "2026-11-29T17:44:10.123Z W [module] message".
+ * The level starts at LOG_INFO, or what STRAIT_LOG (debug, info, warn,
+ * error, off) says; tests set it to error. Thread-safe. */
+void log_set_level(LogLevel level);
+LogLevel log_get_level(void);
+/* Parses "debug", "info", "warn", "error" or "off"; -1 if none of them. */
+int log_level_parse(const char *name, LogLevel *out);
+void log_set_stream(FILE *f); /* default stderr; for tests */
+void log_msg(LogLevel level, const char *module, const char *fmt, ...) PRINTF_LIKE(3, 4);
+void log_vmsg(LogLevel level, const char *module, const char *fmt, va_list ap) PRINTF_LIKE(3, 0);
+#define log_debug(mod, ...) log_msg(LOG_DEBUG, (mod), __VA_ARGS__)
+#define log_info(mod, ...)  log_msg(LOG_INFO, (mod), __VA_ARGS__)
+#define log_warn(mod, ...)  log_msg(LOG_WARN, (mod), __VA_ARGS__)
+#define log_error(mod, ...) log_msg(LOG_ERROR, (mod), __VA_ARGS__)
+
+/* ---- time -------------------------------------------------------------- */
+
+uint64_t time_monotonic_ns(void); /* CLOCK_MONOTONIC, for durations */
+int64_t time_wall_ms(void);       /* CLOCK_REALTIME, ms since the epoch */
+/* "2026-11-29T17:44:10.123Z" into buf (at least 32 bytes); returns buf. */
+char *time_format_iso8601(int64_t wall_ms, char *buf, size_t size);
+/* Durations like "250ms", "90s", "15m", "24h", "7d", or a bare number of
+ * seconds. Returns 0, or -1 with a message in err. */
+int time_parse_duration_ms(const char *text, int64_t *out_ms, char *err);
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Durable replace of a file: bytes go to a temporary file beside the target
+ * (same folder, so rename is atomic), which is fsynced, renamed over the
+ * target, and the folder fsynced. A crash at any instant leaves either the old
+ * content or the new, never a mix; a crash before commit may leave a
+ * "<path>.tmp.XXXXXX" file behind, which file_atomic_cleanup removes.
+ * Ownership: the AtomicFile owns its fd and both path strings. */
+typedef struct AtomicFile AtomicFile;
+
+AtomicFile *file_atomic_open(const char *path, int mode, char *err);
+int file_atomic_write(AtomicFile *af, const void *data, size_t len, char *err);
+/* fsync, rename into place, fsync the folder; frees af in every case. */
+int file_atomic_commit(AtomicFile *af, char *err);
+/* Unlinks the temporary file and frees af. */
+void file_atomic_abort(AtomicFile *af);
+/* One-shot: the whole content at once. */
+int file_write_atomic(const char *path, const void *data, size_t len, int mode, char *err);
+/* Removes temporaries left next to path by writers that crashed before
+ * commit; returns how many were removed. */
+int file_atomic_cleanup(const char *path);
+
+/* Reads a whole file (at most max_len bytes, else an error) into a malloc'd
+ * buffer with a NUL after the end; the caller frees it. */
+int file_read_all(const char *path, size_t max_len, char **out, size_t *out_len, char *err);
+/* fsync a folder so a rename or creation inside it is durable. */
+int file_fsync_dir(const char *dir, char *err);
+/* mkdir -p with the given mode for created folders. */
+int file_mkdir_p(const char *path, int mode, char *err);
+
+/* ---- JSON output ------------------------------------------------------- */
+
+/* Writes obj as one compact line (keys in insertion order) and a newline,
+ * then flushes, so scripts reading a pipe see whole records. Steals the
+ * reference to obj. Returns 0, or -1 if the stream failed. */
+int json_emit_line(FILE *f, json_t *obj);
+
+/* ---- configuration (INI through inih) ---------------------------------- */
+
+/* An INI file read whole into memory: sections, keys and values as given.
+ * Typed getters return the default when a key is absent, and -1 with a
+ * message naming the file, section and key when a value is malformed.
+ * Ownership: the Config owns every string it holds. */
+typedef struct Config Config;
+
+Config *config_load(const char *path, char *err);
+Config *config_parse_string(const char *text, const char *origin, char *err);
+void config_free(Config *cfg);
+/* NULL if absent. The string belongs to cfg. */
+const char *config_get(const Config *cfg, const char *section, const char *key);
+const char *config_get_str(const Config *cfg, const char *section, const char *key,
+                           const char *def);
+int config_get_int(const Config *cfg, const char *section, const char *key, int64_t def,
+                   int64_t min, int64_t max, int64_t *out, char *err);
+int config_get_double(const Config *cfg, const char *section, const char *key, double def,
+                      double *out, char *err);
+int config_get_bool(const Config *cfg, const char *section, const char *key, int def, int *out,
+                    char *err);
+int config_get_duration_ms(const Config *cfg, const char *section, const char *key, int64_t def_ms,
+                           int64_t *out_ms, char *err);
+/* Reports, as an error, the first key of `section` that is not in `known`
+ * (a NULL-terminated list), so a misspelt option is not silently ignored. */
+int config_check_keys(const Config *cfg, const char *section, const char *const *known, char *err);
+
+/* ---- progress bar ------------------------------------------------------ */
+
+/* Draws "label [#####.....]  42% 420/1000 suffix" in place with \r, at most
+ * ten times a second, and only when the stream is a terminal: piped or
+ * redirected output stays clean. Not thread-safe; one bar per stream. */
+typedef struct ProgressBar {
+    FILE *out;   /* not owned */
+    int enabled; /* isatty(out) at init, or forced by the caller */
+    char label[48];
+    uint64_t total; /* 0: unknown, the bar shows a count only */
+    uint64_t last_draw_ns;
+    int drawn; /* something is on the line and needs a newline */
+} ProgressBar;
+
+void progress_init(ProgressBar *pb, FILE *out, const char *label, uint64_t total);
+void progress_update(ProgressBar *pb, uint64_t done, const char *suffix);
+/* Draws the final state (unthrottled) and ends the line. */
+void progress_finish(ProgressBar *pb, uint64_t done, const char *suffix);
+
+#endif /* STRAIT_UTIL_H */
