@@ -64,10 +64,14 @@ endif
 yesno = $(if $(filter 1,$(1)),found,not found)
 $(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
 
+# `make V=1` shows the full commands.
+Q := $(if $(filter 1,$(V)),,@)
+say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
+
 CPPFLAGS := -D_GNU_SOURCE -I. -MMD -MP
 CFLAGS := -std=c11 -g -O2 -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -ljansson -linih -lm
+LDLIBS := -lsqlite3 -lssl -lcrypto -ljansson -linih -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -107,7 +111,10 @@ INTEG_SRC := $(wildcard tests/integration/*.c)
 TEST_COMMON_SRC := $(wildcard tests/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+# schema/NAME.sql becomes the C string schema_NAME_sql, compiled into the library.
+SCHEMA_SQL := $(wildcard schema/*.sql)
+SQL_OBJ := $(SCHEMA_SQL:schema/%.sql=$(BUILD)/obj/gen/sql_%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(SQL_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/buildinfo.o
 LIB := $(BUILD)/libstrait.a
 BIN := $(BUILD)/strait
@@ -119,15 +126,15 @@ all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(call say,AR,$@)$(AR) rcs $@ $^
 
 # Version and commit, rewritten only when they change so a commit relinks
 # the binary without recompiling the rest.
@@ -137,26 +144,32 @@ $(BUILD)/gen/buildinfo.c: FORCE
 	@printf 'const char strait_version[] = "%s";\nconst char strait_git_commit[] = "%s";\n' \
 	  '$(VERSION)' '$(GIT_COMMIT)' > $@.new
 	@cmp -s $@.new $@ && rm -f $@.new || mv $@.new $@
-$(BUILD)/obj/gen/buildinfo.o: $(BUILD)/gen/buildinfo.c
+$(BUILD)/gen/sql_%.c: schema/%.sql
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@{ echo 'const char schema_$*_sql[] ='; \
+	   sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/  "/' -e 's/$$/\\n"/' $<; echo '  ;'; } > $@
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
 .PHONY: FORCE
+# Generated sources and bench objects are intermediates; keep them.
+.SECONDARY:
 FORCE:
 
 $(BIN): $(CLI_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 TEST_LDLIBS := -lcriterion -lutil
 $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
 $(INTEG_BIN): $(INTEG_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # Tests log only errors; the CUDA runtime needs the shadow gap unprotected
 # under ASan to initialise at all.
@@ -165,8 +178,10 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 test: $(BIN) $(UNIT_BIN) $(INTEG_BIN)
-	$(TEST_ENV) $(UNIT_BIN) --short-filename
-	$(TEST_ENV) $(INTEG_BIN) --short-filename
+	@echo "unit tests ($(UNIT_BIN))"
+	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
+	@echo "integration tests ($(INTEG_BIN))"
+	$(Q)$(TEST_ENV) $(INTEG_BIN) --short-filename
 
 demo: $(BIN)
 	@echo "make demo: the federation demo is not yet available (it lands with the federation issue)" >&2

@@ -39,6 +39,7 @@ int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
 /* Subcommands. */
 int cmd_version(const Command *cmd, int argc, char **argv);
 int cmd_help(const Command *cmd, int argc, char **argv);
+int cmd_db_check(const Command *cmd, int argc, char **argv);
 
 /* From the generated build/gen/buildinfo.c. */
 extern const char strait_version[];

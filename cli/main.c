@@ -82,8 +82,19 @@ int main(int argc, char **argv) {
     int words;
     const Command *c = command_find(argc - 1, argv + 1, &words);
     if (c == NULL) {
-        fprintf(stderr, "strait: unknown command '%s'; 'strait --help' lists the commands\n",
-                argv[1]);
+        /* "strait db" names a group: say which subcommands it has */
+        char subs[256] = "";
+        size_t len = strlen(argv[1]);
+        for (const Command *g = cli_commands; g->name; g++)
+            if (strncmp(g->name, argv[1], len) == 0 && g->name[len] == ' ')
+                snprintf(subs + strlen(subs), sizeof subs - strlen(subs), "%s'%s'",
+                         subs[0] ? ", " : "", g->name + len + 1);
+        if (subs[0])
+            fprintf(stderr, "strait %s: needs a subcommand: %s; see 'strait --help'\n", argv[1],
+                    subs);
+        else
+            fprintf(stderr, "strait: unknown command '%s'; 'strait --help' lists the commands\n",
+                    argv[1]);
         return EXIT_USAGE;
     }
     for (int i = 1 + words; i < argc; i++) {

@@ -1,12 +1,13 @@
 /*
  * json.c — machine-readable output: one compact JSON object per line
  * (JSON Lines), through jansson, for every `--json` flag and every benchmark.
+ * Reals carry six significant digits: figures, not bit patterns.
  */
 #include "util.h"
 
 int json_emit_line(FILE *f, json_t *obj) {
     if (obj == NULL) return -1;
-    int rc = json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    int rc = json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     json_decref(obj);
     if (rc != 0) return -1;
     if (fputc('\n', f) == EOF) return -1;

@@ -1,0 +1,203 @@
+/*
+ * store.h — the coordinator's memory: one SQLite file (WAL) holding the
+ * sites, enrollment tokens, certificates, rounds, updates, checkpoints and
+ * the audit log (schema/store.sql). Every query is a prepared statement with
+ * bound parameters.
+ *
+ * Commit protocol of a round (DESIGN.md §5):
+ *   1. the caller writes the checkpoint file through util's AtomicFile
+ *      (temporary, fsync, rename, fsync folder) under HOME/checkpoints/;
+ *   2. store_round_commit then, in one transaction with synchronous=FULL,
+ *      inserts the checkpoint row, turns the round's received updates
+ *      'accepted', derives the round's totals from them and marks it
+ *      committed.
+ * A crash before 2 leaves a checkpoint file without a row, which
+ * store_recover removes; a crash during 2 leaves nothing of it. On restart
+ * store_resume_point verifies the last committed checkpoint's size and
+ * SHA-256 and refuses to resume from one that does not match.
+ *
+ * Return values: 0 ok, STORE_NOT_FOUND where a lookup found nothing, -1 with
+ * a one-line message in err. Times are ms since the epoch.
+ * Threading: a Store is one connection; use it from one thread at a time.
+ * Other processes may open the same file; readers never block the writer.
+ */
+#ifndef STRAIT_COORDINATOR_STORE_H
+#define STRAIT_COORDINATOR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_SCHEMA_VERSION 1
+#define STORE_NOT_FOUND      1
+#define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
+#define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
+
+typedef struct Store Store;
+
+typedef enum StoreMode {
+    STORE_READWRITE, /* creates and migrates the file as needed */
+    STORE_READONLY,  /* monitoring: never writes, never blocks the writer */
+} StoreMode;
+
+Store *store_open(const char *path, StoreMode mode, char *err);
+void store_close(Store *s);
+/* The file's PRAGMA user_version. */
+int store_schema_version(Store *s);
+
+/* ---- sites, tokens and certificates ----------------------------------- */
+
+typedef struct StoreSite {
+    int64_t id;
+    char name[65];
+    char state[8]; /* "active" or "revoked" */
+    int64_t enrolled_at;
+    int64_t last_seen; /* 0: never */
+    char cert_serial[80];
+    char cert_sha256[65];
+} StoreSite;
+
+typedef struct StoreCert {
+    char serial[80]; /* hex */
+    char sha256[65]; /* fingerprint of the DER certificate, hex */
+    int64_t not_before;
+    int64_t not_after;
+    int64_t revoked_at; /* 0: not revoked */
+} StoreCert;
+
+int store_site_add(Store *s, const char *name, int64_t now, int64_t *site_id, char *err);
+int store_site_get(Store *s, const char *name, StoreSite *out, char *err);
+/* All sites by name; *out is malloc'd, the caller frees it. */
+int store_site_list(Store *s, StoreSite **out, size_t *n, char *err);
+int store_site_touch(Store *s, int64_t site_id, int64_t now, char *err);
+/* Marks the site and all its certificates revoked and logs an event. */
+int store_site_revoke(Store *s, const char *name, const char *actor, int64_t now, char *err);
+
+int store_token_add(Store *s, const uint8_t hash[32], const char *site_name, int64_t created_at,
+                    int64_t expires_at, char *err);
+
+typedef enum StoreTokenResult {
+    STORE_TOKEN_OK = 0,
+    STORE_TOKEN_UNKNOWN,
+    STORE_TOKEN_USED,
+    STORE_TOKEN_EXPIRED,
+    STORE_TOKEN_WRONG_SITE,
+    STORE_TOKEN_ERROR, /* the database failed; see err */
+} StoreTokenResult;
+
+/* Consumes a one-time token for site_name in one IMMEDIATE transaction: of
+ * two processes racing for a token exactly one gets STORE_TOKEN_OK. With a
+ * certificate, the same transaction creates (or re-activates) the site and
+ * records the certificate as its current one. */
+StoreTokenResult store_token_consume(Store *s, const uint8_t hash[32], const char *site_name,
+                                     int64_t now, const StoreCert *cert, int64_t *site_id,
+                                     char *err);
+const char *store_token_result_str(StoreTokenResult r);
+
+/* The certificate with this fingerprint and its site. */
+int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *cert, char *err);
+
+/* ---- rounds, updates and checkpoints ---------------------------------- */
+
+typedef struct StoreRound {
+    int64_t id;
+    int64_t number;
+    int64_t attempt;
+    char state[12]; /* open, aggregating, committed, failed */
+    int64_t opened_at, closed_at;
+    char failed_reason[256];
+    int64_t participants, tokens;
+    double train_loss, eval_loss; /* NAN when unknown */
+    int64_t bytes_up, bytes_down;
+    /* the checkpoint, for committed rounds */
+    char checkpoint_path[512]; /* relative to the federation folder */
+    int64_t checkpoint_bytes;
+    char checkpoint_sha256[65];
+} StoreRound;
+
+typedef struct StoreUpdate {
+    int64_t id;
+    int64_t round_id;
+    int64_t site_id;
+    char site_name[65]; /* filled by store_updates_list */
+    char codec[24];
+    int64_t raw_bytes, wire_bytes, tokens;
+    double train_loss, eval_loss; /* NAN when unknown */
+    int64_t train_ms, upload_ms;
+    char state[12];   /* received, accepted, rejected, discarded */
+    char reason[256]; /* why rejected or discarded */
+    int64_t received_at;
+} StoreUpdate;
+
+typedef struct StoreCheckpoint {
+    const char *path; /* relative to the federation folder */
+    int64_t bytes;
+    const char *sha256; /* hex */
+} StoreCheckpoint;
+
+/* Opens the next attempt of round `number`. Fails if a round is live or
+ * `number` is already committed. */
+int store_round_open(Store *s, int64_t number, int64_t now, int64_t *round_id, char *err);
+int store_round_aggregating(Store *s, int64_t round_id, char *err);
+/* Records an update; u->state is "received" (it is in the round's sum) or
+ * "rejected" with u->reason. A second counting update of one site in one
+ * round is refused with an error naming the duplicate. */
+int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char *err);
+/* The commit of the protocol above. Totals (participants, tokens, token-
+ * weighted train loss, bytes up) are derived from the received updates. */
+int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
+                       int64_t bytes_down, int64_t now, char *err);
+/* Fails a live round: its received updates become 'discarded'. */
+int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t now, char *err);
+
+/* The committed attempt of `number`, else its latest attempt. */
+int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
+int store_round_last_committed(Store *s, StoreRound *out, char *err);
+/* The round now open or aggregating. */
+int store_round_live(Store *s, StoreRound *out, char *err);
+/* Up to `limit` attempts, newest first; *out is malloc'd. */
+int store_rounds_list(Store *s, int limit, StoreRound **out, size_t *n, char *err);
+/* The updates of one round attempt, in arrival order; *out is malloc'd. */
+int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n, char *err);
+
+int store_event_add(Store *s, const char *actor, const char *action, const char *detail,
+                    int64_t now, char *err);
+
+/* ---- recovery and checks ---------------------------------------------- */
+
+typedef struct StoreRecovery {
+    int rounds_failed;   /* live rounds of a previous process, now failed */
+    int orphans_removed; /* checkpoint files without a committed row */
+} StoreRecovery;
+
+/* Run once by the coordinator at start: fails rounds left live by a process
+ * that died, and removes HOME/checkpoints/round-NNNNNN.* files of rounds
+ * that are not committed, and temporaries of interrupted writes. Other files
+ * in that folder are left alone. */
+int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, char *err);
+
+/* Checks one committed round's checkpoint file: present, the recorded size,
+ * the recorded SHA-256. */
+int store_checkpoint_verify(const char *home, const StoreRound *r, char *err);
+
+/* The last committed round, its checkpoint verified; STORE_NOT_FOUND when
+ * none is committed; -1 (and a loud message) when its checkpoint is missing
+ * or does not match: the coordinator must not resume from it. */
+int store_resume_point(Store *s, const char *home, StoreRound *out, char *err);
+
+typedef struct StoreCheck {
+    int integrity_ok;
+    char integrity[256]; /* "ok" or SQLite's first complaint */
+    int schema_version;
+    int64_t sites, rounds_committed, rounds_failed, updates, events;
+    int64_t checkpoints_ok, checkpoints_bad;
+    int64_t last_committed; /* -1: none */
+} StoreCheck;
+
+/* PRAGMA integrity_check, then every committed checkpoint verified; each bad
+ * one is passed to on_bad (may be NULL) with its reason. Returns 0 when the
+ * check ran (look at out for the verdict), -1 when it could not run. */
+int store_check(Store *s, const char *home, StoreCheck *out,
+                void (*on_bad)(const StoreRound *r, const char *why, void *ctx), void *ctx,
+                char *err);
+
+#endif /* STRAIT_COORDINATOR_STORE_H */

@@ -1,0 +1,37 @@
+/*
+ * store_internal.h — what store.c and store_recover.c share. Nothing outside
+ * coordinator/ includes this but the store's own tests; the API is store.h.
+ */
+#ifndef STRAIT_COORDINATOR_STORE_INTERNAL_H
+#define STRAIT_COORDINATOR_STORE_INTERNAL_H
+
+#include <sqlite3.h>
+
+#include "store.h"
+
+#define STORE_STMT_CACHE 48
+
+struct Store {
+    sqlite3 *db; /* owned */
+    char path[512];
+    int readonly;
+    int durable; /* the open transaction runs with synchronous=FULL */
+    struct {
+        const char *sql;    /* a static string: the cache key is its address */
+        sqlite3_stmt *stmt; /* owned */
+    } cache[STORE_STMT_CACHE];
+};
+
+int store_db_error(Store *s, char *err, const char *what);
+sqlite3_stmt *store_stmt(Store *s, const char *sql, char *err);
+int store_exec(Store *s, const char *sql, char *err);
+/* BEGIN IMMEDIATE; durable: with synchronous=FULL until commit/rollback. */
+int store_begin(Store *s, int durable, char *err);
+int store_commit(Store *s, char *err);
+int store_rollback(Store *s); /* always returns -1 */
+int store_counts(Store *s, StoreCheck *c, char *err);
+/* Applies steps[from..n_steps) and sets user_version = n_steps, in one
+ * transaction; exposed for the migration tests. */
+int store_migrate_from(Store *s, int from, const char *const *steps, int n_steps, char *err);
+
+#endif

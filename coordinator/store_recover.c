@@ -1,0 +1,170 @@
+/*
+ * store_recover.c — the other half of the commit protocol: what the
+ * coordinator does at start (fail rounds a dead process left live, remove
+ * checkpoint files that no committed row names), verifying checkpoints
+ * against their rows, and the full check behind `strait db check`.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "security/security.h"
+#include "store_internal.h"
+#include "util/util.h"
+
+/* "round-000042.safetensors" → 42; -1 if the name is not a round file. */
+static long long round_of_file(const char *name) {
+    if (strncmp(name, "round-", 6) != 0) return -1;
+    char *end;
+    long long n = strtoll(name + 6, &end, 10);
+    if (end == name + 6 || *end != '.' || n < 0) return -1;
+    return n;
+}
+
+static int is_committed(Store *s, long long number, int *out, char *err) {
+    static const char sql[] = "SELECT count(*) FROM rounds WHERE number = ?1 AND "
+                              "state = 'committed'";
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, number);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int(st, 0) > 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? 0 : store_db_error(s, err, "cannot check a round");
+}
+
+int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, char *err) {
+    memset(rep, 0, sizeof *rep);
+    StoreRound live;
+    int rc;
+    while ((rc = store_round_live(s, &live, err)) == 0) {
+        if (store_round_fail(s, live.id, "coordinator restarted", now, err) != 0) return -1;
+        log_warn("store",
+                 "round %lld (attempt %lld) was left open by a previous coordinator; "
+                 "marked failed, it will be reopened",
+                 (long long)live.number, (long long)live.attempt);
+        rep->rounds_failed++;
+    }
+    if (rc < 0) return -1;
+
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", home, STORE_CHECKPOINT_DIR);
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0; /* nothing written yet */
+    struct dirent *e;
+    int result = 0;
+    while ((e = readdir(d)) != NULL) {
+        long long number = round_of_file(e->d_name);
+        if (number < 0) continue;
+        int committed = 0;
+        /* a temporary of an interrupted atomic write is never committed */
+        int temporary = strstr(e->d_name, ".tmp.") != NULL;
+        if (!temporary && is_committed(s, number, &committed, err) != 0) {
+            result = -1;
+            break;
+        }
+        if (committed && !temporary) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0) {
+            log_info("store", "removed %s: no committed round owns it", path);
+            rep->orphans_removed++;
+        }
+    }
+    closedir(d);
+    if (result == 0 && rep->orphans_removed > 0) result = file_fsync_dir(dir, err);
+    return result;
+}
+
+int store_checkpoint_verify(const char *home, const StoreRound *r, char *err) {
+    char path[1100], hex[SHA256_HEX_LEN], why[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", home, r->checkpoint_path);
+    int64_t bytes;
+    if (security_sha256_file(path, hex, &bytes, why) != 0)
+        return err_set(err, "round %lld: checkpoint %s is unreadable: %s", (long long)r->number,
+                       r->checkpoint_path, why);
+    if (bytes != r->checkpoint_bytes)
+        return err_set(err, "round %lld: checkpoint %s has %lld bytes, the store recorded %lld",
+                       (long long)r->number, r->checkpoint_path, (long long)bytes,
+                       (long long)r->checkpoint_bytes);
+    if (strcmp(hex, r->checkpoint_sha256) != 0)
+        return err_set(err,
+                       "round %lld: checkpoint %s has SHA-256 %.16s…, the store recorded "
+                       "%.16s…",
+                       (long long)r->number, r->checkpoint_path, hex, r->checkpoint_sha256);
+    return 0;
+}
+
+int store_resume_point(Store *s, const char *home, StoreRound *out, char *err) {
+    int rc = store_round_last_committed(s, out, err);
+    if (rc != 0) return rc;
+    char why[ERR_LEN];
+    if (store_checkpoint_verify(home, out, why) != 0) {
+        err_set(err,
+                "refusing to resume: %s; restore the file from a backup, or run "
+                "'strait db check' to see every checkpoint",
+                why);
+        log_error("store", "%s", err ? err : why);
+        return -1;
+    }
+    return 0;
+}
+
+int store_check(Store *s, const char *home, StoreCheck *out,
+                void (*on_bad)(const StoreRound *r, const char *why, void *ctx), void *ctx,
+                char *err) {
+    memset(out, 0, sizeof *out);
+    out->schema_version = store_schema_version(s);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
+        return store_db_error(s, err, "cannot run integrity_check");
+    int rc = sqlite3_step(st);
+    const unsigned char *first = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    snprintf(out->integrity, sizeof out->integrity, "%s",
+             first ? (const char *)first : sqlite3_errmsg(s->db));
+    out->integrity_ok = first != NULL && strcmp((const char *)first, "ok") == 0;
+    sqlite3_finalize(st);
+    if (!out->integrity_ok) return 0; /* the rest would read a damaged file */
+
+    if (store_counts(s, out, err) != 0) return -1;
+    static const char sql[] = "SELECT number FROM rounds WHERE state = 'committed' "
+                              "ORDER BY number";
+    /* collect the numbers first: store_round_get reuses the cache while we
+     * would still be stepping this statement */
+    int64_t *numbers = NULL;
+    size_t n = 0, cap = 0;
+    st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int64_t *grown = realloc(numbers, cap * sizeof *numbers);
+            if (grown == NULL) break;
+            numbers = grown;
+        }
+        numbers[n++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        free(numbers);
+        return store_db_error(s, err, "cannot list committed rounds");
+    }
+    for (size_t i = 0; i < n; i++) {
+        StoreRound r;
+        char why[ERR_LEN];
+        if (store_round_get(s, numbers[i], &r, err) != 0) {
+            free(numbers);
+            return -1;
+        }
+        if (store_checkpoint_verify(home, &r, why) == 0) {
+            out->checkpoints_ok++;
+        } else {
+            out->checkpoints_bad++;
+            if (on_bad) on_bad(&r, why, ctx);
+        }
+    }
+    free(numbers);
+    return 0;
+}

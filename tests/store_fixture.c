@@ -1,0 +1,103 @@
+/*
+ * store_fixture.c — see store_fixture.h.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "tests/harness.h"
+#include "tests/store_fixture.h"
+#include "util/util.h"
+
+void store_fixture_init(StoreFixture *fx, const char *tag) {
+    memset(fx, 0, sizeof *fx);
+    fx->home = harness_tmpdir(tag);
+    snprintf(fx->db_path, sizeof fx->db_path, "%s/%s", fx->home, STORE_DB_FILE);
+    char err[ERR_LEN], dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", fx->home, STORE_CHECKPOINT_DIR);
+    cr_assert_eq(file_mkdir_p(dir, 0700, err), 0, "%s", err);
+    fx->store = store_open(fx->db_path, STORE_READWRITE, err);
+    cr_assert_not_null(fx->store, "%s", err);
+}
+
+void store_fixture_fini(StoreFixture *fx) {
+    store_close(fx->store);
+    fx->store = NULL;
+    harness_rmtree(fx->home);
+    free(fx->home);
+}
+
+void store_fixture_checkpoint_bytes(int64_t round, unsigned char *buf) {
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t)(round + 1) * 0xD1B54A32D192ED03ull;
+    for (size_t i = 0; i < FIXTURE_CKPT_BYTES; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)(x >> 24);
+    }
+}
+
+void store_fixture_write_checkpoint(StoreFixture *fx, int64_t round, char sha[SHA256_HEX_LEN],
+                                    StoreCheckpoint *ck) {
+    unsigned char *buf = malloc(FIXTURE_CKPT_BYTES);
+    store_fixture_checkpoint_bytes(round, buf);
+    int slot = (int)(round % 16);
+    snprintf(fx->paths[slot], sizeof fx->paths[slot], "%s/round-%06lld.safetensors",
+             STORE_CHECKPOINT_DIR, (long long)round);
+    char full[800], err[ERR_LEN];
+    snprintf(full, sizeof full, "%s/%s", fx->home, fx->paths[slot]);
+    cr_assert_eq(file_write_atomic(full, buf, FIXTURE_CKPT_BYTES, 0644, err), 0, "%s", err);
+    uint8_t md[SHA256_LEN];
+    security_sha256(buf, FIXTURE_CKPT_BYTES, md);
+    security_hex(md, SHA256_LEN, fx->shas[slot]);
+    if (sha) memcpy(sha, fx->shas[slot], SHA256_HEX_LEN);
+    ck->path = fx->paths[slot];
+    ck->bytes = FIXTURE_CKPT_BYTES;
+    ck->sha256 = fx->shas[slot];
+    free(buf);
+}
+
+int store_fixture_checkpoint_matches(const char *home, const char *rel, int64_t round) {
+    char full[800], err[ERR_LEN], *data;
+    size_t len;
+    snprintf(full, sizeof full, "%s/%s", home, rel);
+    if (file_read_all(full, 1 << 24, &data, &len, err) != 0) return 0;
+    unsigned char *want = malloc(FIXTURE_CKPT_BYTES);
+    store_fixture_checkpoint_bytes(round, want);
+    int same = len == FIXTURE_CKPT_BYTES && memcmp(data, want, len) == 0;
+    free(want);
+    free(data);
+    return same;
+}
+
+void store_fixture_touch(StoreFixture *fx, const char *rel) {
+    char full[800], err[ERR_LEN];
+    snprintf(full, sizeof full, "%s/%s", fx->home, rel);
+    cr_assert_eq(file_write_atomic(full, "x", 1, 0644, err), 0, "%s", err);
+}
+
+int store_fixture_exists(StoreFixture *fx, const char *rel) {
+    char full[800];
+    snprintf(full, sizeof full, "%s/%s", fx->home, rel);
+    return access(full, F_OK) == 0;
+}
+
+void store_fixture_remove(StoreFixture *fx, const char *rel) {
+    char full[800];
+    snprintf(full, sizeof full, "%s/%s", fx->home, rel);
+    cr_assert_eq(unlink(full), 0);
+}
+
+void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset) {
+    char full[800];
+    snprintf(full, sizeof full, "%s/%s", fx->home, rel);
+    int fd = open(full, O_RDWR);
+    cr_assert_geq(fd, 0);
+    unsigned char b;
+    cr_assert_eq(pread(fd, &b, 1, offset), 1);
+    b ^= 0x5a;
+    cr_assert_eq(pwrite(fd, &b, 1, offset), 1);
+    close(fd);
+}
