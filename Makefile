@@ -69,9 +69,9 @@ Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 
 CPPFLAGS := -D_GNU_SOURCE -I. -MMD -MP
-CFLAGS := -std=c11 -g -O2 -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
+CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -lsqlite3 -lssl -lcrypto -ljansson -linih -lm
+LDLIBS := -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -193,6 +193,39 @@ bench: $(BENCH_BINS)
 	for b in $$bins; do \
 	  [ -x "$$b" ] || { echo "make bench: no benchmark '$(B)'; see bench/" >&2; exit 2; }; \
 	  $$b $(BENCH_ARGS); \
+	done
+
+# ---- fuzzing: libFuzzer targets over the decoders of untrusted bytes ----------
+# make fuzz [FUZZ_SECONDS=30]: each target runs that long from a seed corpus of
+# valid inputs, under ASan and UBSan; any crash fails the run.
+FUZZ_SECONDS ?= 30
+FUZZ_DIR := build/fuzz
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(filter-out tests/fuzz/seed.c,$(wildcard tests/fuzz/*.c)))
+FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -Werror \
+  -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c)
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
+	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lzstd -lxxhash -ljansson -linih -lm -o $@
+$(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
+	@mkdir -p $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state
+	@$(BUILD)/fuzz-seed $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  if ! $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
+	      -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/corpus/$$t \
+	      > $(FUZZ_DIR)/$$t.log 2>&1; then \
+	    tail -n 40 $(FUZZ_DIR)/$$t.log >&2; \
+	    echo "fuzz: $$t found a crash; the input is $(FUZZ_DIR)/$$t-*" >&2; exit 1; \
+	  fi; \
+	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(FUZZ_DIR)/$$t.log; \
 	done
 
 install: $(BIN)

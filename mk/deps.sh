@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential pkg-config clang
+  build-essential pkg-config clang libclang-rt-14-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev
   libsqlite3-dev sqlite3 libzstd-dev libxxhash-dev libopenblas-dev
   libjansson-dev libinih-dev libcriterion-dev

@@ -1,0 +1,131 @@
+/*
+ * codec.c — benchmark of the update codecs on a 25 M-value update (Gaussian,
+ * σ = 0.01, like a pseudo-gradient), one JSON line per codec and thread
+ * count: encode and decode-accumulate throughput in GB/s of fp32 input,
+ * beside single-thread memcpy bandwidth measured in the same run, the ratio
+ * per thread (throughput / threads / memcpy), bytes on the wire relative to
+ * fp32, and the relative L2 error of the decoded update.
+ *
+ *   build/bench/codec [--full] [--zstd LEVEL]
+ *     25 M values (100 M with --full); each codec without the lossless stage
+ *     and at its default zstd level, or only at LEVEL (0: off)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef STRAIT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#include "compress/compress.h"
+#include "util/util.h"
+
+#define REPEAT 3
+
+static double median3(double a, double b, double c) {
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+static double memcpy_gbps(const float *src, float *dst, uint64_t n) {
+    double t[REPEAT];
+    for (int r = 0; r < REPEAT; r++) {
+        uint64_t t0 = time_monotonic_ns();
+        memcpy(dst, src, n * 4);
+        t[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+        __asm__ volatile("" : : "r"(dst) : "memory");
+    }
+    return 4.0 * (double)n / median3(t[0], t[1], t[2]) / 1e9;
+}
+
+int main(int argc, char **argv) {
+    int full = 0, zstd = -1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--full") == 0)
+            full = 1;
+        else if (strcmp(argv[i], "--zstd") == 0 && i + 1 < argc)
+            zstd = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--full] [--zstd LEVEL]\n", argv[0]);
+            return 2;
+        }
+    }
+    uint64_t n = full ? 100000000ull : 25000000ull;
+    log_set_level(LOG_ERROR);
+    float *x = mallocCheck(n * 4), *sum = mallocCheck(n * 4), *y = mallocCheck(n * 4);
+    uint64_t s = 0x243f6a8885a308d3ull;
+    for (uint64_t i = 0; i < n; i += 2) { /* Box-Muller pairs */
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double u2 = ((s >> 11) + 0.5) / 9007199254740992.0, r = sqrt(-2 * log(u1)) * 0.01;
+        x[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < n) x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+    memset(sum, 0, n * 4);
+    memset(y, 0, n * 4);
+    double mcpy = memcpy_gbps(x, y, n);
+    int max_threads = 1;
+#ifdef STRAIT_HAVE_OPENMP
+    max_threads = omp_get_max_threads();
+#endif
+    const char *codecs[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
+    CodecLayout L = {0x1234, n, NULL, 0};
+    char err[ERR_LEN];
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+        CodecParams p;
+        if (codec_params_parse(codecs[c], &p, err) != 0) DIE("%s", err);
+        int levels[2] = {0, p.zstd_level}, n_levels = 2;
+        if (zstd >= 0) levels[0] = zstd, n_levels = 1;
+        for (int li = 0; li < n_levels; li++) {
+            p.zstd_level = levels[li];
+            for (int threads = 1; threads <= max_threads;
+                 threads = threads == 1 && max_threads > 1 ? max_threads : threads + max_threads) {
+#ifdef STRAIT_HAVE_OPENMP
+                omp_set_num_threads(threads);
+#endif
+                Blob b = {0};
+                double te[REPEAT], td[REPEAT];
+                for (int r = 0; r < REPEAT; r++) {
+                    uint64_t t0 = time_monotonic_ns();
+                    if (codec_encode(&p, &L, x, &b, err) != 0) DIE("%s", err);
+                    te[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+                    t0 = time_monotonic_ns();
+                    if (codec_decode_accumulate(b.data, b.len, 0.25f, sum, n, err) != 0)
+                        DIE("%s", err);
+                    td[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+                }
+                double enc = 4.0 * (double)n / median3(te[0], te[1], te[2]) / 1e9;
+                double dec = 4.0 * (double)n / median3(td[0], td[1], td[2]) / 1e9;
+                if (codec_decode(b.data, b.len, y, n, err) != 0) DIE("%s", err);
+                double num = 0, den = 0;
+                for (uint64_t i = 0; i < n; i++) {
+                    double d = (double)x[i] - y[i];
+                    num += d * d;
+                    den += (double)x[i] * x[i];
+                }
+                json_t *o = json_object();
+                json_object_set_new(o, "bench", json_string("codec"));
+                json_object_set_new(o, "case", json_string(codecs[c]));
+                json_object_set_new(o, "codec", json_string(codecs[c]));
+                json_object_set_new(o, "n", json_integer((json_int_t)n));
+                json_object_set_new(o, "threads", json_integer(threads));
+                json_object_set_new(o, "zstd", json_integer(p.zstd_level));
+                json_object_set_new(o, "encode_gbps", json_real(enc));
+                json_object_set_new(o, "decode_acc_gbps", json_real(dec));
+                json_object_set_new(o, "memcpy_gbps", json_real(mcpy));
+                json_object_set_new(o, "encode_ratio", json_real(enc / threads / mcpy));
+                json_object_set_new(o, "decode_ratio", json_real(dec / threads / mcpy));
+                json_object_set_new(o, "wire_bytes", json_integer((json_int_t)b.len));
+                json_object_set_new(o, "bytes_ratio", json_real((double)b.len / (4.0 * (double)n)));
+                json_object_set_new(o, "rel_l2_err", json_real(sqrt(num / den)));
+                json_emit_line(stdout, o);
+                blob_free(&b);
+            }
+        }
+    }
+    free(x);
+    free(y);
+    free(sum);
+    return 0;
+}

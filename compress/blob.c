@@ -1,0 +1,520 @@
+/*
+ * blob.c — the update blob container (schema/FORMATS.md): header, sections
+ * with a checksum each, the optional zstd stage, and the drivers that run a
+ * codec's section operations: encode, inspect (validate without applying),
+ * decode-accumulate and decode.
+ *
+ * Sections are independent, so encode and decode run them in parallel with
+ * OpenMP; every result is the same bytes or floats for any thread count.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "compress_internal.h"
+#include "util/util.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "blobs are little-endian");
+
+/* ---- parameters -------------------------------------------------------- */
+
+const CodecOps *codec_ops(CodecId id) {
+    switch (id) {
+    case CODEC_FP32:
+        return &codec_fp32_ops;
+    case CODEC_FP16:
+        return &codec_fp16_ops;
+    case CODEC_BF16:
+        return &codec_bf16_ops;
+    case CODEC_INT8:
+        return &codec_int8_ops;
+    case CODEC_TOPK:
+        return &codec_topk_ops;
+    }
+    return NULL;
+}
+
+const char *codec_name(CodecId id) {
+    static const char *const names[] = {NULL, "fp32", "fp16", "bf16", "int8", "topk"};
+    return id >= CODEC_FP32 && id <= CODEC_TOPK ? names[id] : NULL;
+}
+
+CodecParams codec_params_default(CodecId id) {
+    CodecParams p = {id, 0, 0, 0.0, 0, 1};
+    if (id == CODEC_INT8) p.block = CODEC_INT8_BLOCK_DEFAULT;
+    if (id == CODEC_TOPK) {
+        p.chunk = CODEC_TOPK_CHUNK_DEFAULT;
+        p.density = 0.01;
+        p.value_bits = 8;
+    }
+    return p;
+}
+
+int codec_params_parse(const char *name, CodecParams *out, char *err) {
+    for (int id = CODEC_FP32; id <= CODEC_TOPK; id++) {
+        if (strcmp(name, codec_name((CodecId)id)) == 0) {
+            *out = codec_params_default((CodecId)id);
+            return 0;
+        }
+    }
+    if (strcmp(name, "topk2") == 0) {
+        *out = codec_params_default(CODEC_TOPK);
+        out->value_bits = 2;
+        return 0;
+    }
+    return err_set(err, "unknown codec '%s'; use fp32, fp16, bf16, int8, topk or topk2", name);
+}
+
+uint32_t codec_density_ppm(const CodecParams *p) {
+    return (uint32_t)llround(p->density * 1e6);
+}
+
+int codec_params_check(const CodecParams *p, char *err) {
+    if (codec_ops(p->id) == NULL) return err_set(err, "unknown codec id %d", (int)p->id);
+    if (p->zstd_level < 0 || p->zstd_level > 19)
+        return err_set(err, "zstd level %d out of range; use 0 (off) to 19", p->zstd_level);
+    if (p->id == CODEC_INT8 && (p->block < 1 || p->block > CODEC_SECTION_MAX))
+        return err_set(err, "int8 block %u out of range; use 1 to %u", p->block, CODEC_SECTION_MAX);
+    if (p->id == CODEC_TOPK) {
+        if (p->chunk < 1 || p->chunk > CODEC_TOPK_CHUNK_MAX)
+            return err_set(err, "topk chunk %u out of range; use 1 to %u", p->chunk,
+                           CODEC_TOPK_CHUNK_MAX);
+        uint32_t ppm = codec_density_ppm(p);
+        if (!(p->density > 0) || ppm < 1 || ppm > 500000)
+            return err_set(err, "topk density %g out of range; use 0.000001 to 0.5", p->density);
+        if (p->value_bits != 8 && p->value_bits != 2)
+            return err_set(err, "topk value bits %u unsupported; use 8 or 2", p->value_bits);
+    }
+    return 0;
+}
+
+void blob_free(Blob *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int blob_reserve(Blob *b, size_t need, char *err) {
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need) cap *= 2;
+    uint8_t *grown = realloc(b->data, cap);
+    if (grown == NULL) return err_set(err, "out of memory for a %zu-byte blob", need);
+    b->data = grown;
+    b->cap = cap;
+    return 0;
+}
+
+/* ---- encode ------------------------------------------------------------ */
+
+typedef struct SectionOut {
+    uint64_t offset;
+    uint32_t count;
+    size_t raw_len;
+    size_t at;  /* where its raw payload was encoded, in the output */
+    uint8_t *z; /* zstd form when smaller (owned), else NULL */
+    size_t stored_len;
+    uint64_t checksum;
+    char err[ERR_LEN];
+    int failed;
+} SectionOut;
+
+/* Cuts [0, n) at tensor boundaries and every CODEC_SECTION_MAX values. */
+static SectionOut *plan_sections(const CodecLayout *L, size_t *n_out, char *err) {
+    size_t cap = 0, n = 0;
+    uint64_t total = 0;
+    size_t tensors = L->sizes ? L->n_tensors : 1;
+    for (size_t t = 0; t < tensors; t++) {
+        uint64_t size = L->sizes ? L->sizes[t] : L->n;
+        cap += (size_t)((size + CODEC_SECTION_MAX - 1) / CODEC_SECTION_MAX);
+        total += size;
+    }
+    if (total != L->n) {
+        err_set(err, "parameter table sizes add up to %llu, not %llu", (unsigned long long)total,
+                (unsigned long long)L->n);
+        return NULL;
+    }
+    if (cap > CODEC_MAX_SECTIONS) {
+        err_set(err, "update needs %zu sections, over the limit of %u", cap, CODEC_MAX_SECTIONS);
+        return NULL;
+    }
+    SectionOut *s = calloc(cap ? cap : 1, sizeof *s);
+    if (s == NULL) {
+        err_set(err, "out of memory planning sections");
+        return NULL;
+    }
+    uint64_t off = 0;
+    for (size_t t = 0; t < tensors; t++) {
+        uint64_t size = L->sizes ? L->sizes[t] : L->n;
+        for (uint64_t done = 0; done < size;) {
+            uint64_t c = size - done < CODEC_SECTION_MAX ? size - done : CODEC_SECTION_MAX;
+            s[n].offset = off;
+            s[n].count = (uint32_t)c;
+            n++;
+            off += c;
+            done += c;
+        }
+    }
+    *n_out = n;
+    return s;
+}
+
+static void section_header(uint8_t *h, const SectionOut *s) {
+    st64(h, s->offset);
+    st32(h + 8, s->count);
+    st32(h + 12, (uint32_t)s->raw_len);
+    st32(h + 16, (uint32_t)s->stored_len);
+    st32(h + 20, s->z ? SECTION_FLAG_ZSTD : 0);
+}
+
+static uint64_t section_checksum(const uint8_t *header, const uint8_t *payload, size_t len) {
+    return XXH64(payload, len, XXH64(header, 24, 0));
+}
+
+/* Every section's raw payload is encoded straight into the output at the
+ * place it would have uncompressed, in parallel; then the sections that
+ * zstd shrinks are compressed (in parallel), and one serial pass slides the
+ * payloads left into their final places and writes the section headers. */
+static int cpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                       uint8_t *out, char *err) {
+    return codec_ops(p->id)->encode(p, (const float *)ctx + offset, count, out, err);
+}
+
+int codec_encode(const CodecParams *p, const CodecLayout *layout, const float *x, Blob *out,
+                 char *err) {
+    return codec_encode_sections(p, layout, cpu_section, (void *)x, 1, out, err);
+}
+
+int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, SectionEncoder enc,
+                          void *ctx, int parallel, Blob *out, char *err) {
+    (void)parallel; /* read by the OpenMP pragma only */
+    if (codec_params_check(p, err) != 0) return -1;
+    if (layout->n > CODEC_MAX_ELEMENTS)
+        return err_set(err, "update of %llu values is over the limit",
+                       (unsigned long long)layout->n);
+    const CodecOps *ops = codec_ops(p->id);
+    size_t n_sec;
+    SectionOut *secs = plan_sections(layout, &n_sec, err);
+    if (secs == NULL) return -1;
+    size_t total = BLOB_HEADER_LEN;
+    for (size_t i = 0; i < n_sec; i++) {
+        secs[i].raw_len = ops->raw_len(p, secs[i].count);
+        secs[i].at = total + SECTION_HEADER_LEN;
+        total += SECTION_HEADER_LEN + secs[i].raw_len;
+    }
+    out->len = 0;
+    int rc = -1, failed = 0;
+    if (blob_reserve(out, total, err) != 0) goto out;
+    uint8_t *o = out->data;
+#pragma omp parallel reduction(| : failed) if (parallel)
+    {
+        ZSTD_CCtx *zc = p->zstd_level > 0 ? ZSTD_createCCtx() : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < n_sec; i++) {
+            SectionOut *s = &secs[i];
+            uint8_t *raw = o + s->at;
+            if (enc(ctx, p, s->offset, s->count, raw, s->err) != 0) {
+                s->failed = failed = 1;
+                continue;
+            }
+            s->stored_len = s->raw_len;
+            if (zc != NULL) {
+                size_t bound = ZSTD_compressBound(s->raw_len);
+                uint8_t *z = malloc(bound);
+                size_t zlen =
+                    z ? ZSTD_compressCCtx(zc, z, bound, raw, s->raw_len, p->zstd_level) : 0;
+                if (z != NULL && !ZSTD_isError(zlen) && zlen < s->raw_len) {
+                    s->z = z;
+                    s->stored_len = zlen;
+                } else {
+                    free(z);
+                }
+            }
+            uint8_t h[SECTION_HEADER_LEN];
+            section_header(h, s);
+            s->checksum = section_checksum(h, s->z ? s->z : raw, s->stored_len);
+        }
+        ZSTD_freeCCtx(zc);
+    }
+    if (failed) {
+        for (size_t i = 0; i < n_sec; i++)
+            if (secs[i].failed) {
+                err_set(err, "%s", secs[i].err);
+                break;
+            }
+        goto out;
+    }
+    memset(o, 0, BLOB_HEADER_LEN);
+    st32(o, BLOB_MAGIC);
+    st16(o + 4, BLOB_VERSION);
+    o[6] = (uint8_t)p->id;
+    o[7] = p->id == CODEC_TOPK ? (uint8_t)p->value_bits : 0;
+    st64(o + 8, layout->table_hash);
+    st64(o + 16, layout->n);
+    st32(o + 24, (uint32_t)n_sec);
+    st32(o + 28, p->id == CODEC_INT8 ? p->block : p->id == CODEC_TOPK ? p->chunk : 0);
+    st32(o + 32, p->id == CODEC_TOPK ? codec_density_ppm(p) : 0);
+    st32(o + 36, 0);
+    st64(o + 40, XXH64(o, 40, 0));
+    size_t pos = BLOB_HEADER_LEN;
+    for (size_t i = 0; i < n_sec; i++) {
+        SectionOut *s = &secs[i];
+        section_header(o + pos, s);
+        st64(o + pos + 24, s->checksum);
+        if (s->z)
+            memcpy(o + pos + SECTION_HEADER_LEN, s->z, s->stored_len);
+        else if (s->at != pos + SECTION_HEADER_LEN)
+            memmove(o + pos + SECTION_HEADER_LEN, o + s->at, s->stored_len);
+        pos += SECTION_HEADER_LEN + s->stored_len;
+    }
+    out->len = pos;
+    rc = 0;
+out:
+    for (size_t i = 0; i < n_sec; i++) free(secs[i].z);
+    free(secs);
+    return rc;
+}
+
+/* ---- decode side ------------------------------------------------------- */
+
+typedef struct Section {
+    uint64_t offset;
+    uint32_t count, raw_len, stored_len, flags;
+    const uint8_t *stored;
+} Section;
+
+/* Parses and checks the header; fills params. */
+static int read_header(const uint8_t *b, size_t len, CodecParams *p, uint64_t *hash, uint64_t *n,
+                       uint32_t *n_sections, char *err) {
+    if (len < BLOB_HEADER_LEN)
+        return err_set(err, "blob of %zu bytes is shorter than its %d-byte header", len,
+                       BLOB_HEADER_LEN);
+    if (ld32(b) != BLOB_MAGIC) return err_set(err, "not an update blob (wrong magic)");
+    if (ld16(b + 4) != BLOB_VERSION)
+        return err_set(err, "blob version %u is not supported (this strait reads %d); upgrade",
+                       ld16(b + 4), BLOB_VERSION);
+    if (ld64(b + 40) != XXH64(b, 40, 0)) return err_set(err, "blob header checksum mismatch");
+    if (ld32(b + 36) != 0) return err_set(err, "blob header has unknown flags");
+    memset(p, 0, sizeof *p);
+    p->id = (CodecId)b[6];
+    if (codec_ops(p->id) == NULL) return err_set(err, "blob names unknown codec %u", b[6]);
+    if (p->id != CODEC_TOPK && b[7] != 0)
+        return err_set(err, "blob has value bits for a dense codec");
+    if (p->id == CODEC_INT8) p->block = ld32(b + 28);
+    if (p->id == CODEC_TOPK) {
+        p->chunk = ld32(b + 28);
+        p->density = ld32(b + 32) / 1e6;
+        p->value_bits = b[7];
+    } else if (ld32(b + 32) != 0 || (p->id != CODEC_INT8 && ld32(b + 28) != 0)) {
+        return err_set(err, "blob has parameters its codec does not use");
+    }
+    char why[ERR_LEN];
+    if (codec_params_check(p, why) != 0) return err_set(err, "blob parameters: %s", why);
+    *hash = ld64(b + 8);
+    *n = ld64(b + 16);
+    *n_sections = ld32(b + 24);
+    if (*n > CODEC_MAX_ELEMENTS)
+        return err_set(err, "blob claims %llu values, over the limit", (unsigned long long)*n);
+    if (*n_sections > CODEC_MAX_SECTIONS || (*n_sections == 0) != (*n == 0))
+        return err_set(err, "blob claims %u sections for %llu values", *n_sections,
+                       (unsigned long long)*n);
+    return 0;
+}
+
+/* Reads section i's header at *pos and checks it against the blob. */
+static int read_section(const CodecParams *p, const uint8_t *b, size_t len, size_t *pos,
+                        uint64_t expect_offset, uint64_t n, Section *s, char *err) {
+    if (len - *pos < SECTION_HEADER_LEN) return err_set(err, "blob truncated in a section header");
+    const uint8_t *h = b + *pos;
+    s->offset = ld64(h);
+    s->count = ld32(h + 8);
+    s->raw_len = ld32(h + 12);
+    s->stored_len = ld32(h + 16);
+    s->flags = ld32(h + 20);
+    if (s->offset != expect_offset)
+        return err_set(err, "section at value %llu, expected %llu", (unsigned long long)s->offset,
+                       (unsigned long long)expect_offset);
+    if (s->count == 0 || s->count > CODEC_SECTION_MAX || s->count > n - s->offset)
+        return err_set(err, "section of %u values at %llu does not fit %llu", s->count,
+                       (unsigned long long)s->offset, (unsigned long long)n);
+    if (s->flags & ~SECTION_FLAG_ZSTD) return err_set(err, "section has unknown flags");
+    size_t want = codec_ops(p->id)->raw_len(p, s->count);
+    if (s->raw_len != want)
+        return err_set(err, "section raw length %u, the codec needs %zu for %u values", s->raw_len,
+                       want, s->count);
+    int z = s->flags & SECTION_FLAG_ZSTD;
+    if (z ? s->stored_len >= s->raw_len : s->stored_len != s->raw_len)
+        return err_set(err, "section stored length %u is inconsistent", s->stored_len);
+    if (len - *pos - SECTION_HEADER_LEN < s->stored_len)
+        return err_set(err, "blob truncated in a section payload");
+    s->stored = h + SECTION_HEADER_LEN;
+    if (ld64(h + 24) != section_checksum(h, s->stored, s->stored_len))
+        return err_set(err, "section at value %llu: checksum mismatch",
+                       (unsigned long long)s->offset);
+    *pos += SECTION_HEADER_LEN + s->stored_len;
+    return 0;
+}
+
+/* The raw payload of a section: in place, or decompressed into *scratch. */
+static const uint8_t *section_raw(const Section *s, ZSTD_DCtx *dz, uint8_t **scratch,
+                                  size_t *scratch_cap, char *err) {
+    if (!(s->flags & SECTION_FLAG_ZSTD)) return s->stored;
+    unsigned long long fcs = ZSTD_getFrameContentSize(s->stored, s->stored_len);
+    if (fcs != s->raw_len) {
+        err_set(err, "section at value %llu: compressed frame size does not match",
+                (unsigned long long)s->offset);
+        return NULL;
+    }
+    if (*scratch_cap < s->raw_len) {
+        uint8_t *grown = realloc(*scratch, s->raw_len);
+        if (grown == NULL) {
+            err_set(err, "out of memory decompressing a section");
+            return NULL;
+        }
+        *scratch = grown;
+        *scratch_cap = s->raw_len;
+    }
+    size_t got = ZSTD_decompressDCtx(dz, *scratch, s->raw_len, s->stored, s->stored_len);
+    if (ZSTD_isError(got) || got != s->raw_len) {
+        err_set(err, "section at value %llu: corrupt compressed data",
+                (unsigned long long)s->offset);
+        return NULL;
+    }
+    return *scratch;
+}
+
+/* Walks all sections: reads and checks headers serially (cheap), then runs
+ * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set. */
+static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t expect_n, int mode,
+                float w, float *dst, BlobInfo *info, char *err) {
+    CodecParams p;
+    uint64_t hash = 0, n = 0;
+    uint32_t n_sec = 0;
+    if (read_header(b, len, &p, &hash, &n, &n_sec, err) != 0) return -1;
+    if (expect_hash && hash != expect_hash)
+        return err_set(err, "blob is for parameter table %016llx, this model's is %016llx",
+                       (unsigned long long)hash, (unsigned long long)expect_hash);
+    if ((expect_n || mode != 0) && n != expect_n)
+        return err_set(err, "blob has %llu values, this model has %llu", (unsigned long long)n,
+                       (unsigned long long)expect_n);
+    Section *secs = malloc((n_sec ? n_sec : 1) * sizeof *secs);
+    if (secs == NULL) return err_set(err, "out of memory reading %u sections", n_sec);
+    size_t pos = BLOB_HEADER_LEN;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n_sec; i++) {
+        if (read_section(&p, b, len, &pos, off, n, &secs[i], err) != 0) {
+            free(secs);
+            return -1;
+        }
+        off += secs[i].count;
+    }
+    if (off != n || pos != len) {
+        free(secs);
+        return err_set(err, "blob sections cover %llu of %llu values and %zu of %zu bytes",
+                       (unsigned long long)off, (unsigned long long)n, pos, len);
+    }
+    const CodecOps *ops = codec_ops(p.id);
+    double *norms = calloc(n_sec ? n_sec : 1, sizeof *norms);
+    uint64_t *nnz = calloc(n_sec ? n_sec : 1, sizeof *nnz);
+    int failed = 0;
+    uint32_t first_bad = n_sec;
+    char bad_err[ERR_LEN] = "";
+    if (norms == NULL || nnz == NULL) {
+        failed = 1;
+        err_set(bad_err, "out of memory");
+    }
+#pragma omp parallel if (!failed)
+    {
+        ZSTD_DCtx *dz = ZSTD_createDCtx();
+        uint8_t *scratch = NULL;
+        size_t scratch_cap = 0;
+        char e[ERR_LEN];
+#pragma omp for schedule(dynamic, 1)
+        for (uint32_t i = 0; i < n_sec; i++) {
+            const uint8_t *raw = dz ? section_raw(&secs[i], dz, &scratch, &scratch_cap, e) : NULL;
+            int bad = raw == NULL;
+            if (!bad && mode == 0)
+                bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e) != 0;
+            if (!bad && mode != 0)
+                ops->apply(&p, raw, secs[i].count, w, dst + secs[i].offset, mode == 1);
+            if (bad) {
+#pragma omp critical
+                {
+                    failed = 1;
+                    if (i < first_bad) {
+                        first_bad = i;
+                        snprintf(bad_err, sizeof bad_err, "%s", dz ? e : "out of memory");
+                    }
+                }
+            }
+        }
+        free(scratch);
+        ZSTD_freeDCtx(dz);
+    }
+    if (!failed && info) {
+        memset(info, 0, sizeof *info);
+        info->params = p;
+        info->table_hash = hash;
+        info->n = n;
+        info->n_sections = n_sec;
+        info->raw_bytes = 4 * n;
+        info->wire_bytes = len;
+        for (uint32_t i = 0; i < n_sec; i++) {
+            info->norm2 += norms[i];
+            info->nonzeros += nnz[i];
+        }
+    }
+    free(norms);
+    free(nnz);
+    free(secs);
+    if (failed) return err_set(err, "%s", bad_err);
+    return 0;
+}
+
+int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, SectionVisitor fn,
+                           void *ctx, char *err) {
+    CodecParams p;
+    uint64_t hash = 0, n = 0;
+    uint32_t n_sec = 0;
+    if (read_header(b, len, &p, &hash, &n, &n_sec, err) != 0) return -1;
+    if (n != expect_n)
+        return err_set(err, "blob has %llu values, expected %llu", (unsigned long long)n,
+                       (unsigned long long)expect_n);
+    ZSTD_DCtx *dz = ZSTD_createDCtx();
+    uint8_t *scratch = NULL;
+    size_t cap = 0, pos = BLOB_HEADER_LEN;
+    uint64_t off = 0;
+    int rc = dz ? 0 : err_set(err, "out of memory");
+    for (uint32_t i = 0; rc == 0 && i < n_sec; i++) {
+        Section s;
+        const uint8_t *raw;
+        if (read_section(&p, b, len, &pos, off, n, &s, err) != 0 ||
+            (raw = section_raw(&s, dz, &scratch, &cap, err)) == NULL ||
+            fn(ctx, &p, raw, s.offset, s.count, err) != 0)
+            rc = -1;
+        off += s.count;
+    }
+    if (rc == 0 && (off != n || pos != len))
+        rc = err_set(err, "blob sections do not cover it exactly");
+    free(scratch);
+    ZSTD_freeDCtx(dz);
+    return rc;
+}
+
+int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
+                       BlobInfo *info, char *err) {
+    BlobInfo local;
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, err);
+}
+
+int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,
+                            char *err) {
+    return walk(blob, len, 0, n, 1, weight, sum, NULL, err);
+}
+
+int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err) {
+    return walk(blob, len, 0, n, 2, 0.0f, x, NULL, err);
+}

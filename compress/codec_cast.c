@@ -1,0 +1,174 @@
+/*
+ * codec_cast.c — the dense codecs: fp32 (the identity), fp16 and bf16
+ * (round-to-nearest-even casts). fp16 pseudo-gradients lose nothing
+ * measurable (OpenDiLoCo); a value beyond fp16's range is refused at encode
+ * rather than sent as infinity.
+ */
+#include <math.h>
+
+#include "compress_internal.h"
+#include "util/util.h"
+
+/* ---- conversions -------------------------------------------------------- */
+
+uint16_t codec_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float codec_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t codec_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x3ffu); /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds to >= 65520: infinity */
+    if (a < 0x38800000u) {                       /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u) return sign;        /* below 2^-25: rounds to zero */
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return sign | (uint16_t)r;
+    }
+    uint32_t r = ((a - 0x38000000u) >> 13); /* rebias exponent 127 → 15 */
+    uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return sign | (uint16_t)r;
+}
+
+float codec_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            e = 113;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                e--;
+            }
+            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- fp32 -------------------------------------------------------------- */
+
+static size_t fp32_raw_len(const CodecParams *p, uint32_t count) {
+    (void)p;
+    return (size_t)count * 4;
+}
+
+static int fp32_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
+                       char *err) {
+    (void)p;
+    uint32_t bad = 0; /* a bit test the compiler vectorizes, unlike isfinite */
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) return err_set(err, "update holds a value that is not finite");
+    memcpy(out, x, (size_t)count * 4);
+    return 0;
+}
+
+static int fp32_check(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
+                      uint64_t *nonzeros, char *err) {
+    (void)p;
+    double s = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        float v = ldf(raw + 4 * (size_t)i);
+        if (!isfinite(v)) return err_set(err, "update carries a non-finite value");
+        s += (double)v * v;
+    }
+    *norm2 = s;
+    *nonzeros = count;
+    return 0;
+}
+
+static void fp32_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
+                       float *dst, int accumulate) {
+    (void)p;
+    if (!accumulate) {
+        memcpy(dst, raw, (size_t)count * 4);
+        return;
+    }
+    for (uint32_t i = 0; i < count; i++) dst[i] = dst[i] + w * ldf(raw + 4 * (size_t)i);
+}
+
+const CodecOps codec_fp32_ops = {fp32_raw_len, fp32_encode, fp32_check, fp32_apply};
+
+/* ---- fp16 and bf16 ----------------------------------------------------- */
+
+static size_t half_raw_len(const CodecParams *p, uint32_t count) {
+    (void)p;
+    return (size_t)count * 2;
+}
+
+static int half_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
+                       char *err) {
+    int bf = p->id == CODEC_BF16;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!isfinite(x[i])) return err_set(err, "update value %u is not finite", i);
+        uint16_t h = bf ? codec_f32_to_bf16(x[i]) : codec_f32_to_f16(x[i]);
+        if ((h & 0x7fffu) >= (bf ? 0x7f80u : 0x7c00u))
+            return err_set(err, "update value %g is beyond %s range; use bf16 or fp32",
+                           (double)x[i], bf ? "bf16" : "fp16");
+        st16(out + 2 * (size_t)i, h);
+    }
+    return 0;
+}
+
+static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
+                      uint64_t *nonzeros, char *err) {
+    uint16_t inf = p->id == CODEC_BF16 ? 0x7f80u : 0x7c00u;
+    double s = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint16_t h = ld16(raw + 2 * (size_t)i);
+        if ((h & inf) == inf) return err_set(err, "update carries a non-finite value");
+        float v = p->id == CODEC_BF16 ? codec_bf16_to_f32(h) : codec_f16_to_f32(h);
+        s += (double)v * v;
+    }
+    *norm2 = s;
+    *nonzeros = count;
+    return 0;
+}
+
+static void half_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
+                       float *dst, int accumulate) {
+    if (p->id == CODEC_BF16) {
+        for (uint32_t i = 0; i < count; i++) {
+            float v = codec_bf16_to_f32(ld16(raw + 2 * (size_t)i));
+            dst[i] = accumulate ? dst[i] + w * v : v;
+        }
+        return;
+    }
+    /* fp16 through a 64 Ki table would cost 256 KiB per call; the bit
+     * conversion is branch-light enough for the common normal range. */
+    for (uint32_t i = 0; i < count; i++) {
+        float v = codec_f16_to_f32(ld16(raw + 2 * (size_t)i));
+        dst[i] = accumulate ? dst[i] + w * v : v;
+    }
+}
+
+const CodecOps codec_fp16_ops = {half_raw_len, half_encode, half_check, half_apply};
+const CodecOps codec_bf16_ops = {half_raw_len, half_encode, half_check, half_apply};

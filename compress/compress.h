@@ -1,0 +1,155 @@
+/*
+ * compress.h — the API of compress/: codecs for model updates and
+ * checkpoints, the update blob (schema/FORMATS.md), error feedback, and
+ * decode-and-accumulate into an fp32 sum.
+ *
+ * An update is a flat fp32 vector over the model's parameter table. The
+ * encoder cuts it into sections at tensor boundaries (and at most
+ * CODEC_SECTION_MAX elements each); each section is encoded on its own,
+ * optionally zstd-compressed when that makes it smaller, and checksummed
+ * (XXH64). Sections are the unit of streaming: a receiver can check and
+ * decode one while the next arrives.
+ *
+ * Untrusted blobs: codec_blob_inspect validates everything — header,
+ * section table, checksums, decompressed sizes, indices, that every decoded
+ * value is finite — and measures the update's norm without touching any sum.
+ * Only a blob that passed inspection is given to codec_decode_accumulate, so
+ * a bad update is never half-applied. Both check every length and count
+ * against the header and the hard limits below before they allocate or
+ * index, and return -1 with a reason instead of crashing.
+ *
+ * Determinism: encoding the same input with the same parameters gives the
+ * same bytes on every machine and thread count, and the CUDA kernels give
+ * the same bytes as this CPU code (FORMATS.md states the one exception).
+ */
+#ifndef STRAIT_COMPRESS_H
+#define STRAIT_COMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum CodecId {
+    CODEC_FP32 = 1,
+    CODEC_FP16 = 2,
+    CODEC_BF16 = 3,
+    CODEC_INT8 = 4,
+    CODEC_TOPK = 5,
+} CodecId;
+
+/* Hard limits a decoder enforces before allocating. */
+#define CODEC_MAX_ELEMENTS       (1ull << 36) /* 64 Gi parameters */
+#define CODEC_SECTION_MAX        (1u << 20)   /* elements per section */
+#define CODEC_MAX_SECTIONS       (1u << 24)
+#define CODEC_INT8_BLOCK_DEFAULT 65536
+#define CODEC_TOPK_CHUNK_DEFAULT 4096
+#define CODEC_TOPK_CHUNK_MAX     65536 /* indices are uint16 */
+
+typedef struct CodecParams {
+    CodecId id;
+    uint32_t block;      /* int8: values per scale and table (1..CODEC_SECTION_MAX) */
+    uint32_t chunk;      /* topk: values per selection (1..CODEC_TOPK_CHUNK_MAX) */
+    double density;      /* topk: kept fraction, (0, 0.5]; k = ceil(density * chunk) */
+    uint32_t value_bits; /* topk: 8 (int8 bin means) or 2 (four bin means) */
+    int zstd_level;      /* 0: no lossless stage; else zstd level 1..19 */
+} CodecParams;
+
+/* Defaults of DESIGN.md: int8 blocks of 64 Ki, top-k 1% of chunks of 4 Ki
+ * with int8 values, zstd level 1 (on float data it shrinks as much as level 3
+ * at twice the speed). */
+CodecParams codec_params_default(CodecId id);
+/* "fp32", "fp16", "bf16", "int8", "topk"; NULL for an unknown id. */
+const char *codec_name(CodecId id);
+/* Parses a name (and "topk2" for 2-bit values) into defaults; -1 if unknown. */
+int codec_params_parse(const char *name, CodecParams *out, char *err);
+int codec_params_check(const CodecParams *p, char *err);
+
+/* The parameter table, as far as codecs care: its hash and the tensor sizes
+ * in order (sections never straddle two tensors). sizes may be NULL: one
+ * tensor of n elements. */
+typedef struct CodecLayout {
+    uint64_t table_hash;
+    uint64_t n;
+    const uint64_t *sizes;
+    size_t n_tensors;
+} CodecLayout;
+
+/* A growable byte buffer; owns data. */
+typedef struct Blob {
+    uint8_t *data;
+    size_t len, cap;
+} Blob;
+void blob_free(Blob *b);
+
+/* Encodes x (layout->n floats) into out (replacing its content).
+ * Returns 0, or -1 with a reason (bad parameters, non-finite input). */
+int codec_encode(const CodecParams *p, const CodecLayout *layout, const float *x, Blob *out,
+                 char *err);
+
+typedef struct BlobInfo {
+    CodecParams params;
+    uint64_t table_hash;
+    uint64_t n;
+    uint32_t n_sections;
+    uint64_t raw_bytes;  /* fp32 bytes of the update: 4 n */
+    uint64_t wire_bytes; /* bytes of the blob */
+    double norm2;        /* squared L2 norm of the decoded update */
+    uint64_t nonzeros;   /* values a sparse codec carries, n for dense ones */
+} BlobInfo;
+
+/* Validates a whole blob from an untrusted peer (see above). expect_hash and
+ * expect_n are what the receiver's model has; 0 skips that check. */
+int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
+                       BlobInfo *info, char *err);
+/* sum[i] += weight * decoded[i], section by section, with no dense
+ * temporary. Gives exactly the floats of codec_decode followed by
+ * sum[i] = sum[i] + weight * x[i]. */
+int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,
+                            char *err);
+/* x = decoded (n floats). */
+int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err);
+
+/* ---- GPU paths ------------------------------------------------------------ */
+
+/* The same blob as codec_encode, from an update in GPU memory (d_x): the
+ * codec's kernels run on the device, zstd and checksums on the CPU. Returns
+ * -1 with a reason in a build without CUDA. */
+int codec_encode_cuda(const CodecParams *p, const CodecLayout *layout, const float *d_x, Blob *out,
+                      char *err);
+/* codec_decode_accumulate into a sum in GPU memory; int8 blobs only (the
+ * coordinator's codec). The blob must have passed codec_blob_inspect. */
+int codec_decode_accumulate_cuda(const uint8_t *blob, size_t len, float weight, float *d_sum,
+                                 uint64_t n, char *err);
+
+/* ---- error feedback (at the site) -------------------------------------- */
+
+/* e ← β·e + Δ; blob = C(e); e ← e − decode(blob). The residual is the
+ * site's memory of what compression dropped, and is checkpointed with it.
+ * Ownership: the state owns e. */
+typedef struct ErrorFeedback {
+    uint64_t n;
+    uint64_t table_hash;
+    float beta;
+    float *e;
+} ErrorFeedback;
+
+int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char *err);
+void ef_free(ErrorFeedback *ef);
+int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
+              const float *delta, Blob *out, char *err);
+/* Serialised form (FORMATS.md "error feedback state"), checksummed. */
+int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err);
+int ef_deserialize(ErrorFeedback *ef, const uint8_t *data, size_t len, char *err);
+
+/* ---- checkpoints (lossless) -------------------------------------------- */
+
+/* Byte-grouping of `word`-byte words (4 for fp32, 2 for bf16/fp16) into
+ * planes, each plane zstd-compressed; with prev (same length), the words
+ * are XORed with the previous checkpoint's first. Exact round trip. */
+int ckpt_encode(const void *words, size_t len, int word, const void *prev, int zstd_level,
+                Blob *out, char *err);
+/* Decodes into out (len bytes, as recorded in the blob; *len_out set). prev
+ * must be given iff the blob was encoded against one. */
+int ckpt_decode(const uint8_t *blob, size_t blob_len, const void *prev, size_t prev_len, void **out,
+                size_t *len_out, char *err);
+
+#endif /* STRAIT_COMPRESS_H */

@@ -1,0 +1,114 @@
+/*
+ * compress_internal.h — what the files of compress/ share: the per-codec
+ * section operations, the blob layout constants, and little-endian access.
+ * Nothing outside compress/ includes this but compress's own tests.
+ */
+#ifndef STRAIT_COMPRESS_INTERNAL_H
+#define STRAIT_COMPRESS_INTERNAL_H
+
+#include <string.h>
+
+#include "compress.h"
+
+#define BLOB_MAGIC         0x42525453u /* "STRB" */
+#define BLOB_VERSION       1
+#define BLOB_HEADER_LEN    48
+#define SECTION_HEADER_LEN 32
+#define SECTION_FLAG_ZSTD  1u
+
+/* One codec's work on one section of `count` values. The raw payload is
+ * what a section carries before the lossless stage (FORMATS.md). */
+typedef struct CodecOps {
+    /* The exact raw payload size for `count` values; the decoder requires
+     * it, which bounds every allocation by the header. */
+    size_t (*raw_len)(const CodecParams *p, uint32_t count);
+    /* Appends the raw payload of x[0..count) to out (raw_len bytes). */
+    int (*encode)(const CodecParams *p, const float *x, uint32_t count, uint8_t *out, char *err);
+    /* Validates a raw payload: structure, indices, finite values; adds the
+     * decoded values' squared norm and count of carried values. */
+    int (*check)(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
+                 uint64_t *nonzeros, char *err);
+    /* dst[i] = dst[i] + w * v[i] (accumulate) or dst[i] = v[i]; only after
+     * check passed. */
+    void (*apply)(const CodecParams *p, const uint8_t *raw, uint32_t count, float w, float *dst,
+                  int accumulate);
+} CodecOps;
+
+extern const CodecOps codec_fp32_ops, codec_fp16_ops, codec_bf16_ops, codec_int8_ops,
+    codec_topk_ops;
+const CodecOps *codec_ops(CodecId id);
+
+/* top-k: values kept of a chunk of len values */
+static inline uint32_t topk_k(uint32_t density_ppm, uint32_t len) {
+    uint64_t k = ((uint64_t)density_ppm * len + 999999u) / 1000000u;
+    if (k < 1) k = 1;
+    return (uint32_t)(k > len ? len : k);
+}
+uint32_t codec_density_ppm(const CodecParams *p);
+
+/* Little-endian loads and stores that tolerate any alignment. The project
+ * builds for little-endian hosts only (checked in blob.c). */
+static inline uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t ld64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline float ldf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline void st16(uint8_t *p, uint16_t v) {
+    memcpy(p, &v, 2);
+}
+static inline void st32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, 4);
+}
+static inline void st64(uint8_t *p, uint64_t v) {
+    memcpy(p, &v, 8);
+}
+static inline void stf(uint8_t *p, float v) {
+    memcpy(p, &v, 4);
+}
+
+/* fp16 and bf16 conversions, round-to-nearest-even, NaN made quiet with its
+ * sign kept; the CUDA kernels use the same bit operations. */
+uint16_t codec_f32_to_f16(float f);
+float codec_f16_to_f32(uint16_t h);
+uint16_t codec_f32_to_bf16(float f);
+float codec_bf16_to_f32(uint16_t h);
+
+int blob_reserve(Blob *b, size_t need, char *err);
+
+/* Writes the raw payload of section [offset, offset + count) into out. */
+typedef int (*SectionEncoder)(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                              uint8_t *out, char *err);
+/* The container around any section encoder: plans sections, runs enc on
+ * each (in parallel if asked), applies zstd, checksums, writes the blob. */
+int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, SectionEncoder enc,
+                          void *ctx, int parallel, Blob *out, char *err);
+
+/* Validates the container (header, section table, checksums) and calls fn
+ * on each section's raw payload in order, serially. */
+typedef int (*SectionVisitor)(void *ctx, const CodecParams *p, const uint8_t *raw, uint64_t offset,
+                              uint32_t count, char *err);
+int codec_for_each_section(const uint8_t *blob, size_t len, uint64_t n, SectionVisitor fn,
+                           void *ctx, char *err);
+
+/* top-k after selection: sel holds each chunk's k ascending indices, chunk
+ * after chunk, and vals the K selected values; writes the raw payload. */
+uint64_t topk_total_k(const CodecParams *p, uint32_t count);
+int topk_encode_selected(const CodecParams *p, uint32_t count, const uint16_t *sel,
+                         const float *vals, uint8_t *out, char *err);
+
+#endif

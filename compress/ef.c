@@ -1,0 +1,90 @@
+/*
+ * ef.c — error feedback at the site: e ← β·e + Δ; send C(e); e ← e − Ĉ(e).
+ * What a lossy codec drops this round is carried into the next, so sparse
+ * and quantized updates converge to the dense ones over rounds (DGC,
+ * SparseLoCo). The residual is saved with the site's state in the
+ * checksummed form below (FORMATS.md).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include <xxhash.h>
+
+#include "compress_internal.h"
+#include "util/util.h"
+
+#define EF_MAGIC      0x46455453u /* "STEF" */
+#define EF_VERSION    1
+#define EF_HEADER_LEN 32
+
+int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char *err) {
+    memset(ef, 0, sizeof *ef);
+    if (n == 0 || n > CODEC_MAX_ELEMENTS)
+        return err_set(err, "error feedback for %llu values is out of range",
+                       (unsigned long long)n);
+    if (!(beta >= 0.0f && beta <= 1.0f))
+        return err_set(err, "error feedback beta %g out of range; use 0 to 1", (double)beta);
+    ef->e = calloc(n, sizeof(float));
+    if (ef->e == NULL) return err_set(err, "out of memory for the error feedback residual");
+    ef->n = n;
+    ef->table_hash = table_hash;
+    ef->beta = beta;
+    return 0;
+}
+
+void ef_free(ErrorFeedback *ef) {
+    free(ef->e);
+    memset(ef, 0, sizeof *ef);
+}
+
+int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
+              const float *delta, Blob *out, char *err) {
+    if (layout->n != ef->n || layout->table_hash != ef->table_hash)
+        return err_set(err, "error feedback state is for another parameter table");
+    float *e = ef->e, beta = ef->beta;
+    for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + delta[i];
+    if (codec_encode(p, layout, e, out, err) != 0) return -1;
+    /* e ← e − decoded, straight from the blob */
+    return codec_decode_accumulate(out->data, out->len, -1.0f, e, ef->n, err);
+}
+
+int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {
+    size_t len = EF_HEADER_LEN + 4 * (size_t)ef->n + 8;
+    out->len = 0;
+    if (blob_reserve(out, len, err) != 0) return -1;
+    uint8_t *b = out->data;
+    st32(b, EF_MAGIC);
+    st16(b + 4, EF_VERSION);
+    st16(b + 6, 0);
+    st64(b + 8, ef->n);
+    st64(b + 16, ef->table_hash);
+    stf(b + 24, ef->beta);
+    st32(b + 28, 0);
+    memcpy(b + EF_HEADER_LEN, ef->e, 4 * (size_t)ef->n);
+    st64(b + len - 8, XXH64(b, len - 8, 0));
+    out->len = len;
+    return 0;
+}
+
+int ef_deserialize(ErrorFeedback *ef, const uint8_t *b, size_t len, char *err) {
+    memset(ef, 0, sizeof *ef);
+    if (len < EF_HEADER_LEN + 8) return err_set(err, "error feedback state is truncated");
+    if (ld32(b) != EF_MAGIC) return err_set(err, "not an error feedback state (wrong magic)");
+    if (ld16(b + 4) != EF_VERSION)
+        return err_set(err, "error feedback state version %u is not supported", ld16(b + 4));
+    uint64_t n = ld64(b + 8);
+    if (n == 0 || n > CODEC_MAX_ELEMENTS || len != EF_HEADER_LEN + 4 * n + 8)
+        return err_set(err, "error feedback state length does not match its %llu values",
+                       (unsigned long long)n);
+    if (ld64(b + len - 8) != XXH64(b, len - 8, 0))
+        return err_set(err, "error feedback state checksum mismatch; the file is damaged");
+    float beta = ldf(b + 24);
+    if (ef_init(ef, n, ld64(b + 16), beta, err) != 0) return -1;
+    memcpy(ef->e, b + EF_HEADER_LEN, 4 * (size_t)n);
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(ef->e[i])) {
+            ef_free(ef);
+            return err_set(err, "error feedback state holds a non-finite value");
+        }
+    return 0;
+}

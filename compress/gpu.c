@@ -1,0 +1,95 @@
+/*
+ * gpu.c — the GPU paths of compress/: the same container code as the CPU
+ * (codec_encode_sections), with each section's raw payload made by the
+ * kernels in kernels/cuda/compress.cu. Top-k selection runs on the GPU and
+ * the few kept values are quantized by the CPU code, so a GPU site and a CPU
+ * site send byte-identical blobs.
+ */
+#include <stdlib.h>
+
+#include "compress_internal.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+#ifdef STRAIT_HAVE_CUDA
+static int gpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                       uint8_t *out, char *err) {
+    const float *x = (const float *)ctx + offset;
+    int rc = 0;
+    switch (p->id) {
+    case CODEC_FP32:
+        rc = kernels_cuda_copy_checked(x, count, (float *)(void *)out, NULL);
+        break;
+    case CODEC_FP16:
+    case CODEC_BF16: {
+        uint16_t *h = malloc(2 * (size_t)count);
+        if (h == NULL) return err_set(err, "out of memory");
+        rc = kernels_cuda_cast_half(x, count, p->id == CODEC_BF16, h, NULL);
+        for (uint32_t i = 0; i < count; i++) st16(out + 2 * (size_t)i, h[i]);
+        free(h);
+        break;
+    }
+    case CODEC_INT8:
+        rc = kernels_cuda_int8_encode(x, count, p->block, out, NULL);
+        break;
+    case CODEC_TOPK: {
+        uint64_t K = topk_total_k(p, count);
+        uint16_t *sel = malloc(2 * (K ? K : 1));
+        float *vals = malloc(4 * (K ? K : 1));
+        if (sel == NULL || vals == NULL) {
+            free(sel), free(vals);
+            return err_set(err, "out of memory");
+        }
+        rc = kernels_cuda_topk_select(x, count, p->chunk, codec_density_ppm(p), K, sel, vals, NULL);
+        if (rc == 0)
+            rc = topk_encode_selected(p, count, sel, vals, out, err);
+        else
+            err_set(err, "update holds a value that is not finite");
+        free(sel), free(vals);
+        return rc;
+    }
+    }
+    if (rc != 0)
+        return err_set(err,
+                       "update section at %llu holds a non-finite value or one beyond "
+                       "%s range",
+                       (unsigned long long)offset, codec_name(p->id));
+    return 0;
+}
+
+typedef struct GpuAccumulate {
+    float weight;
+    float *sum; /* device memory, not owned */
+} GpuAccumulate;
+
+static int gpu_accumulate(void *ctx, const CodecParams *p, const uint8_t *raw, uint64_t offset,
+                          uint32_t count, char *err) {
+    GpuAccumulate *a = ctx;
+    (void)err;
+    kernels_cuda_int8_accumulate(raw, count, p->block, a->weight, a->sum + offset, NULL);
+    return 0;
+}
+#endif
+
+int codec_encode_cuda(const CodecParams *p, const CodecLayout *layout, const float *d_x, Blob *out,
+                      char *err) {
+#ifdef STRAIT_HAVE_CUDA
+    return codec_encode_sections(p, layout, gpu_section, (void *)d_x, 0, out, err);
+#else
+    (void)p, (void)layout, (void)d_x, (void)out;
+    return err_set(err, "this strait was built without CUDA; encode on the CPU");
+#endif
+}
+
+int codec_decode_accumulate_cuda(const uint8_t *blob, size_t len, float weight, float *d_sum,
+                                 uint64_t n, char *err) {
+#ifdef STRAIT_HAVE_CUDA
+    if (len < BLOB_HEADER_LEN || blob[6] != CODEC_INT8)
+        return err_set(err, "GPU decode-accumulate takes int8 blobs; decode others on the CPU");
+    GpuAccumulate ctx = {weight, d_sum};
+    return codec_for_each_section(blob, len, n, gpu_accumulate, &ctx, err);
+#else
+    (void)blob, (void)len, (void)weight, (void)d_sum, (void)n;
+    return err_set(err, "this strait was built without CUDA; decode on the CPU");
+#endif
+}

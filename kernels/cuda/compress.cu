@@ -1,0 +1,361 @@
+/*
+ * compress.cu — CUDA kernels behind compress/'s GPU paths: int8 encode and
+ * decode-accumulate, fp16/bf16 casts, a finite check, and exact top-k
+ * selection. Each produces the same bytes or floats as the CPU code in
+ * compress/ (codec_int8.c, codec_cast.c, codec_topk.c): the same float and
+ * double operations in the same order, with FMA contraction ruled out by
+ * the explicit _rn intrinsics, and every reduction either in a fixed tree
+ * or in integers. Inputs x and sums are device pointers; payloads come back
+ * to host memory (h_*) because zstd and checksums run on the CPU.
+ *
+ * Errors inside a kernel launch are programming or device faults: fail fast
+ * with file:line (cudaCheck). A non-finite input is a normal refusal: the
+ * wrapper returns -1.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../kernels.h"
+}
+
+#define cudaCheck(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
+                    cudaGetErrorString(e_));                                                       \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+#define launchCheck() cudaCheck(cudaGetLastError())
+
+#define FIX_MID  16777216.0f /* 2^24 */
+#define FIX_EDGE 1048576.0   /* 2^20 */
+
+static cudaStream_t as_stream(void *s) {
+    return (cudaStream_t)s;
+}
+
+/* ---- memory helpers --------------------------------------------------- */
+
+extern "C" void *kernels_cuda_alloc(size_t bytes) {
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+extern "C" void kernels_cuda_free(void *p) {
+    cudaCheck(cudaFree(p));
+}
+extern "C" void kernels_cuda_to_device(void *d, const void *h, size_t bytes) {
+    cudaCheck(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+}
+extern "C" void kernels_cuda_to_host(void *h, const void *d, size_t bytes) {
+    cudaCheck(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* ---- finite check and casts ------------------------------------------- */
+
+__global__ void finite_kernel(const float *x, uint64_t n, int *bad) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u) atomicOr(bad, 1);
+}
+
+static int grid_for(uint64_t n) {
+    uint64_t g = (n + 255) / 256;
+    return (int)(g > 65535 ? 65535 : (g ? g : 1));
+}
+
+extern "C" int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream) {
+    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
+    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), as_stream(stream)));
+    finite_kernel<<<grid_for(n), 256, 0, as_stream(stream)>>>(x, n, bad);
+    launchCheck();
+    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, as_stream(stream)));
+    cudaCheck(cudaMemcpyAsync(h_out, x, n * 4, cudaMemcpyDeviceToHost, as_stream(stream)));
+    cudaCheck(cudaStreamSynchronize(as_stream(stream)));
+    kernels_cuda_free(bad);
+    return h_bad ? -1 : 0;
+}
+
+/* codec_f32_to_f16 and codec_f32_to_bf16 of codec_cast.c, bit for bit */
+__device__ uint16_t f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ uint16_t f32_to_f16(float f) {
+    uint32_t u = __float_as_uint(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x3ffu);
+    if (a >= 0x477ff000u) return sign | 0x7c00u;
+    if (a < 0x38800000u) {
+        if (a < 0x33000000u) return sign;
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return sign | (uint16_t)r;
+    }
+    uint32_t r = ((a - 0x38000000u) >> 13);
+    uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return sign | (uint16_t)r;
+}
+
+__global__ void cast_kernel(const float *x, uint64_t n, int bf16, uint16_t *out, int *bad) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        uint16_t h = bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+        /* non-finite input, or beyond the format's range: refused, as on the CPU */
+        if ((h & 0x7fffu) >= (bf16 ? 0x7f80u : 0x7c00u)) atomicOr(bad, 1);
+        out[i] = h;
+    }
+}
+
+extern "C" int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint16_t *h_out,
+                                      void *stream) {
+    cudaStream_t st = as_stream(stream);
+    uint16_t *d = (uint16_t *)kernels_cuda_alloc(n * 2);
+    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
+    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    cast_kernel<<<grid_for(n), 256, 0, st>>>(x, n, bf16, d, bad);
+    launchCheck();
+    cudaCheck(cudaMemcpyAsync(h_out, d, n * 2, cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d);
+    kernels_cuda_free(bad);
+    return h_bad ? -1 : 0;
+}
+
+/* ---- int8 --------------------------------------------------------------- */
+
+__device__ void store_f32(uint8_t *p, float v) {
+    uint32_t u = __float_as_uint(v);
+    p[0] = (uint8_t)u, p[1] = (uint8_t)(u >> 8), p[2] = (uint8_t)(u >> 16),
+    p[3] = (uint8_t)(u >> 24);
+}
+
+__device__ float load_f32(const uint8_t *p) {
+    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+}
+
+/* One CUDA block of 256 threads per int8 block; steps and rounding as in
+ * codec_int8.c: lane sums of squares in double, the same tree, codes from
+ * f = x * (1/scale), integer bin sums. */
+__global__ void int8_encode_kernel(const float *x, uint32_t count, uint32_t block, uint8_t *raw,
+                                   int *bad) {
+    __shared__ double lane[256];
+    __shared__ unsigned long long mid_sum[256], edge_sum[2];
+    __shared__ unsigned int mid_count[256], edge_count[2];
+    __shared__ float scale_s;
+    uint32_t b = blockIdx.x, j = threadIdx.x, b0 = b * block;
+    uint32_t n = count - b0 < block ? count - b0 : block;
+    const float *xb = x + b0;
+    uint8_t *table = raw + (size_t)b * (1024 + block), *codes = table + 1024;
+
+    double acc = 0;
+    for (uint32_t i = j; i < n; i += 256) {
+        double v = (double)xb[i];
+        acc = __dadd_rn(acc, __dmul_rn(v, v));
+    }
+    lane[j] = acc;
+    mid_sum[j] = 0;
+    mid_count[j] = 0;
+    if (j < 2) edge_sum[j] = 0, edge_count[j] = 0;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (j < (uint32_t)s) lane[j] = __dadd_rn(lane[j], lane[j + s]);
+        __syncthreads();
+    }
+    if (j == 0) {
+        double sumsq = lane[0];
+        if (!isfinite(sumsq)) atomicOr(bad, 1);
+        double sigma = __dsqrt_rn(__ddiv_rn(sumsq, (double)n));
+        float scale = __double2float_rn(__ddiv_rn(__dmul_rn(6.0, sigma), 256.0));
+        scale_s = scale > 0 && isfinite(scale) ? scale : 1.0f;
+    }
+    __syncthreads();
+    float scale = scale_s, inv = __fdiv_rn(1.0f, scale);
+    const float magic = 12582912.0f;
+    for (uint32_t i = j; i < n; i += 256) {
+        float f = __fmul_rn(xb[i], inv);
+        float fc = f < -129.0f ? -129.0f : f;
+        fc = fc > 129.0f ? 129.0f : fc;
+        float r = __fsub_rn(__fadd_rn(fc, magic), magic);
+        float rq = r < -128.0f ? -128.0f : r;
+        rq = rq > 127.0f ? 127.0f : rq;
+        int q = (int)__fadd_rn(rq, 128.0f);
+        codes[i] = (uint8_t)q;
+        if (r != rq) {
+            int hi = r > 0;
+            atomicAdd(&edge_sum[hi],
+                      (unsigned long long)__double2ll_rn(__dmul_rn((double)f, FIX_EDGE)));
+            atomicAdd(&edge_count[hi], 1u);
+        } else {
+            int off = __float2int_rn(__fmul_rn(__fsub_rn(f, rq), FIX_MID));
+            atomicAdd(&mid_sum[q], (unsigned long long)(long long)off);
+            atomicAdd(&mid_count[q], 1u);
+        }
+    }
+    __syncthreads();
+    int q = (int)j, edge = q == 0 ? 0 : q == 255 ? 1 : -1;
+    double centre = (double)(q - 128);
+    double total = __dadd_rn(__dmul_rn((double)mid_count[q], centre),
+                             __ddiv_rn((double)(long long)mid_sum[q], (double)FIX_MID));
+    uint32_t c = mid_count[q];
+    if (edge >= 0) {
+        total = __dadd_rn(total, __ddiv_rn((double)(long long)edge_sum[edge], FIX_EDGE));
+        c += edge_count[edge];
+    }
+    double mean = c ? __ddiv_rn(total, (double)c) : centre;
+    store_f32(table + 4 * q, __double2float_rn(__dmul_rn(mean, (double)scale)));
+}
+
+extern "C" int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block,
+                                        uint8_t *h_raw, void *stream) {
+    cudaStream_t st = as_stream(stream);
+    uint32_t blocks = (count + block - 1) / block;
+    size_t raw_len = (size_t)blocks * 1024 + count;
+    uint8_t *d = (uint8_t *)kernels_cuda_alloc(raw_len);
+    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
+    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    int8_encode_kernel<<<blocks, 256, 0, st>>>(x, count, block, d, bad);
+    launchCheck();
+    cudaCheck(cudaMemcpyAsync(h_raw, d, raw_len, cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d);
+    kernels_cuda_free(bad);
+    return h_bad ? -1 : 0;
+}
+
+/* sum[i] = sum[i] + w * table[code], as int8_apply does */
+__global__ void int8_accumulate_kernel(const uint8_t *raw, uint32_t count, uint32_t block, float w,
+                                       float *sum) {
+    __shared__ float table[256];
+    uint32_t b = blockIdx.x, b0 = b * block;
+    uint32_t n = count - b0 < block ? count - b0 : block;
+    const uint8_t *t = raw + (size_t)b * (1024 + block), *codes = t + 1024;
+    table[threadIdx.x] = load_f32(t + 4 * threadIdx.x);
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += 256)
+        sum[b0 + i] = __fadd_rn(sum[b0 + i], __fmul_rn(w, table[codes[i]]));
+}
+
+extern "C" void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t count, uint32_t block,
+                                             float w, float *sum, void *stream) {
+    cudaStream_t st = as_stream(stream);
+    uint32_t blocks = (count + block - 1) / block;
+    size_t raw_len = (size_t)blocks * 1024 + count;
+    uint8_t *d = (uint8_t *)kernels_cuda_alloc(raw_len);
+    cudaCheck(cudaMemcpyAsync(d, h_raw, raw_len, cudaMemcpyHostToDevice, st));
+    int8_accumulate_kernel<<<blocks, 256, 0, st>>>(d, count, block, w, sum);
+    launchCheck();
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d);
+}
+
+/* ---- top-k ------------------------------------------------------------- */
+
+__device__ uint32_t topk_k_dev(uint32_t ppm, uint32_t len) {
+    uint64_t k = ((uint64_t)ppm * len + 999999u) / 1000000u;
+    if (k < 1) k = 1;
+    return (uint32_t)(k > len ? len : k);
+}
+
+/* The selection order of codec_topk.c as one 64-bit key, larger first:
+ * magnitude bits, then the complement of the index (lower index first). */
+__device__ uint64_t sel_key(const float *x, uint32_t i) {
+    return (uint64_t)(__float_as_uint(x[i]) & 0x7fffffffu) << 32 | (0xffffffffu - i);
+}
+
+/* One CUDA block per chunk: radix-select the k-th largest key a byte at a
+ * time, then write the indices at or above it in ascending order. */
+__global__ void topk_select_kernel(const float *x, uint32_t count, uint32_t chunk, uint32_t ppm,
+                                   uint16_t *sel, float *vals) {
+    __shared__ unsigned int hist[256];
+    __shared__ unsigned long long prefix_s;
+    __shared__ unsigned int remaining_s;
+    __shared__ unsigned int counts[256];
+    uint32_t c = blockIdx.x, c0 = c * chunk, j = threadIdx.x;
+    uint32_t len = count - c0 < chunk ? count - c0 : chunk, k = topk_k_dev(ppm, len);
+    const float *xc = x + c0;
+    uint64_t out0 = (uint64_t)c * topk_k_dev(ppm, chunk); /* chunks before are full */
+    if (j == 0) prefix_s = 0, remaining_s = k;
+    __syncthreads();
+    for (int byte = 7; byte >= 0; byte--) {
+        hist[j] = 0;
+        __syncthreads();
+        uint64_t prefix = prefix_s, high_mask = byte == 7 ? 0 : ~0ull << (8 * (byte + 1));
+        for (uint32_t i = j; i < len; i += 256) {
+            uint64_t key = sel_key(xc, i);
+            if ((key & high_mask) == (prefix & high_mask))
+                atomicAdd(&hist[(key >> (8 * byte)) & 255], 1u);
+        }
+        __syncthreads();
+        if (j == 0) {
+            unsigned int rem = remaining_s;
+            int d = 255;
+            for (; d > 0 && hist[d] < rem; d--) rem -= hist[d];
+            remaining_s = rem;
+            prefix_s = prefix | (uint64_t)d << (8 * byte);
+        }
+        __syncthreads();
+    }
+    uint64_t kth = prefix_s; /* keys are distinct: exactly k keys are >= kth */
+    uint32_t per = (len + 255) / 256, lo = j * per, hi = lo + per < len ? lo + per : len;
+    unsigned int mine = 0;
+    for (uint32_t i = lo; i < hi; i++) mine += sel_key(xc, i) >= kth;
+    counts[j] = mine;
+    __syncthreads();
+    if (j == 0) {
+        unsigned int run = 0;
+        for (int t = 0; t < 256; t++) {
+            unsigned int v = counts[t];
+            counts[t] = run;
+            run += v;
+        }
+    }
+    __syncthreads();
+    uint64_t at = out0 + counts[j];
+    for (uint32_t i = lo; i < hi; i++)
+        if (sel_key(xc, i) >= kth) {
+            sel[at] = (uint16_t)i;
+            vals[at] = xc[i];
+            at++;
+        }
+}
+
+extern "C" int kernels_cuda_topk_select(const float *x, uint32_t count, uint32_t chunk,
+                                        uint32_t ppm, uint64_t total_k, uint16_t *h_sel,
+                                        float *h_vals, void *stream) {
+    cudaStream_t st = as_stream(stream);
+    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
+    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    finite_kernel<<<grid_for(count), 256, 0, st>>>(x, count, bad);
+    launchCheck();
+    uint16_t *d_sel = (uint16_t *)kernels_cuda_alloc(total_k * 2);
+    float *d_vals = (float *)kernels_cuda_alloc(total_k * 4);
+    uint32_t chunks = (count + chunk - 1) / chunk;
+    topk_select_kernel<<<chunks, 256, 0, st>>>(x, count, chunk, ppm, d_sel, d_vals);
+    launchCheck();
+    cudaCheck(cudaMemcpyAsync(h_sel, d_sel, total_k * 2, cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(h_vals, d_vals, total_k * 4, cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d_sel);
+    kernels_cuda_free(d_vals);
+    kernels_cuda_free(bad);
+    return h_bad ? -1 : 0;
+}

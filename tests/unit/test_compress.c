@@ -1,0 +1,621 @@
+/*
+ * test_compress.c — codecs: round trips (lossless bit-exact, lossy within
+ * stated bounds on Gaussian and heavy-tailed inputs), fp16/bf16 rounding
+ * against references, exact top-k selection, decode-accumulate equal to
+ * decode + axpy bit for bit, error feedback that stays bounded, sizes on
+ * the wire, determinism across thread counts, and every kind of malformed
+ * blob refused with its reason.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <xxhash.h>
+#ifdef STRAIT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#include "compress/compress.h"
+#include "compress/compress_internal.h"
+#include "util/util.h"
+
+#define HASH 0x5157a17ab1e5ull
+
+/* ---- inputs ------------------------------------------------------------ */
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double uniform(void) {
+    return ((rng_next() >> 11) + 0.5) / 9007199254740992.0;
+}
+static float gaussian(void) {
+    return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
+}
+/* Student-t with 3 degrees of freedom: heavy tails, finite variance */
+static float heavy(void) {
+    double z = gaussian(), chi = 0;
+    for (int i = 0; i < 3; i++) {
+        double g = gaussian();
+        chi += g * g;
+    }
+    return (float)(z / sqrt(chi / 3.0));
+}
+
+static float *make_vec(uint64_t n, int kind, float scale) {
+    float *x = malloc(n * sizeof *x);
+    for (uint64_t i = 0; i < n; i++) x[i] = scale * (kind ? heavy() : gaussian());
+    return x;
+}
+
+static double rel_l2(const float *x, const float *y, uint64_t n) {
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double d = (double)x[i] - y[i];
+        num += d * d;
+        den += (double)x[i] * x[i];
+    }
+    return sqrt(num / den);
+}
+
+static CodecLayout flat(uint64_t n) {
+    return (CodecLayout){HASH, n, NULL, 0};
+}
+
+static float *roundtrip(const CodecParams *p, const CodecLayout *L, const float *x, Blob *b) {
+    char err[ERR_LEN];
+    cr_assert_eq(codec_encode(p, L, x, b, err), 0, "%s", err);
+    BlobInfo info;
+    cr_assert_eq(codec_blob_inspect(b->data, b->len, L->table_hash, L->n, &info, err), 0, "%s",
+                 err);
+    cr_assert_eq(info.n, L->n);
+    cr_assert_eq(info.params.id, p->id);
+    float *y = malloc(L->n * sizeof *y);
+    cr_assert_eq(codec_decode(b->data, b->len, y, L->n, err), 0, "%s", err);
+    return y;
+}
+
+/* ---- lossless and cast codecs ------------------------------------------ */
+
+Test(codec, fp32_is_bit_exact_with_and_without_zstd) {
+    uint64_t n = 300000;
+    float *x = make_vec(n, 1, 1e-3f);
+    x[0] = 1e-40f; /* subnormal */
+    x[1] = -0.0f;
+    x[2] = 3.0e38f;
+    uint64_t sizes[] = {1000, 2000000 - 1000000 - 999000 + 1000000 - 1000, 0};
+    sizes[1] = n - 1000 - 5, sizes[2] = 5;
+    CodecLayout L = {HASH, n, sizes, 3};
+    for (int level = 0; level <= 3; level += 3) {
+        CodecParams p = codec_params_default(CODEC_FP32);
+        p.zstd_level = level;
+        Blob b = {0};
+        float *y = roundtrip(&p, &L, x, &b);
+        cr_assert_eq(memcmp(x, y, n * 4), 0, "fp32 not bit-exact at zstd %d", level);
+        free(y);
+        blob_free(&b);
+    }
+    free(x);
+}
+
+Test(codec, fp16_rounds_like_the_compiler_for_every_half_and_many_floats) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        _Float16 ref;
+        uint16_t hh = (uint16_t)h;
+        memcpy(&ref, &hh, 2);
+        float want = (float)ref, got = codec_f16_to_f32(hh);
+        if (isnan(want))
+            cr_assert(isnan(got));
+        else
+            cr_assert_eq(memcmp(&want, &got, 4), 0, "f16 %04x → %g, want %g", h, got, want);
+    }
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)rng_next();
+        if (i < 1000) u = (uint32_t)(0x33000000u + (uint32_t)i * 0x2000u - 0x1000u); /* near ties */
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f)) continue;
+        _Float16 r = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &r, 2);
+        cr_assert_eq(codec_f32_to_f16(f), want, "f32 %08x → %04x, want %04x", u,
+                     codec_f32_to_f16(f), want);
+    }
+}
+
+Test(codec, bf16_rounds_to_nearest_even) {
+    struct {
+        uint32_t in;
+        uint16_t out;
+    } cases[] = {{0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82},
+                 {0x3f808001u, 0x3f81}, {0xbf80ffffu, 0xbf81}, {0x7f7fffffu, 0x7f80},
+                 {0x00000001u, 0x0000}, {0x80000000u, 0x8000}, {0x7fc00001u, 0x7fc0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float f;
+        memcpy(&f, &cases[i].in, 4);
+        cr_assert_eq(codec_f32_to_bf16(f), cases[i].out, "bf16(%08x) = %04x, want %04x",
+                     cases[i].in, codec_f32_to_bf16(f), cases[i].out);
+    }
+}
+
+Test(codec, lossy_codecs_stay_within_stated_error) {
+    /* relative L2 error bounds, Gaussian then heavy-tailed (Student-t, 3 dof).
+     * int8's scale is 6σ/256 by design, so it clips beyond ±3σ: on Gaussian
+     * input clipping is most of its 1.7% error, and on Student-t(3), where
+     * 1.4% of the values lie beyond, clipping makes it 33%. */
+    struct {
+        const char *codec;
+        double gauss, heavy;
+    } bounds[] = {{"fp16", 5e-4, 5e-4}, {"bf16", 4e-3, 4e-3}, {"int8", 2e-2, 0.36}};
+    uint64_t n = 400000;
+    for (int kind = 0; kind < 2; kind++) {
+        float *x = make_vec(n, kind, 0.01f);
+        CodecLayout L = flat(n);
+        for (size_t c = 0; c < sizeof bounds / sizeof bounds[0]; c++) {
+            CodecParams p;
+            cr_assert_eq(codec_params_parse(bounds[c].codec, &p, NULL), 0);
+            Blob b = {0};
+            float *y = roundtrip(&p, &L, x, &b);
+            double e = rel_l2(x, y, n), limit = kind ? bounds[c].heavy : bounds[c].gauss;
+            cr_assert_leq(e, limit, "%s on %s input: relative L2 error %g over %g", bounds[c].codec,
+                          kind ? "heavy-tailed" : "Gaussian", e, limit);
+            free(y);
+            blob_free(&b);
+        }
+        free(x);
+    }
+}
+
+Test(codec, fp16_refuses_values_beyond_its_range) {
+    float x[4] = {1.0f, 70000.0f, 2.0f, 3.0f};
+    CodecLayout L = flat(4);
+    CodecParams p = codec_params_default(CODEC_FP16);
+    Blob b = {0};
+    char err[ERR_LEN];
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), -1);
+    cr_assert_not_null(strstr(err, "beyond fp16 range"), "%s", err);
+    x[1] = NAN;
+    p = codec_params_default(CODEC_INT8);
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), -1);
+    cr_assert_not_null(strstr(err, "not finite"), "%s", err);
+    blob_free(&b);
+}
+
+/* ---- int8 and top-k ---------------------------------------------------- */
+
+Test(codec, int8_table_holds_bin_means) {
+    /* a block whose values sit exactly on two bins: means equal the values */
+    uint64_t n = 1024;
+    float *x = malloc(n * 4);
+    for (uint64_t i = 0; i < n; i++) x[i] = i % 2 ? 0.5f : -0.25f;
+    CodecParams p = codec_params_default(CODEC_INT8);
+    CodecLayout L = flat(n);
+    Blob b = {0};
+    float *y = roundtrip(&p, &L, x, &b);
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert_float_eq(y[i], x[i], 1e-6f, "value %llu: %g, want %g", (unsigned long long)i,
+                           y[i], x[i]);
+    free(y);
+    free(x);
+    blob_free(&b);
+}
+
+static int cmp_sel(const void *a, const void *b, void *ctx) {
+    const float *m = ctx;
+    uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+    if (m[i] != m[j]) return m[i] > m[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static const float *sort_ctx;
+static int cmp_sel_global(const void *a, const void *b) {
+    return cmp_sel(a, b, (void *)sort_ctx);
+}
+
+Test(codec, topk_keeps_exactly_the_largest_with_index_tiebreak) {
+    uint32_t chunk = 4096, n = chunk * 6 + 1000;
+    float *x = make_vec(n, 1, 1.0f);
+    /* ties and zeros: many equal magnitudes, of both signs */
+    for (uint32_t i = 0; i < n; i += 7) x[i] = (i % 2 ? 2.5f : -2.5f);
+    for (uint32_t i = chunk * 2; i < chunk * 3; i++) x[i] = 0.0f;
+    CodecParams p = codec_params_default(CODEC_TOPK);
+    p.zstd_level = 0;
+    CodecLayout L = flat(n);
+    Blob b = {0};
+    float *y = roundtrip(&p, &L, x, &b);
+    float *mag = malloc(chunk * 4);
+    uint32_t *idx = malloc(chunk * 4);
+    for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
+        uint32_t len = n - c0 < chunk ? n - c0 : chunk, k = topk_k(10000, len);
+        for (uint32_t i = 0; i < len; i++) {
+            mag[i] = fabsf(x[c0 + i]);
+            idx[i] = i;
+        }
+        sort_ctx = mag;
+        qsort(idx, len, 4, cmp_sel_global);
+        char *kept = calloc(len, 1);
+        for (uint32_t i = 0; i < k; i++) kept[idx[i]] = 1;
+        for (uint32_t i = 0; i < len; i++) {
+            if (kept[i]) {
+                cr_assert(y[c0 + i] != 0.0f || x[c0 + i] == 0.0f,
+                          "chunk at %u: index %u should be kept", c0, i);
+                cr_assert(signbit(y[c0 + i]) == signbit(x[c0 + i]) || x[c0 + i] == 0.0f,
+                          "sign lost at %u", c0 + i);
+            } else {
+                cr_assert_eq(y[c0 + i], 0.0f, "chunk at %u: index %u should be dropped", c0, i);
+            }
+        }
+        free(kept);
+    }
+    free(mag);
+    free(idx);
+    free(y);
+    free(x);
+    blob_free(&b);
+}
+
+Test(codec, topk_values_are_close_to_the_kept_originals) {
+    uint64_t n = 200000;
+    float *x = make_vec(n, 0, 1.0f);
+    for (int bits = 8; bits >= 2; bits -= 6) {
+        CodecParams p = codec_params_default(CODEC_TOPK);
+        p.value_bits = (uint32_t)bits;
+        CodecLayout L = flat(n);
+        Blob b = {0};
+        float *y = roundtrip(&p, &L, x, &b);
+        /* relative error over the kept coordinates only */
+        double num = 0, den = 0;
+        for (uint64_t i = 0; i < n; i++)
+            if (y[i] != 0.0f) {
+                num += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+                den += (double)x[i] * x[i];
+            }
+        double e = sqrt(num / den), limit = bits == 8 ? 0.01 : 0.12;
+        cr_assert_leq(e, limit, "topk %d-bit values: relative error %g over %g", bits, e, limit);
+        free(y);
+        blob_free(&b);
+    }
+    free(x);
+}
+
+Test(codec, bytes_on_the_wire_meet_the_targets) {
+    uint64_t n = 1 << 22;
+    float *x = make_vec(n, 0, 0.01f);
+    CodecLayout L = flat(n);
+    struct {
+        const char *codec;
+        double min_ratio;
+    } t[] = {{"fp16", 1.99}, {"int8", 3.9}, {"topk", 60.0}, {"topk2", 100.0}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        CodecParams p;
+        codec_params_parse(t[i].codec, &p, NULL);
+        Blob b = {0};
+        char err[ERR_LEN];
+        cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+        double ratio = (double)(4 * n) / (double)b.len;
+        cr_assert_geq(ratio, t[i].min_ratio, "%s is only %.2fx smaller than fp32", t[i].codec,
+                      ratio);
+        blob_free(&b);
+    }
+    free(x);
+}
+
+/* ---- decode-accumulate, determinism, error feedback --------------------- */
+
+Test(codec, decode_accumulate_equals_decode_then_axpy_bit_for_bit) {
+    uint64_t n = 150000;
+    float *x = make_vec(n, 1, 0.02f);
+    uint64_t sizes[] = {4096, 64, n - 4096 - 64};
+    CodecLayout L = {HASH, n, sizes, 3};
+    const char *codecs[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
+    float w = 0.37f;
+    for (size_t c = 0; c < 6; c++) {
+        CodecParams p;
+        codec_params_parse(codecs[c], &p, NULL);
+        Blob b = {0};
+        float *dec = roundtrip(&p, &L, x, &b);
+        float *s1 = malloc(n * 4), *s2 = malloc(n * 4);
+        for (uint64_t i = 0; i < n; i++) s1[i] = s2[i] = 0.5f + (float)(i % 97) * 1e-3f;
+        char err[ERR_LEN];
+        cr_assert_eq(codec_decode_accumulate(b.data, b.len, w, s1, n, err), 0, "%s", err);
+        for (uint64_t i = 0; i < n; i++) s2[i] = s2[i] + w * dec[i];
+        cr_assert_eq(memcmp(s1, s2, n * 4), 0, "%s: decode_accumulate differs from decode+axpy",
+                     codecs[c]);
+        free(s1);
+        free(s2);
+        free(dec);
+        blob_free(&b);
+    }
+    free(x);
+}
+
+Test(codec, encoding_is_the_same_for_any_thread_count) {
+#ifndef STRAIT_HAVE_OPENMP
+    cr_skip_test("built without OpenMP");
+#else
+    uint64_t n = 3 * CODEC_SECTION_MAX + 12345;
+    float *x = make_vec(n, 1, 0.01f);
+    CodecLayout L = flat(n);
+    const char *codecs[] = {"int8", "topk", "fp16"};
+    for (size_t c = 0; c < 3; c++) {
+        CodecParams p;
+        codec_params_parse(codecs[c], &p, NULL);
+        Blob b1 = {0}, b2 = {0};
+        omp_set_num_threads(1);
+        cr_assert_eq(codec_encode(&p, &L, x, &b1, NULL), 0);
+        omp_set_num_threads(4);
+        cr_assert_eq(codec_encode(&p, &L, x, &b2, NULL), 0);
+        cr_assert_eq(b1.len, b2.len);
+        cr_assert_eq(memcmp(b1.data, b2.data, b1.len), 0, "%s differs across threads", codecs[c]);
+        blob_free(&b1);
+        blob_free(&b2);
+    }
+    free(x);
+#endif
+}
+
+static double norm(const float *v, uint64_t n) {
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s);
+}
+
+/* The same vector encoded over and over with top-k 1% and error feedback:
+ * what was sent adds up to what was given, and the residual stays bounded. */
+Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
+    uint64_t n = 65536;
+    int steps = 600;
+    float *g = make_vec(n, 1, 0.01f);
+    CodecLayout L = flat(n);
+    CodecParams p = codec_params_default(CODEC_TOPK);
+    ErrorFeedback ef;
+    char err[ERR_LEN];
+    cr_assert_eq(ef_init(&ef, n, HASH, 1.0f, err), 0, "%s", err);
+    double *sent = calloc(n, sizeof *sent);
+    float *dec = malloc(n * 4);
+    double gn = norm(g, n), max_mid = 0, worst = 0;
+    Blob b = {0};
+    for (int t = 1; t <= steps; t++) {
+        cr_assert_eq(ef_encode(&ef, &p, &L, g, &b, err), 0, "%s", err);
+        cr_assert_eq(codec_decode(b.data, b.len, dec, n, err), 0, "%s", err);
+        for (uint64_t i = 0; i < n; i++) sent[i] += dec[i];
+        double en = norm(ef.e, n);
+        if (t >= steps / 3 && t <= steps * 2 / 3 && en > max_mid) max_mid = en;
+        if (en > worst) worst = en;
+    }
+    /* residual = Σ inputs − Σ sent, and it does not grow with time */
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double d = (double)steps * g[i] - sent[i];
+        num += d * d;
+        den += (double)steps * g[i] * (double)steps * g[i];
+    }
+    double final_rel = sqrt(num / den), en = norm(ef.e, n);
+    cr_assert_leq(en, 1.25 * max_mid, "residual still growing: %g at the end, %g mid-run", en,
+                  max_mid);
+    cr_assert_leq(worst, 120 * gn, "residual norm %g is over 120x the input's %g", worst, gn);
+    cr_assert_leq(final_rel, 0.2, "sent sum is %g away from the input sum", final_rel);
+    cr_assert_float_eq(sqrt(num), en, en * 1e-3 + 1e-9, "residual is not inputs minus sent");
+    /* serialise, damage, restore */
+    Blob s = {0};
+    cr_assert_eq(ef_serialize(&ef, &s, err), 0);
+    ErrorFeedback back;
+    cr_assert_eq(ef_deserialize(&back, s.data, s.len, err), 0, "%s", err);
+    cr_assert_eq(memcmp(back.e, ef.e, n * 4), 0);
+    cr_assert_eq(back.table_hash, HASH);
+    ef_free(&back);
+    s.data[100] ^= 1;
+    cr_assert_eq(ef_deserialize(&back, s.data, s.len, err), -1);
+    cr_assert_not_null(strstr(err, "checksum"), "%s", err);
+    cr_assert_eq(ef_deserialize(&back, s.data, s.len - 3, err), -1);
+    blob_free(&s);
+    blob_free(&b);
+    ef_free(&ef);
+    free(sent);
+    free(dec);
+    free(g);
+}
+
+/* ---- malformed blobs ----------------------------------------------------- */
+
+static Blob valid_blob(const char *codec, uint64_t n) {
+    float *x = make_vec(n, 0, 1.0f);
+    CodecParams p;
+    codec_params_parse(codec, &p, NULL);
+    CodecLayout L = flat(n);
+    Blob b = {0};
+    cr_assert_eq(codec_encode(&p, &L, x, &b, NULL), 0);
+    free(x);
+    return b;
+}
+
+static void expect_refused(const uint8_t *data, size_t len, uint64_t hash, uint64_t n,
+                           const char *why) {
+    char err[ERR_LEN] = "";
+    BlobInfo info;
+    cr_assert_eq(codec_blob_inspect(data, len, hash, n, &info, err), -1, "accepted: %s", why);
+    cr_assert_not_null(strstr(err, why), "want '%s', got '%s'", why, err);
+}
+
+static void reseal_header(uint8_t *b) {
+    st64(b + 40, XXH64(b, 40, 0));
+}
+static void reseal_section(uint8_t *s) {
+    st64(s + 24, XXH64(s + SECTION_HEADER_LEN, ld32(s + 16), XXH64(s, 24, 0)));
+}
+
+Test(codec_malformed, every_truncation_is_refused) {
+    const char *codecs[] = {"fp32", "int8", "topk", "topk2", "bf16"};
+    for (int c = 0; c < 5; c++) {
+        Blob b = valid_blob(codecs[c], 5000);
+        for (size_t len = 0; len < b.len; len += (len < 200 ? 1 : 97)) {
+            char err[ERR_LEN];
+            cr_assert_eq(codec_blob_inspect(b.data, len, HASH, 5000, NULL, err), -1,
+                         "%s truncated to %zu accepted", codecs[c], len);
+        }
+        blob_free(&b);
+    }
+}
+
+Test(codec_malformed, header_faults_are_named) {
+    Blob b = valid_blob("int8", 5000);
+    uint8_t *c = malloc(b.len);
+#define FRESH() memcpy(c, b.data, b.len)
+    FRESH();
+    c[0] ^= 0xff;
+    expect_refused(c, b.len, HASH, 5000, "wrong magic");
+    FRESH();
+    c[20] ^= 1;
+    expect_refused(c, b.len, HASH, 5000, "header checksum");
+    FRESH();
+    st16(c + 4, 9), reseal_header(c);
+    expect_refused(c, b.len, HASH, 5000, "version 9 is not supported");
+    FRESH();
+    c[6] = 77, reseal_header(c);
+    expect_refused(c, b.len, HASH, 5000, "unknown codec");
+    expect_refused(b.data, b.len, HASH + 1, 5000, "parameter table");
+    expect_refused(b.data, b.len, HASH, 5001, "this model has 5001");
+    FRESH();
+    st64(c + 16, 1ull << 40), reseal_header(c);
+    expect_refused(c, b.len, 0, 0, "over the limit");
+    FRESH();
+    st32(c + 24, 0xffffffffu), reseal_header(c);
+    expect_refused(c, b.len, 0, 0, "sections");
+    FRESH();
+    st32(c + 28, 0), reseal_header(c); /* int8 block of 0 */
+    expect_refused(c, b.len, 0, 0, "int8 block 0");
+    free(c);
+    blob_free(&b);
+}
+
+Test(codec_malformed, section_faults_are_named) {
+    Blob b = valid_blob("int8", 5000);
+    uint8_t *c = malloc(b.len + 64), *s;
+    FRESH();
+    c[BLOB_HEADER_LEN + SECTION_HEADER_LEN + 10] ^= 4; /* payload byte */
+    expect_refused(c, b.len, HASH, 5000, "checksum mismatch");
+    FRESH();
+    s = c + BLOB_HEADER_LEN;
+    st32(s + 8, 0x7fffffffu), reseal_section(s); /* count overflowing the blob */
+    expect_refused(c, b.len, HASH, 5000, "does not fit");
+    FRESH();
+    st64(s, 7), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "expected 0");
+    FRESH();
+    st32(s + 12, ld32(s + 12) + 1), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "raw length");
+    FRESH();
+    st32(s + 20, ld32(s + 20) | 8), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "unknown flags");
+    FRESH();
+    c[b.len] = 0;
+    expect_refused(c, b.len + 1, HASH, 5000, "bytes");
+    free(c);
+    blob_free(&b);
+}
+
+Test(codec_malformed, sealed_but_invalid_payloads_are_refused) {
+    /* an attacker can recompute checksums: the payload itself is checked */
+    Blob b = valid_blob("int8", 5000);
+    uint8_t *c = malloc(b.len), *s = c + BLOB_HEADER_LEN;
+    FRESH();
+    if (ld32(s + 20) & SECTION_FLAG_ZSTD) {
+        s[SECTION_HEADER_LEN + 20] ^= 0x55, reseal_section(s);
+        expect_refused(c, b.len, HASH, 5000, "compressed");
+    }
+    blob_free(&b);
+    free(c);
+
+    CodecParams p = codec_params_default(CODEC_INT8);
+    p.zstd_level = 0;
+    float x[300];
+    for (int i = 0; i < 300; i++) x[i] = gaussian();
+    CodecLayout L = flat(300);
+    Blob raw = {0};
+    cr_assert_eq(codec_encode(&p, &L, x, &raw, NULL), 0);
+    s = raw.data + BLOB_HEADER_LEN;
+    stf(s + SECTION_HEADER_LEN + 4 * 7, NAN), reseal_section(s);
+    expect_refused(raw.data, raw.len, HASH, 300, "non-finite");
+    blob_free(&raw);
+
+    p = codec_params_default(CODEC_TOPK);
+    p.zstd_level = 0;
+    float y[8192];
+    for (int i = 0; i < 8192; i++) y[i] = gaussian();
+    L = flat(8192);
+    cr_assert_eq(codec_encode(&p, &L, y, &raw, NULL), 0);
+    s = raw.data + BLOB_HEADER_LEN;
+    uint8_t *first_chunk = s + SECTION_HEADER_LEN + 4 + 1024;
+    st16(first_chunk + 2, 9000), reseal_section(s); /* index past the chunk */
+    expect_refused(raw.data, raw.len, HASH, 8192, "indices out of range");
+    st16(first_chunk + 2, ld16(first_chunk + 4)), reseal_section(s); /* repeated index */
+    expect_refused(raw.data, raw.len, HASH, 8192, "not ascending");
+    st16(first_chunk, 3), reseal_section(s);
+    expect_refused(raw.data, raw.len, HASH, 8192, "expected 41");
+    blob_free(&raw);
+}
+
+Test(codec_malformed, refused_blobs_never_touch_the_sum) {
+    Blob b = valid_blob("topk", 20000);
+    uint8_t *s = b.data + b.len - 1;
+    *s ^= 0xff; /* last section's payload */
+    float *sum = calloc(20000, 4);
+    char err[ERR_LEN];
+    BlobInfo info;
+    cr_assert_eq(codec_blob_inspect(b.data, b.len, HASH, 20000, &info, err), -1);
+    /* decode_accumulate validates the container before any section runs */
+    cr_assert_eq(codec_decode_accumulate(b.data, b.len, 1.0f, sum, 20000, err), -1);
+    for (int i = 0; i < 20000; i++) cr_assert_eq(sum[i], 0.0f, "sum touched at %d", i);
+    cr_assert_eq(codec_decode_accumulate(b.data, b.len, 1.0f, sum, 19999, err), -1);
+    free(sum);
+    blob_free(&b);
+}
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+Test(checkpoint, byte_grouping_round_trips_exactly_and_xor_helps) {
+    size_t n = 1 << 18;
+    float *a = make_vec(n, 0, 0.02f), *b = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) b[i] = a[i] + 1e-5f * gaussian(); /* the next checkpoint */
+    char err[ERR_LEN];
+    Blob plain = {0}, delta = {0}, half = {0};
+    cr_assert_eq(ckpt_encode(b, n * 4, 4, NULL, 3, &plain, err), 0, "%s", err);
+    cr_assert_eq(ckpt_encode(b, n * 4, 4, a, 3, &delta, err), 0, "%s", err);
+    void *out;
+    size_t len;
+    cr_assert_eq(ckpt_decode(plain.data, plain.len, NULL, 0, &out, &len, err), 0, "%s", err);
+    cr_assert_eq(len, n * 4);
+    cr_assert_eq(memcmp(out, b, len), 0);
+    free(out);
+    cr_assert_eq(ckpt_decode(delta.data, delta.len, a, n * 4, &out, &len, err), 0, "%s", err);
+    cr_assert_eq(memcmp(out, b, len), 0);
+    free(out);
+    cr_assert_lt(plain.len, n * 4, "byte grouping did not compress");
+    cr_assert_lt(delta.len, plain.len, "XOR delta did not help: %zu vs %zu", delta.len, plain.len);
+    cr_assert_eq(ckpt_decode(delta.data, delta.len, NULL, 0, &out, &len, err), -1);
+    cr_assert_not_null(strstr(err, "is a delta"), "%s", err);
+    /* bf16 words */
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = codec_f32_to_bf16(a[i]);
+    cr_assert_eq(ckpt_encode(h, n * 2, 2, NULL, 3, &half, err), 0);
+    cr_assert_eq(ckpt_decode(half.data, half.len, NULL, 0, &out, &len, err), 0);
+    cr_assert_eq(memcmp(out, h, n * 2), 0);
+    free(out);
+    /* damage */
+    for (size_t cut = 0; cut < half.len; cut += 501)
+        cr_assert_eq(ckpt_decode(half.data, cut, NULL, 0, &out, &len, err), -1);
+    half.data[half.len / 2] ^= 1;
+    cr_assert_eq(ckpt_decode(half.data, half.len, NULL, 0, &out, &len, err), -1);
+    cr_assert_eq(ckpt_encode(h, 7, 2, NULL, 3, &half, err), -1);
+    free(h);
+    blob_free(&plain);
+    blob_free(&delta);
+    blob_free(&half);
+    free(a);
+    free(b);
+}

@@ -1,0 +1,93 @@
+/*
+ * test_compress_cuda.c — the GPU codecs against the CPU ones on random
+ * inputs: a GPU site must send byte-identical blobs, and the coordinator's
+ * GPU decode-accumulate must give the same floats. Skipped (reported as
+ * skipped) where the build has no CUDA or the machine no GPU.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "compress/compress.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+#ifdef STRAIT_HAVE_CUDA
+static void skip_without_gpu(void) {
+    char why[256];
+    if (kernels_gpu_count(NULL, 0, why, sizeof why) == 0) cr_skip_test("no GPU here (%s)", why);
+}
+
+static float *random_update(uint64_t n, int heavy, unsigned seed) {
+    float *x = malloc(n * 4);
+    srand(seed);
+    for (uint64_t i = 0; i < n; i++) {
+        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = (rand() + 1.0) / (RAND_MAX + 2.0);
+        double g = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+        x[i] = (float)(heavy ? g / (0.05 + u2 * u2) : g) * 0.01f;
+    }
+    return x;
+}
+#endif
+
+Test(codec_cuda, gpu_blobs_are_byte_identical_to_cpu_blobs, .timeout = 300) {
+#ifndef STRAIT_HAVE_CUDA
+    cr_skip_test("built without CUDA");
+#else
+    skip_without_gpu();
+    uint64_t n = 3 * CODEC_SECTION_MAX + 4097;
+    uint64_t sizes[] = {768 * 768, 50257, n - 768 * 768 - 50257};
+    CodecLayout L = {0xfeed, n, sizes, 3};
+    const char *codecs[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
+    for (int heavy = 0; heavy < 2; heavy++) {
+        float *x = random_update(n, heavy, 7 + heavy);
+        float *d_x = kernels_cuda_alloc(n * 4);
+        kernels_cuda_to_device(d_x, x, n * 4);
+        for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+            CodecParams p;
+            codec_params_parse(codecs[c], &p, NULL);
+            Blob cpu = {0}, gpu = {0};
+            char err[ERR_LEN];
+            cr_assert_eq(codec_encode(&p, &L, x, &cpu, err), 0, "%s", err);
+            cr_assert_eq(codec_encode_cuda(&p, &L, d_x, &gpu, err), 0, "%s", err);
+            cr_assert_eq(cpu.len, gpu.len, "%s: CPU blob %zu bytes, GPU %zu", codecs[c], cpu.len,
+                         gpu.len);
+            size_t first = 0;
+            while (first < cpu.len && cpu.data[first] == gpu.data[first]) first++;
+            cr_assert_eq(first, cpu.len, "%s (%s input): blobs differ from byte %zu", codecs[c],
+                         heavy ? "heavy" : "Gaussian", first);
+            blob_free(&cpu);
+            blob_free(&gpu);
+        }
+        kernels_cuda_free(d_x);
+        free(x);
+    }
+#endif
+}
+
+Test(codec_cuda, gpu_decode_accumulate_equals_cpu, .timeout = 120) {
+#ifndef STRAIT_HAVE_CUDA
+    cr_skip_test("built without CUDA");
+#else
+    skip_without_gpu();
+    uint64_t n = 2 * CODEC_SECTION_MAX + 99;
+    float *x = random_update(n, 1, 11), *sum = malloc(n * 4), *back = malloc(n * 4);
+    for (uint64_t i = 0; i < n; i++) sum[i] = 0.25f + (float)(i % 13) * 0.01f;
+    CodecParams p = codec_params_default(CODEC_INT8);
+    CodecLayout L = {1, n, NULL, 0};
+    Blob b = {0};
+    char err[ERR_LEN];
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+    float *d_sum = kernels_cuda_alloc(n * 4);
+    kernels_cuda_to_device(d_sum, sum, n * 4);
+    cr_assert_eq(codec_decode_accumulate_cuda(b.data, b.len, 0.7f, d_sum, n, err), 0, "%s", err);
+    cr_assert_eq(codec_decode_accumulate(b.data, b.len, 0.7f, sum, n, err), 0, "%s", err);
+    kernels_cuda_to_host(back, d_sum, n * 4);
+    cr_assert_eq(memcmp(back, sum, n * 4), 0, "GPU and CPU sums differ");
+    kernels_cuda_free(d_sum);
+    blob_free(&b);
+    free(x), free(sum), free(back);
+#endif
+}
