@@ -68,10 +68,10 @@ $(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_N
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 
-CPPFLAGS := -D_GNU_SOURCE -I. -MMD -MP
+CPPFLAGS := -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP
 CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm
+LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -114,17 +114,26 @@ BENCH_SRC := $(wildcard bench/*.c)
 # schema/NAME.sql becomes the C string schema_NAME_sql, compiled into the library.
 SCHEMA_SQL := $(wildcard schema/*.sql)
 SQL_OBJ := $(SCHEMA_SQL:schema/%.sql=$(BUILD)/obj/gen/sql_%.o)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(SQL_OBJ)
+# schema/strait.proto becomes build/gen/schema/strait.pb-c.{c,h} (messages only).
+PROTO_C := $(BUILD)/gen/schema/strait.pb-c.c
+PROTO_H := $(BUILD)/gen/schema/strait.pb-c.h
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(SQL_OBJ) \
+  $(BUILD)/obj/gen/schema/strait.pb-c.o
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/buildinfo.o
 LIB := $(BUILD)/libstrait.a
 BIN := $(BUILD)/strait
 UNIT_BIN := $(BUILD)/tests/unit
 INTEG_BIN := $(BUILD)/tests/integration
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/helpers/*.c))
 
-all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS)
+all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS)
 
-$(BUILD)/obj/%.o: %.c
+$(PROTO_C) $(PROTO_H) &: schema/strait.proto
+	@mkdir -p $(BUILD)/gen
+	$(call say,PROTOC,$<)protoc-c --c_out=$(BUILD)/gen $<
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(@D)
 	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -150,7 +159,7 @@ $(BUILD)/gen/sql_%.c: schema/%.sql
 	   sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/  "/' -e 's/$$/\\n"/' $<; echo '  ;'; } > $@
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
-	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
+	$(call say,CC,$<)$(CC) $(CFLAGS) -I$(BUILD)/gen -c $< -o $@
 .PHONY: FORCE
 # Generated sources and bench objects are intermediates; keep them.
 .SECONDARY:
@@ -167,6 +176,11 @@ $(INTEG_BIN): $(INTEG_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/o
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
 
+# helper programs the integration tests run as separate processes
+$(BUILD)/tests/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -177,7 +191,7 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-test: $(BIN) $(UNIT_BIN) $(INTEG_BIN)
+test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS)
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"

@@ -3,8 +3,9 @@
  * OpenSSL 3 (no home-made crypto).
  *
  * For now: SHA-256 of memory and of files, which the store uses to pin
- * checkpoints. The CA, enrollment, certificates and revocation land here
- * with the security issue.
+ * checkpoints; EC keys and X.509 certificates (a CA, certificates it signs,
+ * the identity of a peer's certificate). Enrollment and revocation build on
+ * these.
  */
 #ifndef STRAIT_SECURITY_H
 #define STRAIT_SECURITY_H
@@ -21,5 +22,32 @@ char *security_hex(const uint8_t *bytes, size_t len, char *hex);
 /* SHA-256 of a whole file, streamed; its size in *bytes (may be NULL).
  * Returns 0, or -1 with a message in err. */
 int security_sha256_file(const char *path, char hex[SHA256_HEX_LEN], int64_t *bytes, char *err);
+
+/* ---- keys and certificates ----------------------------------------------- */
+
+typedef struct SecurityCertSpec {
+    const char *common_name;
+    const char *sans;         /* "DNS:localhost,IP:127.0.0.1", or NULL */
+    int is_ca;                /* a CA (CA:TRUE, keyCertSign) */
+    int server;               /* serverAuth EKU, else clientAuth (ignored for a CA) */
+    long not_before_offset_s; /* validity, relative to now */
+    long not_after_offset_s;
+} SecurityCertSpec;
+
+/* A fresh EC P-256 key and a certificate for it, signed by the CA given in
+ * PEM (or self-signed when ca_cert_pem is NULL), with a random 128-bit
+ * serial. Outputs are malloc'd PEM strings. */
+int security_cert_create(const SecurityCertSpec *spec, const char *ca_cert_pem,
+                         const char *ca_key_pem, char **out_cert_pem, char **out_key_pem,
+                         char *err);
+
+typedef struct SecurityIdentity {
+    char name[65]; /* subject CN */
+    char serial_hex[80];
+    char sha256_hex[SHA256_HEX_LEN]; /* fingerprint of the DER certificate */
+    int64_t not_after;               /* ms since the epoch */
+} SecurityIdentity;
+
+int security_cert_identity(const char *cert_pem, SecurityIdentity *id, char *err);
 
 #endif /* STRAIT_SECURITY_H */

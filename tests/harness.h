@@ -6,6 +6,17 @@
 #define STRAIT_TESTS_HARNESS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* Deterministic bytes from a seed (xorshift64), for payloads that a test
+ * and a helper process must agree on. */
+static inline void harness_fill(uint8_t *buf, size_t len, uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)(x >> 32);
+    }
+}
 
 typedef struct ProcResult {
     int status; /* exit status, or 128 + signal if killed */

@@ -1,0 +1,35 @@
+/*
+ * net_internal.h — what the files of net/ share; the only header besides
+ * their .c files that includes gRPC. Nothing outside net/ includes it.
+ */
+#ifndef STRAIT_NET_INTERNAL_H
+#define STRAIT_NET_INTERNAL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
+#include <grpc/support/time.h>
+
+#include "net.h"
+
+#define NET_MAX_MESSAGE_DEFAULT  (8u << 20)
+#define NET_KEEPALIVE_DEFAULT_MS 30000
+#define NET_COMMON_ARGS          7
+
+/* Copies a received byte buffer into msg (malloc'd). */
+int net_bb_read(grpc_byte_buffer *bb, NetBuf *msg);
+/* Shuts a pluck queue down and drains it to GRPC_QUEUE_SHUTDOWN. */
+void net_cq_drain_destroy(grpc_completion_queue *cq);
+/* Message-size, keepalive and flow-control arguments for both sides;
+ * fills args (NET_COMMON_ARGS entries) and returns how many. */
+int net_common_args(grpc_arg *args, size_t max_message, int keepalive_ms);
+
+/* A message sent as two pieces (a frame prefix and its data) without
+ * copying either; both stay the caller's and valid until the call returns. */
+int net_client_send2(NetClientCall *c, const void *a, size_t alen, const void *b, size_t blen);
+int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t blen);
+
+#endif

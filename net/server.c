@@ -1,0 +1,501 @@
+/*
+ * server.c — the gRPC server of net.h.
+ *
+ * Threads: one dispatcher drains the server's completion queue (new calls,
+ * shutdown); `workers` threads run handlers. Each call gets its own pluck
+ * completion queue, so a handler's blocking receive and send wait only for
+ * their own events. A new call is handed to an idle worker or, when none is
+ * idle, answered RESOURCE_EXHAUSTED by the dispatcher — the pool never grows.
+ *
+ * Per call, RECV_CLOSE_ON_SERVER is started before the handler runs: its
+ * `cancelled` flag is the only way to tell a client that finished sending
+ * from one that vanished (NOTES-grpc-core.md).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net_internal.h"
+#include "security/security.h"
+#include "util/util.h"
+
+typedef struct Method Method;
+
+/* One outstanding grpc_server_request_*call: what it fills in. */
+typedef struct Request {
+    int kind;       /* TAG_NEW_CALL */
+    Method *method; /* NULL: the generic (unknown method) request */
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_call_details details; /* generic request only */
+    grpc_completion_queue *cq; /* bound to the call: a pluck queue */
+} Request;
+
+struct Method {
+    char path[128];
+    NetMethodKind kind;
+    int require_cert;
+    NetHandler handler;
+    void *user;
+    void *handle; /* from grpc_server_register_method */
+    Request req;
+};
+
+struct NetCall {
+    NetServer *server;
+    Method *method;
+    grpc_call *call;
+    grpc_completion_queue *cq;
+    gpr_timespec deadline;
+    grpc_byte_buffer *first; /* the request of unary and server-streaming calls */
+    int first_taken;
+    int sent_initial_md;
+    int close_done, cancelled; /* RECV_CLOSE_ON_SERVER */
+    int status_set;
+    NetStatus status;
+    char details[512];
+    NetPeer peer;
+    int peer_loaded;
+    grpc_metadata_array md;
+};
+
+enum { TAG_NEW_CALL = 1, TAG_SHUTDOWN = 2 };
+static int tag_close, tag_op; /* addresses used as tags on a call's own queue */
+
+struct NetServer {
+    NetServerConfig cfg;
+    char *ca, *cert, *key; /* owned copies of the TLS material */
+    grpc_server *server;
+    grpc_completion_queue *cq; /* for notifications: next-type */
+    Method *methods[64];
+    int n_methods;
+    Request generic;
+    pthread_t dispatcher;
+    pthread_t *workers;
+    int started;
+    /* the pool: calls handed to workers, guarded by lock. A call is queued
+     * only for an idle worker (idle is decremented as it is queued), so the
+     * queue never holds more than `workers` calls. */
+    pthread_mutex_t lock;
+    pthread_cond_t work_ready;
+    int idle, stopping;
+    NetCall **queue;
+    int q_head, q_len;
+    int shutdown_tag;
+};
+
+/* ---- calls --------------------------------------------------------------- */
+
+static void load_peer(NetCall *c) {
+    if (c->peer_loaded) return;
+    c->peer_loaded = 1;
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (ctx == NULL) return;
+    grpc_auth_property_iterator it =
+        grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+    if (p != NULL && p->value_length > 0) {
+        char *pem = malloc(p->value_length + 1);
+        if (pem) {
+            memcpy(pem, p->value, p->value_length);
+            pem[p->value_length] = '\0';
+            SecurityIdentity id;
+            char err[ERR_LEN];
+            if (security_cert_identity(pem, &id, err) == 0) {
+                c->peer.has_cert = 1;
+                memcpy(c->peer.name, id.name, sizeof c->peer.name);
+                memcpy(c->peer.serial_hex, id.serial_hex, sizeof c->peer.serial_hex);
+                memcpy(c->peer.sha256_hex, id.sha256_hex, sizeof c->peer.sha256_hex);
+                c->peer.not_after = id.not_after;
+            }
+            free(pem);
+        }
+    }
+    grpc_auth_context_release(ctx);
+}
+
+const NetPeer *net_call_peer(NetCall *c) {
+    load_peer(c);
+    return &c->peer;
+}
+
+const char *net_call_method(NetCall *c) {
+    return c->method ? c->method->path : "";
+}
+
+int64_t net_call_deadline_ms(NetCall *c) {
+    gpr_timespec now = gpr_now(c->deadline.clock_type);
+    if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0) return INT64_MAX;
+    return gpr_time_to_millis(gpr_time_sub(c->deadline, now));
+}
+
+/* Runs one batch on the call's own queue and waits for it. */
+static int call_batch(NetCall *c, grpc_op *ops, size_t n) {
+    if (grpc_call_start_batch(c->call, ops, n, &tag_op, NULL) != GRPC_CALL_OK) return -1;
+    grpc_event ev =
+        grpc_completion_queue_pluck(c->cq, &tag_op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success ? 0 : -1;
+}
+
+static void close_check(NetCall *c, int wait_ms) {
+    if (c->close_done) return;
+    gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
+                                     : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                    gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, &tag_close, until, NULL);
+    if (ev.type == GRPC_OP_COMPLETE) c->close_done = 1;
+}
+
+int net_call_cancelled(NetCall *c, int wait_ms) {
+    close_check(c, wait_ms);
+    return c->close_done && c->cancelled;
+}
+
+NetRecv net_call_recv(NetCall *c, NetBuf *msg) {
+    msg->data = NULL;
+    msg->len = 0;
+    grpc_byte_buffer *bb = NULL;
+    if (c->method && c->method->kind != NET_CLIENT_STREAM) {
+        if (c->first_taken) return NET_RECV_END;
+        c->first_taken = 1;
+        bb = c->first;
+        c->first = NULL;
+        if (bb == NULL) return NET_RECV_BROKEN;
+    } else {
+        grpc_op op;
+        memset(&op, 0, sizeof op);
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &bb;
+        if (call_batch(c, &op, 1) != 0) return NET_RECV_BROKEN;
+        if (bb == NULL) /* clean end or a vanished client: ask RECV_CLOSE */
+            return net_call_cancelled(c, 0) ? NET_RECV_BROKEN : NET_RECV_END;
+    }
+    int rc = net_bb_read(bb, msg);
+    grpc_byte_buffer_destroy(bb);
+    return rc == 0 ? NET_RECV_MESSAGE : NET_RECV_BROKEN;
+}
+
+static void send_initial_md_op(NetCall *c, grpc_op *op) {
+    memset(op, 0, sizeof *op);
+    op->op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial_md = 1;
+}
+
+int net_call_send(NetCall *c, const void *data, size_t len) {
+    return net_call_send2(c, data, len, NULL, 0);
+}
+
+int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t blen) {
+    grpc_op ops[2];
+    size_t n = 0;
+    if (!c->sent_initial_md) send_initial_md_op(c, &ops[n++]);
+    grpc_slice s[2] = {grpc_slice_from_static_buffer(a, alen),
+                       grpc_slice_from_static_buffer(b, blen)};
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, b ? 2 : 1);
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    n++;
+    int rc = call_batch(c, ops, n);
+    grpc_byte_buffer_destroy(bb);
+    return rc;
+}
+
+void net_call_status(NetCall *c, NetStatus code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->details, sizeof c->details, fmt, ap);
+    va_end(ap);
+    c->status = code;
+    c->status_set = 1;
+}
+
+static void send_status(NetCall *c, NetStatus code, const char *details) {
+    grpc_op ops[2];
+    size_t n = 0;
+    if (!c->sent_initial_md) send_initial_md_op(c, &ops[n++]);
+    grpc_slice d = grpc_slice_from_copied_string(details);
+    memset(&ops[n], 0, sizeof ops[n]);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[n].data.send_status_from_server.status_details = &d;
+    n++;
+    call_batch(c, ops, n); /* fails harmlessly when the client is gone */
+    grpc_slice_unref(d);
+}
+
+static NetCall *call_from_request(NetServer *s, Request *r) {
+    NetCall *c = calloc(1, sizeof *c);
+    if (c == NULL) DIE("out of memory for a call");
+    c->server = s;
+    c->method = r->method;
+    c->call = r->call;
+    c->cq = r->cq;
+    c->deadline = r->deadline;
+    c->first = r->payload;
+    c->md = r->md;
+    r->call = NULL;
+    r->payload = NULL;
+    r->cq = NULL;
+    /* RECV_CLOSE_ON_SERVER now: it completes at the end, or at once on cancel */
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &op, 1, &tag_close, NULL) != GRPC_CALL_OK) c->close_done = 1;
+    return c;
+}
+
+/* Sends the final status, waits for the close, frees everything. */
+static void call_finish(NetCall *c) {
+    if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
+    send_status(c, c->status, c->details);
+    close_check(c, -1);
+    if (c->first) grpc_byte_buffer_destroy(c->first);
+    grpc_metadata_array_destroy(&c->md);
+    grpc_call_unref(c->call);
+    net_cq_drain_destroy(c->cq);
+    free(c);
+}
+
+static void call_reject(NetCall *c, NetStatus code, const char *why) {
+    net_call_status(c, code, "%s", why);
+    call_finish(c);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static int request_next(NetServer *s, Request *r) {
+    memset(&r->md, 0, sizeof r->md);
+    grpc_metadata_array_init(&r->md);
+    r->payload = NULL;
+    r->call = NULL;
+    r->cq = grpc_completion_queue_create_for_pluck(NULL);
+    r->kind = TAG_NEW_CALL;
+    grpc_call_error e;
+    if (r->method) {
+        e = grpc_server_request_registered_call(
+            s->server, r->method->handle, &r->call, &r->deadline, &r->md,
+            r->method->kind == NET_CLIENT_STREAM ? NULL : &r->payload, r->cq, s->cq, r);
+    } else {
+        grpc_call_details_init(&r->details);
+        e = grpc_server_request_call(s->server, &r->call, &r->details, &r->md, r->cq, s->cq, r);
+    }
+    if (e != GRPC_CALL_OK) {
+        grpc_metadata_array_destroy(&r->md);
+        net_cq_drain_destroy(r->cq);
+        r->cq = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void request_abandon(Request *r) {
+    if (r->method == NULL) grpc_call_details_destroy(&r->details);
+    grpc_metadata_array_destroy(&r->md);
+    if (r->payload) grpc_byte_buffer_destroy(r->payload);
+    if (r->cq) net_cq_drain_destroy(r->cq);
+    r->cq = NULL;
+}
+
+/* A new call arrived on request r: hand it to a worker, or refuse it. */
+static void dispatch(NetServer *s, Request *r) {
+    if (r->method == NULL) { /* an unknown method: answer at once */
+        char path[256];
+        size_t n = GRPC_SLICE_LENGTH(r->details.method);
+        snprintf(path, sizeof path, "%.*s", (int)(n < 200 ? n : 200),
+                 (const char *)GRPC_SLICE_START_PTR(r->details.method));
+        grpc_call_details_destroy(&r->details);
+        NetCall *c = call_from_request(s, r);
+        char why[300];
+        snprintf(why, sizeof why, "no method %s on this server", path);
+        call_reject(c, NET_UNIMPLEMENTED, why);
+        return;
+    }
+    NetCall *c = call_from_request(s, r);
+    if (r->method->require_cert && !net_call_peer(c)->has_cert) {
+        call_reject(c, NET_UNAUTHENTICATED,
+                    "this method needs a client certificate signed by the federation CA");
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->idle == 0 || s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        call_reject(c, NET_RESOURCE_EXHAUSTED, "server busy: every worker is taken; retry later");
+        return;
+    }
+    s->queue[(s->q_head + s->q_len) % s->cfg.workers] = c;
+    s->q_len++;
+    s->idle--;
+    pthread_cond_signal(&s->work_ready);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void *dispatcher_main(void *arg) {
+    NetServer *s = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        if (ev.tag == &s->shutdown_tag) { /* every call is done: drain and stop */
+            grpc_completion_queue_shutdown(s->cq);
+            continue;
+        }
+        Request *r = ev.tag;
+        if (!ev.success) { /* the server is shutting down */
+            request_abandon(r);
+            continue;
+        }
+        dispatch(s, r);
+        if (request_next(s, r) != 0 && r->method == NULL) grpc_call_details_destroy(&r->details);
+    }
+    return NULL;
+}
+
+static void *worker_main(void *arg) {
+    NetServer *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (s->q_len == 0 && !s->stopping) pthread_cond_wait(&s->work_ready, &s->lock);
+        if (s->q_len == 0) { /* stopping */
+            pthread_mutex_unlock(&s->lock);
+            return NULL;
+        }
+        NetCall *c = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->cfg.workers;
+        s->q_len--;
+        pthread_mutex_unlock(&s->lock);
+        c->method->handler(c, c->method->user);
+        call_finish(c);
+        pthread_mutex_lock(&s->lock);
+        s->idle++;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* ---- server lifecycle ---------------------------------------------------- */
+
+NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
+    if (cfg->tls.ca_pem == NULL || cfg->tls.cert_pem == NULL || cfg->tls.key_pem == NULL) {
+        err_set(err, "a server needs the CA, its certificate and its key");
+        return NULL;
+    }
+    NetServer *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    if (s->cfg.workers <= 0) s->cfg.workers = 8;
+    if (s->cfg.max_message == 0) s->cfg.max_message = NET_MAX_MESSAGE_DEFAULT;
+    if (s->cfg.keepalive_ms <= 0) s->cfg.keepalive_ms = NET_KEEPALIVE_DEFAULT_MS;
+    s->ca = strdup(cfg->tls.ca_pem);
+    s->cert = strdup(cfg->tls.cert_pem);
+    s->key = strdup(cfg->tls.key_pem);
+    s->cfg.listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:0");
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work_ready, NULL);
+    grpc_arg args[NET_COMMON_ARGS];
+    int n = net_common_args(args, s->cfg.max_message, s->cfg.keepalive_ms);
+    grpc_channel_args ca = {(size_t)n, args};
+    s->server = grpc_server_create(&ca, NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->cq, NULL);
+    return s;
+}
+
+int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int require_cert,
+                          NetHandler handler, void *user, char *err) {
+    if (s->started) return err_set(err, "add methods before starting the server");
+    if (s->n_methods == (int)(sizeof s->methods / sizeof s->methods[0]))
+        return err_set(err, "too many methods");
+    Method *m = calloc(1, sizeof *m);
+    if (m == NULL) return err_set(err, "out of memory");
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->kind = kind;
+    m->require_cert = require_cert;
+    m->handler = handler;
+    m->user = user;
+    /* client streams read their messages; the others get the request with
+     * the call (a mismatch is GRPC_CALL_ERROR_PAYLOAD_TYPE_MISMATCH) */
+    m->handle = grpc_server_register_method(s->server, m->path, NULL,
+                                            kind == NET_CLIENT_STREAM
+                                                ? GRPC_SRM_PAYLOAD_NONE
+                                                : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+                                            0);
+    if (m->handle == NULL) {
+        free(m);
+        return err_set(err, "cannot register method %s (registered twice?)", path);
+    }
+    m->req.method = m;
+    s->methods[s->n_methods++] = m;
+    return 0;
+}
+
+int net_server_start(NetServer *s, int *port, char *err) {
+    grpc_ssl_pem_key_cert_pair pair = {s->key, s->cert};
+    /* request a client certificate and verify it when given: Join comes
+     * without one; methods that need one refuse such callers */
+    grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
+        s->ca, &pair, 1, GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+    if (creds == NULL) return err_set(err, "cannot create TLS credentials from the PEM given");
+    int bound = grpc_server_add_http2_port(s->server, s->cfg.listen, creds);
+    grpc_server_credentials_release(creds);
+    if (bound == 0)
+        return err_set(err, "cannot listen on %s; is the address free and local?", s->cfg.listen);
+    grpc_server_start(s->server);
+    s->started = 1;
+    for (int i = 0; i < s->n_methods; i++)
+        if (request_next(s, &s->methods[i]->req) != 0)
+            return err_set(err, "cannot accept calls for %s", s->methods[i]->path);
+    s->generic.method = NULL;
+    if (request_next(s, &s->generic) != 0) return err_set(err, "cannot accept calls");
+    s->workers = calloc((size_t)s->cfg.workers, sizeof *s->workers);
+    s->queue = calloc((size_t)s->cfg.workers, sizeof *s->queue);
+    s->idle = s->cfg.workers;
+    for (int i = 0; i < s->cfg.workers; i++) pthread_create(&s->workers[i], NULL, worker_main, s);
+    pthread_create(&s->dispatcher, NULL, dispatcher_main, s);
+    if (port) *port = bound;
+    log_info("net", "listening on %s (port %d, %d workers)", s->cfg.listen, bound, s->cfg.workers);
+    return 0;
+}
+
+void net_server_stop(NetServer *s, int grace_ms) {
+    if (s == NULL) return;
+    if (s->started) {
+        grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+        /* running handlers get grace_ms to finish, then their calls are cancelled */
+        uint64_t until = time_monotonic_ns() + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
+        for (;;) {
+            pthread_mutex_lock(&s->lock);
+            int busy = s->cfg.workers - s->idle;
+            pthread_mutex_unlock(&s->lock);
+            if (busy == 0 || time_monotonic_ns() >= until) break;
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+        grpc_server_cancel_all_calls(s->server);
+        pthread_mutex_lock(&s->lock);
+        s->stopping = 1;
+        pthread_cond_broadcast(&s->work_ready);
+        pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < s->cfg.workers; i++) pthread_join(s->workers[i], NULL);
+        /* the dispatcher ends after the shutdown tag, once every call is done */
+        pthread_join(s->dispatcher, NULL);
+    }
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_destroy(s->cq);
+    for (int i = 0; i < s->n_methods; i++) free(s->methods[i]);
+    free(s->workers);
+    free(s->ca);
+    free(s->cert);
+    free(s->key);
+    free((char *)s->cfg.listen);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->work_ready);
+    free(s->queue);
+    free(s);
+}

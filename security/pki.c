@@ -1,0 +1,177 @@
+/*
+ * pki.c — keys and certificates through OpenSSL 3's EVP and X509 APIs: EC
+ * P-256 keys, a self-signed CA, certificates signed by it (server or client
+ * use, with SANs), and the identity of a peer certificate (name, serial,
+ * SHA-256 fingerprint of its DER form).
+ *
+ * Everything is PEM in malloc'd NUL-terminated strings; the caller frees.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/bio.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "security.h"
+#include "util/util.h"
+
+static char *bio_string(BIO *b) {
+    char *data;
+    long n = BIO_get_mem_data(b, &data);
+    char *s = malloc((size_t)n + 1);
+    if (s) {
+        memcpy(s, data, (size_t)n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static char *key_pem(EVP_PKEY *k) {
+    BIO *b = BIO_new(BIO_s_mem());
+    char *s = NULL;
+    if (b && PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL)) s = bio_string(b);
+    BIO_free(b);
+    return s;
+}
+
+static char *cert_pem(X509 *c) {
+    BIO *b = BIO_new(BIO_s_mem());
+    char *s = NULL;
+    if (b && PEM_write_bio_X509(b, c)) s = bio_string(b);
+    BIO_free(b);
+    return s;
+}
+
+static X509 *cert_parse(const char *pem) {
+    BIO *b = BIO_new_mem_buf(pem, -1);
+    X509 *c = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    return c;
+}
+
+static EVP_PKEY *key_parse(const char *pem) {
+    BIO *b = BIO_new_mem_buf(pem, -1);
+    EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    return k;
+}
+
+static int add_ext(X509 *cert, X509 *issuer, int nid, const char *value) {
+    X509V3_CTX ctx;
+    X509V3_set_ctx(&ctx, issuer, cert, NULL, NULL, 0);
+    X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    if (ext == NULL) return -1;
+    int ok = X509_add_ext(cert, ext, -1);
+    X509_EXTENSION_free(ext);
+    return ok ? 0 : -1;
+}
+
+/* A 128-bit positive serial from the CSPRNG. */
+static int random_serial(X509 *cert) {
+    unsigned char bytes[16];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) return -1;
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01; /* positive, never zero, always 16 bytes */
+    BIGNUM *bn = BN_bin2bn(bytes, sizeof bytes, NULL);
+    int ok = bn && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert)) != NULL;
+    BN_free(bn);
+    return ok ? 0 : -1;
+}
+
+int security_cert_create(const SecurityCertSpec *spec, const char *ca_cert_pem,
+                         const char *ca_key_pem, char **out_cert_pem, char **out_key_pem,
+                         char *err) {
+    EVP_PKEY *key = EVP_EC_gen("P-256"), *ca_key = NULL;
+    X509 *cert = X509_new(), *ca = NULL;
+    int rc = -1;
+    *out_cert_pem = *out_key_pem = NULL;
+    if (key == NULL || cert == NULL) {
+        err_set(err, "cannot generate an EC P-256 key");
+        goto out;
+    }
+    if (ca_cert_pem) {
+        ca = cert_parse(ca_cert_pem);
+        ca_key = key_parse(ca_key_pem);
+        if (ca == NULL || ca_key == NULL) {
+            err_set(err, "cannot read the CA certificate or key");
+            goto out;
+        }
+    }
+    X509_set_version(cert, 2);
+    if (random_serial(cert) != 0) {
+        err_set(err, "cannot draw a certificate serial");
+        goto out;
+    }
+    X509_gmtime_adj(X509_getm_notBefore(cert), spec->not_before_offset_s - 300);
+    X509_gmtime_adj(X509_getm_notAfter(cert), spec->not_after_offset_s);
+    X509_set_pubkey(cert, key);
+    X509_NAME *name = X509_get_subject_name(cert);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)spec->common_name,
+                               -1, -1, 0);
+    X509_set_issuer_name(cert, ca ? X509_get_subject_name(ca) : name);
+    X509 *issuer = ca ? ca : cert;
+    int bad = 0;
+    if (spec->is_ca) {
+        bad |= add_ext(cert, issuer, NID_basic_constraints, "critical,CA:TRUE,pathlen:0");
+        bad |= add_ext(cert, issuer, NID_key_usage, "critical,keyCertSign,cRLSign");
+    } else {
+        bad |= add_ext(cert, issuer, NID_basic_constraints, "critical,CA:FALSE");
+        bad |= add_ext(cert, issuer, NID_key_usage, "critical,digitalSignature");
+        bad |= add_ext(cert, issuer, NID_ext_key_usage, spec->server ? "serverAuth" : "clientAuth");
+    }
+    bad |= add_ext(cert, issuer, NID_subject_key_identifier, "hash");
+    if (spec->sans && spec->sans[0]) bad |= add_ext(cert, issuer, NID_subject_alt_name, spec->sans);
+    if (bad) {
+        err_set(err, "cannot add certificate extensions (SANs '%s')", spec->sans ? spec->sans : "");
+        goto out;
+    }
+    if (!X509_sign(cert, ca ? ca_key : key, EVP_sha256())) {
+        err_set(err, "cannot sign the certificate");
+        goto out;
+    }
+    *out_cert_pem = cert_pem(cert);
+    *out_key_pem = key_pem(key);
+    if (*out_cert_pem == NULL || *out_key_pem == NULL) {
+        free(*out_cert_pem), free(*out_key_pem);
+        *out_cert_pem = *out_key_pem = NULL;
+        err_set(err, "cannot write PEM");
+        goto out;
+    }
+    rc = 0;
+out:
+    EVP_PKEY_free(key);
+    EVP_PKEY_free(ca_key);
+    X509_free(cert);
+    X509_free(ca);
+    return rc;
+}
+
+int security_cert_identity(const char *pem, SecurityIdentity *id, char *err) {
+    memset(id, 0, sizeof *id);
+    X509 *c = cert_parse(pem);
+    if (c == NULL) return err_set(err, "not a PEM certificate");
+    X509_NAME_get_text_by_NID(X509_get_subject_name(c), NID_commonName, id->name, sizeof id->name);
+    const ASN1_INTEGER *serial = X509_get0_serialNumber(c);
+    BIGNUM *bn = ASN1_INTEGER_to_BN(serial, NULL);
+    char *hex = bn ? BN_bn2hex(bn) : NULL;
+    if (hex) snprintf(id->serial_hex, sizeof id->serial_hex, "%s", hex);
+    OPENSSL_free(hex);
+    BN_free(bn);
+    unsigned char md[SHA256_LEN];
+    unsigned int n = 0;
+    if (!X509_digest(c, EVP_sha256(), md, &n) || n != SHA256_LEN) {
+        X509_free(c);
+        return err_set(err, "cannot fingerprint the certificate");
+    }
+    security_hex(md, SHA256_LEN, id->sha256_hex);
+    const ASN1_TIME *na = X509_get0_notAfter(c);
+    struct tm tm;
+    if (ASN1_TIME_to_tm(na, &tm)) id->not_after = (int64_t)timegm(&tm) * 1000;
+    X509_free(c);
+    return 0;
+}

@@ -1,0 +1,574 @@
+/*
+ * test_net.c — net/ over loopback with real mutual TLS and a throwaway CA:
+ * unary, server- and client-streaming round trips, 256 MiB both ways with
+ * the hash verified, the refusals (no certificate, a foreign CA, a wrong
+ * server name, an oversized header, a chunk out of place, a wrong hash, an
+ * unknown method), a real uploader process killed with SIGKILL and resumed
+ * by a new one, deadlines and cancellation seen on both sides, and the
+ * worker pool's limit.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "net/net.h"
+#include "schema/strait.pb-c.h"
+#include "security/security.h"
+#include "tests/harness.h"
+#include "tests/tls_fixture.h"
+#include "util/util.h"
+
+static TlsFixture tls;
+static NetServer *server;
+static NetSpool *spool;
+static char target[64], spool_dir[600];
+
+/* what the handlers saw, for the assertions */
+static struct {
+    pthread_mutex_t lock;
+    int accepted, sum_broken, slow_cancelled, slow_done;
+    NetStatus last_upload;
+    char last_sha[SHA256_HEX_LEN];
+    atomic_int running;
+    atomic_int release;
+} seen = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NET_OK, "", 0, 0};
+
+/* ---- handlers -------------------------------------------------------------- */
+
+static void h_echo(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    const NetPeer *p = net_call_peer(c);
+    char out[512];
+    int n = snprintf(out, sizeof out, "peer=%s;sha=%s;%.*s", p->name, p->sha256_hex, (int)m.len,
+                     (const char *)m.data);
+    net_call_send(c, out, (size_t)n);
+    net_buf_free(&m);
+}
+
+static void h_open(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    net_buf_free(&m);
+    char out[64];
+    int n = snprintf(out, sizeof out, "open;has_cert=%d", net_call_peer(c)->has_cert);
+    net_call_send(c, out, (size_t)n);
+}
+
+static void h_count(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    int n = atoi((const char *)m.data);
+    net_buf_free(&m);
+    for (int i = 0; i < n; i++) {
+        char msg[16];
+        int len = snprintf(msg, sizeof msg, "%d", i);
+        if (net_call_send(c, msg, (size_t)len) != 0) return;
+    }
+}
+
+static void h_sum(NetCall *c, void *u) {
+    (void)u;
+    size_t total = 0;
+    NetBuf m;
+    NetRecv r;
+    while ((r = net_call_recv(c, &m)) == NET_RECV_MESSAGE) {
+        total += m.len;
+        net_buf_free(&m);
+    }
+    if (r == NET_RECV_BROKEN) {
+        pthread_mutex_lock(&seen.lock);
+        seen.sum_broken++;
+        pthread_mutex_unlock(&seen.lock);
+        return;
+    }
+    char out[32];
+    int n = snprintf(out, sizeof out, "%zu", total);
+    net_call_send(c, out, (size_t)n);
+}
+
+static void h_upload(NetCall *c, void *u) {
+    (void)u;
+    NetLimits lim = {300u << 20};
+    NetReceived got;
+    char err[ERR_LEN];
+    NetStatus st = net_upload_receive(c, spool, &lim, &got, err);
+    pthread_mutex_lock(&seen.lock);
+    seen.last_upload = st;
+    if (st == NET_OK) {
+        seen.accepted++;
+        security_sha256_file(got.path, seen.last_sha, NULL, err);
+    }
+    pthread_mutex_unlock(&seen.lock);
+    if (st != NET_OK) {
+        net_call_status(c, st, "%s", err);
+        return;
+    }
+    net_upload_answer(c, got.upload_id, got.length, 1);
+    net_spool_release(spool, got.upload_id);
+    net_received_free(&got);
+}
+
+static void h_query(NetCall *c, void *u) {
+    (void)u;
+    net_upload_query_handle(c, spool);
+}
+
+static void h_download(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    unsigned long long bytes = 0, seed = 0;
+    sscanf((const char *)m.data, "%llu:%llu", &bytes, &seed);
+    net_buf_free(&m);
+    uint8_t *data = malloc(bytes ? bytes : 1);
+    harness_fill(data, bytes, seed);
+    NetTransferSpec spec = {"model", 3, "dl", 0, NULL, 0, NULL};
+    char err[ERR_LEN];
+    if (net_download_send(c, &spec, data, bytes, err) != 0)
+        net_call_status(c, NET_UNAVAILABLE, "%s", err);
+    free(data);
+}
+
+static void h_slow(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    int cancelled = 0;
+    for (int i = 0; i < 200 && !cancelled; i++) cancelled = net_call_cancelled(c, 50);
+    pthread_mutex_lock(&seen.lock);
+    seen.slow_cancelled = cancelled;
+    seen.slow_done = 1;
+    pthread_mutex_unlock(&seen.lock);
+}
+
+static void h_block(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    atomic_fetch_add(&seen.running, 1);
+    for (int i = 0; i < 2000 && !atomic_load(&seen.release); i++) usleep(5000);
+    net_call_send(c, "done", 4);
+}
+
+/* ---- fixture --------------------------------------------------------------- */
+
+static void start_server(int workers) {
+    char err[ERR_LEN];
+    NetServerConfig cfg = {
+        "127.0.0.1:0", {tls.ca_cert, tls.server_cert, tls.server_key}, workers, 0, 0};
+    server = net_server_create(&cfg, err);
+    cr_assert_not_null(server, "%s", err);
+    struct {
+        const char *path;
+        NetMethodKind kind;
+        int cert;
+        NetHandler h;
+    } m[] = {{"/strait.Test/Echo", NET_UNARY, 1, h_echo},
+             {"/strait.Test/Open", NET_UNARY, 0, h_open},
+             {"/strait.Test/Count", NET_SERVER_STREAM, 1, h_count},
+             {"/strait.Test/Sum", NET_CLIENT_STREAM, 1, h_sum},
+             {"/strait.Test/Upload", NET_CLIENT_STREAM, 1, h_upload},
+             {"/strait.Test/Query", NET_UNARY, 1, h_query},
+             {"/strait.Test/Download", NET_SERVER_STREAM, 1, h_download},
+             {"/strait.Test/Slow", NET_UNARY, 1, h_slow},
+             {"/strait.Test/Block", NET_UNARY, 1, h_block}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        cr_assert_eq(
+            net_server_add_method(server, m[i].path, m[i].kind, m[i].cert, m[i].h, NULL, err), 0,
+            "%s", err);
+    int port;
+    cr_assert_eq(net_server_start(server, &port, err), 0, "%s", err);
+    snprintf(target, sizeof target, "ipv4:127.0.0.1:%d", port);
+}
+
+static void setup(void) {
+    net_global_init();
+    tls_fixture_init(&tls);
+    snprintf(spool_dir, sizeof spool_dir, "%s/spool", tls.dir);
+    char err[ERR_LEN];
+    spool = net_spool_open(spool_dir, 1ull << 30, 3600000, err);
+    cr_assert_not_null(spool, "%s", err);
+    start_server(4);
+}
+
+static void teardown(void) {
+    net_server_stop(server, 1000);
+    net_spool_close(spool);
+    tls_fixture_fini(&tls);
+    net_global_shutdown();
+}
+
+TestSuite(net, .init = setup, .fini = teardown, .timeout = 240);
+
+static NetChannel *channel(const char *cert, const char *key, const char *ca,
+                           const char *server_name) {
+    char err[ERR_LEN];
+    NetChannelConfig cc = {target, {ca ? ca : tls.ca_cert, cert, key}, server_name, 0, 0};
+    NetChannel *ch = net_channel_create(&cc, err);
+    cr_assert_not_null(ch, "%s", err);
+    return ch;
+}
+
+static NetChannel *site_channel(void) {
+    return channel(tls.site_cert, tls.site_key, NULL, NULL);
+}
+
+/* ---- round trips ------------------------------------------------------------ */
+
+Test(net, unary_round_trip_sees_the_verified_peer) {
+    NetChannel *ch = site_channel();
+    NetBuf resp;
+    char details[256];
+    NetStatus st =
+        net_unary(ch, "/strait.Test/Echo", "hello", 5, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    SecurityIdentity id;
+    char err[ERR_LEN];
+    cr_assert_eq(security_cert_identity(tls.site_cert, &id, err), 0);
+    char want[256];
+    snprintf(want, sizeof want, "peer=site-a;sha=%s;hello", id.sha256_hex);
+    cr_assert_eq(resp.len, strlen(want));
+    cr_assert_eq(memcmp(resp.data, want, resp.len), 0, "got %.*s", (int)resp.len, resp.data);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+}
+
+Test(net, server_stream_delivers_every_message_in_order) {
+    NetChannel *ch = site_channel();
+    char err[ERR_LEN];
+    NetClientCall *c = net_client_start(ch, "/strait.Test/Count", 10000, err);
+    cr_assert_not_null(c, "%s", err);
+    cr_assert_eq(net_client_send(c, "500", 4), 0);
+    net_client_close_send(c);
+    NetBuf m;
+    int i = 0;
+    while (net_client_recv(c, &m) == NET_RECV_MESSAGE) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", i++);
+        cr_assert_eq(m.len, strlen(want));
+        cr_assert_eq(memcmp(m.data, want, m.len), 0);
+        net_buf_free(&m);
+    }
+    cr_assert_eq(i, 500);
+    cr_assert_eq(net_client_finish(c, NULL, 0), NET_OK);
+    net_channel_destroy(ch);
+}
+
+Test(net, client_stream_arrives_whole) {
+    NetChannel *ch = site_channel();
+    char err[ERR_LEN];
+    NetClientCall *c = net_client_start(ch, "/strait.Test/Sum", 10000, err);
+    cr_assert_not_null(c, "%s", err);
+    uint8_t buf[1000] = {0};
+    for (int i = 0; i < 300; i++) cr_assert_eq(net_client_send(c, buf, (size_t)(i % 1000) + 1), 0);
+    net_client_close_send(c);
+    NetBuf m;
+    cr_assert_eq(net_client_recv(c, &m), NET_RECV_MESSAGE);
+    size_t want = 0;
+    for (int i = 0; i < 300; i++) want += (size_t)(i % 1000) + 1;
+    cr_assert_eq((size_t)atoll((const char *)m.data), want);
+    net_buf_free(&m);
+    cr_assert_eq(net_client_finish(c, NULL, 0), NET_OK);
+    net_channel_destroy(ch);
+}
+
+Test(net, upload_and_download_of_256_mib_arrive_intact) {
+    size_t n = 256u << 20;
+    uint8_t *data = malloc(n);
+    harness_fill(data, n, 42);
+    uint8_t md[32];
+    char want[SHA256_HEX_LEN], details[256];
+    security_sha256(data, n, md);
+    security_hex(md, 32, want);
+    NetChannel *ch = site_channel();
+    NetTransferSpec spec = {"update", 7, "big-1", 0, (const uint8_t *)"meta", 4, NULL};
+    NetStatus st = net_upload(ch, "/strait.Test/Upload", "/strait.Test/Query", &spec, data, n,
+                              120000, NULL, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(seen.accepted, 1);
+    cr_assert_str_eq(seen.last_sha, want, "the server's copy has another hash");
+    NetBuf got;
+    NetLimits lim = {n};
+    char req[64];
+    int rl = snprintf(req, sizeof req, "%zu:42", n);
+    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, details,
+                      sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(got.len, n);
+    cr_assert_eq(memcmp(got.data, data, n), 0);
+    net_buf_free(&got);
+    /* a download over the client's limit is refused before it allocates */
+    lim.max_total = n - 1;
+    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, details,
+                      sizeof details);
+    cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
+    cr_assert_null(got.data);
+    net_channel_destroy(ch);
+    free(data);
+}
+
+/* ---- refusals ------------------------------------------------------------------- */
+
+Test(net, a_client_without_certificate_is_refused_where_one_is_required) {
+    NetChannel *ch = channel(NULL, NULL, NULL, NULL);
+    NetBuf resp;
+    char details[256];
+    NetStatus st =
+        net_unary(ch, "/strait.Test/Echo", "x", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_UNAUTHENTICATED, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "client certificate"), "%s", details);
+    /* ... but may call a method that needs none (Join) */
+    st = net_unary(ch, "/strait.Test/Open", "x", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(memcmp(resp.data, "open;has_cert=0", resp.len), 0);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+}
+
+Test(net, a_certificate_from_another_ca_fails_the_handshake) {
+    NetChannel *ch = channel(tls.foreign_cert, tls.foreign_key, NULL, NULL);
+    char details[256];
+    NetStatus st = net_unary(ch, "/strait.Test/Open", "x", 1, NULL, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_UNAVAILABLE, "%s: %s", net_status_name(st), details);
+    net_channel_destroy(ch);
+    /* and a client that trusts another CA refuses our server */
+    ch = channel(tls.site_cert, tls.site_key, tls.foreign_ca, NULL);
+    st = net_unary(ch, "/strait.Test/Open", "x", 1, NULL, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_UNAVAILABLE, "%s: %s", net_status_name(st), details);
+    net_channel_destroy(ch);
+}
+
+Test(net, a_wrong_server_name_is_refused) {
+    NetChannel *ch = channel(tls.site_cert, tls.site_key, NULL, "coordinator.example.org");
+    char details[256];
+    NetStatus st = net_unary(ch, "/strait.Test/Echo", "x", 1, NULL, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_UNAVAILABLE, "%s: %s", net_status_name(st), details);
+    net_channel_destroy(ch);
+}
+
+Test(net, an_unknown_method_is_unimplemented_not_a_hang) {
+    NetChannel *ch = site_channel();
+    char details[256];
+    NetStatus st = net_unary(ch, "/strait.Test/Nope", "x", 1, NULL, 20000, details, sizeof details);
+    cr_assert_eq(st, NET_UNIMPLEMENTED, "%s: %s", net_status_name(st), details);
+    net_channel_destroy(ch);
+}
+
+/* Sends a raw upload stream: a header frame with the given fields, then the
+ * given chunks; returns the status. */
+static NetStatus raw_upload(NetChannel *ch, const char *id, uint64_t total, const uint8_t *sha,
+                            const uint64_t *offsets, const uint8_t *data, const size_t *lens,
+                            int n_chunks, char *details) {
+    Strait__TransferHeader h = STRAIT__TRANSFER_HEADER__INIT;
+    h.purpose = "update";
+    h.upload_id = (char *)id;
+    h.total_length = total;
+    h.sha256.data = (uint8_t *)sha;
+    h.sha256.len = 32;
+    h.chunk_size = 1 << 20;
+    Strait__StreamFrame f = STRAIT__STREAM_FRAME__INIT;
+    f.frame_case = STRAIT__STREAM_FRAME__FRAME_HEADER;
+    f.header = &h;
+    uint8_t buf[4096];
+    size_t len = strait__stream_frame__pack(&f, buf);
+    char err[ERR_LEN];
+    NetClientCall *c = net_client_start(ch, "/strait.Test/Upload", 20000, err);
+    cr_assert_not_null(c);
+    net_client_send(c, buf, len);
+    for (int i = 0; i < n_chunks; i++) {
+        Strait__Chunk ck = STRAIT__CHUNK__INIT;
+        ck.offset = offsets[i];
+        ck.data.data = (uint8_t *)data + offsets[i];
+        ck.data.len = lens[i];
+        Strait__StreamFrame cf = STRAIT__STREAM_FRAME__INIT;
+        cf.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+        cf.chunk = &ck;
+        uint8_t *out = malloc(strait__stream_frame__get_packed_size(&cf));
+        size_t ol = strait__stream_frame__pack(&cf, out);
+        net_client_send(c, out, ol);
+        free(out);
+    }
+    net_client_close_send(c);
+    NetBuf m;
+    if (net_client_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    return net_client_finish(c, details, 256);
+}
+
+Test(net, transfer_refusals_commit_nothing) {
+    NetChannel *ch = site_channel();
+    uint8_t data[4096], sha[32], wrong[32];
+    harness_fill(data, sizeof data, 1);
+    security_sha256(data, sizeof data, sha);
+    memset(wrong, 7, 32);
+    char details[256];
+    uint64_t offs[2] = {0, 2048};
+    size_t lens[2] = {2048, 2048};
+    /* a header claiming more than the limit: refused before a byte is spooled */
+    NetStatus st = raw_upload(ch, "huge", 1ull << 40, sha, NULL, NULL, NULL, 0, details);
+    cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(net_spool_committed(spool, "huge"), 0, "an oversized upload was spooled");
+    /* a chunk at the wrong offset */
+    uint64_t bad_offs[2] = {0, 1000};
+    st = raw_upload(ch, "gap", 4096, sha, bad_offs, data, lens, 2, details);
+    cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "expected one at 2048"), "%s", details);
+    /* a payload whose hash does not match: nothing kept */
+    st = raw_upload(ch, "liar", 4096, wrong, offs, data, lens, 2, details);
+    cr_assert_eq(st, NET_DATA_LOSS, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(net_spool_committed(spool, "liar"), 0, "a payload with a wrong hash was kept");
+    /* a malformed upload id (it names a file) */
+    st = raw_upload(ch, "../escape", 4096, sha, offs, data, lens, 2, details);
+    cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(seen.accepted, 0, "a refused upload was accepted");
+    /* the same bytes with the right hash are accepted */
+    st = raw_upload(ch, "honest", 4096, sha, offs, data, lens, 2, details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(seen.accepted, 1);
+    net_channel_destroy(ch);
+}
+
+/* ---- a real uploader killed mid-upload, then resumed ------------------------------ */
+
+static pid_t spawn_peer(const char *id, size_t bytes, int out_fd) {
+    char sz[32];
+    snprintf(sz, sizeof sz, "%zu", bytes);
+    char helper[600];
+    snprintf(helper, sizeof helper, "%s/tests/net_peer",
+             getenv("STRAIT_BUILD") ? getenv("STRAIT_BUILD") : "build");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (out_fd >= 0) dup2(out_fd, 1);
+        /* 64 KiB chunks: many small writes, so the kill lands mid-stream */
+        execl(helper, helper, "upload", target, tls_fixture_path(&tls, "ca.crt", 0),
+              tls_fixture_path(&tls, "site.crt", 1), tls_fixture_path(&tls, "site.key", 2), id, sz,
+              "99", "65536", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+Test(net, a_killed_uploader_resumes_in_a_new_process) {
+    size_t n = 96u << 20;
+    pid_t pid = spawn_peer("resume-me", n, -1);
+    /* wait until part of it is spooled, then kill it */
+    uint64_t held = 0;
+    for (int i = 0; i < 6000 && held < (8u << 20); i++) {
+        usleep(5000);
+        held = net_spool_committed(spool, "resume-me");
+    }
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFSIGNALED(st), "the uploader finished before it could be killed");
+    held = net_spool_committed(spool, "resume-me");
+    cr_assert_gt(held, 0, "nothing was spooled before the kill");
+    cr_assert_lt(held, n);
+    /* the server saw a broken stream and accepted nothing */
+    for (int i = 0; i < 400 && seen.last_upload == NET_OK; i++) usleep(5000);
+    cr_assert_eq(seen.last_upload, NET_CANCELLED, "server status %s",
+                 net_status_name(seen.last_upload));
+    cr_assert_eq(seen.accepted, 0);
+    /* ... and keeps serving others */
+    NetChannel *ch = site_channel();
+    NetBuf resp;
+    cr_assert_eq(net_unary(ch, "/strait.Test/Open", "x", 1, &resp, 10000, NULL, 0), NET_OK);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+    /* a new process resumes from what the server holds */
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid = spawn_peer("resume-me", n, fds[1]);
+    close(fds[1]);
+    char out[512] = "";
+    ssize_t got = 0, r;
+    while ((r = read(fds[0], out + got, sizeof out - 1 - (size_t)got)) > 0) got += r;
+    close(fds[0]);
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "resume failed: %s", out);
+    unsigned long long from = 0;
+    cr_assert_eq(sscanf(out, "resumed_from=%llu", &from), 1, "%s", out);
+    cr_assert_geq(from, held, "resumed from %llu, the server held %llu", from,
+                  (unsigned long long)held);
+    cr_assert_gt(from, 0);
+    uint8_t *data = malloc(n), md[32];
+    harness_fill(data, n, 99);
+    security_sha256(data, n, md);
+    char want[SHA256_HEX_LEN];
+    security_hex(md, 32, want);
+    cr_assert_eq(seen.accepted, 1);
+    cr_assert_str_eq(seen.last_sha, want, "the resumed payload has the wrong hash");
+    free(data);
+}
+
+/* ---- deadlines, cancellation, the pool -------------------------------------------- */
+
+Test(net, a_deadline_is_seen_by_both_sides) {
+    NetChannel *ch = site_channel();
+    char details[256];
+    NetStatus st = net_unary(ch, "/strait.Test/Slow", "x", 1, NULL, 300, details, sizeof details);
+    cr_assert_eq(st, NET_DEADLINE_EXCEEDED, "%s: %s", net_status_name(st), details);
+    for (int i = 0; i < 400 && !seen.slow_done; i++) usleep(10000);
+    cr_assert(seen.slow_done);
+    cr_assert_eq(seen.slow_cancelled, 1, "the handler never learnt of the deadline");
+    net_channel_destroy(ch);
+}
+
+Test(net, a_cancelled_stream_is_seen_by_both_sides) {
+    NetChannel *ch = site_channel();
+    char err[ERR_LEN];
+    NetClientCall *c = net_client_start(ch, "/strait.Test/Sum", 10000, err);
+    cr_assert_not_null(c);
+    cr_assert_eq(net_client_send(c, "abc", 3), 0);
+    usleep(100000);
+    net_client_cancel(c);
+    cr_assert_eq(net_client_finish(c, NULL, 0), NET_CANCELLED);
+    for (int i = 0; i < 400 && !seen.sum_broken; i++) usleep(10000);
+    cr_assert_eq(seen.sum_broken, 1, "the handler did not see the stream break");
+    net_channel_destroy(ch);
+}
+
+typedef struct BlockCall {
+    NetChannel *ch;
+    NetStatus st;
+} BlockCall;
+
+static void *block_thread(void *arg) {
+    BlockCall *b = arg;
+    b->st = net_unary(b->ch, "/strait.Test/Block", "x", 1, NULL, 30000, NULL, 0);
+    return NULL;
+}
+
+Test(net, calls_beyond_the_pool_get_resource_exhausted) {
+    net_server_stop(server, 1000);
+    start_server(2);
+    NetChannel *ch = site_channel();
+    BlockCall calls[2] = {{ch, NET_UNKNOWN}, {ch, NET_UNKNOWN}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, block_thread, &calls[i]);
+    for (int i = 0; i < 1000 && atomic_load(&seen.running) < 2; i++) usleep(5000);
+    cr_assert_eq(atomic_load(&seen.running), 2, "both workers should be busy");
+    char details[256];
+    NetStatus st = net_unary(ch, "/strait.Test/Open", "x", 1, NULL, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
+    atomic_store(&seen.release, 1);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    cr_assert_eq(calls[0].st, NET_OK);
+    cr_assert_eq(calls[1].st, NET_OK);
+    NetBuf resp;
+    st = net_unary(ch, "/strait.Test/Open", "x", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "the server did not recover: %s", details);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+}
