@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -570,5 +573,39 @@ Test(net, calls_beyond_the_pool_get_resource_exhausted) {
     st = net_unary(ch, "/strait.Test/Open", "x", 1, &resp, 10000, details, sizeof details);
     cr_assert_eq(st, NET_OK, "the server did not recover: %s", details);
     net_buf_free(&resp);
+    net_channel_destroy(ch);
+}
+
+Test(net, the_spool_is_bounded_and_expires_old_uploads) {
+    char err[ERR_LEN], old[700];
+    /* an upload a sender abandoned long ago */
+    snprintf(old, sizeof old, "%s/abandoned.part", spool_dir);
+    cr_assert_eq(file_write_atomic(old, "partial", 7, 0600, err), 0, "%s", err);
+    struct timespec times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, old, times, 0), 0);
+    net_spool_close(spool);
+    spool = net_spool_open(spool_dir, 1u << 20, 3600000, err); /* 1 MiB, one hour */
+    cr_assert_not_null(spool, "%s", err);
+    NetChannel *ch = site_channel();
+    size_t n = 600u << 10;
+    uint8_t *data = malloc(n);
+    harness_fill(data, n, 5);
+    char details[256];
+    NetTransferSpec spec = {"update", 1, "fits", 64u << 10, NULL, 0, NULL};
+    NetStatus st = net_upload(ch, "/strait.Test/Upload", "/strait.Test/Query", &spec, data, n,
+                              20000, NULL, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_neq(access(old, F_OK), 0, "an expired upload was kept");
+    /* two uploads that together pass the bound: the second is refused */
+    snprintf(old, sizeof old, "%s/held.part", spool_dir);
+    uint8_t *held = calloc(1, 700u << 10);
+    cr_assert_eq(file_write_atomic(old, held, 700u << 10, 0600, err), 0, "%s", err);
+    spec.upload_id = "too-much";
+    st = net_upload(ch, "/strait.Test/Upload", "/strait.Test/Query", &spec, data, n, 20000, NULL,
+                    details, sizeof details);
+    cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "spool is full"), "%s", details);
+    free(held);
+    free(data);
     net_channel_destroy(ch);
 }
