@@ -189,6 +189,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 # under ASan to initialise at all.
 TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
+  LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS)
@@ -217,20 +218,20 @@ FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(filter-out tests/fuzz/seed.c,$(wildcard tests/fuzz/*.c)))
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -Werror \
   -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c)
+FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c)
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
-	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lzstd -lxxhash -ljansson -linih -lm -o $@
+	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm -o $@
 $(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
-	@mkdir -p $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state
-	@$(BUILD)/fuzz-seed $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state
+	@mkdir -p $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state $(FUZZ_DIR)/corpus/fuzz_join
+	@$(BUILD)/fuzz-seed $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state $(FUZZ_DIR)/corpus/fuzz_join
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  if ! $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \

@@ -40,6 +40,14 @@ int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
 int cmd_version(const Command *cmd, int argc, char **argv);
 int cmd_help(const Command *cmd, int argc, char **argv);
 int cmd_db_check(const Command *cmd, int argc, char **argv);
+int cmd_init(const Command *cmd, int argc, char **argv);
+int cmd_coordinator_start(const Command *cmd, int argc, char **argv);
+int cmd_site_enroll(const Command *cmd, int argc, char **argv);
+int cmd_site_join(const Command *cmd, int argc, char **argv);
+int cmd_site_hello(const Command *cmd, int argc, char **argv);
+int cmd_site_renew(const Command *cmd, int argc, char **argv);
+int cmd_site_list(const Command *cmd, int argc, char **argv);
+int cmd_site_revoke(const Command *cmd, int argc, char **argv);
 
 /* From the generated build/gen/buildinfo.c. */
 extern const char strait_version[];

@@ -8,6 +8,38 @@
 #include "cli.h"
 
 const Command cli_commands[] = {
+    {"init",
+     "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT] [--model PRESET] [--force]",
+     "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
+     "Keys are written 0600. An existing federation is kept unless --force.\n\n"
+     "flags:\n"
+     "  --name NAME            federation name (default: the folder's name)\n"
+     "  --listen HOST:PORT     where the coordinator listens (default 0.0.0.0:7700)\n"
+     "  --advertise HOST:PORT  the address sites use (default: the listen address);\n"
+     "                         its host goes into the coordinator's certificate\n"
+     "  --model PRESET         tiny, small, base or gpt2-124m (default small)\n"
+     "  --force                replace an existing federation in DIR\n",
+     cmd_init},
+    {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
+     "Serves sites and admins over mutual TLS until SIGINT or SIGTERM.\n", cmd_coordinator_start},
+    {"site enroll", "DIR NAME [--ttl 24h]",
+     "issue a one-time token for a site and print the command it runs to join",
+     "Only the token's SHA-256 is stored. NAME: 1-64 letters, digits, '-', '_', '.'.\n\n"
+     "flags:\n  --ttl DURATION   how long the token is valid (default 24h; 90m, 7d, ...)\n",
+     cmd_site_enroll},
+    {"site join", "SITEDIR --name NAME --coordinator HOST:PORT --token T --ca-sha256 FP",
+     "join a federation: make the site's key here, send a CSR with the token",
+     "The coordinator's CA is pinned by FP; any other CA is refused. SITEDIR gets\n"
+     "site.key (0600), site.crt, ca.crt and site.ini.\n",
+     cmd_site_join},
+    {"site hello", "SITEDIR [--json]", "greet the coordinator with the site's certificate",
+     "Shows the federation and the name the coordinator knows this site by.\n", cmd_site_hello},
+    {"site renew", "SITEDIR", "replace the site's key and certificate before they expire",
+     "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
+    {"site list", "DIR [--json]", "list the sites: state, enrolled, last seen, certificate expiry",
+     "flags:\n  --json    one JSON object per site\n", cmd_site_list},
+    {"site revoke", "DIR NAME",
+     "revoke a site: every call with its certificates is refused from now on", "", cmd_site_revoke},
     {"version", "[--json]",
      "print the version, the git commit, the build's capabilities and the GPUs",
      "flags:\n  --json    one JSON object instead of text\n", cmd_version},

@@ -435,6 +435,34 @@ fail:
     return STORE_TOKEN_ERROR;
 }
 
+int store_cert_add(Store *s, int64_t site_id, const StoreCert *c, char *err) {
+    static const char sql_cert[] = "INSERT INTO certificates (serial, site_id, sha256, "
+                                   "not_before, not_after) VALUES (?1, ?2, ?3, ?4, ?5)";
+    static const char sql_site[] = "UPDATE sites SET cert_serial = ?2, cert_sha256 = ?3 "
+                                   "WHERE id = ?1 AND state = 'active'";
+    if (store_begin(s, 1, err) != 0) return -1;
+    sqlite3_stmt *st = store_stmt(s, sql_cert, err);
+    if (st == NULL) return store_rollback(s);
+    sqlite3_bind_text(st, 1, c->serial, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, site_id);
+    sqlite3_bind_text(st, 3, c->sha256, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, c->not_before);
+    sqlite3_bind_int64(st, 5, c->not_after);
+    if (step_done(s, st, err, "cannot record the certificate") != 0) return store_rollback(s);
+    st = store_stmt(s, sql_site, err);
+    if (st == NULL) return store_rollback(s);
+    sqlite3_bind_int64(st, 1, site_id);
+    sqlite3_bind_text(st, 2, c->serial, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, c->sha256, -1, SQLITE_STATIC);
+    if (step_done(s, st, err, "cannot update the site's certificate") != 0)
+        return store_rollback(s);
+    if (sqlite3_changes(s->db) == 0) {
+        store_rollback(s);
+        return err_set(err, "site %lld is not active", (long long)site_id);
+    }
+    return store_commit(s, err);
+}
+
 int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *cert, char *err) {
     static const char sql[] =
         "SELECT s.id, s.name, s.state, s.enrolled_at, coalesce(s.last_seen, 0), "

@@ -93,6 +93,10 @@ StoreTokenResult store_token_consume(Store *s, const uint8_t hash[32], const cha
                                      char *err);
 const char *store_token_result_str(StoreTokenResult r);
 
+/* Records a further certificate of a site (a renewal) and makes it the
+ * site's current one; earlier ones stay valid until they expire. */
+int store_cert_add(Store *s, int64_t site_id, const StoreCert *cert, char *err);
+
 /* The certificate with this fingerprint and its site. */
 int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *cert, char *err);
 

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/ec.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -174,4 +176,132 @@ int security_cert_identity(const char *pem, SecurityIdentity *id, char *err) {
     if (ASN1_TIME_to_tm(na, &tm)) id->not_after = (int64_t)timegm(&tm) * 1000;
     X509_free(c);
     return 0;
+}
+
+/* ---- CSRs, tokens, fingerprints ------------------------------------------------ */
+
+int security_csr_create(const char *name, char **out_csr_pem, char **out_key_pem, char *err) {
+    *out_csr_pem = *out_key_pem = NULL;
+    EVP_PKEY *key = EVP_EC_gen("P-256");
+    X509_REQ *req = X509_REQ_new();
+    int rc = -1;
+    if (key == NULL || req == NULL) {
+        err_set(err, "cannot generate an EC P-256 key");
+        goto out;
+    }
+    X509_REQ_set_version(req, 0);
+    X509_NAME_add_entry_by_txt(X509_REQ_get_subject_name(req), "CN", MBSTRING_UTF8,
+                               (const unsigned char *)name, -1, -1, 0);
+    X509_REQ_set_pubkey(req, key);
+    if (!X509_REQ_sign(req, key, EVP_sha256())) {
+        err_set(err, "cannot sign the certificate request");
+        goto out;
+    }
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b && PEM_write_bio_X509_REQ(b, req)) *out_csr_pem = bio_string(b);
+    BIO_free(b);
+    *out_key_pem = key_pem(key);
+    if (*out_csr_pem == NULL || *out_key_pem == NULL) {
+        free(*out_csr_pem), free(*out_key_pem);
+        *out_csr_pem = *out_key_pem = NULL;
+        err_set(err, "cannot write PEM");
+        goto out;
+    }
+    rc = 0;
+out:
+    EVP_PKEY_free(key);
+    X509_REQ_free(req);
+    return rc;
+}
+
+int security_csr_sign(const char *ca_cert_pem, const char *ca_key_pem, const uint8_t *csr,
+                      size_t csr_len, const char *site_name, long days, char **out_cert_pem,
+                      char *err) {
+    *out_cert_pem = NULL;
+    if (csr_len == 0 || csr_len > 16384)
+        return err_set(err, "certificate request of %zu bytes; expected a PEM CSR under 16 KiB",
+                       csr_len);
+    BIO *b = BIO_new_mem_buf(csr, (int)csr_len);
+    X509_REQ *req = b ? PEM_read_bio_X509_REQ(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    ERR_clear_error();
+    if (req == NULL) return err_set(err, "certificate request is not a PEM CSR");
+    int rc = -1;
+    X509 *ca = NULL, *cert = NULL;
+    EVP_PKEY *ca_key = NULL, *pub = X509_REQ_get_pubkey(req);
+    STACK_OF(X509_EXTENSION) *exts = X509_REQ_get_extensions(req);
+    char group[32] = "";
+    size_t glen = 0;
+    if (pub == NULL || EVP_PKEY_get_base_id(pub) != EVP_PKEY_EC ||
+        !EVP_PKEY_get_utf8_string_param(pub, "group", group, sizeof group, &glen) ||
+        strcmp(group, "prime256v1") != 0) {
+        err_set(err, "certificate request key must be EC P-256");
+        goto out;
+    }
+    if (X509_REQ_verify(req, pub) != 1) {
+        err_set(err, "certificate request signature does not verify");
+        goto out;
+    }
+    /* the issued certificate carries only what the coordinator decides; a
+     * request asking for anything (CA:TRUE, SANs, usages) is refused */
+    if (exts != NULL && sk_X509_EXTENSION_num(exts) > 0) {
+        err_set(err, "certificate request asks for extensions; send a plain CSR (strait site "
+                     "join makes one)");
+        goto out;
+    }
+    ca = cert_parse(ca_cert_pem);
+    ca_key = key_parse(ca_key_pem);
+    cert = X509_new();
+    if (ca == NULL || ca_key == NULL || cert == NULL) {
+        err_set(err, "cannot load the federation CA");
+        goto out;
+    }
+    X509_set_version(cert, 2);
+    if (random_serial(cert) != 0) {
+        err_set(err, "cannot draw a certificate serial");
+        goto out;
+    }
+    X509_gmtime_adj(X509_getm_notBefore(cert), -300);
+    X509_gmtime_adj(X509_getm_notAfter(cert), days * 86400L);
+    X509_set_pubkey(cert, pub);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_UTF8,
+                               (const unsigned char *)site_name, -1, -1, 0);
+    X509_set_issuer_name(cert, X509_get_subject_name(ca));
+    char san[96];
+    snprintf(san, sizeof san, "DNS:%s", site_name);
+    if (add_ext(cert, ca, NID_basic_constraints, "critical,CA:FALSE") ||
+        add_ext(cert, ca, NID_key_usage, "critical,digitalSignature") ||
+        add_ext(cert, ca, NID_ext_key_usage, "clientAuth") ||
+        add_ext(cert, ca, NID_subject_key_identifier, "hash") ||
+        add_ext(cert, ca, NID_authority_key_identifier, "keyid") ||
+        add_ext(cert, ca, NID_subject_alt_name, san)) {
+        err_set(err, "cannot build the certificate for '%s'", site_name);
+        goto out;
+    }
+    if (!X509_sign(cert, ca_key, EVP_sha256())) {
+        err_set(err, "cannot sign the certificate");
+        goto out;
+    }
+    *out_cert_pem = cert_pem(cert);
+    rc = *out_cert_pem ? 0 : err_set(err, "cannot write PEM");
+out:
+    sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
+    EVP_PKEY_free(pub);
+    EVP_PKEY_free(ca_key);
+    X509_free(ca);
+    X509_free(cert);
+    X509_REQ_free(req);
+    ERR_clear_error();
+    return rc;
+}
+
+int security_random_token(char hex[SECURITY_TOKEN_HEX], char *err) {
+    uint8_t bytes[32];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) return err_set(err, "the OS gave no random bytes");
+    security_hex(bytes, sizeof bytes, hex);
+    return 0;
+}
+
+int security_ct_equal(const void *a, const void *b, size_t len) {
+    return CRYPTO_memcmp(a, b, len) == 0;
 }

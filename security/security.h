@@ -50,4 +50,26 @@ typedef struct SecurityIdentity {
 
 int security_cert_identity(const char *cert_pem, SecurityIdentity *id, char *err);
 
+/* A site's key (EC P-256, made here, never sent) and a plain CSR for name. */
+int security_csr_create(const char *name, char **out_csr_pem, char **out_key_pem, char *err);
+/* Signs a site's CSR (untrusted bytes): the key must be EC P-256, the CSR's
+ * signature must verify, and it may ask for no extensions. The certificate
+ * carries only what the coordinator decides: CN and SAN site_name,
+ * clientAuth, CA:FALSE, a random serial, `days` of validity. */
+int security_csr_sign(const char *ca_cert_pem, const char *ca_key_pem, const uint8_t *csr,
+                      size_t csr_len, const char *site_name, long days, char **out_cert_pem,
+                      char *err);
+
+/* Connects to HOST:PORT with TLS and returns (malloc'd PEM) the CA in the
+ * server's chain whose SHA-256 fingerprint is pinned_hex, after checking
+ * the server's certificate is signed by it. Refuses any other CA. */
+int security_fetch_pinned_ca(const char *host_port, const char *pinned_hex, char **ca_pem,
+                             char *err);
+
+#define SECURITY_TOKEN_HEX 65 /* 256 bits as hex, and a NUL */
+/* An enrollment token: 256 bits from the OS's CSPRNG, as hex. */
+int security_random_token(char hex[SECURITY_TOKEN_HEX], char *err);
+/* Constant-time equality of secrets. */
+int security_ct_equal(const void *a, const void *b, size_t len);
+
 #endif /* STRAIT_SECURITY_H */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,51 @@ void proc_result_free(ProcResult *r) {
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+int proc_spawn(char *const argv[], int *out_fd) {
+    int po[2];
+    cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDWR);
+        dup2(devnull, 0);
+        dup2(po[1], 1);
+        if (getenv("STRAIT_TEST_VERBOSE") == NULL) dup2(devnull, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    *out_fd = po[0];
+    return pid;
+}
+
+int proc_read_line(int fd, char *buf, size_t size, int timeout_ms) {
+    size_t n = 0;
+    while (n + 1 < size) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0) return -1;
+        ssize_t r = read(fd, buf + n, 1);
+        if (r <= 0) return -1;
+        if (buf[n] == '\n') break;
+        n++;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+int proc_stop(int pid, int grace_ms) {
+    kill(pid, SIGTERM);
+    int st;
+    for (int waited = 0; waited < grace_ms; waited += 10) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return 128 + SIGKILL;
 }
 
 const char *harness_strait_bin(void) {

@@ -28,6 +28,16 @@ typedef struct ProcResult {
 ProcResult proc_run(char *const argv[]);
 void proc_result_free(ProcResult *r);
 
+/* Starts argv in the background with stdout on a pipe (*out_fd, owned by
+ * the caller) and stderr to /dev/null; returns the pid. */
+int proc_spawn(char *const argv[], int *out_fd);
+/* Reads one line from fd into buf (without the newline) within timeout_ms;
+ * returns its length, or -1. */
+int proc_read_line(int fd, char *buf, size_t size, int timeout_ms);
+/* SIGTERM, then SIGKILL after grace_ms; returns the exit status as
+ * proc_run does. */
+int proc_stop(int pid, int grace_ms);
+
 /* The strait binary under test (STRAIT_BIN, set by make test). */
 const char *harness_strait_bin(void);
 

@@ -4,7 +4,7 @@
  * blobs (plain and XOR delta) and error-feedback states, so the fuzzer
  * starts deep inside the decoders instead of at the magic number.
  *
- *   seed BLOB_DIR STATE_DIR
+ *   seed BLOB_DIR STATE_DIR JOIN_DIR
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "security/security.h"
 
 static void put(const char *dir, const char *name, const uint8_t *prefix, size_t plen,
                 const uint8_t *data, size_t len) {
@@ -28,8 +29,8 @@ static void put(const char *dir, const char *name, const uint8_t *prefix, size_t
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: seed BLOB_DIR STATE_DIR\n");
+    if (argc != 4) {
+        fprintf(stderr, "usage: seed BLOB_DIR STATE_DIR JOIN_DIR\n");
         return 2;
     }
     enum { N = 3000 };
@@ -74,5 +75,10 @@ int main(int argc, char **argv) {
     put(argv[2], "ef", &sel, 1, s.data, s.len);
     blob_free(&s);
     ef_free(&ef);
+    char *csr, *key;
+    if (security_csr_create("seed-site", &csr, &key, err) == 0) {
+        put(argv[3], "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
+        free(csr), free(key);
+    }
     return 0;
 }

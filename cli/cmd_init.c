@@ -1,0 +1,75 @@
+/*
+ * cmd_init.c — `strait init DIR` and `strait coordinator start DIR`: create
+ * a federation's home, and run its coordinator.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "coordinator/coordinator.h"
+#include "util/util.h"
+
+int cmd_init(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"name", required_argument, NULL, 'n'},      {"listen", required_argument, NULL, 'l'},
+        {"advertise", required_argument, NULL, 'a'}, {"model", required_argument, NULL, 'm'},
+        {"force", no_argument, NULL, 'f'},           {NULL, 0, NULL, 0}};
+    CoordInitOptions o = {NULL, NULL, NULL, NULL, 0};
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return EXIT_USAGE;
+        case 'n':
+            o.name = optarg;
+            break;
+        case 'l':
+            o.listen = optarg;
+            break;
+        case 'a':
+            o.advertise = optarg;
+            break;
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'f':
+            o.force = 1;
+            break;
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one folder DIR");
+    static const char *const presets[] = {"tiny", "small", "base", "gpt2-124m", NULL};
+    if (o.model) {
+        int ok = 0;
+        for (int i = 0; presets[i]; i++) ok |= strcmp(presets[i], o.model) == 0;
+        if (!ok)
+            return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
+                                   o.model);
+    }
+    char fp[65], err[ERR_LEN];
+    if (coordinator_init_home(argv[optind], &o, fp, err) != 0) return cli_fail(cmd, "%s", err);
+    printf("federation created in %s\n", argv[optind]);
+    printf("CA fingerprint (sites pin it): %s\n", fp);
+    printf("next: strait coordinator start %s\n", argv[optind]);
+    printf("      strait site enroll %s SITE-NAME\n", argv[optind]);
+    return EXIT_OK;
+}
+
+static void print_listening(int port, void *ctx) {
+    printf("strait coordinator: federation in %s listening on port %d\n", (const char *)ctx, port);
+    fflush(stdout);
+}
+
+int cmd_coordinator_start(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1)
+        if (c == -2) return EXIT_USAGE;
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one federation folder DIR");
+    char err[ERR_LEN];
+    if (coordinator_run(argv[optind], print_listening, argv[optind], err) != 0)
+        return cli_fail(cmd, "%s", err);
+    return EXIT_OK;
+}

@@ -1,0 +1,175 @@
+/*
+ * cmd_site.c — `strait site …`: enroll, join, hello, renew, list, revoke.
+ * enroll, list and revoke work on the federation folder (the coordinator
+ * sees the store's changes on its next call); join, hello and renew run at
+ * the site.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "client/client.h"
+#include "coordinator/coordinator.h"
+#include "util/util.h"
+
+/* Flags of a command that takes none but --json; returns 1 for --json, 0,
+ * or -2 after a usage error. */
+static int json_flag_only(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    int c, json = 0;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        if (c == -2) return -2;
+        json = 1;
+    }
+    return json;
+}
+
+int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"ttl", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+    const char *ttl = NULL;
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        if (c == -2) return EXIT_USAGE;
+        ttl = optarg;
+    }
+    if (optind != argc - 2) return cli_usage_error(cmd, "expected DIR and the site's NAME");
+    const char *dir = argv[optind], *name = argv[optind + 1];
+    char err[ERR_LEN], token[65], fp[65], adv[256];
+    int64_t ttl_ms = 24 * 3600 * 1000LL;
+    if (ttl && time_parse_duration_ms(ttl, &ttl_ms, err) != 0)
+        return cli_usage_error(cmd, "--ttl: %s", err);
+    if (coordinator_home_info(dir, fp, adv, sizeof adv, err) != 0) return cli_fail(cmd, "%s", err);
+    if (coordinator_enroll(dir, name, ttl_ms, token, err) != 0) return cli_fail(cmd, "%s", err);
+    printf("token for site %s (single use, expires in %s):\n%s\n\n", name, ttl ? ttl : "24h",
+           token);
+    printf("run at the site:\n  strait site join SITEDIR --name %s --coordinator %s --token %s "
+           "--ca-sha256 %s\n",
+           name, adv, token, fp);
+    return EXIT_OK;
+}
+
+int cmd_site_join(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
+                                         {"coordinator", required_argument, NULL, 'c'},
+                                         {"token", required_argument, NULL, 't'},
+                                         {"ca-sha256", required_argument, NULL, 'p'},
+                                         {NULL, 0, NULL, 0}};
+    SiteJoinOptions o = {NULL, NULL, NULL, NULL, NULL};
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return EXIT_USAGE;
+        case 'n':
+            o.name = optarg;
+            break;
+        case 'c':
+            o.coordinator = optarg;
+            break;
+        case 't':
+            o.token = optarg;
+            break;
+        case 'p':
+            o.ca_sha256 = optarg;
+            break;
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
+    if (!o.name || !o.coordinator || !o.token || !o.ca_sha256)
+        return cli_usage_error(cmd, "--name, --coordinator, --token and --ca-sha256 are all "
+                                    "needed (strait site enroll prints them)");
+    o.site_dir = argv[optind];
+    char err[ERR_LEN];
+    if (client_join(&o, err) != 0) return cli_fail(cmd, "%s", err);
+    SiteHello h;
+    if (client_hello(o.site_dir, &h, err) != 0)
+        return cli_fail(cmd, "joined, but the first hello failed: %s", err);
+    printf("site %s joined federation %s; its key and certificate are in %s\n", h.site_name,
+           h.federation, o.site_dir);
+    return EXIT_OK;
+}
+
+int cmd_site_hello(const Command *cmd, int argc, char **argv) {
+    int json = json_flag_only(cmd, argc, argv);
+    if (json < 0) return EXIT_USAGE;
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
+    SiteHello h;
+    char err[ERR_LEN];
+    if (client_hello(argv[optind], &h, err) != 0) return cli_fail(cmd, "%s", err);
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "federation", json_string(h.federation));
+        json_object_set_new(o, "site", json_string(h.site_name));
+        json_object_set_new(o, "model", json_string(h.model));
+        return json_emit_line(stdout, o) == 0 ? EXIT_OK : EXIT_FAILED;
+    }
+    printf("federation %s knows this site as %s (model %s)\n", h.federation, h.site_name, h.model);
+    return EXIT_OK;
+}
+
+int cmd_site_renew(const Command *cmd, int argc, char **argv) {
+    if (json_flag_only(cmd, argc, argv) < 0) return EXIT_USAGE;
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
+    char err[ERR_LEN];
+    if (client_renew(argv[optind], err) != 0) return cli_fail(cmd, "%s", err);
+    printf("renewed the certificate in %s\n", argv[optind]);
+    return EXIT_OK;
+}
+
+int cmd_site_list(const Command *cmd, int argc, char **argv) {
+    int json = json_flag_only(cmd, argc, argv);
+    if (json < 0) return EXIT_USAGE;
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one federation folder DIR");
+    char path[1100], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", argv[optind], STORE_DB_FILE);
+    Store *s = store_open(path, STORE_READONLY, err);
+    if (s == NULL) return cli_fail(cmd, "%s", err);
+    StoreSite *sites;
+    size_t n;
+    if (store_site_list(s, &sites, &n, err) != 0) {
+        store_close(s);
+        return cli_fail(cmd, "%s", err);
+    }
+    if (!json)
+        printf("%-24s %-8s %-24s %-24s %s\n", "SITE", "STATE", "ENROLLED", "LAST SEEN",
+               "CERT EXPIRES");
+    for (size_t i = 0; i < n; i++) {
+        StoreCert cert = {0};
+        if (sites[i].cert_sha256[0]) store_cert_find(s, sites[i].cert_sha256, NULL, &cert, NULL);
+        char enrolled[32], seen[32] = "never", expires[32] = "-";
+        time_format_iso8601(sites[i].enrolled_at, enrolled, sizeof enrolled);
+        if (sites[i].last_seen) time_format_iso8601(sites[i].last_seen, seen, sizeof seen);
+        if (cert.not_after) time_format_iso8601(cert.not_after, expires, sizeof expires);
+        if (json) {
+            json_t *o = json_object();
+            json_object_set_new(o, "site", json_string(sites[i].name));
+            json_object_set_new(o, "state", json_string(sites[i].state));
+            json_object_set_new(o, "enrolled_at", json_string(enrolled));
+            json_object_set_new(o, "last_seen",
+                                sites[i].last_seen ? json_string(seen) : json_null());
+            json_object_set_new(o, "cert_expires",
+                                cert.not_after ? json_string(expires) : json_null());
+            json_object_set_new(o, "cert_serial", json_string(sites[i].cert_serial));
+            json_emit_line(stdout, o);
+        } else {
+            printf("%-24s %-8s %-24s %-24s %s\n", sites[i].name, sites[i].state, enrolled, seen,
+                   expires);
+        }
+    }
+    free(sites);
+    store_close(s);
+    return EXIT_OK;
+}
+
+int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
+    if (json_flag_only(cmd, argc, argv) < 0) return EXIT_USAGE;
+    if (optind != argc - 2) return cli_usage_error(cmd, "expected DIR and the site's NAME");
+    char err[ERR_LEN];
+    if (coordinator_revoke(argv[optind], argv[optind + 1], "strait site revoke", err) != 0)
+        return cli_fail(cmd, "%s", err);
+    printf("site %s revoked; its certificates are refused from now on\n", argv[optind + 1]);
+    return EXIT_OK;
+}

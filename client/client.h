@@ -1,0 +1,43 @@
+/*
+ * client.h — the API of client/: the site agent. For now: joining a
+ * federation (key made here, CSR, token, pinned CA), greeting the
+ * coordinator with the site's certificate, and renewing that certificate.
+ *
+ * The site folder SITEDIR:
+ *   site.key (0600), site.crt   the site's key and certificate
+ *   ca.crt                      the federation CA (pinned at join)
+ *   site.ini                    [site] name, coordinator
+ */
+#ifndef STRAIT_CLIENT_H
+#define STRAIT_CLIENT_H
+
+#include <stddef.h>
+
+#define CLIENT_PROTOCOL_VERSION 1
+
+typedef struct SiteJoinOptions {
+    const char *site_dir;
+    const char *name;        /* the name the token was issued for */
+    const char *coordinator; /* HOST:PORT */
+    const char *token;
+    const char *ca_sha256; /* the CA fingerprint to pin */
+} SiteJoinOptions;
+
+/* Joins: writes SITEDIR (refusing one that already holds a site). */
+int client_join(const SiteJoinOptions *o, char *err);
+
+typedef struct SiteHello {
+    char federation[128];
+    char site_name[65]; /* as the coordinator sees this site */
+    char model[32];
+} SiteHello;
+
+/* An authenticated Hello with the site's certificate. */
+int client_hello(const char *site_dir, SiteHello *out, char *err);
+
+/* A new key and certificate for the same site, over the authenticated
+ * channel; replaces site.key and site.crt (a crash mid-way is finished at
+ * the next start). */
+int client_renew(const char *site_dir, char *err);
+
+#endif /* STRAIT_CLIENT_H */

@@ -1,0 +1,227 @@
+/*
+ * home.c — the federation's home folder: `strait init` (CA, server and
+ * admin certificates, federation.ini, the store), its facts (CA
+ * fingerprint, advertised address), enrollment tokens and revocation.
+ *
+ * Keys are written 0600 with util's atomic writes; an existing federation
+ * is never overwritten without force.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "security/security.h"
+#include "util/util.h"
+
+int coordinator_valid_site_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, int mode, char *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return file_write_atomic(path, text, strlen(text), mode, err);
+}
+
+static const char ini_template[] =
+    "; federation.ini — written by `strait init`; the coordinator reads it at start.\n"
+    "\n"
+    "[federation]\n"
+    "; a name for people and logs\n"
+    "name = %s\n"
+    "; where the coordinator listens\n"
+    "listen = %s\n"
+    "; the HOST:PORT sites use to reach it (printed in join commands)\n"
+    "advertise = %s\n"
+    "\n"
+    "[model]\n"
+    "; tiny, small, base or gpt2-124m\n"
+    "preset = %s\n"
+    "\n"
+    "[security]\n"
+    "; validity of the certificates issued to sites; they renew before expiry\n"
+    "site_cert_days = 90\n"
+    "; how long an enrollment token stays usable (strait site enroll --ttl overrides)\n"
+    "token_ttl = 24h\n"
+    "\n"
+    "[limits]\n"
+    "; handler threads; calls beyond them are answered RESOURCE_EXHAUSTED\n"
+    "workers = 16\n";
+
+/* Adds the host of "host:port" to a SAN list as IP or DNS, once. */
+static void san_add(char *san, size_t len, const char *addr) {
+    char host[256], entry[300], padded[1200];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (colon) *colon = '\0';
+    if (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0) return;
+    struct in_addr a;
+    snprintf(entry, sizeof entry, "%s:%s", inet_pton(AF_INET, host, &a) == 1 ? "IP" : "DNS", host);
+    snprintf(padded, sizeof padded, ",%s,", san);
+    char needle[310];
+    snprintf(needle, sizeof needle, ",%s,", entry);
+    if (strstr(padded, needle)) return;
+    size_t n = strlen(san);
+    snprintf(san + n, len - n, ",%s", entry);
+}
+
+int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sha256[65],
+                          char *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/federation.ini", dir);
+    if (!o->force && access(path, F_OK) == 0)
+        return err_set(err,
+                       "%s already holds a federation; pass --force to replace it (its CA "
+                       "and every site's enrollment are lost)",
+                       dir);
+    if (file_mkdir_p(dir, 0700, err) != 0) return -1;
+    const char *listen = o->listen ? o->listen : "0.0.0.0:7700";
+    const char *advertise = o->advertise ? o->advertise : listen;
+    char name[128];
+    if (o->name) {
+        snprintf(name, sizeof name, "%s", o->name);
+    } else {
+        const char *base = strrchr(dir, '/');
+        snprintf(name, sizeof name, "%s", base && base[1] ? base + 1 : dir);
+    }
+    if (strchr(name, '\n') || strchr(listen, '\n') || strchr(advertise, '\n'))
+        return err_set(err, "names and addresses must be one line");
+    char *ca = NULL, *ca_key = NULL, *srv = NULL, *srv_key = NULL, *adm = NULL, *adm_key = NULL;
+    int rc = -1;
+    long year = 365L * 86400;
+    char cn[200], san[600];
+    snprintf(cn, sizeof cn, "Strait federation %s CA", name);
+    SecurityCertSpec ca_spec = {cn, NULL, 1, 0, 0, 10 * year};
+    if (security_cert_create(&ca_spec, NULL, NULL, &ca, &ca_key, err) != 0) goto out;
+    snprintf(san, sizeof san, "DNS:localhost,IP:127.0.0.1");
+    san_add(san, sizeof san, advertise);
+    san_add(san, sizeof san, listen);
+    SecurityCertSpec srv_spec = {"strait-coordinator", san, 0, 1, 0, 2 * year};
+    SecurityCertSpec adm_spec = {COORD_ADMIN_NAME, NULL, 0, 0, 0, 2 * year};
+    if (security_cert_create(&srv_spec, ca, ca_key, &srv, &srv_key, err) != 0 ||
+        security_cert_create(&adm_spec, ca, ca_key, &adm, &adm_key, err) != 0)
+        goto out;
+    /* the server presents its chain, so a joining site can find the CA it pins */
+    size_t chain_len = strlen(srv) + strlen(ca) + 1;
+    char *chain = malloc(chain_len);
+    if (chain == NULL) {
+        err_set(err, "out of memory");
+        goto out;
+    }
+    snprintf(chain, chain_len, "%s%s", srv, ca);
+    char ini[4096];
+    snprintf(ini, sizeof ini, ini_template, name, listen, advertise, o->model ? o->model : "small");
+    int bad = write_file(dir, "ca.key", ca_key, 0600, err) ||
+              write_file(dir, "ca.crt", ca, 0644, err) ||
+              write_file(dir, "server.key", srv_key, 0600, err) ||
+              write_file(dir, "server.crt", chain, 0644, err) ||
+              write_file(dir, "admin.key", adm_key, 0600, err) ||
+              write_file(dir, "admin.crt", adm, 0644, err);
+    free(chain);
+    if (bad) goto out;
+    snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
+    if (o->force) {
+        unlink(path);
+        char side[1100];
+        snprintf(side, sizeof side, "%s-wal", path);
+        unlink(side);
+        snprintf(side, sizeof side, "%s-shm", path);
+        unlink(side);
+    }
+    Store *st = store_open(path, STORE_READWRITE, err);
+    if (st == NULL) goto out;
+    store_event_add(st, "strait init", "federation.init", name, time_wall_ms(), NULL);
+    store_close(st);
+    chmod(path, 0600);
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/%s", dir, STORE_CHECKPOINT_DIR);
+    if (file_mkdir_p(sub, 0700, err) != 0) goto out;
+    /* federation.ini last: its presence marks a complete federation */
+    if (write_file(dir, "federation.ini", ini, 0644, err) != 0) goto out;
+    SecurityIdentity id;
+    if (security_cert_identity(ca, &id, err) != 0) goto out;
+    memcpy(ca_sha256, id.sha256_hex, 65);
+    rc = 0;
+out:
+    free(ca), free(ca_key), free(srv), free(srv_key), free(adm), free(adm_key);
+    return rc;
+}
+
+int coordinator_home_info(const char *dir, char ca_sha256[65], char *advertise, size_t adv_len,
+                          char *err) {
+    char path[1024], *ca;
+    snprintf(path, sizeof path, "%s/ca.crt", dir);
+    if (file_read_all(path, 1 << 20, &ca, NULL, err) != 0) return -1;
+    SecurityIdentity id;
+    int rc = security_cert_identity(ca, &id, err);
+    free(ca);
+    if (rc != 0) return -1;
+    memcpy(ca_sha256, id.sha256_hex, 65);
+    snprintf(path, sizeof path, "%s/federation.ini", dir);
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) return -1;
+    snprintf(advertise, adv_len, "%s",
+             config_get_str(cfg, "federation", "advertise",
+                            config_get_str(cfg, "federation", "listen", "")));
+    config_free(cfg);
+    return 0;
+}
+
+static Store *open_store(const char *dir, char *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
+    if (access(path, F_OK) != 0) {
+        err_set(err, "no federation in %s; create one with 'strait init %s'", dir, dir);
+        return NULL;
+    }
+    return store_open(path, STORE_READWRITE, err);
+}
+
+int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
+                       char *err) {
+    if (!coordinator_valid_site_name(site))
+        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.'", site);
+    if (ttl_ms <= 0) return err_set(err, "a token must live a positive time");
+    Store *s = open_store(dir, err);
+    if (s == NULL) return -1;
+    StoreSite existing;
+    int rc = store_site_get(s, site, &existing, err);
+    if (rc == 0 && strcmp(existing.state, "revoked") != 0) {
+        store_close(s);
+        return err_set(err,
+                       "site '%s' is already enrolled and active; revoke it first to "
+                       "enroll it again",
+                       site);
+    }
+    uint8_t hash[SHA256_LEN];
+    int64_t now = time_wall_ms();
+    rc = -1;
+    if (security_random_token(token, err) == 0) {
+        security_sha256(token, 64, hash);
+        if (store_token_add(s, hash, site, now, now + ttl_ms, err) == 0 &&
+            store_event_add(s, "strait site enroll", "site.enroll", site, now, err) == 0)
+            rc = 0;
+    }
+    store_close(s);
+    return rc;
+}
+
+int coordinator_revoke(const char *dir, const char *site, const char *actor, char *err) {
+    Store *s = open_store(dir, err);
+    if (s == NULL) return -1;
+    int rc = store_site_revoke(s, site, actor, time_wall_ms(), err);
+    store_close(s);
+    return rc;
+}

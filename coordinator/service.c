@@ -1,0 +1,368 @@
+/*
+ * service.c — the coordinator's gRPC service, as far as identity goes:
+ * Join (enrollment by token and CSR), Hello, Renew, and the Admin status.
+ *
+ * Identity is the verified client certificate, looked up by its SHA-256
+ * fingerprint on every call — never a field of a message — so a revocation
+ * written to the store by `strait site revoke` refuses the very next call,
+ * also on connections opened before it.
+ *
+ * Threading: handlers run on net/'s workers; the one store connection is
+ * guarded by store_lock.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "net/net.h"
+#include "schema/strait.pb-c.h"
+#include "security/security.h"
+#include "util/util.h"
+
+typedef struct Coordinator {
+    char dir[1024];
+    char name[128];
+    char model[32];
+    char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
+    char admin_sha[65];
+    long site_cert_days;
+    Store *store; /* owned, guarded by store_lock */
+    pthread_mutex_t store_lock;
+    int64_t started_ms;
+} Coordinator;
+
+/* ---- identity ------------------------------------------------------------------ */
+
+/* The site behind the call's certificate, or a refusal set on the call. */
+static int authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
+    const NetPeer *p = net_call_peer(c);
+    if (!p->has_cert) {
+        net_call_status(c, NET_UNAUTHENTICATED, "a site certificate is required");
+        return -1;
+    }
+    if (strcmp(p->sha256_hex, co->admin_sha) == 0) {
+        net_call_status(c, NET_PERMISSION_DENIED, "the admin certificate is not a site's");
+        return -1;
+    }
+    StoreCert cert;
+    char err[ERR_LEN];
+    int64_t now = time_wall_ms();
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_cert_find(co->store, p->sha256_hex, site, &cert, err);
+    if (rc == 0 && strcmp(site->state, "active") == 0 && cert.revoked_at == 0)
+        store_site_touch(co->store, site->id, now, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc < 0) {
+        log_error("coordinator", "%s", err);
+        net_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
+        return -1;
+    }
+    if (rc == STORE_NOT_FOUND) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "certificate %.16s… was not issued to a site of this federation",
+                        p->sha256_hex);
+        return -1;
+    }
+    if (strcmp(site->state, "active") != 0 || cert.revoked_at != 0) {
+        net_call_status(c, NET_PERMISSION_DENIED, "site %s is revoked", site->name);
+        return -1;
+    }
+    if (cert.not_after <= now) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "the certificate of site %s has expired; enroll the site again",
+                        site->name);
+        return -1;
+    }
+    return 0;
+}
+
+static int authorize_admin(Coordinator *co, NetCall *c) {
+    const NetPeer *p = net_call_peer(c);
+    if (!p->has_cert || strcmp(p->sha256_hex, co->admin_sha) != 0) {
+        net_call_status(c, NET_PERMISSION_DENIED,
+                        "the admin certificate is required (strait admin export makes a kit)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads one protobuf request; sets INVALID_ARGUMENT when it does not parse. */
+#define READ_REQUEST(c, type, fn, out)                                                             \
+    do {                                                                                           \
+        NetBuf m_;                                                                                 \
+        if (net_call_recv((c), &m_) != NET_RECV_MESSAGE) return;                                   \
+        (out) = fn##__unpack(NULL, m_.len, m_.data);                                               \
+        net_buf_free(&m_);                                                                         \
+        if ((out) == NULL) {                                                                       \
+            net_call_status((c), NET_INVALID_ARGUMENT, "malformed " #type);                        \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define SEND_RESPONSE(c, fn, msg)                                                                  \
+    do {                                                                                           \
+        size_t n_ = fn##__get_packed_size(&(msg));                                                 \
+        uint8_t *b_ = malloc(n_ ? n_ : 1);                                                         \
+        if (b_ == NULL) {                                                                          \
+            net_call_status((c), NET_RESOURCE_EXHAUSTED, "out of memory");                         \
+            break;                                                                                 \
+        }                                                                                          \
+        fn##__pack(&(msg), b_);                                                                    \
+        net_call_send((c), b_, n_);                                                                \
+        free(b_);                                                                                  \
+    } while (0)
+
+static int cert_record(const char *pem, StoreCert *out, char *err) {
+    SecurityIdentity id;
+    if (security_cert_identity(pem, &id, err) != 0) return -1;
+    memset(out, 0, sizeof *out);
+    snprintf(out->serial, sizeof out->serial, "%s", id.serial_hex);
+    memcpy(out->sha256, id.sha256_hex, sizeof out->sha256);
+    out->not_before = time_wall_ms() - 300000;
+    out->not_after = id.not_after;
+    return 0;
+}
+
+/* ---- Federation ----------------------------------------------------------------- */
+
+static void h_join(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Strait__JoinRequest *req;
+    READ_REQUEST(c, JoinRequest, strait__join_request, req);
+    char err[ERR_LEN], *cert = NULL;
+    StoreCert rec;
+    if (!coordinator_valid_site_name(req->site_name)) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "bad site name '%.64s'", req->site_name);
+        goto out;
+    }
+    if (strlen(req->token) != 64) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "malformed enrollment token");
+        goto out;
+    }
+    /* sign first: a certificate whose token fails is never returned */
+    if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len, req->site_name,
+                          co->site_cert_days, &cert, err) != 0) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
+    if (cert_record(cert, &rec, err) != 0) {
+        net_call_status(c, NET_INTERNAL, "%s", err);
+        goto out;
+    }
+    uint8_t hash[SHA256_LEN];
+    security_sha256(req->token, 64, hash);
+    int64_t now = time_wall_ms();
+    pthread_mutex_lock(&co->store_lock);
+    StoreTokenResult r = store_token_consume(co->store, hash, req->site_name, now, &rec, NULL, err);
+    if (r == STORE_TOKEN_OK)
+        store_event_add(co->store, req->site_name, "site.join", rec.serial, now, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    switch (r) {
+    case STORE_TOKEN_OK:
+        break;
+    case STORE_TOKEN_ERROR:
+        log_error("coordinator", "join of %s: %s", req->site_name, err);
+        net_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
+        goto out;
+    case STORE_TOKEN_EXPIRED:
+        net_call_status(c, NET_PERMISSION_DENIED,
+                        "token expired; ask the federation's admin for a new one");
+        goto out;
+    default:
+        net_call_status(c, NET_PERMISSION_DENIED, "%s", store_token_result_str(r));
+        goto out;
+    }
+    log_info("coordinator", "site %s joined (certificate %s)", req->site_name, rec.serial);
+    Strait__JoinResponse resp = STRAIT__JOIN_RESPONSE__INIT;
+    resp.certificate_pem.data = (uint8_t *)cert;
+    resp.certificate_pem.len = strlen(cert);
+    resp.ca_chain_pem.data = (uint8_t *)co->ca;
+    resp.ca_chain_pem.len = strlen(co->ca);
+    SEND_RESPONSE(c, strait__join_response, resp);
+out:
+    free(cert);
+    strait__join_request__free_unpacked(req, NULL);
+}
+
+static void h_renew(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (authorize_site(co, c, &site) != 0) return;
+    Strait__RenewRequest *req;
+    READ_REQUEST(c, RenewRequest, strait__renew_request, req);
+    char err[ERR_LEN], *cert = NULL;
+    StoreCert rec;
+    /* the name is the one the caller's certificate proves, whatever the CSR says */
+    if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len, site.name,
+                          co->site_cert_days, &cert, err) != 0) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
+    if (cert_record(cert, &rec, err) != 0) {
+        net_call_status(c, NET_INTERNAL, "%s", err);
+        goto out;
+    }
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_cert_add(co->store, site.id, &rec, err);
+    if (rc == 0)
+        store_event_add(co->store, site.name, "site.renew", rec.serial, time_wall_ms(), NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) {
+        net_call_status(c, NET_FAILED_PRECONDITION, "%s", err);
+        goto out;
+    }
+    Strait__RenewResponse resp = STRAIT__RENEW_RESPONSE__INIT;
+    resp.certificate_pem.data = (uint8_t *)cert;
+    resp.certificate_pem.len = strlen(cert);
+    resp.ca_chain_pem.data = (uint8_t *)co->ca;
+    resp.ca_chain_pem.len = strlen(co->ca);
+    SEND_RESPONSE(c, strait__renew_response, resp);
+out:
+    free(cert);
+    strait__renew_request__free_unpacked(req, NULL);
+}
+
+static void h_hello(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (authorize_site(co, c, &site) != 0) return;
+    Strait__HelloRequest *req;
+    READ_REQUEST(c, HelloRequest, strait__hello_request, req);
+    if (req->protocol_version < COORD_PROTOCOL_VERSION) {
+        net_call_status(c, NET_FAILED_PRECONDITION,
+                        "this site speaks protocol %u and the coordinator needs %d; upgrade "
+                        "strait at the site",
+                        req->protocol_version, COORD_PROTOCOL_VERSION);
+    } else {
+        Strait__HelloResponse resp = STRAIT__HELLO_RESPONSE__INIT;
+        resp.protocol_version = COORD_PROTOCOL_VERSION;
+        resp.federation = co->name;
+        resp.site_name = site.name;
+        resp.model = co->model;
+        SEND_RESPONSE(c, strait__hello_response, resp);
+    }
+    strait__hello_request__free_unpacked(req, NULL);
+}
+
+/* ---- Admin ------------------------------------------------------------------------ */
+
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void h_admin_status(NetCall *c, void *user) {
+    Coordinator *co = user;
+    if (authorize_admin(co, c) != 0) return;
+    NetBuf m;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    StoreSite *sites = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&co->store_lock);
+    store_site_list(co->store, &sites, &n, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    Strait__StatusResponse resp = STRAIT__STATUS_RESPONSE__INIT;
+    resp.federation = co->name;
+    resp.sites_total = (uint32_t)n;
+    resp.uptime_ms = (uint64_t)(time_wall_ms() - co->started_ms);
+    resp.rss_bytes = rss_bytes();
+    SEND_RESPONSE(c, strait__status_response, resp);
+    free(sites);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static int read_pem(const char *dir, const char *name, char **out, char *err) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return file_read_all(path, 1 << 20, out, NULL, err);
+}
+
+static void coordinator_free(Coordinator *co) {
+    if (co->store) store_close(co->store);
+    free(co->ca), free(co->ca_key), free(co->server_chain), free(co->server_key);
+    pthread_mutex_destroy(&co->store_lock);
+}
+
+int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err) {
+    Coordinator co;
+    memset(&co, 0, sizeof co);
+    pthread_mutex_init(&co.store_lock, NULL);
+    snprintf(co.dir, sizeof co.dir, "%s", dir);
+    co.started_ms = time_wall_ms();
+    char path[1100];
+    snprintf(path, sizeof path, "%s/federation.ini", dir);
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) {
+        coordinator_free(&co);
+        return -1;
+    }
+    int64_t days, workers;
+    const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
+    char listen_addr[256];
+    snprintf(listen_addr, sizeof listen_addr, "%s", listen);
+    snprintf(co.name, sizeof co.name, "%s", config_get_str(cfg, "federation", "name", "strait"));
+    snprintf(co.model, sizeof co.model, "%s", config_get_str(cfg, "model", "preset", "small"));
+    int bad = config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
+              config_get_int(cfg, "limits", "workers", 16, 1, 1024, &workers, err);
+    config_free(cfg);
+    co.site_cert_days = (long)days;
+    SecurityIdentity admin;
+    char *admin_pem = NULL;
+    if (bad || read_pem(dir, "ca.crt", &co.ca, err) || read_pem(dir, "ca.key", &co.ca_key, err) ||
+        read_pem(dir, "server.crt", &co.server_chain, err) ||
+        read_pem(dir, "server.key", &co.server_key, err) ||
+        read_pem(dir, "admin.crt", &admin_pem, err) ||
+        security_cert_identity(admin_pem, &admin, err)) {
+        free(admin_pem);
+        coordinator_free(&co);
+        return -1;
+    }
+    free(admin_pem);
+    memcpy(co.admin_sha, admin.sha256_hex, sizeof co.admin_sha);
+    snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
+    co.store = store_open(path, STORE_READWRITE, err);
+    StoreRecovery rec;
+    if (co.store == NULL || store_recover(co.store, dir, time_wall_ms(), &rec, err) != 0) {
+        coordinator_free(&co);
+        return -1;
+    }
+    net_global_init();
+    NetServerConfig sc = {listen_addr, {co.ca, co.server_chain, co.server_key}, (int)workers, 0, 0};
+    NetServer *srv = net_server_create(&sc, err);
+    int port = 0;
+    int rc = srv ? 0 : -1;
+    if (rc == 0)
+        rc =
+            net_server_add_method(srv, "/strait.Federation/Join", NET_UNARY, 0, h_join, &co, err) ||
+            net_server_add_method(srv, "/strait.Federation/Renew", NET_UNARY, 1, h_renew, &co,
+                                  err) ||
+            net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, 1, h_hello, &co,
+                                  err) ||
+            net_server_add_method(srv, "/strait.Admin/Status", NET_UNARY, 1, h_admin_status, &co,
+                                  err) ||
+            net_server_start(srv, &port, err);
+    if (rc == 0) {
+        log_info("coordinator", "federation %s serving on %s (port %d)", co.name, listen_addr,
+                 port);
+        if (listening) listening(port, ctx);
+        for (;;) {
+            int sig = net_wait_signal(-1);
+            if (sig == SIGINT || sig == SIGTERM) break;
+        }
+        log_info("coordinator", "stopping");
+    }
+    net_server_stop(srv, 5000);
+    coordinator_free(&co);
+    net_global_shutdown();
+    return rc;
+}
