@@ -36,6 +36,10 @@ int cli_fail(const Command *cmd, const char *fmt, ...) __attribute__((format(pri
 int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
                const struct option *longopts);
 
+/* Flags of a command whose only flag is --json: 1 if given, 0 if not, -2
+ * after a usage error; optind is left at the first operand. */
+int cli_json_flag(const Command *cmd, int argc, char **argv);
+
 /* Subcommands. */
 int cmd_version(const Command *cmd, int argc, char **argv);
 int cmd_help(const Command *cmd, int argc, char **argv);

@@ -29,13 +29,8 @@ static void on_bad(const StoreRound *r, const char *why, void *ctx) {
 }
 
 int cmd_db_check(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
-    int as_json = 0, c;
-    optind = 1;
-    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
-        if (c == -2) return EXIT_USAGE;
-        if (c == 'j') as_json = 1;
-    }
+    int as_json = cli_json_flag(cmd, argc, argv);
+    if (as_json < 0) return EXIT_USAGE;
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one federation folder DIR");
     const char *home = argv[optind];
     char db_path[4096], err[ERR_LEN];

@@ -12,19 +12,6 @@
 #include "coordinator/coordinator.h"
 #include "util/util.h"
 
-/* Flags of a command that takes none but --json; returns 1 for --json, 0,
- * or -2 after a usage error. */
-static int json_flag_only(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
-    int c, json = 0;
-    optind = 1;
-    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
-        if (c == -2) return -2;
-        json = 1;
-    }
-    return json;
-}
-
 int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"ttl", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
     const char *ttl = NULL;
@@ -93,7 +80,7 @@ int cmd_site_join(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_hello(const Command *cmd, int argc, char **argv) {
-    int json = json_flag_only(cmd, argc, argv);
+    int json = cli_json_flag(cmd, argc, argv);
     if (json < 0) return EXIT_USAGE;
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
     SiteHello h;
@@ -111,7 +98,7 @@ int cmd_site_hello(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_renew(const Command *cmd, int argc, char **argv) {
-    if (json_flag_only(cmd, argc, argv) < 0) return EXIT_USAGE;
+    if (cli_json_flag(cmd, argc, argv) < 0) return EXIT_USAGE;
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
     char err[ERR_LEN];
     if (client_renew(argv[optind], err) != 0) return cli_fail(cmd, "%s", err);
@@ -120,7 +107,7 @@ int cmd_site_renew(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_list(const Command *cmd, int argc, char **argv) {
-    int json = json_flag_only(cmd, argc, argv);
+    int json = cli_json_flag(cmd, argc, argv);
     if (json < 0) return EXIT_USAGE;
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one federation folder DIR");
     char path[1100], err[ERR_LEN];
@@ -165,7 +152,7 @@ int cmd_site_list(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
-    if (json_flag_only(cmd, argc, argv) < 0) return EXIT_USAGE;
+    if (cli_json_flag(cmd, argc, argv) < 0) return EXIT_USAGE;
     if (optind != argc - 2) return cli_usage_error(cmd, "expected DIR and the site's NAME");
     char err[ERR_LEN];
     if (coordinator_revoke(argv[optind], argv[optind + 1], "strait site revoke", err) != 0)

@@ -11,13 +11,8 @@
 #include "util/util.h"
 
 int cmd_version(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
-    int as_json = 0, c;
-    optind = 1;
-    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
-        if (c == -2) return EXIT_USAGE;
-        if (c == 'j') as_json = 1;
-    }
+    int as_json = cli_json_flag(cmd, argc, argv);
+    if (as_json < 0) return EXIT_USAGE;
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 
     KernelsBuildCaps caps = kernels_build_caps();

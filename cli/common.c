@@ -49,3 +49,14 @@ int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
     }
     return c;
 }
+
+int cli_json_flag(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    int c, json = 0;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        if (c == -2) return -2;
+        json = 1;
+    }
+    return json;
+}

@@ -129,6 +129,25 @@ static int cert_record(const char *pem, StoreCert *out, char *err) {
 
 /* ---- Federation ----------------------------------------------------------------- */
 
+/* Signs a site's CSR for `name` (the coordinator's choice, never the CSR's)
+ * and describes the certificate for the store; NULL after setting the
+ * call's status. The caller frees the PEM. */
+static char *sign_site_csr(Coordinator *co, NetCall *c, const ProtobufCBinaryData *csr,
+                           const char *name, StoreCert *rec) {
+    char err[ERR_LEN], *cert = NULL;
+    if (security_csr_sign(co->ca, co->ca_key, csr->data, csr->len, name, co->site_cert_days, &cert,
+                          err) != 0) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
+        return NULL;
+    }
+    if (cert_record(cert, rec, err) != 0) {
+        net_call_status(c, NET_INTERNAL, "%s", err);
+        free(cert);
+        return NULL;
+    }
+    return cert;
+}
+
 static void h_join(NetCall *c, void *user) {
     Coordinator *co = user;
     Strait__JoinRequest *req;
@@ -197,15 +216,8 @@ static void h_renew(NetCall *c, void *user) {
     char err[ERR_LEN], *cert = NULL;
     StoreCert rec;
     /* the name is the one the caller's certificate proves, whatever the CSR says */
-    if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len, site.name,
-                          co->site_cert_days, &cert, err) != 0) {
-        net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
-        goto out;
-    }
-    if (cert_record(cert, &rec, err) != 0) {
-        net_call_status(c, NET_INTERNAL, "%s", err);
-        goto out;
-    }
+    cert = sign_site_csr(co, c, &req->csr_pem, site.name, &rec);
+    if (cert == NULL) goto out;
     pthread_mutex_lock(&co->store_lock);
     int rc = store_cert_add(co->store, site.id, &rec, err);
     if (rc == 0)
