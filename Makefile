@@ -104,7 +104,7 @@ endif
 endif
 
 MODULES := util net security compress kernels client coordinator
-LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c)) $(wildcard kernels/cpu/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 UNIT_SRC := $(wildcard tests/unit/*.c)
 INTEG_SRC := $(wildcard tests/integration/*.c)
@@ -187,7 +187,10 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 
 # Tests log only errors; the CUDA runtime needs the shadow gap unprotected
 # under ASan to initialise at all.
+# Criterion runs tests in parallel, one per core: each test runs single-threaded
+# (OpenMP and OpenBLAS both spin, and oversubscribed they crawl).
 TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -52,6 +52,8 @@ int cmd_site_hello(const Command *cmd, int argc, char **argv);
 int cmd_site_renew(const Command *cmd, int argc, char **argv);
 int cmd_site_list(const Command *cmd, int argc, char **argv);
 int cmd_site_revoke(const Command *cmd, int argc, char **argv);
+int cmd_train(const Command *cmd, int argc, char **argv);
+int cmd_sample(const Command *cmd, int argc, char **argv);
 
 /* From the generated build/gen/buildinfo.c. */
 extern const char strait_version[];

@@ -40,6 +40,33 @@ const Command cli_commands[] = {
      "flags:\n  --json    one JSON object per site\n", cmd_site_list},
     {"site revoke", "DIR NAME",
      "revoke a site: every call with its certificates is refused from now on", "", cmd_site_revoke},
+    {"train",
+     "--data PATH... [--model PRESET] [--steps N] [--batch B] [--seq T] [--lr X] [--out CKPT]",
+     "train a model on local data, without federation (the baseline)",
+     "Text files become byte tokens (vocabulary 256); llm.c .bin shards keep their GPT-2\n"
+     "tokens (use --model gpt2-124m). The last 10% of the data is held out for validation.\n\n"
+     "flags:\n"
+     "  --data PATH       training data; repeat for more files (default: none)\n"
+     "  --model PRESET    tiny, small, base or gpt2-124m (default small)\n"
+     "  --steps N         optimizer steps (default 1000)\n"
+     "  --batch B         sequences per step (default 8)\n"
+     "  --seq T           tokens per sequence (default: the model's context)\n"
+     "  --lr X            peak learning rate, after warmup, decayed by cosine (default 3e-3)\n"
+     "  --threads N       CPU threads for OpenMP and OpenBLAS (default: all)\n"
+     "  --device cpu      where to train; this build trains on the CPU\n"
+     "  --val-every K     validation loss every K steps (default 100)\n"
+     "  --seed S          initialisation and data order (default 1)\n"
+     "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
+     "  --json            one JSON object per logged step on stdout\n",
+     cmd_train},
+    {"sample", "CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]",
+     "generate text from a byte-level model checkpoint",
+     "flags:\n"
+     "  --prompt TEXT       text to continue (default: a newline)\n"
+     "  --tokens N          bytes to generate (default 200)\n"
+     "  --temperature X     0 picks the likeliest byte; 1 samples as trained (default 1)\n"
+     "  --seed S            sampling seed (default 1)\n",
+     cmd_sample},
     {"version", "[--json]",
      "print the version, the git commit, the build's capabilities and the GPUs",
      "flags:\n  --json    one JSON object instead of text\n", cmd_version},

@@ -4,8 +4,10 @@
  * the same signatures (the CUDA one adds a trailing stream); the Makefile
  * picks the backend at build time (STRAIT_HAVE_CUDA).
  *
- * For now this header holds what the foundation needs: which capabilities
- * the build has and which accelerators the machine has.
+ * It holds: the build's capabilities and the machine's accelerators; the
+ * CPU ops (kernels/cpu/ops.c, classifier.c); the GPT model with its
+ * parameter table, AdamW and schedule (kernels/gpt.c); and the CUDA kernels
+ * behind compress/'s GPU paths.
  */
 #ifndef STRAIT_KERNELS_H
 #define STRAIT_KERNELS_H
@@ -31,6 +33,148 @@ int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len);
 
 /* NCCL's version as "2.27.7", or "" when NCCL is not linked. */
 const char *kernels_nccl_version(void);
+
+/* ---- CPU ops (fp32, row-major; backward ops accumulate into gradients) ---- */
+
+void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                     int C);
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                      int C);
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *bias, int N, int C);
+void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int N, int C);
+/* out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (bias may be NULL) */
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                    int C, int OC);
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC);
+/* inp (B,T,3C) = q,k,v; preatt, att (B,NH,T,T); out (B,T,C); causal */
+void attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
+                       int NH);
+void attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout,
+                        const float *inp, const float *att, int B, int T, int C, int NH);
+void gelu_forward(float *out, const float *inp, size_t N);
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
+void residual_forward(float *out, const float *a, const float *b, size_t N);
+void residual_backward(float *da, float *db, const float *dout, size_t N);
+/* The fused classifier: logits = h (N,C) · wte (V,C)ᵀ and cross-entropy
+ * against targets, by tiles with an online softmax — the (N,V) logits are
+ * never held. Returns the mean loss; losses (N) may be NULL; with dh and
+ * dwte non-NULL also accumulates their gradients of the mean loss. */
+float classifier_forward_backward(float *losses, float *dh, float *dwte, const float *h,
+                                  const float *wte, const int *targets, int N, int C, int V);
+/* logits (V) of one row h (C), for sampling */
+void classifier_logits(float *logits, const float *h, const float *wte, int C, int V);
+
+/* ---- the GPT model ------------------------------------------------------------ */
+
+typedef struct GPTConfig {
+    char name[24];   /* preset name, or "custom" */
+    int L, C, NH, T; /* layers, channels, heads, max sequence */
+    int V, Vp;       /* vocabulary, and padded to a multiple of 64 */
+} GPTConfig;
+
+/* presets: tiny, small, base, gpt2-124m; -1 for an unknown name */
+int gpt_config_preset(const char *name, GPTConfig *cfg);
+
+/* One named tensor in the flat parameter buffer. */
+typedef struct ParamView {
+    char name[64];
+    int ndim;
+    int shape[2];
+    size_t offset, numel; /* in floats */
+} ParamView;
+
+typedef struct AdamWConfig {
+    float beta1, beta2, eps, weight_decay; /* decay applies to matrices only */
+} AdamWConfig;
+
+/* Activation offsets (in floats) inside GPT.acts for the current (B, T). */
+typedef struct GPTActs {
+    size_t encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, preatt, att, attproj, residual2, ln2,
+        ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, losses;
+} GPTActs;
+
+typedef struct GPT {
+    GPTConfig cfg;
+    ParamView *views; /* owned; wte, wpe, h.N.*, ln_f.* in order */
+    int n_views;
+    size_t n_params;
+    uint64_t table_hash;   /* FNV-1a of names, shapes and order */
+    float *params, *grads; /* owned, n_params each */
+    float *m, *v;          /* AdamW moments, allocated at the first step */
+    int step;              /* AdamW steps taken */
+    /* activations of the last forward, and their gradients (owned) */
+    float *acts, *dacts;
+    size_t acts_len;
+    GPTActs a;
+    int act_B, act_T, fwd_B, fwd_T, has_targets;
+    int *inputs, *targets;
+    float loss;
+} GPT;
+
+/* Builds the table and initialises GPT-2 style from a seed: N(0, 0.02),
+ * residual projections scaled by 1/sqrt(2L), the same bits on every
+ * machine. */
+int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err);
+void gpt_free(GPT *m);
+const ParamView *gpt_view(const GPT *m, const char *name);
+/* inputs, targets (B,T) token ids; targets may be NULL (returns -1). */
+float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T);
+void gpt_zero_grad(GPT *m);
+void gpt_backward(GPT *m);
+/* global L2 norm of the gradients, scaled down to max_norm if above (0: never) */
+float gpt_clip_grad_norm(GPT *m, float max_norm);
+void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr);
+/* logits (V) for the token after ctx[0..n) (the last T of them), for sampling */
+void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits);
+/* linear warmup then cosine decay to max_lr * min_lr_frac */
+float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac);
+
+/* ---- checkpoints (safetensors) ------------------------------------------------ */
+
+/* Writes the parameters (and, once AdamW has run, its moments to
+ * "<path minus .safetensors>.opt.safetensors"), atomically. */
+int gpt_save(const GPT *m, const char *path, int step, char *err);
+/* Reads a checkpoint's model config and step from its metadata. */
+int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err);
+/* Loads parameters into a model built with the same table; every offset,
+ * dtype and shape is checked before data is copied. */
+int gpt_load(GPT *m, const char *path, int *step, char *err);
+
+/* ---- data ------------------------------------------------------------------- */
+
+/* Tokens read from text files (bytes, vocabulary 256) or llm.c .bin shards
+ * (uint16 GPT-2 tokens, vocabulary 50257); owned. */
+typedef struct TokenSet {
+    uint16_t *tokens;
+    size_t n;
+    int vocab;
+} TokenSet;
+
+typedef struct TokenView {
+    const uint16_t *tokens;
+    size_t n;
+} TokenView;
+
+int tokens_load(TokenSet *ts, const char *const *paths, int n_paths, char *err);
+void tokens_free(TokenSet *ts);
+int tokens_write_bin(const char *path, const uint16_t *tokens, size_t n, char *err);
+/* the last val_frac of the tokens for validation */
+void tokens_split(const TokenSet *all, double val_frac, TokenView *train, TokenView *val);
+
+/* (B, T) batches read sequentially from a seeded start within one of
+ * n_shards disjoint parts of the data, wrapping at the end. */
+typedef struct Loader {
+    TokenView data;
+    int B, T;
+    size_t pos;
+} Loader;
+
+int loader_init(Loader *ld, TokenView data, int B, int T, int shard, int n_shards, uint64_t seed,
+                char *err);
+void loader_next(Loader *ld, int *inputs, int *targets);
 
 /* ---- CUDA kernels (kernels/cuda/; only in builds with STRAIT_HAVE_CUDA) -
  * Pointers without h_ are device memory; stream is a cudaStream_t (NULL:

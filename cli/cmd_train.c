@@ -1,0 +1,277 @@
+/*
+ * cmd_train.c — `strait train` (the trainer without federation: the
+ * baseline every federated run is compared with) and `strait sample`.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef STRAIT_HAVE_OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h>
+
+#include "cli.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
+
+static void set_threads(int n) {
+    if (n <= 0) return;
+#ifdef STRAIT_HAVE_OPENMP
+    omp_set_num_threads(n);
+#endif
+    openblas_set_num_threads(n);
+}
+
+static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
+    size_t saved = ld->pos;
+    ld->pos = 0;
+    double s = 0;
+    for (int k = 0; k < batches; k++) {
+        loader_next(ld, in, tg);
+        s += gpt_forward(m, in, tg, ld->B, ld->T);
+    }
+    ld->pos = saved;
+    return (float)(s / batches);
+}
+
+int cmd_train(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"out", required_argument, NULL, 'o'},
+                                         {"val-every", required_argument, NULL, 'v'},
+                                         {"seed", required_argument, NULL, 'S'},
+                                         {"json", no_argument, NULL, 'J'},
+                                         {NULL, 0, NULL, 0}};
+    const char *data[64], *preset = "small", *out = NULL, *device = "cpu";
+    int n_data = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0;
+    float lr = 3e-3f;
+    unsigned long long seed = 1;
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return EXIT_USAGE;
+        case 'd':
+            if (n_data == 64) return cli_usage_error(cmd, "at most 64 --data paths");
+            data[n_data++] = optarg;
+            break;
+        case 'm':
+            preset = optarg;
+            break;
+        case 's':
+            steps = atoi(optarg);
+            break;
+        case 'b':
+            B = atoi(optarg);
+            break;
+        case 't':
+            T = atoi(optarg);
+            break;
+        case 'l':
+            lr = strtof(optarg, NULL);
+            break;
+        case 'j':
+            threads = atoi(optarg);
+            break;
+        case 'D':
+            device = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'v':
+            val_every = atoi(optarg);
+            break;
+        case 'S':
+            seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'J':
+            json = 1;
+            break;
+        }
+    }
+    for (; optind < argc; optind++) { /* paths may follow --data as plain operands */
+        if (n_data == 64) return cli_usage_error(cmd, "at most 64 data paths");
+        data[n_data++] = argv[optind];
+    }
+    if (n_data == 0) return cli_usage_error(cmd, "give the training text with --data PATH");
+    if (steps < 1 || B < 1 || T < 0 || !(lr > 0) || val_every < 1)
+        return cli_usage_error(cmd, "--steps, --batch and --val-every must be positive, --lr > 0");
+    if (strcmp(device, "cpu") != 0)
+        return cli_usage_error(cmd,
+                               "--device %s: this trainer runs on the CPU; the CUDA trainer "
+                               "is not part of this build yet",
+                               device);
+    GPTConfig cfg;
+    if (gpt_config_preset(preset, &cfg) != 0)
+        return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
+                               preset);
+    if (T == 0) T = cfg.T;
+    if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
+    set_threads(threads);
+    char err[ERR_LEN];
+    TokenSet ts;
+    if (tokens_load(&ts, data, n_data, err) != 0) return cli_fail(cmd, "%s", err);
+    if (ts.vocab > cfg.V) {
+        tokens_free(&ts);
+        return cli_fail(cmd,
+                        "the data has a vocabulary of %d, model %s has %d; use gpt2-124m for "
+                        ".bin shards",
+                        ts.vocab, preset, cfg.V);
+    }
+    TokenView train, val;
+    tokens_split(&ts, 0.1, &train, &val);
+    Loader tl, vl;
+    int have_val = loader_init(&vl, val, B, T, 0, 1, seed + 1, err) == 0;
+    if (loader_init(&tl, train, B, T, 0, 1, seed, err) != 0) {
+        tokens_free(&ts);
+        return cli_fail(cmd, "%s", err);
+    }
+    GPT m;
+    if (gpt_build(&m, &cfg, seed, err) != 0) {
+        tokens_free(&ts);
+        return cli_fail(cmd, "%s", err);
+    }
+    int *in = mallocCheck(sizeof(int) * (size_t)B * T),
+        *tg = mallocCheck(sizeof(int) * (size_t)B * T);
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    int warmup = steps / 10 < 100 ? steps / 10 : 100;
+    ProgressBar pb;
+    progress_init(&pb, stderr, "train", (uint64_t)steps);
+    uint64_t t0 = time_monotonic_ns();
+    float loss = 0, val_loss = NAN;
+    if (!json)
+        fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d\n", preset,
+                m.n_params, train.n, steps, B, T);
+    for (int s = 0; s < steps; s++) {
+        loader_next(&tl, in, tg);
+        loss = gpt_forward(&m, in, tg, B, T);
+        gpt_zero_grad(&m);
+        gpt_backward(&m);
+        float norm = gpt_clip_grad_norm(&m, 1.0f);
+        float step_lr = lr_schedule(s, steps, warmup, lr, 0.1f);
+        gpt_adamw_step(&m, &o, step_lr);
+        double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+        double tok_s = (double)(s + 1) * B * T / secs;
+        int last = s == steps - 1;
+        if (have_val && ((s + 1) % val_every == 0 || last))
+            val_loss = eval_loss(&m, &vl, 8, in, tg);
+        if (json && ((s + 1) % 10 == 0 || last || (s + 1) % val_every == 0)) {
+            json_t *j = json_object();
+            json_object_set_new(j, "step", json_integer(s + 1));
+            json_object_set_new(j, "loss", json_real(loss));
+            json_object_set_new(j, "val_loss", isnan(val_loss) ? json_null() : json_real(val_loss));
+            json_object_set_new(j, "lr", json_real(step_lr));
+            json_object_set_new(j, "grad_norm", json_real(norm));
+            json_object_set_new(j, "tokens_per_s", json_real(tok_s));
+            json_emit_line(stdout, j);
+        }
+        char suffix[96];
+        snprintf(suffix, sizeof suffix, "loss %.3f val %.3f %.0f tok/s", loss, val_loss, tok_s);
+        progress_update(&pb, (uint64_t)s + 1, suffix);
+        if (!json && !pb.enabled && ((s + 1) % val_every == 0 || last))
+            fprintf(stderr, "step %d/%d loss %.4f val %.4f %.0f tok/s\n", s + 1, steps, loss,
+                    val_loss, tok_s);
+    }
+    progress_finish(&pb, (uint64_t)steps, "done");
+    int rc = EXIT_OK;
+    if (out) {
+        if (gpt_save(&m, out, steps, err) != 0)
+            rc = cli_fail(cmd, "%s", err);
+        else if (!json)
+            fprintf(stderr, "checkpoint written to %s\n", out);
+    }
+    if (!json) printf("final loss %.4f, validation loss %.4f\n", loss, val_loss);
+    free(in), free(tg);
+    gpt_free(&m);
+    tokens_free(&ts);
+    return rc;
+}
+
+int cmd_sample(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"prompt", required_argument, NULL, 'p'},
+                                         {"tokens", required_argument, NULL, 'n'},
+                                         {"temperature", required_argument, NULL, 't'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {NULL, 0, NULL, 0}};
+    const char *prompt = "";
+    int n = 200;
+    float temperature = 1.0f;
+    unsigned long long seed = 1;
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return EXIT_USAGE;
+        case 'p':
+            prompt = optarg;
+            break;
+        case 'n':
+            n = atoi(optarg);
+            break;
+        case 't':
+            temperature = strtof(optarg, NULL);
+            break;
+        case 's':
+            seed = strtoull(optarg, NULL, 10);
+            break;
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one checkpoint CKPT");
+    if (n < 1 || !(temperature >= 0))
+        return cli_usage_error(cmd, "--tokens > 0, --temperature >= 0");
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    if (gpt_read_config(argv[optind], &cfg, NULL, err) != 0) return cli_fail(cmd, "%s", err);
+    if (cfg.V != 256)
+        return cli_fail(cmd,
+                        "this checkpoint uses a %d-token vocabulary; sampling text needs a "
+                        "byte-level (256) model",
+                        cfg.V);
+    GPT m;
+    if (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, argv[optind], NULL, err) != 0)
+        return cli_fail(cmd, "%s", err);
+    size_t plen = strlen(prompt);
+    int *ctx = mallocCheck(sizeof(int) * (plen + (size_t)n + 1));
+    int len = 0;
+    if (plen == 0) ctx[len++] = '\n';
+    for (size_t i = 0; i < plen; i++) ctx[len++] = (uint8_t)prompt[i];
+    float *logits = mallocCheck(sizeof(float) * (size_t)cfg.V);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    fputs(prompt, stdout);
+    for (int k = 0; k < n; k++) {
+        gpt_next_logits(&m, ctx, len, logits);
+        int next = 0;
+        if (temperature == 0) {
+            for (int v = 1; v < cfg.V; v++) next = logits[v] > logits[next] ? v : next;
+        } else {
+            float mx = logits[0];
+            for (int v = 1; v < cfg.V; v++) mx = logits[v] > mx ? logits[v] : mx;
+            double sum = 0;
+            for (int v = 0; v < cfg.V; v++) sum += exp((logits[v] - mx) / temperature);
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            double u = (double)(s >> 11) / 9007199254740992.0 * sum, acc = 0;
+            for (next = 0; next < cfg.V - 1; next++) {
+                acc += exp((logits[next] - mx) / temperature);
+                if (acc > u) break;
+            }
+        }
+        ctx[len++] = next;
+        putchar(next);
+    }
+    putchar('\n');
+    free(ctx), free(logits);
+    gpt_free(&m);
+    return EXIT_OK;
+}

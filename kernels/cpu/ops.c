@@ -1,0 +1,238 @@
+/*
+ * ops.c — the CPU reference ops of the GPT model, forward and backward, in
+ * fp32 (after llm.c's train_gpt2.c). Matrix products go through OpenBLAS;
+ * attention runs over batch × heads with OpenMP. Every backward op
+ * accumulates (+=) into its gradient buffers, which the caller zeroes.
+ *
+ * Shapes use one vocabulary: B batch, T time, C channels, NH heads, HS =
+ * C/NH, OC output channels. Row-major throughout.
+ *
+ * Determinism: for a fixed thread count every op gives the same floats run
+ * to run (OpenMP loops write disjoint outputs; BLAS is called with the same
+ * shapes); results may differ in the last bits across thread counts.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "../kernels.h"
+
+/* ---- encoder: token + position embeddings ------------------------------ */
+
+void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                     int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *we = wte + (size_t)inp[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
+        }
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                      int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *dw = dwte + (size_t)inp[b * T + t] * C, *dp = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                dw[i] += d[i];
+                dp[i] += d[i];
+            }
+        }
+}
+
+/* ---- layernorm --------------------------------------------------------- */
+
+/* mean and rstd (B*T) are kept for the backward pass */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *bias, int N, int C) {
+    const float eps = 1e-5f;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m = 0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        float v = 0;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * w[i] + bias[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n], dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s, dnorm = w[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s, dnorm = w[i] * d[i];
+            db[i] += d[i];
+            dw[i] += norm * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+/* ---- matmul: out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias ------------- */
+
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                    int C, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f,
+                out, OC);
+    if (bias != NULL) {
+#pragma omp parallel for
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    }
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC) {
+    /* dinp (N,C) += dout (N,OC) · weight (OC,C) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                1.0f, dinp, C);
+    /* dweight (OC,C) += doutᵀ (OC,N) · inp (N,C) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+    if (dbias != NULL) {
+#pragma omp parallel for
+        for (int o = 0; o < OC; o++) {
+            float s = 0;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+/* ---- causal self-attention ------------------------------------------------ */
+
+/* inp (B,T,3C) holds q,k,v; preatt and att (B,NH,T,T) are kept for backward;
+ * out (B,T,C). */
+void attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
+                       int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float *pre = preatt + (((size_t)b * NH + h) * T + t) * T;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = inp + ((size_t)b * T + t2) * C3 + h * hs + C;
+                    float v = 0;
+                    for (int i = 0; i < hs; i++) v += q[i] * k[i];
+                    v *= scale;
+                    pre[t2] = v;
+                    if (v > maxv) maxv = v;
+                }
+                float sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(pre[t2] - maxv);
+                    a[t2] = e;
+                    sum += e;
+                }
+                float inv = sum == 0 ? 0 : 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = inp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+}
+
+/* Parallel over (b, h): each pair writes its own slices of dinp and dpreatt. */
+void attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout,
+                        const float *inp, const float *att, int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float *da = datt + (((size_t)b * NH + h) * T + t) * T;
+                float *dpre = dpreatt + (((size_t)b * NH + h) * T + t) * T;
+                const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float *dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+                /* out = Σ a v */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = inp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+                    float *dv = dinp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+                    for (int i = 0; i < hs; i++) {
+                        da[t2] += v[i] * d[i];
+                        dv[i] += a[t2] * d[i];
+                    }
+                }
+                /* softmax */
+                for (int t2 = 0; t2 <= t; t2++)
+                    for (int t3 = 0; t3 <= t; t3++) {
+                        float ind = t2 == t3 ? 1.0f : 0.0f;
+                        dpre[t3] += a[t2] * (ind - a[t3]) * da[t2];
+                    }
+                /* pre = q·k · scale */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = inp + ((size_t)b * T + t2) * C3 + h * hs + C;
+                    float *dk = dinp + ((size_t)b * T + t2) * C3 + h * hs + C;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += k[i] * dpre[t2] * scale;
+                        dk[i] += q[i] * dpre[t2] * scale;
+                    }
+                }
+            }
+}
+
+/* ---- GELU (tanh approximation) and residual -------------------------------- */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+void gelu_forward(float *out, const float *inp, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i], cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
+    }
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i], cube = 0.044715f * x * x * x;
+        float arg = GELU_SCALE * (x + cube), th = tanhf(arg), ch = coshf(arg);
+        float sech2 = 1.0f / (ch * ch);
+        float grad =
+            0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+void residual_forward(float *out, const float *a, const float *b, size_t N) {
+    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+void residual_backward(float *da, float *db, const float *dout, size_t N) {
+    for (size_t i = 0; i < N; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}

@@ -1,0 +1,223 @@
+/*
+ * safetensors.c — checkpoints in the safetensors format, readable by
+ * PyTorch and Hugging Face tools: an 8-byte little-endian header length, a
+ * JSON header (jansson) naming each tensor's dtype, shape and byte range,
+ * then the raw little-endian tensors. __metadata__ carries the model
+ * config, the step and the parameter-table hash. The AdamW moments go to a
+ * second file beside it, "<name>.opt.safetensors".
+ *
+ * The reader checks the header length, every offset, dtype and shape against
+ * the model before it touches tensor data.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "util/util.h"
+
+#define ST_MAX_HEADER (64u << 20)
+
+static json_t *config_json(const GPTConfig *c) {
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(c->name));
+    json_object_set_new(o, "L", json_integer(c->L));
+    json_object_set_new(o, "C", json_integer(c->C));
+    json_object_set_new(o, "NH", json_integer(c->NH));
+    json_object_set_new(o, "T", json_integer(c->T));
+    json_object_set_new(o, "V", json_integer(c->V));
+    json_object_set_new(o, "Vp", json_integer(c->Vp));
+    return o;
+}
+
+/* Writes tensors (prefix + view name) from `base` with the metadata. */
+static int write_file(const char *path, const GPT *m, const float *const *bases,
+                      const char *const *prefixes, int n_bases, int step, char *err) {
+    json_t *h = json_object(), *meta = json_object();
+    char *cfg = json_dumps(config_json(&m->cfg), JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char hash[32], step_s[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->table_hash);
+    snprintf(step_s, sizeof step_s, "%d", step);
+    json_object_set_new(meta, "format", json_string("strait"));
+    json_object_set_new(meta, "config", json_string(cfg));
+    json_object_set_new(meta, "step", json_string(step_s));
+    json_object_set_new(meta, "table_hash", json_string(hash));
+    free(cfg);
+    json_object_set_new(h, "__metadata__", meta);
+    size_t off = 0;
+    for (int b = 0; b < n_bases; b++)
+        for (int i = 0; i < m->n_views; i++) {
+            const ParamView *v = &m->views[i];
+            char name[96];
+            snprintf(name, sizeof name, "%s%s", prefixes[b], v->name);
+            json_t *t = json_object(), *shape = json_array();
+            for (int d = 0; d < v->ndim; d++)
+                json_array_append_new(shape, json_integer(v->shape[d]));
+            json_object_set_new(t, "dtype", json_string("F32"));
+            json_object_set_new(t, "shape", shape);
+            json_object_set_new(
+                t, "data_offsets",
+                json_pack("[I,I]", (json_int_t)off, (json_int_t)(off + v->numel * 4)));
+            json_object_set_new(h, name, t);
+            off += v->numel * 4;
+        }
+    char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(h);
+    size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
+    AtomicFile *af = file_atomic_open(path, 0644, err);
+    int rc = -1;
+    if (af == NULL) goto out;
+    uint64_t len_le = padded;
+    char spaces[8] = "        ";
+    if (file_atomic_write(af, &len_le, 8, err) || file_atomic_write(af, text, hl, err) ||
+        file_atomic_write(af, spaces, padded - hl, err)) {
+        file_atomic_abort(af);
+        goto out;
+    }
+    for (int b = 0; b < n_bases; b++)
+        for (int i = 0; i < m->n_views; i++)
+            if (file_atomic_write(af, bases[b] + m->views[i].offset, m->views[i].numel * 4, err)) {
+                file_atomic_abort(af);
+                goto out;
+            }
+    rc = file_atomic_commit(af, err);
+out:
+    free(text);
+    return rc;
+}
+
+int gpt_save(const GPT *m, const char *path, int step, char *err) {
+    const float *bases[1] = {m->params};
+    const char *prefixes[1] = {""};
+    if (write_file(path, m, bases, prefixes, 1, step, err) != 0) return -1;
+    if (m->m == NULL) return 0;
+    char opt[1100];
+    snprintf(opt, sizeof opt, "%.*s.opt.safetensors",
+             (int)(strlen(path) > 12 && strcmp(path + strlen(path) - 12, ".safetensors") == 0
+                       ? strlen(path) - 12
+                       : strlen(path)),
+             path);
+    const float *obases[2] = {m->m, m->v};
+    const char *oprefixes[2] = {"adam_m.", "adam_v."};
+    return write_file(opt, m, obases, oprefixes, 2, m->step, err);
+}
+
+/* Parses and checks a file's header; *data points at the tensor bytes. */
+static json_t *read_header(const char *path, char **file, size_t *file_len, const uint8_t **data,
+                           size_t *data_len, char *err) {
+    if (file_read_all(path, (size_t)1 << 36, file, file_len, err) != 0) return NULL;
+    if (*file_len < 8) {
+        err_set(err, "%s: too short for a safetensors file", path);
+        goto fail;
+    }
+    uint64_t hl;
+    memcpy(&hl, *file, 8);
+    if (hl > ST_MAX_HEADER || hl > *file_len - 8) {
+        err_set(err, "%s: header length %llu does not fit the file of %zu bytes", path,
+                (unsigned long long)hl, *file_len);
+        goto fail;
+    }
+    json_error_t je;
+    json_t *h = json_loadb(*file + 8, hl, 0, &je);
+    if (h == NULL || !json_is_object(h)) {
+        err_set(err, "%s: header is not a JSON object (%s)", path, h ? "" : je.text);
+        json_decref(h);
+        goto fail;
+    }
+    *data = (const uint8_t *)*file + 8 + hl;
+    *data_len = *file_len - 8 - hl;
+    return h;
+fail:
+    free(*file);
+    *file = NULL;
+    return NULL;
+}
+
+int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
+    char *file;
+    size_t flen, dlen;
+    const uint8_t *data;
+    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
+    if (h == NULL) return -1;
+    json_t *meta = json_object_get(h, "__metadata__");
+    const char *cs = json_string_value(json_object_get(meta, "config"));
+    json_t *c = cs ? json_loads(cs, 0, NULL) : NULL;
+    int rc = -1;
+    memset(cfg, 0, sizeof *cfg);
+    if (c &&
+        json_unpack(c, "{s:i,s:i,s:i,s:i,s:i,s:i}", "L", &cfg->L, "C", &cfg->C, "NH", &cfg->NH, "T",
+                    &cfg->T, "V", &cfg->V, "Vp", &cfg->Vp) == 0 &&
+        cfg->L > 0 && cfg->L <= 256 && cfg->C > 0 && cfg->C <= 65536 && cfg->NH > 0 &&
+        cfg->C % cfg->NH == 0 && cfg->T > 0 && cfg->T <= 1 << 20 && cfg->V > 1 &&
+        cfg->Vp >= cfg->V && cfg->Vp <= 1 << 22) {
+        snprintf(cfg->name, sizeof cfg->name, "%s",
+                 json_string_value(json_object_get(c, "name"))
+                     ? json_string_value(json_object_get(c, "name"))
+                     : "custom");
+        const char *st = json_string_value(json_object_get(meta, "step"));
+        if (step) *step = st ? atoi(st) : 0;
+        rc = 0;
+    } else {
+        err_set(err, "%s: no valid Strait model config in __metadata__", path);
+    }
+    json_decref(c);
+    json_decref(h);
+    free(file);
+    return rc;
+}
+
+/* Copies each view's tensor (prefix + name) into dst after checking it. */
+static int load_tensors(const char *path, json_t *h, const uint8_t *data, size_t dlen, const GPT *m,
+                        float *dst, const char *prefix, char *err) {
+    for (int i = 0; i < m->n_views; i++) {
+        const ParamView *v = &m->views[i];
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", prefix, v->name);
+        json_t *t = json_object_get(h, name);
+        if (!json_is_object(t)) return err_set(err, "%s: tensor %s is missing", path, name);
+        const char *dtype = json_string_value(json_object_get(t, "dtype"));
+        if (dtype == NULL || strcmp(dtype, "F32") != 0)
+            return err_set(err, "%s: tensor %s has dtype %s, expected F32", path, name,
+                           dtype ? dtype : "(none)");
+        json_t *shape = json_object_get(t, "shape"), *offs = json_object_get(t, "data_offsets");
+        if (!json_is_array(shape) || (int)json_array_size(shape) != v->ndim)
+            return err_set(err, "%s: tensor %s has the wrong rank", path, name);
+        for (int d = 0; d < v->ndim; d++)
+            if (json_integer_value(json_array_get(shape, (size_t)d)) != v->shape[d])
+                return err_set(err, "%s: tensor %s has shape differing from the model's", path,
+                               name);
+        if (!json_is_array(offs) || json_array_size(offs) != 2)
+            return err_set(err, "%s: tensor %s lacks data_offsets", path, name);
+        json_int_t b = json_integer_value(json_array_get(offs, 0));
+        json_int_t e = json_integer_value(json_array_get(offs, 1));
+        if (b < 0 || e < b || (uint64_t)e > dlen || (uint64_t)(e - b) != v->numel * 4)
+            return err_set(err, "%s: tensor %s's bytes [%lld, %lld) do not fit the file or shape",
+                           path, name, (long long)b, (long long)e);
+        memcpy(dst + v->offset, data + b, v->numel * 4);
+    }
+    return 0;
+}
+
+int gpt_load(GPT *m, const char *path, int *step, char *err) {
+    char *file;
+    size_t flen, dlen;
+    const uint8_t *data;
+    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
+    if (h == NULL) return -1;
+    const char *hash =
+        json_string_value(json_object_get(json_object_get(h, "__metadata__"), "table_hash"));
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)m->table_hash);
+    int rc = -1;
+    if (hash && strcmp(hash, want) != 0) {
+        err_set(err, "%s: parameter table %s differs from this model's %s", path, hash, want);
+    } else if (load_tensors(path, h, data, dlen, m, m->params, "", err) == 0) {
+        const char *st =
+            json_string_value(json_object_get(json_object_get(h, "__metadata__"), "step"));
+        if (step) *step = st ? atoi(st) : 0;
+        rc = 0;
+    }
+    json_decref(h);
+    free(file);
+    return rc;
+}

@@ -1,0 +1,402 @@
+/*
+ * test_model.c — the CPU ops and the GPT: every backward op against central
+ * finite differences (accumulated in double), the whole tiny model's loss
+ * against finite differences for samples of every tensor, the fused
+ * classifier against a naive full softmax, determinism, learning (a repeated
+ * batch, and real text), checkpoints and token shards.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "kernels/kernels.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+static uint64_t rs = 12345;
+static float urand(void) { /* uniform in [-1, 1) */
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((double)(rs >> 11) / 4503599627370496.0 - 1.0);
+}
+static float *rvec(size_t n, float scale) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = scale * urand();
+    return x;
+}
+
+/* Compares an analytic gradient with central differences of f. */
+typedef double (*LossFn)(void *ctx);
+static void check_grad(const char *what, float *x, const float *grad, size_t n, size_t samples,
+                       LossFn f, void *ctx, double tol) {
+    double eps = 1e-3;
+    for (size_t s = 0; s < samples; s++) {
+        size_t i = samples >= n ? s : (size_t)((rs = rs * 6364136223846793005ull + 1) >> 33) % n;
+        if (i >= n) break;
+        float orig = x[i];
+        x[i] = (float)(orig + eps);
+        double lp = f(ctx);
+        x[i] = (float)(orig - eps);
+        double lm = f(ctx);
+        x[i] = orig;
+        double num = (lp - lm) / (2 * eps), ana = grad[i];
+        double err = fabs(num - ana) / fmax(1e-2, fabs(num) + fabs(ana));
+        cr_assert_leq(err, tol, "%s[%zu]: analytic %.6g, numeric %.6g", what, i, ana, num);
+    }
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+
+/* loss = Σ out ⊙ R, so dout = R */
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef struct OpCtx {
+    int B, T, C, NH, OC;
+    float *inp, *w, *bias, *out, *r, *mean, *rstd, *pre, *att;
+} OpCtx;
+
+static double ln_loss(void *p) {
+    OpCtx *c = p;
+    layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->bias, c->B * c->T, c->C);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+
+Test(ops, layernorm_backward_matches_finite_differences) {
+    OpCtx c = {.B = 2, .T = 3, .C = 16};
+    size_t n = (size_t)c.B * c.T * c.C;
+    c.inp = rvec(n, 1), c.w = rvec(c.C, 1), c.bias = rvec(c.C, 1), c.out = rvec(n, 0);
+    c.r = rvec(n, 1), c.mean = rvec(6, 0), c.rstd = rvec(6, 0);
+    float *dinp = calloc(n, 4), *dw = calloc(c.C, 4), *db = calloc(c.C, 4);
+    ln_loss(&c);
+    layernorm_backward(dinp, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, c.B * c.T, c.C);
+    check_grad("layernorm dinp", c.inp, dinp, n, n, ln_loss, &c, 2e-2);
+    check_grad("layernorm dw", c.w, dw, c.C, c.C, ln_loss, &c, 2e-2);
+    check_grad("layernorm db", c.bias, db, c.C, c.C, ln_loss, &c, 2e-2);
+}
+
+static double mm_loss(void *p) {
+    OpCtx *c = p;
+    matmul_forward(c->out, c->inp, c->w, c->bias, c->B * c->T, c->C, c->OC);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->OC);
+}
+
+Test(ops, matmul_backward_matches_finite_differences) {
+    OpCtx c = {.B = 2, .T = 5, .C = 12, .OC = 7};
+    size_t N = (size_t)c.B * c.T;
+    c.inp = rvec(N * c.C, 1), c.w = rvec((size_t)c.OC * c.C, 1), c.bias = rvec(c.OC, 1);
+    c.out = rvec(N * c.OC, 0), c.r = rvec(N * c.OC, 1);
+    float *dinp = calloc(N * c.C, 4), *dw = calloc((size_t)c.OC * c.C, 4), *db = calloc(c.OC, 4);
+    mm_loss(&c);
+    matmul_backward(dinp, dw, db, c.r, c.inp, c.w, (int)N, c.C, c.OC);
+    check_grad("matmul dinp", c.inp, dinp, N * c.C, N * c.C, mm_loss, &c, 1e-2);
+    check_grad("matmul dw", c.w, dw, (size_t)c.OC * c.C, 84, mm_loss, &c, 1e-2);
+    check_grad("matmul db", c.bias, db, c.OC, c.OC, mm_loss, &c, 1e-2);
+}
+
+static double att_loss(void *p) {
+    OpCtx *c = p;
+    attention_forward(c->out, c->pre, c->att, c->inp, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+
+Test(ops, attention_backward_matches_finite_differences) {
+    OpCtx c = {.B = 2, .T = 6, .C = 8, .NH = 2};
+    size_t n3 = (size_t)c.B * c.T * 3 * c.C, n = (size_t)c.B * c.T * c.C;
+    size_t na = (size_t)c.B * c.NH * c.T * c.T;
+    c.inp = rvec(n3, 1), c.out = rvec(n, 0), c.r = rvec(n, 1), c.pre = rvec(na, 0),
+    c.att = rvec(na, 0);
+    float *dinp = calloc(n3, 4), *dpre = calloc(na, 4), *datt = calloc(na, 4);
+    att_loss(&c);
+    attention_backward(dinp, dpre, datt, c.r, c.inp, c.att, c.B, c.T, c.C, c.NH);
+    check_grad("attention dinp", c.inp, dinp, n3, n3, att_loss, &c, 2e-2);
+}
+
+static double gelu_loss(void *p) {
+    OpCtx *c = p;
+    gelu_forward(c->out, c->inp, (size_t)c->C);
+    return dot(c->out, c->r, (size_t)c->C);
+}
+
+Test(ops, gelu_backward_matches_finite_differences) {
+    OpCtx c = {.B = 1, .T = 1, .C = 64};
+    c.inp = rvec(64, 4), c.out = rvec(64, 0), c.r = rvec(64, 1);
+    float *d = calloc(64, 4);
+    gelu_backward(d, c.inp, c.r, 64);
+    check_grad("gelu", c.inp, d, 64, 64, gelu_loss, &c, 1e-2);
+}
+
+/* ---- fused classifier ---------------------------------------------------------- */
+
+Test(classifier, fused_equals_a_naive_softmax_cross_entropy) {
+    int N = 37, C = 24, V = 700; /* V spans two vocabulary chunks, unevenly */
+    float *h = rvec((size_t)N * C, 1), *wte = rvec((size_t)V * C, 0.5f);
+    int *tg = malloc(N * sizeof *tg);
+    for (int i = 0; i < N; i++) tg[i] = (int)((unsigned)(i * 7919) % (unsigned)V);
+    float *losses = calloc(N, 4), *dh = calloc((size_t)N * C, 4), *dw = calloc((size_t)V * C, 4);
+    float mean = classifier_forward_backward(losses, dh, dw, h, wte, tg, N, C, V);
+    double *ndh = calloc((size_t)N * C, 8), *ndw = calloc((size_t)V * C, 8), total = 0;
+    double *logits = malloc(V * sizeof(double));
+    for (int n = 0; n < N; n++) {
+        double mx = -1e300, s = 0;
+        for (int v = 0; v < V; v++) {
+            logits[v] = dot(h + (size_t)n * C, wte + (size_t)v * C, C);
+            mx = fmax(mx, logits[v]);
+        }
+        for (int v = 0; v < V; v++) s += exp(logits[v] - mx);
+        double loss = log(s) + mx - logits[tg[n]];
+        total += loss;
+        cr_assert_float_eq(losses[n], loss, 1e-4 * fmax(1, fabs(loss)), "row %d", n);
+        for (int v = 0; v < V; v++) {
+            double g = (exp(logits[v] - mx) / s - (v == tg[n])) / N;
+            for (int k = 0; k < C; k++) {
+                ndh[(size_t)n * C + k] += g * wte[(size_t)v * C + k];
+                ndw[(size_t)v * C + k] += g * h[(size_t)n * C + k];
+            }
+        }
+    }
+    cr_assert_float_eq(mean, total / N, 1e-4);
+    for (size_t i = 0; i < (size_t)N * C; i++)
+        cr_assert_float_eq(dh[i], ndh[i], 1e-5 + 1e-3 * fabs(ndh[i]), "dh[%zu]", i);
+    for (size_t i = 0; i < (size_t)V * C; i++)
+        cr_assert_float_eq(dw[i], ndw[i], 1e-5 + 1e-3 * fabs(ndw[i]), "dwte[%zu]", i);
+}
+
+/* ---- the whole model ------------------------------------------------------------- */
+
+static GPT tiny(uint64_t seed) {
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_preset("tiny", &cfg), 0);
+    GPT m;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&m, &cfg, seed, err), 0, "%s", err);
+    return m;
+}
+
+typedef struct ModelCtx {
+    GPT *m;
+    int *in, *tg, B, T;
+} ModelCtx;
+
+static double model_loss(void *p) {
+    ModelCtx *c = p;
+    return gpt_forward(c->m, c->in, c->tg, c->B, c->T);
+}
+
+Test(model, loss_gradient_matches_finite_differences_in_every_tensor, .timeout = 120) {
+    GPT m = tiny(7);
+    /* larger weights than at init, so every path carries gradient */
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    int B = 2, T = 8, in[16], tg[16];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    ModelCtx c = {&m, in, tg, B, T};
+    gpt_zero_grad(&m);
+    model_loss(&c);
+    gpt_backward(&m);
+    float *grads = malloc(m.n_params * 4);
+    memcpy(grads, m.grads, m.n_params * 4);
+    for (int v = 0; v < m.n_views; v++) {
+        const ParamView *pv = &m.views[v];
+        size_t numel = pv->numel;
+        if (strcmp(pv->name, "wte") == 0) numel = 256 * (size_t)m.cfg.C; /* padded rows: no use */
+        check_grad(pv->name, m.params + pv->offset, grads + pv->offset, numel, 4, model_loss, &c,
+                   5e-2);
+    }
+    free(grads);
+    gpt_free(&m);
+}
+
+Test(model, the_table_hash_names_the_layout) {
+    GPT a = tiny(1), b = tiny(2);
+    cr_assert_eq(a.table_hash, b.table_hash, "the seed must not change the table");
+    GPTConfig small;
+    gpt_config_preset("small", &small);
+    GPT c;
+    cr_assert_eq(gpt_build(&c, &small, 1, NULL), 0);
+    cr_assert_neq(a.table_hash, c.table_hash);
+    cr_assert_eq(a.views[0].offset, 0);
+    cr_assert_str_eq(a.views[a.n_views - 1].name, "ln_f.bias");
+    cr_assert_eq(a.views[a.n_views - 1].offset + a.views[a.n_views - 1].numel, a.n_params);
+    gpt_free(&a), gpt_free(&b), gpt_free(&c);
+}
+
+static void train_steps(GPT *m, const int *in, const int *tg, int B, int T, int steps, float lr,
+                        float *losses) {
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.0f};
+    for (int s = 0; s < steps; s++) {
+        float loss = gpt_forward(m, in, tg, B, T);
+        if (losses) losses[s] = loss;
+        gpt_zero_grad(m);
+        gpt_backward(m);
+        gpt_clip_grad_norm(m, 1.0f);
+        gpt_adamw_step(m, &o, lr);
+    }
+}
+
+Test(model, same_seed_same_threads_same_losses_bit_for_bit) {
+    int B = 4, T = 32, in[128], tg[128];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 13) % 251, tg[i] = (i * 17 + 3) % 251;
+    float l1[20], l2[20];
+    GPT a = tiny(99), b = tiny(99);
+    cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0, "same seed, different init");
+    train_steps(&a, in, tg, B, T, 20, 1e-3f, l1);
+    train_steps(&b, in, tg, B, T, 20, 1e-3f, l2);
+    cr_assert_eq(memcmp(l1, l2, sizeof l1), 0, "losses differ between identical runs");
+    gpt_free(&a), gpt_free(&b);
+}
+
+Test(model, tiny_learns_a_repeated_batch, .timeout = 120) {
+    const char *text = "the quick brown fox jumps over the lazy dog. pack my box with five dozen "
+                       "liquor jugs. how vexingly quick daft zebras jump! ";
+    int B = 4, T = 64, in[256], tg[256];
+    size_t n = strlen(text);
+    for (int i = 0; i < B * T; i++)
+        in[i] = (uint8_t)text[i % n], tg[i] = (uint8_t)text[(i + 1) % n];
+    GPT m = tiny(3);
+    float losses[300];
+    train_steps(&m, in, tg, B, T, 300, 3e-3f, losses);
+    cr_assert_gt(losses[0], 5.0f, "initial loss %g should be near ln 256", losses[0]);
+    cr_assert_lt(losses[299], 1.0f, "loss after 300 steps is %g nats/byte", losses[299]);
+    gpt_free(&m);
+}
+
+/* The small model on real text from Debian's fortunes: validation loss falls
+ * from about ln 256 = 5.5 to below 3.0 nats per byte. */
+Test(model, small_learns_real_text, .timeout = 180) {
+    const char *paths[] = {"/usr/share/games/fortunes/fortunes",
+                           "/usr/share/games/fortunes/literature",
+                           "/usr/share/games/fortunes/wisdom"};
+    TokenSet ts;
+    char err[ERR_LEN];
+    cr_assert_eq(tokens_load(&ts, paths, 3, err), 0, "%s (make deps installs fortunes)", err);
+    TokenView train, val;
+    tokens_split(&ts, 0.1, &train, &val);
+    GPTConfig cfg;
+    gpt_config_preset("small", &cfg);
+    GPT m;
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    int B = 8, T = 64;
+    Loader tl, vl;
+    cr_assert_eq(loader_init(&tl, train, B, T, 0, 1, 1, err), 0, "%s", err);
+    cr_assert_eq(loader_init(&vl, val, B, T, 0, 1, 2, err), 0, "%s", err);
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    float val0 = 0, val1 = 0;
+    for (int k = 0; k < 4; k++) {
+        loader_next(&vl, in, tg);
+        val0 += gpt_forward(&m, in, tg, B, T) / 4;
+    }
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < 250; s++) {
+        loader_next(&tl, in, tg);
+        gpt_forward(&m, in, tg, B, T);
+        gpt_zero_grad(&m);
+        gpt_backward(&m);
+        gpt_clip_grad_norm(&m, 1.0f);
+        gpt_adamw_step(&m, &o, lr_schedule(s, 250, 20, 3e-3f, 0.1f));
+    }
+    vl.pos = 0;
+    for (int k = 0; k < 4; k++) {
+        loader_next(&vl, in, tg);
+        val1 += gpt_forward(&m, in, tg, B, T) / 4;
+    }
+    cr_assert_gt(val0, 5.0f, "initial validation loss %g", val0);
+    cr_assert_lt(val1, 3.0f, "validation loss only fell from %g to %g", val0, val1);
+    free(in), free(tg);
+    gpt_free(&m);
+    tokens_free(&ts);
+}
+
+/* ---- checkpoints and shards ------------------------------------------------------ */
+
+Test(checkpoint_file, round_trip_is_bit_exact_and_damage_is_refused) {
+    char *dir = harness_tmpdir("ckpt"), path[700], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    GPT a = tiny(5);
+    int B = 2, T = 8, in[16], tg[16];
+    for (int i = 0; i < 16; i++) in[i] = i, tg[i] = i + 1;
+    train_steps(&a, in, tg, B, T, 2, 1e-3f, NULL);
+    cr_assert_eq(gpt_save(&a, path, 2, err), 0, "%s", err);
+    GPTConfig cfg;
+    int step;
+    cr_assert_eq(gpt_read_config(path, &cfg, &step, err), 0, "%s", err);
+    cr_assert_eq(step, 2);
+    cr_assert_eq(cfg.C, 64);
+    GPT b;
+    cr_assert_eq(gpt_build(&b, &cfg, 0, err), 0);
+    cr_assert_eq(gpt_load(&b, path, NULL, err), 0, "%s", err);
+    cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0);
+    char opt[720];
+    snprintf(opt, sizeof opt, "%s/model.opt.safetensors", dir);
+    cr_assert_eq(access(opt, F_OK), 0, "the optimizer state was not written");
+    /* damage: a header length past the end, then a truncated tensor */
+    char *data;
+    size_t len;
+    cr_assert_eq(file_read_all(path, 1 << 26, &data, &len, err), 0);
+    uint64_t hl;
+    memcpy(&hl, data, 8);
+    uint64_t huge = len;
+    memcpy(data, &huge, 8);
+    char bad[720];
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    cr_assert_eq(file_write_atomic(bad, data, len, 0644, err), 0);
+    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_not_null(strstr(err, "does not fit"), "%s", err);
+    memcpy(data, &hl, 8);
+    cr_assert_eq(file_write_atomic(bad, data, len - 100, 0644, err), 0);
+    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_not_null(strstr(err, "do not fit"), "%s", err);
+    /* a wrong dtype and a wrong shape, with the header edited in place */
+    char *dt = strstr(data + 8, "\"F32\"");
+    cr_assert_not_null(dt);
+    memcpy(dt, "\"F16\"", 5);
+    cr_assert_eq(file_write_atomic(bad, data, len, 0644, err), 0);
+    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_not_null(strstr(err, "dtype F16"), "%s", err);
+    free(data);
+    GPTConfig small;
+    gpt_config_preset("small", &small);
+    GPT c;
+    gpt_build(&c, &small, 0, err);
+    cr_assert_eq(gpt_load(&c, path, NULL, err), -1, "a tiny checkpoint loaded into small");
+    cr_assert_not_null(strstr(err, "parameter table"), "%s", err);
+    gpt_free(&a), gpt_free(&b), gpt_free(&c);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(shards, bin_round_trip_and_header_validation) {
+    char *dir = harness_tmpdir("bin"), path[700], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    uint16_t toks[1000];
+    for (int i = 0; i < 1000; i++) toks[i] = (uint16_t)(i * 50 % 50257);
+    cr_assert_eq(tokens_write_bin(path, toks, 1000, err), 0, "%s", err);
+    TokenSet ts;
+    const char *paths[] = {path};
+    cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
+    cr_assert_eq(ts.n, 1000);
+    cr_assert_eq(ts.vocab, 50257);
+    cr_assert_eq(memcmp(ts.tokens, toks, sizeof toks), 0);
+    tokens_free(&ts);
+    char *data;
+    size_t len;
+    cr_assert_eq(file_read_all(path, 1 << 20, &data, &len, err), 0);
+    int32_t bad_magic = 1234;
+    memcpy(data, &bad_magic, 4);
+    cr_assert_eq(file_write_atomic(path, data, len, 0644, err), 0);
+    cr_assert_eq(tokens_load(&ts, paths, 1, err), -1);
+    cr_assert_not_null(strstr(err, "not a token shard"), "%s", err);
+    int32_t magic = 20240520, count = 999999;
+    memcpy(data, &magic, 4);
+    memcpy(data + 8, &count, 4);
+    cr_assert_eq(file_write_atomic(path, data, len, 0644, err), 0);
+    cr_assert_eq(tokens_load(&ts, paths, 1, err), -1);
+    cr_assert_not_null(strstr(err, "999999 tokens"), "%s", err);
+    free(data);
+    harness_rmtree(dir);
+    free(dir);
+}
