@@ -6,24 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef STRAIT_HAVE_OPENMP
-#include <omp.h>
-#endif
-#include <cblas.h>
 
 #include "cli.h"
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
-
-static void set_threads(int n) {
-    if (n <= 0) return;
-#ifdef STRAIT_HAVE_OPENMP
-    omp_set_num_threads(n);
-#endif
-    openblas_set_num_threads(n);
-}
 
 static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
     size_t saved = ld->pos;
@@ -118,7 +105,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                preset);
     if (T == 0) T = cfg.T;
     if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
-    set_threads(threads);
+    kernels_set_threads(threads);
     char err[ERR_LEN];
     TokenSet ts;
     if (tokens_load(&ts, data, n_data, err) != 0) return cli_fail(cmd, "%s", err);

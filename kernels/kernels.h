@@ -36,6 +36,10 @@ const char *kernels_nccl_version(void);
 
 /* ---- CPU ops (fp32, row-major; backward ops accumulate into gradients) ---- */
 
+/* n OpenMP threads for the ops (0: keep the default), OpenBLAS on one: the
+ * ops split their products across the OpenMP threads themselves. */
+void kernels_set_threads(int n);
+
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                      int C);
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,

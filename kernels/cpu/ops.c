@@ -15,8 +15,13 @@
 #include <string.h>
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "../kernels.h"
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
 
 /* ---- encoder: token + position embeddings ------------------------------ */
 
@@ -90,33 +95,64 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
 
 /* ---- matmul: out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias ------------- */
 
+/* OpenBLAS runs single-threaded (kernels_set_threads); these ops split their
+ * products into blocks over OpenMP threads instead, so the two thread pools
+ * never spin against each other. */
+static int omp_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f,
-                out, OC);
-    if (bias != NULL) {
+    int parts = omp_threads(), per = (N + parts - 1) / parts;
 #pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    for (int p = 0; p < parts; p++) {
+        int r0 = p * per, rows = N - r0 < per ? N - r0 : per;
+        if (rows <= 0) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f,
+                    inp + (size_t)r0 * C, C, weight, C, 0.0f, out + (size_t)r0 * OC, OC);
+        if (bias != NULL)
+            for (int n = r0; n < r0 + rows; n++)
+                for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
     }
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
-    /* dinp (N,C) += dout (N,OC) · weight (OC,C) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                1.0f, dinp, C);
-    /* dweight (OC,C) += doutᵀ (OC,N) · inp (N,C) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
-    if (dbias != NULL) {
+    int parts = omp_threads(), per_n = (N + parts - 1) / parts, per_o = (OC + parts - 1) / parts;
 #pragma omp parallel for
-        for (int o = 0; o < OC; o++) {
-            float s = 0;
-            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
-            dbias[o] += s;
+    for (int p = 0; p < parts; p++) {
+        /* dinp rows (N,C) += dout (N,OC) · weight (OC,C), by blocks of rows */
+        int r0 = p * per_n, rows = N - r0 < per_n ? N - r0 : per_n;
+        if (rows > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
+                        dout + (size_t)r0 * OC, OC, weight, C, 1.0f, dinp + (size_t)r0 * C, C);
+        /* dweight rows (OC,C) += doutᵀ · inp, by blocks of output channels */
+        int o0 = p * per_o, ocs = OC - o0 < per_o ? OC - o0 : per_o;
+        if (ocs > 0) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ocs, C, N, 1.0f, dout + o0, OC,
+                        inp, C, 1.0f, dweight + (size_t)o0 * C, C);
+            if (dbias != NULL)
+                for (int o = o0; o < o0 + ocs; o++) {
+                    float sum = 0;
+                    for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + o];
+                    dbias[o] += sum;
+                }
         }
     }
+}
+
+void kernels_set_threads(int n) {
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+    openblas_set_num_threads(1);
 }
 
 /* ---- causal self-attention ------------------------------------------------ */
@@ -172,32 +208,29 @@ void attention_backward(float *dinp, float *dpreatt, float *datt, const float *d
                 const float *a = att + (((size_t)b * NH + h) * T + t) * T;
                 float *da = datt + (((size_t)b * NH + h) * T + t) * T;
                 float *dpre = dpreatt + (((size_t)b * NH + h) * T + t) * T;
-                const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                float *dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                const float *restrict q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float *restrict dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
                 const float *d = dout + ((size_t)b * T + t) * C + h * hs;
-                /* out = Σ a v */
+                /* out = Σ a v (locals keep the sums in registers: the buffers could alias) */
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = inp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
-                    float *dv = dinp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
-                    for (int i = 0; i < hs; i++) {
-                        da[t2] += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
-                    }
+                    const float *restrict v = inp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+                    float *restrict dv = dinp + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+                    float sum = 0, at = a[t2];
+                    for (int i = 0; i < hs; i++) sum += v[i] * d[i];
+                    for (int i = 0; i < hs; i++) dv[i] += at * d[i];
+                    da[t2] += sum;
                 }
-                /* softmax */
-                for (int t2 = 0; t2 <= t; t2++)
-                    for (int t3 = 0; t3 <= t; t3++) {
-                        float ind = t2 == t3 ? 1.0f : 0.0f;
-                        dpre[t3] += a[t2] * (ind - a[t3]) * da[t2];
-                    }
+                /* softmax: dpre = a ⊙ (da − Σ a·da), O(T) per row instead of O(T²) */
+                float ada = 0;
+                for (int t2 = 0; t2 <= t; t2++) ada += a[t2] * da[t2];
+                for (int t3 = 0; t3 <= t; t3++) dpre[t3] += a[t3] * (da[t3] - ada);
                 /* pre = q·k · scale */
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = inp + ((size_t)b * T + t2) * C3 + h * hs + C;
-                    float *dk = dinp + ((size_t)b * T + t2) * C3 + h * hs + C;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += k[i] * dpre[t2] * scale;
-                        dk[i] += q[i] * dpre[t2] * scale;
-                    }
+                    const float *restrict k = inp + ((size_t)b * T + t2) * C3 + h * hs + C;
+                    float *restrict dk = dinp + ((size_t)b * T + t2) * C3 + h * hs + C;
+                    float g = dpre[t2] * scale;
+                    for (int i = 0; i < hs; i++) dq[i] += k[i] * g;
+                    for (int i = 0; i < hs; i++) dk[i] += q[i] * g;
                 }
             }
 }
@@ -218,8 +251,8 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
 #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         float x = inp[i], cube = 0.044715f * x * x * x;
-        float arg = GELU_SCALE * (x + cube), th = tanhf(arg), ch = coshf(arg);
-        float sech2 = 1.0f / (ch * ch);
+        float arg = GELU_SCALE * (x + cube), th = tanhf(arg);
+        float sech2 = 1.0f - th * th;
         float grad =
             0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += grad * dout[i];
