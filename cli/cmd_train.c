@@ -11,7 +11,6 @@
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-
 static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
     size_t saved = ld->pos;
     ld->pos = 0;

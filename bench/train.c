@@ -1,0 +1,120 @@
+/*
+ * train.c — CPU training throughput: tokens per second of full training
+ * steps (forward, backward, clip, AdamW) for `small` with B=8, T=128 and for
+ * `base`, at 1 and all threads, with peak memory; and the fused classifier's
+ * memory against a naive one on gpt2-124m shapes.
+ *
+ * The baseline of the issue, llm.c's train_gpt2.c on this shape and kind of
+ * machine (about 3 900 tokens/s), cannot be built here (no network beyond
+ * Debian and PyPI); it is printed as a reference figure, labelled as such.
+ *
+ *   build/bench/train [--full]     (--full: more steps)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#ifdef STRAIT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+#define LLMC_REFERENCE_TOK_S 3900.0
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static double tokens_per_s(const char *preset, int B, int T, int threads, int steps) {
+    GPTConfig cfg;
+    gpt_config_preset(preset, &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    kernels_set_threads(threads);
+    int *in = mallocCheck(sizeof(int) * (size_t)B * T),
+        *tg = mallocCheck(sizeof(int) * (size_t)B * T);
+    for (int i = 0; i < B * T; i++) in[i] = (i * 31) % 256, tg[i] = (i * 17 + 1) % 256;
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    uint64_t t0 = 0;
+    for (int s = 0; s < steps + 2; s++) {
+        if (s == 2) t0 = time_monotonic_ns(); /* two warm-up steps */
+        gpt_forward(&m, in, tg, B, T);
+        gpt_zero_grad(&m);
+        gpt_backward(&m);
+        gpt_clip_grad_norm(&m, 1.0f);
+        gpt_adamw_step(&m, &o, 1e-3f);
+    }
+    double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    free(in), free(tg);
+    gpt_free(&m);
+    return (double)steps * B * T / secs;
+}
+
+static void emit(const char *preset, int B, int T, int threads, double tok_s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("train"));
+    json_object_set_new(o, "case", json_string(preset));
+    json_object_set_new(o, "preset", json_string(preset));
+    json_object_set_new(o, "B", json_integer(B));
+    json_object_set_new(o, "T", json_integer(T));
+    json_object_set_new(o, "threads", json_integer(threads));
+    json_object_set_new(o, "tokens_per_s", json_real(tok_s));
+    json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
+    if (strcmp(preset, "small") == 0) {
+        json_object_set_new(o, "baseline",
+                            json_string("llm.c train_gpt2.c, reference figure, not measured here"));
+        json_object_set_new(o, "baseline_tokens_per_s", json_real(LLMC_REFERENCE_TOK_S));
+        json_object_set_new(o, "ratio", json_real(tok_s / LLMC_REFERENCE_TOK_S));
+    }
+    json_emit_line(stdout, o);
+}
+
+int main(int argc, char **argv) {
+    int full = argc > 1 && strcmp(argv[1], "--full") == 0;
+    log_set_level(LOG_ERROR);
+    int max_threads = 1;
+#ifdef STRAIT_HAVE_OPENMP
+    max_threads = omp_get_max_threads();
+#endif
+    /* the fused classifier on gpt2-124m shapes: B=4, T=1024, V=50257, C=768 */
+    int N = 4 * 1024, C = 768, V = 50257;
+    float *h = mallocCheck(sizeof(float) * (size_t)N * C),
+          *wte = mallocCheck(sizeof(float) * (size_t)V * C);
+    float *dh = callocCheck((size_t)N * C, sizeof(float)),
+          *dw = callocCheck((size_t)V * C, sizeof(float));
+    int *tg = mallocCheck(sizeof(int) * (size_t)N);
+    for (size_t i = 0; i < (size_t)N * C; i++) h[i] = (float)((i * 2654435761u) % 1000) * 1e-4f;
+    for (size_t i = 0; i < (size_t)V * C; i++) wte[i] = (float)((i * 40503u) % 1000) * 1e-5f;
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    memset(dh, 0, sizeof(float) * (size_t)N * C); /* touch the gradients: calloc's pages */
+    memset(dw, 0, sizeof(float) * (size_t)V * C); /* are only mapped when first written */
+    double before = peak_rss_mb();
+    kernels_set_threads(max_threads);
+    uint64_t t0 = time_monotonic_ns();
+    classifier_forward_backward(NULL, dh, dw, h, wte, tg, N, C, V);
+    double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("train"));
+    json_object_set_new(o, "case", json_string("fused_classifier_gpt2_124m"));
+    json_object_set_new(o, "N", json_integer(N));
+    json_object_set_new(o, "V", json_integer(V));
+    json_object_set_new(o, "inputs_mb",
+                        json_real(2.0 * ((double)N * C + (double)V * C) * 4 / 1048576.0));
+    json_object_set_new(o, "fused_extra_mb", json_real(peak_rss_mb() - before));
+    /* a naive classifier holds the logits and their gradient: 2 N V floats */
+    json_object_set_new(o, "naive_logits_mb", json_real(2.0 * N * (double)V * 4 / 1048576.0));
+    json_object_set_new(o, "seconds", json_real(secs));
+    json_emit_line(stdout, o);
+    free(h), free(wte), free(dh), free(dw), free(tg);
+    int counts[2] = {1, max_threads};
+    for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {
+        emit("small", 8, 128, counts[k], tokens_per_s("small", 8, 128, counts[k], full ? 50 : 15));
+        emit("base", 4, 256, counts[k], tokens_per_s("base", 4, 256, counts[k], full ? 10 : 3));
+    }
+    return 0;
+}
