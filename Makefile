@@ -19,6 +19,9 @@ SAN ?= 0
 # Separate trees for builds whose objects differ, so switching never mixes them.
 BUILD := build$(if $(filter 1,$(SAN)),/san)$(if $(filter 0,$(CUDA)),/cpu)
 
+# The reference safetensors package from PyPI, for the interoperability test.
+VENV := build/venv
+
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
@@ -190,12 +193,17 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 # Criterion runs tests in parallel, one per core: each test runs single-threaded
 # (OpenMP and OpenBLAS both spin, and oversubscribed they crawl).
 TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
+  STRAIT_PYTHON=$(abspath $(VENV))/bin/python STRAIT_SRC=$(abspath .) \
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS)
+$(VENV)/.ok:
+	@echo "  VENV   $(VENV) (safetensors, numpy from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy && touch $@
+
+test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"

@@ -12,6 +12,7 @@ packages=(
   libsqlite3-dev sqlite3 libzstd-dev libxxhash-dev libopenblas-dev
   libjansson-dev libinih-dev libcriterion-dev
   fortunes fortunes-de fortunes-es fortunes-it
+  python3 python3-venv openssl
 )
 
 missing=()
