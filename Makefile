@@ -25,7 +25,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: all test demo bench install clean deps format lint fuzz help
+.PHONY: all test test-gpu demo bench install clean deps format lint fuzz help
 .DEFAULT_GOAL := all
 
 deps:
@@ -98,7 +98,7 @@ CU_SRC := $(wildcard kernels/cuda/*.cu)
 LDFLAGS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
 LDLIBS += -lcublas -lcudart -lstdc++
 NVCCFLAGS := -std=c++17 -O2 -g -arch=sm_$(CUDA_ARCH) -Werror all-warnings \
-  -Xcompiler -Wall,-Wextra,-Werror -D_GNU_SOURCE -I.
+  -Xcompiler -Wall,-Wextra,-Werror -D_GNU_SOURCE -DSTRAIT_HAVE_CUDA -I.
 ifeq ($(HAVE_NCCL),1)
 CPPFLAGS += -DSTRAIT_HAVE_NCCL
 NVCCFLAGS += -DSTRAIT_HAVE_NCCL
@@ -128,9 +128,11 @@ BIN := $(BUILD)/strait
 UNIT_BIN := $(BUILD)/tests/unit
 INTEG_BIN := $(BUILD)/tests/integration
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
+GPU_BIN := $(BUILD)/tests/gpu_ops
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/helpers/*.c))
 
-all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS)
+all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
 
 $(PROTO_C) $(PROTO_H) &: schema/strait.proto
 	@mkdir -p $(BUILD)/gen
@@ -178,6 +180,15 @@ $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj
 $(INTEG_BIN): $(INTEG_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+
+$(GPU_BIN): $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
+	@mkdir -p $(@D)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+
+# The CUDA ops against the CPU, and GPU training against the CPU trainer; run on
+# a machine with a GPU (the tests report SKIP elsewhere). Not part of make test.
+test-gpu: $(GPU_BIN)
+	$(Q)STRAIT_LOG=error $(GPU_BIN) --short-filename --verbose
 
 # helper programs the integration tests run as separate processes
 $(BUILD)/tests/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)

@@ -24,21 +24,16 @@ static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {"out", required_argument, NULL, 'o'},
-                                         {"val-every", required_argument, NULL, 'v'},
-                                         {"seed", required_argument, NULL, 'S'},
-                                         {"json", no_argument, NULL, 'J'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
+        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
+        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
+        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
+        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'J'},          {NULL, 0, NULL, 0}};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu";
-    int n_data = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0;
+    int n_data = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0, gpus = 1;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -78,6 +73,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'v':
             val_every = atoi(optarg);
             break;
+        case 'g':
+            gpus = atoi(optarg);
+            break;
         case 'S':
             seed = strtoull(optarg, NULL, 10);
             break;
@@ -93,11 +91,13 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (n_data == 0) return cli_usage_error(cmd, "give the training text with --data PATH");
     if (steps < 1 || B < 1 || T < 0 || !(lr > 0) || val_every < 1)
         return cli_usage_error(cmd, "--steps, --batch and --val-every must be positive, --lr > 0");
-    if (strcmp(device, "cpu") != 0)
-        return cli_usage_error(cmd,
-                               "--device %s: this trainer runs on the CPU; the CUDA trainer "
-                               "is not part of this build yet",
-                               device);
+    int cuda = strcmp(device, "cuda") == 0;
+    if (!cuda && strcmp(device, "cpu") != 0)
+        return cli_usage_error(cmd, "--device is cpu or cuda, not '%s'", device);
+#ifndef STRAIT_HAVE_CUDA
+    if (cuda) return cli_usage_error(cmd, "--device cuda: this strait was built without CUDA");
+#endif
+    if (gpus < 1) return cli_usage_error(cmd, "--gpus must be at least 1");
     GPTConfig cfg;
     if (gpt_config_preset(preset, &cfg) != 0)
         return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
@@ -128,9 +128,19 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         tokens_free(&ts);
         return cli_fail(cmd, "%s", err);
     }
-    int *in = mallocCheck(sizeof(int) * (size_t)B * T),
-        *tg = mallocCheck(sizeof(int) * (size_t)B * T);
+    int replicas = cuda ? gpus : 1;
+    int *in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
+    int *tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+#ifdef STRAIT_HAVE_CUDA
+    GPTCuda *gpu = NULL;
+    if (cuda && (gpu = gpt_cuda_create(&m, gpus, B, T, err)) == NULL) {
+        free(in), free(tg);
+        gpt_free(&m);
+        tokens_free(&ts);
+        return cli_fail(cmd, "--device cuda: %s", err);
+    }
+#endif
     int warmup = steps / 10 < 100 ? steps / 10 : 100;
     ProgressBar pb;
     progress_init(&pb, stderr, "train", (uint64_t)steps);
@@ -140,25 +150,37 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d\n", preset,
                 m.n_params, train.n, steps, B, T);
     for (int s = 0; s < steps; s++) {
-        loader_next(&tl, in, tg);
-        loss = gpt_forward(&m, in, tg, B, T);
-        gpt_zero_grad(&m);
-        gpt_backward(&m);
-        float norm = gpt_clip_grad_norm(&m, 1.0f);
-        float step_lr = lr_schedule(s, steps, warmup, lr, 0.1f);
-        gpt_adamw_step(&m, &o, step_lr);
+        float step_lr = lr_schedule(s, steps, warmup, lr, 0.1f), norm = NAN;
+        for (int r = 0; r < replicas; r++)
+            loader_next(&tl, in + (size_t)r * B * T, tg + (size_t)r * B * T);
+#ifdef STRAIT_HAVE_CUDA
+        if (gpu) {
+            loss = gpt_cuda_step(gpu, in, tg, &o, step_lr, 1.0f);
+        } else
+#endif
+        {
+            loss = gpt_forward(&m, in, tg, B, T);
+            gpt_zero_grad(&m);
+            gpt_backward(&m);
+            norm = gpt_clip_grad_norm(&m, 1.0f);
+            gpt_adamw_step(&m, &o, step_lr);
+        }
         double secs = (double)(time_monotonic_ns() - t0) / 1e9;
-        double tok_s = (double)(s + 1) * B * T / secs;
+        double tok_s = (double)(s + 1) * B * T * replicas / secs;
         int last = s == steps - 1;
-        if (have_val && ((s + 1) % val_every == 0 || last))
+        if (have_val && ((s + 1) % val_every == 0 || last)) {
+#ifdef STRAIT_HAVE_CUDA
+            if (gpu) gpt_cuda_params_to_host(gpu, &m); /* validation runs on the CPU copy */
+#endif
             val_loss = eval_loss(&m, &vl, 8, in, tg);
+        }
         if (json && ((s + 1) % 10 == 0 || last || (s + 1) % val_every == 0)) {
             json_t *j = json_object();
             json_object_set_new(j, "step", json_integer(s + 1));
             json_object_set_new(j, "loss", json_real(loss));
             json_object_set_new(j, "val_loss", isnan(val_loss) ? json_null() : json_real(val_loss));
             json_object_set_new(j, "lr", json_real(step_lr));
-            json_object_set_new(j, "grad_norm", json_real(norm));
+            json_object_set_new(j, "grad_norm", isnan(norm) ? json_null() : json_real(norm));
             json_object_set_new(j, "tokens_per_s", json_real(tok_s));
             json_emit_line(stdout, j);
         }
@@ -170,6 +192,12 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     val_loss, tok_s);
     }
     progress_finish(&pb, (uint64_t)steps, "done");
+#ifdef STRAIT_HAVE_CUDA
+    if (gpu) {
+        gpt_cuda_params_to_host(gpu, &m);
+        gpt_cuda_free(gpu);
+    }
+#endif
     int rc = EXIT_OK;
     if (out) {
         if (gpt_save(&m, out, steps, err) != 0)

@@ -1,0 +1,282 @@
+/*
+ * gpt_cuda.cu — the GPT trained on the site's GPUs: one replica per device
+ * in one process, the forward and backward passes of kernels/gpt.c built
+ * from the CUDA ops, gradients averaged across the replicas with NCCL
+ * (ncclCommInitAll, ncclAllReduce with ncclAvg on a dedicated stream per
+ * device), and AdamW on every replica so their parameters stay identical.
+ *
+ * The host GPT (gpt_build) supplies the table, the initial parameters and
+ * the activation layout; this file mirrors gpt.c's orchestration op for op.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+#ifdef STRAIT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+extern "C" {
+#include "../kernels.h"
+}
+
+#define cudaCheck(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
+                    cudaGetErrorString(e_));                                                       \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+#ifdef STRAIT_HAVE_NCCL
+#define ncclCheck(call)                                                                            \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess) {                                                                   \
+            fprintf(stderr, "fatal (%s:%d): NCCL: %s\n", __FILE__, __LINE__,                       \
+                    ncclGetErrorString(r_));                                                       \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+#endif
+
+#define MAX_GPUS 16
+
+typedef struct Replica {
+    int device;
+    cudaStream_t stream, comm_stream;
+    cudaEvent_t grads_ready;
+    float *params, *grads, *m, *v, *acts, *dacts; /* device, owned */
+    int *inputs, *targets;                        /* device, owned */
+} Replica;
+
+struct GPTCuda {
+    const GPT *host; /* table and layout, not owned */
+    int n;
+    Replica r[MAX_GPUS];
+#ifdef STRAIT_HAVE_NCCL
+    ncclComm_t comms[MAX_GPUS];
+#endif
+    int B, T, step;
+};
+
+extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
+    int have = 0;
+    if (cudaGetDeviceCount(&have) != cudaSuccess || have == 0) {
+        cudaGetLastError();
+        snprintf(err, 512, "no CUDA device here");
+        return NULL;
+    }
+    if (n_gpus < 1 || n_gpus > have || n_gpus > MAX_GPUS) {
+        snprintf(err, 512, "%d GPUs asked for, %d present", n_gpus, have);
+        return NULL;
+    }
+#ifndef STRAIT_HAVE_NCCL
+    if (n_gpus > 1) {
+        snprintf(err, 512, "more than one GPU needs NCCL, which this build lacks");
+        return NULL;
+    }
+#endif
+    /* the host model lays out activations for (B, T) */
+    int *tmp = (int *)calloc((size_t)B * T, sizeof(int));
+    gpt_forward(host, tmp, NULL, B, T);
+    free(tmp);
+    GPTCuda *g = (GPTCuda *)calloc(1, sizeof *g);
+    g->host = host, g->n = n_gpus, g->B = B, g->T = T;
+    size_t np = host->n_params * sizeof(float), na = host->acts_len * sizeof(float);
+    for (int i = 0; i < n_gpus; i++) {
+        Replica *r = &g->r[i];
+        r->device = i;
+        cudaCheck(cudaSetDevice(i));
+        cudaCheck(cudaStreamCreate(&r->stream));
+        cudaCheck(cudaStreamCreate(&r->comm_stream));
+        cudaCheck(cudaEventCreateWithFlags(&r->grads_ready, cudaEventDisableTiming));
+        cudaCheck(cudaMalloc((void **)&r->params, np));
+        cudaCheck(cudaMalloc((void **)&r->grads, np));
+        cudaCheck(cudaMalloc((void **)&r->m, np));
+        cudaCheck(cudaMalloc((void **)&r->v, np));
+        cudaCheck(cudaMalloc((void **)&r->acts, na));
+        cudaCheck(cudaMalloc((void **)&r->dacts, na));
+        cudaCheck(cudaMalloc((void **)&r->inputs, sizeof(int) * (size_t)B * T));
+        cudaCheck(cudaMalloc((void **)&r->targets, sizeof(int) * (size_t)B * T));
+        cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(r->m, 0, np));
+        cudaCheck(cudaMemset(r->v, 0, np));
+    }
+#ifdef STRAIT_HAVE_NCCL
+    if (n_gpus > 1) {
+        int devs[MAX_GPUS];
+        for (int i = 0; i < n_gpus; i++) devs[i] = i;
+        ncclCheck(ncclCommInitAll(g->comms, n_gpus, devs));
+    }
+#endif
+    return g;
+}
+
+extern "C" void gpt_cuda_free(GPTCuda *g) {
+    if (g == NULL) return;
+    for (int i = 0; i < g->n; i++) {
+        Replica *r = &g->r[i];
+        cudaCheck(cudaSetDevice(r->device));
+        cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
+        cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
+        cudaStreamDestroy(r->stream), cudaStreamDestroy(r->comm_stream);
+        cudaEventDestroy(r->grads_ready);
+#ifdef STRAIT_HAVE_NCCL
+        if (g->n > 1) ncclCommDestroy(g->comms[i]);
+#endif
+    }
+    free(g);
+}
+
+enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB };
+
+/* forward of one replica on its (B, T) batch; returns the mean loss */
+static float replica_forward(const GPT *m, Replica *r, int B, int T, int with_loss) {
+    const GPTConfig *c = &m->cfg;
+    int C = c->C, NH = c->NH, L = c->L, BT = B * T;
+    void *st = r->stream;
+    float *a = r->acts, *p = r->params;
+    size_t sBTC = (size_t)BT * C, sBT = (size_t)BT, sATT = (size_t)B * NH * T * T;
+#define LP(base, l, w) ((base) + m->views[2 + 12 * (l) + (w)].offset)
+    encoder_forward_cuda(a + m->a.encoded, r->inputs, p + m->views[0].offset,
+                         p + m->views[1].offset, B, T, C, st);
+    for (int l = 0; l < L; l++) {
+        float *residual = l == 0 ? a + m->a.encoded : a + m->a.residual3 + (l - 1) * sBTC;
+        float *ln1 = a + m->a.ln1 + l * sBTC, *qkv = a + m->a.qkv + l * 3 * sBTC;
+        float *atty = a + m->a.atty + l * sBTC, *attproj = a + m->a.attproj + l * sBTC;
+        float *res2 = a + m->a.residual2 + l * sBTC, *ln2 = a + m->a.ln2 + l * sBTC;
+        float *fch = a + m->a.fch + l * 4 * sBTC, *fchg = a + m->a.fch_gelu + l * 4 * sBTC;
+        float *fcproj = a + m->a.fcproj + l * sBTC, *res3 = a + m->a.residual3 + l * sBTC;
+        layernorm_forward_cuda(ln1, a + m->a.ln1_mean + l * sBT, a + m->a.ln1_rstd + l * sBT,
+                               residual, LP(p, l, LN1W), LP(p, l, LN1B), BT, C, st);
+        matmul_forward_cuda(qkv, ln1, LP(p, l, QKVW), LP(p, l, QKVB), BT, C, 3 * C, st);
+        attention_forward_cuda(atty, a + m->a.preatt + l * sATT, a + m->a.att + l * sATT, qkv, B, T,
+                               C, NH, st);
+        matmul_forward_cuda(attproj, atty, LP(p, l, APW), LP(p, l, APB), BT, C, C, st);
+        residual_forward_cuda(res2, residual, attproj, sBTC, st);
+        layernorm_forward_cuda(ln2, a + m->a.ln2_mean + l * sBT, a + m->a.ln2_rstd + l * sBT, res2,
+                               LP(p, l, LN2W), LP(p, l, LN2B), BT, C, st);
+        matmul_forward_cuda(fch, ln2, LP(p, l, FCW), LP(p, l, FCB), BT, C, 4 * C, st);
+        gelu_forward_cuda(fchg, fch, 4 * sBTC, st);
+        matmul_forward_cuda(fcproj, fchg, LP(p, l, FPW), LP(p, l, FPB), BT, 4 * C, C, st);
+        residual_forward_cuda(res3, res2, fcproj, sBTC, st);
+    }
+    const ParamView *lnfw = &m->views[m->n_views - 2], *lnfb = &m->views[m->n_views - 1];
+    layernorm_forward_cuda(a + m->a.lnf, a + m->a.lnf_mean, a + m->a.lnf_rstd,
+                           a + m->a.residual3 + (L - 1) * sBTC, p + lnfw->offset, p + lnfb->offset,
+                           BT, C, st);
+    if (!with_loss) return -1.0f;
+    return classifier_forward_backward_cuda(a + m->a.losses, NULL, NULL, a + m->a.lnf,
+                                            p + m->views[0].offset, r->targets, BT, C, c->V, st);
+}
+
+static void replica_backward(const GPT *m, Replica *r, int B, int T) {
+    const GPTConfig *c = &m->cfg;
+    int C = c->C, NH = c->NH, L = c->L, BT = B * T;
+    void *st = r->stream;
+    float *a = r->acts, *d = r->dacts, *p = r->params, *g = r->grads;
+    size_t sBTC = (size_t)BT * C, sBT = (size_t)BT, sATT = (size_t)B * NH * T * T;
+    cudaCheck(cudaMemsetAsync(d, 0, m->acts_len * sizeof(float), r->stream));
+    cudaCheck(cudaMemsetAsync(g, 0, m->n_params * sizeof(float), r->stream));
+    classifier_forward_backward_cuda(NULL, d + m->a.lnf, g + m->views[0].offset, a + m->a.lnf,
+                                     p + m->views[0].offset, r->targets, BT, C, c->V, st);
+    const ParamView *lnfw = &m->views[m->n_views - 2], *lnfb = &m->views[m->n_views - 1];
+    layernorm_backward_cuda(d + m->a.residual3 + (L - 1) * sBTC, g + lnfw->offset, g + lnfb->offset,
+                            d + m->a.lnf, a + m->a.residual3 + (L - 1) * sBTC, p + lnfw->offset,
+                            a + m->a.lnf_mean, a + m->a.lnf_rstd, BT, C, st);
+    for (int l = L - 1; l >= 0; l--) {
+        float *residual = l == 0 ? a + m->a.encoded : a + m->a.residual3 + (l - 1) * sBTC;
+        float *dresidual = l == 0 ? d + m->a.encoded : d + m->a.residual3 + (l - 1) * sBTC;
+#define ACT(f, mult)  (a + m->a.f + l * (mult)*sBTC)
+#define DACT(f, mult) (d + m->a.f + l * (mult)*sBTC)
+        residual_backward_cuda(DACT(residual2, 1), DACT(fcproj, 1), DACT(residual3, 1), sBTC, st);
+        matmul_backward_cuda(DACT(fch_gelu, 4), LP(g, l, FPW), LP(g, l, FPB), DACT(fcproj, 1),
+                             ACT(fch_gelu, 4), LP(p, l, FPW), BT, 4 * C, C, st);
+        gelu_backward_cuda(DACT(fch, 4), ACT(fch, 4), DACT(fch_gelu, 4), 4 * sBTC, st);
+        matmul_backward_cuda(DACT(ln2, 1), LP(g, l, FCW), LP(g, l, FCB), DACT(fch, 4), ACT(ln2, 1),
+                             LP(p, l, FCW), BT, C, 4 * C, st);
+        layernorm_backward_cuda(DACT(residual2, 1), LP(g, l, LN2W), LP(g, l, LN2B), DACT(ln2, 1),
+                                ACT(residual2, 1), LP(p, l, LN2W), a + m->a.ln2_mean + l * sBT,
+                                a + m->a.ln2_rstd + l * sBT, BT, C, st);
+        residual_backward_cuda(dresidual, DACT(attproj, 1), DACT(residual2, 1), sBTC, st);
+        matmul_backward_cuda(DACT(atty, 1), LP(g, l, APW), LP(g, l, APB), DACT(attproj, 1),
+                             ACT(atty, 1), LP(p, l, APW), BT, C, C, st);
+        attention_backward_cuda(DACT(qkv, 3), d + m->a.preatt + l * sATT, d + m->a.att + l * sATT,
+                                DACT(atty, 1), ACT(qkv, 3), a + m->a.att + l * sATT, B, T, C, NH,
+                                st);
+        matmul_backward_cuda(DACT(ln1, 1), LP(g, l, QKVW), LP(g, l, QKVB), DACT(qkv, 3),
+                             ACT(ln1, 1), LP(p, l, QKVW), BT, C, 3 * C, st);
+        layernorm_backward_cuda(dresidual, LP(g, l, LN1W), LP(g, l, LN1B), DACT(ln1, 1), residual,
+                                LP(p, l, LN1W), a + m->a.ln1_mean + l * sBT,
+                                a + m->a.ln1_rstd + l * sBT, BT, C, st);
+#undef ACT
+#undef DACT
+    }
+    encoder_backward_cuda(g + m->views[0].offset, g + m->views[1].offset, d + m->a.encoded,
+                          r->inputs, B, T, C, st);
+#undef LP
+}
+
+/* One step on every replica: inputs/targets hold n_gpus batches of (B, T),
+ * replica i takes the i-th. Returns the mean loss over all replicas. */
+extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets,
+                               const AdamWConfig *o, float lr, float max_norm) {
+    const GPT *m = g->host;
+    size_t bt = (size_t)g->B * g->T;
+    float loss = 0;
+    for (int i = 0; i < g->n; i++) {
+        Replica *r = &g->r[i];
+        cudaCheck(cudaSetDevice(r->device));
+        cudaCheck(cudaMemcpyAsync(r->inputs, inputs + i * bt, bt * sizeof(int),
+                                  cudaMemcpyHostToDevice, r->stream));
+        cudaCheck(cudaMemcpyAsync(r->targets, targets + i * bt, bt * sizeof(int),
+                                  cudaMemcpyHostToDevice, r->stream));
+        loss += replica_forward(m, r, g->B, g->T, 1) / g->n;
+        replica_backward(m, r, g->B, g->T);
+        cudaCheck(cudaEventRecord(r->grads_ready, r->stream));
+    }
+#ifdef STRAIT_HAVE_NCCL
+    if (g->n > 1) { /* average the gradients on the communication streams */
+        ncclCheck(ncclGroupStart());
+        for (int i = 0; i < g->n; i++) {
+            Replica *r = &g->r[i];
+            cudaCheck(cudaSetDevice(r->device));
+            cudaCheck(cudaStreamWaitEvent(r->comm_stream, r->grads_ready, 0));
+            ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
+                                    g->comms[i], r->comm_stream));
+        }
+        ncclCheck(ncclGroupEnd());
+        for (int i = 0; i < g->n; i++) {
+            cudaCheck(cudaSetDevice(g->r[i].device));
+            cudaCheck(cudaStreamSynchronize(g->r[i].comm_stream));
+        }
+    }
+#endif
+    g->step++;
+    for (int i = 0; i < g->n; i++) {
+        Replica *r = &g->r[i];
+        cudaCheck(cudaSetDevice(r->device));
+        clip_grad_norm_cuda(r->grads, m->n_params, max_norm, r->stream);
+        /* decay on matrices only, as on the CPU: per view */
+        for (int v = 0; v < m->n_views; v++) {
+            const ParamView *pv = &m->views[v];
+            adamw_cuda(r->params + pv->offset, r->grads + pv->offset, r->m + pv->offset,
+                       r->v + pv->offset, pv->numel, lr, o->beta1, o->beta2, o->eps,
+                       pv->ndim >= 2 ? o->weight_decay : 0.0f, g->step, r->stream);
+        }
+    }
+    for (int i = 0; i < g->n; i++) {
+        cudaCheck(cudaSetDevice(g->r[i].device));
+        cudaCheck(cudaStreamSynchronize(g->r[i].stream));
+    }
+    return loss;
+}
+
+extern "C" void gpt_cuda_params_to_host(GPTCuda *g, GPT *host) {
+    cudaCheck(cudaSetDevice(g->r[0].device));
+    cudaCheck(cudaMemcpy(host->params, g->r[0].params, host->n_params * sizeof(float),
+                         cudaMemcpyDeviceToHost));
+}

@@ -1,0 +1,492 @@
+/*
+ * ops.cu — the CUDA twins of kernels/cpu/ops.c and classifier.c: the same
+ * ops with the same argument order and a trailing stream, on device
+ * pointers. Matrix products (and attention's, per batch row, batched over
+ * heads on strided views) go through cuBLAS in fp32; the rest are plain
+ * kernels. Backward ops accumulate (+=) like the CPU ones.
+ *
+ * Row-major buffers meet column-major cuBLAS by reading each row-major
+ * matrix as its column-major transpose (llm.c's convention).
+ *
+ * Numerics: the same formulas as the CPU (tanh through expf, the O(T)
+ * softmax backward, the tiled online-softmax classifier); sums run in other
+ * orders, so results agree within tolerances, not bit for bit
+ * (make test-gpu states them). Reductions over rows use atomics.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../kernels.h"
+}
+
+#define cudaCheck(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
+                    cudaGetErrorString(e_));                                                       \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+#define cublasCheck(call)                                                                          \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "fatal (%s:%d): cuBLAS status %d\n", __FILE__, __LINE__, (int)s_);     \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+#define launchCheck() cudaCheck(cudaGetLastError())
+
+static cudaStream_t S(void *s) {
+    return (cudaStream_t)s;
+}
+static int blocks(size_t n, int per) {
+    return (int)((n + (size_t)per - 1) / (size_t)per);
+}
+
+/* One cuBLAS handle per device and host thread, bound to the op's stream. */
+static cublasHandle_t blas(void *stream) {
+    static thread_local cublasHandle_t handles[16];
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (handles[dev] == NULL) {
+        cublasCheck(cublasCreate(&handles[dev]));
+        cublasCheck(cublasSetMathMode(handles[dev], CUBLAS_PEDANTIC_MATH)); /* fp32, no TF32 */
+    }
+    cublasCheck(cublasSetStream(handles[dev], S(stream)));
+    return handles[dev];
+}
+
+/* ---- encoder ------------------------------------------------------------------- */
+
+__global__ void encoder_forward_k(float *out, const int *inp, const float *wte, const float *wpe,
+                                  int B, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, n = (size_t)B * T * C;
+    if (i >= n) return;
+    size_t bt = i / C;
+    int c = (int)(i % C), t = (int)(bt % T);
+    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+}
+
+__global__ void encoder_backward_k(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                   int B, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, n = (size_t)B * T * C;
+    if (i >= n) return;
+    size_t bt = i / C;
+    int c = (int)(i % C), t = (int)(bt % T);
+    atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+}
+
+extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe,
+                                     int B, int T, int C, void *stream) {
+    encoder_forward_k<<<blocks((size_t)B * T * C, 256), 256, 0, S(stream)>>>(out, inp, wte, wpe, B,
+                                                                             T, C);
+    launchCheck();
+}
+
+extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                      int B, int T, int C, void *stream) {
+    encoder_backward_k<<<blocks((size_t)B * T * C, 256), 256, 0, S(stream)>>>(dwte, dwpe, dout, inp,
+                                                                              B, T, C);
+    launchCheck();
+}
+
+/* ---- layernorm: one block of 128 threads per row --------------------------------- */
+
+__device__ float block_sum(float v, float *shared) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float s = 0;
+    for (int w = 0; w < nw; w++) s += shared[w];
+    return s;
+}
+
+__global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int C) {
+    __shared__ float sh[32];
+    const float *x = inp + (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) s += x[i];
+    float m = block_sum(s, sh) / C;
+    float v = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) v += (x[i] - m) * (x[i] - m);
+    float rs = 1.0f / sqrtf(block_sum(v, sh) / C + 1e-5f);
+    float *o = out + (size_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = (rs * (x[i] - m)) * w[i] + b[i];
+    if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = rs;
+}
+
+__global__ void layernorm_backward_k(float *dinp, float *dw, float *db, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int C) {
+    __shared__ float sh[32];
+    size_t row = blockIdx.x;
+    const float *d = dout + row * C, *x = inp + row * C;
+    float m = mean[row], rs = rstd[row], a = 0, bsum = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float norm = (x[i] - m) * rs, dn = w[i] * d[i];
+        a += dn;
+        bsum += dn * norm;
+    }
+    float dn_mean = block_sum(a, sh) / C;
+    float dnn_mean = block_sum(bsum, sh) / C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float norm = (x[i] - m) * rs, dn = w[i] * d[i];
+        atomicAdd(&db[i], d[i]);
+        atomicAdd(&dw[i], norm * d[i]);
+        dinp[row * C + i] += (dn - dn_mean - norm * dnn_mean) * rs;
+    }
+}
+
+extern "C" void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,
+                                       const float *w, const float *bias, int N, int C,
+                                       void *stream) {
+    layernorm_forward_k<<<N, 128, 0, S(stream)>>>(out, mean, rstd, inp, w, bias, C);
+    launchCheck();
+}
+
+extern "C" void layernorm_backward_cuda(float *dinp, float *dw, float *db, const float *dout,
+                                        const float *inp, const float *w, const float *mean,
+                                        const float *rstd, int N, int C, void *stream) {
+    layernorm_backward_k<<<N, 128, 0, S(stream)>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
+    launchCheck();
+}
+
+/* ---- matmul ----------------------------------------------------------------------- */
+
+__global__ void add_bias_k(float *out, const float *bias, size_t N, int OC) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < N * OC) out[i] += bias[i % OC];
+}
+
+__global__ void bias_backward_k(float *dbias, const float *dout, int N, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float s = 0;
+    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+    dbias[o] += s;
+}
+
+extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight,
+                                    const float *bias, int N, int C, int OC, void *stream) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasSgemm(blas(stream), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp,
+                            C, &zero, out, OC));
+    if (bias) {
+        add_bias_k<<<blocks((size_t)N * OC, 256), 256, 0, S(stream)>>>(out, bias, (size_t)N, OC);
+        launchCheck();
+    }
+}
+
+extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                     const float *inp, const float *weight, int N, int C, int OC,
+                                     void *stream) {
+    const float one = 1.0f;
+    cublasHandle_t h = blas(stream);
+    cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one,
+                            dinp, C));
+    cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one,
+                            dweight, C));
+    if (dbias) {
+        bias_backward_k<<<blocks((size_t)OC, 128), 128, 0, S(stream)>>>(dbias, dout, N, OC);
+        launchCheck();
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/* one block per row (b, h, t) of the scores: causal softmax, masked to 0 */
+__global__ void causal_softmax_k(float *pre, float *att, int T) {
+    __shared__ float sh[32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % T);
+    float *p = pre + row * T, *a = att + row * T;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i <= t; i += blockDim.x) mx = fmaxf(mx, p[i]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = sh[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) mx = fmaxf(mx, sh[w]);
+    __syncthreads();
+    float s = 0;
+    for (int i = threadIdx.x; i <= t; i += blockDim.x) s += expf(p[i] - mx);
+    float inv = 1.0f / block_sum(s, sh);
+    for (int i = threadIdx.x; i < T; i += blockDim.x) {
+        a[i] = i <= t ? expf(p[i] - mx) * inv : 0.0f;
+        if (i > t) p[i] = 0.0f;
+    }
+}
+
+__global__ void softmax_backward_k(float *dpre, const float *att, const float *datt, int T) {
+    __shared__ float sh[32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % T);
+    const float *a = att + row * T, *da = datt + row * T;
+    float s = 0;
+    for (int i = threadIdx.x; i <= t; i += blockDim.x) s += a[i] * da[i];
+    float ada = block_sum(s, sh);
+    for (int i = threadIdx.x; i <= t; i += blockDim.x) dpre[row * T + i] += a[i] * (da[i] - ada);
+}
+
+extern "C" void attention_forward_cuda(float *out, float *preatt, float *att, const float *inp,
+                                       int B, int T, int C, int NH, void *stream) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs), one = 1.0f, zero = 0.0f;
+    cublasHandle_t h = blas(stream);
+    for (int b = 0; b < B; b++) {
+        const float *q = inp + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
+        float *pre = preatt + (size_t)b * NH * T * T, *a = att + (size_t)b * NH * T * T;
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, C3,
+                                              hs, q, C3, hs, &zero, pre, T, (long long)T * T, NH));
+        causal_softmax_k<<<NH * T, 128, 0, S(stream)>>>(pre, a, T);
+        launchCheck();
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, C3,
+                                              hs, a, T, (long long)T * T, &zero,
+                                              out + (size_t)b * T * C, C, hs, NH));
+    }
+}
+
+extern "C" void attention_backward_cuda(float *dinp, float *dpreatt, float *datt, const float *dout,
+                                        const float *inp, const float *att, int B, int T, int C,
+                                        int NH, void *stream) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs), one = 1.0f;
+    cublasHandle_t h = blas(stream);
+    long long tt = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = inp + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
+        float *dq = dinp + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + (size_t)b * NH * T * T, *d = dout + (size_t)b * T * C;
+        float *da = datt + (size_t)b * NH * T * T, *dpre = dpreatt + (size_t)b * NH * T * T;
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, C3,
+                                              hs, d, C, hs, &one, da, T, tt, NH));
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, d, C, hs,
+                                              a, T, tt, &one, dv, C3, hs, NH));
+        softmax_backward_k<<<NH * T, 128, 0, S(stream)>>>(dpre, a, da, T);
+        launchCheck();
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k, C3,
+                                              hs, dpre, T, tt, &one, dq, C3, hs, NH));
+        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale, q, C3,
+                                              hs, dpre, T, tt, &one, dk, C3, hs, NH));
+    }
+}
+
+/* ---- GELU and residual --------------------------------------------------------------- */
+
+#define GELU_SCALE 0.7978845608028654f
+
+__device__ float tanh_fast(float x) {
+    return 1.0f - 2.0f / (expf(2.0f * x) + 1.0f);
+}
+
+__global__ void gelu_forward_k(float *out, const float *inp, size_t N) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i], cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + cube)));
+}
+
+__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t N) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i], cube = 0.044715f * x * x * x, th = tanh_fast(GELU_SCALE * (x + cube));
+    float grad = 0.5f * (1.0f + th) +
+                 x * 0.5f * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += grad * dout[i];
+}
+
+__global__ void residual_forward_k(float *out, const float *a, const float *b, size_t N) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < N) out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_k(float *da, float *db, const float *dout, size_t N) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < N) da[i] += dout[i], db[i] += dout[i];
+}
+
+extern "C" void gelu_forward_cuda(float *out, const float *inp, size_t N, void *stream) {
+    gelu_forward_k<<<blocks(N, 256), 256, 0, S(stream)>>>(out, inp, N);
+    launchCheck();
+}
+extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N,
+                                   void *stream) {
+    gelu_backward_k<<<blocks(N, 256), 256, 0, S(stream)>>>(dinp, inp, dout, N);
+    launchCheck();
+}
+extern "C" void residual_forward_cuda(float *out, const float *a, const float *b, size_t N,
+                                      void *stream) {
+    residual_forward_k<<<blocks(N, 256), 256, 0, S(stream)>>>(out, a, b, N);
+    launchCheck();
+}
+extern "C" void residual_backward_cuda(float *da, float *db, const float *dout, size_t N,
+                                       void *stream) {
+    residual_backward_k<<<blocks(N, 256), 256, 0, S(stream)>>>(da, db, dout, N);
+    launchCheck();
+}
+
+/* ---- fused classifier ----------------------------------------------------------------- */
+
+#define ROWS   1024
+#define VCHUNK 4096
+
+/* pass 1 on a tile: running max and sum per row, the target's logit */
+__global__ void online_softmax_k(const float *tile, int vc, int v0, const int *targets, float *m,
+                                 float *s, float *zt) {
+    __shared__ float sh[32];
+    int r = blockIdx.x;
+    const float *l = tile + (size_t)r * vc;
+    float cm = -INFINITY;
+    for (int j = threadIdx.x; j < vc; j += blockDim.x) cm = fmaxf(cm, l[j]);
+    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = cm;
+    __syncthreads();
+    cm = sh[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) cm = fmaxf(cm, sh[w]);
+    __syncthreads();
+    float newm = fmaxf(cm, m[r]), part = 0;
+    for (int j = threadIdx.x; j < vc; j += blockDim.x) part += expf(l[j] - newm);
+    float sum = block_sum(part, sh);
+    if (threadIdx.x == 0) {
+        s[r] = s[r] * expf(m[r] - newm) + sum;
+        m[r] = newm;
+        int t = targets[r];
+        if (t >= v0 && t < v0 + vc) zt[r] = l[t - v0];
+    }
+}
+
+__global__ void dlogits_k(float *tile, int rows, int vc, int v0, const int *targets, const float *m,
+                          const float *s, float dscale) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)rows * vc) return;
+    int r = (int)(i / vc), j = (int)(i % vc);
+    float p = expf(tile[i] - m[r]) / s[r] * dscale;
+    if (targets[r] == v0 + j) p -= dscale;
+    tile[i] = p;
+}
+
+__global__ void init_rows_k(float *m, float *s, float *zt, int rows) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) m[r] = -INFINITY, s[r] = 0, zt[r] = 0;
+}
+
+__global__ void row_losses_k(float *losses, double *total, const float *m, const float *s,
+                             const float *zt, int rows) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float loss = logf(s[r]) + m[r] - zt[r];
+    if (losses) losses[r] = loss;
+    atomicAdd(total, (double)loss);
+}
+
+extern "C" float classifier_forward_backward_cuda(float *losses, float *dh, float *dwte,
+                                                  const float *h, const float *wte,
+                                                  const int *targets, int N, int C, int V,
+                                                  void *stream) {
+    cudaStream_t st = S(stream);
+    float *tile, *m, *s, *zt;
+    double *total, h_total = 0;
+    cudaCheck(cudaMallocAsync((void **)&tile, sizeof(float) * ROWS * VCHUNK, st));
+    cudaCheck(cudaMallocAsync((void **)&m, sizeof(float) * ROWS * 3, st));
+    cudaCheck(cudaMallocAsync((void **)&total, sizeof(double), st));
+    cudaCheck(cudaMemsetAsync(total, 0, sizeof(double), st));
+    s = m + ROWS, zt = m + 2 * ROWS;
+    float dscale = 1.0f / (float)N;
+    for (int r0 = 0; r0 < N; r0 += ROWS) {
+        int rows = N - r0 < ROWS ? N - r0 : ROWS;
+        init_rows_k<<<blocks(rows, 256), 256, 0, st>>>(m, s, zt, rows);
+        for (int v0 = 0; v0 < V; v0 += VCHUNK) {
+            int vc = V - v0 < VCHUNK ? V - v0 : VCHUNK;
+            matmul_forward_cuda(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc,
+                                stream);
+            online_softmax_k<<<rows, 128, 0, st>>>(tile, vc, v0, targets + r0, m, s, zt);
+            launchCheck();
+        }
+        row_losses_k<<<blocks(rows, 256), 256, 0, st>>>(losses ? losses + r0 : NULL, total, m, s,
+                                                        zt, rows);
+        launchCheck();
+        if (dh == NULL) continue;
+        for (int v0 = 0; v0 < V; v0 += VCHUNK) {
+            int vc = V - v0 < VCHUNK ? V - v0 : VCHUNK;
+            matmul_forward_cuda(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc,
+                                stream);
+            dlogits_k<<<blocks((size_t)rows * vc, 256), 256, 0, st>>>(tile, rows, vc, v0,
+                                                                      targets + r0, m, s, dscale);
+            launchCheck();
+            matmul_backward_cuda(dh + (size_t)r0 * C, dwte + (size_t)v0 * C, NULL, tile,
+                                 h + (size_t)r0 * C, wte + (size_t)v0 * C, rows, C, vc, stream);
+        }
+    }
+    cudaCheck(cudaMemcpyAsync(&h_total, total, sizeof(double), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaFreeAsync(tile, st));
+    cudaCheck(cudaFreeAsync(m, st));
+    cudaCheck(cudaFreeAsync(total, st));
+    cudaCheck(cudaStreamSynchronize(st));
+    return (float)(h_total / N);
+}
+
+/* ---- AdamW and the gradient norm ---------------------------------------------------- */
+
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                        float b2, float bc1, float bc2, float eps, float wd) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    float mhat = m[i] / bc1, vhat = v[i] / bc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+}
+
+extern "C" void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n,
+                           float lr, float beta1, float beta2, float eps, float weight_decay,
+                           int step, void *stream) {
+    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+    adamw_k<<<blocks(n, 256), 256, 0, S(stream)>>>(params, grads, m, v, n, lr, beta1, beta2, bc1,
+                                                   bc2, eps, weight_decay);
+    launchCheck();
+}
+
+__global__ void sumsq_k(const float *g, size_t n, double *out) {
+    __shared__ float sh[32];
+    float s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += g[i] * g[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) atomicAdd(out, (double)s);
+}
+
+__global__ void scale_k(float *g, size_t n, float scale) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) g[i] *= scale;
+}
+
+extern "C" float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream) {
+    cudaStream_t st = S(stream);
+    double *d, h = 0;
+    cudaCheck(cudaMallocAsync((void **)&d, sizeof(double), st));
+    cudaCheck(cudaMemsetAsync(d, 0, sizeof(double), st));
+    int grid = blocks(n, 256) < 1024 ? blocks(n, 256) : 1024;
+    sumsq_k<<<grid, 256, 0, st>>>(grads, n, d);
+    launchCheck();
+    cudaCheck(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaFreeAsync(d, st));
+    cudaCheck(cudaStreamSynchronize(st));
+    float norm = (float)sqrt(h);
+    if (max_norm > 0 && norm > max_norm) {
+        scale_k<<<blocks(n, 256), 256, 0, st>>>(grads, n, max_norm / norm);
+        launchCheck();
+    }
+    return norm;
+}

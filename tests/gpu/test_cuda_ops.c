@@ -1,0 +1,153 @@
+/*
+ * test_cuda_ops.c — `make test-gpu`: every CUDA op against its CPU twin on
+ * random inputs, and 50 training steps of `small` on the GPU against the
+ * CPU trainer. Tolerances: forward ops 1e-4 relative (5e-4 for attention),
+ * backward ops 2e-3, losses within 2e-2 nats over 50 steps (the sums run in
+ * other orders). Skipped, and reported as skipped, without a GPU.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+static void need_gpu(void) {
+#ifndef STRAIT_HAVE_CUDA
+    cr_skip_test("built without CUDA");
+#else
+    char why[256];
+    if (kernels_gpu_count(NULL, 0, why, sizeof why) == 0) cr_skip_test("no GPU here (%s)", why);
+#endif
+}
+
+#ifdef STRAIT_HAVE_CUDA
+static uint64_t rs = 77;
+static float *rnd(size_t n, float scale) {
+    float *x = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        x[i] = scale * (float)((double)(rs >> 11) / 4503599627370496.0 - 1.0);
+    }
+    return x;
+}
+static float *dev(const float *h, size_t n) {
+    float *d = kernels_cuda_alloc(n * 4);
+    kernels_cuda_to_device(d, h, n * 4);
+    return d;
+}
+static void expect_close(const char *what, const float *cpu, const float *d_gpu, size_t n,
+                         float tol) {
+    float *g = malloc(n * 4);
+    kernels_cuda_to_host(g, d_gpu, n * 4);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_leq(fabsf(g[i] - cpu[i]), tol * (1.0f + fabsf(cpu[i])), "%s[%zu]: GPU %g, CPU %g",
+                      what, i, g[i], cpu[i]);
+    free(g);
+}
+#endif
+
+Test(cuda_ops, matmul_layernorm_gelu_match_the_cpu) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    int N = 96, C = 64, OC = 80;
+    float *x = rnd((size_t)N * C, 1), *w = rnd((size_t)OC * C, 1), *b = rnd(OC, 1);
+    float *out = calloc((size_t)N * OC, 4), *d_out = kernels_cuda_alloc((size_t)N * OC * 4);
+    float *d_x = dev(x, (size_t)N * C), *d_w = dev(w, (size_t)OC * C), *d_b = dev(b, OC);
+    matmul_forward(out, x, w, b, N, C, OC);
+    matmul_forward_cuda(d_out, d_x, d_w, d_b, N, C, OC, NULL);
+    expect_close("matmul out", out, d_out, (size_t)N * OC, 1e-4f);
+    float *dout = rnd((size_t)N * OC, 1), *dx = calloc((size_t)N * C, 4),
+          *dw = calloc((size_t)OC * C, 4);
+    float *db = calloc(OC, 4), *d_dout = dev(dout, (size_t)N * OC), *d_dx = dev(dx, (size_t)N * C);
+    float *d_dw = dev(dw, (size_t)OC * C), *d_db = dev(db, OC);
+    matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
+    matmul_backward_cuda(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL);
+    expect_close("matmul dinp", dx, d_dx, (size_t)N * C, 2e-3f);
+    expect_close("matmul dweight", dw, d_dw, (size_t)OC * C, 2e-3f);
+    expect_close("matmul dbias", db, d_db, OC, 2e-3f);
+    float *ln = calloc((size_t)N * C, 4), *mean = calloc(N, 4), *rstd = calloc(N, 4);
+    float *d_ln = kernels_cuda_alloc((size_t)N * C * 4), *d_mean = kernels_cuda_alloc(N * 4);
+    float *d_rstd = kernels_cuda_alloc(N * 4), *lw = rnd(C, 1), *lb = rnd(C, 1);
+    float *d_lw = dev(lw, C), *d_lb = dev(lb, C);
+    layernorm_forward(ln, mean, rstd, x, lw, lb, N, C);
+    layernorm_forward_cuda(d_ln, d_mean, d_rstd, d_x, d_lw, d_lb, N, C, NULL);
+    expect_close("layernorm out", ln, d_ln, (size_t)N * C, 1e-4f);
+    float *g = calloc((size_t)N * C, 4), *d_g = kernels_cuda_alloc((size_t)N * C * 4);
+    gelu_forward(g, x, (size_t)N * C);
+    gelu_forward_cuda(d_g, d_x, (size_t)N * C, NULL);
+    expect_close("gelu", g, d_g, (size_t)N * C, 1e-4f);
+#endif
+}
+
+Test(cuda_ops, attention_and_classifier_match_the_cpu) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    int B = 2, T = 32, C = 64, NH = 4;
+    size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = rnd(n3, 1), *out = calloc(n, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
+    float *d_qkv = dev(qkv, n3), *d_out = kernels_cuda_alloc(n * 4);
+    float *d_pre = kernels_cuda_alloc(na * 4), *d_att = kernels_cuda_alloc(na * 4);
+    attention_forward(out, pre, att, qkv, B, T, C, NH);
+    attention_forward_cuda(d_out, d_pre, d_att, d_qkv, B, T, C, NH, NULL);
+    expect_close("attention out", out, d_out, n, 5e-4f);
+    expect_close("attention probabilities", att, d_att, na, 5e-4f);
+    float *dout = rnd(n, 1), *dinp = calloc(n3, 4), *dpre = calloc(na, 4), *datt = calloc(na, 4);
+    float *d_dout = dev(dout, n), *d_dinp = dev(dinp, n3), *d_dpre = dev(dpre, na),
+          *d_datt = dev(datt, na);
+    attention_backward(dinp, dpre, datt, dout, qkv, att, B, T, C, NH);
+    attention_backward_cuda(d_dinp, d_dpre, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, NULL);
+    expect_close("attention dinp", dinp, d_dinp, n3, 2e-3f);
+    int N = 300, V = 5000; /* two vocabulary chunks on the GPU, ten on the CPU */
+    float *h = rnd((size_t)N * C, 1), *wte = rnd((size_t)V * C, 0.3f);
+    int *tg = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    float *dh = calloc((size_t)N * C, 4), *dw = calloc((size_t)V * C, 4);
+    float loss = classifier_forward_backward(NULL, dh, dw, h, wte, tg, N, C, V);
+    float *d_h = dev(h, (size_t)N * C), *d_wte = dev(wte, (size_t)V * C);
+    float *d_dh = dev(dh, (size_t)N * C), *d_dw = dev(dw, (size_t)V * C);
+    /* the CPU pass above accumulated into dh, dw: start the GPU from zero */
+    float *zeros = calloc((size_t)V * C, 4);
+    kernels_cuda_to_device(d_dh, zeros, (size_t)N * C * 4);
+    kernels_cuda_to_device(d_dw, zeros, (size_t)V * C * 4);
+    int *d_tg = kernels_cuda_alloc(N * sizeof(int));
+    kernels_cuda_to_device(d_tg, tg, N * sizeof(int));
+    float gloss =
+        classifier_forward_backward_cuda(NULL, d_dh, d_dw, d_h, d_wte, d_tg, N, C, V, NULL);
+    cr_assert_float_eq(gloss, loss, 1e-4f * (1 + fabsf(loss)));
+    expect_close("classifier dh", dh, d_dh, (size_t)N * C, 2e-3f);
+    expect_close("classifier dwte", dw, d_dw, (size_t)V * C, 2e-3f);
+#endif
+}
+
+Test(cuda_ops, fifty_steps_of_small_track_the_cpu_trainer, .timeout = 600) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    GPTConfig cfg;
+    gpt_config_preset("small", &cfg);
+    GPT cpu, host;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&cpu, &cfg, 3, err), 0);
+    cr_assert_eq(gpt_build(&host, &cfg, 3, err), 0);
+    int B = 4, T = 64;
+    GPTCuda *g = gpt_cuda_create(&host, 1, B, T, err);
+    cr_assert_not_null(g, "%s", err);
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < 50; s++) {
+        for (int i = 0; i < B * T; i++)
+            in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+        float lc = gpt_forward(&cpu, in, tg, B, T);
+        gpt_zero_grad(&cpu);
+        gpt_backward(&cpu);
+        gpt_clip_grad_norm(&cpu, 1.0f);
+        gpt_adamw_step(&cpu, &o, 1e-3f);
+        float lg = gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
+        cr_assert_leq(fabsf(lg - lc), 2e-2f, "step %d: GPU loss %g, CPU loss %g", s, lg, lc);
+    }
+    gpt_cuda_free(g);
+    gpt_free(&cpu), gpt_free(&host);
+#endif
+}
