@@ -518,3 +518,40 @@ int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float
 int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err) {
     return walk(blob, len, 0, n, 2, 0.0f, x, NULL, err);
 }
+
+typedef struct RangeDecode {
+    uint64_t lo, hi;
+    float *out; /* hi - lo floats */
+} RangeDecode;
+
+/* Decodes the part of a section that falls in [lo, hi). */
+static int decode_range_section(void *ctx, const CodecParams *p, const uint8_t *raw,
+                                uint64_t offset, uint32_t count, char *err) {
+    RangeDecode *r = ctx;
+    if (offset >= r->hi || offset + count <= r->lo) return 0;
+    float *tmp = malloc(sizeof(float) * count);
+    if (tmp == NULL) return err_set(err, "out of memory");
+    char why[ERR_LEN];
+    double norm2;
+    uint64_t nnz;
+    if (codec_ops(p->id)->check(p, raw, count, &norm2, &nnz, why) != 0) {
+        free(tmp);
+        return err_set(err, "%s", why);
+    }
+    codec_ops(p->id)->apply(p, raw, count, 0.0f, tmp, 0);
+    uint64_t a = offset > r->lo ? offset : r->lo;
+    uint64_t b = offset + count < r->hi ? offset + count : r->hi;
+    memcpy(r->out + (a - r->lo), tmp + (a - offset), sizeof(float) * (size_t)(b - a));
+    free(tmp);
+    return 0;
+}
+
+int codec_decode_range(const uint8_t *blob, size_t len, uint64_t n, uint64_t lo, uint64_t hi,
+                       float *out, char *err) {
+    if (lo > hi || hi > n)
+        return err_set(err, "range [%llu, %llu) outside %llu values", (unsigned long long)lo,
+                       (unsigned long long)hi, (unsigned long long)n);
+    RangeDecode r = {lo, hi, out};
+    memset(out, 0, sizeof(float) * (size_t)(hi - lo));
+    return codec_for_each_section(blob, len, n, decode_range_section, &r, err);
+}

@@ -107,6 +107,10 @@ int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float
                             char *err);
 /* x = decoded (n floats). */
 int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err);
+/* out[0 .. hi-lo) = decoded values lo .. hi-1, touching only the sections
+ * that overlap them (robust aggregation reads updates block by block). */
+int codec_decode_range(const uint8_t *blob, size_t len, uint64_t n, uint64_t lo, uint64_t hi,
+                       float *out, char *err);
 
 /* ---- GPU paths ------------------------------------------------------------ */
 

@@ -1,0 +1,192 @@
+/*
+ * aggregate.c — what the coordinator does with the sites' updates: a
+ * streaming weighted sum with the sanity gates (table, size, finite values,
+ * norm against the round's median), the robust alternatives (coordinate-wise
+ * median and trimmed mean, block by block over spooled updates), and the
+ * outer optimizers.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "util/util.h"
+
+/* ---- streaming weighted sum ------------------------------------------------------ */
+
+int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err) {
+    memset(rs, 0, sizeof *rs);
+    if (n == 0 || n > CODEC_MAX_ELEMENTS)
+        return err_set(err, "bad model size %llu", (unsigned long long)n);
+    rs->sum = calloc(n, sizeof(float));
+    if (rs->sum == NULL) return err_set(err, "out of memory for the round's sum");
+    rs->n = n;
+    rs->table_hash = table_hash;
+    rs->norm_gate = norm_gate;
+    rs->gate_min = 2;
+    return 0;
+}
+
+void round_sum_free(RoundSum *rs) {
+    free(rs->sum);
+    free(rs->norms);
+    memset(rs, 0, sizeof *rs);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n) {
+    double *c = malloc(sizeof(double) * (size_t)n);
+    if (c == NULL) return 0;
+    memcpy(c, v, sizeof(double) * (size_t)n);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
+    if (!(weight > 0) || !isfinite(weight))
+        return err_set(why, "update weight %g (tokens trained) must be positive", weight), 1;
+    BlobInfo info;
+    char reason[ERR_LEN];
+    if (codec_blob_inspect(blob, len, rs->table_hash, rs->n, &info, reason) != 0)
+        return err_set(why, "%s", reason), 1;
+    double norm = sqrt(info.norm2);
+    if (rs->norm_gate > 0 && rs->accepted >= rs->gate_min) {
+        double med = median_of(rs->norms, rs->accepted);
+        if (med > 0 && norm > rs->norm_gate * med)
+            return err_set(why, "update norm %.4g is over %.3g x the round's median %.4g", norm,
+                           rs->norm_gate, med),
+                   1;
+    }
+    if (rs->accepted == rs->norms_cap) {
+        int cap = rs->norms_cap ? 2 * rs->norms_cap : 16;
+        double *grown = realloc(rs->norms, sizeof(double) * (size_t)cap);
+        if (grown == NULL) return err_set(why, "out of memory"), -1;
+        rs->norms = grown;
+        rs->norms_cap = cap;
+    }
+    if (codec_decode_accumulate(blob, len, (float)weight, rs->sum, rs->n, reason) != 0)
+        return err_set(why, "%s", reason), -1; /* inspected: cannot happen but for memory */
+    rs->norms[rs->accepted++] = norm;
+    rs->weight += weight;
+    return 0;
+}
+
+int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
+    if (rs->accepted == 0 || !(rs->weight > 0)) return err_set(err, "no update was accepted");
+    float inv = (float)(1.0 / rs->weight);
+    for (uint64_t i = 0; i < rs->n; i++) mean[i] = rs->sum[i] * inv;
+    return 0;
+}
+
+/* ---- robust aggregation ------------------------------------------------------------- */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
+                     RobustKind kind, double trim, float *out, char *err) {
+    enum { BLOCK = 1 << 16 };
+    if (n_updates < 1) return err_set(err, "no updates to aggregate");
+    if (kind == ROBUST_TRIMMED_MEAN && !(trim >= 0 && trim < 0.5))
+        return err_set(err, "trim fraction %g must be in [0, 0.5)", trim);
+    for (int u = 0; u < n_updates; u++) {
+        char why[ERR_LEN];
+        if (codec_blob_inspect(blobs[u], lens[u], 0, n, NULL, why) != 0)
+            return err_set(err, "update %d: %s", u, why);
+    }
+    float *block = malloc(sizeof(float) * (size_t)BLOCK * (size_t)n_updates);
+    float *col = malloc(sizeof(float) * (size_t)n_updates);
+    if (block == NULL || col == NULL) {
+        free(block), free(col);
+        return err_set(err, "out of memory for a %d-update block", n_updates);
+    }
+    int drop = kind == ROBUST_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
+    int rc = 0;
+    for (uint64_t lo = 0; lo < n && rc == 0; lo += BLOCK) {
+        uint64_t hi = lo + BLOCK < n ? lo + BLOCK : n;
+        for (int u = 0; u < n_updates && rc == 0; u++) {
+            rc = codec_decode_range(blobs[u], lens[u], n, lo, hi, block + (size_t)u * BLOCK, err);
+        }
+        for (uint64_t i = lo; i < hi && rc == 0; i++) {
+            for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
+            qsort(col, (size_t)n_updates, sizeof *col, cmp_float);
+            if (kind == ROBUST_MEDIAN) {
+                out[i] = n_updates % 2 ? col[n_updates / 2]
+                                       : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
+            } else {
+                double s = 0;
+                for (int u = drop; u < n_updates - drop; u++) s += col[u];
+                out[i] = (float)(s / (n_updates - 2 * drop));
+            }
+        }
+    }
+    free(block), free(col);
+    return rc;
+}
+
+/* ---- outer optimizers ---------------------------------------------------------------- */
+
+int outer_kind_parse(const char *name, OuterKind *out) {
+    if (strcmp(name, "nesterov") == 0)
+        *out = OUTER_NESTEROV;
+    else if (strcmp(name, "avg") == 0 || strcmp(name, "fedavg") == 0)
+        *out = OUTER_AVG;
+    else if (strcmp(name, "adam") == 0 || strcmp(name, "fedadam") == 0)
+        *out = OUTER_ADAM;
+    else
+        return -1;
+    return 0;
+}
+
+int outer_init(OuterOpt *o, OuterKind kind, uint64_t n, float lr, float momentum, char *err) {
+    memset(o, 0, sizeof *o);
+    o->kind = kind, o->n = n, o->lr = lr, o->momentum = momentum;
+    o->beta1 = 0.9f, o->beta2 = 0.99f, o->eps = 1e-8f;
+    if (!(lr > 0)) return err_set(err, "outer learning rate must be positive");
+    if (kind == OUTER_AVG) return 0;
+    o->b = calloc(n, sizeof(float));
+    if (kind == OUTER_ADAM) o->v = calloc(n, sizeof(float));
+    if (o->b == NULL || (kind == OUTER_ADAM && o->v == NULL)) {
+        outer_free(o);
+        return err_set(err, "out of memory for the outer optimizer");
+    }
+    return 0;
+}
+
+void outer_free(OuterOpt *o) {
+    free(o->b), free(o->v);
+    o->b = o->v = NULL;
+}
+
+void outer_step(OuterOpt *o, float *theta, const float *d) {
+    o->step++;
+    switch (o->kind) {
+    case OUTER_AVG: /* θ ← θ − η Δ̄ (η = 1: the sites' mean model) */
+        for (uint64_t i = 0; i < o->n; i++) theta[i] -= o->lr * d[i];
+        break;
+    case OUTER_NESTEROV: /* b ← μb + Δ̄; θ ← θ − η(Δ̄ + μb) */
+        for (uint64_t i = 0; i < o->n; i++) {
+            o->b[i] = o->momentum * o->b[i] + d[i];
+            theta[i] -= o->lr * (d[i] + o->momentum * o->b[i]);
+        }
+        break;
+    case OUTER_ADAM: {
+        float bc1 = 1.0f - powf(o->beta1, (float)o->step),
+              bc2 = 1.0f - powf(o->beta2, (float)o->step);
+        for (uint64_t i = 0; i < o->n; i++) {
+            o->b[i] = o->beta1 * o->b[i] + (1.0f - o->beta1) * d[i];
+            o->v[i] = o->beta2 * o->v[i] + (1.0f - o->beta2) * d[i] * d[i];
+            theta[i] -= o->lr * (o->b[i] / bc1) / (sqrtf(o->v[i] / bc2) + o->eps);
+        }
+        break;
+    }
+    }
+}

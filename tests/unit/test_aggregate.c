@@ -1,0 +1,155 @@
+/*
+ * test_aggregate.c — the coordinator's aggregation: the streaming weighted
+ * mean, the gates that refuse an update before anything is added (table,
+ * size, weight, norm against the round's median), coordinate-wise median and
+ * trimmed mean across blocks and sections, and the outer optimizers.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "compress/compress.h"
+#include "coordinator/coordinator.h"
+#include "util/util.h"
+
+#define HASH 0xabcdefull
+
+static Blob encode(const float *x, uint64_t n, uint64_t hash) {
+    CodecParams p = codec_params_default(CODEC_FP32);
+    /* two tensors, so updates have two sections and blocks cross between them */
+    uint64_t sizes[2] = {n / 3, n - n / 3};
+    CodecLayout L = {hash, n, n >= 3 ? sizes : NULL, n >= 3 ? 2 : 0};
+    Blob b = {0};
+    char err[ERR_LEN];
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+    return b;
+}
+
+static float *vec(uint64_t n, float base, float step) {
+    float *x = malloc(n * sizeof *x);
+    for (uint64_t i = 0; i < n; i++) x[i] = base + step * (float)(i % 17);
+    return x;
+}
+
+Test(aggregate, weighted_mean_of_accepted_updates) {
+    uint64_t n = 1000;
+    RoundSum rs;
+    char err[ERR_LEN];
+    cr_assert_eq(round_sum_init(&rs, n, HASH, 0, err), 0);
+    float *a = vec(n, 1, 0.5f), *b = vec(n, -2, 0.25f), *c = vec(n, 3, -1);
+    Blob ba = encode(a, n, HASH), bb = encode(b, n, HASH), bc = encode(c, n, HASH);
+    cr_assert_eq(round_sum_add(&rs, ba.data, ba.len, 1, err), 0, "%s", err);
+    cr_assert_eq(round_sum_add(&rs, bb.data, bb.len, 2, err), 0, "%s", err);
+    cr_assert_eq(round_sum_add(&rs, bc.data, bc.len, 3, err), 0, "%s", err);
+    float *mean = malloc(n * 4);
+    cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert_float_eq(mean[i], (1 * a[i] + 2 * b[i] + 3 * c[i]) / 6, 1e-5, "value %llu",
+                           (unsigned long long)i);
+    cr_assert_eq(rs.accepted, 3);
+    blob_free(&ba), blob_free(&bb), blob_free(&bc);
+    free(a), free(b), free(c), free(mean);
+    round_sum_free(&rs);
+}
+
+Test(aggregate, refused_updates_leave_the_sum_untouched) {
+    uint64_t n = 500;
+    RoundSum rs;
+    char why[ERR_LEN];
+    cr_assert_eq(round_sum_init(&rs, n, HASH, 10.0, why), 0);
+    float *x = vec(n, 0.1f, 0.01f), *big = vec(n, 50, 1);
+    Blob good = encode(x, n, HASH), other = encode(x, n, HASH + 1), huge = encode(big, n, HASH);
+    Blob shorter = encode(x, n - 1, HASH);
+    cr_assert_eq(round_sum_add(&rs, good.data, good.len, 1, why), 0);
+    cr_assert_eq(round_sum_add(&rs, good.data, good.len, 1, why), 0);
+    float *before = malloc(n * 4);
+    memcpy(before, rs.sum, n * 4);
+    cr_assert_eq(round_sum_add(&rs, other.data, other.len, 1, why), 1);
+    cr_assert_not_null(strstr(why, "parameter table"), "%s", why);
+    cr_assert_eq(round_sum_add(&rs, shorter.data, shorter.len, 1, why), 1);
+    cr_assert_eq(round_sum_add(&rs, good.data, good.len, 0, why), 1);
+    cr_assert_not_null(strstr(why, "must be positive"), "%s", why);
+    cr_assert_eq(round_sum_add(&rs, huge.data, huge.len, 1, why), 1);
+    cr_assert_not_null(strstr(why, "over 10 x the round's median"), "%s", why);
+    good.data[good.len - 1] ^= 1; /* a damaged payload */
+    cr_assert_eq(round_sum_add(&rs, good.data, good.len, 1, why), 1);
+    cr_assert_eq(memcmp(before, rs.sum, n * 4), 0, "a refused update changed the sum");
+    cr_assert_eq(rs.accepted, 2);
+    blob_free(&good), blob_free(&other), blob_free(&huge), blob_free(&shorter);
+    free(x), free(big), free(before);
+    round_sum_free(&rs);
+}
+
+Test(aggregate, median_and_trimmed_mean_across_blocks) {
+    uint64_t n = 70000; /* two blocks of 64 Ki */
+    enum { U = 5 };
+    float *x[U];
+    Blob b[U];
+    const uint8_t *blobs[U];
+    size_t lens[U];
+    for (int u = 0; u < U; u++) {
+        x[u] = vec(n, (float)u, 0.1f * (float)(u + 1));
+        if (u == 4)
+            for (uint64_t i = 0; i < n; i += 3) x[u][i] = 1e6f; /* a hostile site */
+        b[u] = encode(x[u], n, HASH);
+        blobs[u] = b[u].data, lens[u] = b[u].len;
+    }
+    float *med = malloc(n * 4), *trim = malloc(n * 4);
+    char err[ERR_LEN];
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_MEDIAN, 0, med, err), 0, "%s", err);
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_TRIMMED_MEAN, 0.2, trim, err), 0, "%s",
+                 err);
+    for (uint64_t i = 0; i < n; i += 997) {
+        float col[U];
+        for (int u = 0; u < U; u++) col[u] = x[u][i];
+        for (int p = 0; p < U; p++) /* sort */
+            for (int q = p + 1; q < U; q++)
+                if (col[q] < col[p]) {
+                    float t = col[p];
+                    col[p] = col[q];
+                    col[q] = t;
+                }
+        cr_assert_float_eq(med[i], col[2], 1e-6, "median at %llu", (unsigned long long)i);
+        cr_assert_float_eq(trim[i], (col[1] + col[2] + col[3]) / 3, 1e-4, "trimmed at %llu",
+                           (unsigned long long)i);
+        cr_assert_lt(trim[i], 1e5f, "the outlier leaked into the trimmed mean");
+    }
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_TRIMMED_MEAN, 0.5, trim, err), -1);
+    for (int u = 0; u < U; u++) blob_free(&b[u]), free(x[u]);
+    free(med), free(trim);
+}
+
+Test(aggregate, outer_optimizers) {
+    char err[ERR_LEN];
+    OuterOpt o;
+    /* FedAvg with η = 1 gives the mean of the sites' models */
+    float theta[2] = {1, 2}, local[2][2] = {{0, 0}, {2, 2}}, d[2];
+    for (int i = 0; i < 2; i++) d[i] = ((theta[i] - local[0][i]) + (theta[i] - local[1][i])) / 2;
+    cr_assert_eq(outer_init(&o, OUTER_AVG, 2, 1.0f, 0, err), 0);
+    outer_step(&o, theta, d);
+    cr_assert_float_eq(theta[0], 1.0f, 1e-7);
+    cr_assert_float_eq(theta[1], 1.0f, 1e-7);
+    outer_free(&o);
+    /* Nesterov (DiLoCo: η 0.7, μ 0.9): b ← μb + Δ; θ ← θ − η(Δ + μb) */
+    float t[1] = {0}, g[1] = {1};
+    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, 1, 0.7f, 0.9f, err), 0);
+    outer_step(&o, t, g);
+    cr_assert_float_eq(t[0], -0.7f * (1 + 0.9f * 1), 1e-6);
+    outer_step(&o, t, g); /* b = 1.9 */
+    cr_assert_float_eq(t[0], -0.7f * 1.9f - 0.7f * (1 + 0.9f * 1.9f), 1e-5);
+    outer_free(&o);
+    /* Adam's first step moves every coordinate by about η, whatever its scale */
+    float a[2] = {0, 0}, ga[2] = {1e-3f, -50};
+    cr_assert_eq(outer_init(&o, OUTER_ADAM, 2, 0.01f, 0, err), 0);
+    outer_step(&o, a, ga);
+    cr_assert_float_eq(a[0], -0.01f, 1e-5);
+    cr_assert_float_eq(a[1], 0.01f, 1e-5);
+    outer_free(&o);
+    OuterKind k;
+    cr_assert_eq(outer_kind_parse("nesterov", &k), 0);
+    cr_assert_eq(k, OUTER_NESTEROV);
+    cr_assert_eq(outer_kind_parse("sgd-ish", &k), -1);
+    cr_assert_eq(outer_init(&o, OUTER_AVG, 2, 0, 0, err), -1);
+}
