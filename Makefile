@@ -221,8 +221,7 @@ test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok
 	$(Q)$(TEST_ENV) $(INTEG_BIN) --short-filename
 
 demo: $(BIN)
-	@echo "make demo: the federation demo is not yet available (it lands with the federation issue)" >&2
-	@exit 1
+	$(BIN) demo $(DEMO_ARGS)
 
 bench: $(BENCH_BINS)
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \

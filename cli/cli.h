@@ -10,6 +10,8 @@
 #define STRAIT_CLI_H
 
 #include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -52,8 +54,15 @@ int cmd_site_hello(const Command *cmd, int argc, char **argv);
 int cmd_site_renew(const Command *cmd, int argc, char **argv);
 int cmd_site_list(const Command *cmd, int argc, char **argv);
 int cmd_site_revoke(const Command *cmd, int argc, char **argv);
+int cmd_site_run(const Command *cmd, int argc, char **argv);
+int cmd_demo(const Command *cmd, int argc, char **argv);
 int cmd_train(const Command *cmd, int argc, char **argv);
 int cmd_sample(const Command *cmd, int argc, char **argv);
+
+/* Writes prompt and n sampled bytes (temperature 0: the likeliest) to out. */
+struct GPT;
+void cli_sample_text(struct GPT *m, const char *prompt, int n, float temperature, uint64_t seed,
+                     FILE *out);
 
 /* From the generated build/gen/buildinfo.c. */
 extern const char strait_version[];

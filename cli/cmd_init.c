@@ -14,7 +14,7 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         {"name", required_argument, NULL, 'n'},      {"listen", required_argument, NULL, 'l'},
         {"advertise", required_argument, NULL, 'a'}, {"model", required_argument, NULL, 'm'},
         {"force", no_argument, NULL, 'f'},           {NULL, 0, NULL, 0}};
-    CoordInitOptions o = {NULL, NULL, NULL, NULL, 0};
+    CoordInitOptions o = {0};
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {

@@ -160,3 +160,42 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
     printf("site %s revoked; its certificates are refused from now on\n", argv[optind + 1]);
     return EXIT_OK;
 }
+
+int cmd_site_run(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {NULL, 0, NULL, 0}};
+    const char *data[64];
+    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0};
+    int c;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        if (c == -2) return EXIT_USAGE;
+        if (c == 'd') {
+            if (o.n_data == 64) return cli_usage_error(cmd, "at most 64 --data paths");
+            data[o.n_data++] = optarg;
+        } else if (c == 'j') {
+            o.threads = atoi(optarg);
+        } else if (c == 'b') {
+            o.batch = atoi(optarg);
+        } else if (c == 't') {
+            o.seq = atoi(optarg);
+        } else if (c == 'l') {
+            o.lr = strtof(optarg, NULL);
+        } else if (c == 'D' && strcmp(optarg, "cpu") != 0) {
+            return cli_usage_error(cmd, "--device %s: sites train on the CPU in this build",
+                                   optarg);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
+    if (o.n_data == 0)
+        return cli_usage_error(cmd, "give the site's training data with --data PATH");
+    o.site_dir = argv[optind];
+    char err[ERR_LEN];
+    if (client_run(&o, err) != 0) return cli_fail(cmd, "%s", err);
+    return EXIT_OK;
+}

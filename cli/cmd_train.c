@@ -212,6 +212,41 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     return rc;
 }
 
+void cli_sample_text(GPT *m, const char *prompt, int n, float temperature, uint64_t seed,
+                     FILE *out) {
+    const GPTConfig cfg = m->cfg;
+    size_t plen = strlen(prompt);
+    int *ctx = mallocCheck(sizeof(int) * (plen + (size_t)n + 1));
+    int len = 0;
+    if (plen == 0) ctx[len++] = '\n';
+    for (size_t i = 0; i < plen; i++) ctx[len++] = (uint8_t)prompt[i];
+    float *logits = mallocCheck(sizeof(float) * (size_t)cfg.V);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    fputs(prompt, out);
+    for (int k = 0; k < n; k++) {
+        gpt_next_logits(m, ctx, len, logits);
+        int next = 0;
+        if (temperature == 0) {
+            for (int v = 1; v < cfg.V; v++) next = logits[v] > logits[next] ? v : next;
+        } else {
+            float mx = logits[0];
+            for (int v = 1; v < cfg.V; v++) mx = logits[v] > mx ? logits[v] : mx;
+            double sum = 0;
+            for (int v = 0; v < cfg.V; v++) sum += exp((logits[v] - mx) / temperature);
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            double u = (double)(s >> 11) / 9007199254740992.0 * sum, acc = 0;
+            for (next = 0; next < cfg.V - 1; next++) {
+                acc += exp((logits[next] - mx) / temperature);
+                if (acc > u) break;
+            }
+        }
+        ctx[len++] = next;
+        fputc(next, out);
+    }
+    fputc('\n', out);
+    free(ctx), free(logits);
+}
+
 int cmd_sample(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"prompt", required_argument, NULL, 'p'},
                                          {"tokens", required_argument, NULL, 'n'},
@@ -256,36 +291,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     GPT m;
     if (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, argv[optind], NULL, err) != 0)
         return cli_fail(cmd, "%s", err);
-    size_t plen = strlen(prompt);
-    int *ctx = mallocCheck(sizeof(int) * (plen + (size_t)n + 1));
-    int len = 0;
-    if (plen == 0) ctx[len++] = '\n';
-    for (size_t i = 0; i < plen; i++) ctx[len++] = (uint8_t)prompt[i];
-    float *logits = mallocCheck(sizeof(float) * (size_t)cfg.V);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    fputs(prompt, stdout);
-    for (int k = 0; k < n; k++) {
-        gpt_next_logits(&m, ctx, len, logits);
-        int next = 0;
-        if (temperature == 0) {
-            for (int v = 1; v < cfg.V; v++) next = logits[v] > logits[next] ? v : next;
-        } else {
-            float mx = logits[0];
-            for (int v = 1; v < cfg.V; v++) mx = logits[v] > mx ? logits[v] : mx;
-            double sum = 0;
-            for (int v = 0; v < cfg.V; v++) sum += exp((logits[v] - mx) / temperature);
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            double u = (double)(s >> 11) / 9007199254740992.0 * sum, acc = 0;
-            for (next = 0; next < cfg.V - 1; next++) {
-                acc += exp((logits[next] - mx) / temperature);
-                if (acc > u) break;
-            }
-        }
-        ctx[len++] = next;
-        putchar(next);
-    }
-    putchar('\n');
-    free(ctx), free(logits);
+    cli_sample_text(&m, prompt, n, temperature, seed, stdout);
     gpt_free(&m);
     return EXIT_OK;
 }

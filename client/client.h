@@ -40,4 +40,18 @@ int client_hello(const char *site_dir, SiteHello *out, char *err);
  * the next start). */
 int client_renew(const char *site_dir, char *err);
 
+typedef struct SiteRunOptions {
+    const char *site_dir;
+    const char *const *data; /* local training text or .bin shards */
+    int n_data;
+    int threads;    /* 0: all cores */
+    int batch, seq; /* 0: 8 and min(model T, 128) */
+    float lr;       /* inner AdamW peak rate; 0: 3e-3 */
+} SiteRunOptions;
+
+/* The site's loop, round after round, until the federation finishes.
+ * Transient failures are retried with backoff; returns -1 only on a
+ * permanent refusal or a local error. */
+int client_run(const SiteRunOptions *o, char *err);
+
 #endif /* STRAIT_CLIENT_H */

@@ -28,6 +28,9 @@ typedef struct CoordInitOptions {
     const char *advertise; /* HOST:PORT sites use; default the listen address */
     const char *model;     /* model preset, default "small" */
     int force;             /* replace an existing federation */
+    /* round settings written to federation.ini; 0 or NULL: the defaults */
+    int rounds, min_sites, inner_steps;
+    const char *uplink, *deadline;
 } CoordInitOptions;
 
 /* Creates the home folder. Refuses an existing federation unless force.

@@ -49,6 +49,30 @@ static const char ini_template[] =
     "[model]\n"
     "; tiny, small, base or gpt2-124m\n"
     "preset = %s\n"
+    "; the initial model is drawn from this seed\n"
+    "seed = 1\n"
+    "\n"
+    "[rounds]\n"
+    "; rounds to train, then the federation is finished\n"
+    "total = %d\n"
+    "; a round closes when every active site has reported, or when this many\n"
+    "; have and its deadline has passed\n"
+    "min_sites = %d\n"
+    "deadline = %s\n"
+    "; a round short of quorum is extended this many deadlines, then failed and reopened\n"
+    "max_extensions = 3\n"
+    "; local AdamW steps each site takes per round (DiLoCo's H)\n"
+    "inner_steps = %d\n"
+    "\n"
+    "[codec]\n"
+    "; what sites send: fp32, fp16, bf16, int8, topk (1%%, int8 values) or topk2 (2-bit)\n"
+    "uplink = %s\n"
+    "\n"
+    "[optimizer]\n"
+    "; the outer step: nesterov (DiLoCo), avg (FedAvg) or adam (FedAdam)\n"
+    "outer = nesterov\n"
+    "lr = 0.7\n"
+    "momentum = 0.9\n"
     "\n"
     "[security]\n"
     "; validity of the certificates issued to sites; they renew before expiry\n"
@@ -122,7 +146,10 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     }
     snprintf(chain, chain_len, "%s%s", srv, ca);
     char ini[4096];
-    snprintf(ini, sizeof ini, ini_template, name, listen, advertise, o->model ? o->model : "small");
+    snprintf(ini, sizeof ini, ini_template, name, listen, advertise, o->model ? o->model : "small",
+             o->rounds > 0 ? o->rounds : 100, o->min_sites > 0 ? o->min_sites : 1,
+             o->deadline ? o->deadline : "10m", o->inner_steps > 0 ? o->inner_steps : 50,
+             o->uplink ? o->uplink : "int8");
     int bad = write_file(dir, "ca.key", ca_key, 0600, err) ||
               write_file(dir, "ca.crt", ca, 0644, err) ||
               write_file(dir, "server.key", srv_key, 0600, err) ||

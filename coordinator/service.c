@@ -17,28 +17,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator.h"
+#include "coordinator_internal.h"
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "util/util.h"
 
-typedef struct Coordinator {
-    char dir[1024];
-    char name[128];
-    char model[32];
-    char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
-    char admin_sha[65];
-    long site_cert_days;
-    Store *store; /* owned, guarded by store_lock */
-    pthread_mutex_t store_lock;
-    int64_t started_ms;
-} Coordinator;
-
 /* ---- identity ------------------------------------------------------------------ */
 
 /* The site behind the call's certificate, or a refusal set on the call. */
-static int authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
+int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
     const NetPeer *p = net_call_peer(c);
     if (!p->has_cert) {
         net_call_status(c, NET_UNAUTHENTICATED, "a site certificate is required");
@@ -210,7 +198,7 @@ out:
 static void h_renew(NetCall *c, void *user) {
     Coordinator *co = user;
     StoreSite site;
-    if (authorize_site(co, c, &site) != 0) return;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
     Strait__RenewRequest *req;
     READ_REQUEST(c, RenewRequest, strait__renew_request, req);
     char err[ERR_LEN], *cert = NULL;
@@ -241,7 +229,7 @@ out:
 static void h_hello(NetCall *c, void *user) {
     Coordinator *co = user;
     StoreSite site;
-    if (authorize_site(co, c, &site) != 0) return;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
     Strait__HelloRequest *req;
     READ_REQUEST(c, HelloRequest, strait__hello_request, req);
     if (req->protocol_version < COORD_PROTOCOL_VERSION) {
@@ -255,6 +243,12 @@ static void h_hello(NetCall *c, void *user) {
         resp.federation = co->name;
         resp.site_name = site.name;
         resp.model = co->model;
+        int finished = 0;
+        const char *codec = "int8";
+        rounds_describe(co, &resp.current_round, &resp.table_hash, &resp.inner_steps, &finished,
+                        &codec);
+        resp.finished = finished;
+        resp.uplink_codec = (char *)codec;
         SEND_RESPONSE(c, strait__hello_response, resp);
     }
     strait__hello_request__free_unpacked(req, NULL);
@@ -326,7 +320,6 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     snprintf(co.model, sizeof co.model, "%s", config_get_str(cfg, "model", "preset", "small"));
     int bad = config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
               config_get_int(cfg, "limits", "workers", 16, 1, 1024, &workers, err);
-    config_free(cfg);
     co.site_cert_days = (long)days;
     SecurityIdentity admin;
     char *admin_pem = NULL;
@@ -336,6 +329,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         read_pem(dir, "admin.crt", &admin_pem, err) ||
         security_cert_identity(admin_pem, &admin, err)) {
         free(admin_pem);
+        config_free(cfg);
         coordinator_free(&co);
         return -1;
     }
@@ -344,10 +338,13 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
     co.store = store_open(path, STORE_READWRITE, err);
     StoreRecovery rec;
-    if (co.store == NULL || store_recover(co.store, dir, time_wall_ms(), &rec, err) != 0) {
+    if (co.store == NULL || store_recover(co.store, dir, time_wall_ms(), &rec, err) != 0 ||
+        rounds_start(&co, cfg, err) != 0) {
+        config_free(cfg);
         coordinator_free(&co);
         return -1;
     }
+    config_free(cfg);
     net_global_init();
     NetServerConfig sc = {listen_addr, {co.ca, co.server_chain, co.server_key}, (int)workers, 0, 0};
     NetServer *srv = net_server_create(&sc, err);
@@ -362,7 +359,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                                   err) ||
             net_server_add_method(srv, "/strait.Admin/Status", NET_UNARY, 1, h_admin_status, &co,
                                   err) ||
-            net_server_start(srv, &port, err);
+            rounds_add_methods(&co, srv, err) || net_server_start(srv, &port, err);
     if (rc == 0) {
         log_info("coordinator", "federation %s serving on %s (port %d)", co.name, listen_addr,
                  port);
@@ -374,6 +371,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         log_info("coordinator", "stopping");
     }
     net_server_stop(srv, 5000);
+    rounds_stop(&co);
     coordinator_free(&co);
     net_global_shutdown();
     return rc;

@@ -1,0 +1,262 @@
+/*
+ * cmd_demo.c — `strait demo`: a whole federation on this machine from
+ * nothing. init, enroll, a coordinator process, and N site processes that
+ * join over mutual TLS and train on disjoint parts of Debian's fortune
+ * collections (or one language each with --non-iid); the committed rounds
+ * are shown as they land, then a summary: validation loss at the first and
+ * the last round, bytes sent against dense fp32 exchange at every step, and
+ * a text sample from the final model.
+ *
+ * This process never starts gRPC: every networked part runs in a child
+ * process (this same binary), so forking stays safe.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "coordinator/coordinator.h"
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+#define FORTUNES "/usr/share/games/fortunes"
+
+static pid_t spawn(char *const argv[], const char *log_path, int *stdout_pipe) {
+    int p[2] = {-1, -1};
+    if (stdout_pipe && pipe(p) != 0) return -1;
+    pid_t pid = fork();
+    if (pid != 0) {
+        if (stdout_pipe) {
+            close(p[1]);
+            *stdout_pipe = p[0];
+        }
+        return pid;
+    }
+    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(stdout_pipe ? p[1] : log, 1);
+    dup2(log, 2);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+static int run_wait(char *const argv[], const char *log_path) {
+    pid_t pid = spawn(argv, log_path, NULL);
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* English collections for IID sites, one language per site for --non-iid. */
+static int site_files(int site, int sites, int non_iid, char files[][512], int max) {
+    static const char *const english[] = {"fortunes", "literature", "wisdom",    "science",
+                                          "people",   "politics",   "computers", "humorists",
+                                          "love",     "work",       "education", "men-women"};
+    static const char *const langs[] = {NULL, "de", "es", "it"};
+    int n = 0;
+    if (non_iid && site % 4 != 0) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s", FORTUNES, langs[site % 4]);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) && n < max) {
+            size_t l = strlen(e->d_name);
+            if (e->d_name[0] == '.' || (l > 4 && (!strcmp(e->d_name + l - 4, ".dat") ||
+                                                  !strcmp(e->d_name + l - 3, ".u8"))))
+                continue;
+            snprintf(files[n++], 512, "%s/%s", dir, e->d_name);
+        }
+        if (d) closedir(d);
+        return n;
+    }
+    int k = (int)(sizeof english / sizeof english[0]);
+    for (int i = site; i < k && n < max; i += non_iid ? k : sites)
+        snprintf(files[n++], 512, "%s/%s", FORTUNES, english[i]);
+    return n;
+}
+
+int cmd_demo(const Command *cmd, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"sites", required_argument, NULL, 's'}, {"rounds", required_argument, NULL, 'r'},
+        {"model", required_argument, NULL, 'm'}, {"steps", required_argument, NULL, 'H'},
+        {"codec", required_argument, NULL, 'c'}, {"dir", required_argument, NULL, 'd'},
+        {"non-iid", no_argument, NULL, 'n'},     {NULL, 0, NULL, 0}};
+    int sites = 3, rounds = 20, steps = 50, non_iid = 0, c;
+    const char *model = "small", *codec = "int8", *dir_arg = NULL;
+    optind = 1;
+    while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case -2:
+            return EXIT_USAGE;
+        case 's':
+            sites = atoi(optarg);
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
+        case 'm':
+            model = optarg;
+            break;
+        case 'H':
+            steps = atoi(optarg);
+            break;
+        case 'c':
+            codec = optarg;
+            break;
+        case 'd':
+            dir_arg = optarg;
+            break;
+        case 'n':
+            non_iid = 1;
+            break;
+        }
+    }
+    if (optind != argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (sites < 1 || sites > 12 || rounds < 1 || steps < 1)
+        return cli_usage_error(cmd, "--sites 1-12, --rounds and --steps positive");
+    char err[ERR_LEN], dir[512], fed[600], exe[1024];
+    GPTConfig cfg;
+    CodecParams cp;
+    if (gpt_config_preset(model, &cfg) != 0 || cfg.V != 256)
+        return cli_usage_error(cmd, "--model tiny, small or base (byte-level)");
+    if (codec_params_parse(codec, &cp, err) != 0) return cli_usage_error(cmd, "%s", err);
+    if (access(FORTUNES "/fortunes", R_OK) != 0)
+        return cli_fail(cmd, "no fortune collections in %s; run 'make deps' (package fortunes)",
+                        FORTUNES);
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) return cli_fail(cmd, "cannot find this program's path");
+    exe[el] = '\0';
+    if (dir_arg) {
+        snprintf(dir, sizeof dir, "%s", dir_arg);
+        if (file_mkdir_p(dir, 0700, err) != 0) return cli_fail(cmd, "%s", err);
+    } else {
+        snprintf(dir, sizeof dir, "/tmp/strait-demo-XXXXXX");
+        if (mkdtemp(dir) == NULL) return cli_fail(cmd, "cannot make a folder in /tmp");
+    }
+    snprintf(fed, sizeof fed, "%s/fed", dir);
+    char fp[65];
+    CoordInitOptions io = {"demo", "127.0.0.1:0", NULL,  model, 1,
+                           rounds, sites,         steps, codec, "5m"};
+    if (coordinator_init_home(fed, &io, fp, err) != 0) return cli_fail(cmd, "%s", err);
+    printf("strait demo: %d sites train %s for %d rounds of %d steps, %s updates; all in %s\n",
+           sites, model, rounds, steps, codec, dir);
+
+    char log[700], line[256];
+    snprintf(log, sizeof log, "%s/coordinator.log", dir);
+    char *cargv[] = {exe, "coordinator", "start", fed, NULL};
+    int cfd = -1;
+    pid_t coord = spawn(cargv, log, &cfd);
+    int port = 0;
+    FILE *cf = coord > 0 ? fdopen(cfd, "r") : NULL;
+    if (cf == NULL || fgets(line, sizeof line, cf) == NULL || !strstr(line, "port ") ||
+        sscanf(strstr(line, "port "), "port %d", &port) != 1) {
+        if (coord > 0) kill(coord, SIGKILL);
+        return cli_fail(cmd, "the coordinator did not start; see %s", log);
+    }
+    pid_t *pids = calloc((size_t)sites, sizeof *pids);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int rc = EXIT_FAILED;
+    for (int i = 0; i < sites; i++) {
+        char name[32], sdir[700], token[65];
+        snprintf(name, sizeof name, "site-%d", i + 1);
+        snprintf(sdir, sizeof sdir, "%s/%s", dir, name);
+        snprintf(log, sizeof log, "%s/%s.log", dir, name);
+        if (coordinator_enroll(fed, name, 3600000, token, err) != 0) {
+            cli_fail(cmd, "%s", err);
+            goto stop;
+        }
+        char *jargv[] = {exe,  "site",    "join", sdir,          "--name", name, "--coordinator",
+                         addr, "--token", token,  "--ca-sha256", fp,       NULL};
+        if (run_wait(jargv, log) != 0) {
+            cli_fail(cmd, "%s could not join; see %s", name, log);
+            goto stop;
+        }
+        char files[16][512];
+        int nf = site_files(i, sites, non_iid, files, 16);
+        char *rargv[48] = {exe, "site", "run", sdir, "--threads", "1"};
+        int a = 6;
+        for (int f = 0; f < nf && a < 44; f++) rargv[a++] = "--data", rargv[a++] = files[f];
+        rargv[a] = NULL;
+        pids[i] = spawn(rargv, log, NULL);
+        printf("  %s joined; trains on %d collection%s%s\n", name, nf, nf == 1 ? "" : "s",
+               non_iid && i % 4 ? " in its own language" : "");
+    }
+    /* watch the store as rounds land */
+    char db[700];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    if (s == NULL) {
+        cli_fail(cmd, "%s", err);
+        goto stop;
+    }
+    int64_t shown = -1, t0 = time_wall_ms();
+    double first_eval = NAN, last_eval = NAN;
+    int64_t bytes_up = 0;
+    printf("  round  sites  train loss  val loss   sent (MB)\n");
+    while (shown < rounds - 1) {
+        StoreRound r;
+        int64_t next = shown + 1;
+        if (store_round_get(s, next, &r, NULL) == 0 && strcmp(r.state, "committed") == 0) {
+            printf("  %5lld  %5lld  %10.4f  %8.4f  %10.3f\n", (long long)r.number,
+                   (long long)r.participants, r.train_loss, r.eval_loss, r.bytes_up / 1e6);
+            fflush(stdout);
+            if (isnan(first_eval)) first_eval = r.eval_loss;
+            last_eval = r.eval_loss;
+            bytes_up += r.bytes_up;
+            shown = next;
+            continue;
+        }
+        int st;
+        if (waitpid(coord, &st, WNOHANG) == coord) {
+            cli_fail(cmd, "the coordinator stopped; see %s/coordinator.log", dir);
+            coord = -1;
+            store_close(s);
+            goto stop;
+        }
+        if (time_wall_ms() - t0 > 3600 * 1000) {
+            cli_fail(cmd, "no progress for an hour; see the logs in %s", dir);
+            store_close(s);
+            goto stop;
+        }
+        usleep(300000);
+    }
+    store_close(s);
+    for (int i = 0; i < sites; i++) waitpid(pids[i], NULL, 0), pids[i] = 0;
+    GPT m;
+    char ckpt[800];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
+    if (gpt_build(&m, &cfg, 1, err) == 0) {
+        /* every site sending its dense fp32 gradient at every step */
+        double dense = (double)rounds * steps * sites * 4.0 * (double)m.n_params;
+        printf("\nvalidation loss: %.4f after the first round, %.4f after round %d (nats/byte)\n",
+               first_eval, last_eval, rounds - 1);
+        printf("bytes sent by the sites: %.2f MB; dense fp32 gradients at every step would be "
+               "%.1f MB (%.0fx more)\n",
+               bytes_up / 1e6, dense / 1e6, dense / (double)(bytes_up ? bytes_up : 1));
+        if (gpt_load(&m, ckpt, NULL, err) == 0) {
+            printf("a sample from the final model:\n\n");
+            cli_sample_text(&m, "The ", 240, 0.8f, 7, stdout);
+        }
+        gpt_free(&m);
+    }
+    printf("\nthe federation, its store and the logs stay in %s\n", dir);
+    rc = EXIT_OK;
+stop:
+    for (int i = 0; i < sites; i++)
+        if (pids[i] > 0) kill(pids[i], SIGTERM), waitpid(pids[i], NULL, 0);
+    if (coord > 0) {
+        kill(coord, SIGTERM);
+        waitpid(coord, NULL, 0);
+    }
+    if (cf) fclose(cf);
+    free(pids);
+    return rc;
+}

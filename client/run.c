@@ -1,0 +1,274 @@
+/*
+ * run.c — the site agent's loop (DESIGN.md §1): Hello → GetModel → H inner
+ * AdamW steps on local data → Δ = θ_global − θ_local with error feedback →
+ * encode with the federation's codec → PushUpdate (resumable) → WaitRound →
+ * … until the federation reports it is finished.
+ *
+ * Failures are routine: every call is retried with capped exponential
+ * backoff and jitter on transient statuses, an interrupted upload resumes
+ * from what the coordinator holds, and a site that finds the round moved on
+ * starts over with the new model. The inner optimizer's moments live in the
+ * model across rounds, as in DiLoCo.
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "compress/compress.h"
+#include "kernels/kernels.h"
+#include "net/net.h"
+#include "schema/strait.pb-c.h"
+#include "security/security.h"
+#include "util/util.h"
+
+#define CALL_TIMEOUT_MS 60000
+#define BACKOFF_MAX_MS  10000
+
+static int transient(NetStatus st) {
+    return st == NET_UNAVAILABLE || st == NET_DEADLINE_EXCEEDED || st == NET_RESOURCE_EXHAUSTED ||
+           st == NET_INTERNAL || st == NET_CANCELLED || st == NET_ABORTED || st == NET_UNKNOWN;
+}
+
+/* sleeps before retry `attempt` (0, 1, …): 250 ms doubling to 10 s, ± 25 % */
+static void backoff(int attempt, uint64_t *rng) {
+    int64_t ms = 250;
+    for (int i = 0; i < attempt && ms < BACKOFF_MAX_MS; i++) ms *= 2;
+    if (ms > BACKOFF_MAX_MS) ms = BACKOFF_MAX_MS;
+    *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+    ms = ms * 3 / 4 + (int64_t)(*rng % (uint64_t)(ms / 2 + 1));
+    usleep((useconds_t)ms * 1000);
+}
+
+typedef struct Site {
+    SiteRunOptions o;
+    char name[65], coordinator[256];
+    char *key, *cert, *ca;
+    NetChannel *ch;
+    uint64_t rng;
+} Site;
+
+static int site_read(Site *s, char *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/site.ini", s->o.site_dir);
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) return -1;
+    snprintf(s->name, sizeof s->name, "%s", config_get_str(cfg, "site", "name", ""));
+    snprintf(s->coordinator, sizeof s->coordinator, "%s",
+             config_get_str(cfg, "site", "coordinator", ""));
+    config_free(cfg);
+    const char *files[3] = {"site.key", "site.crt", "ca.crt"};
+    char **out[3] = {&s->key, &s->cert, &s->ca};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", s->o.site_dir, files[i]);
+        if (file_read_all(path, 1 << 20, out[i], NULL, err) != 0) return -1;
+    }
+    char target[300], host[256];
+    const char *colon = strrchr(s->coordinator, ':');
+    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - s->coordinator) : 0, s->coordinator);
+    struct in_addr a;
+    snprintf(target, sizeof target, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "",
+             s->coordinator);
+    NetChannelConfig cc = {target, {s->ca, s->cert, s->key}, NULL, 0, 0};
+    s->ch = net_channel_create(&cc, err);
+    return s->ch ? 0 : -1;
+}
+
+/* A unary call, retried while the failure is transient. */
+static NetStatus call(Site *s, const char *method, const void *req, size_t len, NetBuf *resp,
+                      char *details) {
+    for (int attempt = 0;; attempt++) {
+        NetStatus st = net_unary(s->ch, method, req, len, resp, CALL_TIMEOUT_MS, details, 256);
+        if (st == NET_OK || !transient(st)) return st;
+        log_warn("site", "%s: %s (%s); retrying", method, net_status_name(st), details);
+        backoff(attempt, &s->rng);
+    }
+}
+
+static Strait__HelloResponse *hello(Site *s, char *err) {
+    Strait__HelloRequest req = STRAIT__HELLO_REQUEST__INIT;
+    req.protocol_version = CLIENT_PROTOCOL_VERSION;
+    req.strait_version = "strait";
+    uint8_t buf[128];
+    size_t n = strait__hello_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256];
+    NetStatus st = call(s, "/strait.Federation/Hello", buf, n, &resp, details);
+    if (st != NET_OK) {
+        err_set(err, "hello refused (%s): %s", net_status_name(st), details);
+        return NULL;
+    }
+    Strait__HelloResponse *hr = strait__hello_response__unpack(NULL, resp.len, resp.data);
+    net_buf_free(&resp);
+    if (hr == NULL) err_set(err, "malformed Hello answer");
+    return hr;
+}
+
+/* Downloads the current model into the GPT (through SITEDIR/model.safetensors). */
+static int get_model(Site *s, GPT *m, char *err) {
+    NetLimits lim = {(uint64_t)m->n_params * 4 + (8u << 20)};
+    Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+    uint8_t buf[32];
+    size_t n = strait__get_model_request__pack(&req, buf);
+    NetBuf payload;
+    char details[256];
+    for (int attempt = 0;; attempt++) {
+        NetStatus st = net_download(s->ch, "/strait.Federation/GetModel", buf, n, &lim,
+                                    CALL_TIMEOUT_MS * 5, &payload, details, sizeof details);
+        if (st == NET_OK) break;
+        if (!transient(st) && st != NET_DATA_LOSS)
+            return err_set(err, "model download refused (%s): %s", net_status_name(st), details);
+        log_warn("site", "model download: %s (%s); retrying", net_status_name(st), details);
+        backoff(attempt, &s->rng);
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", s->o.site_dir);
+    int rc = file_write_atomic(path, payload.data, payload.len, 0644, err);
+    net_buf_free(&payload);
+    if (rc != 0) return -1;
+    return gpt_load(m, path, NULL, err);
+}
+
+static int wait_round(Site *s, uint64_t after, uint64_t *round, int *finished, char *err) {
+    Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
+    req.after_round = after;
+    uint8_t buf[32];
+    size_t n = strait__wait_round_request__pack(&req, buf);
+    for (;;) {
+        NetBuf resp;
+        char details[256];
+        NetStatus st = call(s, "/strait.Federation/WaitRound", buf, n, &resp, details);
+        if (st != NET_OK)
+            return err_set(err, "wait refused (%s): %s", net_status_name(st), details);
+        Strait__WaitRoundResponse *wr =
+            strait__wait_round_response__unpack(NULL, resp.len, resp.data);
+        net_buf_free(&resp);
+        if (wr == NULL) return err_set(err, "malformed WaitRound answer");
+        *round = wr->current_round;
+        *finished = wr->finished;
+        strait__wait_round_response__free_unpacked(wr, NULL);
+        if (*finished || *round > after) return 0;
+    }
+}
+
+int client_run(const SiteRunOptions *o, char *err) {
+    Site s;
+    memset(&s, 0, sizeof s);
+    s.o = *o;
+    s.rng = (uint64_t)time_wall_ms() | 1;
+    net_global_init();
+    GPT m;
+    memset(&m, 0, sizeof m);
+    TokenSet ts = {0};
+    ErrorFeedback ef = {0};
+    Blob blob = {0};
+    float *theta = NULL, *delta = NULL;
+    int *in = NULL, *tg = NULL, rc = -1;
+    Strait__HelloResponse *hr = NULL;
+    if (site_read(&s, err) != 0) goto out;
+    if ((hr = hello(&s, err)) == NULL) goto out;
+    GPTConfig cfg;
+    if (gpt_config_preset(hr->model, &cfg) != 0) {
+        err_set(err, "the federation trains model '%s', unknown to this strait; upgrade",
+                hr->model);
+        goto out;
+    }
+    if (gpt_build(&m, &cfg, 1, err) != 0) goto out;
+    if (m.table_hash != hr->table_hash) {
+        err_set(err, "the federation's parameter table differs from this strait's; upgrade");
+        goto out;
+    }
+    CodecParams codec;
+    if (codec_params_parse(hr->uplink_codec, &codec, err) != 0) goto out;
+    int H = (int)hr->inner_steps, B = o->batch > 0 ? o->batch : 8;
+    int T = o->seq > 0 ? o->seq : (cfg.T < 128 ? cfg.T : 128);
+    if (tokens_load(&ts, o->data, o->n_data, err) != 0) goto out;
+    TokenView train, val;
+    tokens_split(&ts, 0.1, &train, &val);
+    Loader tl, vl;
+    int have_val = loader_init(&vl, val, B, T, 0, 1, 2, NULL) == 0;
+    if (loader_init(&tl, train, B, T, 0, 1, (uint64_t)time_wall_ms(), err) != 0) goto out;
+    if (ef_init(&ef, m.n_params, m.table_hash, 1.0f, err) != 0) goto out;
+    theta = mallocCheck(sizeof(float) * m.n_params);
+    delta = mallocCheck(sizeof(float) * m.n_params);
+    in = mallocCheck(sizeof(int) * (size_t)B * T), tg = mallocCheck(sizeof(int) * (size_t)B * T);
+    kernels_set_threads(o->threads);
+    AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f};
+    float lr = o->lr > 0 ? o->lr : 3e-3f;
+    uint64_t round = hr->current_round;
+    int finished = hr->finished;
+    log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink)", s.name,
+             hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec);
+    while (!finished) {
+        if (get_model(&s, &m, err) != 0) goto out;
+        memcpy(theta, m.params, sizeof(float) * m.n_params);
+        uint64_t t0 = time_monotonic_ns();
+        double train_loss = 0;
+        for (int step = 0; step < H; step++) {
+            loader_next(&tl, in, tg);
+            train_loss += gpt_forward(&m, in, tg, B, T) / H;
+            gpt_zero_grad(&m);
+            gpt_backward(&m);
+            gpt_clip_grad_norm(&m, 1.0f);
+            gpt_adamw_step(&m, &adam, lr);
+        }
+        uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
+        double eval = NAN;
+        if (have_val) {
+            vl.pos = 0;
+            eval = 0;
+            for (int k = 0; k < 4; k++) {
+                loader_next(&vl, in, tg);
+                eval += gpt_forward(&m, in, tg, B, T) / 4;
+            }
+        }
+        for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
+        CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+        if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
+        Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
+        meta.tokens = (uint64_t)H * B * T;
+        meta.train_loss = train_loss;
+        meta.eval_loss = eval;
+        meta.train_ms = train_ms;
+        uint8_t mbuf[64];
+        size_t mlen = strait__update_meta__pack(&meta, mbuf);
+        char id[96], details[256];
+        snprintf(id, sizeof id, "%s-r%llu", s.name, (unsigned long long)round);
+        NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, NULL};
+        for (int attempt = 0;; attempt++) {
+            uint64_t from = 0;
+            NetStatus st = net_upload(s.ch, "/strait.Federation/PushUpdate",
+                                      "/strait.Federation/QueryUpload", &spec, blob.data, blob.len,
+                                      CALL_TIMEOUT_MS * 5, &from, details, sizeof details);
+            if (st == NET_OK) {
+                log_info("site", "round %llu: loss %.4f, eval %.4f, sent %zu bytes%s",
+                         (unsigned long long)round, train_loss, eval, blob.len,
+                         from ? " (resumed)" : "");
+                break;
+            }
+            if (!transient(st) && st != NET_DATA_LOSS) {
+                log_warn("site", "round %llu: update refused (%s): %s", (unsigned long long)round,
+                         net_status_name(st), details);
+                break;
+            }
+            log_warn("site", "upload: %s (%s); retrying", net_status_name(st), details);
+            backoff(attempt, &s.rng);
+        }
+        if (wait_round(&s, round, &round, &finished, err) != 0) goto out;
+    }
+    log_info("site", "%s: the federation has finished", s.name);
+    rc = 0;
+out:
+    if (hr) strait__hello_response__free_unpacked(hr, NULL);
+    net_channel_destroy(s.ch);
+    free(s.key), free(s.cert), free(s.ca);
+    free(theta), free(delta), free(in), free(tg);
+    blob_free(&blob);
+    ef_free(&ef);
+    tokens_free(&ts);
+    gpt_free(&m);
+    return rc;
+}

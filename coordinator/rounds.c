@@ -1,0 +1,420 @@
+/*
+ * rounds.c — the coordinator's round loop (DESIGN.md §1): serve the current
+ * model (GetModel), take the sites' compressed pseudo-gradients (PushUpdate)
+ * into one streaming weighted sum, and when every active site has reported
+ * — or min_sites have and the deadline has passed — take the outer step,
+ * write the checkpoint, commit the round in the store, and open the next.
+ * WaitRound long-polls for that.
+ *
+ * A round without quorum at its deadline is extended up to max_extensions
+ * times, then failed (with its reason in the store) and reopened as the next
+ * attempt. A coordinator that restarts resumes from the last committed
+ * round's checkpoint (verified by the store); the outer momentum restarts
+ * from zero then (not yet checkpointed).
+ *
+ * Threading: handlers run on net/'s workers; everything in Rounds is under
+ * rounds.lock, the store under store_lock (taken after rounds.lock).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator_internal.h"
+#include "schema/strait.pb-c.h"
+#include "security/security.h"
+#include "util/util.h"
+
+#define WAIT_POLL_MS 20000
+
+/* ---- the current model's checkpoint -------------------------------------------- */
+
+/* Writes θ as checkpoint `rel` (under the home), reads it back to serve. */
+static int publish_model(Coordinator *co, const char *rel, char sha_hex[65], int64_t *bytes,
+                         char *err) {
+    Rounds *r = &co->rounds;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+    if (gpt_save(&r->model, path, (int)r->number, err) != 0) return -1;
+    uint8_t *data;
+    size_t len;
+    if (file_read_all(path, (size_t)1 << 34, (char **)&data, &len, err) != 0) return -1;
+    free(r->ckpt);
+    r->ckpt = data;
+    r->ckpt_len = len;
+    security_sha256(data, len, r->ckpt_sha);
+    if (sha_hex) security_hex(r->ckpt_sha, 32, sha_hex);
+    if (bytes) *bytes = (int64_t)len;
+    return 0;
+}
+
+static int open_round(Coordinator *co, char *err) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_round_open(co->store, r->number, time_wall_ms(), &r->round_id, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return -1;
+    r->opened_ms = time_wall_ms();
+    r->extensions = 0;
+    r->n_reported = 0;
+    r->eval_sum = r->eval_weight = 0;
+    round_sum_free(&r->sum);
+    if (round_sum_init(&r->sum, r->model.n_params, r->model.table_hash, 10.0, err) != 0) return -1;
+    log_info("rounds", "round %lld open", (long long)r->number);
+    return 0;
+}
+
+/* Aggregate, outer step, checkpoint, commit, next round. Under r->lock. */
+static int commit_round(Coordinator *co, char *err) {
+    Rounds *r = &co->rounds;
+    size_t n = r->model.n_params;
+    float *mean = malloc(sizeof(float) * n);
+    if (mean == NULL || round_sum_mean(&r->sum, mean, err) != 0) {
+        free(mean);
+        return -1;
+    }
+    outer_step(&r->outer, r->model.params, mean);
+    free(mean);
+    char rel[128], sha[65];
+    int64_t bytes;
+    snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
+             (long long)r->number);
+    r->number++; /* the checkpoint holds the model the next round starts from */
+    if (publish_model(co, rel, sha, &bytes, err) != 0) {
+        r->number--;
+        return -1;
+    }
+    StoreCheckpoint ck = {rel, bytes, sha};
+    double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_round_commit(co->store, r->round_id, &ck, eval,
+                                (int64_t)r->ckpt_len * r->n_reported, time_wall_ms(), err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return -1;
+    log_info("rounds", "round %lld committed: %d sites, eval loss %.4f", (long long)r->number - 1,
+             r->n_reported, eval);
+    if (r->number >= r->total) {
+        r->finished = 1;
+        log_info("rounds", "federation finished after %lld rounds", (long long)r->total);
+    } else if (open_round(co, err) != 0) {
+        return -1;
+    }
+    pthread_cond_broadcast(&r->changed);
+    return 0;
+}
+
+static int64_t active_sites(Coordinator *co) {
+    StoreSite *sites;
+    size_t n = 0;
+    int64_t active = 0;
+    pthread_mutex_lock(&co->store_lock);
+    if (store_site_list(co->store, &sites, &n, NULL) == 0) {
+        for (size_t i = 0; i < n; i++) active += strcmp(sites[i].state, "active") == 0;
+        free(sites);
+    }
+    pthread_mutex_unlock(&co->store_lock);
+    return active;
+}
+
+/* The deadline: every 200 ms, close, extend or fail the open round. */
+static void *ticker_main(void *arg) {
+    Coordinator *co = arg;
+    Rounds *r = &co->rounds;
+    for (;;) {
+        usleep(200000);
+        pthread_mutex_lock(&r->lock);
+        if (r->stop) {
+            pthread_mutex_unlock(&r->lock);
+            return NULL;
+        }
+        int64_t now = time_wall_ms();
+        if (!r->finished && now >= r->opened_ms + r->deadline_ms * (r->extensions + 1)) {
+            char err[ERR_LEN];
+            if (r->n_reported >= r->min_sites && r->sum.accepted > 0) {
+                if (commit_round(co, err) != 0) log_error("rounds", "commit failed: %s", err);
+            } else if (r->extensions < r->max_extensions) {
+                r->extensions++;
+                log_warn("rounds",
+                         "round %lld: %d of %lld sites by the deadline; extended (%d/%lld)",
+                         (long long)r->number, r->n_reported, (long long)r->min_sites,
+                         r->extensions, (long long)r->max_extensions);
+            } else {
+                char reason[160];
+                snprintf(reason, sizeof reason, "no quorum: %d of %lld sites after %d extensions",
+                         r->n_reported, (long long)r->min_sites, r->extensions);
+                pthread_mutex_lock(&co->store_lock);
+                store_round_fail(co->store, r->round_id, reason, now, NULL);
+                pthread_mutex_unlock(&co->store_lock);
+                log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number,
+                         reason);
+                if (open_round(co, err) != 0) log_error("rounds", "cannot reopen: %s", err);
+            }
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+}
+
+/* ---- handlers ------------------------------------------------------------------ */
+
+static void h_get_model(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    NetBuf m;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    /* a private copy: the round may commit while this stream is sent */
+    size_t len = r->ckpt_len;
+    uint8_t *copy = malloc(len ? len : 1), sha[32];
+    if (copy) memcpy(copy, r->ckpt, len);
+    memcpy(sha, r->ckpt_sha, 32);
+    uint64_t number = (uint64_t)r->number;
+    pthread_mutex_unlock(&r->lock);
+    if (copy == NULL) {
+        net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    NetTransferSpec spec = {"model", number, "model", 0, NULL, 0, sha};
+    char err[ERR_LEN];
+    if (net_download_send(c, &spec, copy, len, err) != 0)
+        net_call_status(c, NET_UNAVAILABLE, "%s", err);
+    free(copy);
+}
+
+static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
+                          const Strait__UpdateMeta *meta, int64_t wire, const char *state,
+                          const char *reason) {
+    StoreUpdate u;
+    memset(&u, 0, sizeof u);
+    u.round_id = round_id, u.site_id = site_id;
+    snprintf(u.codec, sizeof u.codec, "%s", codec);
+    u.raw_bytes = 4 * (int64_t)co->rounds.model.n_params;
+    u.wire_bytes = wire;
+    u.tokens = meta ? (int64_t)meta->tokens : 0;
+    u.train_loss = meta ? meta->train_loss : NAN;
+    u.eval_loss = meta ? meta->eval_loss : NAN;
+    u.train_ms = meta ? (int64_t)meta->train_ms : 0;
+    snprintf(u.state, sizeof u.state, "%s", state);
+    snprintf(u.reason, sizeof u.reason, "%s", reason ? reason : "");
+    u.received_at = time_wall_ms();
+    char err[ERR_LEN];
+    pthread_mutex_lock(&co->store_lock);
+    if (store_update_record(co->store, &u, NULL, err) != 0)
+        log_warn("rounds", "cannot record an update: %s", err);
+    pthread_mutex_unlock(&co->store_lock);
+}
+
+static void h_push_update(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    NetLimits lim = {16 * (uint64_t)r->model.n_params + (1u << 20)};
+    NetReceived got;
+    char err[ERR_LEN];
+    NetStatus st = net_upload_receive(c, r->spool, &lim, &got, err);
+    if (st != NET_OK) {
+        net_call_status(c, st, "%s", err);
+        return;
+    }
+    Strait__UpdateMeta *meta = strait__update_meta__unpack(NULL, got.meta_len, got.meta);
+    char *blob = NULL;
+    size_t len = 0;
+    if (file_read_all(got.path, lim.max_total, &blob, &len, err) != 0) {
+        net_call_status(c, NET_INTERNAL, "%s", err);
+        goto out;
+    }
+    pthread_mutex_lock(&r->lock);
+    int64_t round_id = r->round_id;
+    char why[ERR_LEN] = "";
+    const char *codec =
+        len > 6 && codec_name((CodecId)blob[6]) ? codec_name((CodecId)blob[6]) : "?";
+    int dup = 0;
+    for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site.name) == 0;
+    if (r->finished) {
+        snprintf(why, sizeof why, "the federation has finished");
+    } else if (meta == NULL || meta->tokens == 0) {
+        snprintf(why, sizeof why, "update without its metadata (tokens trained)");
+    } else if (got.round != (uint64_t)r->number) {
+        snprintf(why, sizeof why, "update for round %llu; the federation is at round %lld",
+                 (unsigned long long)got.round, (long long)r->number);
+    } else if (dup) {
+        snprintf(why, sizeof why, "duplicate update: site %s already reported round %lld",
+                 site.name, (long long)r->number);
+    } else if (r->n_reported == MAX_REPORTS) {
+        snprintf(why, sizeof why, "too many sites in one round");
+    } else if (round_sum_add(&r->sum, (const uint8_t *)blob, len, (double)meta->tokens, why) == 0) {
+        why[0] = '\0';
+    }
+    int accepted = why[0] == '\0';
+    if (accepted) {
+        snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
+        if (isfinite(meta->eval_loss)) {
+            r->eval_sum += meta->eval_loss * (double)meta->tokens;
+            r->eval_weight += (double)meta->tokens;
+        }
+    }
+    record_update(co, round_id, site.id, codec, meta, (int64_t)len,
+                  accepted ? "received" : "rejected", accepted ? NULL : why);
+    if (accepted && r->n_reported >= active_sites(co)) {
+        char cerr[ERR_LEN];
+        if (commit_round(co, cerr) != 0) log_error("rounds", "commit failed: %s", cerr);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (accepted) {
+        log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
+                 (unsigned long long)got.round, site.name, len);
+        net_upload_answer(c, got.upload_id, got.length, 1);
+    } else {
+        log_warn("rounds", "update from %s refused: %s", site.name, why);
+        net_call_status(c, NET_FAILED_PRECONDITION, "%s", why);
+    }
+out:
+    free(blob);
+    if (meta) strait__update_meta__free_unpacked(meta, NULL);
+    net_spool_release(r->spool, got.upload_id);
+    net_received_free(&got);
+}
+
+static void h_query_upload(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    net_upload_query_handle(c, co->rounds.spool);
+}
+
+static void h_wait_round(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    Strait__WaitRoundRequest *req = strait__wait_round_request__unpack(NULL, m.len, m.data);
+    net_buf_free(&m);
+    if (req == NULL) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "malformed WaitRoundRequest");
+        return;
+    }
+    int64_t left = net_call_deadline_ms(c);
+    int64_t wait = left < WAIT_POLL_MS ? left - 500 : WAIT_POLL_MS;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait > 0 ? wait / 1000 : 0;
+    until.tv_nsec += wait > 0 ? (wait % 1000) * 1000000L : 0;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&r->lock);
+    while (!r->finished && !r->stop && r->number <= (int64_t)req->after_round)
+        if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
+    resp.current_round = (uint64_t)r->number;
+    resp.finished = r->finished;
+    pthread_mutex_unlock(&r->lock);
+    uint8_t buf[64];
+    size_t n = strait__wait_round_response__pack(&resp, buf);
+    net_call_send(c, buf, n);
+    strait__wait_round_request__free_unpacked(req, NULL);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
+
+void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *table_hash, uint32_t *inner_steps,
+                     int *finished, const char **codec) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    *round = (uint64_t)r->number;
+    *table_hash = r->model.table_hash;
+    *inner_steps = (uint32_t)r->inner_steps;
+    *finished = r->finished;
+    *codec = r->uplink.id == CODEC_TOPK && r->uplink.value_bits == 2 ? "topk2"
+                                                                     : codec_name(r->uplink.id);
+    pthread_mutex_unlock(&r->lock);
+}
+
+int rounds_start(Coordinator *co, const Config *cfg, char *err) {
+    Rounds *r = &co->rounds;
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    int64_t seed;
+    const char *codec = config_get_str(cfg, "codec", "uplink", "int8");
+    const char *outer = config_get_str(cfg, "optimizer", "outer", "nesterov");
+    double outer_lr, momentum;
+    if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &r->total, err) ||
+        config_get_int(cfg, "rounds", "min_sites", 1, 1, 100000, &r->min_sites, err) ||
+        config_get_duration_ms(cfg, "rounds", "deadline", 600000, &r->deadline_ms, err) ||
+        config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &r->inner_steps, err) ||
+        config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &r->max_extensions, err) ||
+        config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &seed, err) ||
+        config_get_double(cfg, "optimizer", "lr", 0.7, &outer_lr, err) ||
+        config_get_double(cfg, "optimizer", "momentum", 0.9, &momentum, err))
+        return -1;
+    if (codec_params_parse(codec, &r->uplink, err) != 0) return -1;
+    OuterKind kind;
+    if (outer_kind_parse(outer, &kind) != 0)
+        return err_set(err, "federation.ini: [optimizer] outer = %s; use nesterov, avg or adam",
+                       outer);
+    GPTConfig gc;
+    if (gpt_config_preset(co->model, &gc) != 0)
+        return err_set(err, "federation.ini: unknown model preset %s", co->model);
+    if (gpt_build(&r->model, &gc, (uint64_t)seed, err) != 0) return -1;
+    if (outer_init(&r->outer, kind, r->model.n_params, (float)outer_lr, (float)momentum, err) != 0)
+        return -1;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/spool", co->dir);
+    r->spool = net_spool_open(dir, 64ull << 30, 24LL * 3600 * 1000, err);
+    if (r->spool == NULL) return -1;
+    /* resume from the last committed round, or start from the seeded model */
+    StoreRound last;
+    int rc = store_resume_point(co->store, co->dir, &last, err);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+        char path[1600];
+        snprintf(path, sizeof path, "%s/%s", co->dir, last.checkpoint_path);
+        if (gpt_load(&r->model, path, NULL, err) != 0) return -1;
+        r->number = last.number + 1;
+        log_info("rounds", "resuming after round %lld (checkpoint %s verified)",
+                 (long long)last.number, last.checkpoint_path);
+    }
+    char initial[64];
+    snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
+    if (publish_model(co, initial, NULL, NULL, err) != 0) return -1;
+    if (r->number >= r->total) {
+        r->finished = 1;
+    } else if (open_round(co, err) != 0) {
+        return -1;
+    }
+    pthread_create(&r->ticker, NULL, ticker_main, co);
+    return 0;
+}
+
+void rounds_stop(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+    if (r->ticker) pthread_join(r->ticker, NULL);
+    round_sum_free(&r->sum);
+    outer_free(&r->outer);
+    gpt_free(&r->model);
+    net_spool_close(r->spool);
+    free(r->ckpt);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->changed);
+}
+
+int rounds_add_methods(Coordinator *co, NetServer *srv, char *err) {
+    return net_server_add_method(srv, "/strait.Federation/GetModel", NET_SERVER_STREAM, 1,
+                                 h_get_model, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/PushUpdate", NET_CLIENT_STREAM, 1,
+                                         h_push_update, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/QueryUpload", NET_UNARY, 1,
+                                         h_query_upload, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/WaitRound", NET_UNARY, 1,
+                                         h_wait_round, co, err)
+               ? -1
+               : 0;
+}
