@@ -132,7 +132,11 @@ static int get_model(Site *s, GPT *m, char *err) {
     return gpt_load(m, path, NULL, err);
 }
 
-static int wait_round(Site *s, uint64_t after, uint64_t *round, int *finished, char *err) {
+/* Waits for the round after `after`; *resend is set when the coordinator is
+ * still at `after` without this site's update (it restarted, or the round
+ * was reopened), and the update must go again. */
+static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, int *finished,
+                      int *resend, char *err) {
     Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
     req.after_round = after;
     uint8_t buf[32];
@@ -149,8 +153,10 @@ static int wait_round(Site *s, uint64_t after, uint64_t *round, int *finished, c
         if (wr == NULL) return err_set(err, "malformed WaitRound answer");
         *round = wr->current_round;
         *finished = wr->finished;
+        *resend = !wr->finished && wr->current_round == after && !wr->reported;
         strait__wait_round_response__free_unpacked(wr, NULL);
-        if (*finished || *round > after) return 0;
+        if (*finished || *round > after || (*resend && allow_resend)) return 0;
+        if (*resend) usleep(1000000); /* refused this round: wait for the next one */
     }
 }
 
@@ -238,26 +244,35 @@ int client_run(const SiteRunOptions *o, char *err) {
         char id[96], details[256];
         snprintf(id, sizeof id, "%s-r%llu", s.name, (unsigned long long)round);
         NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, NULL};
-        for (int attempt = 0;; attempt++) {
-            uint64_t from = 0;
-            NetStatus st = net_upload(s.ch, "/strait.Federation/PushUpdate",
-                                      "/strait.Federation/QueryUpload", &spec, blob.data, blob.len,
-                                      CALL_TIMEOUT_MS * 5, &from, details, sizeof details);
-            if (st == NET_OK) {
-                log_info("site", "round %llu: loss %.4f, eval %.4f, sent %zu bytes%s",
-                         (unsigned long long)round, train_loss, eval, blob.len,
-                         from ? " (resumed)" : "");
-                break;
+        int resend = 1, refused = 0;
+        while (resend) {
+            for (int attempt = 0;; attempt++) {
+                uint64_t from = 0;
+                NetStatus st = net_upload(
+                    s.ch, "/strait.Federation/PushUpdate", "/strait.Federation/QueryUpload", &spec,
+                    blob.data, blob.len, CALL_TIMEOUT_MS * 5, &from, details, sizeof details);
+                if (st == NET_OK) {
+                    log_info("site", "round %llu: loss %.4f, eval %.4f, sent %zu bytes%s",
+                             (unsigned long long)round, train_loss, eval, blob.len,
+                             from ? " (resumed)" : "");
+                    break;
+                }
+                if (!transient(st) && st != NET_DATA_LOSS) {
+                    log_warn("site", "round %llu: update refused (%s): %s",
+                             (unsigned long long)round, net_status_name(st), details);
+                    refused = 1;
+                    break;
+                }
+                log_warn("site", "upload: %s (%s); retrying", net_status_name(st), details);
+                backoff(attempt, &s.rng);
             }
-            if (!transient(st) && st != NET_DATA_LOSS) {
-                log_warn("site", "round %llu: update refused (%s): %s", (unsigned long long)round,
-                         net_status_name(st), details);
-                break;
-            }
-            log_warn("site", "upload: %s (%s); retrying", net_status_name(st), details);
-            backoff(attempt, &s.rng);
+            uint64_t at = round;
+            if (wait_round(&s, at, !refused, &round, &finished, &resend, err) != 0) goto out;
+            if (resend)
+                log_warn("site",
+                         "round %llu was reopened without this site's update; sending it again",
+                         (unsigned long long)at);
         }
-        if (wait_round(&s, round, &round, &finished, err) != 0) goto out;
     }
     log_info("site", "%s: the federation has finished", s.name);
     rc = 0;

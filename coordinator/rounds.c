@@ -197,7 +197,7 @@ static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, co
     u.eval_loss = meta ? meta->eval_loss : NAN;
     u.train_ms = meta ? (int64_t)meta->train_ms : 0;
     snprintf(u.state, sizeof u.state, "%s", state);
-    snprintf(u.reason, sizeof u.reason, "%s", reason ? reason : "");
+    snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
     u.received_at = time_wall_ms();
     char err[ERR_LEN];
     pthread_mutex_lock(&co->store_lock);
@@ -306,11 +306,18 @@ static void h_wait_round(NetCall *c, void *user) {
     until.tv_nsec += wait > 0 ? (wait % 1000) * 1000000L : 0;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&r->lock);
-    while (!r->finished && !r->stop && r->number <= (int64_t)req->after_round)
-        if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    int reported = 0;
+    for (int i = 0; i < r->n_reported; i++) reported |= strcmp(r->reported[i], site.name) == 0;
+    /* a round reopened (a restart, no quorum) without this site's update
+     * answers at once, so the site sends it again */
+    if (reported || r->number != (int64_t)req->after_round)
+        while (!r->finished && !r->stop && r->number <= (int64_t)req->after_round)
+            if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
     Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->finished;
+    resp.reported = 0;
+    for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
     pthread_mutex_unlock(&r->lock);
     uint8_t buf[64];
     size_t n = strait__wait_round_response__pack(&resp, buf);

@@ -104,6 +104,9 @@ Test(codec, fp32_is_bit_exact_with_and_without_zstd) {
 }
 
 Test(codec, fp16_rounds_like_the_compiler_for_every_half_and_many_floats) {
+#ifndef __FLT16_MAX__
+    cr_skip_test("this compiler has no _Float16 to compare with (gcc 12 has)");
+#else
     for (uint32_t h = 0; h < 65536; h++) {
         _Float16 ref;
         uint16_t hh = (uint16_t)h;
@@ -126,6 +129,7 @@ Test(codec, fp16_rounds_like_the_compiler_for_every_half_and_many_floats) {
         cr_assert_eq(codec_f32_to_f16(f), want, "f32 %08x → %04x, want %04x", u,
                      codec_f32_to_f16(f), want);
     }
+#endif
 }
 
 Test(codec, bf16_rounds_to_nearest_even) {

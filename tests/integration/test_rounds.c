@@ -1,0 +1,320 @@
+/*
+ * test_rounds.c — the round loop under failure, with real processes: the
+ * coordinator killed with SIGKILL mid-run and restarted (it resumes from the
+ * last committed checkpoint, bit for bit, and the sites carry on by
+ * themselves); a site that never reports (rounds commit on quorum after the
+ * deadline); and a site sending bad updates (NaN, another parameter table,
+ * an old round, a duplicate), each refused with its reason recorded and the
+ * global model moved by the good update alone.
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <xxhash.h>
+
+#include "compress/compress.h"
+#include "coordinator/store.h"
+#include "kernels/kernels.h"
+#include "net/net.h"
+#include "schema/strait.pb-c.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+static char *root, fed[600], addr[64];
+static int port, coord = -1, sites_pid[4];
+
+static ProcResult strait_args(const char *first, ...) {
+    char *argv[24] = {(char *)harness_strait_bin()};
+    int n = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 23; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    return proc_run(argv);
+}
+#define S(...) strait_args(__VA_ARGS__, (const char *)NULL)
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Replaces "key = …" in federation.ini. */
+static void ini_set(const char *key, const char *value) {
+    char path[700], *text, err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0);
+    char *out = malloc(strlen(text) + 256), *o = out;
+    size_t klen = strlen(key);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ' ')
+            o += sprintf(o, "%s = %s\n", key, value);
+        else
+            o += sprintf(o, "%s\n", line);
+    }
+    cr_assert_eq(file_write_atomic(path, out, strlen(out), 0644, err), 0);
+    free(text), free(out);
+}
+
+static void start_coordinator(void) {
+    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
+    int fd;
+    coord = proc_spawn(argv, &fd);
+    char line[256];
+    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
+    close(fd);
+}
+
+static void setup_federation(const char *rounds, const char *min_sites, const char *deadline,
+                             int n_sites) {
+    net_global_init();
+    root = harness_tmpdir("rounds");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    port = free_port();
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    ProcResult r = S("init", fed, "--listen", addr, "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    ini_set("total", rounds);
+    ini_set("min_sites", min_sites);
+    ini_set("deadline", deadline);
+    ini_set("inner_steps", "15");
+    start_coordinator();
+    for (int i = 0; i < n_sites; i++) {
+        char name[16], dir[700];
+        snprintf(name, sizeof name, "s%d", i);
+        snprintf(dir, sizeof dir, "%s/%s", root, name);
+        r = S("site", "enroll", fed, name);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        char token[65], fp[65];
+        memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
+        memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
+        proc_result_free(&r);
+        r = S("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
+              "--ca-sha256", fp);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+    }
+}
+
+static void run_site(int i) {
+    static const char *data[] = {
+        "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
+        "/usr/share/games/fortunes/wisdom", "/usr/share/games/fortunes/science"};
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/s%d", root, i);
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "site",
+                    "run",
+                    dir,
+                    "--data",
+                    (char *)data[i],
+                    "--threads",
+                    "1",
+                    NULL};
+    int fd;
+    sites_pid[i] = proc_spawn(argv, &fd);
+    close(fd);
+}
+
+static void teardown(void) {
+    for (int i = 0; i < 4; i++)
+        if (sites_pid[i] > 0) proc_stop(sites_pid[i], 5000), sites_pid[i] = 0;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    net_global_shutdown();
+}
+
+TestSuite(rounds, .fini = teardown, .timeout = 240);
+
+/* Waits until round n is committed; returns the store's row. */
+static StoreRound wait_committed(int64_t n, int timeout_s) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    StoreRound r;
+    for (int i = 0; i < timeout_s * 10; i++) {
+        Store *s = store_open(db, STORE_READONLY, err);
+        if (s) {
+            int rc = store_round_get(s, n, &r, err);
+            store_close(s);
+            if (rc == 0 && strcmp(r.state, "committed") == 0) return r;
+        }
+        usleep(100000);
+    }
+    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
+    return r;
+}
+
+static void load_params(const char *rel, GPT *m) {
+    char path[800], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", fed, rel);
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(m, &cfg, 0, err), 0);
+    cr_assert_eq(gpt_load(m, path, NULL, err), 0, "%s", err);
+}
+
+Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
+    setup_federation("5", "3", "120s", 3);
+    for (int i = 0; i < 3; i++) run_site(i);
+    StoreRound r1 = wait_committed(1, 120);
+    kill(coord, SIGKILL);
+    waitpid(coord, NULL, 0);
+    coord = -1;
+    start_coordinator();
+    /* it serves exactly the last committed checkpoint */
+    GPT a, b;
+    load_params(r1.checkpoint_path, &a);
+    StoreRound last;
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_eq(store_round_last_committed(s, &last, err), 0);
+    store_close(s);
+    load_params(last.checkpoint_path, &a); /* a round may have landed before the kill */
+    load_params("checkpoints/current.safetensors", &b);
+    cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0,
+                 "the restarted coordinator does not hold the last checkpoint's model");
+    gpt_free(&a), gpt_free(&b);
+    wait_committed(4, 180);
+    for (int i = 0; i < 3; i++) {
+        int st;
+        cr_assert_eq(waitpid(sites_pid[i], &st, 0), sites_pid[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "site %d exited with %d", i, st);
+        sites_pid[i] = 0;
+    }
+    ProcResult r = S("db", "check", fed);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+}
+
+Test(rounds, rounds_commit_on_quorum_when_a_site_never_reports) {
+    setup_federation("2", "2", "3s", 3);
+    run_site(0);
+    run_site(1); /* s2 is enrolled and joined but never runs */
+    StoreRound r0 = wait_committed(0, 60), r1 = wait_committed(1, 60);
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_eq(r1.participants, 2);
+}
+
+/* ---- a site that misbehaves -------------------------------------------------------- */
+
+static NetChannel *site_channel(const char *name) {
+    char dir[700], *ca, *cert, *key, err[ERR_LEN], path[800], target[80];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(path, sizeof path, "%s/ca.crt", dir);
+    cr_assert_eq(file_read_all(path, 1 << 20, &ca, NULL, err), 0);
+    snprintf(path, sizeof path, "%s/site.crt", dir);
+    cr_assert_eq(file_read_all(path, 1 << 20, &cert, NULL, err), 0);
+    snprintf(path, sizeof path, "%s/site.key", dir);
+    cr_assert_eq(file_read_all(path, 1 << 20, &key, NULL, err), 0);
+    snprintf(target, sizeof target, "ipv4:%s", addr);
+    NetChannelConfig cc = {target, {ca, cert, key}, NULL, 0, 0};
+    NetChannel *ch = net_channel_create(&cc, err);
+    cr_assert_not_null(ch, "%s", err);
+    free(ca), free(cert), free(key);
+    return ch;
+}
+
+static NetStatus push(NetChannel *ch, uint64_t round, const char *id, const Blob *b,
+                      char *details) {
+    Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
+    meta.tokens = 1000;
+    meta.train_loss = 3.0;
+    meta.eval_loss = 3.0;
+    uint8_t mbuf[64];
+    size_t mlen = strait__update_meta__pack(&meta, mbuf);
+    NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, NULL};
+    return net_upload(ch, "/strait.Federation/PushUpdate", "/strait.Federation/QueryUpload", &spec,
+                      b->data, b->len, 30000, NULL, details, 256);
+}
+
+Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
+    setup_federation("1", "1", "6s", 2); /* s1 never runs: the round waits for the deadline */
+    GPT m;
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    char err[ERR_LEN], details[256];
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
+    uint64_t n = m.n_params;
+    float *delta = malloc(n * 4);
+    for (uint64_t i = 0; i < n; i++) delta[i] = 1e-3f * (float)((i % 7) - 3);
+    CodecParams p = codec_params_default(CODEC_FP32);
+    p.zstd_level = 0;
+    CodecLayout L = {m.table_hash, n, NULL, 0}, wrong = {m.table_hash ^ 1, n, NULL, 0};
+    Blob good = {0}, other = {0}, nan_blob = {0};
+    cr_assert_eq(codec_encode(&p, &L, delta, &good, err), 0);
+    cr_assert_eq(codec_encode(&p, &wrong, delta, &other, err), 0);
+    cr_assert_eq(codec_encode(&p, &L, delta, &nan_blob, err), 0);
+    /* a NaN where a value was, with the section checksum recomputed */
+    float nanv = NAN;
+    memcpy(nan_blob.data + 48 + 32 + 40, &nanv, 4);
+    uint8_t *sh = nan_blob.data + 48;
+    uint64_t stored;
+    uint32_t stored_len;
+    memcpy(&stored_len, sh + 16, 4);
+    stored = XXH64(sh + 32, stored_len, XXH64(sh, 24, 0));
+    memcpy(sh + 24, &stored, 8);
+    NetChannel *ch = site_channel("s0");
+    cr_assert_eq(push(ch, 0, "nan", &nan_blob, details), NET_FAILED_PRECONDITION, "%s", details);
+    cr_assert_not_null(strstr(details, "non-finite"), "%s", details);
+    cr_assert_eq(push(ch, 0, "table", &other, details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "parameter table"), "%s", details);
+    cr_assert_eq(push(ch, 7, "old", &good, details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "update for round 7"), "%s", details);
+    cr_assert_eq(push(ch, 0, "good", &good, details), NET_OK, "%s", details);
+    cr_assert_eq(push(ch, 0, "again", &good, details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "duplicate update"), "%s", details);
+    /* the deadline commits the round on quorum (min_sites 1) */
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.participants, 1);
+    net_channel_destroy(ch);
+    /* every refusal is in the store with its reason */
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(s, r0.id, &ups, &nu, err), 0);
+    int rejected = 0, accepted = 0;
+    for (size_t i = 0; i < nu; i++) {
+        if (strcmp(ups[i].state, "rejected") == 0) {
+            rejected++;
+            cr_assert_neq(ups[i].reason[0], '\0');
+        }
+        accepted += strcmp(ups[i].state, "accepted") == 0;
+    }
+    cr_assert_eq(accepted, 1);
+    cr_assert_eq(rejected, 4, "%d rejected updates recorded", rejected);
+    free(ups);
+    store_close(s);
+    /* θ1 = θ0 − η(Δ + μ·Δ) with Nesterov's first step: the good update alone */
+    GPT after;
+    load_params(r0.checkpoint_path, &after);
+    for (uint64_t i = 0; i < n; i += 97) {
+        float want = m.params[i] - 0.7f * (delta[i] + 0.9f * delta[i]);
+        cr_assert_float_eq(after.params[i], want, 1e-6f, "param %llu", (unsigned long long)i);
+    }
+    gpt_free(&after), gpt_free(&m);
+    blob_free(&good), blob_free(&other), blob_free(&nan_blob);
+    free(delta);
+}
