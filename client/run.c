@@ -160,6 +160,65 @@ static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round
     }
 }
 
+/* ---- the site's state, written atomically after each round ---------------------- */
+
+/* SITEDIR/state/: inner.safetensors (+ inner.opt.safetensors: AdamW's
+ * moments, kept across rounds as in DiLoCo), ef.bin (the error-feedback
+ * residual) and state.ini (the round it belongs to and the data position). */
+static int state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
+                      size_t pos, char *err) {
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/state", s->o.site_dir);
+    if (file_mkdir_p(dir, 0700, err) != 0) return -1;
+    snprintf(path, sizeof path, "%s/inner.safetensors", dir);
+    if (gpt_save(m, path, m->step, err) != 0) return -1;
+    Blob b = {0};
+    if (ef_serialize(ef, &b, err) != 0) return -1;
+    snprintf(path, sizeof path, "%s/ef.bin", dir);
+    int rc = file_write_atomic(path, b.data, b.len, 0600, err);
+    blob_free(&b);
+    if (rc != 0) return -1;
+    char ini[256];
+    snprintf(ini, sizeof ini, "[state]\nround = %llu\ndata_pos = %zu\n", (unsigned long long)round,
+             pos);
+    snprintf(path, sizeof path, "%s/state.ini", dir);
+    return file_write_atomic(path, ini, strlen(ini), 0600, err); /* last: marks a whole state */
+}
+
+/* 1 when a saved state was loaded, 0 when there is none, -1 on a damaged one. */
+static int state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
+                      char *err) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/state/state.ini", s->o.site_dir);
+    if (access(path, F_OK) != 0) return 0;
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) return -1;
+    int64_t r, p;
+    int bad = config_get_int(cfg, "state", "round", 0, 0, INT64_MAX, &r, err) ||
+              config_get_int(cfg, "state", "data_pos", 0, 0, INT64_MAX, &p, err);
+    config_free(cfg);
+    if (bad) return -1;
+    snprintf(path, sizeof path, "%s/state/inner.opt.safetensors", s->o.site_dir);
+    if (access(path, F_OK) == 0 && gpt_load_optimizer(m, path, err) != 0) return -1;
+    snprintf(path, sizeof path, "%s/state/ef.bin", s->o.site_dir);
+    char *data;
+    size_t len;
+    if (file_read_all(path, (size_t)1 << 36, &data, &len, err) != 0) return -1;
+    ErrorFeedback loaded;
+    int rc = ef_deserialize(&loaded, (const uint8_t *)data, len, err);
+    free(data);
+    if (rc != 0) return -1;
+    if (loaded.n != ef->n || loaded.table_hash != ef->table_hash) {
+        ef_free(&loaded);
+        return err_set(err, "saved state is for another model; remove %s/state", s->o.site_dir);
+    }
+    ef_free(ef);
+    *ef = loaded;
+    *round = (uint64_t)r;
+    *pos = (size_t)p;
+    return 1;
+}
+
 int client_run(const SiteRunOptions *o, char *err) {
     Site s;
     memset(&s, 0, sizeof s);
@@ -198,6 +257,17 @@ int client_run(const SiteRunOptions *o, char *err) {
     int have_val = loader_init(&vl, val, B, T, 0, 1, 2, NULL) == 0;
     if (loader_init(&tl, train, B, T, 0, 1, (uint64_t)time_wall_ms(), err) != 0) goto out;
     if (ef_init(&ef, m.n_params, m.table_hash, 1.0f, err) != 0) goto out;
+    uint64_t saved_round = 0;
+    size_t saved_pos = 0;
+    int resumed = state_load(&s, &m, &ef, &saved_round, &saved_pos, err);
+    if (resumed < 0) goto out;
+    if (resumed) {
+        tl.pos = saved_pos < tl.data.n ? saved_pos : 0;
+        log_info("site",
+                 "%s resumed its saved state (after round %llu: error feedback, "
+                 "optimizer moments, data position)",
+                 s.name, (unsigned long long)saved_round);
+    }
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T), tg = mallocCheck(sizeof(int) * (size_t)B * T);
@@ -267,6 +337,7 @@ int client_run(const SiteRunOptions *o, char *err) {
                 backoff(attempt, &s.rng);
             }
             uint64_t at = round;
+            if (state_save(&s, &m, &ef, at, tl.pos, err) != 0) goto out;
             if (wait_round(&s, at, !refused, &round, &finished, &resend, err) != 0) goto out;
             if (resend)
                 log_warn("site",

@@ -146,6 +146,8 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err);
 /* Loads parameters into a model built with the same table; every offset,
  * dtype and shape is checked before data is copied. */
 int gpt_load(GPT *m, const char *path, int *step, char *err);
+/* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
+int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 
 /* ---- data ------------------------------------------------------------------- */
 

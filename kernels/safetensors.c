@@ -221,3 +221,26 @@ int gpt_load(GPT *m, const char *path, int *step, char *err) {
     free(file);
     return rc;
 }
+
+int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
+    char *file;
+    size_t flen, dlen;
+    const uint8_t *data;
+    json_t *h = read_header(opt_path, &file, &flen, &data, &dlen, err);
+    if (h == NULL) return -1;
+    if (m->m == NULL) {
+        m->m = callocCheck(m->n_params, sizeof(float));
+        m->v = callocCheck(m->n_params, sizeof(float));
+    }
+    int rc = -1;
+    if (load_tensors(opt_path, h, data, dlen, m, m->m, "adam_m.", err) == 0 &&
+        load_tensors(opt_path, h, data, dlen, m, m->v, "adam_v.", err) == 0) {
+        const char *st =
+            json_string_value(json_object_get(json_object_get(h, "__metadata__"), "step"));
+        m->step = st ? atoi(st) : 0;
+        rc = 0;
+    }
+    json_decref(h);
+    free(file);
+    return rc;
+}

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 #include <xxhash.h>
 
 #include "compress/compress.h"
@@ -83,6 +84,8 @@ static void start_coordinator(void) {
     close(fd);
 }
 
+static const char *model_preset = "tiny";
+
 static void setup_federation(const char *rounds, const char *min_sites, const char *deadline,
                              int n_sites) {
     net_global_init();
@@ -90,7 +93,7 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
     snprintf(fed, sizeof fed, "%s/fed", root);
     port = free_port();
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    ProcResult r = S("init", fed, "--listen", addr, "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", addr, "--model", model_preset);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     ini_set("total", rounds);
@@ -136,11 +139,13 @@ static void run_site(int i) {
 }
 
 static void teardown(void) {
+    if (root == NULL) return;
     for (int i = 0; i < 4; i++)
         if (sites_pid[i] > 0) proc_stop(sites_pid[i], 5000), sites_pid[i] = 0;
     if (coord > 0) proc_stop(coord, 10000), coord = -1;
     harness_rmtree(root);
     free(root);
+    root = NULL;
     net_global_shutdown();
 }
 
@@ -317,4 +322,97 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     gpt_free(&after), gpt_free(&m);
     blob_free(&good), blob_free(&other), blob_free(&nan_blob);
     free(delta);
+}
+
+Test(rounds, a_site_killed_mid_run_resumes_its_saved_state) {
+    setup_federation("4", "2", "120s", 2);
+    run_site(0);
+    run_site(1);
+    wait_committed(1, 120);
+    kill(sites_pid[1], SIGKILL);
+    waitpid(sites_pid[1], NULL, 0);
+    char state[800];
+    snprintf(state, sizeof state, "%s/s1/state/ef.bin", root);
+    cr_assert_eq(access(state, F_OK), 0, "the site saved no state before the kill");
+    /* restart it, with its log on the pipe */
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd,
+             "STRAIT_LOG=info exec '%s' site run '%s/s1' --data "
+             "/usr/share/games/fortunes/literature --threads 1 2>&1",
+             harness_strait_bin(), root);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    int fd;
+    sites_pid[1] = proc_spawn(argv, &fd);
+    wait_committed(3, 180);
+    int st;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(waitpid(sites_pid[i], &st, 0), sites_pid[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "site %d exited with %d", i, st);
+        sites_pid[i] = 0;
+    }
+    char out[16384];
+    ssize_t got = 0, r;
+    while ((r = read(fd, out + got, sizeof out - 1 - (size_t)got)) > 0) got += r;
+    out[got] = '\0';
+    close(fd);
+    cr_assert_not_null(strstr(out, "resumed its saved state"), "the restarted site said: %s", out);
+}
+
+/* VmHWM of a process, in MiB */
+static double peak_rss_mib(int pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
+/* The coordinator's peak memory over one round of n sites pushing int8
+ * updates of the `base` model. */
+static double round_peak(int n_sites, const Blob *update) {
+    char ms[16];
+    snprintf(ms, sizeof ms, "%d", n_sites);
+    setup_federation("1", ms, "600s", n_sites);
+    for (int i = 0; i < n_sites; i++) {
+        char name[16], details[256];
+        snprintf(name, sizeof name, "s%d", i);
+        NetChannel *ch = site_channel(name);
+        cr_assert_eq(push(ch, 0, name, update, details), NET_OK, "%s: %s", name, details);
+        net_channel_destroy(ch);
+    }
+    StoreRound r = wait_committed(0, 120);
+    cr_assert_eq(r.participants, n_sites);
+    double peak = peak_rss_mib(coord);
+    teardown();
+    return peak;
+}
+
+Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
+    model_preset = "base";
+    GPTConfig cfg;
+    gpt_config_preset("base", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    float *delta = malloc(m.n_params * 4);
+    for (size_t i = 0; i < m.n_params; i++) delta[i] = 1e-4f * (float)((int)(i % 13) - 6);
+    CodecParams p = codec_params_default(CODEC_INT8);
+    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+    Blob b = {0};
+    cr_assert_eq(codec_encode(&p, &L, delta, &b, err), 0, "%s", err);
+    free(delta);
+    gpt_free(&m);
+    double two = round_peak(2, &b), sixteen = round_peak(16, &b);
+    fprintf(stderr,
+            "coordinator peak RSS for one round of base: %.0f MiB with 2 sites, %.0f MiB "
+            "with 16\n",
+            two, sixteen);
+    cr_log_info("coordinator peak RSS: %.0f MiB with 2 sites, %.0f MiB with 16", two, sixteen);
+    cr_assert_lt(sixteen, 2.0 * two, "memory grew with the sites: %.0f MiB vs %.0f MiB", sixteen,
+                 two);
+    blob_free(&b);
+    root = NULL; /* already removed */
 }
