@@ -229,7 +229,17 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         usleep(300000);
     }
     store_close(s);
-    for (int i = 0; i < sites; i++) waitpid(pids[i], NULL, 0), pids[i] = 0;
+    int site_failed = 0;
+    for (int i = 0; i < sites; i++) {
+        int st = 0;
+        waitpid(pids[i], &st, 0);
+        pids[i] = 0;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "strait demo: site-%d ended badly (status %d); see %s/site-%d.log\n",
+                    i + 1, st, dir, i + 1);
+            site_failed = 1;
+        }
+    }
     GPT m;
     char ckpt[800];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
@@ -248,7 +258,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         gpt_free(&m);
     }
     printf("\nthe federation, its store and the logs stay in %s\n", dir);
-    rc = EXIT_OK;
+    rc = site_failed ? EXIT_FAILED : EXIT_OK;
 stop:
     for (int i = 0; i < sites; i++)
         if (pids[i] > 0) kill(pids[i], SIGTERM), waitpid(pids[i], NULL, 0);

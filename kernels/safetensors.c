@@ -34,7 +34,9 @@ static json_t *config_json(const GPTConfig *c) {
 static int write_file(const char *path, const GPT *m, const float *const *bases,
                       const char *const *prefixes, int n_bases, int step, char *err) {
     json_t *h = json_object(), *meta = json_object();
-    char *cfg = json_dumps(config_json(&m->cfg), JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_t *cfg_json = config_json(&m->cfg);
+    char *cfg = json_dumps(cfg_json, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(cfg_json);
     char hash[32], step_s[32];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->table_hash);
     snprintf(step_s, sizeof step_s, "%d", step);
