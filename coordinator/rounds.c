@@ -9,8 +9,8 @@
  * A round without quorum at its deadline is extended up to max_extensions
  * times, then failed (with its reason in the store) and reopened as the next
  * attempt. A coordinator that restarts resumes from the last committed
- * round's checkpoint (verified by the store); the outer momentum restarts
- * from zero then (not yet checkpointed).
+ * round's checkpoint (verified by the store) and the outer optimizer's state
+ * saved beside it.
  *
  * Threading: handlers run on net/'s workers; everything in Rounds is under
  * rounds.lock, the store under store_lock (taken after rounds.lock).
@@ -49,6 +49,37 @@ static int publish_model(Coordinator *co, const char *rel, char sha_hex[65], int
     return 0;
 }
 
+/* The outer optimizer's state beside a checkpoint: "<round file>.outer.safetensors"
+ * (momentum for Nesterov, both moments for Adam), written before the round's
+ * commit like the checkpoint itself. */
+static void outer_path(const Coordinator *co, const char *rel, char *out, size_t len) {
+    size_t n = strlen(rel);
+    int cut = n > 12 && strcmp(rel + n - 12, ".safetensors") == 0 ? (int)(n - 12) : (int)n;
+    snprintf(out, len, "%s/%.*s.outer.safetensors", co->dir, cut, rel);
+}
+
+static int outer_save(Coordinator *co, const char *rel, char *err) {
+    Rounds *r = &co->rounds;
+    if (r->outer.b == NULL) return 0; /* FedAvg has no state */
+    char path[1700];
+    outer_path(co, rel, path, sizeof path);
+    const float *bases[2] = {r->outer.b, r->outer.v};
+    const char *prefixes[2] = {"outer_b.", "outer_v."};
+    return gpt_save_state(&r->model, path, bases, prefixes, r->outer.v ? 2 : 1, r->outer.step, err);
+}
+
+static int outer_load(Coordinator *co, const char *rel, char *err) {
+    Rounds *r = &co->rounds;
+    char path[1700];
+    outer_path(co, rel, path, sizeof path);
+    if (r->outer.b == NULL || access(path, F_OK) != 0) return 0;
+    float *dsts[2] = {r->outer.b, r->outer.v};
+    const char *prefixes[2] = {"outer_b.", "outer_v."};
+    if (gpt_load_state(&r->model, path, dsts, prefixes, r->outer.v ? 2 : 1, err) != 0) return -1;
+    r->outer.step = (int)r->number;
+    return 1;
+}
+
 static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&co->store_lock);
@@ -81,7 +112,7 @@ static int commit_round(Coordinator *co, char *err) {
     snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
              (long long)r->number);
     r->number++; /* the checkpoint holds the model the next round starts from */
-    if (publish_model(co, rel, sha, &bytes, err) != 0) {
+    if (publish_model(co, rel, sha, &bytes, err) != 0 || outer_save(co, rel, err) != 0) {
         r->number--;
         return -1;
     }
@@ -382,8 +413,11 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
         snprintf(path, sizeof path, "%s/%s", co->dir, last.checkpoint_path);
         if (gpt_load(&r->model, path, NULL, err) != 0) return -1;
         r->number = last.number + 1;
-        log_info("rounds", "resuming after round %lld (checkpoint %s verified)",
-                 (long long)last.number, last.checkpoint_path);
+        int outer = outer_load(co, last.checkpoint_path, err);
+        if (outer < 0) return -1;
+        log_info("rounds", "resuming after round %lld (checkpoint %s verified%s)",
+                 (long long)last.number, last.checkpoint_path,
+                 outer ? ", outer optimizer state restored" : "");
     }
     char initial[64];
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);

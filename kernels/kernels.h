@@ -146,6 +146,12 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err);
 /* Loads parameters into a model built with the same table; every offset,
  * dtype and shape is checked before data is copied. */
 int gpt_load(GPT *m, const char *path, int *step, char *err);
+/* Other per-parameter state laid out like the parameters (an outer
+ * optimizer's momentum): tensor i of base b is named prefixes[b] + view name. */
+int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
+                   const char *const *prefixes, int n_bases, int step, char *err);
+int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
+                   int n_bases, char *err);
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 

@@ -246,3 +246,23 @@ int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
     free(file);
     return rc;
 }
+
+int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
+                   const char *const *prefixes, int n_bases, int step, char *err) {
+    return write_file(path, m, bases, prefixes, n_bases, step, err);
+}
+
+int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
+                   int n_bases, char *err) {
+    char *file;
+    size_t flen, dlen;
+    const uint8_t *data;
+    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
+    if (h == NULL) return -1;
+    int rc = 0;
+    for (int b = 0; b < n_bases && rc == 0; b++)
+        rc = load_tensors(path, h, data, dlen, m, dsts[b], prefixes[b], err);
+    json_decref(h);
+    free(file);
+    return rc;
+}

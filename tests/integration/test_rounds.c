@@ -195,10 +195,23 @@ Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
     Store *s = store_open(db, STORE_READONLY, err);
     cr_assert_eq(store_round_last_committed(s, &last, err), 0);
     store_close(s);
+    gpt_free(&a);
     load_params(last.checkpoint_path, &a); /* a round may have landed before the kill */
     load_params("checkpoints/current.safetensors", &b);
     cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0,
                  "the restarted coordinator does not hold the last checkpoint's model");
+    /* the outer momentum was saved beside the checkpoint, and is not zero */
+    char outer[900];
+    snprintf(outer, sizeof outer, "%s/checkpoints/round-%06lld.outer.safetensors", fed,
+             (long long)last.number);
+    float *mom = calloc(a.n_params, 4);
+    float *dsts[1] = {mom};
+    const char *prefixes[1] = {"outer_b."};
+    cr_assert_eq(gpt_load_state(&a, outer, dsts, prefixes, 1, err), 0, "%s", err);
+    double norm = 0;
+    for (size_t i = 0; i < a.n_params; i++) norm += (double)mom[i] * mom[i];
+    cr_assert_gt(norm, 0, "the saved outer momentum is all zeros");
+    free(mom);
     gpt_free(&a), gpt_free(&b);
     wait_committed(4, 180);
     for (int i = 0; i < 3; i++) {
