@@ -48,7 +48,8 @@ static double median_of(const double *v, int n) {
     return m;
 }
 
-int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
+/* The gates; on success the norm is recorded and *norm_out set. */
+static int gate(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
     if (!(weight > 0) || !isfinite(weight))
         return err_set(why, "update weight %g (tokens trained) must be positive", weight), 1;
     BlobInfo info;
@@ -70,9 +71,23 @@ int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, 
         rs->norms = grown;
         rs->norms_cap = cap;
     }
+    rs->norms[rs->accepted] = norm; /* counted by the caller once applied */
+    return 0;
+}
+
+int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
+    int rc = gate(rs, blob, len, weight, why);
+    if (rc == 0) rs->accepted++, rs->weight += weight;
+    return rc;
+}
+
+int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
+    int rc = gate(rs, blob, len, weight, why);
+    if (rc != 0) return rc;
+    char reason[ERR_LEN];
     if (codec_decode_accumulate(blob, len, (float)weight, rs->sum, rs->n, reason) != 0)
         return err_set(why, "%s", reason), -1; /* inspected: cannot happen but for memory */
-    rs->norms[rs->accepted++] = norm;
+    rs->accepted++;
     rs->weight += weight;
     return 0;
 }

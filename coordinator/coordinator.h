@@ -78,6 +78,9 @@ void round_sum_free(RoundSum *rs);
 /* Inspects and adds weight × update; 0 added, 1 refused (reason in why,
  * nothing added), -1 on an internal failure. */
 int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why);
+/* The same gates without adding: for robust rounds, whose updates are kept
+ * whole until the round closes. 0 passed (counted), 1 refused, -1 failure. */
+int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why);
 /* mean (n) = Σ w_i Δ_i / Σ w_i; -1 when nothing was accepted. */
 int round_sum_mean(const RoundSum *rs, float *mean, char *err);
 

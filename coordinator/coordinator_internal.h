@@ -21,6 +21,10 @@ typedef struct Rounds {
     OuterOpt outer; /* owned */
     RoundSum sum;   /* owned */
     CodecParams uplink;
+    int robust; /* 0: streaming weighted mean; else kind + 1 */
+    double trim;
+    char kept[MAX_REPORTS][64]; /* robust rounds: the updates' files under spool/ */
+    int n_kept;
     int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
     int64_t number, round_id, opened_ms;
     int extensions, finished;

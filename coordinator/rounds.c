@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "coordinator_internal.h"
@@ -80,6 +82,42 @@ static int outer_load(Coordinator *co, const char *rel, char *err) {
     return 1;
 }
 
+static void drop_kept(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    for (int i = 0; i < r->n_kept; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/spool/%s", co->dir, r->kept[i]);
+        unlink(path);
+    }
+    r->n_kept = 0;
+}
+
+/* The robust mean of the kept updates, read through mmap block by block. */
+static int robust_mean(Coordinator *co, float *mean, char *err) {
+    Rounds *r = &co->rounds;
+    const uint8_t *blobs[MAX_REPORTS];
+    size_t lens[MAX_REPORTS];
+    int mapped = 0, rc = -1;
+    for (; mapped < r->n_kept; mapped++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/spool/%s", co->dir, r->kept[mapped]);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        off_t len = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+        void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        if (fd >= 0) close(fd);
+        if (p == MAP_FAILED) {
+            err_set_errno(err, "cannot map kept update %s", path);
+            goto out;
+        }
+        blobs[mapped] = p, lens[mapped] = (size_t)len;
+    }
+    rc = robust_aggregate(blobs, lens, r->n_kept, r->model.n_params,
+                          r->robust == 1 ? ROBUST_MEDIAN : ROBUST_TRIMMED_MEAN, r->trim, mean, err);
+out:
+    for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
+    return rc;
+}
+
 static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&co->store_lock);
@@ -88,6 +126,7 @@ static int open_round(Coordinator *co, char *err) {
     if (rc != 0) return -1;
     r->opened_ms = time_wall_ms();
     r->extensions = 0;
+    drop_kept(co);
     r->n_reported = 0;
     r->eval_sum = r->eval_weight = 0;
     round_sum_free(&r->sum);
@@ -101,7 +140,8 @@ static int commit_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     size_t n = r->model.n_params;
     float *mean = malloc(sizeof(float) * n);
-    if (mean == NULL || round_sum_mean(&r->sum, mean, err) != 0) {
+    if (mean == NULL ||
+        (r->robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0) {
         free(mean);
         return -1;
     }
@@ -276,8 +316,19 @@ static void h_push_update(NetCall *c, void *user) {
                  site.name, (long long)r->number);
     } else if (r->n_reported == MAX_REPORTS) {
         snprintf(why, sizeof why, "too many sites in one round");
-    } else if (round_sum_add(&r->sum, (const uint8_t *)blob, len, (double)meta->tokens, why) == 0) {
+    } else if ((r->robust ? round_sum_check : round_sum_add)(&r->sum, (const uint8_t *)blob, len,
+                                                             (double)meta->tokens, why) == 0) {
         why[0] = '\0';
+        if (r->robust) { /* keep the whole update until the round closes */
+            char kept[1200];
+            snprintf(r->kept[r->n_kept], sizeof r->kept[0], "kept-r%lld-%.40s.blob",
+                     (long long)r->number, site.name);
+            snprintf(kept, sizeof kept, "%s/spool/%s", co->dir, r->kept[r->n_kept]);
+            if (rename(got.path, kept) == 0)
+                r->n_kept++;
+            else
+                snprintf(why, sizeof why, "cannot keep the update for robust aggregation");
+        }
     }
     int accepted = why[0] == '\0';
     if (accepted) {
@@ -379,6 +430,7 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
     int64_t seed;
     const char *codec = config_get_str(cfg, "codec", "uplink", "int8");
     const char *outer = config_get_str(cfg, "optimizer", "outer", "nesterov");
+    const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
     double outer_lr, momentum;
     if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &r->total, err) ||
         config_get_int(cfg, "rounds", "min_sites", 1, 1, 100000, &r->min_sites, err) ||
@@ -387,8 +439,22 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &r->max_extensions, err) ||
         config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &seed, err) ||
         config_get_double(cfg, "optimizer", "lr", 0.7, &outer_lr, err) ||
-        config_get_double(cfg, "optimizer", "momentum", 0.9, &momentum, err))
+        config_get_double(cfg, "optimizer", "momentum", 0.9, &momentum, err) ||
+        config_get_double(cfg, "rounds", "trim", 0.1, &r->trim, err))
         return -1;
+    if (strcmp(agg, "mean") == 0)
+        r->robust = 0;
+    else if (strcmp(agg, "median") == 0)
+        r->robust = 1;
+    else if (strcmp(agg, "trimmed_mean") == 0)
+        r->robust = 2;
+    else
+        return err_set(err,
+                       "federation.ini: [rounds] aggregate = %s; use mean, median or "
+                       "trimmed_mean",
+                       agg);
+    if (r->robust == 2 && !(r->trim >= 0 && r->trim < 0.5))
+        return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to 0.5", r->trim);
     if (codec_params_parse(codec, &r->uplink, err) != 0) return -1;
     OuterKind kind;
     if (outer_kind_parse(outer, &kind) != 0)
@@ -438,6 +504,7 @@ void rounds_stop(Coordinator *co) {
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
     if (r->ticker) pthread_join(r->ticker, NULL);
+    drop_kept(co);
     round_sum_free(&r->sum);
     outer_free(&r->outer);
     gpt_free(&r->model);

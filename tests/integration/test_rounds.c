@@ -429,3 +429,42 @@ Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
     blob_free(&b);
     root = NULL; /* already removed */
 }
+
+Test(rounds, a_median_round_ignores_a_hostile_site) {
+    setup_federation("1", "3", "60s", 3);
+    proc_stop(coord, 10000);
+    ini_set("aggregate", "median");
+    start_coordinator();
+    GPT m;
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    char err[ERR_LEN], details[256];
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    uint64_t n = m.n_params;
+    float *good = malloc(n * 4), *bad = malloc(n * 4);
+    for (uint64_t i = 0; i < n; i++) {
+        good[i] = 1e-3f * (float)((int)(i % 5) - 2);
+        bad[i] = i % 10 == 0 ? 5.0f : good[i]; /* large on every tenth value */
+    }
+    CodecParams p = codec_params_default(CODEC_FP32);
+    CodecLayout L = {m.table_hash, n, NULL, 0};
+    Blob bg = {0}, bb = {0};
+    cr_assert_eq(codec_encode(&p, &L, good, &bg, err), 0);
+    cr_assert_eq(codec_encode(&p, &L, bad, &bb, err), 0);
+    NetChannel *c0 = site_channel("s0"), *c1 = site_channel("s1"), *c2 = site_channel("s2");
+    cr_assert_eq(push(c0, 0, "hostile", &bb, details), NET_OK, "%s", details);
+    cr_assert_eq(push(c1, 0, "g1", &bg, details), NET_OK, "%s", details);
+    cr_assert_eq(push(c2, 0, "g2", &bg, details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.participants, 3);
+    GPT after;
+    load_params(r0.checkpoint_path, &after);
+    for (uint64_t i = 0; i < n; i += 10) { /* the hostile values, and their neighbours */
+        float want = m.params[i] - 0.7f * (good[i] + 0.9f * good[i]);
+        cr_assert_float_eq(after.params[i], want, 1e-6f, "param %llu", (unsigned long long)i);
+    }
+    net_channel_destroy(c0), net_channel_destroy(c1), net_channel_destroy(c2);
+    gpt_free(&after), gpt_free(&m);
+    blob_free(&bg), blob_free(&bb);
+    free(good), free(bad);
+}
