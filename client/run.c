@@ -289,7 +289,13 @@ int client_run(const SiteRunOptions *o, char *err) {
             gpt_zero_grad(&m);
             gpt_backward(&m);
             gpt_clip_grad_norm(&m, 1.0f);
-            gpt_adamw_step(&m, &adam, lr);
+            /* warmup then cosine over every inner step of the federation, as
+             * the centralized trainer schedules its steps */
+            int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
+            int g = (int)round * H + step;
+            gpt_adamw_step(&m, &adam,
+                           lr_schedule(g, total_steps,
+                                       total_steps / 10 < 100 ? total_steps / 10 : 100, lr, 0.1f));
         }
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
         double eval = NAN;

@@ -62,7 +62,7 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err); /* util Config 
 void rounds_stop(Coordinator *co);
 int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
 /* what Hello tells a site about the federation */
-void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *table_hash, uint32_t *inner_steps,
-                     int *finished, const char **codec);
+void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
+                     uint32_t *inner_steps, int *finished, const char **codec);
 
 #endif

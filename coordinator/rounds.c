@@ -409,11 +409,12 @@ static void h_wait_round(NetCall *c, void *user) {
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
-void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *table_hash, uint32_t *inner_steps,
-                     int *finished, const char **codec) {
+void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
+                     uint32_t *inner_steps, int *finished, const char **codec) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
     *round = (uint64_t)r->number;
+    *total = (uint64_t)r->total;
     *table_hash = r->model.table_hash;
     *inner_steps = (uint32_t)r->inner_steps;
     *finished = r->finished;

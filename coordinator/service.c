@@ -245,8 +245,8 @@ static void h_hello(NetCall *c, void *user) {
         resp.model = co->model;
         int finished = 0;
         const char *codec = "int8";
-        rounds_describe(co, &resp.current_round, &resp.table_hash, &resp.inner_steps, &finished,
-                        &codec);
+        rounds_describe(co, &resp.current_round, &resp.total_rounds, &resp.table_hash,
+                        &resp.inner_steps, &finished, &codec);
         resp.finished = finished;
         resp.uplink_codec = (char *)codec;
         SEND_RESPONSE(c, strait__hello_response, resp);
