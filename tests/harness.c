@@ -7,6 +7,7 @@
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,17 @@ int proc_stop(int pid, int grace_ms) {
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return 128 + SIGKILL;
+}
+
+ProcResult proc_run_strait(const char *first, ...) {
+    char *argv[32] = {(char *)harness_strait_bin()};
+    int n = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    return proc_run(argv);
 }
 
 const char *harness_strait_bin(void) {

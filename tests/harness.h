@@ -38,6 +38,11 @@ int proc_read_line(int fd, char *buf, size_t size, int timeout_ms);
  * proc_run does. */
 int proc_stop(int pid, int grace_ms);
 
+/* Runs the strait binary under test with the given arguments (a
+ * NULL-terminated list); harness_strait(…) adds the NULL. */
+ProcResult proc_run_strait(const char *first, ...);
+#define harness_strait(...) proc_run_strait(__VA_ARGS__, (const char *)NULL)
+
 /* The strait binary under test (STRAIT_BIN, set by make test). */
 const char *harness_strait_bin(void);
 

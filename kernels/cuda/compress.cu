@@ -21,17 +21,7 @@
 extern "C" {
 #include "../kernels.h"
 }
-
-#define cudaCheck(call)                                                                            \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
-                    cudaGetErrorString(e_));                                                       \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-#define launchCheck() cudaCheck(cudaGetLastError())
+#include "cuda_common.h"
 
 #define FIX_MID  16777216.0f /* 2^24 */
 #define FIX_EDGE 1048576.0   /* 2^20 */

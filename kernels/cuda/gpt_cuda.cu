@@ -20,16 +20,8 @@
 extern "C" {
 #include "../kernels.h"
 }
+#include "cuda_common.h"
 
-#define cudaCheck(call)                                                                            \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
-                    cudaGetErrorString(e_));                                                       \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 #ifdef STRAIT_HAVE_NCCL
 #define ncclCheck(call)                                                                            \
     do {                                                                                           \

@@ -23,16 +23,8 @@
 extern "C" {
 #include "../kernels.h"
 }
+#include "cuda_common.h"
 
-#define cudaCheck(call)                                                                            \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "fatal (%s:%d): CUDA: %s\n", __FILE__, __LINE__,                       \
-                    cudaGetErrorString(e_));                                                       \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 #define cublasCheck(call)                                                                          \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
@@ -41,7 +33,6 @@ extern "C" {
             abort();                                                                               \
         }                                                                                          \
     } while (0)
-#define launchCheck() cudaCheck(cudaGetLastError())
 
 static cudaStream_t S(void *s) {
     return (cudaStream_t)s;

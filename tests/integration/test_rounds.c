@@ -34,17 +34,7 @@
 static char *root, fed[600], addr[64];
 static int port, coord = -1, sites_pid[4];
 
-static ProcResult strait_args(const char *first, ...) {
-    char *argv[24] = {(char *)harness_strait_bin()};
-    int n = 1;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a && n < 23; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
-    va_end(ap);
-    argv[n] = NULL;
-    return proc_run(argv);
-}
-#define S(...) strait_args(__VA_ARGS__, (const char *)NULL)
+#define S(...) harness_strait(__VA_ARGS__)
 
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -25,18 +25,8 @@ static char *root, fed[600], site_dir[600];
 static int coord_pid = -1, port;
 static char ca_fp[65];
 
-/* Runs strait with the given arguments (a NULL-terminated list). */
-static ProcResult strait_args(const char *first, ...) {
-    char *argv[24] = {(char *)harness_strait_bin()};
-    int n = 1;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a && n < 23; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
-    va_end(ap);
-    argv[n] = NULL;
-    return proc_run(argv);
-}
-#define S(...) strait_args(__VA_ARGS__, (const char *)NULL)
+/* strait with the given arguments, as a real process */
+#define S(...) harness_strait(__VA_ARGS__)
 
 static void setup(void) {
     net_global_init();
