@@ -107,10 +107,14 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
     return hr;
 }
 
-/* Downloads the current model into the GPT (through SITEDIR/model.safetensors). */
-static int get_model(Site *s, GPT *m, char *err) {
-    NetLimits lim = {(uint64_t)m->n_params * 4 + (8u << 20)};
+/* Downloads the current model into the GPT: a lossless delta from the model
+ * the site holds (theta, of round `have`) when the coordinator has one, else
+ * the whole checkpoint (through SITEDIR/model.safetensors). */
+static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *err) {
+    NetLimits lim = {(uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+    req.has_model = have >= 0;
+    req.have_round = have >= 0 ? (uint64_t)have : 0;
     uint8_t buf[32];
     size_t n = strait__get_model_request__pack(&req, buf);
     NetBuf payload;
@@ -123,6 +127,18 @@ static int get_model(Site *s, GPT *m, char *err) {
             return err_set(err, "model download refused (%s): %s", net_status_name(st), details);
         log_warn("site", "model download: %s (%s); retrying", net_status_name(st), details);
         backoff(attempt, &s->rng);
+    }
+    if (payload.len >= 4 && memcmp(payload.data, "STCK", 4) == 0) { /* a checkpoint delta */
+        void *out = NULL;
+        size_t len = 0;
+        int rc = have >= 0 ? ckpt_decode(payload.data, payload.len, theta, m->n_params * 4, &out,
+                                         &len, err)
+                           : err_set(err, "a model delta came for a site without a model");
+        net_buf_free(&payload);
+        if (rc == 0 && len != m->n_params * 4) rc = err_set(err, "model delta of the wrong size");
+        if (rc == 0) memcpy(m->params, out, len);
+        free(out);
+        return rc;
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", s->o.site_dir);
@@ -276,11 +292,13 @@ int client_run(const SiteRunOptions *o, char *err) {
     float lr = o->lr > 0 ? o->lr : 3e-3f;
     uint64_t round = hr->current_round;
     int finished = hr->finished;
+    int64_t have_round = -1; /* the round of the model in theta; -1: none yet */
     log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink)", s.name,
              hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec);
     while (!finished) {
-        if (get_model(&s, &m, err) != 0) goto out;
+        if (get_model(&s, &m, theta, have_round, err) != 0) goto out;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
+        have_round = (int64_t)round;
         uint64_t t0 = time_monotonic_ns();
         double train_loss = 0;
         for (int step = 0; step < H; step++) {

@@ -34,6 +34,13 @@ typedef struct Rounds {
     uint8_t *ckpt; /* the current model's checkpoint bytes, served by GetModel; owned */
     size_t ckpt_len;
     uint8_t ckpt_sha[32];
+    /* the lossless delta (XOR byte planes, zstd) from the previous round's
+     * model to the current one, for sites that hold the previous; owned */
+    uint8_t *delta;
+    size_t delta_len;
+    uint8_t delta_sha[32];
+    int64_t delta_from;     /* the round whose model the delta applies to; -1: none */
+    int64_t bytes_down;     /* sent by GetModel this round */
     NetSpool *spool;        /* owned */
     pthread_mutex_t lock;   /* guards everything above */
     pthread_cond_t changed; /* a round committed or the federation finished */

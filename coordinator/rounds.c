@@ -129,6 +129,7 @@ static int open_round(Coordinator *co, char *err) {
     drop_kept(co);
     r->n_reported = 0;
     r->eval_sum = r->eval_weight = 0;
+    r->bytes_down = 0;
     round_sum_free(&r->sum);
     if (round_sum_init(&r->sum, r->model.n_params, r->model.table_hash, 10.0, err) != 0) return -1;
     log_info("rounds", "round %lld open", (long long)r->number);
@@ -145,8 +146,20 @@ static int commit_round(Coordinator *co, char *err) {
         free(mean);
         return -1;
     }
+    /* keep θ_r to make the next round's downlink a delta from it */
+    float *prev = malloc(sizeof(float) * n);
+    if (prev) memcpy(prev, r->model.params, sizeof(float) * n);
     outer_step(&r->outer, r->model.params, mean);
     free(mean);
+    free(r->delta);
+    r->delta = NULL;
+    r->delta_from = -1;
+    Blob d = {0};
+    if (prev && ckpt_encode(r->model.params, n * 4, 4, prev, 1, &d, err) == 0) {
+        r->delta = d.data, r->delta_len = d.len, r->delta_from = r->number;
+        security_sha256(d.data, d.len, r->delta_sha);
+    }
+    free(prev);
     char rel[128], sha[65];
     int64_t bytes;
     snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
@@ -159,8 +172,8 @@ static int commit_round(Coordinator *co, char *err) {
     StoreCheckpoint ck = {rel, bytes, sha};
     double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
     pthread_mutex_lock(&co->store_lock);
-    int rc = store_round_commit(co->store, r->round_id, &ck, eval,
-                                (int64_t)r->ckpt_len * r->n_reported, time_wall_ms(), err);
+    int rc =
+        store_round_commit(co->store, r->round_id, &ck, eval, r->bytes_down, time_wall_ms(), err);
     pthread_mutex_unlock(&co->store_lock);
     if (rc != 0) return -1;
     log_info("rounds", "round %lld committed: %d sites, eval loss %.4f", (long long)r->number - 1,
@@ -233,21 +246,30 @@ static void h_get_model(NetCall *c, void *user) {
     StoreSite site;
     if (coordinator_authorize_site(co, c, &site) != 0) return;
     NetBuf m;
-    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    Strait__GetModelRequest *req = NULL;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) {
+        req = strait__get_model_request__unpack(NULL, m.len, m.data);
+        net_buf_free(&m);
+    }
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
-    /* a private copy: the round may commit while this stream is sent */
-    size_t len = r->ckpt_len;
+    /* the delta when the site holds the model it applies to, else the whole
+     * checkpoint; a private copy, as the round may commit meanwhile */
+    int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from;
+    const uint8_t *src = delta ? r->delta : r->ckpt;
+    size_t len = delta ? r->delta_len : r->ckpt_len;
     uint8_t *copy = malloc(len ? len : 1), sha[32];
-    if (copy) memcpy(copy, r->ckpt, len);
-    memcpy(sha, r->ckpt_sha, 32);
+    if (copy) memcpy(copy, src, len);
+    memcpy(sha, delta ? r->delta_sha : r->ckpt_sha, 32);
     uint64_t number = (uint64_t)r->number;
+    if (copy) r->bytes_down += (int64_t)len;
     pthread_mutex_unlock(&r->lock);
+    if (req) strait__get_model_request__free_unpacked(req, NULL);
     if (copy == NULL) {
         net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    NetTransferSpec spec = {"model", number, "model", 0, NULL, 0, sha};
+    NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sha};
     char err[ERR_LEN];
     if (net_download_send(c, &spec, copy, len, err) != 0)
         net_call_status(c, NET_UNAVAILABLE, "%s", err);
@@ -428,6 +450,7 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
     memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->changed, NULL);
+    r->delta_from = -1;
     int64_t seed;
     const char *codec = config_get_str(cfg, "codec", "uplink", "int8");
     const char *outer = config_get_str(cfg, "optimizer", "outer", "nesterov");
@@ -511,6 +534,7 @@ void rounds_stop(Coordinator *co) {
     gpt_free(&r->model);
     net_spool_close(r->spool);
     free(r->ckpt);
+    free(r->delta);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->changed);
 }

@@ -3,7 +3,8 @@
  * coordinator and three sites over mutual TLS (tiny model, three rounds,
  * int8 updates), and the store it leaves is checked: every round committed
  * by all three sites, validation loss lower after the last round than after
- * the first, bytes recorded per update, every checkpoint verified.
+ * the first, bytes recorded per update, the downlink a delta after round 0,
+ * every checkpoint verified.
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     Store *s = store_open(db, STORE_READONLY, err);
     cr_assert_not_null(s, "%s", err);
     double first = NAN, last = NAN;
+    int64_t down0 = 0;
     for (int n = 0; n < 3; n++) {
         StoreRound rd;
         cr_assert_eq(store_round_get(s, n, &rd, err), 0, "round %d missing", n);
@@ -50,7 +52,11 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
         cr_assert_eq(rd.participants, 3, "round %d had %lld sites", n, (long long)rd.participants);
         cr_assert_gt(rd.bytes_up, 0);
         cr_assert(isfinite(rd.eval_loss));
-        if (n == 0) first = rd.eval_loss;
+        if (n == 0) first = rd.eval_loss, down0 = rd.bytes_down;
+        /* after round 0 the sites hold the previous model: the downlink is a delta */
+        if (n > 0)
+            cr_assert_lt(rd.bytes_down, down0, "round %d sent %lld bytes down, round 0 %lld", n,
+                         (long long)rd.bytes_down, (long long)down0);
         last = rd.eval_loss;
         StoreUpdate *ups;
         size_t nu;
