@@ -38,6 +38,14 @@ int cli_fail(const Command *cmd, const char *fmt, ...) __attribute__((format(pri
 int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
                const struct option *longopts);
 
+/* The value of the flag just read (optarg) as a whole int, a float or an
+ * unsigned 64-bit number: 0 on success, or -2 after a usage error that names
+ * FLAG, so "--steps 10x" is refused rather than read as 10. Range checks stay
+ * with the command, which knows its limits. */
+int cli_int(const Command *cmd, const char *flag, int *out);
+int cli_float(const Command *cmd, const char *flag, float *out);
+int cli_u64(const Command *cmd, const char *flag, unsigned long long *out);
+
 /* Flags of a command whose only flag is --json: 1 if given, 0 if not, -2
  * after a usage error; optind is left at the first operand. */
 int cli_json_flag(const Command *cmd, int argc, char **argv);

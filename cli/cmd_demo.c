@@ -96,16 +96,16 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         case -2:
             return EXIT_USAGE;
         case 's':
-            sites = atoi(optarg);
+            if (cli_int(cmd, "--sites", &sites)) return EXIT_USAGE;
             break;
         case 'r':
-            rounds = atoi(optarg);
+            if (cli_int(cmd, "--rounds", &rounds)) return EXIT_USAGE;
             break;
         case 'm':
             model = optarg;
             break;
         case 'H':
-            steps = atoi(optarg);
+            if (cli_int(cmd, "--steps", &steps)) return EXIT_USAGE;
             break;
         case 'c':
             codec = optarg;

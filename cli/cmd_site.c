@@ -179,13 +179,13 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (o.n_data == 64) return cli_usage_error(cmd, "at most 64 --data paths");
             data[o.n_data++] = optarg;
         } else if (c == 'j') {
-            o.threads = atoi(optarg);
+            if (cli_int(cmd, "--threads", &o.threads)) return EXIT_USAGE;
         } else if (c == 'b') {
-            o.batch = atoi(optarg);
+            if (cli_int(cmd, "--batch", &o.batch)) return EXIT_USAGE;
         } else if (c == 't') {
-            o.seq = atoi(optarg);
+            if (cli_int(cmd, "--seq", &o.seq)) return EXIT_USAGE;
         } else if (c == 'l') {
-            o.lr = strtof(optarg, NULL);
+            if (cli_float(cmd, "--lr", &o.lr)) return EXIT_USAGE;
         } else if (c == 'D' && strcmp(optarg, "cpu") != 0) {
             return cli_usage_error(cmd, "--device %s: sites train on the CPU in this build",
                                    optarg);
@@ -194,6 +194,9 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
     if (o.n_data == 0)
         return cli_usage_error(cmd, "give the site's training data with --data PATH");
+    if (o.threads < 0 || o.batch < 0 || o.seq < 0 || !(o.lr >= 0))
+        return cli_usage_error(cmd, "--threads, --batch, --seq and --lr must not be negative "
+                                    "(0 or no flag takes the default)");
     o.site_dir = argv[optind];
     char err[ERR_LEN];
     if (client_run(&o, err) != 0) return cli_fail(cmd, "%s", err);

@@ -50,19 +50,19 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             preset = optarg;
             break;
         case 's':
-            steps = atoi(optarg);
+            if (cli_int(cmd, "--steps", &steps)) return EXIT_USAGE;
             break;
         case 'b':
-            B = atoi(optarg);
+            if (cli_int(cmd, "--batch", &B)) return EXIT_USAGE;
             break;
         case 't':
-            T = atoi(optarg);
+            if (cli_int(cmd, "--seq", &T)) return EXIT_USAGE;
             break;
         case 'l':
-            lr = strtof(optarg, NULL);
+            if (cli_float(cmd, "--lr", &lr)) return EXIT_USAGE;
             break;
         case 'j':
-            threads = atoi(optarg);
+            if (cli_int(cmd, "--threads", &threads)) return EXIT_USAGE;
             break;
         case 'D':
             device = optarg;
@@ -71,13 +71,13 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             out = optarg;
             break;
         case 'v':
-            val_every = atoi(optarg);
+            if (cli_int(cmd, "--val-every", &val_every)) return EXIT_USAGE;
             break;
         case 'g':
-            gpus = atoi(optarg);
+            if (cli_int(cmd, "--gpus", &gpus)) return EXIT_USAGE;
             break;
         case 'S':
-            seed = strtoull(optarg, NULL, 10);
+            if (cli_u64(cmd, "--seed", &seed)) return EXIT_USAGE;
             break;
         case 'J':
             json = 1;
@@ -267,13 +267,13 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
             prompt = optarg;
             break;
         case 'n':
-            n = atoi(optarg);
+            if (cli_int(cmd, "--tokens", &n)) return EXIT_USAGE;
             break;
         case 't':
-            temperature = strtof(optarg, NULL);
+            if (cli_float(cmd, "--temperature", &temperature)) return EXIT_USAGE;
             break;
         case 's':
-            seed = strtoull(optarg, NULL, 10);
+            if (cli_u64(cmd, "--seed", &seed)) return EXIT_USAGE;
             break;
         }
     }

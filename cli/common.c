@@ -1,9 +1,13 @@
 /*
  * common.c — what every subcommand shares: one-line errors with the exit
- * status conventions, and getopt_long without getopt's own messages.
+ * status conventions, getopt_long without getopt's own messages, and flag
+ * values read as numbers with nothing left over.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -59,4 +63,40 @@ int cli_json_flag(const Command *cmd, int argc, char **argv) {
         json = 1;
     }
     return json;
+}
+
+int cli_int(const Command *cmd, const char *flag, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(optarg, &end, 10);
+    if (end == optarg || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+        cli_usage_error(cmd, "%s '%s' is not a whole number", flag, optarg);
+        return -2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int cli_float(const Command *cmd, const char *flag, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(optarg, &end);
+    if (end == optarg || *end != '\0' || errno != 0) {
+        cli_usage_error(cmd, "%s '%s' is not a number", flag, optarg);
+        return -2;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_u64(const Command *cmd, const char *flag, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(optarg, &end, 10);
+    if (end == optarg || *end != '\0' || errno != 0 || optarg[0] == '-') {
+        cli_usage_error(cmd, "%s '%s' is not a non-negative whole number", flag, optarg);
+        return -2;
+    }
+    *out = v;
+    return 0;
 }

@@ -66,6 +66,29 @@ Test(cli, unknown_flag_is_a_one_line_usage_error) {
     proc_result_free(&r);
 }
 
+Test(cli, numeric_flag_with_junk_is_a_usage_error_naming_the_flag) {
+    /* without the check, "10x" read as 10 and "many" as 0 went on silently */
+    ProcResult r = strait("train", "--steps", "10x");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert_str_eq(
+        r.err, "strait train: --steps '10x' is not a whole number; see 'strait help train'\n");
+    proc_result_free(&r);
+    r = strait("demo", "--sites", "many");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--sites 'many' is not a whole number"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = strait("train", "--lr", "3e-3.5");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--lr '3e-3.5' is not a number"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = strait("sample", "--seed", "-1");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--seed '-1' is not a non-negative whole number"),
+                       "stderr: %s", r.err);
+    proc_result_free(&r);
+}
+
 Test(cli, help_lists_commands_and_explains_one) {
     ProcResult r = strait("--help", NULL, NULL);
     cr_assert_eq(r.status, 0);
