@@ -3,7 +3,6 @@
  * CSR with the one-time token), hello, and renewal. The private key is
  * created in this process and written 0600; it is never sent.
  */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +29,6 @@ static void site_files_free(SiteFiles *f) {
 
 static int site_path(const char *dir, const char *name, char *out, size_t len) {
     return snprintf(out, len, "%s/%s", dir, name) < (int)len ? 0 : -1;
-}
-
-/* "host:port" → a gRPC target; IPv4 literals skip the DNS resolver. */
-static void grpc_target(const char *hp, char *out, size_t len) {
-    char host[256];
-    const char *colon = strrchr(hp, ':');
-    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - hp) : (int)strlen(hp), hp);
-    struct in_addr a;
-    snprintf(out, len, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "", hp);
 }
 
 /* Finishes a renewal a crash interrupted (see client_renew). */
@@ -79,7 +69,7 @@ static int site_load(const char *dir, SiteFiles *f, char *err) {
 
 static NetChannel *site_channel(const SiteFiles *f, int with_cert, char *err) {
     char target[300];
-    grpc_target(f->coordinator, target, sizeof target);
+    net_target(f->coordinator, target, sizeof target);
     NetChannelConfig cc = {
         target, {f->ca, with_cert ? f->cert : NULL, with_cert ? f->key : NULL}, NULL, 0, 0};
     return net_channel_create(&cc, err);

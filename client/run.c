@@ -10,7 +10,6 @@
  * starts over with the new model. The inner optimizer's moments live in the
  * model across rounds, as in DiLoCo.
  */
-#include <arpa/inet.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,12 +65,8 @@ static int site_read(Site *s, char *err) {
         snprintf(path, sizeof path, "%s/%s", s->o.site_dir, files[i]);
         if (file_read_all(path, 1 << 20, out[i], NULL, err) != 0) return -1;
     }
-    char target[300], host[256];
-    const char *colon = strrchr(s->coordinator, ':');
-    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - s->coordinator) : 0, s->coordinator);
-    struct in_addr a;
-    snprintf(target, sizeof target, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "",
-             s->coordinator);
+    char target[300];
+    net_target(s->coordinator, target, sizeof target);
     NetChannelConfig cc = {target, {s->ca, s->cert, s->key}, NULL, 0, 0};
     s->ch = net_channel_create(&cc, err);
     return s->ch ? 0 : -1;

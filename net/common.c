@@ -3,7 +3,9 @@
  * mask of NOTES-grpc-core.md, gRPC's log routed into util's, channel
  * arguments, byte buffers, queue teardown and status names.
  */
+#include <arpa/inet.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +32,15 @@ const char *net_status_name(NetStatus s) {
                                         "DATA_LOSS",
                                         "UNAUTHENTICATED"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "UNKNOWN";
+}
+
+void net_target(const char *hostport, char *out, size_t len) {
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - hostport) : (int)strlen(hostport),
+             hostport);
+    struct in_addr a;
+    snprintf(out, len, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "", hostport);
 }
 
 static void grpc_log_to_util(gpr_log_func_args *a) {

@@ -51,6 +51,10 @@ typedef enum NetStatus {
 
 const char *net_status_name(NetStatus s);
 
+/* "host:port" → a gRPC target for a channel; IPv4 literals skip the DNS
+ * resolver ("ipv4:host:port"), names go through it. */
+void net_target(const char *hostport, char *out, size_t len);
+
 /* Blocks SIGINT, SIGTERM, SIGHUP and SIGPIPE in the calling thread (so
  * gRPC's threads inherit the mask and signals reach only net_wait_signal),
  * starts gRPC, and routes its log into util's. Call once, first thing. */
