@@ -623,11 +623,14 @@ int store_round_live(Store *s, StoreRound *out, char *err) {
     return round_one(s, sql, 1, out, err);
 }
 
-int store_rounds_list(Store *s, int limit, StoreRound **out, size_t *n, char *err) {
-    static const char sql[] = "SELECT " ROUND_COLUMNS "ORDER BY r.id DESC LIMIT ?1";
+int store_rounds_list(Store *s, int limit, int64_t before_id, StoreRound **out, size_t *n,
+                      char *err) {
+    static const char sql[] = "SELECT " ROUND_COLUMNS "WHERE ?2 <= 0 OR r.id < ?2 "
+                              "ORDER BY r.id DESC LIMIT ?1";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, limit);
+    sqlite3_bind_int64(st, 2, before_id);
     *out = NULL;
     *n = 0;
     size_t cap = 0;

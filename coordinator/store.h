@@ -158,13 +158,51 @@ int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
 int store_round_last_committed(Store *s, StoreRound *out, char *err);
 /* The round now open or aggregating. */
 int store_round_live(Store *s, StoreRound *out, char *err);
-/* Up to `limit` attempts, newest first; *out is malloc'd. */
-int store_rounds_list(Store *s, int limit, StoreRound **out, size_t *n, char *err);
+/* Up to `limit` attempts, newest first, with ids below before_id (0: from
+ * the newest) — pages for a monitor; *out is malloc'd. */
+int store_rounds_list(Store *s, int limit, int64_t before_id, StoreRound **out, size_t *n,
+                      char *err);
 /* The updates of one round attempt, in arrival order; *out is malloc'd. */
 int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n, char *err);
 
 int store_event_add(Store *s, const char *actor, const char *action, const char *detail,
                     int64_t now, char *err);
+
+/* ---- reports for monitoring (store_report.c) -------------------------- */
+
+typedef struct StoreEvent {
+    int64_t id, at;
+    char actor[80];
+    char action[48];
+    char detail[256];
+} StoreEvent;
+
+/* Up to `limit` events, newest first, with ids below before_id (0: from the
+ * newest); *out is malloc'd. */
+int store_events_list(Store *s, int limit, int64_t before_id, StoreEvent **out, size_t *n,
+                      char *err);
+
+typedef struct StoreTotals {
+    int64_t rounds_committed, rounds_failed;
+    int64_t tokens, bytes_up, bytes_down; /* over committed rounds */
+    int64_t updates_accepted, updates_rejected;
+} StoreTotals;
+
+int store_totals(Store *s, StoreTotals *out, char *err);
+
+/* Rejected updates counted by their reason text, most frequent first; *out
+ * is malloc'd (reasons) and *counts beside it. */
+typedef struct StoreReasonCount {
+    char reason[256];
+    int64_t count;
+} StoreReasonCount;
+int store_rejections(Store *s, StoreReasonCount **out, size_t *n, char *err);
+
+/* A consistent copy of the whole database into path, made with SQLite's
+ * online backup API while the coordinator keeps writing: the copy goes to a
+ * temporary beside path, is checked with integrity_check, then renamed into
+ * place, so path is either absent or a whole, sound database. */
+int store_backup(Store *s, const char *path, char *err);
 
 /* ---- recovery and checks ---------------------------------------------- */
 

@@ -426,7 +426,7 @@ Test(store, failed_round_discards_updates_and_reopens_as_next_attempt) {
     cr_assert_eq(r.attempt, 2);
     cr_assert_str_eq(r.state, "open");
     StoreRound *list;
-    cr_assert_eq(store_rounds_list(fx.store, 10, &list, &n, err), 0);
+    cr_assert_eq(store_rounds_list(fx.store, 10, 0, &list, &n, err), 0);
     cr_assert_eq(n, 2);
     cr_assert_eq(list[0].attempt, 2, "newest first");
     cr_assert_str_eq(list[1].state, "failed");

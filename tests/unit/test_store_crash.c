@@ -174,7 +174,7 @@ Test(store_crash, reader_never_sees_an_error_or_a_partial_round, .timeout = 120)
         while (seen < ROUNDS - 1 && time_monotonic_ns() < deadline) {
             StoreRound *list;
             size_t n;
-            if (store_rounds_list(s, 5, &list, &n, err) != 0) _exit(21);
+            if (store_rounds_list(s, 5, 0, &list, &n, err) != 0) _exit(21);
             for (size_t i = 0; i < n; i++) {
                 StoreRound *r = &list[i];
                 if (strcmp(r->state, "committed") != 0) continue;
