@@ -277,8 +277,8 @@ static void h_get_model(NetCall *c, void *user) {
 }
 
 static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
-                          const Strait__UpdateMeta *meta, int64_t wire, const char *state,
-                          const char *reason) {
+                          const Strait__UpdateMeta *meta, int64_t wire, int64_t upload_ms,
+                          const char *state, const char *reason) {
     StoreUpdate u;
     memset(&u, 0, sizeof u);
     u.round_id = round_id, u.site_id = site_id;
@@ -289,6 +289,7 @@ static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, co
     u.train_loss = meta ? meta->train_loss : NAN;
     u.eval_loss = meta ? meta->eval_loss : NAN;
     u.train_ms = meta ? (int64_t)meta->train_ms : 0;
+    u.upload_ms = upload_ms;
     snprintf(u.state, sizeof u.state, "%s", state);
     snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
     u.received_at = time_wall_ms();
@@ -307,7 +308,10 @@ static void h_push_update(NetCall *c, void *user) {
     NetLimits lim = {16 * (uint64_t)r->model.n_params + (1u << 20)};
     NetReceived got;
     char err[ERR_LEN];
+    uint64_t t0 = time_monotonic_ns();
     NetStatus st = net_upload_receive(c, r->spool, &lim, &got, err);
+    /* the last stream's time: a resumed upload's earlier streams are not counted */
+    int64_t upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
     if (st != NET_OK) {
         net_call_status(c, st, "%s", err);
         return;
@@ -360,9 +364,11 @@ static void h_push_update(NetCall *c, void *user) {
             r->eval_weight += (double)meta->tokens;
         }
     }
-    record_update(co, round_id, site.id, codec, meta, (int64_t)len,
+    record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms,
                   accepted ? "received" : "rejected", accepted ? NULL : why);
-    if (accepted && r->n_reported >= active_sites(co)) {
+    /* early close: every active site is in, and never below quorum (a site
+     * that reports before the others have joined must not make a round) */
+    if (accepted && r->n_reported >= active_sites(co) && r->n_reported >= r->min_sites) {
         char cerr[ERR_LEN];
         if (commit_round(co, cerr) != 0) log_error("rounds", "commit failed: %s", cerr);
     }
