@@ -74,7 +74,7 @@ say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CPPFLAGS := -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP
 CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm
+LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -210,11 +210,11 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-$(VENV)/.ok:
-	@echo "  VENV   $(VENV) (safetensors, numpy from PyPI)"
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy && touch $@
+$(VENV)/.ok.2:
+	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client && touch $@
 
-test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok
+test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.2
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"

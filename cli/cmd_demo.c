@@ -189,6 +189,8 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         printf("  %s joined; trains on %d collection%s%s\n", name, nf, nf == 1 ? "" : "s",
                non_iid && i % 4 ? " in its own language" : "");
     }
+    printf("  follow it from another terminal: strait rounds %s --watch (or strait status %s)\n",
+           fed, fed);
     /* watch the store as rounds land */
     char db[700];
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);

@@ -1,8 +1,9 @@
 /*
  * cmd_site.c — `strait site …`: enroll, join, hello, renew, list, revoke.
- * enroll, list and revoke work on the federation folder (the coordinator
- * sees the store's changes on its next call); join, hello and renew run at
- * the site.
+ * enroll and revoke write the federation folder's store (the coordinator
+ * sees the change on its next call), or go through the Admin API when DIR is
+ * an admin kit; list reads through the Admin API; join, hello and renew run
+ * at the site.
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,18 @@ int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
     int64_t ttl_ms = 24 * 3600 * 1000LL;
     if (ttl && time_parse_duration_ms(ttl, &ttl_ms, err) != 0)
         return cli_usage_error(cmd, "--ttl: %s", err);
+    if (admin_is_kit(dir)) {
+        char join[800];
+        Admin *a = admin_open(dir, err);
+        if (a == NULL) return cli_fail(cmd, "%s", err);
+        int rc = admin_enroll(a, name, ttl_ms, token, join, sizeof join, err);
+        admin_close(a);
+        if (rc != 0) return cli_fail(cmd, "%s", err);
+        printf("token for site %s (single use, expires in %s):\n%s\n\n", name, ttl ? ttl : "24h",
+               token);
+        printf("run at the site:\n  %s\n", join);
+        return EXIT_OK;
+    }
     if (coordinator_home_info(dir, fp, adv, sizeof adv, err) != 0) return cli_fail(cmd, "%s", err);
     if (coordinator_enroll(dir, name, ttl_ms, token, err) != 0) return cli_fail(cmd, "%s", err);
     printf("token for site %s (single use, expires in %s):\n%s\n\n", name, ttl ? ttl : "24h",
@@ -109,45 +122,43 @@ int cmd_site_renew(const Command *cmd, int argc, char **argv) {
 int cmd_site_list(const Command *cmd, int argc, char **argv) {
     int json = cli_json_flag(cmd, argc, argv);
     if (json < 0) return EXIT_USAGE;
-    if (optind != argc - 1) return cli_usage_error(cmd, "expected one federation folder DIR");
-    char path[1100], err[ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", argv[optind], STORE_DB_FILE);
-    Store *s = store_open(path, STORE_READONLY, err);
-    if (s == NULL) return cli_fail(cmd, "%s", err);
-    StoreSite *sites;
+    if (optind != argc - 1)
+        return cli_usage_error(cmd, "expected one federation folder or admin kit DIR");
+    char err[ERR_LEN];
+    Admin *a = admin_open(argv[optind], err);
+    if (a == NULL) return cli_fail(cmd, "%s", err);
+    AdminSite *sites;
     size_t n;
-    if (store_site_list(s, &sites, &n, err) != 0) {
-        store_close(s);
-        return cli_fail(cmd, "%s", err);
-    }
+    int rc = admin_sites(a, &sites, &n, err);
+    admin_close(a);
+    if (rc != 0) return cli_fail(cmd, "%s", err);
     if (!json)
-        printf("%-24s %-8s %-24s %-24s %s\n", "SITE", "STATE", "ENROLLED", "LAST SEEN",
-               "CERT EXPIRES");
+        printf("%-24s %-8s %-7s %-24s %-24s %s\n", "SITE", "STATE", "ONLINE", "ENROLLED",
+               "LAST SEEN", "CERT EXPIRES");
     for (size_t i = 0; i < n; i++) {
-        StoreCert cert = {0};
-        if (sites[i].cert_sha256[0]) store_cert_find(s, sites[i].cert_sha256, NULL, &cert, NULL);
+        const StoreSite *s = &sites[i].s;
         char enrolled[32], seen[32] = "never", expires[32] = "-";
-        time_format_iso8601(sites[i].enrolled_at, enrolled, sizeof enrolled);
-        if (sites[i].last_seen) time_format_iso8601(sites[i].last_seen, seen, sizeof seen);
-        if (cert.not_after) time_format_iso8601(cert.not_after, expires, sizeof expires);
+        time_format_iso8601(s->enrolled_at, enrolled, sizeof enrolled);
+        if (s->last_seen) time_format_iso8601(s->last_seen, seen, sizeof seen);
+        if (sites[i].cert_not_after)
+            time_format_iso8601(sites[i].cert_not_after, expires, sizeof expires);
         if (json) {
             json_t *o = json_object();
-            json_object_set_new(o, "site", json_string(sites[i].name));
-            json_object_set_new(o, "state", json_string(sites[i].state));
+            json_object_set_new(o, "site", json_string(s->name));
+            json_object_set_new(o, "state", json_string(s->state));
+            json_object_set_new(o, "online", json_boolean(sites[i].online));
             json_object_set_new(o, "enrolled_at", json_string(enrolled));
-            json_object_set_new(o, "last_seen",
-                                sites[i].last_seen ? json_string(seen) : json_null());
+            json_object_set_new(o, "last_seen", s->last_seen ? json_string(seen) : json_null());
             json_object_set_new(o, "cert_expires",
-                                cert.not_after ? json_string(expires) : json_null());
-            json_object_set_new(o, "cert_serial", json_string(sites[i].cert_serial));
+                                sites[i].cert_not_after ? json_string(expires) : json_null());
+            json_object_set_new(o, "cert_serial", json_string(s->cert_serial));
             json_emit_line(stdout, o);
         } else {
-            printf("%-24s %-8s %-24s %-24s %s\n", sites[i].name, sites[i].state, enrolled, seen,
-                   expires);
+            printf("%-24s %-8s %-7s %-24s %-24s %s\n", s->name, s->state,
+                   sites[i].online ? "yes" : "no", enrolled, seen, expires);
         }
     }
     free(sites);
-    store_close(s);
     return EXIT_OK;
 }
 
@@ -155,9 +166,17 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
     if (cli_json_flag(cmd, argc, argv) < 0) return EXIT_USAGE;
     if (optind != argc - 2) return cli_usage_error(cmd, "expected DIR and the site's NAME");
     char err[ERR_LEN];
-    if (coordinator_revoke(argv[optind], argv[optind + 1], "strait site revoke", err) != 0)
+    const char *dir = argv[optind], *name = argv[optind + 1];
+    if (admin_is_kit(dir)) {
+        Admin *a = admin_open(dir, err);
+        if (a == NULL) return cli_fail(cmd, "%s", err);
+        int rc = admin_revoke(a, name, err);
+        admin_close(a);
+        if (rc != 0) return cli_fail(cmd, "%s", err);
+    } else if (coordinator_revoke(dir, name, "strait site revoke", err) != 0) {
         return cli_fail(cmd, "%s", err);
-    printf("site %s revoked; its certificates are refused from now on\n", argv[optind + 1]);
+    }
+    printf("site %s revoked; its certificates are refused from now on\n", name);
     return EXIT_OK;
 }
 

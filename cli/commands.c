@@ -24,7 +24,8 @@ const Command cli_commands[] = {
      "Serves sites and admins over mutual TLS until SIGINT or SIGTERM.\n", cmd_coordinator_start},
     {"site enroll", "DIR NAME [--ttl 24h]",
      "issue a one-time token for a site and print the command it runs to join",
-     "Only the token's SHA-256 is stored. NAME: 1-64 letters, digits, '-', '_', '.'.\n\n"
+     "Only the token's SHA-256 is stored. NAME: 1-64 letters, digits, '-', '_', '.'.\n"
+     "DIR is the federation folder, or an admin kit (then through the Admin API).\n\n"
      "flags:\n  --ttl DURATION   how long the token is valid (default 24h; 90m, 7d, ...)\n",
      cmd_site_enroll},
     {"site join", "SITEDIR --name NAME --coordinator HOST:PORT --token T --ca-sha256 FP",
@@ -47,10 +48,15 @@ const Command cli_commands[] = {
      "  --seq T       tokens per sequence (default: min(model context, 128))\n"
      "  --lr X        inner learning rate (default 3e-3)\n",
      cmd_site_run},
-    {"site list", "DIR [--json]", "list the sites: state, enrolled, last seen, certificate expiry",
-     "flags:\n  --json    one JSON object per site\n", cmd_site_list},
+    {"site list", "DIR [--json]",
+     "list the sites: state, online, enrolled, last seen, certificate expiry",
+     "DIR is the federation folder or an admin kit; read through the Admin API.\n\n"
+     "flags:\n  --json    one JSON object per site\n",
+     cmd_site_list},
     {"site revoke", "DIR NAME",
-     "revoke a site: every call with its certificates is refused from now on", "", cmd_site_revoke},
+     "revoke a site: every call with its certificates is refused from now on",
+     "DIR is the federation folder, or an admin kit (then through the Admin API).\n",
+     cmd_site_revoke},
     {"train",
      "--data PATH... [--model PRESET] [--steps N] [--batch B] [--seq T] [--lr X] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
@@ -106,6 +112,42 @@ const Command cli_commands[] = {
      "database is damaged or a committed checkpoint is missing or altered.\n\n"
      "flags:\n  --json    one JSON object, with the bad checkpoints listed\n",
      cmd_db_check},
+    {"db backup", "DIR FILE",
+     "copy the federation's store to FILE while the coordinator runs (SQLite online backup)",
+     "The copy is consistent (one snapshot), checked with integrity_check, and appears at\n"
+     "FILE only when whole. FILE must not exist. Checkpoints are files in DIR/checkpoints:\n"
+     "copy them beside it (docs/operations.md).\n",
+     cmd_db_backup},
+    {"rounds", "DIR [--last N] [--json] [--watch]",
+     "the rounds: state, sites, tokens, losses, bytes, compression, time, who missed",
+     "DIR is a federation folder or an admin kit (strait admin export). Reads through the\n"
+     "Admin API with the admin certificate; a stopped federation is read from its store.\n\n"
+     "flags:\n"
+     "  --last N   the newest N round attempts (default 20)\n"
+     "  --json     one JSON object per round attempt, oldest first\n"
+     "  --watch    redraw once a second with a sparkline of the validation loss and an\n"
+     "             ETA, until Ctrl-C (ANSI terminal; works over ssh)\n",
+     cmd_rounds},
+    {"status", "DIR [--json]",
+     "the federation at a glance: coordinator, uptime, round, sites, last commit, bytes",
+     "flags:\n  --json    one JSON object\n", cmd_status},
+    {"round show", "DIR N [--json]",
+     "every update of round N: site, codec, bytes, tokens, loss, times, accepted or why not",
+     "flags:\n  --json    one JSON object per update\n", cmd_round_show},
+    {"events", "DIR [--last N] [--json]",
+     "the audit log: enrollments, joins, renewals, revocations, exports, with who did them",
+     "flags:\n"
+     "  --last N   the newest N events (default 50), shown oldest first\n"
+     "  --json     one JSON object per event\n",
+     cmd_events},
+    {"admin export", "DIR OUT [--coordinator HOST:PORT]",
+     "write an admin kit (CA, admin certificate and key, address) for another machine",
+     "OUT gets ca.crt, admin.crt, admin.key (0600) and admin.ini; then 'strait rounds OUT',\n"
+     "'strait status OUT', 'strait site list|enroll|revoke OUT ...' work from anywhere that\n"
+     "reaches the coordinator.\n\n"
+     "flags:\n"
+     "  --coordinator HOST:PORT  the address to reach it by (default: the advertised one)\n",
+     cmd_admin_export},
     {"help", "[COMMAND...]", "explain a command", "", cmd_help},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -56,6 +56,80 @@ int coordinator_revoke(const char *dir, const char *site, const char *actor, cha
  * called once the port is bound (may be NULL). */
 int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err);
 
+/* ---- administration (admin.c serves it, admin_client.c calls it) ---------- */
+
+/* An active site counts as online when it called within this long; a site
+ * waiting for a round polls every 20 s. */
+#define ADMIN_ONLINE_MS 60000
+
+typedef struct AdminStatus {
+    int running; /* 0: read from the store of a stopped coordinator */
+    char federation[128], address[256], model[32];
+    int64_t model_params;
+    int64_t started_at, uptime_ms, rss_bytes; /* the coordinator process */
+    int64_t current_round, total_rounds;
+    char round_state[16]; /* open, aggregating, finished, stopped */
+    int64_t round_opened_at, sites_reported;
+    int64_t sites_total, sites_online, sites_offline, sites_revoked;
+    int64_t last_commit_round, last_commit_at; /* -1, 0: none yet */
+    double last_eval_loss;                     /* NAN: unknown */
+    StoreTotals totals;
+} AdminStatus;
+
+/* A round attempt as a monitor shows it. missed and rejected hold one
+ * entry per line ("site" and "site: reason"); while the round is live,
+ * missed are the sites it still waits for. */
+typedef struct AdminRound {
+    StoreRound r;
+    int64_t expected;  /* active sites enrolled before the round closed */
+    int64_t raw_bytes; /* the counted updates' dense fp32 size */
+    char missed[1024];
+    char rejected[2048];
+} AdminRound;
+
+typedef struct AdminSite {
+    StoreSite s;
+    int64_t cert_not_after; /* 0: no certificate yet */
+    int online;
+} AdminSite;
+
+/* A connection for administration. DIR is a federation folder (the
+ * coordinator on this machine, found through DIR/coordinator.addr, which the
+ * running coordinator writes) or an admin kit from admin_export (a remote
+ * coordinator). Every read goes through the Admin API with the admin
+ * certificate; only for a federation folder whose coordinator is not
+ * running are reads answered from its store, by the same code the service
+ * runs (admin_running tells which). */
+typedef struct Admin Admin;
+
+Admin *admin_open(const char *dir, char *err);
+/* Whether dir is an admin kit (admin.ini) rather than a federation folder. */
+int admin_is_kit(const char *dir);
+void admin_close(Admin *a);
+/* 1: a coordinator answers; 0: reading a stopped federation's store. */
+int admin_running(const Admin *a);
+/* "127.0.0.1:7700", or the store's path. */
+const char *admin_where(const Admin *a);
+
+int admin_status(Admin *a, AdminStatus *out, char *err);
+/* Newest first, ids below before (0: from the newest); *out malloc'd. */
+int admin_rounds(Admin *a, int limit, int64_t before, AdminRound **out, size_t *n, char *err);
+/* Round `number` (its committed attempt, else the latest) and its updates;
+ * STORE_NOT_FOUND when there is no such round. */
+int admin_round_updates(Admin *a, int64_t number, AdminRound *round, StoreUpdate **ups, size_t *n,
+                        char *err);
+int admin_sites(Admin *a, AdminSite **out, size_t *n, char *err);
+int admin_events(Admin *a, int limit, int64_t before, StoreEvent **out, size_t *n, char *err);
+/* A one-time token; join_cmd gets the command the site runs. */
+int admin_enroll(Admin *a, const char *site, int64_t ttl_ms, char token[65], char *join_cmd,
+                 size_t join_len, char *err);
+int admin_revoke(Admin *a, const char *site, char *err);
+
+/* Writes an admin kit into out_dir (created 0700, refused when it holds
+ * files): ca.crt, admin.crt, admin.key (0600) and admin.ini with the
+ * coordinator's address (address, or the federation's advertised one). */
+int admin_export(const char *home, const char *out_dir, const char *address, char *err);
+
 /* ---- aggregation (coordinator/aggregate.c) -------------------------------- */
 
 /* The round's weighted sum of site updates, built one update at a time

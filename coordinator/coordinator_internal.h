@@ -54,12 +54,39 @@ typedef struct Coordinator {
     char model[32];
     char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
     char admin_sha[65];
+    char address[256]; /* where it is bound: host:port */
     long site_cert_days;
     Store *store; /* owned, guarded by store_lock */
     pthread_mutex_t store_lock;
     int64_t started_ms;
     Rounds rounds;
 } Coordinator;
+
+/* Reads one protobuf request; sets INVALID_ARGUMENT when it does not parse. */
+#define READ_REQUEST(c, type, fn, out)                                                             \
+    do {                                                                                           \
+        NetBuf m_;                                                                                 \
+        if (net_call_recv((c), &m_) != NET_RECV_MESSAGE) return;                                   \
+        (out) = fn##__unpack(NULL, m_.len, m_.data);                                               \
+        net_buf_free(&m_);                                                                         \
+        if ((out) == NULL) {                                                                       \
+            net_call_status((c), NET_INVALID_ARGUMENT, "malformed " #type);                        \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define SEND_RESPONSE(c, fn, msg)                                                                  \
+    do {                                                                                           \
+        size_t n_ = fn##__get_packed_size(&(msg));                                                 \
+        uint8_t *b_ = malloc(n_ ? n_ : 1);                                                         \
+        if (b_ == NULL) {                                                                          \
+            net_call_status((c), NET_RESOURCE_EXHAUSTED, "out of memory");                         \
+            break;                                                                                 \
+        }                                                                                          \
+        fn##__pack(&(msg), b_);                                                                    \
+        net_call_send((c), b_, n_);                                                                \
+        free(b_);                                                                                  \
+    } while (0)
 
 /* The site behind the call's certificate, or a refusal set on the call. */
 int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site);
@@ -71,5 +98,30 @@ int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
 /* what Hello tells a site about the federation */
 void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
                      uint32_t *inner_steps, int *finished, const char **codec);
+
+/* admin.c: the Admin service, and the reads it answers from a store, which
+ * admin_client.c also runs on the store of a stopped coordinator */
+int admin_add_methods(Coordinator *co, NetServer *srv, char *err);
+/* The whole status of this running coordinator (what Status answers and
+ * the metrics endpoint shows). */
+int admin_live_status(Coordinator *co, AdminStatus *st, char *err);
+/* home.c: enrollment on an open store; actor goes into the audit log. */
+int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const char *actor,
+                             char token[65], char *err);
+int admin_query_rounds(Store *s, int limit, int64_t before, int64_t now, AdminRound **out,
+                       size_t *n, char *err);
+int admin_query_round(Store *s, int64_t number, int64_t now, AdminRound *round, StoreUpdate **ups,
+                      size_t *n, char *err);
+int admin_query_sites(Store *s, int64_t now, AdminSite **out, size_t *n, char *err);
+/* The store's part of a status: sites, last commit, totals. */
+int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err);
+/* metrics.c: the Prometheus text endpoint ([metrics] listen), plain HTTP
+ * GET /metrics through libmicrohttpd; NULL (err set) when it cannot bind. */
+typedef struct Metrics Metrics;
+Metrics *metrics_start(Coordinator *co, const char *listen, char *err);
+void metrics_stop(Metrics *m); /* NULL is fine */
+/* The file a running coordinator writes in its folder with the address it
+ * is bound to, and removes when it stops. */
+#define COORD_ADDR_FILE "coordinator.addr"
 
 #endif

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coordinator.h"
+#include "coordinator_internal.h"
 #include "security/security.h"
 #include "util/util.h"
 
@@ -86,7 +86,12 @@ static const char ini_template[] =
     "\n"
     "[limits]\n"
     "; handler threads; calls beyond them are answered RESOURCE_EXHAUSTED\n"
-    "workers = 16\n";
+    "workers = 16\n"
+    "\n"
+    "[metrics]\n"
+    "; a Prometheus endpoint (plain HTTP, GET /metrics) at HOST:PORT, e.g. 127.0.0.1:9464\n"
+    "; for this machine only; empty: off\n"
+    "listen =\n";
 
 /* Adds the host of "host:port" to a SAN list as IP or DNS, once. */
 static void san_add(char *san, size_t len, const char *addr) {
@@ -220,31 +225,36 @@ static Store *open_store(const char *dir, char *err) {
     return store_open(path, STORE_READWRITE, err);
 }
 
-int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
-                       char *err) {
+int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const char *actor,
+                             char token[65], char *err) {
     if (!coordinator_valid_site_name(site))
         return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.'", site);
     if (ttl_ms <= 0) return err_set(err, "a token must live a positive time");
-    Store *s = open_store(dir, err);
-    if (s == NULL) return -1;
     StoreSite existing;
     int rc = store_site_get(s, site, &existing, err);
-    if (rc == 0 && strcmp(existing.state, "revoked") != 0) {
-        store_close(s);
+    if (rc < 0) return -1;
+    if (rc == 0 && strcmp(existing.state, "revoked") != 0)
         return err_set(err,
                        "site '%s' is already enrolled and active; revoke it first to "
                        "enroll it again",
                        site);
-    }
     uint8_t hash[SHA256_LEN];
     int64_t now = time_wall_ms();
-    rc = -1;
-    if (security_random_token(token, err) == 0) {
-        security_sha256(token, 64, hash);
-        if (store_token_add(s, hash, site, now, now + ttl_ms, err) == 0 &&
-            store_event_add(s, "strait site enroll", "site.enroll", site, now, err) == 0)
-            rc = 0;
-    }
+    if (security_random_token(token, err) != 0) return -1;
+    security_sha256(token, 64, hash);
+    if (store_token_add(s, hash, site, now, now + ttl_ms, err) != 0 ||
+        store_event_add(s, actor, "site.enroll", site, now, err) != 0)
+        return -1;
+    return 0;
+}
+
+int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
+                       char *err) {
+    if (!coordinator_valid_site_name(site))
+        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.'", site);
+    Store *s = open_store(dir, err);
+    if (s == NULL) return -1;
+    int rc = coordinator_enroll_store(s, site, ttl_ms, "strait site enroll", token, err);
     store_close(s);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * service.c — the coordinator's gRPC service, as far as identity goes:
- * Join (enrollment by token and CSR), Hello, Renew, and the Admin status.
+ * Join (enrollment by token and CSR), Hello and Renew; the lifecycle of the
+ * service (the Admin service is admin.c, the rounds rounds.c).
  *
  * Identity is the verified client certificate, looked up by its SHA-256
  * fingerprint on every call — never a field of a message — so a revocation
@@ -67,42 +68,6 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
     }
     return 0;
 }
-
-static int authorize_admin(Coordinator *co, NetCall *c) {
-    const NetPeer *p = net_call_peer(c);
-    if (!p->has_cert || strcmp(p->sha256_hex, co->admin_sha) != 0) {
-        net_call_status(c, NET_PERMISSION_DENIED,
-                        "the admin certificate is required (strait admin export makes a kit)");
-        return -1;
-    }
-    return 0;
-}
-
-/* Reads one protobuf request; sets INVALID_ARGUMENT when it does not parse. */
-#define READ_REQUEST(c, type, fn, out)                                                             \
-    do {                                                                                           \
-        NetBuf m_;                                                                                 \
-        if (net_call_recv((c), &m_) != NET_RECV_MESSAGE) return;                                   \
-        (out) = fn##__unpack(NULL, m_.len, m_.data);                                               \
-        net_buf_free(&m_);                                                                         \
-        if ((out) == NULL) {                                                                       \
-            net_call_status((c), NET_INVALID_ARGUMENT, "malformed " #type);                        \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
-#define SEND_RESPONSE(c, fn, msg)                                                                  \
-    do {                                                                                           \
-        size_t n_ = fn##__get_packed_size(&(msg));                                                 \
-        uint8_t *b_ = malloc(n_ ? n_ : 1);                                                         \
-        if (b_ == NULL) {                                                                          \
-            net_call_status((c), NET_RESOURCE_EXHAUSTED, "out of memory");                         \
-            break;                                                                                 \
-        }                                                                                          \
-        fn##__pack(&(msg), b_);                                                                    \
-        net_call_send((c), b_, n_);                                                                \
-        free(b_);                                                                                  \
-    } while (0)
 
 static int cert_record(const char *pem, StoreCert *out, char *err) {
     SecurityIdentity id;
@@ -254,37 +219,6 @@ static void h_hello(NetCall *c, void *user) {
     strait__hello_request__free_unpacked(req, NULL);
 }
 
-/* ---- Admin ------------------------------------------------------------------------ */
-
-static uint64_t rss_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%lu %lu", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-static void h_admin_status(NetCall *c, void *user) {
-    Coordinator *co = user;
-    if (authorize_admin(co, c) != 0) return;
-    NetBuf m;
-    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
-    StoreSite *sites = NULL;
-    size_t n = 0;
-    pthread_mutex_lock(&co->store_lock);
-    store_site_list(co->store, &sites, &n, NULL);
-    pthread_mutex_unlock(&co->store_lock);
-    Strait__StatusResponse resp = STRAIT__STATUS_RESPONSE__INIT;
-    resp.federation = co->name;
-    resp.sites_total = (uint32_t)n;
-    resp.uptime_ms = (uint64_t)(time_wall_ms() - co->started_ms);
-    resp.rss_bytes = rss_bytes();
-    SEND_RESPONSE(c, strait__status_response, resp);
-    free(sites);
-}
-
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
 static int read_pem(const char *dir, const char *name, char **out, char *err) {
@@ -297,6 +231,17 @@ static void coordinator_free(Coordinator *co) {
     if (co->store) store_close(co->store);
     free(co->ca), free(co->ca_key), free(co->server_chain), free(co->server_key);
     pthread_mutex_destroy(&co->store_lock);
+}
+
+/* Where monitors on this machine reach a coordinator bound to listen: the
+ * bound port, and loopback for a wildcard host. */
+static void bound_address(const char *listen, int port, char *out, size_t len) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - listen) : 0, listen);
+    int wildcard = !host[0] || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 ||
+                   strcmp(host, "::") == 0;
+    snprintf(out, len, "%.200s:%d", wildcard ? "127.0.0.1" : host, port);
 }
 
 int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err) {
@@ -344,6 +289,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         coordinator_free(&co);
         return -1;
     }
+    char metrics_listen[256];
+    snprintf(metrics_listen, sizeof metrics_listen, "%s",
+             config_get_str(cfg, "metrics", "listen", ""));
     config_free(cfg);
     net_global_init();
     NetServerConfig sc = {listen_addr, {co.ca, co.server_chain, co.server_key}, (int)workers, 0, 0};
@@ -357,9 +305,17 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                                   err) ||
             net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, 1, h_hello, &co,
                                   err) ||
-            net_server_add_method(srv, "/strait.Admin/Status", NET_UNARY, 1, h_admin_status, &co,
-                                  err) ||
-            rounds_add_methods(&co, srv, err) || net_server_start(srv, &port, err);
+            admin_add_methods(&co, srv, err) || rounds_add_methods(&co, srv, err) ||
+            net_server_start(srv, &port, err);
+    Metrics *metrics = NULL;
+    if (rc == 0) {
+        bound_address(listen_addr, port, co.address, sizeof co.address);
+        snprintf(path, sizeof path, "%s/%s", dir, COORD_ADDR_FILE);
+        if (file_write_atomic(path, co.address, strlen(co.address), 0644, err) != 0)
+            log_warn("coordinator", "monitors will not find this coordinator: %s", err);
+        if (metrics_listen[0] && (metrics = metrics_start(&co, metrics_listen, err)) == NULL)
+            rc = -1;
+    }
     if (rc == 0) {
         log_info("coordinator", "federation %s serving on %s (port %d)", co.name, listen_addr,
                  port);
@@ -370,6 +326,11 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         }
         log_info("coordinator", "stopping");
     }
+    if (co.address[0]) {
+        snprintf(path, sizeof path, "%s/%s", dir, COORD_ADDR_FILE);
+        unlink(path);
+    }
+    metrics_stop(metrics);
     net_server_stop(srv, 5000);
     rounds_stop(&co);
     coordinator_free(&co);

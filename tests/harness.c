@@ -3,6 +3,7 @@
  * proc_run reads stdout and stderr with poll so neither pipe can fill and
  * block the child.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -11,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include "harness.h"
+#include "util/util.h"
 
 static void buf_append(char **buf, size_t *len, const char *data, size_t n) {
     *buf = realloc(*buf, *len + n + 1);
@@ -159,4 +162,39 @@ int harness_count_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
     return n;
+}
+
+int harness_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+void harness_ini_set(const char *path, const char *section, const char *key, const char *value) {
+    char *text, err[ERR_LEN], current[128] = "";
+    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0, "%s", err);
+    char *out = malloc(strlen(text) + 512), *o = out;
+    size_t klen = strlen(key);
+    int found = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '[')
+            snprintf(current, sizeof current, "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+        if (strcmp(current, section) == 0 && strncmp(line, key, klen) == 0 &&
+            (line[klen] == ' ' || line[klen] == '=')) {
+            o += sprintf(o, "%s = %s\n", key, value);
+            found = 1;
+        } else {
+            o += sprintf(o, "%s\n", line);
+        }
+    }
+    if (!found) sprintf(o, "[%s]\n%s = %s\n", section, key, value);
+    cr_assert_eq(file_write_atomic(path, out, strlen(out), 0644, err), 0, "%s", err);
+    free(text), free(out);
 }

@@ -51,6 +51,12 @@ const char *harness_strait_bin(void);
 char *harness_tmpdir(const char *tag);
 void harness_rmtree(const char *path);
 
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int harness_free_port(void);
+/* Replaces the line "key = …" of [section] in an INI file with "key =
+ * value"; appends "[section]\nkey = value" when that section has no such
+ * key (so the section must not already exist in that case). */
+void harness_ini_set(const char *path, const char *section, const char *key, const char *value);
 /* Number of '\n'-terminated lines in s. */
 int harness_count_lines(const char *s);
 

@@ -36,33 +36,11 @@ static int port, coord = -1, sites_pid[4];
 
 #define S(...) harness_strait(__VA_ARGS__)
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Replaces "key = …" in federation.ini. */
 static void ini_set(const char *key, const char *value) {
-    char path[700], *text, err[ERR_LEN];
+    char path[700];
     snprintf(path, sizeof path, "%s/federation.ini", fed);
-    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0);
-    char *out = malloc(strlen(text) + 256), *o = out;
-    size_t klen = strlen(key);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        if (strncmp(line, key, klen) == 0 && line[klen] == ' ')
-            o += sprintf(o, "%s = %s\n", key, value);
-        else
-            o += sprintf(o, "%s\n", line);
-    }
-    cr_assert_eq(file_write_atomic(path, out, strlen(out), 0644, err), 0);
-    free(text), free(out);
+    harness_ini_set(path, "rounds", key, value);
 }
 
 static void start_coordinator(void) {
@@ -81,7 +59,7 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
     net_global_init();
     root = harness_tmpdir("rounds");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    port = free_port();
+    port = harness_free_port();
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     ProcResult r = S("init", fed, "--listen", addr, "--model", model_preset);
     cr_assert_eq(r.status, 0, "%s", r.err);

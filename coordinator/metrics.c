@@ -1,0 +1,199 @@
+/*
+ * metrics.c — the coordinator's Prometheus endpoint: GET /metrics answers
+ * the text exposition format (version 0.0.4) from the same status the Admin
+ * API serves, plus update rejections by reason. Plain HTTP through
+ * libmicrohttpd on its own thread, off unless federation.ini has
+ * [metrics] listen = HOST:PORT (127.0.0.1:9464 is the usual; it carries no
+ * secrets, but keep it on loopback or behind the scraper's network).
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator_internal.h"
+
+struct Metrics {
+    struct MHD_Daemon *daemon;
+    Coordinator *co;
+};
+
+/* A rejection's reason text → a label with few values, for dashboards. */
+static const char *reason_label(const char *reason) {
+    static const struct {
+        const char *needle, *label;
+    } map[] = {
+        {"finite", "non_finite"},          {"parameter table", "wrong_model"},
+        {"this model has", "wrong_model"}, {"update norm", "norm_gate"},
+        {"duplicate", "duplicate"},        {"update for round", "stale_round"},
+        {"has finished", "finished"},      {"metadata", "no_metadata"},
+        {"weight", "bad_weight"},          {"too many sites", "too_many_sites"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strstr(reason, map[i].needle)) return map[i].label;
+    return "malformed";
+}
+
+typedef struct Text {
+    char *buf;
+    size_t len, cap;
+} Text;
+
+static void put(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (t->buf && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
+        char *grown = realloc(t->buf, cap);
+        if (grown == NULL) return;
+        t->buf = grown, t->cap = cap;
+    }
+}
+
+static void metric(Text *t, const char *name, const char *type, const char *help, double v) {
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    if (isnan(v))
+        put(t, "%s NaN\n", name);
+    else
+        put(t, "%s %.17g\n", name, v);
+}
+
+static int render(Coordinator *co, Text *t, char *err) {
+    AdminStatus st;
+    if (admin_live_status(co, &st, err) != 0) return -1;
+    StoreReasonCount *reasons = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_rejections(co->store, &reasons, &n, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return -1;
+    metric(t, "strait_rounds_committed_total", "counter", "Rounds committed.",
+           (double)st.totals.rounds_committed);
+    metric(t, "strait_rounds_failed_total", "counter", "Round attempts failed (no quorum).",
+           (double)st.totals.rounds_failed);
+    metric(t, "strait_current_round", "gauge", "The round open now.", (double)st.current_round);
+    metric(t, "strait_total_rounds", "gauge", "Rounds the federation runs.",
+           (double)st.total_rounds);
+    metric(t, "strait_finished", "gauge", "1 once the federation has run all its rounds.",
+           strcmp(st.round_state, "finished") == 0);
+    metric(t, "strait_sites_online", "gauge", "Active sites seen within the last minute.",
+           (double)st.sites_online);
+    metric(t, "strait_sites_offline", "gauge", "Active sites not seen within the last minute.",
+           (double)st.sites_offline);
+    metric(t, "strait_sites_revoked", "gauge", "Revoked sites.", (double)st.sites_revoked);
+    metric(t, "strait_round_updates", "gauge", "Updates counted in the open round.",
+           (double)st.sites_reported);
+    metric(t, "strait_bytes_up_total", "counter", "Update bytes received in committed rounds.",
+           (double)st.totals.bytes_up);
+    metric(t, "strait_bytes_down_total", "counter", "Model bytes sent in committed rounds.",
+           (double)st.totals.bytes_down);
+    metric(t, "strait_tokens_total", "counter", "Tokens trained in committed rounds.",
+           (double)st.totals.tokens);
+    metric(t, "strait_last_validation_loss", "gauge",
+           "Validation loss of the last committed round (nats per token).", st.last_eval_loss);
+    metric(t, "strait_last_commit_timestamp_seconds", "gauge", "When the last round committed.",
+           st.last_commit_at / 1000.0);
+    metric(t, "strait_resident_memory_bytes", "gauge", "The coordinator's resident memory.",
+           (double)st.rss_bytes);
+    metric(t, "strait_uptime_seconds", "gauge", "Since the coordinator started.",
+           st.uptime_ms / 1000.0);
+    /* one series per label: reasons with the same label are summed */
+    put(t, "# HELP strait_update_rejections_total Updates refused, by reason.\n"
+           "# TYPE strait_update_rejections_total counter\n");
+    const char *labels[] = {"non_finite",     "wrong_model", "norm_gate",   "duplicate",
+                            "stale_round",    "finished",    "no_metadata", "bad_weight",
+                            "too_many_sites", "malformed"};
+    for (size_t l = 0; l < sizeof labels / sizeof labels[0]; l++) {
+        int64_t count = 0;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(reason_label(reasons[i].reason), labels[l]) == 0) count += reasons[i].count;
+        put(t, "strait_update_rejections_total{reason=\"%s\"} %lld\n", labels[l], (long long)count);
+    }
+    free(reasons);
+    return t->buf ? 0 : err_set(err, "out of memory");
+}
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_len, void **state) {
+    (void)version, (void)upload, (void)state;
+    Metrics *m = cls;
+    if (*upload_len) return MHD_NO; /* GET carries no body; drop the connection */
+    int code = MHD_HTTP_OK;
+    const char *type = "text/plain; version=0.0.4; charset=utf-8";
+    Text t = {NULL, 0, 0};
+    char err[ERR_LEN];
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        code = MHD_HTTP_METHOD_NOT_ALLOWED;
+        put(&t, "only GET /metrics here\n");
+    } else if (strcmp(url, "/metrics") != 0) {
+        code = MHD_HTTP_NOT_FOUND;
+        put(&t, "not found; the metrics are at /metrics\n");
+    } else if (render(m->co, &t, err) != 0) {
+        code = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        free(t.buf);
+        t.buf = NULL, t.len = t.cap = 0;
+        put(&t, "%s\n", err);
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(t.len, t.buf ? t.buf : (char *)"", MHD_RESPMEM_MUST_COPY);
+    free(t.buf);
+    if (resp == NULL) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", type);
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)code, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+Metrics *metrics_start(Coordinator *co, const char *listen, char *err) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    long port = colon ? strtol(colon + 1, NULL, 10) : -1;
+    snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - listen) : 0, listen);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (port < 0 || port > 65535 || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        err_set(err, "[metrics] listen = '%s': give an IPv4 HOST:PORT such as 127.0.0.1:9464",
+                listen);
+        return NULL;
+    }
+    Metrics *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    m->co = co;
+    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                                 answer, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                 MHD_OPTION_CONNECTION_LIMIT, 16U, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 10U, MHD_OPTION_END);
+    if (m->daemon == NULL) {
+        err_set(err, "cannot serve metrics on %s (in use? another HOST:PORT in [metrics] listen)",
+                listen);
+        free(m);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    log_info("metrics", "Prometheus metrics on http://%s:%u/metrics", host,
+             info ? (unsigned)info->port : (unsigned)port);
+    return m;
+}
+
+void metrics_stop(Metrics *m) {
+    if (m == NULL) return;
+    MHD_stop_daemon(m->daemon);
+    free(m);
+}

@@ -1,0 +1,453 @@
+/*
+ * test_admin.c — watching a live federation: `strait rounds` (table, JSON,
+ * --watch under a pseudo-terminal), `strait status`, `strait round show`,
+ * `strait site list`, an admin kit used from another working directory,
+ * a site certificate refused by the Admin API, the Prometheus endpoint
+ * parsed by the reference parser, and `strait db backup`. Every figure is
+ * checked against the store the coordinator wrote.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include "coordinator/store.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+#define S(...)  harness_strait(__VA_ARGS__)
+#define ROUNDS  3
+#define N_SITES 2
+
+static char *root, fed[600], db[700];
+static int coord = -1, metrics_port, sites[N_SITES];
+
+static void start_federation(void) {
+    root = harness_tmpdir("admin");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    char addr[64], ini[700], metrics[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", harness_free_port());
+    ProcResult r = S("init", fed, "--listen", addr, "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "rounds", "total", "3");
+    harness_ini_set(ini, "rounds", "min_sites", "2");
+    harness_ini_set(ini, "rounds", "inner_steps", "10");
+    metrics_port = harness_free_port();
+    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", metrics_port);
+    harness_ini_set(ini, "metrics", "listen", metrics);
+    char *cargv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
+    int fd;
+    coord = proc_spawn(cargv, &fd);
+    char line[256];
+    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
+    close(fd);
+    for (int i = 0; i < N_SITES; i++) {
+        char name[16], dir[700], token[65], fp[65];
+        snprintf(name, sizeof name, "s%d", i);
+        snprintf(dir, sizeof dir, "%s/%s", root, name);
+        r = S("site", "enroll", fed, name);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
+        memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
+        proc_result_free(&r);
+        r = S("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
+              "--ca-sha256", fp);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        char *sargv[] = {(char *)harness_strait_bin(),
+                         "site",
+                         "run",
+                         dir,
+                         "--data",
+                         i ? "/usr/share/games/fortunes/wisdom"
+                           : "/usr/share/games/fortunes/literature",
+                         "--threads",
+                         "1",
+                         NULL};
+        sites[i] = proc_spawn(sargv, &fd);
+        close(fd);
+    }
+    /* until the last round commits; the coordinator stays up after */
+    char err[ERR_LEN];
+    for (int t = 0; t < 1800; t++) {
+        StoreRound last;
+        Store *s = store_open(db, STORE_READONLY, err);
+        int done = s && store_round_last_committed(s, &last, err) == 0 && last.number == ROUNDS - 1;
+        if (s) store_close(s);
+        if (done) return;
+        usleep(100000);
+    }
+    cr_assert_fail("the federation did not finish its %d rounds", ROUNDS);
+}
+
+static void stop_federation(void) {
+    if (root == NULL) return;
+    for (int i = 0; i < N_SITES; i++)
+        if (sites[i] > 0) proc_stop(sites[i], 5000), sites[i] = 0;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+}
+
+TestSuite(admin, .init = start_federation, .fini = stop_federation, .timeout = 240);
+
+static json_t *parse_line(const char *line) {
+    json_error_t je;
+    json_t *o = json_loads(line, 0, &je);
+    cr_assert_not_null(o, "not JSON (%s): %s", je.text, line);
+    return o;
+}
+
+static Store *open_store(void) {
+    char err[ERR_LEN];
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    return s;
+}
+
+Test(admin, rounds_table_and_json_match_the_store) {
+    ProcResult r = S("rounds", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    Store *s = open_store();
+    StoreRound *rows;
+    size_t n;
+    char err[ERR_LEN];
+    cr_assert_eq(store_rounds_list(s, 100, 0, &rows, &n, err), 0);
+    cr_assert_eq(harness_count_lines(r.out), (int)n, "%s", r.out);
+    char *save = NULL;
+    size_t i = n; /* JSON lines are oldest first, the store lists newest first */
+    for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const StoreRound *want = &rows[--i];
+        json_t *o = parse_line(line);
+        cr_assert_eq(json_integer_value(json_object_get(o, "round")), want->number);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "state")), want->state);
+        cr_assert_eq(json_integer_value(json_object_get(o, "participants")), want->participants);
+        cr_assert_eq(json_integer_value(json_object_get(o, "expected")), N_SITES);
+        /* min_sites = 2: no round commits on one site, even one that
+         * reported before the other had joined */
+        cr_assert_eq(want->participants, N_SITES);
+        cr_assert_eq(json_integer_value(json_object_get(o, "tokens")), want->tokens);
+        cr_assert_eq(json_integer_value(json_object_get(o, "bytes_up")), want->bytes_up);
+        cr_assert_eq(json_integer_value(json_object_get(o, "bytes_down")), want->bytes_down);
+        /* JSON carries 6 significant digits */
+        cr_assert_float_eq(json_real_value(json_object_get(o, "eval_loss")), want->eval_loss, 1e-4);
+        cr_assert_eq(json_array_size(json_object_get(o, "missed")), 0);
+        cr_assert_eq(json_array_size(json_object_get(o, "rejected")), 0);
+        /* int8 sends about a quarter of the fp32 bytes */
+        double ratio = json_real_value(json_object_get(o, "compression"));
+        cr_assert(ratio > 3.0 && ratio < 4.5, "compression %g", ratio);
+        json_decref(o);
+    }
+    proc_result_free(&r);
+    /* the table: a header and one row per attempt, numbers as in the store */
+    r = S("rounds", fed, "--last", "2");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), 3, "%s", r.out);
+    cr_assert(strstr(r.out, "ROUND") && strstr(r.out, "MB UP") && strstr(r.out, "RATIO"));
+    char row[64];
+    snprintf(row, sizeof row, "%6lld  committed ", (long long)rows[0].number);
+    cr_assert(strstr(r.out, row), "no row for round %lld in\n%s", (long long)rows[0].number, r.out);
+    snprintf(row, sizeof row, "%lld", (long long)rows[0].tokens);
+    cr_assert(strstr(r.out, row), "tokens %s not in\n%s", row, r.out);
+    proc_result_free(&r);
+    free(rows);
+    store_close(s);
+}
+
+Test(admin, status_and_round_show_match_the_store) {
+    ProcResult r = S("status", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *o = parse_line(r.out);
+    StoreTotals t;
+    char err[ERR_LEN];
+    Store *s = open_store();
+    cr_assert_eq(store_totals(s, &t, err), 0);
+    cr_assert(json_is_true(json_object_get(o, "running")));
+    cr_assert_eq(json_integer_value(json_object_get(o, "rounds_committed")), ROUNDS);
+    cr_assert_eq(json_integer_value(json_object_get(o, "total_rounds")), ROUNDS);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "round_state")), "finished");
+    cr_assert_eq(json_integer_value(json_object_get(o, "last_commit_round")), ROUNDS - 1);
+    cr_assert_eq(json_integer_value(json_object_get(o, "bytes_up")), t.bytes_up);
+    cr_assert_eq(json_integer_value(json_object_get(o, "bytes_down")), t.bytes_down);
+    cr_assert_eq(json_integer_value(json_object_get(o, "sites_revoked")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(o, "sites_online")) +
+                     json_integer_value(json_object_get(o, "sites_offline")),
+                 N_SITES);
+    cr_assert_gt(json_integer_value(json_object_get(o, "rss_bytes")), 1 << 20);
+    cr_assert_gt(json_integer_value(json_object_get(o, "uptime_ms")), 0);
+    json_decref(o);
+    proc_result_free(&r);
+    r = S("status", fed);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "round        2 of 3, finished"), "%s", r.out);
+    cr_assert(strstr(r.out, "resident memory"), "%s", r.out);
+    proc_result_free(&r);
+
+    /* round 1's updates, one JSON object each, as the store holds them */
+    StoreRound round;
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_round_get(s, 1, &round, err), 0);
+    cr_assert_eq(store_updates_list(s, round.id, &ups, &n, err), 0);
+    cr_assert_eq(n, N_SITES);
+    r = S("round", "show", fed, "1", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), (int)n);
+    char *save = NULL;
+    size_t i = 0;
+    for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *u = parse_line(line);
+        cr_assert_str_eq(json_string_value(json_object_get(u, "site")), ups[i].site_name);
+        cr_assert_str_eq(json_string_value(json_object_get(u, "codec")), "int8");
+        cr_assert_str_eq(json_string_value(json_object_get(u, "state")), "accepted");
+        cr_assert_eq(json_integer_value(json_object_get(u, "wire_bytes")), ups[i].wire_bytes);
+        cr_assert_eq(json_integer_value(json_object_get(u, "raw_bytes")), ups[i].raw_bytes);
+        cr_assert_eq(json_integer_value(json_object_get(u, "tokens")), ups[i].tokens);
+        cr_assert_gt(json_integer_value(json_object_get(u, "train_ms")), 0);
+        json_decref(u);
+        i++;
+    }
+    proc_result_free(&r);
+    r = S("round", "show", fed, "1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "round 1 (attempt 1): committed, 2 of 2 sites"), "%s", r.out);
+    cr_assert(strstr(r.out, ups[0].site_name) && strstr(r.out, "accepted"), "%s", r.out);
+    proc_result_free(&r);
+    r = S("round", "show", fed, "99");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "no round 99"), "%s", r.err);
+    proc_result_free(&r);
+    free(ups);
+    store_close(s);
+}
+
+Test(admin, a_kit_works_from_another_directory_and_its_actions_are_audited) {
+    char kit[700], away[700];
+    snprintf(kit, sizeof kit, "%s/kit", root);
+    ProcResult r = S("admin", "export", fed, kit);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    struct stat st;
+    char key[800];
+    snprintf(key, sizeof key, "%s/admin.key", kit);
+    cr_assert_eq(stat(key, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    r = S("admin", "export", fed, kit);
+    cr_assert_eq(r.status, 1, "a second export over a kit must be refused");
+    proc_result_free(&r);
+    /* another working directory, the kit by a relative path */
+    snprintf(away, sizeof away, "%s/elsewhere", root);
+    cr_assert_eq(mkdir(away, 0700), 0);
+    cr_assert_eq(chdir(away), 0);
+    r = S("status", "../kit", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *o = parse_line(r.out);
+    cr_assert(json_is_true(json_object_get(o, "running")));
+    cr_assert_eq(json_integer_value(json_object_get(o, "rounds_committed")), ROUNDS);
+    json_decref(o);
+    proc_result_free(&r);
+    r = S("rounds", "../kit", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_geq(harness_count_lines(r.out), ROUNDS);
+    proc_result_free(&r);
+    r = S("site", "list", "../kit", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), N_SITES, "%s", r.out);
+    cr_assert(strstr(r.out, "\"site\":\"s0\"") && strstr(r.out, "\"site\":\"s1\""), "%s", r.out);
+    proc_result_free(&r);
+    /* enroll and revoke through the Admin API */
+    r = S("site", "enroll", "../kit", "newcomer", "--ttl", "1h");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "strait site join SITEDIR --name newcomer --coordinator"), "%s", r.out);
+    proc_result_free(&r);
+    r = S("site", "revoke", "../kit", "s1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    r = S("site", "revoke", "../kit", "nobody");
+    cr_assert_eq(r.status, 1);
+    proc_result_free(&r);
+    StoreEvent *ev;
+    size_t n;
+    char err[ERR_LEN];
+    Store *s = open_store();
+    cr_assert_eq(store_events_list(s, 50, 0, &ev, &n, err), 0);
+    int enrolled = 0, revoked = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ev[i].actor, "admin:strait-admin") != 0) continue;
+        enrolled += strcmp(ev[i].action, "site.enroll") == 0 && !strcmp(ev[i].detail, "newcomer");
+        revoked += strcmp(ev[i].action, "site.revoke") == 0 && !strcmp(ev[i].detail, "s1");
+    }
+    cr_assert_eq(enrolled, 1, "the kit's enrollment is not in the audit log");
+    r = S("events", "../kit", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), (int)(n < 50 ? n : 50));
+    cr_assert(strstr(r.out, "\"actor\":\"admin:strait-admin\",\"action\":\"site.revoke\""), "%s",
+              r.out);
+    proc_result_free(&r);
+    cr_assert_eq(revoked, 1, "the kit's revocation is not in the audit log");
+    StoreSite site;
+    cr_assert_eq(store_site_get(s, "s1", &site, err), 0);
+    cr_assert_str_eq(site.state, "revoked");
+    free(ev);
+    store_close(s);
+    int status = proc_stop(coord, 10000);
+    coord = -1;
+    cr_assert_eq(status, 0, "the coordinator ended with status %d", status);
+}
+
+Test(admin, a_site_certificate_is_refused_by_the_admin_api) {
+    char kit[700], from[800], to[800];
+    snprintf(kit, sizeof kit, "%s/kit", root);
+    ProcResult r = S("admin", "export", fed, kit);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    const char *pairs[2][2] = {{"site.crt", "admin.crt"}, {"site.key", "admin.key"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/s0/%s", root, pairs[i][0]);
+        snprintf(to, sizeof to, "%s/%s", kit, pairs[i][1]);
+        cr_assert_eq(rename(from, to), 0);
+    }
+    const char *cmds[3] = {"status", "rounds", "site"};
+    for (int i = 0; i < 3; i++) {
+        r = i == 2 ? S("site", "list", kit) : S(cmds[i], kit);
+        cr_assert_eq(r.status, 1, "%s with a site certificate: %d", cmds[i], r.status);
+        cr_assert(strstr(r.err, "admin certificate is required"), "%s", r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+        proc_result_free(&r);
+    }
+}
+
+/* The strait process that `script` runs: its child. */
+static int child_of(int parent) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int found = -1;
+    while (d && (e = readdir(d)) && found < 0) {
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) continue;
+        int pid, ppid;
+        if (fgets(buf, sizeof buf, f) && strrchr(buf, ')') &&
+            sscanf(strrchr(buf, ')') + 2, "%*c %d", &ppid) == 1 && ppid == parent &&
+            sscanf(buf, "%d", &pid) == 1)
+            found = pid;
+        fclose(f);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+Test(admin, watch_redraws_under_a_terminal_and_exits_0_on_sigint) {
+    char cmd[1200], transcript[700];
+    snprintf(transcript, sizeof transcript, "%s/watch.txt", root);
+    snprintf(cmd, sizeof cmd, "exec %s rounds %s --watch", harness_strait_bin(), fed);
+    char *argv[] = {"/usr/bin/script", "-qfec", cmd, transcript, NULL};
+    int fd;
+    int script = proc_spawn(argv, &fd);
+    int watcher = -1;
+    for (int i = 0; i < 50 && watcher < 0; i++) usleep(100000), watcher = child_of(script);
+    cr_assert_gt(watcher, 0, "script did not start strait");
+    usleep(3500000); /* three or four frames */
+    cr_assert_eq(kill(watcher, SIGINT), 0);
+    int status;
+    cr_assert_eq(waitpid(script, &status, 0), script);
+    close(fd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "strait rounds --watch did not exit 0 on SIGINT (status %d)", status);
+    char *text, err[ERR_LEN];
+    cr_assert_eq(file_read_all(transcript, 1 << 24, &text, NULL, err), 0, "%s", err);
+    int frames = 0;
+    for (char *p = text; (p = strstr(p, "Ctrl-C to quit")); p++) frames++;
+    cr_assert_geq(frames, 2, "only %d frames:\n%s", frames, text);
+    cr_assert(strstr(text, "\033[H"), "frames are not redrawn in place");
+    cr_assert(strstr(text, "round 2 of 3: finished"), "%s", text);
+    /* the sparkline spans the lowest (\u2581) to the highest (\u2588) loss */
+    cr_assert(strstr(text, "val loss \u2581") || strstr(text, "val loss \u2588") ||
+                  (strstr(text, "\u2581") && strstr(text, "\u2588")),
+              "no sparkline:\n%s", text);
+    cr_assert(strstr(text, "\033[?25h"), "the cursor was not restored");
+    free(text);
+}
+
+Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "make test sets STRAIT_PYTHON and STRAIT_SRC");
+    char script[700], url[128];
+    snprintf(script, sizeof script, "%s/tests/python/check_metrics.py", src);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", metrics_port);
+    char *argv[] = {(char *)py, script, url, NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "the reference parser refused the metrics: %s", r.err);
+    json_t *o = parse_line(r.out);
+    cr_assert(strstr(json_string_value(json_object_get(o, "content_type")), "text/plain"));
+    json_t *m = json_object_get(o, "samples");
+    StoreTotals t;
+    StoreRound last;
+    char err[ERR_LEN];
+    Store *s = open_store();
+    cr_assert_eq(store_totals(s, &t, err), 0);
+    cr_assert_eq(store_round_last_committed(s, &last, err), 0);
+    store_close(s);
+#define SAMPLE(name) json_number_value(json_object_get(m, name))
+    cr_assert_eq(SAMPLE("strait_rounds_committed_total{}"), ROUNDS);
+    cr_assert_eq(SAMPLE("strait_current_round{}"), ROUNDS - 1);
+    cr_assert_eq(SAMPLE("strait_finished{}"), 1);
+    cr_assert_eq(SAMPLE("strait_bytes_up_total{}"), (double)t.bytes_up);
+    cr_assert_eq(SAMPLE("strait_bytes_down_total{}"), (double)t.bytes_down);
+    cr_assert_float_eq(SAMPLE("strait_last_validation_loss{}"), last.eval_loss, 1e-12);
+    cr_assert_eq(SAMPLE("strait_sites_online{}") + SAMPLE("strait_sites_offline{}"), N_SITES);
+    cr_assert_eq(SAMPLE("strait_update_rejections_total{reason=norm_gate}"), 0);
+    cr_assert_gt(SAMPLE("strait_resident_memory_bytes{}"), 1 << 20);
+#undef SAMPLE
+    json_decref(o);
+    proc_result_free(&r);
+    /* a clean stop, and under SAN=1 no leak in the endpoint or the handlers */
+    int status = proc_stop(coord, 10000);
+    coord = -1;
+    cr_assert_eq(status, 0, "the coordinator ended with status %d", status);
+}
+
+Test(admin, db_backup_is_whole_and_holds_every_committed_round) {
+    char copy[700];
+    snprintf(copy, sizeof copy, "%s/backup.db", root);
+    ProcResult r = S("db", "backup", fed, copy);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "3 rounds committed"), "%s", r.out);
+    proc_result_free(&r);
+    r = S("db", "backup", fed, copy);
+    cr_assert_eq(r.status, 1, "a backup must never overwrite a file");
+    cr_assert(strstr(r.err, "exists"), "%s", r.err);
+    proc_result_free(&r);
+    char err[ERR_LEN];
+    Store *b = store_open(copy, STORE_READONLY, err);
+    cr_assert_not_null(b, "%s", err);
+    StoreCheck chk;
+    cr_assert_eq(store_check(b, fed, &chk, NULL, NULL, err), 0, "%s", err);
+    cr_assert(chk.integrity_ok, "%s", chk.integrity);
+    cr_assert_eq(chk.rounds_committed, ROUNDS);
+    cr_assert_eq(chk.checkpoints_ok, ROUNDS);
+    Store *s = open_store();
+    for (int64_t n = 0; n < ROUNDS; n++) {
+        StoreRound a, c;
+        cr_assert_eq(store_round_get(s, n, &a, err), 0);
+        cr_assert_eq(store_round_get(b, n, &c, err), 0);
+        cr_assert_str_eq(a.checkpoint_sha256, c.checkpoint_sha256);
+        cr_assert_eq(a.tokens, c.tokens);
+        cr_assert_eq(a.bytes_up, c.bytes_up);
+    }
+    store_close(s);
+    store_close(b);
+}
