@@ -1,11 +1,14 @@
 /*
  * federated.c — the federation against the baseline it must match: `strait
  * demo` (4 site processes over mutual TLS, DiLoCo rounds of H local steps,
- * int8 and top-k updates) beside a centralized `strait train` on the same
- * twelve fortune collections with the same number of tokens, in the same
- * run. Both final models are scored on the same held-out collections.
- * Figures: validation loss of each and their ratio, bytes the sites sent
- * against dense fp32 exchange at every step, wall time.
+ * int8 and top-k updates) beside two centralized `strait train` runs on the
+ * same twelve fortune collections with the same number of tokens, in the
+ * same run: one at the sites' batch of 8 (four times a site's sequential
+ * steps), and the data-parallel one (batch 32, a site's steps) that dense
+ * per-step all-reduce among the four sites would compute. Every final model
+ * is scored on the same held-out collections. Figures: validation loss of
+ * each and the ratios, bytes the sites sent against dense fp32 exchange at
+ * every step, wall time.
  *
  *   build/bench/federated [--full]   5 rounds of 25 steps (20 of 50 with --full)
  */
@@ -42,29 +45,28 @@ static int run(char *const argv[]) {
 /* Mean loss of a checkpoint over held-out collections neither run trained on. */
 static double held_out_loss(const char *ckpt) {
     const char *paths[] = {FORTUNES "platitudes", FORTUNES "miscellaneous"};
-    TokenSet ts;
+    double loss;
     char err[ERR_LEN];
-    if (tokens_load(&ts, paths, 2, err) != 0) DIE("%s", err);
-    GPTConfig cfg;
-    GPT m;
-    if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
-        gpt_load(&m, ckpt, NULL, err) != 0)
-        DIE("%s", err);
-    TokenView all = {ts.tokens, ts.n};
-    Loader ld;
-    int B = 8, T = 128, batches = 16;
-    if (loader_init(&ld, all, B, T, 0, 1, 0, err) != 0) DIE("%s", err);
-    ld.pos = 0;
-    int *in = mallocCheck(sizeof(int) * B * T), *tg = mallocCheck(sizeof(int) * B * T);
-    double s = 0;
-    for (int k = 0; k < batches; k++) {
-        loader_next(&ld, in, tg);
-        s += gpt_forward(&m, in, tg, B, T);
-    }
-    free(in), free(tg);
-    gpt_free(&m);
-    tokens_free(&ts);
-    return s / batches;
+    if (gpt_eval_checkpoint(ckpt, paths, 2, 8, 128, 16, &loss, err) != 0) DIE("%s", err);
+    return loss;
+}
+
+/* `strait train` of small on the twelve collections; its held-out loss. */
+static void train_baseline(const char *dir, const char *name, int steps, int batch,
+                           char paths[12][256], double *loss, double *wall_s) {
+    char out[1300], steps_s[32], batch_s[32];
+    snprintf(out, sizeof out, "%s/%s.safetensors", dir, name);
+    snprintf(steps_s, sizeof steps_s, "%d", steps);
+    snprintf(batch_s, sizeof batch_s, "%d", batch);
+    char *targv[48] = {strait_bin, "train", "--model", "small",       "--steps", steps_s, "--batch",
+                       batch_s,    "--seq", "128",     "--val-every", "1000000", "--out", out};
+    int a = 14;
+    for (int i = 0; i < 12; i++) targv[a++] = "--data", targv[a++] = paths[i];
+    targv[a] = NULL;
+    uint64_t t0 = time_monotonic_ns();
+    if (run(targv) != 0) DIE("strait train (%s) failed", name);
+    *wall_s = (double)(time_monotonic_ns() - t0) / 1e9;
+    *loss = held_out_loss(out);
 }
 
 int main(int argc, char **argv) {
@@ -81,25 +83,20 @@ int main(int argc, char **argv) {
     if (mkdtemp(dir) == NULL) DIE("mkdtemp");
     kernels_set_threads(0);
 
-    /* the centralized baseline: the same collections and tokens, one process */
+    /* the baselines, on the same collections and tokens, one process each:
+     * centralized training at the sites' batch (4x the sequential steps of
+     * a site), and the data-parallel run that dense per-step all-reduce
+     * across the sites computes (the sites' batches as one, a site's number
+     * of steps) — what the bytes are compared with */
     static const char *const english[] = {"fortunes", "literature", "wisdom",    "science",
                                           "people",   "politics",   "computers", "humorists",
                                           "love",     "work",       "education", "men-women"};
-    char central[1300], steps_s[32], paths[12][256];
-    snprintf(central, sizeof central, "%s/central.safetensors", dir);
-    snprintf(steps_s, sizeof steps_s, "%d", SITES * rounds * steps);
-    char *targv[48] = {strait_bin, "train", "--model", "small",       "--steps", steps_s, "--batch",
-                       "8",        "--seq", "128",     "--val-every", "1000000", "--out", central};
-    int a = 14;
-    for (int i = 0; i < 12; i++) {
-        snprintf(paths[i], sizeof paths[i], FORTUNES "%s", english[i]);
-        targv[a++] = "--data", targv[a++] = paths[i];
-    }
-    targv[a] = NULL;
-    uint64_t t0 = time_monotonic_ns();
-    if (run(targv) != 0) DIE("strait train failed");
-    double central_wall = (double)(time_monotonic_ns() - t0) / 1e9;
-    double central_loss = held_out_loss(central);
+    char paths[12][256];
+    for (int i = 0; i < 12; i++) snprintf(paths[i], sizeof paths[i], FORTUNES "%s", english[i]);
+    double central_loss, central_wall, dp_loss, dp_wall;
+    train_baseline(dir, "central", SITES * rounds * steps, 8, paths, &central_loss, &central_wall);
+    train_baseline(dir, "dataparallel", rounds * steps, 8 * SITES, paths, &dp_loss, &dp_wall);
+    uint64_t t0;
 
     const char *codecs[] = {"int8", "topk"};
     for (int c = 0; c < 2; c++) {
@@ -143,11 +140,14 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "val_loss", json_real(loss));
         json_object_set_new(o, "central_val_loss", json_real(central_loss));
         json_object_set_new(o, "loss_ratio", json_real(loss / central_loss));
+        json_object_set_new(o, "dataparallel_val_loss", json_real(dp_loss));
+        json_object_set_new(o, "dataparallel_loss_ratio", json_real(loss / dp_loss));
         json_object_set_new(o, "bytes_sent", json_integer((json_int_t)sent));
         json_object_set_new(o, "dense_bytes", json_real(dense));
         json_object_set_new(o, "bytes_ratio", json_real((double)sent / dense));
         json_object_set_new(o, "wall_s", json_real(wall));
         json_object_set_new(o, "central_wall_s", json_real(central_wall));
+        json_object_set_new(o, "dataparallel_wall_s", json_real(dp_wall));
         json_emit_line(stdout, o);
     }
     char cmd[128];

@@ -4,8 +4,9 @@
  * join over mutual TLS and train on disjoint parts of Debian's fortune
  * collections (or one language each with --non-iid); the committed rounds
  * are shown as they land, then a summary: validation loss at the first and
- * the last round, bytes sent against dense fp32 exchange at every step, and
- * a text sample from the final model.
+ * the last round, bytes sent against dense fp32 exchange at every step, with
+ * --baseline a centralized `strait train` on the same tokens scored beside
+ * it on held-out text, and a text sample from the final model.
  *
  * This process never starts gRPC: every networked part runs in a child
  * process (this same binary), so forking stays safe.
@@ -82,13 +83,68 @@ static int site_files(int site, int sites, int non_iid, char files[][512], int m
     return n;
 }
 
+/* Collections no demo site trains on: one score for every model compared. */
+static const char *const HELD_OUT[] = {FORTUNES "/platitudes", FORTUNES "/miscellaneous"};
+#define HELD_OUT_BATCHES 16
+
+/* --baseline: a centralized `strait train` on every site's collections
+ * with the federation's token budget, then both final models scored on the
+ * same held-out collections. */
+static int compare_central(const char *exe, const char *dir, const char *fed_ckpt,
+                           const char *model, const GPTConfig *cfg, int sites, int rounds,
+                           int steps, int non_iid, int64_t fed_ms) {
+    char files[64][512], central[700], log[700], steps_s[32], seq_s[16], err[ERR_LEN];
+    int n = 0;
+    for (int i = 0; i < sites && n < 48; i++) n += site_files(i, sites, non_iid, files + n, 48 - n);
+    int T = cfg->T < 128 ? cfg->T : 128; /* what the sites train on */
+    long long total = (long long)rounds * steps * sites;
+    snprintf(central, sizeof central, "%s/central.safetensors", dir);
+    snprintf(log, sizeof log, "%s/central.log", dir);
+    snprintf(steps_s, sizeof steps_s, "%lld", total);
+    snprintf(seq_s, sizeof seq_s, "%d", T);
+    char *targv[160] = {(char *)exe,   "train",   "--model", (char *)model, "--steps",
+                        steps_s,       "--batch", "8",       "--seq",       seq_s,
+                        "--val-every", "1000000", "--out",   central};
+    int a = 14;
+    for (int i = 0; i < n && a < 156; i++) targv[a++] = "--data", targv[a++] = files[i];
+    targv[a] = NULL;
+    printf("\nbaseline: centralized 'strait train' on the same %d collection%s, %lld steps of "
+           "8 x %d (the federation's tokens)...\n",
+           n, n == 1 ? "" : "s", total, T);
+    fflush(stdout);
+    int64_t t0 = time_wall_ms();
+    if (run_wait(targv, log) != 0) {
+        fprintf(stderr, "strait demo: the baseline training failed; see %s\n", log);
+        return -1;
+    }
+    int64_t central_ms = time_wall_ms() - t0;
+    double fed_loss, central_loss;
+    if (gpt_eval_checkpoint(fed_ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &fed_loss, err) != 0 ||
+        gpt_eval_checkpoint(central, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &central_loss, err) !=
+            0) {
+        fprintf(stderr, "strait demo: cannot score the models: %s\n", err);
+        return -1;
+    }
+    printf("held-out loss (platitudes, miscellaneous: no site trained on them):\n");
+    printf("  federated    %.4f  (%d sites, %d rounds, %.0f s)\n", fed_loss, sites, rounds,
+           fed_ms / 1000.0);
+    printf("  centralized  %.4f  (one process, %.0f s)\n", central_loss, central_ms / 1000.0);
+    printf("  ratio        %.3f  (federated / centralized; 1 is parity)\n",
+           fed_loss / central_loss);
+    return 0;
+}
+
 int cmd_demo(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"sites", required_argument, NULL, 's'}, {"rounds", required_argument, NULL, 'r'},
-        {"model", required_argument, NULL, 'm'}, {"steps", required_argument, NULL, 'H'},
-        {"codec", required_argument, NULL, 'c'}, {"dir", required_argument, NULL, 'd'},
-        {"non-iid", no_argument, NULL, 'n'},     {NULL, 0, NULL, 0}};
-    int sites = 3, rounds = 20, steps = 50, non_iid = 0, c;
+    static const struct option opts[] = {{"sites", required_argument, NULL, 's'},
+                                         {"rounds", required_argument, NULL, 'r'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 'H'},
+                                         {"codec", required_argument, NULL, 'c'},
+                                         {"dir", required_argument, NULL, 'd'},
+                                         {"non-iid", no_argument, NULL, 'n'},
+                                         {"baseline", no_argument, NULL, 'b'},
+                                         {NULL, 0, NULL, 0}};
+    int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, c;
     const char *model = "small", *codec = "int8", *dir_arg = NULL;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -115,6 +171,9 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             break;
         case 'n':
             non_iid = 1;
+            break;
+        case 'b':
+            baseline = 1;
             break;
         }
     }
@@ -199,7 +258,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         cli_fail(cmd, "%s", err);
         goto stop;
     }
-    int64_t shown = -1, t0 = time_wall_ms();
+    int64_t shown = -1, t0 = time_wall_ms(), fed_ms = 0;
     double first_eval = NAN, last_eval = NAN;
     int64_t bytes_up = 0;
     printf("  round  sites  train loss  val loss   sent (MB)\n");
@@ -231,6 +290,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         usleep(300000);
     }
     store_close(s);
+    fed_ms = time_wall_ms() - t0;
     int site_failed = 0;
     for (int i = 0; i < sites; i++) {
         int st = 0;
@@ -253,8 +313,11 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         printf("bytes sent by the sites: %.2f MB; dense fp32 gradients at every step would be "
                "%.1f MB (%.0fx more)\n",
                bytes_up / 1e6, dense / 1e6, dense / (double)(bytes_up ? bytes_up : 1));
+        if (baseline && compare_central(exe, dir, ckpt, model, &cfg, sites, rounds, steps, non_iid,
+                                        fed_ms) != 0)
+            site_failed = 1;
         if (gpt_load(&m, ckpt, NULL, err) == 0) {
-            printf("a sample from the final model:\n\n");
+            printf("\na sample from the final model:\n\n");
             cli_sample_text(&m, "The ", 240, 0.8f, 7, stdout);
         }
         gpt_free(&m);

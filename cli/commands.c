@@ -87,8 +87,8 @@ const Command cli_commands[] = {
      "  --seed S            sampling seed (default 1)\n",
      cmd_sample},
     {"demo",
-     "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--codec int8] [--non-iid] [--dir "
-     "DIR]",
+     "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--codec int8] [--non-iid] "
+     "[--baseline] [--dir DIR]",
      "a whole federation on this machine: coordinator and sites over mutual TLS",
      "Creates a federation, enrolls and joins the sites, trains them on Debian's fortune\n"
      "collections (disjoint parts; --non-iid: English, German, Spanish, Italian), shows each\n"
@@ -101,6 +101,8 @@ const Command cli_commands[] = {
      "  --steps H      local steps per round (default 50)\n"
      "  --codec C      fp32, fp16, bf16, int8, topk or topk2 (default int8)\n"
      "  --non-iid      one language per site instead of disjoint English collections\n"
+     "  --baseline     then train one centralized model on all the sites' collections with\n"
+     "                 the same tokens ('strait train'), and compare both on held-out text\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
      cmd_demo},
     {"version", "[--json]",

@@ -188,6 +188,14 @@ int loader_init(Loader *ld, TokenView data, int B, int T, int shard, int n_shard
                 char *err);
 void loader_next(Loader *ld, int *inputs, int *targets);
 
+/* A held-out score: the mean loss of the model over the first `batches`
+ * consecutive (B, T) batches of v (fewer when v is shorter), the same
+ * tokens for every model scored; NAN when not even one batch fits. */
+double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches);
+/* The same score for a checkpoint file over text files or shards. */
+int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
+                        int batches, double *loss, char *err);
+
 /* ---- CUDA kernels (kernels/cuda/; only in builds with STRAIT_HAVE_CUDA) -
  * Pointers without h_ are device memory; stream is a cudaStream_t (NULL:
  * the default stream), passed as void * so this header stays plain C.

@@ -400,3 +400,28 @@ Test(shards, bin_round_trip_and_header_validation) {
     harness_rmtree(dir);
     free(dir);
 }
+
+/* The held-out score: the mean loss over the first batches of the tokens,
+ * the same tokens for every model; fewer batches when the text is short,
+ * NAN when not even one fits. */
+Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
+    GPT m = tiny(3);
+    int B = 2, T = 16;
+    uint16_t tokens[3 * 2 * 16 + 1];
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
+        tokens[i] = (uint16_t)(i * 7 % 256);
+    int in[2 * 16], tg[2 * 16];
+    double want = 0;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < B * T; i++)
+            in[i] = tokens[k * B * T + i], tg[i] = tokens[k * B * T + i + 1];
+        want += gpt_forward(&m, in, tg, B, T);
+    }
+    TokenView v = {tokens, sizeof tokens / sizeof tokens[0]};
+    cr_assert_float_eq(gpt_eval_tokens(&m, v, B, T, 3), want / 3, 1e-6);
+    /* asked for more batches than fit: the three that do */
+    cr_assert_float_eq(gpt_eval_tokens(&m, v, B, T, 50), want / 3, 1e-6);
+    TokenView short_view = {tokens, (size_t)B * T}; /* one token short of a batch */
+    cr_assert(isnan(gpt_eval_tokens(&m, short_view, B, T, 1)));
+    gpt_free(&m);
+}
