@@ -181,15 +181,13 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},  {"threads", required_argument, NULL, 'j'},
+        {"batch", required_argument, NULL, 'b'}, {"seq", required_argument, NULL, 't'},
+        {"lr", required_argument, NULL, 'l'},    {"device", required_argument, NULL, 'D'},
+        {"gpus", required_argument, NULL, 'g'},  {NULL, 0, NULL, 0}};
     const char *data[64];
-    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0};
+    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0, 0, 0};
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -205,17 +203,21 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (cli_int(cmd, "--seq", &o.seq)) return EXIT_USAGE;
         } else if (c == 'l') {
             if (cli_float(cmd, "--lr", &o.lr)) return EXIT_USAGE;
-        } else if (c == 'D' && strcmp(optarg, "cpu") != 0) {
-            return cli_usage_error(cmd, "--device %s: sites train on the CPU in this build",
-                                   optarg);
+        } else if (c == 'D') {
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                return cli_usage_error(cmd, "--device is cpu or cuda, not '%s'", optarg);
+            o.cuda = strcmp(optarg, "cuda") == 0;
+        } else if (c == 'g') {
+            if (cli_int(cmd, "--gpus", &o.gpus)) return EXIT_USAGE;
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");
     if (o.n_data == 0)
         return cli_usage_error(cmd, "give the site's training data with --data PATH");
-    if (o.threads < 0 || o.batch < 0 || o.seq < 0 || !(o.lr >= 0))
-        return cli_usage_error(cmd, "--threads, --batch, --seq and --lr must not be negative "
-                                    "(0 or no flag takes the default)");
+    if (o.threads < 0 || o.batch < 0 || o.seq < 0 || !(o.lr >= 0) || o.gpus < 0)
+        return cli_usage_error(cmd, "--threads, --batch, --seq, --lr and --gpus must not be "
+                                    "negative (0 or no flag takes the default)");
+    if (o.gpus > 0 && !o.cuda) return cli_usage_error(cmd, "--gpus needs --device cuda");
     o.site_dir = argv[optind];
     char err[ERR_LEN];
     if (client_run(&o, err) != 0) return cli_fail(cmd, "%s", err);

@@ -37,7 +37,9 @@ const Command cli_commands[] = {
      "Shows the federation and the name the coordinator knows this site by.\n", cmd_site_hello},
     {"site renew", "SITEDIR", "replace the site's key and certificate before they expire",
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
-    {"site run", "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X]",
+    {"site run",
+     "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
+     "[--gpus N]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -46,7 +48,10 @@ const Command cli_commands[] = {
      "  --threads N   CPU threads (default: all)\n"
      "  --batch B     sequences per step (default 8)\n"
      "  --seq T       tokens per sequence (default: min(model context, 128))\n"
-     "  --lr X        inner learning rate (default 3e-3)\n",
+     "  --lr X        inner learning rate (default 3e-3)\n"
+     "  --device D    cpu (default) or cuda (a build with CUDA)\n"
+     "  --gpus N      with cuda: data-parallel replicas over N GPUs (NCCL), each taking\n"
+     "                its own batch of B x T (default 1)\n",
      cmd_site_run},
     {"site list", "DIR [--json]",
      "list the sites: state, online, enrolled, last seen, certificate expiry",

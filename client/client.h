@@ -47,6 +47,7 @@ typedef struct SiteRunOptions {
     int threads;    /* 0: all cores */
     int batch, seq; /* 0: 8 and min(model T, 128) */
     float lr;       /* inner AdamW peak rate; 0: 3e-3 */
+    int cuda, gpus; /* train on gpus GPUs (NCCL data parallel), each with its own batch */
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

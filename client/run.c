@@ -244,6 +244,9 @@ int client_run(const SiteRunOptions *o, char *err) {
     float *theta = NULL, *delta = NULL;
     int *in = NULL, *tg = NULL, rc = -1;
     Strait__HelloResponse *hr = NULL;
+#ifdef STRAIT_HAVE_CUDA
+    GPTCuda *gpu = NULL;
+#endif
     if (site_read(&s, err) != 0) goto out;
     if ((hr = hello(&s, err)) == NULL) goto out;
     GPTConfig cfg;
@@ -279,9 +282,19 @@ int client_run(const SiteRunOptions *o, char *err) {
                  "optimizer moments, data position)",
                  s.name, (unsigned long long)saved_round);
     }
+    int replicas = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 1;
+#ifdef STRAIT_HAVE_CUDA
+    if (o->cuda && (gpu = gpt_cuda_create(&m, replicas, B, T, err)) == NULL) goto out;
+#else
+    if (o->cuda) {
+        err_set(err, "--device cuda: this strait was built without CUDA; use --device cpu");
+        goto out;
+    }
+#endif
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
-    in = mallocCheck(sizeof(int) * (size_t)B * T), tg = mallocCheck(sizeof(int) * (size_t)B * T);
+    in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
+    tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
     kernels_set_threads(o->threads);
     AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f};
     float lr = o->lr > 0 ? o->lr : 3e-3f;
@@ -296,20 +309,33 @@ int client_run(const SiteRunOptions *o, char *err) {
         have_round = (int64_t)round;
         uint64_t t0 = time_monotonic_ns();
         double train_loss = 0;
+#ifdef STRAIT_HAVE_CUDA
+        if (gpu) gpt_cuda_load_from_host(gpu, &m); /* the round's θ and the kept moments */
+#endif
         for (int step = 0; step < H; step++) {
-            loader_next(&tl, in, tg);
-            train_loss += gpt_forward(&m, in, tg, B, T) / H;
-            gpt_zero_grad(&m);
-            gpt_backward(&m);
-            gpt_clip_grad_norm(&m, 1.0f);
             /* warmup then cosine over every inner step of the federation, as
              * the centralized trainer schedules its steps */
             int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
             int g = (int)round * H + step;
-            gpt_adamw_step(&m, &adam,
-                           lr_schedule(g, total_steps,
-                                       total_steps / 10 < 100 ? total_steps / 10 : 100, lr, 0.1f));
+            float step_lr = lr_schedule(g, total_steps,
+                                        total_steps / 10 < 100 ? total_steps / 10 : 100, lr, 0.1f);
+            for (int k = 0; k < replicas; k++)
+                loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
+#ifdef STRAIT_HAVE_CUDA
+            if (gpu) {
+                train_loss += gpt_cuda_step(gpu, in, tg, &adam, step_lr, 1.0f) / H;
+                continue;
+            }
+#endif
+            train_loss += gpt_forward(&m, in, tg, B, T) / H;
+            gpt_zero_grad(&m);
+            gpt_backward(&m);
+            gpt_clip_grad_norm(&m, 1.0f);
+            gpt_adamw_step(&m, &adam, step_lr);
         }
+#ifdef STRAIT_HAVE_CUDA
+        if (gpu) gpt_cuda_state_to_host(gpu, &m); /* θ_local and the moments, for Δ and the state */
+#endif
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
         double eval = NAN;
         if (have_val) {
@@ -324,7 +350,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
-        meta.tokens = (uint64_t)H * B * T;
+        meta.tokens = (uint64_t)H * B * T * replicas;
         meta.train_loss = train_loss;
         meta.eval_loss = eval;
         meta.train_ms = train_ms;
@@ -367,6 +393,9 @@ int client_run(const SiteRunOptions *o, char *err) {
     log_info("site", "%s: the federation has finished", s.name);
     rc = 0;
 out:
+#ifdef STRAIT_HAVE_CUDA
+    if (gpu) gpt_cuda_free(gpu);
+#endif
     if (hr) strait__hello_response__free_unpacked(hr, NULL);
     net_channel_destroy(s.ch);
     free(s.key), free(s.cert), free(s.ca);

@@ -251,6 +251,12 @@ void gpt_cuda_free(GPTCuda *g);
 float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
                     float lr, float max_norm);
 void gpt_cuda_params_to_host(GPTCuda *g, GPT *host);
+/* Every replica takes host's parameters and AdamW state (m, v, step; zeros
+ * when host has taken no step yet): a site's new round. */
+void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host);
+/* Replica 0's parameters and AdamW state into host (m, v allocated when
+ * absent): what a site encodes and saves after its inner steps. */
+void gpt_cuda_state_to_host(GPTCuda *g, GPT *host);
 
 /* fp32 section payload: x copied to h_out after a finite check */
 int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream);

@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "../kernels.h"
+#include "util/util.h"
 }
 #include "cuda_common.h"
 
@@ -265,6 +266,36 @@ extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets
         cudaCheck(cudaStreamSynchronize(g->r[i].stream));
     }
     return loss;
+}
+
+extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host) {
+    size_t np = host->n_params * sizeof(float);
+    for (int i = 0; i < g->n; i++) {
+        Replica *r = &g->r[i];
+        cudaCheck(cudaSetDevice(r->device));
+        cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
+        if (host->m) {
+            cudaCheck(cudaMemcpy(r->m, host->m, np, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(r->v, host->v, np, cudaMemcpyHostToDevice));
+        } else {
+            cudaCheck(cudaMemset(r->m, 0, np));
+            cudaCheck(cudaMemset(r->v, 0, np));
+        }
+    }
+    g->step = host->step;
+}
+
+extern "C" void gpt_cuda_state_to_host(GPTCuda *g, GPT *host) {
+    size_t np = host->n_params * sizeof(float);
+    if (host->m == NULL) {
+        host->m = (float *)callocCheck(host->n_params, sizeof(float));
+        host->v = (float *)callocCheck(host->n_params, sizeof(float));
+    }
+    cudaCheck(cudaSetDevice(g->r[0].device));
+    cudaCheck(cudaMemcpy(host->params, g->r[0].params, np, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(host->m, g->r[0].m, np, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(host->v, g->r[0].v, np, cudaMemcpyDeviceToHost));
+    host->step = g->step;
 }
 
 extern "C" void gpt_cuda_params_to_host(GPTCuda *g, GPT *host) {

@@ -89,6 +89,26 @@ Test(cli, numeric_flag_with_junk_is_a_usage_error_naming_the_flag) {
     proc_result_free(&r);
 }
 
+Test(cli, site_run_device_flags_are_checked_before_anything_runs) {
+    ProcResult r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--device", "tpu");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--device is cpu or cuda, not 'tpu'"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--gpus", "2");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--gpus needs --device cuda"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    /* admin commands need a federation folder or a kit */
+    r = harness_strait("rounds", "/nonexistent");
+    cr_assert_eq(r.status, 1, "stderr: %s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "neither a federation folder"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("rounds", "/tmp", "--last", "0");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    proc_result_free(&r);
+}
+
 Test(cli, help_lists_commands_and_explains_one) {
     ProcResult r = strait("--help", NULL, NULL);
     cr_assert_eq(r.status, 0);
