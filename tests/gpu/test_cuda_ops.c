@@ -151,3 +151,59 @@ Test(cuda_ops, fifty_steps_of_small_track_the_cpu_trainer, .timeout = 600) {
     gpt_free(&cpu), gpt_free(&host);
 #endif
 }
+
+/* A site's round on the GPU: the round's θ and the kept AdamW moments go
+ * onto the replica, 10 steps run there, and what comes back (θ_local, m, v,
+ * step) tracks the same 10 steps on the CPU from the same state. */
+Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    GPT cpu, site;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&cpu, &cfg, 5, err), 0);
+    cr_assert_eq(gpt_build(&site, &cfg, 9, err), 0); /* other weights: the load must replace them */
+    int B = 4, T = 32;
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < 3; s++) { /* earlier rounds: moments to keep */
+        for (int i = 0; i < B * T; i++) in[i] = (i * 13 + s) % 256, tg[i] = (in[i] + 1) % 256;
+        gpt_forward(&cpu, in, tg, B, T);
+        gpt_zero_grad(&cpu);
+        gpt_backward(&cpu);
+        gpt_adamw_step(&cpu, &o, 1e-3f);
+    }
+    memcpy(site.params, cpu.params, cpu.n_params * 4);
+    site.m = malloc(cpu.n_params * 4), site.v = malloc(cpu.n_params * 4);
+    memcpy(site.m, cpu.m, cpu.n_params * 4), memcpy(site.v, cpu.v, cpu.n_params * 4);
+    site.step = cpu.step;
+    GPTCuda *g = gpt_cuda_create(&site, 1, B, T, err);
+    cr_assert_not_null(g, "%s", err);
+    gpt_cuda_load_from_host(g, &site);
+    for (int s = 0; s < 10; s++) {
+        for (int i = 0; i < B * T; i++) in[i] = (i * 29 + s) % 256, tg[i] = (in[i] * 3) % 256;
+        gpt_forward(&cpu, in, tg, B, T);
+        gpt_zero_grad(&cpu);
+        gpt_backward(&cpu);
+        gpt_clip_grad_norm(&cpu, 1.0f);
+        gpt_adamw_step(&cpu, &o, 1e-3f);
+        gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
+    }
+    gpt_cuda_state_to_host(g, &site);
+    cr_assert_eq(site.step, cpu.step);
+    const float *want[3] = {cpu.params, cpu.m, cpu.v}, *got[3] = {site.params, site.m, site.v};
+    const char *names[3] = {"theta_local", "adam m", "adam v"};
+    for (int k = 0; k < 3; k++) {
+        double worst = 0;
+        for (size_t i = 0; i < cpu.n_params; i++) {
+            double d = fabs((double)want[k][i] - got[k][i]) / (fabs(want[k][i]) + 1e-3);
+            if (d > worst) worst = d;
+        }
+        cr_assert_leq(worst, 2e-2, "%s: worst relative difference %g", names[k], worst);
+    }
+    gpt_cuda_free(g);
+    free(in), free(tg);
+    gpt_free(&cpu), gpt_free(&site);
+#endif
+}
