@@ -25,9 +25,10 @@ int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
     if (optind != argc - 2) return cli_usage_error(cmd, "expected DIR and the site's NAME");
     const char *dir = argv[optind], *name = argv[optind + 1];
     char err[ERR_LEN], token[65], fp[65], adv[256];
-    int64_t ttl_ms = 24 * 3600 * 1000LL;
+    int64_t ttl_ms = 0; /* 0: the federation's [security] token_ttl */
     if (ttl && time_parse_duration_ms(ttl, &ttl_ms, err) != 0)
         return cli_usage_error(cmd, "--ttl: %s", err);
+    if (ttl && ttl_ms <= 0) return cli_usage_error(cmd, "--ttl must be positive");
     if (admin_is_kit(dir)) {
         char join[800];
         Admin *a = admin_open(dir, err);
@@ -35,15 +36,18 @@ int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
         int rc = admin_enroll(a, name, ttl_ms, token, join, sizeof join, err);
         admin_close(a);
         if (rc != 0) return cli_fail(cmd, "%s", err);
-        printf("token for site %s (single use, expires in %s):\n%s\n\n", name, ttl ? ttl : "24h",
-               token);
+        printf("token for site %s (single use, valid for %s):\n%s\n\n", name,
+               ttl ? ttl : "the federation's token_ttl", token);
         printf("run at the site:\n  %s\n", join);
         return EXIT_OK;
     }
+    if (ttl_ms == 0 && coordinator_token_ttl(dir, &ttl_ms, err) != 0)
+        return cli_fail(cmd, "%s", err);
     if (coordinator_home_info(dir, fp, adv, sizeof adv, err) != 0) return cli_fail(cmd, "%s", err);
     if (coordinator_enroll(dir, name, ttl_ms, token, err) != 0) return cli_fail(cmd, "%s", err);
-    printf("token for site %s (single use, expires in %s):\n%s\n\n", name, ttl ? ttl : "24h",
-           token);
+    char until[40];
+    time_format_iso8601(time_wall_ms() + ttl_ms, until, sizeof until);
+    printf("token for site %s (single use, valid until %s):\n%s\n\n", name, until, token);
     printf("run at the site:\n  strait site join SITEDIR --name %s --coordinator %s --token %s "
            "--ca-sha256 %s\n",
            name, adv, token, fp);

@@ -26,7 +26,8 @@ const Command cli_commands[] = {
      "issue a one-time token for a site and print the command it runs to join",
      "Only the token's SHA-256 is stored. NAME: 1-64 letters, digits, '-', '_', '.'.\n"
      "DIR is the federation folder, or an admin kit (then through the Admin API).\n\n"
-     "flags:\n  --ttl DURATION   how long the token is valid (default 24h; 90m, 7d, ...)\n",
+     "flags:\n  --ttl DURATION   how long the token is valid (90m, 7d, ...; default: the\n"
+     "                   federation's [security] token_ttl, 24h unless changed)\n",
      cmd_site_enroll},
     {"site join", "SITEDIR --name NAME --coordinator HOST:PORT --token T --ca-sha256 FP",
      "join a federation: make the site's key here, send a CSR with the token",

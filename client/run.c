@@ -25,7 +25,10 @@
 #include "util/util.h"
 
 #define CALL_TIMEOUT_MS 60000
-#define BACKOFF_MAX_MS  10000
+/* while training, a sign of life this often (monitors count a site online
+ * for a minute after its last call) */
+#define HEARTBEAT_MS   15000
+#define BACKOFF_MAX_MS 10000
 
 static int transient(NetStatus st) {
     return st == NET_UNAVAILABLE || st == NET_DEADLINE_EXCEEDED || st == NET_RESOURCE_EXHAUSTED ||
@@ -146,6 +149,26 @@ static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *er
 /* Waits for the round after `after`; *resend is set when the coordinator is
  * still at `after` without this site's update (it restarted, or the round
  * was reopened), and the update must go again. */
+/* One Heartbeat, never retried: the federation's current round, or 0 when
+ * the coordinator did not answer (no news is not a reason to stop). */
+static uint64_t heartbeat(Site *s, uint64_t round) {
+    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
+    req.round = round;
+    req.state = "training";
+    uint8_t buf[64];
+    size_t n = strait__heartbeat_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256];
+    if (net_unary(s->ch, "/strait.Federation/Heartbeat", buf, n, &resp, 5000, details,
+                  sizeof details) != NET_OK)
+        return 0;
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    net_buf_free(&resp);
+    uint64_t current = hr ? hr->current_round : 0;
+    if (hr) strait__heartbeat_response__free_unpacked(hr, NULL);
+    return current;
+}
+
 static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, int *finished,
                       int *resend, char *err) {
     Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
@@ -307,12 +330,25 @@ int client_run(const SiteRunOptions *o, char *err) {
         if (get_model(&s, &m, theta, have_round, err) != 0) goto out;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
-        uint64_t t0 = time_monotonic_ns();
-        double train_loss = 0;
+        uint64_t t0 = time_monotonic_ns(), last_beat = t0;
+        double loss_sum = 0;
+        int steps_done = 0;
 #ifdef STRAIT_HAVE_CUDA
         if (gpu) gpt_cuda_load_from_host(gpu, &m); /* the round's θ and the kept moments */
 #endif
         for (int step = 0; step < H; step++) {
+            uint64_t now = time_monotonic_ns();
+            /* the federation's time budget: a slow site sends fewer steps */
+            if (step > 0 && hr->round_budget_ms && (now - t0) / 1000000 >= hr->round_budget_ms)
+                break;
+            if ((now - last_beat) / 1000000 >= HEARTBEAT_MS) {
+                last_beat = now;
+                if (heartbeat(&s, round) > round) {
+                    log_warn("site", "round %llu closed without this site; stopping its training",
+                             (unsigned long long)round);
+                    break;
+                }
+            }
             /* warmup then cosine over every inner step of the federation, as
              * the centralized trainer schedules its steps */
             int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
@@ -321,18 +357,20 @@ int client_run(const SiteRunOptions *o, char *err) {
                                         total_steps / 10 < 100 ? total_steps / 10 : 100, lr, 0.1f);
             for (int k = 0; k < replicas; k++)
                 loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
+            steps_done++;
 #ifdef STRAIT_HAVE_CUDA
             if (gpu) {
-                train_loss += gpt_cuda_step(gpu, in, tg, &adam, step_lr, 1.0f) / H;
+                loss_sum += gpt_cuda_step(gpu, in, tg, &adam, step_lr, 1.0f);
                 continue;
             }
 #endif
-            train_loss += gpt_forward(&m, in, tg, B, T) / H;
+            loss_sum += gpt_forward(&m, in, tg, B, T);
             gpt_zero_grad(&m);
             gpt_backward(&m);
             gpt_clip_grad_norm(&m, 1.0f);
             gpt_adamw_step(&m, &adam, step_lr);
         }
+        double train_loss = loss_sum / steps_done;
 #ifdef STRAIT_HAVE_CUDA
         if (gpu) gpt_cuda_state_to_host(gpu, &m); /* θ_local and the moments, for Δ and the state */
 #endif
@@ -350,7 +388,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
-        meta.tokens = (uint64_t)H * B * T * replicas;
+        meta.tokens = (uint64_t)steps_done * B * T * replicas;
         meta.train_loss = train_loss;
         meta.eval_loss = eval;
         meta.train_ms = train_ms;

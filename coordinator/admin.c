@@ -478,9 +478,9 @@ static void h_enroll(NetCall *c, void *user) {
     READ_REQUEST(c, EnrollRequest, strait__enroll_request, req);
     char token[65], err[ERR_LEN], actor[80], fp[65], adv[256], cmd[700];
     admin_actor(c, actor, sizeof actor);
-    int64_t ttl = req->ttl_ms ? (int64_t)(req->ttl_ms > INT64_MAX ? INT64_MAX : req->ttl_ms)
-                              : 24 * 3600 * 1000LL;
+    int64_t ttl = (int64_t)(req->ttl_ms > INT64_MAX ? INT64_MAX : req->ttl_ms);
     int rc = coordinator_home_info(co->dir, fp, adv, sizeof adv, err);
+    if (rc == 0 && ttl == 0) rc = coordinator_token_ttl(co->dir, &ttl, err);
     if (rc == 0) {
         pthread_mutex_lock(&co->store_lock);
         rc = coordinator_enroll_store(co->store, req->site_name, ttl, actor, token, err);

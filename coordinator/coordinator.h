@@ -45,6 +45,9 @@ int coordinator_home_info(const char *dir, char ca_sha256[65], char *advertise, 
 /* Valid site names: 1-64 of letters, digits, '-', '_', '.'. */
 int coordinator_valid_site_name(const char *name);
 
+/* The federation's token lifetime: [security] token_ttl (default 24h). */
+int coordinator_token_ttl(const char *dir, int64_t *ttl_ms, char *err);
+
 /* Records a one-time token for a site (only its SHA-256 is kept). */
 int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
                        char *err);

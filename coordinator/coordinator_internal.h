@@ -26,6 +26,7 @@ typedef struct Rounds {
     char kept[MAX_REPORTS][64]; /* robust rounds: the updates' files under spool/ */
     int n_kept;
     int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
+    int64_t budget_ms; /* training time per round at a site; 0: H steps, however long */
     int64_t number, round_id, opened_ms;
     int extensions, finished;
     char reported[MAX_REPORTS][65];
@@ -97,7 +98,7 @@ void rounds_stop(Coordinator *co);
 int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
 /* what Hello tells a site about the federation */
 void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
-                     uint32_t *inner_steps, int *finished, const char **codec);
+                     uint32_t *inner_steps, uint64_t *budget_ms, int *finished, const char **codec);
 
 /* admin.c: the Admin service, and the reads it answers from a store, which
  * admin_client.c also runs on the store of a stopped coordinator */

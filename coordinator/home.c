@@ -67,6 +67,9 @@ static const char ini_template[] =
     "trim = 0.1\n"
     "; local AdamW steps each site takes per round (DiLoCo's H)\n"
     "inner_steps = %d\n"
+    "; or fewer: a site stops after this much training time in a round (slow sites then\n"
+    "; send fewer tokens and weigh less); 0: always H steps\n"
+    "time_budget = 0\n"
     "\n"
     "[codec]\n"
     "; what sites send: fp32, fp16, bf16, int8, topk (1%%, int8 values) or topk2 (2-bit)\n"
@@ -223,6 +226,18 @@ static Store *open_store(const char *dir, char *err) {
         return NULL;
     }
     return store_open(path, STORE_READWRITE, err);
+}
+
+int coordinator_token_ttl(const char *dir, int64_t *ttl_ms, char *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/federation.ini", dir);
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) return -1;
+    int rc = config_get_duration_ms(cfg, "security", "token_ttl", 24 * 3600 * 1000LL, ttl_ms, err);
+    config_free(cfg);
+    if (rc == 0 && *ttl_ms <= 0)
+        rc = err_set(err, "%s: [security] token_ttl must be positive", path);
+    return rc;
 }
 
 int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const char *actor,

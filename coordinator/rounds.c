@@ -395,6 +395,27 @@ static void h_query_upload(NetCall *c, void *user) {
     net_upload_query_handle(c, co->rounds.spool);
 }
 
+/* A site's sign of life while it trains (its last_seen moves with the
+ * call), answered with where the federation is, so a site whose round has
+ * closed without it stops training for nothing. */
+static void h_heartbeat(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    Strait__HeartbeatRequest *req;
+    READ_REQUEST(c, HeartbeatRequest, strait__heartbeat_request, req);
+    log_debug("rounds", "heartbeat from %s: round %llu, %s", site.name,
+              (unsigned long long)req->round, req->state);
+    strait__heartbeat_request__free_unpacked(req, NULL);
+    Strait__HeartbeatResponse resp = STRAIT__HEARTBEAT_RESPONSE__INIT;
+    pthread_mutex_lock(&r->lock);
+    resp.current_round = (uint64_t)r->number;
+    resp.finished = r->finished;
+    pthread_mutex_unlock(&r->lock);
+    SEND_RESPONSE(c, strait__heartbeat_response, resp);
+}
+
 static void h_wait_round(NetCall *c, void *user) {
     Coordinator *co = user;
     Rounds *r = &co->rounds;
@@ -438,13 +459,15 @@ static void h_wait_round(NetCall *c, void *user) {
 /* ---- lifecycle ------------------------------------------------------------------- */
 
 void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
-                     uint32_t *inner_steps, int *finished, const char **codec) {
+                     uint32_t *inner_steps, uint64_t *budget_ms, int *finished,
+                     const char **codec) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
     *round = (uint64_t)r->number;
     *total = (uint64_t)r->total;
     *table_hash = r->model.table_hash;
     *inner_steps = (uint32_t)r->inner_steps;
+    *budget_ms = (uint64_t)r->budget_ms;
     *finished = r->finished;
     *codec = r->uplink.id == CODEC_TOPK && r->uplink.value_bits == 2 ? "topk2"
                                                                      : codec_name(r->uplink.id);
@@ -467,6 +490,7 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
         config_get_duration_ms(cfg, "rounds", "deadline", 600000, &r->deadline_ms, err) ||
         config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &r->inner_steps, err) ||
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &r->max_extensions, err) ||
+        config_get_duration_ms(cfg, "rounds", "time_budget", 0, &r->budget_ms, err) ||
         config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &seed, err) ||
         config_get_double(cfg, "optimizer", "lr", 0.7, &outer_lr, err) ||
         config_get_double(cfg, "optimizer", "momentum", 0.9, &momentum, err) ||
@@ -553,7 +577,9 @@ int rounds_add_methods(Coordinator *co, NetServer *srv, char *err) {
                    net_server_add_method(srv, "/strait.Federation/QueryUpload", NET_UNARY, 1,
                                          h_query_upload, co, err) ||
                    net_server_add_method(srv, "/strait.Federation/WaitRound", NET_UNARY, 1,
-                                         h_wait_round, co, err)
+                                         h_wait_round, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/Heartbeat", NET_UNARY, 1,
+                                         h_heartbeat, co, err)
                ? -1
                : 0;
 }

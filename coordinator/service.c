@@ -211,7 +211,7 @@ static void h_hello(NetCall *c, void *user) {
         int finished = 0;
         const char *codec = "int8";
         rounds_describe(co, &resp.current_round, &resp.total_rounds, &resp.table_hash,
-                        &resp.inner_steps, &finished, &codec);
+                        &resp.inner_steps, &resp.round_budget_ms, &finished, &codec);
         resp.finished = finished;
         resp.uplink_codec = (char *)codec;
         SEND_RESPONSE(c, strait__hello_response, resp);
@@ -231,6 +231,30 @@ static void coordinator_free(Coordinator *co) {
     if (co->store) store_close(co->store);
     free(co->ca), free(co->ca_key), free(co->server_chain), free(co->server_key);
     pthread_mutex_destroy(&co->store_lock);
+}
+
+/* federation.ini holds only keys this coordinator reads: a misspelt one
+ * ("inner_step") is an error naming it, not a setting silently ignored. */
+static int check_keys(const Config *cfg, char *err) {
+    static const char *const federation[] = {"name", "listen", "advertise", NULL};
+    static const char *const model[] = {"preset", "seed", NULL};
+    static const char *const rounds[] = {"total",          "min_sites",   "deadline",
+                                         "max_extensions", "aggregate",   "trim",
+                                         "inner_steps",    "time_budget", NULL};
+    static const char *const codec[] = {"uplink", NULL};
+    static const char *const optimizer[] = {"outer", "lr", "momentum", NULL};
+    static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
+    static const char *const limits[] = {"workers", NULL};
+    static const char *const metrics[] = {"listen", NULL};
+    static const struct {
+        const char *section;
+        const char *const *keys;
+    } known[] = {{"federation", federation}, {"model", model},         {"rounds", rounds},
+                 {"codec", codec},           {"optimizer", optimizer}, {"security", security},
+                 {"limits", limits},         {"metrics", metrics}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (config_check_keys(cfg, known[i].section, known[i].keys, err) != 0) return -1;
+    return 0;
 }
 
 /* Where monitors on this machine reach a coordinator bound to listen: the
@@ -254,6 +278,11 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     snprintf(path, sizeof path, "%s/federation.ini", dir);
     Config *cfg = config_load(path, err);
     if (cfg == NULL) {
+        coordinator_free(&co);
+        return -1;
+    }
+    if (check_keys(cfg, err) != 0) {
+        config_free(cfg);
         coordinator_free(&co);
         return -1;
     }

@@ -53,6 +53,7 @@ static void start_coordinator(void) {
 }
 
 static const char *model_preset = "tiny";
+static const char *inner_steps = "15", *time_budget = "0";
 
 static void setup_federation(const char *rounds, const char *min_sites, const char *deadline,
                              int n_sites) {
@@ -67,7 +68,8 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
     ini_set("total", rounds);
     ini_set("min_sites", min_sites);
     ini_set("deadline", deadline);
-    ini_set("inner_steps", "15");
+    ini_set("inner_steps", inner_steps);
+    ini_set("time_budget", time_budget);
     start_coordinator();
     for (int i = 0; i < n_sites; i++) {
         char name[16], dir[700];
@@ -435,4 +437,73 @@ Test(rounds, a_median_round_ignores_a_hostile_site) {
     gpt_free(&after), gpt_free(&m);
     blob_free(&bg), blob_free(&bb);
     free(good), free(bad);
+}
+
+/* A time budget per round: sites stop their inner steps when it is spent
+ * (here long before H), report the tokens they did train, and the rounds
+ * commit; a Heartbeat answers where the federation is and counts as the
+ * site being seen. */
+Test(rounds, a_time_budget_bounds_the_inner_steps_and_heartbeats_answer) {
+    inner_steps = "1000000";
+    time_budget = "1s";
+    setup_federation("2", "2", "120s", 2);
+    NetChannel *ch = site_channel("s1");
+    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
+    req.round = 0;
+    req.state = "training";
+    uint8_t buf[64];
+    size_t n = strait__heartbeat_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256], err[ERR_LEN], db[800];
+    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 10000, details,
+                           sizeof details),
+                 NET_OK, "%s", details);
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    cr_assert_not_null(hr);
+    cr_assert_eq(hr->current_round, 0);
+    cr_assert(!hr->finished);
+    strait__heartbeat_response__free_unpacked(hr, NULL);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreSite seen;
+    cr_assert_eq(store_site_get(s, "s1", &seen, err), 0);
+    cr_assert_gt(seen.last_seen, 0, "the heartbeat did not count as a sign of life");
+    store_close(s);
+    for (int i = 0; i < 2; i++) run_site(i);
+    StoreRound r1 = wait_committed(1, 120);
+    s = store_open(db, STORE_READONLY, err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(s, r1.id, &ups, &nu, err), 0);
+    cr_assert_eq(nu, 2);
+    for (size_t i = 0; i < nu; i++) {
+        cr_assert_str_eq(ups[i].state, "accepted");
+        /* a million steps of 8 x 64 would be 512 M tokens; one second trains far fewer */
+        cr_assert_gt(ups[i].tokens, 0);
+        cr_assert_lt(ups[i].tokens, 8 * 64 * 1000, "%lld tokens in a 1 s budget",
+                     (long long)ups[i].tokens);
+        cr_assert_eq(ups[i].tokens % (8 * 64), 0, "tokens are whole steps");
+        /* the budget bounds the training time (loosely: a step may start just before it ends) */
+        cr_assert_lt(ups[i].train_ms, 20000, "train %lld ms", (long long)ups[i].train_ms);
+    }
+    free(ups);
+    store_close(s);
+}
+
+Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_name) {
+    net_global_init();
+    root = harness_tmpdir("rounds");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char path[700];
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    harness_ini_set(path, "rounds", "inner_step", "20"); /* appends a second [rounds] */
+    r = S("coordinator", "start", fed);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "unknown key 'inner_step' in section [rounds]"), "%s", r.err);
+    proc_result_free(&r);
 }
