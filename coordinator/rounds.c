@@ -53,28 +53,50 @@ static int publish_model(Coordinator *co, const char *rel, char sha_hex[65], int
 
 /* The outer optimizer's state beside a checkpoint: "<round file>.outer.safetensors"
  * (momentum for Nesterov, both moments for Adam), written before the round's
- * commit like the checkpoint itself. */
-static void outer_path(const Coordinator *co, const char *rel, char *out, size_t len) {
+ * commit like the checkpoint itself, and pinned in the store by its size
+ * and SHA-256 (rel_out, sha, bytes; rel_out "" for FedAvg, which has none). */
+static void outer_rel(const char *rel, char *out, size_t len) {
     size_t n = strlen(rel);
     int cut = n > 12 && strcmp(rel + n - 12, ".safetensors") == 0 ? (int)(n - 12) : (int)n;
-    snprintf(out, len, "%s/%.*s.outer.safetensors", co->dir, cut, rel);
+    snprintf(out, len, "%.*s.outer.safetensors", cut, rel);
 }
 
-static int outer_save(Coordinator *co, const char *rel, char *err) {
+static int outer_save(Coordinator *co, const char *rel, char *rel_out, size_t rel_len, char sha[65],
+                      int64_t *bytes, char *err) {
     Rounds *r = &co->rounds;
+    rel_out[0] = '\0';
     if (r->outer.b == NULL) return 0; /* FedAvg has no state */
     char path[1700];
-    outer_path(co, rel, path, sizeof path);
+    outer_rel(rel, rel_out, rel_len);
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel_out);
     const float *bases[2] = {r->outer.b, r->outer.v};
     const char *prefixes[2] = {"outer_b.", "outer_v."};
-    return gpt_save_state(&r->model, path, bases, prefixes, r->outer.v ? 2 : 1, r->outer.step, err);
+    if (gpt_save_state(&r->model, path, bases, prefixes, r->outer.v ? 2 : 1, r->outer.step, err) !=
+        0)
+        return -1;
+    return security_sha256_file(path, sha, bytes, err);
 }
 
-static int outer_load(Coordinator *co, const char *rel, char *err) {
+/* The state of the round resumed from: the pinned file (verified with the
+ * checkpoint by store_resume_point), or for rounds committed before states
+ * were pinned, the file beside the checkpoint if there is one. 1 restored,
+ * 0 none, -1 error. */
+static int outer_load(Coordinator *co, const StoreRound *last, char *err) {
     Rounds *r = &co->rounds;
-    char path[1700];
-    outer_path(co, rel, path, sizeof path);
-    if (r->outer.b == NULL || access(path, F_OK) != 0) return 0;
+    if (r->outer.b == NULL) return 0;
+    char rel[600], path[1700];
+    if (last->state_path[0]) {
+        snprintf(rel, sizeof rel, "%s", last->state_path);
+    } else {
+        outer_rel(last->checkpoint_path, rel, sizeof rel);
+        snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+        if (access(path, F_OK) != 0) return 0;
+        log_warn("rounds",
+                 "round %lld's outer state %s is not pinned in the store (an older "
+                 "schema); loading it unverified",
+                 (long long)last->number, rel);
+    }
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
     float *dsts[2] = {r->outer.b, r->outer.v};
     const char *prefixes[2] = {"outer_b.", "outer_v."};
     if (gpt_load_state(&r->model, path, dsts, prefixes, r->outer.v ? 2 : 1, err) != 0) return -1;
@@ -160,16 +182,17 @@ static int commit_round(Coordinator *co, char *err) {
         security_sha256(d.data, d.len, r->delta_sha);
     }
     free(prev);
-    char rel[128], sha[65];
-    int64_t bytes;
+    char rel[128], sha[65], state_rel[160], state_sha[65];
+    int64_t bytes, state_bytes = 0;
     snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
              (long long)r->number);
     r->number++; /* the checkpoint holds the model the next round starts from */
-    if (publish_model(co, rel, sha, &bytes, err) != 0 || outer_save(co, rel, err) != 0) {
+    if (publish_model(co, rel, sha, &bytes, err) != 0 ||
+        outer_save(co, rel, state_rel, sizeof state_rel, state_sha, &state_bytes, err) != 0) {
         r->number--;
         return -1;
     }
-    StoreCheckpoint ck = {rel, bytes, sha};
+    StoreCheckpoint ck = {rel, bytes, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
     double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
     pthread_mutex_lock(&co->store_lock);
     int rc =
@@ -533,7 +556,7 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
         snprintf(path, sizeof path, "%s/%s", co->dir, last.checkpoint_path);
         if (gpt_load(&r->model, path, NULL, err) != 0) return -1;
         r->number = last.number + 1;
-        int outer = outer_load(co, last.checkpoint_path, err);
+        int outer = outer_load(co, &last, err);
         if (outer < 0) return -1;
         log_info("rounds", "resuming after round %lld (checkpoint %s verified%s)",
                  (long long)last.number, last.checkpoint_path,

@@ -19,10 +19,10 @@
 #include "store_internal.h"
 #include "util/util.h"
 
-extern const char schema_store_sql[];
+extern const char schema_store_sql[], schema_store_v2_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {schema_store_sql};
+static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -495,7 +495,9 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "r.id, r.number, r.attempt, r.state, r.opened_at, coalesce(r.closed_at, 0), "                  \
     "coalesce(r.failed_reason, ''), r.participants, r.tokens, r.train_loss, r.eval_loss, "         \
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
-    "coalesce(c.sha256, '') FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
+    "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
+    "coalesce(c.state_sha256, '') FROM rounds r LEFT JOIN checkpoints c ON c.id = "                \
+    "r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
     memset(o, 0, sizeof *o);
@@ -515,6 +517,9 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     copy_text(o->checkpoint_path, sizeof o->checkpoint_path, st, 13);
     o->checkpoint_bytes = sqlite3_column_int64(st, 14);
     copy_text(o->checkpoint_sha256, sizeof o->checkpoint_sha256, st, 15);
+    copy_text(o->state_path, sizeof o->state_path, st, 16);
+    o->state_bytes = sqlite3_column_int64(st, 17);
+    copy_text(o->state_sha256, sizeof o->state_sha256, st, 18);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -707,8 +712,9 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
                        int64_t bytes_down, int64_t now, char *err) {
     static const char sql_ckpt[] =
-        "INSERT INTO checkpoints (round, path, bytes, sha256, created_at) "
-        "SELECT number, ?2, ?3, ?4, ?5 FROM rounds WHERE id = ?1 "
+        "INSERT INTO checkpoints (round, path, bytes, sha256, created_at, state_path, "
+        "state_bytes, state_sha256) "
+        "SELECT number, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM rounds WHERE id = ?1 "
         "AND state IN ('open', 'aggregating')";
     static const char sql_updates[] = "UPDATE updates SET state = 'accepted' WHERE round_id = ?1 "
                                       "AND state = 'received'";
@@ -730,6 +736,13 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
     sqlite3_bind_int64(st, 3, ckpt->bytes);
     sqlite3_bind_text(st, 4, ckpt->sha256, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, now);
+    if (ckpt->state_path) {
+        sqlite3_bind_text(st, 6, ckpt->state_path, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 7, ckpt->state_bytes);
+        sqlite3_bind_text(st, 8, ckpt->state_sha256, -1, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_null(st, 6), sqlite3_bind_null(st, 7), sqlite3_bind_null(st, 8);
+    }
     if (step_done(s, st, err, "cannot record the checkpoint") != 0) return store_rollback(s);
     if (sqlite3_changes(s->db) == 0) {
         store_rollback(s);

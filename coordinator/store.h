@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -116,6 +116,10 @@ typedef struct StoreRound {
     char checkpoint_path[512]; /* relative to the federation folder */
     int64_t checkpoint_bytes;
     char checkpoint_sha256[65];
+    /* the outer optimizer's state file beside it; "" when none is pinned */
+    char state_path[512];
+    int64_t state_bytes;
+    char state_sha256[65];
 } StoreRound;
 
 typedef struct StoreUpdate {
@@ -136,6 +140,11 @@ typedef struct StoreCheckpoint {
     const char *path; /* relative to the federation folder */
     int64_t bytes;
     const char *sha256; /* hex */
+    /* the outer optimizer's state file, written before the commit like the
+     * checkpoint; state_path NULL: none */
+    const char *state_path;
+    int64_t state_bytes;
+    const char *state_sha256;
 } StoreCheckpoint;
 
 /* Opens the next attempt of round `number`. Fails if a round is live or
@@ -217,8 +226,8 @@ typedef struct StoreRecovery {
  * in that folder are left alone. */
 int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, char *err);
 
-/* Checks one committed round's checkpoint file: present, the recorded size,
- * the recorded SHA-256. */
+/* Checks one committed round's checkpoint file — and its outer state file
+ * when one is pinned: present, the recorded size, the recorded SHA-256. */
 int store_checkpoint_verify(const char *home, const StoreRound *r, char *err);
 
 /* The last committed round, its checkpoint verified; STORE_NOT_FOUND when

@@ -78,22 +78,30 @@ int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, c
     return result;
 }
 
-int store_checkpoint_verify(const char *home, const StoreRound *r, char *err) {
+static int verify_file(const char *home, int64_t round, const char *what, const char *rel,
+                       int64_t want_bytes, const char *want_sha, char *err) {
     char path[1100], hex[SHA256_HEX_LEN], why[ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", home, r->checkpoint_path);
+    snprintf(path, sizeof path, "%s/%s", home, rel);
     int64_t bytes;
     if (security_sha256_file(path, hex, &bytes, why) != 0)
-        return err_set(err, "round %lld: checkpoint %s is unreadable: %s", (long long)r->number,
-                       r->checkpoint_path, why);
-    if (bytes != r->checkpoint_bytes)
-        return err_set(err, "round %lld: checkpoint %s has %lld bytes, the store recorded %lld",
-                       (long long)r->number, r->checkpoint_path, (long long)bytes,
-                       (long long)r->checkpoint_bytes);
-    if (strcmp(hex, r->checkpoint_sha256) != 0)
-        return err_set(err,
-                       "round %lld: checkpoint %s has SHA-256 %.16s…, the store recorded "
-                       "%.16s…",
-                       (long long)r->number, r->checkpoint_path, hex, r->checkpoint_sha256);
+        return err_set(err, "round %lld: %s %s is unreadable: %s", (long long)round, what, rel,
+                       why);
+    if (bytes != want_bytes)
+        return err_set(err, "round %lld: %s %s has %lld bytes, the store recorded %lld",
+                       (long long)round, what, rel, (long long)bytes, (long long)want_bytes);
+    if (strcmp(hex, want_sha) != 0)
+        return err_set(err, "round %lld: %s %s has SHA-256 %.16s…, the store recorded %.16s…",
+                       (long long)round, what, rel, hex, want_sha);
+    return 0;
+}
+
+int store_checkpoint_verify(const char *home, const StoreRound *r, char *err) {
+    if (verify_file(home, r->number, "checkpoint", r->checkpoint_path, r->checkpoint_bytes,
+                    r->checkpoint_sha256, err) != 0)
+        return -1;
+    if (r->state_path[0] && verify_file(home, r->number, "outer optimizer state", r->state_path,
+                                        r->state_bytes, r->state_sha256, err) != 0)
+        return -1;
     return 0;
 }
 

@@ -56,6 +56,7 @@ void store_fixture_write_checkpoint(StoreFixture *fx, int64_t round, char sha[SH
     ck->path = fx->paths[slot];
     ck->bytes = FIXTURE_CKPT_BYTES;
     ck->sha256 = fx->shas[slot];
+    ck->state_path = NULL, ck->state_bytes = 0, ck->state_sha256 = NULL;
     free(buf);
 }
 

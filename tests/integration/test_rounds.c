@@ -507,3 +507,39 @@ Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_nam
     cr_assert_not_null(strstr(r.err, "unknown key 'inner_step' in section [rounds]"), "%s", r.err);
     proc_result_free(&r);
 }
+
+/* The outer momentum is pinned in the store with the checkpoint: a
+ * coordinator refuses to resume from an altered state file (and says
+ * which), and `strait db check` finds it, instead of quietly restarting
+ * the momentum from zero. */
+Test(rounds, an_altered_outer_state_file_is_refused_at_resume) {
+    setup_federation("3", "1", "60s", 1);
+    run_site(0);
+    StoreRound r0 = wait_committed(0, 120);
+    cr_assert_neq(r0.state_path[0], '\0', "round 0's outer state is not pinned");
+    proc_stop(sites_pid[0], 5000), sites_pid[0] = 0;
+    cr_assert_eq(proc_stop(coord, 10000), 0);
+    coord = -1;
+    /* the last committed round's state, one byte flipped */
+    char db[800], err[ERR_LEN], path[1400];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreRound last;
+    cr_assert_eq(store_round_last_committed(s, &last, err), 0);
+    store_close(s);
+    snprintf(path, sizeof path, "%s/%s", fed, last.state_path);
+    char *bytes;
+    size_t len;
+    cr_assert_eq(file_read_all(path, 1 << 28, &bytes, &len, err), 0, "%s", err);
+    bytes[len / 2] ^= 0x01;
+    cr_assert_eq(file_write_atomic(path, bytes, len, 0644, err), 0);
+    free(bytes);
+    ProcResult r = S("coordinator", "start", fed);
+    cr_assert_eq(r.status, 1, "the coordinator resumed from an altered state: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "outer optimizer state"), "%s", r.err);
+    proc_result_free(&r);
+    r = S("db", "check", fed);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "outer optimizer state"), "%s", r.err);
+    proc_result_free(&r);
+}

@@ -97,7 +97,10 @@ Test(store, newer_schema_is_refused_and_the_file_untouched) {
     cr_assert_eq(stat(fx.db_path, &st0), 0);
     char err[ERR_LEN];
     cr_assert_null(store_open(fx.db_path, STORE_READWRITE, err));
-    cr_assert_not_null(strstr(err, "schema version 99, newer than this strait (1)"), "%s", err);
+    char want[80];
+    snprintf(want, sizeof want, "schema version 99, newer than this strait (%d)",
+             STORE_SCHEMA_VERSION);
+    cr_assert_not_null(strstr(err, want), "%s", err);
     cr_assert_not_null(strstr(err, "was not changed"), "%s", err);
     cr_assert_null(store_open(fx.db_path, STORE_READONLY, err));
     cr_assert_str_eq(file_sha(fx.db_path), before);
@@ -358,8 +361,12 @@ Test(store, round_lifecycle_derives_totals_at_commit) {
 
     cr_assert_eq(store_round_aggregating(fx.store, r0, err), 0, "%s", err);
     cr_assert_eq(store_round_aggregating(fx.store, r0, err), -1);
-    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors", 1234,
-                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"};
+    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
+                          1234,
+                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                          NULL,
+                          0,
+                          NULL};
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.25, 777, 4000, err), 0, "%s", err);
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.25, 777, 4000, err), -1);
 
@@ -453,7 +460,7 @@ Test(store, constraint_violations_are_errors_not_crashes) {
     StoreUpdate ghost_round = update_of(12345, a, 5, 1.0, "received", NULL);
     cr_assert_eq(store_update_record(fx.store, &ghost_round, NULL, err), -1);
     cr_assert_eq(store_round_open(fx.store, -1, 1000, NULL, err), -1);
-    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc"};
+    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc", NULL, 0, NULL};
     cr_assert_eq(store_round_commit(fx.store, r, &short_hash, NAN, 0, 2000, err), -1);
     StoreRound live;
     cr_assert_eq(store_round_live(fx.store, &live, err), 0, "a failed commit left no live round");
@@ -529,6 +536,75 @@ Test(store, resume_refuses_a_missing_or_altered_checkpoint) {
     store_fixture_remove(&fx, ck.path);
     cr_assert_eq(store_resume_point(fx.store, fx.home, &r, err), -1);
     cr_assert_not_null(strstr(err, "unreadable"), "%s", err);
+}
+
+/* The outer optimizer's state beside a checkpoint is pinned with it: a
+ * resume refuses a state file that was altered or lost, rather than
+ * restarting the momentum from zero without a word. */
+Test(store, resume_refuses_a_missing_or_altered_outer_state) {
+    char err[ERR_LEN], sha[SHA256_HEX_LEN], state_sha[SHA256_HEX_LEN];
+    log_set_level(LOG_OFF);
+    int64_t r0;
+    StoreCheckpoint ck;
+    cr_assert_eq(store_round_open(fx.store, 0, 1000, &r0, err), 0);
+    store_fixture_write_checkpoint(&fx, 0, sha, &ck);
+    const char *state_rel = "checkpoints/round-000000.outer.safetensors";
+    char full[800];
+    snprintf(full, sizeof full, "%s/%s", fx.home, state_rel);
+    unsigned char state[4096];
+    for (size_t i = 0; i < sizeof state; i++) state[i] = (unsigned char)(i * 31);
+    cr_assert_eq(file_write_atomic(full, state, sizeof state, 0644, err), 0, "%s", err);
+    int64_t bytes;
+    cr_assert_eq(security_sha256_file(full, state_sha, &bytes, err), 0);
+    ck.state_path = state_rel, ck.state_bytes = bytes, ck.state_sha256 = state_sha;
+    cr_assert_eq(store_round_commit(fx.store, r0, &ck, NAN, 0, 2000, err), 0, "%s", err);
+    StoreRound r;
+    cr_assert_eq(store_resume_point(fx.store, fx.home, &r, err), 0, "%s", err);
+    cr_assert_str_eq(r.state_path, state_rel);
+    cr_assert_eq(r.state_bytes, (int64_t)sizeof state);
+    cr_assert_str_eq(r.state_sha256, state_sha);
+
+    store_fixture_flip_byte(&fx, state_rel, 7);
+    cr_assert_eq(store_resume_point(fx.store, fx.home, &r, err), -1);
+    cr_assert_not_null(strstr(err, "outer optimizer state"), "%s", err);
+    cr_assert_not_null(strstr(err, "SHA-256"), "%s", err);
+    StoreCheck chk;
+    cr_assert_eq(store_check(fx.store, fx.home, &chk, NULL, NULL, err), 0);
+    cr_assert_eq(chk.checkpoints_bad, 1);
+
+    store_fixture_remove(&fx, state_rel);
+    cr_assert_eq(store_resume_point(fx.store, fx.home, &r, err), -1);
+    cr_assert_not_null(strstr(err, "unreadable"), "%s", err);
+}
+
+/* A store made by schema 1 (before the outer state was pinned) is migrated
+ * in place at open; its rounds read back with no state pinned. */
+Test(store, a_version_1_store_migrates_to_pin_outer_states) {
+    extern const char schema_store_sql[];
+    char path[600], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/v1.db", fx.home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, schema_store_sql, NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_exec(db,
+                     "PRAGMA user_version=1;"
+                     "INSERT INTO checkpoints (id, round, path, bytes, sha256, created_at) VALUES "
+                     "(1, 0, 'checkpoints/round-000000.safetensors', 10, "
+                     "'00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff', 5);"
+                     "INSERT INTO rounds (number, attempt, state, opened_at, closed_at, "
+                     "checkpoint_id) VALUES (0, 1, 'committed', 1, 5, 1);",
+                     NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    Store *s = store_open(path, STORE_READWRITE, err);
+    cr_assert_not_null(s, "%s", err);
+    cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    StoreRound r;
+    cr_assert_eq(store_round_last_committed(s, &r, err), 0, "%s", err);
+    cr_assert_eq(r.number, 0);
+    cr_assert_str_eq(r.state_path, "");
+    store_close(s);
 }
 
 Test(store, check_reports_a_healthy_store) {
