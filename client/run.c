@@ -113,7 +113,12 @@ static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *er
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
     req.have_round = have >= 0 ? (uint64_t)have : 0;
-    uint8_t buf[32];
+    uint8_t base_sha[32], buf[96];
+    if (have >= 0) { /* the coordinator serves a delta only onto these very bytes */
+        security_sha256(theta, m->n_params * 4, base_sha);
+        req.have_sha256.data = base_sha;
+        req.have_sha256.len = 32;
+    }
     size_t n = strait__get_model_request__pack(&req, buf);
     NetBuf payload;
     char details[256];
@@ -146,9 +151,6 @@ static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *er
     return gpt_load(m, path, NULL, err);
 }
 
-/* Waits for the round after `after`; *resend is set when the coordinator is
- * still at `after` without this site's update (it restarted, or the round
- * was reopened), and the update must go again. */
 /* One Heartbeat, never retried: the federation's current round, or 0 when
  * the coordinator did not answer (no news is not a reason to stop). */
 static uint64_t heartbeat(Site *s, uint64_t round) {
@@ -169,6 +171,9 @@ static uint64_t heartbeat(Site *s, uint64_t round) {
     return current;
 }
 
+/* Waits for the round after `after`; *resend is set when the coordinator is
+ * still at `after` without this site's update (it restarted, or the round
+ * was reopened), and the update must go again. */
 static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, int *finished,
                       int *resend, char *err) {
     Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;

@@ -40,11 +40,12 @@ typedef struct Rounds {
     uint8_t *delta;
     size_t delta_len;
     uint8_t delta_sha[32];
-    int64_t delta_from;     /* the round whose model the delta applies to; -1: none */
-    int64_t bytes_down;     /* sent by GetModel this round */
-    NetSpool *spool;        /* owned */
-    pthread_mutex_t lock;   /* guards everything above */
-    pthread_cond_t changed; /* a round committed or the federation finished */
+    int64_t delta_from;         /* the round whose model the delta applies to; -1: none */
+    uint8_t delta_base_sha[32]; /* SHA-256 of that model's parameters */
+    int64_t bytes_down;         /* sent by GetModel this round */
+    NetSpool *spool;            /* owned */
+    pthread_mutex_t lock;       /* guards everything above */
+    pthread_cond_t changed;     /* a round committed or the federation finished */
     pthread_t ticker;
     int stop;
 } Rounds;

@@ -180,6 +180,7 @@ static int commit_round(Coordinator *co, char *err) {
     if (prev && ckpt_encode(r->model.params, n * 4, 4, prev, 1, &d, err) == 0) {
         r->delta = d.data, r->delta_len = d.len, r->delta_from = r->number;
         security_sha256(d.data, d.len, r->delta_sha);
+        security_sha256(prev, n * 4, r->delta_base_sha);
     }
     free(prev);
     char rel[128], sha[65], state_rel[160], state_sha[65];
@@ -278,7 +279,12 @@ static void h_get_model(NetCall *c, void *user) {
     pthread_mutex_lock(&r->lock);
     /* the delta when the site holds the model it applies to, else the whole
      * checkpoint; a private copy, as the round may commit meanwhile */
-    int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from;
+    /* a delta only onto exactly the model it was made from: the same round
+     * number and the same bytes (after a restore from a backup, a round
+     * number may name another history's model) */
+    int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from &&
+                req->have_sha256.len == 32 &&
+                memcmp(req->have_sha256.data, r->delta_base_sha, 32) == 0;
     const uint8_t *src = delta ? r->delta : r->ckpt;
     size_t len = delta ? r->delta_len : r->ckpt_len;
     uint8_t *copy = malloc(len ? len : 1), sha[32];
@@ -497,9 +503,8 @@ void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t
     pthread_mutex_unlock(&r->lock);
 }
 
-int rounds_start(Coordinator *co, const Config *cfg, char *err) {
+static int start(Coordinator *co, const Config *cfg, char *err) {
     Rounds *r = &co->rounds;
-    memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->changed, NULL);
     r->delta_from = -1;
@@ -572,6 +577,13 @@ int rounds_start(Coordinator *co, const Config *cfg, char *err) {
     }
     pthread_create(&r->ticker, NULL, ticker_main, co);
     return 0;
+}
+
+int rounds_start(Coordinator *co, const Config *cfg, char *err) {
+    memset(&co->rounds, 0, sizeof co->rounds);
+    if (start(co, cfg, err) == 0) return 0;
+    rounds_stop(co); /* frees what a start that failed half-way had made */
+    return -1;
 }
 
 void rounds_stop(Coordinator *co) {

@@ -28,6 +28,7 @@
 #include "kernels/kernels.h"
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
+#include "security/security.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -542,4 +543,43 @@ Test(rounds, an_altered_outer_state_file_is_refused_at_resume) {
     cr_assert_eq(r.status, 1);
     cr_assert_not_null(strstr(r.err, "outer optimizer state"), "%s", r.err);
     proc_result_free(&r);
+}
+
+/* GetModel sends the lossless delta only onto exactly the model it was made
+ * from — the same round and the same bytes — and the whole model to a site
+ * whose parameters differ (after a restore from a backup, a round number
+ * can name another history's model). */
+Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
+    setup_federation("3", "1", "60s", 1);
+    run_site(0);
+    wait_committed(2, 120); /* the last round: the delta is from round 2's model to the final */
+    GPT base;
+    load_params("checkpoints/round-000001.safetensors", &base); /* what round 2 trained from */
+    uint8_t sha[32], wrong[32] = {0};
+    security_sha256(base.params, base.n_params * 4, sha);
+    NetChannel *ch = site_channel("s0");
+    NetLimits lim = {64u << 20};
+    char details[256];
+    for (int k = 0; k < 2; k++) {
+        Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+        req.has_model = 1;
+        req.have_round = 2;
+        req.have_sha256.data = k == 0 ? sha : wrong;
+        req.have_sha256.len = 32;
+        uint8_t buf[96];
+        size_t n = strait__get_model_request__pack(&req, buf);
+        NetBuf payload;
+        cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
+                                  details, sizeof details),
+                     NET_OK, "%s", details);
+        int is_delta = payload.len >= 4 && memcmp(payload.data, "STCK", 4) == 0;
+        if (k == 0)
+            cr_assert(is_delta, "the site holding round 2's exact model got %zu bytes, not a delta",
+                      payload.len);
+        else
+            cr_assert(!is_delta, "a delta was sent onto a model it was not made from");
+        net_buf_free(&payload);
+    }
+    net_channel_destroy(ch);
+    gpt_free(&base);
 }
