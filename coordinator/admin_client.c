@@ -271,7 +271,11 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     return 0;
 }
 
-int admin_rounds(Admin *a, int limit, int64_t before, AdminRound **out, size_t *n, char *err) {
+/* One page: at most ADMIN_PAGE rows, as the service answers. */
+#define ADMIN_PAGE 500
+
+static int rounds_page(Admin *a, int limit, int64_t before, AdminRound **out, size_t *n,
+                       char *err) {
     if (a->store) return admin_query_rounds(a->store, limit, before, time_wall_ms(), out, n, err);
     Strait__RoundsRequest req = STRAIT__ROUNDS_REQUEST__INIT;
     req.limit = limit > 0 ? (uint32_t)limit : 0;
@@ -290,6 +294,36 @@ int admin_rounds(Admin *a, int limit, int64_t before, AdminRound **out, size_t *
     for (size_t i = 0; i < r->n_rounds; i++) row_to_round(r->rounds[i], &(*out)[i]);
     *n = r->n_rounds;
     strait__rounds_response__free_unpacked(r, NULL);
+    return 0;
+}
+
+int admin_rounds(Admin *a, int limit, int64_t before, AdminRound **out, size_t *n, char *err) {
+    *out = NULL;
+    *n = 0;
+    while (limit > 0) {
+        AdminRound *page;
+        size_t got;
+        int ask = limit < ADMIN_PAGE ? limit : ADMIN_PAGE;
+        if (rounds_page(a, ask, before, &page, &got, err) != 0) {
+            free(*out);
+            *out = NULL, *n = 0;
+            return -1;
+        }
+        AdminRound *all = realloc(*out, (*n + got + 1) * sizeof *all);
+        if (all == NULL) {
+            free(page), free(*out);
+            *out = NULL, *n = 0;
+            return err_set(err, "out of memory");
+        }
+        memcpy(all + *n, page, got * sizeof *all);
+        free(page);
+        *out = all, *n += got;
+        if ((int)got < ask || got == 0) break; /* the oldest was reached */
+        before = all[*n - 1].r.id;
+        limit -= (int)got;
+    }
+    if (*out == NULL && (*out = calloc(1, sizeof **out)) == NULL)
+        return err_set(err, "out of memory");
     return 0;
 }
 

@@ -451,3 +451,46 @@ Test(admin, db_backup_is_whole_and_holds_every_committed_round) {
     store_close(s);
     store_close(b);
 }
+
+/* A stopped federation is read from its store by the same queries, and
+ * long histories come in pages (the service answers 500 rows at most). */
+Test(admin_offline, rounds_of_a_stopped_federation_come_in_pages, .timeout = 120) {
+    char *home = harness_tmpdir("adminoff");
+    char dir[700], path[800], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/fed", home);
+    ProcResult r = S("init", dir, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
+    Store *s = store_open(path, STORE_READWRITE, err);
+    cr_assert_not_null(s, "%s", err);
+    for (int i = 0; i < 620; i++) { /* attempts of round 0 that found no quorum */
+        int64_t id;
+        cr_assert_eq(store_round_open(s, 0, 1000 + i, &id, err), 0, "%s", err);
+        cr_assert_eq(store_round_fail(s, id, "no quorum: 0 of 1 sites", 2000 + i, err), 0);
+    }
+    store_close(s);
+    r = S("rounds", dir, "--json", "--last", "550");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.out), 550);
+    cr_assert_not_null(strstr(r.err, "not running"), "%s", r.err);
+    /* oldest first, every attempt once: 71 .. 620 */
+    char *save = NULL;
+    long want = 71;
+    for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *o = parse_line(line);
+        cr_assert_eq(json_integer_value(json_object_get(o, "attempt")), want, "%s", line);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "state")), "failed");
+        want++;
+        json_decref(o);
+    }
+    cr_assert_eq(want, 621);
+    proc_result_free(&r);
+    r = S("status", dir);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "coordinator  not running"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "620 failed attempts"), "%s", r.out);
+    proc_result_free(&r);
+    harness_rmtree(home);
+    free(home);
+}
