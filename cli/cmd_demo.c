@@ -308,8 +308,16 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     if (gpt_build(&m, &cfg, 1, err) == 0) {
         /* every site sending its dense fp32 gradient at every step */
         double dense = (double)rounds * steps * sites * 4.0 * (double)m.n_params;
-        printf("\nvalidation loss: %.4f after the first round, %.4f after round %d (nats/byte)\n",
+        printf("\nvalidation loss at the sites (their models after the local steps): %.4f after "
+               "the first round, %.4f after round %d (nats/byte)\n",
                first_eval, last_eval, rounds - 1);
+        /* the federation's own model, on text no site trained on */
+        int T = cfg.T < 128 ? cfg.T : 128;
+        double held;
+        if (gpt_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &held, err) == 0)
+            printf("the final global model on held-out text (platitudes, miscellaneous): %.4f "
+                   "(an untrained model: %.2f)\n",
+                   held, logf((float)cfg.V));
         printf("bytes sent by the sites: %.2f MB; dense fp32 gradients at every step would be "
                "%.1f MB (%.0fx more)\n",
                bytes_up / 1e6, dense / 1e6, dense / (double)(bytes_up ? bytes_up : 1));
