@@ -38,6 +38,12 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     ProcResult r = proc_run(argv);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert_not_null(strstr(r.out, "a sample from the final model"), "%s", r.out);
+    /* the global model's own score, below an untrained model's ln 256 */
+    const char *held = strstr(r.out, "the final global model on held-out text");
+    cr_assert_not_null(held, "%s", r.out);
+    double score = NAN;
+    cr_assert_eq(sscanf(strchr(held, ':') + 1, "%lf", &score), 1, "%s", held);
+    cr_assert(score > 0.5 && score < 5.5, "held-out loss of the final model %g", score);
     proc_result_free(&r);
     char db[800], fed[700], err[ERR_LEN];
     snprintf(fed, sizeof fed, "%s/fed", root);
