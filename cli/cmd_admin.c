@@ -67,6 +67,7 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
     json_object_set_new(o, "tokens", json_integer(r->tokens));
     json_object_set_new(o, "train_loss", json_real_or_null(r->train_loss));
     json_object_set_new(o, "eval_loss", json_real_or_null(r->eval_loss));
+    json_object_set_new(o, "start_eval_loss", json_real_or_null(r->start_eval_loss));
     json_object_set_new(o, "bytes_up", json_integer(r->bytes_up));
     json_object_set_new(o, "bytes_down", json_integer(r->bytes_down));
     json_object_set_new(o, "raw_bytes", json_integer(a->raw_bytes));
@@ -86,10 +87,12 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
 /* One table line of a round; width bounds the notes column. */
 static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) {
     const StoreRound *r = &a->r;
-    char sites[24], train[16] = "-", val[16] = "-", ratio[16] = "-", dur[24], notes[1024] = "";
+    char sites[24], train[16] = "-", val[16] = "-", start[16] = "-", ratio[16] = "-", dur[24],
+                    notes[1024] = "";
     snprintf(sites, sizeof sites, "%lld/%lld", (long long)r->participants, (long long)a->expected);
     if (isfinite(r->train_loss)) snprintf(train, sizeof train, "%.4f", r->train_loss);
     if (isfinite(r->eval_loss)) snprintf(val, sizeof val, "%.4f", r->eval_loss);
+    if (isfinite(r->start_eval_loss)) snprintf(start, sizeof start, "%.4f", r->start_eval_loss);
     if (r->bytes_up && a->raw_bytes)
         snprintf(ratio, sizeof ratio, "%.1fx", (double)a->raw_bytes / (double)r->bytes_up);
     fmt_duration(round_ms(a, now), dur, sizeof dur);
@@ -111,13 +114,13 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     while (n > 0 && n < sizeof notes &&
            (notes[n - 1] == ' ' || notes[n - 1] == ';' || notes[n - 1] == ','))
         notes[--n] = '\0';
-    snprintf(out, len, "%6lld  %-10s %6s %9lld %8s %8s %8.3f %8.3f %7s %8s  %s",
-             (long long)r->number, r->state, sites, (long long)r->tokens, train, val,
+    snprintf(out, len, "%6lld  %-10s %6s %9lld %8s %8s %8s %8.3f %8.3f %7s %8s  %s",
+             (long long)r->number, r->state, sites, (long long)r->tokens, start, train, val,
              r->bytes_up / 1e6, r->bytes_down / 1e6, ratio, dur, notes);
 }
 
 static const char ROUNDS_HEADER[] =
-    " ROUND  STATE       SITES    TOKENS    TRAIN      VAL    MB UP  "
+    " ROUND  STATE       SITES    TOKENS    START    TRAIN      VAL    MB UP  "
     "MB DOWN   RATIO     TIME  NOTES";
 
 /* ---- strait rounds ------------------------------------------------------------ */
@@ -153,15 +156,21 @@ static int watch_frame(const Command *cmd, Admin *a, char *err) {
     int rows, cols;
     term_size(&rows, &cols);
     int64_t now = time_wall_ms();
-    double losses[60];
-    int nl = 0;
+    double losses[60], starts[60];
+    int nl = 0, ns = 0;
     int64_t committed_ms = 0, committed = 0;
     for (size_t i = n; i-- > 0;) { /* oldest first */
         if (strcmp(rounds[i].r.state, "committed") != 0) continue;
         if (isfinite(rounds[i].r.eval_loss)) losses[nl++] = rounds[i].r.eval_loss;
+        if (isfinite(rounds[i].r.start_eval_loss)) starts[ns++] = rounds[i].r.start_eval_loss;
         committed_ms += round_ms(&rounds[i], now), committed++;
     }
     char line[2048], spark[256] = "", eta[64] = "-", up[24], age[24];
+    /* the global model's loss (at each round's start) when the sites measured
+     * it, else their local models' */
+    const char *what = "val loss (sites' models)";
+    if (ns >= 2)
+        memcpy(losses, starts, sizeof(double) * (size_t)ns), nl = ns, what = "global model";
     sparkline(losses, nl, spark, sizeof spark);
     int64_t left = st.total_rounds - (st.last_commit_round + 1);
     if (strcmp(st.round_state, "finished") == 0)
@@ -184,9 +193,9 @@ static int watch_frame(const Command *cmd, Admin *a, char *err) {
              (long long)st.sites_online, (long long)st.sites_offline, (long long)st.sites_revoked);
     printf("%.*s\033[K\n", cols, line);
     if (nl)
-        printf("val loss %s %.4f -> %.4f   ETA %s\033[K\n", spark, losses[0], losses[nl - 1], eta);
+        printf("%s %s %.4f -> %.4f   ETA %s\033[K\n", what, spark, losses[0], losses[nl - 1], eta);
     else
-        printf("val loss (no round committed yet)   ETA %s\033[K\n", eta);
+        printf("val loss: no round committed yet   ETA %s\033[K\n", eta);
     printf("\033[K\n%.*s\033[K\n", cols, ROUNDS_HEADER);
     int room = rows - 7;
     size_t shown = room < 1 ? 1 : (size_t)room < n ? (size_t)room : n;
@@ -409,6 +418,7 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
             json_object_set_new(o, "tokens", json_integer(u->tokens));
             json_object_set_new(o, "train_loss", json_real_or_null(u->train_loss));
             json_object_set_new(o, "eval_loss", json_real_or_null(u->eval_loss));
+            json_object_set_new(o, "start_eval_loss", json_real_or_null(u->start_eval_loss));
             json_object_set_new(o, "train_ms", json_integer(u->train_ms));
             json_object_set_new(o, "upload_ms", json_integer(u->upload_ms));
             json_object_set_new(o, "state", json_string(u->state));

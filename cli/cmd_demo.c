@@ -261,13 +261,16 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     int64_t shown = -1, t0 = time_wall_ms(), fed_ms = 0;
     double first_eval = NAN, last_eval = NAN;
     int64_t bytes_up = 0;
-    printf("  round  sites  train loss  val loss   sent (MB)\n");
+    /* start: the global model the round began from, as the sites scored it
+     * before training; val: their models after the round's steps */
+    printf("  round  sites  start loss  train loss  val loss   sent (MB)\n");
     while (shown < rounds - 1) {
         StoreRound r;
         int64_t next = shown + 1;
         if (store_round_get(s, next, &r, NULL) == 0 && strcmp(r.state, "committed") == 0) {
-            printf("  %5lld  %5lld  %10.4f  %8.4f  %10.3f\n", (long long)r.number,
-                   (long long)r.participants, r.train_loss, r.eval_loss, r.bytes_up / 1e6);
+            printf("  %5lld  %5lld  %10.4f  %10.4f  %8.4f  %10.3f\n", (long long)r.number,
+                   (long long)r.participants, r.start_eval_loss, r.train_loss, r.eval_loss,
+                   r.bytes_up / 1e6);
             fflush(stdout);
             if (isnan(first_eval)) first_eval = r.eval_loss;
             last_eval = r.eval_loss;

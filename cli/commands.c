@@ -130,8 +130,9 @@ const Command cli_commands[] = {
      "the rounds: state, sites, tokens, losses, bytes, compression, time, who missed",
      "DIR is a federation folder or an admin kit (strait admin export). Reads through the\n"
      "Admin API with the admin certificate; a stopped federation is read from its store.\n"
-     "TRAIN and VAL are token-weighted means over the sites: the training loss of the\n"
-     "inner steps, and each site's held-out loss of its local model after them.\n\n"
+     "START, TRAIN and VAL are token-weighted means over the sites: the held-out loss of\n"
+     "the global model the round started from (scored before training), the training\n"
+     "loss of the inner steps, and the held-out loss of each site's model after them.\n\n"
      "flags:\n"
      "  --last N   the newest N round attempts (default 20)\n"
      "  --json     one JSON object per round attempt, oldest first\n"

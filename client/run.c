@@ -151,6 +151,18 @@ static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *er
     return gpt_load(m, path, NULL, err);
 }
 
+/* The site's held-out loss of the model in m: the same 4 batches from the
+ * start of its validation split every time, so rounds compare. */
+static double held_out(GPT *m, Loader *vl, int *in, int *tg, int B, int T) {
+    double loss = 0;
+    vl->pos = 0;
+    for (int k = 0; k < 4; k++) {
+        loader_next(vl, in, tg);
+        loss += gpt_forward(m, in, tg, B, T) / 4;
+    }
+    return loss;
+}
+
 /* One Heartbeat, never retried: the federation's current round, or 0 when
  * the coordinator did not answer (no news is not a reason to stop). */
 static uint64_t heartbeat(Site *s, uint64_t round) {
@@ -335,6 +347,8 @@ int client_run(const SiteRunOptions *o, char *err) {
         if (get_model(&s, &m, theta, have_round, err) != 0) goto out;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
+        /* the global model as received, before this site's steps move it */
+        double start_eval = have_val ? held_out(&m, &vl, in, tg, B, T) : NAN;
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
         double loss_sum = 0;
         int steps_done = 0;
@@ -380,15 +394,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         if (gpu) gpt_cuda_state_to_host(gpu, &m); /* θ_local and the moments, for Δ and the state */
 #endif
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
-        double eval = NAN;
-        if (have_val) {
-            vl.pos = 0;
-            eval = 0;
-            for (int k = 0; k < 4; k++) {
-                loader_next(&vl, in, tg);
-                eval += gpt_forward(&m, in, tg, B, T) / 4;
-            }
-        }
+        double eval = have_val ? held_out(&m, &vl, in, tg, B, T) : NAN;
         for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
@@ -396,6 +402,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         meta.tokens = (uint64_t)steps_done * B * T * replicas;
         meta.train_loss = train_loss;
         meta.eval_loss = eval;
+        meta.start_eval_loss = start_eval;
         meta.train_ms = train_ms;
         uint8_t mbuf[64];
         size_t mlen = strait__update_meta__pack(&meta, mbuf);

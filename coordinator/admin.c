@@ -221,6 +221,7 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->id = (uint64_t)r->id;
     row->expected = (uint32_t)a->expected;
     row->raw_bytes = (uint64_t)a->raw_bytes;
+    row->start_eval_loss = r->start_eval_loss;
     /* lines: a copy of missed, NUL, rejected, split at the newlines */
     size_t nm = strlen(a->missed);
     memcpy(lines, a->missed, nm + 1);
@@ -373,6 +374,7 @@ static void h_round_updates(NetCall *c, void *user) {
             u->state = ups[i].state;
             u->reason = ups[i].reason;
             u->received_at = ups[i].received_at;
+            u->start_eval_loss = ups[i].start_eval_loss;
             ptrs[i] = u;
         }
         Strait__RoundUpdatesResponse resp = STRAIT__ROUND_UPDATES_RESPONSE__INIT;

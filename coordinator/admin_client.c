@@ -199,6 +199,7 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     snprintf(r->failed_reason, sizeof r->failed_reason, "%s", row->failed_reason);
     a->expected = row->expected;
     a->raw_bytes = (int64_t)row->raw_bytes;
+    r->start_eval_loss = row->start_eval_loss;
     join_lines(a->missed, sizeof a->missed, row->missed, row->n_missed);
     join_lines(a->rejected, sizeof a->rejected, row->rejected, row->n_rejected);
 }
@@ -364,6 +365,7 @@ int admin_round_updates(Admin *a, int64_t number, AdminRound *round, StoreUpdate
         snprintf(o->state, sizeof o->state, "%s", u->state);
         snprintf(o->reason, sizeof o->reason, "%s", u->reason);
         o->received_at = u->received_at;
+        o->start_eval_loss = u->start_eval_loss;
     }
     *n = r->n_updates;
     strait__round_updates_response__free_unpacked(r, NULL);

@@ -319,6 +319,7 @@ static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, co
     u.eval_loss = meta ? meta->eval_loss : NAN;
     u.train_ms = meta ? (int64_t)meta->train_ms : 0;
     u.upload_ms = upload_ms;
+    u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
     snprintf(u.state, sizeof u.state, "%s", state);
     snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
     u.received_at = time_wall_ms();

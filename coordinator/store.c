@@ -19,10 +19,11 @@
 #include "store_internal.h"
 #include "util/util.h"
 
-extern const char schema_store_sql[], schema_store_v2_sql[];
+extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql};
+static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql,
+                                         schema_store_v3_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -496,8 +497,8 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "coalesce(r.failed_reason, ''), r.participants, r.tokens, r.train_loss, r.eval_loss, "         \
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
-    "coalesce(c.state_sha256, '') FROM rounds r LEFT JOIN checkpoints c ON c.id = "                \
-    "r.checkpoint_id "
+    "coalesce(c.state_sha256, ''), r.start_eval_loss "                                             \
+    "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
     memset(o, 0, sizeof *o);
@@ -520,6 +521,7 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     copy_text(o->state_path, sizeof o->state_path, st, 16);
     o->state_bytes = sqlite3_column_int64(st, 17);
     copy_text(o->state_sha256, sizeof o->state_sha256, st, 18);
+    o->start_eval_loss = column_real_or_nan(st, 19);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -570,8 +572,9 @@ int store_round_aggregating(Store *s, int64_t round_id, char *err) {
 int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char *err) {
     static const char sql[] =
         "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, "
-        "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13)";
+        "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at, "
+        "start_eval_loss) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14)";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, u->round_id);
@@ -587,6 +590,8 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     sqlite3_bind_text(st, 11, u->state, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 12, u->reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 13, u->received_at);
+    /* a loss is positive: 0 (a zeroed struct, an older site) is "not measured" */
+    bind_real_or_null(st, 14, u->start_eval_loss > 0 ? u->start_eval_loss : NAN);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     switch (rc) {
@@ -664,7 +669,8 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
     static const char sql[] =
         "SELECT u.id, u.round_id, u.site_id, s.name, u.codec, u.raw_bytes, u.wire_bytes, "
         "u.tokens, u.train_loss, u.eval_loss, u.train_ms, u.upload_ms, u.state, "
-        "coalesce(u.reason, ''), u.received_at FROM updates u JOIN sites s ON s.id = u.site_id "
+        "coalesce(u.reason, ''), u.received_at, u.start_eval_loss "
+        "FROM updates u JOIN sites s ON s.id = u.site_id "
         "WHERE u.round_id = ?1 ORDER BY u.id";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
@@ -697,6 +703,7 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
         copy_text(u->state, sizeof u->state, st, 12);
         copy_text(u->reason, sizeof u->reason, st, 13);
         u->received_at = sqlite3_column_int64(st, 14);
+        u->start_eval_loss = column_real_or_nan(st, 15);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
@@ -726,6 +733,9 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
         "          AND state = 'accepted'), "
         "train_loss = (SELECT sum(tokens * train_loss) / nullif(sum(tokens), 0) FROM updates "
         "              WHERE round_id = ?1 AND state = 'accepted' AND train_loss IS NOT NULL), "
+        "start_eval_loss = (SELECT sum(tokens * start_eval_loss) / nullif(sum(tokens), 0) "
+        "              FROM updates WHERE round_id = ?1 AND state = 'accepted' "
+        "              AND start_eval_loss IS NOT NULL), "
         "bytes_up = (SELECT coalesce(sum(wire_bytes), 0) FROM updates WHERE round_id = ?1) "
         "WHERE id = ?1";
     if (store_begin(s, 1, err) != 0) return -1;

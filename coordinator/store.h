@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -111,6 +111,10 @@ typedef struct StoreRound {
     char failed_reason[256];
     int64_t participants, tokens;
     double train_loss, eval_loss; /* NAN when unknown */
+    /* the global model the round started from, as the sites scored it on
+     * their held-out splits before training (eval_loss: their local models
+     * after it); NAN when unknown */
+    double start_eval_loss;
     int64_t bytes_up, bytes_down;
     /* the checkpoint, for committed rounds */
     char checkpoint_path[512]; /* relative to the federation folder */
@@ -131,8 +135,10 @@ typedef struct StoreUpdate {
     int64_t raw_bytes, wire_bytes, tokens;
     double train_loss, eval_loss; /* NAN when unknown */
     int64_t train_ms, upload_ms;
-    char state[12];   /* received, accepted, rejected, discarded */
-    char reason[256]; /* why rejected or discarded */
+    double start_eval_loss; /* the received model's held-out loss before training;
+                             * <= 0 or NAN: not measured */
+    char state[12];         /* received, accepted, rejected, discarded */
+    char reason[256];       /* why rejected or discarded */
     int64_t received_at;
 } StoreUpdate;
 

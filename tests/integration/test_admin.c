@@ -128,6 +128,7 @@ Test(admin, rounds_table_and_json_match_the_store) {
     cr_assert_eq(harness_count_lines(r.out), (int)n, "%s", r.out);
     char *save = NULL;
     size_t i = n; /* JSON lines are oldest first, the store lists newest first */
+    double start0 = NAN;
     for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         const StoreRound *want = &rows[--i];
         json_t *o = parse_line(line);
@@ -143,6 +144,17 @@ Test(admin, rounds_table_and_json_match_the_store) {
         cr_assert_eq(json_integer_value(json_object_get(o, "bytes_down")), want->bytes_down);
         /* JSON carries 6 significant digits */
         cr_assert_float_eq(json_real_value(json_object_get(o, "eval_loss")), want->eval_loss, 1e-4);
+        /* the global model each round started from, as the sites scored it:
+         * round 0 starts from the untrained model (about ln 256 = 5.55) */
+        double start = json_real_value(json_object_get(o, "start_eval_loss"));
+        cr_assert_float_eq(start, want->start_eval_loss, 1e-4);
+        if (want->number == 0) {
+            cr_assert(start > 5.0 && start < 6.0, "round 0 started at %g", start);
+            start0 = start;
+        } else { /* the JSON is oldest first: round 0 came before */
+            cr_assert_lt(start, start0, "round %lld started at %g, round 0 at %g",
+                         (long long)want->number, start, start0);
+        }
         cr_assert_eq(json_array_size(json_object_get(o, "missed")), 0);
         cr_assert_eq(json_array_size(json_object_get(o, "rejected")), 0);
         /* int8 sends about a quarter of the fp32 bytes */
