@@ -88,11 +88,11 @@ static const char *const HELD_OUT[] = {FORTUNES "/platitudes", FORTUNES "/miscel
 #define HELD_OUT_BATCHES 16
 
 /* --baseline: a centralized `strait train` on every site's collections
- * with the federation's token budget, then both final models scored on the
- * same held-out collections. */
-static int compare_central(const char *exe, const char *dir, const char *fed_ckpt,
-                           const char *model, const GPTConfig *cfg, int sites, int rounds,
-                           int steps, int non_iid, int64_t fed_ms) {
+ * with the federation's token budget, scored on the held-out collections
+ * beside the federation's final model (fed_loss, scored already). */
+static int compare_central(const char *exe, const char *dir, double fed_loss, const char *model,
+                           const GPTConfig *cfg, int sites, int rounds, int steps, int non_iid,
+                           int64_t fed_ms) {
     char files[64][512], central[700], log[700], steps_s[32], seq_s[16], err[ERR_LEN];
     int n = 0;
     for (int i = 0; i < sites && n < 48; i++) n += site_files(i, sites, non_iid, files + n, 48 - n);
@@ -118,11 +118,10 @@ static int compare_central(const char *exe, const char *dir, const char *fed_ckp
         return -1;
     }
     int64_t central_ms = time_wall_ms() - t0;
-    double fed_loss, central_loss;
-    if (gpt_eval_checkpoint(fed_ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &fed_loss, err) != 0 ||
-        gpt_eval_checkpoint(central, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &central_loss, err) !=
-            0) {
-        fprintf(stderr, "strait demo: cannot score the models: %s\n", err);
+    double central_loss;
+    if (gpt_eval_checkpoint(central, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &central_loss, err) !=
+        0) {
+        fprintf(stderr, "strait demo: cannot score the centralized model: %s\n", err);
         return -1;
     }
     printf("held-out loss (platitudes, miscellaneous: no site trained on them):\n");
@@ -317,15 +316,21 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         /* the federation's own model, on text no site trained on */
         int T = cfg.T < 128 ? cfg.T : 128;
         double held;
-        if (gpt_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &held, err) == 0)
+        int scored =
+            gpt_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &held, err) == 0;
+        if (scored)
             printf("the final global model on held-out text (platitudes, miscellaneous): %.4f "
                    "(an untrained model: %.2f)\n",
                    held, logf((float)cfg.V));
+        else
+            fprintf(stderr, "strait demo: cannot score the final model: %s\n", err),
+                site_failed = 1;
         printf("bytes sent by the sites: %.2f MB; dense fp32 gradients at every step would be "
                "%.1f MB (%.0fx more)\n",
                bytes_up / 1e6, dense / 1e6, dense / (double)(bytes_up ? bytes_up : 1));
-        if (baseline && compare_central(exe, dir, ckpt, model, &cfg, sites, rounds, steps, non_iid,
-                                        fed_ms) != 0)
+        if (baseline && scored &&
+            compare_central(exe, dir, held, model, &cfg, sites, rounds, steps, non_iid, fed_ms) !=
+                0)
             site_failed = 1;
         if (gpt_load(&m, ckpt, NULL, err) == 0) {
             printf("\na sample from the final model:\n\n");

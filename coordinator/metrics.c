@@ -21,20 +21,26 @@ struct Metrics {
     Coordinator *co;
 };
 
-/* A rejection's reason text → a label with few values, for dashboards. */
-static const char *reason_label(const char *reason) {
+/* Rejection reasons as labels with few values, for dashboards: each reason
+ * text maps to one label by the first needle it contains, else "malformed". */
+static const char *const LABELS[] = {"non_finite",     "wrong_model", "norm_gate",   "duplicate",
+                                     "stale_round",    "finished",    "no_metadata", "bad_weight",
+                                     "too_many_sites", "malformed"};
+#define N_LABELS  (sizeof LABELS / sizeof LABELS[0])
+#define MALFORMED (N_LABELS - 1)
+
+static size_t reason_label(const char *reason) {
     static const struct {
-        const char *needle, *label;
+        const char *needle;
+        size_t label;
     } map[] = {
-        {"finite", "non_finite"},          {"parameter table", "wrong_model"},
-        {"this model has", "wrong_model"}, {"update norm", "norm_gate"},
-        {"duplicate", "duplicate"},        {"update for round", "stale_round"},
-        {"has finished", "finished"},      {"metadata", "no_metadata"},
-        {"weight", "bad_weight"},          {"too many sites", "too_many_sites"},
+        {"finite", 0},    {"parameter table", 1},  {"this model has", 1}, {"update norm", 2},
+        {"duplicate", 3}, {"update for round", 4}, {"has finished", 5},   {"metadata", 6},
+        {"weight", 7},    {"too many sites", 8},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strstr(reason, map[i].needle)) return map[i].label;
-    return "malformed";
+    return MALFORMED;
 }
 
 typedef struct Text {
@@ -111,15 +117,11 @@ static int render(Coordinator *co, Text *t, char *err) {
     /* one series per label: reasons with the same label are summed */
     put(t, "# HELP strait_update_rejections_total Updates refused, by reason.\n"
            "# TYPE strait_update_rejections_total counter\n");
-    const char *labels[] = {"non_finite",     "wrong_model", "norm_gate",   "duplicate",
-                            "stale_round",    "finished",    "no_metadata", "bad_weight",
-                            "too_many_sites", "malformed"};
-    for (size_t l = 0; l < sizeof labels / sizeof labels[0]; l++) {
-        int64_t count = 0;
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(reason_label(reasons[i].reason), labels[l]) == 0) count += reasons[i].count;
-        put(t, "strait_update_rejections_total{reason=\"%s\"} %lld\n", labels[l], (long long)count);
-    }
+    int64_t counts[N_LABELS] = {0};
+    for (size_t i = 0; i < n; i++) counts[reason_label(reasons[i].reason)] += reasons[i].count;
+    for (size_t l = 0; l < N_LABELS; l++)
+        put(t, "strait_update_rejections_total{reason=\"%s\"} %lld\n", LABELS[l],
+            (long long)counts[l]);
     free(reasons);
     return t->buf ? 0 : err_set(err, "out of memory");
 }

@@ -94,7 +94,7 @@ static int step_done(Store *s, sqlite3_stmt *st, char *err, const char *what) {
     return 0;
 }
 
-static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col) {
+void store_copy_text(char *dst, size_t size, sqlite3_stmt *st, int col) {
     const unsigned char *t = sqlite3_column_text(st, col);
     snprintf(dst, size, "%s", t ? (const char *)t : "");
 }
@@ -108,6 +108,38 @@ static void bind_real_or_null(sqlite3_stmt *st, int idx, double v) {
         sqlite3_bind_null(st, idx);
     else
         sqlite3_bind_double(st, idx, v);
+}
+
+int store_read_rows(Store *s, sqlite3_stmt *st, size_t size,
+                    void (*read_row)(sqlite3_stmt *st, void *row), void **rows, size_t *n,
+                    const char *what, char *err) {
+    unsigned char *all = NULL;
+    size_t count = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            unsigned char *grown = realloc(all, cap * size);
+            if (grown == NULL) break;
+            all = grown;
+        }
+        unsigned char *row = all + count++ * size;
+        memset(row, 0, size);
+        read_row(st, row);
+    }
+    sqlite3_reset(st);
+    *rows = NULL;
+    *n = 0;
+    if (rc != SQLITE_DONE) {
+        free(all);
+        if (rc == SQLITE_ROW) return err_set(err, "out of memory reading %s", what);
+        char doing[96];
+        snprintf(doing, sizeof doing, "cannot read %s", what);
+        return store_db_error(s, err, doing);
+    }
+    *rows = all;
+    *n = count;
+    return 0;
 }
 
 static int query_int(Store *s, const char *sql, int64_t *out, char *err) {
@@ -220,12 +252,12 @@ int store_schema_version(Store *s) {
 static void read_site(sqlite3_stmt *st, int col, StoreSite *o) {
     memset(o, 0, sizeof *o);
     o->id = sqlite3_column_int64(st, col);
-    copy_text(o->name, sizeof o->name, st, col + 1);
-    copy_text(o->state, sizeof o->state, st, col + 2);
+    store_copy_text(o->name, sizeof o->name, st, col + 1);
+    store_copy_text(o->state, sizeof o->state, st, col + 2);
     o->enrolled_at = sqlite3_column_int64(st, col + 3);
     o->last_seen = sqlite3_column_int64(st, col + 4);
-    copy_text(o->cert_serial, sizeof o->cert_serial, st, col + 5);
-    copy_text(o->cert_sha256, sizeof o->cert_sha256, st, col + 6);
+    store_copy_text(o->cert_serial, sizeof o->cert_serial, st, col + 5);
+    store_copy_text(o->cert_sha256, sizeof o->cert_sha256, st, col + 6);
 }
 
 int store_site_add(Store *s, const char *name, int64_t now, int64_t *site_id, char *err) {
@@ -258,32 +290,18 @@ int store_site_get(Store *s, const char *name, StoreSite *out, char *err) {
     return store_db_error(s, err, "cannot read a site");
 }
 
+static void site_row(sqlite3_stmt *st, void *row) {
+    read_site(st, 0, row);
+}
+
 int store_site_list(Store *s, StoreSite **out, size_t *n, char *err) {
     static const char sql[] = "SELECT " SITE_COLUMNS " FROM sites ORDER BY name";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            StoreSite *grown = realloc(*out, cap * sizeof **out);
-            if (grown == NULL) break;
-            *out = grown;
-        }
-        read_site(st, 0, &(*out)[(*n)++]);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_ROW ? err_set(err, "out of memory listing sites")
-                                : store_db_error(s, err, "cannot list sites");
-    }
-    return 0;
+    void *rows;
+    int rc = store_read_rows(s, st, sizeof **out, site_row, &rows, n, "sites", err);
+    *out = rows;
+    return rc;
 }
 
 int store_site_touch(Store *s, int64_t site_id, int64_t now, char *err) {
@@ -477,8 +495,8 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     if (rc == SQLITE_ROW) {
         if (site) read_site(st, 0, site);
         if (cert) {
-            copy_text(cert->serial, sizeof cert->serial, st, 7);
-            copy_text(cert->sha256, sizeof cert->sha256, st, 8);
+            store_copy_text(cert->serial, sizeof cert->serial, st, 7);
+            store_copy_text(cert->sha256, sizeof cert->sha256, st, 8);
             cert->not_before = sqlite3_column_int64(st, 9);
             cert->not_after = sqlite3_column_int64(st, 10);
             cert->revoked_at = sqlite3_column_int64(st, 11);
@@ -505,22 +523,22 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     o->id = sqlite3_column_int64(st, 0);
     o->number = sqlite3_column_int64(st, 1);
     o->attempt = sqlite3_column_int64(st, 2);
-    copy_text(o->state, sizeof o->state, st, 3);
+    store_copy_text(o->state, sizeof o->state, st, 3);
     o->opened_at = sqlite3_column_int64(st, 4);
     o->closed_at = sqlite3_column_int64(st, 5);
-    copy_text(o->failed_reason, sizeof o->failed_reason, st, 6);
+    store_copy_text(o->failed_reason, sizeof o->failed_reason, st, 6);
     o->participants = sqlite3_column_int64(st, 7);
     o->tokens = sqlite3_column_int64(st, 8);
     o->train_loss = column_real_or_nan(st, 9);
     o->eval_loss = column_real_or_nan(st, 10);
     o->bytes_up = sqlite3_column_int64(st, 11);
     o->bytes_down = sqlite3_column_int64(st, 12);
-    copy_text(o->checkpoint_path, sizeof o->checkpoint_path, st, 13);
+    store_copy_text(o->checkpoint_path, sizeof o->checkpoint_path, st, 13);
     o->checkpoint_bytes = sqlite3_column_int64(st, 14);
-    copy_text(o->checkpoint_sha256, sizeof o->checkpoint_sha256, st, 15);
-    copy_text(o->state_path, sizeof o->state_path, st, 16);
+    store_copy_text(o->checkpoint_sha256, sizeof o->checkpoint_sha256, st, 15);
+    store_copy_text(o->state_path, sizeof o->state_path, st, 16);
     o->state_bytes = sqlite3_column_int64(st, 17);
-    copy_text(o->state_sha256, sizeof o->state_sha256, st, 18);
+    store_copy_text(o->state_sha256, sizeof o->state_sha256, st, 18);
     o->start_eval_loss = column_real_or_nan(st, 19);
 }
 
@@ -633,6 +651,10 @@ int store_round_live(Store *s, StoreRound *out, char *err) {
     return round_one(s, sql, 1, out, err);
 }
 
+static void round_row(sqlite3_stmt *st, void *row) {
+    read_round(st, row);
+}
+
 int store_rounds_list(Store *s, int limit, int64_t before_id, StoreRound **out, size_t *n,
                       char *err) {
     static const char sql[] = "SELECT " ROUND_COLUMNS "WHERE ?2 <= 0 OR r.id < ?2 "
@@ -641,28 +663,30 @@ int store_rounds_list(Store *s, int limit, int64_t before_id, StoreRound **out, 
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, limit);
     sqlite3_bind_int64(st, 2, before_id);
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            StoreRound *grown = realloc(*out, cap * sizeof **out);
-            if (grown == NULL) break;
-            *out = grown;
-        }
-        read_round(st, &(*out)[(*n)++]);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_ROW ? err_set(err, "out of memory listing rounds")
-                                : store_db_error(s, err, "cannot list rounds");
-    }
-    return 0;
+    void *rows;
+    int rc = store_read_rows(s, st, sizeof **out, round_row, &rows, n, "rounds", err);
+    *out = rows;
+    return rc;
+}
+
+static void update_row(sqlite3_stmt *st, void *row) {
+    StoreUpdate *u = row;
+    u->id = sqlite3_column_int64(st, 0);
+    u->round_id = sqlite3_column_int64(st, 1);
+    u->site_id = sqlite3_column_int64(st, 2);
+    store_copy_text(u->site_name, sizeof u->site_name, st, 3);
+    store_copy_text(u->codec, sizeof u->codec, st, 4);
+    u->raw_bytes = sqlite3_column_int64(st, 5);
+    u->wire_bytes = sqlite3_column_int64(st, 6);
+    u->tokens = sqlite3_column_int64(st, 7);
+    u->train_loss = column_real_or_nan(st, 8);
+    u->eval_loss = column_real_or_nan(st, 9);
+    u->train_ms = sqlite3_column_int64(st, 10);
+    u->upload_ms = sqlite3_column_int64(st, 11);
+    store_copy_text(u->state, sizeof u->state, st, 12);
+    store_copy_text(u->reason, sizeof u->reason, st, 13);
+    u->received_at = sqlite3_column_int64(st, 14);
+    u->start_eval_loss = column_real_or_nan(st, 15);
 }
 
 int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n, char *err) {
@@ -675,45 +699,10 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, round_id);
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            StoreUpdate *grown = realloc(*out, cap * sizeof **out);
-            if (grown == NULL) break;
-            *out = grown;
-        }
-        StoreUpdate *u = &(*out)[(*n)++];
-        memset(u, 0, sizeof *u);
-        u->id = sqlite3_column_int64(st, 0);
-        u->round_id = sqlite3_column_int64(st, 1);
-        u->site_id = sqlite3_column_int64(st, 2);
-        copy_text(u->site_name, sizeof u->site_name, st, 3);
-        copy_text(u->codec, sizeof u->codec, st, 4);
-        u->raw_bytes = sqlite3_column_int64(st, 5);
-        u->wire_bytes = sqlite3_column_int64(st, 6);
-        u->tokens = sqlite3_column_int64(st, 7);
-        u->train_loss = column_real_or_nan(st, 8);
-        u->eval_loss = column_real_or_nan(st, 9);
-        u->train_ms = sqlite3_column_int64(st, 10);
-        u->upload_ms = sqlite3_column_int64(st, 11);
-        copy_text(u->state, sizeof u->state, st, 12);
-        copy_text(u->reason, sizeof u->reason, st, 13);
-        u->received_at = sqlite3_column_int64(st, 14);
-        u->start_eval_loss = column_real_or_nan(st, 15);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_ROW ? err_set(err, "out of memory listing updates")
-                                : store_db_error(s, err, "cannot list updates");
-    }
-    return 0;
+    void *rows;
+    int rc = store_read_rows(s, st, sizeof **out, update_row, &rows, n, "updates", err);
+    *out = rows;
+    return rc;
 }
 
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,

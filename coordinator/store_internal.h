@@ -30,6 +30,14 @@ int store_begin(Store *s, int durable, char *err);
 int store_commit(Store *s, char *err);
 int store_rollback(Store *s); /* always returns -1 */
 int store_counts(Store *s, StoreCheck *c, char *err);
+/* A text column into a fixed buffer ("" for NULL), truncated to fit. */
+void store_copy_text(char *dst, size_t size, sqlite3_stmt *st, int col);
+/* Steps a bound statement to the end, each row read by read_row into a
+ * zeroed element of `size` bytes of a growing array: *rows (malloc'd) and
+ * *n. On failure nothing is kept and err says "cannot read <what>". */
+int store_read_rows(Store *s, sqlite3_stmt *st, size_t size,
+                    void (*read_row)(sqlite3_stmt *st, void *row), void **rows, size_t *n,
+                    const char *what, char *err);
 /* Applies steps[from..n_steps) and sets user_version = n_steps, in one
  * transaction; exposed for the migration tests. */
 int store_migrate_from(Store *s, int from, const char *const *steps, int n_steps, char *err);

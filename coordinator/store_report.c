@@ -13,9 +13,19 @@
 #include "store_internal.h"
 #include "util/util.h"
 
-static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, size, "%s", t ? (const char *)t : "");
+static void event_row(sqlite3_stmt *st, void *row) {
+    StoreEvent *e = row;
+    e->id = sqlite3_column_int64(st, 0);
+    e->at = sqlite3_column_int64(st, 1);
+    store_copy_text(e->actor, sizeof e->actor, st, 2);
+    store_copy_text(e->action, sizeof e->action, st, 3);
+    store_copy_text(e->detail, sizeof e->detail, st, 4);
+}
+
+static void reason_row(sqlite3_stmt *st, void *row) {
+    StoreReasonCount *r = row;
+    store_copy_text(r->reason, sizeof r->reason, st, 0);
+    r->count = sqlite3_column_int64(st, 1);
 }
 
 int store_events_list(Store *s, int limit, int64_t before_id, StoreEvent **out, size_t *n,
@@ -26,33 +36,10 @@ int store_events_list(Store *s, int limit, int64_t before_id, StoreEvent **out, 
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, limit);
     sqlite3_bind_int64(st, 2, before_id);
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            StoreEvent *grown = realloc(*out, cap * sizeof **out);
-            if (grown == NULL) break;
-            *out = grown;
-        }
-        StoreEvent *e = &(*out)[(*n)++];
-        e->id = sqlite3_column_int64(st, 0);
-        e->at = sqlite3_column_int64(st, 1);
-        copy_col(e->actor, sizeof e->actor, st, 2);
-        copy_col(e->action, sizeof e->action, st, 3);
-        copy_col(e->detail, sizeof e->detail, st, 4);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_ROW ? err_set(err, "out of memory listing events")
-                                : store_db_error(s, err, "cannot list events");
-    }
-    return 0;
+    void *rows;
+    int rc = store_read_rows(s, st, sizeof **out, event_row, &rows, n, "events", err);
+    *out = rows;
+    return rc;
 }
 
 int store_totals(Store *s, StoreTotals *out, char *err) {
@@ -92,30 +79,10 @@ int store_rejections(Store *s, StoreReasonCount **out, size_t *n, char *err) {
                               "GROUP BY reason ORDER BY count(*) DESC, reason";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            StoreReasonCount *grown = realloc(*out, cap * sizeof **out);
-            if (grown == NULL) break;
-            *out = grown;
-        }
-        StoreReasonCount *r = &(*out)[(*n)++];
-        copy_col(r->reason, sizeof r->reason, st, 0);
-        r->count = sqlite3_column_int64(st, 1);
-    }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_ROW ? err_set(err, "out of memory counting rejections")
-                                : store_db_error(s, err, "cannot count rejections");
-    }
-    return 0;
+    void *rows;
+    int rc = store_read_rows(s, st, sizeof **out, reason_row, &rows, n, "rejections", err);
+    *out = rows;
+    return rc;
 }
 
 /* Copies in steps of this many pages, releasing the source between them,
