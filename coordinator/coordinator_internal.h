@@ -122,6 +122,9 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err);
 typedef struct Metrics Metrics;
 Metrics *metrics_start(Coordinator *co, const char *listen, char *err);
 void metrics_stop(Metrics *m); /* NULL is fine */
+/* "host:port" as bound; written to DIR/METRICS_ADDR_FILE while it runs */
+const char *metrics_address(const Metrics *m);
+#define METRICS_ADDR_FILE "metrics.addr"
 /* The file a running coordinator writes in its folder with the address it
  * is bound to, and removes when it stops. */
 #define COORD_ADDR_FILE "coordinator.addr"

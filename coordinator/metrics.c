@@ -19,7 +19,12 @@
 struct Metrics {
     struct MHD_Daemon *daemon;
     Coordinator *co;
+    char address[300]; /* host:port as bound (a port of 0 in listen picks one) */
 };
+
+const char *metrics_address(const Metrics *m) {
+    return m->address;
+}
 
 /* Rejection reasons as labels with few values, for dashboards: each reason
  * text maps to one label by the first needle it contains, else "malformed". */
@@ -189,8 +194,9 @@ Metrics *metrics_start(Coordinator *co, const char *listen, char *err) {
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    log_info("metrics", "Prometheus metrics on http://%s:%u/metrics", host,
+    snprintf(m->address, sizeof m->address, "%s:%u", host,
              info ? (unsigned)info->port : (unsigned)port);
+    log_info("metrics", "Prometheus metrics on http://%s/metrics", m->address);
     return m;
 }
 

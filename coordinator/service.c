@@ -344,6 +344,10 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
             log_warn("coordinator", "monitors will not find this coordinator: %s", err);
         if (metrics_listen[0] && (metrics = metrics_start(&co, metrics_listen, err)) == NULL)
             rc = -1;
+        snprintf(path, sizeof path, "%s/%s", dir, METRICS_ADDR_FILE);
+        if (metrics && file_write_atomic(path, metrics_address(metrics),
+                                         strlen(metrics_address(metrics)), 0644, err) != 0)
+            log_warn("coordinator", "cannot record where the metrics are: %s", err);
     }
     if (rc == 0) {
         log_info("coordinator", "federation %s serving on %s (port %d)", co.name, listen_addr,
@@ -357,6 +361,10 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     }
     if (co.address[0]) {
         snprintf(path, sizeof path, "%s/%s", dir, COORD_ADDR_FILE);
+        unlink(path);
+    }
+    if (metrics) {
+        snprintf(path, sizeof path, "%s/%s", dir, METRICS_ADDR_FILE);
         unlink(path);
     }
     metrics_stop(metrics);

@@ -28,30 +28,39 @@
 #define N_SITES 2
 
 static char *root, fed[600], db[700];
-static int coord = -1, metrics_port, sites[N_SITES];
+static int coord = -1, sites[N_SITES];
+static char metrics_addr[64]; /* as the coordinator bound it */
 
 static void start_federation(void) {
     root = harness_tmpdir("admin");
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    char addr[64], ini[700], metrics[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", harness_free_port());
-    ProcResult r = S("init", fed, "--listen", addr, "--model", "tiny");
+    /* port 0 for both: the coordinator picks free ports and says which, so
+     * parallel tests cannot race for one */
+    char addr[64], ini[700];
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     harness_ini_set(ini, "rounds", "total", "3");
     harness_ini_set(ini, "rounds", "min_sites", "2");
     harness_ini_set(ini, "rounds", "inner_steps", "10");
-    metrics_port = harness_free_port();
-    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", metrics_port);
-    harness_ini_set(ini, "metrics", "listen", metrics);
+    harness_ini_set(ini, "metrics", "listen", "127.0.0.1:0");
     char *cargv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
     int fd;
     coord = proc_spawn(cargv, &fd);
     char line[256];
     cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
     close(fd);
+    int port = 0;
+    cr_assert(strstr(line, "port ") && sscanf(strstr(line, "port "), "port %d", &port) == 1, "%s",
+              line);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    char path[800], *text, err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/metrics.addr", fed);
+    cr_assert_eq(file_read_all(path, 256, &text, NULL, err), 0, "%s", err);
+    snprintf(metrics_addr, sizeof metrics_addr, "%s", text);
+    free(text);
     for (int i = 0; i < N_SITES; i++) {
         char name[16], dir[700], token[65], fp[65];
         snprintf(name, sizeof name, "s%d", i);
@@ -79,7 +88,6 @@ static void start_federation(void) {
         close(fd);
     }
     /* until the last round commits; the coordinator stays up after */
-    char err[ERR_LEN];
     for (int t = 0; t < 1800; t++) {
         StoreRound last;
         Store *s = store_open(db, STORE_READONLY, err);
@@ -409,7 +417,7 @@ Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
     cr_assert(py && src, "make test sets STRAIT_PYTHON and STRAIT_SRC");
     char script[700], url[128];
     snprintf(script, sizeof script, "%s/tests/python/check_metrics.py", src);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", metrics_port);
+    snprintf(url, sizeof url, "http://%s/metrics", metrics_addr);
     /* refusals of four kinds, written beside the coordinator (WAL: a second
      * writer waits its turn): the endpoint must count them by label */
     char err[ERR_LEN];
