@@ -65,7 +65,10 @@ HAVE_NCCL := 0
 endif
 
 yesno = $(if $(filter 1,$(1)),found,not found)
-$(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
+$(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
+ifneq ($(HAVE_GRPC_TLS13),1)
+$(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (DESIGN.md asks for 1.3 only))
+endif
 
 # `make V=1` shows the full commands.
 Q := $(if $(filter 1,$(V)),,@)
@@ -79,6 +82,9 @@ LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -lj
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(HAVE_GRPC_TLS13),1)
+CPPFLAGS += -DSTRAIT_HAVE_GRPC_TLS13
 endif
 ifeq ($(HAVE_OPENBLAS),1)
 CPPFLAGS += -DSTRAIT_HAVE_OPENBLAS

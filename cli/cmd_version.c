@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "kernels/kernels.h"
+#include "net/net.h"
 #include "util/util.h"
 
 int cmd_version(const Command *cmd, int argc, char **argv) {
@@ -29,6 +30,7 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "nccl_version", json_string(nccl));
         json_object_set_new(o, "openblas", json_boolean(caps.openblas));
         json_object_set_new(o, "openmp", json_boolean(caps.openmp));
+        json_object_set_new(o, "tls13_only", json_boolean(net_tls13_only()));
         json_object_set_new(o, "gpus", json_integer(gpus));
         json_object_set_new(o, "gpu_name", json_string(gpus > 0 ? gpu_name : ""));
         json_object_set_new(o, "no_gpu_reason", json_string(gpus > 0 ? "" : why));
@@ -38,6 +40,8 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
     printf("build: CUDA %s, NCCL %s%s%s%s, OpenBLAS %s, OpenMP %s\n", caps.cuda ? "yes" : "no",
            caps.nccl ? "yes" : "no", *nccl ? " (" : "", nccl, *nccl ? ")" : "",
            caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no");
+    printf("tls: %s\n", net_tls13_only() ? "1.3 only"
+                                         : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
     if (gpus > 0)
         printf("devices: %d CUDA GPU%s, first: %s\n", gpus, gpus == 1 ? "" : "s", gpu_name);
     else

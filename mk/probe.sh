@@ -10,7 +10,7 @@ set -u
 build=$1 cc=$2 nvcc=$3 cuda=$4
 out="$build/config.mk"
 pkgstamp=$(stat -c %Y /var/lib/dpkg/status 2>/dev/null || echo 0)
-key="$cc|$nvcc|$cuda|$pkgstamp"
+key="2|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
 if [[ -f "$out" ]] && head -n 1 "$out" | grep -qxF "# key: $key"; then exit 0; fi
 
 dir="$build/probe"
@@ -22,12 +22,18 @@ try_c() { # try_c NAME FLAGS... < program
   "$cc" -o "$dir/$name" "$dir/$name.c" "$@" >/dev/null 2>&1
 }
 
-openblas=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""
+openblas=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""; grpc_tls13=0
 
 printf '#include <cblas.h>\nint main(void){float x=1;return (int)cblas_sdot(1,&x,1,&x,1)-1;}\n' \
   | try_c openblas -lopenblas && openblas=1
 printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reduction(+:n)\nn+=1;\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n' \
   | try_c openmp -fopenmp && openmp=1
+
+# gRPC core 1.51 has no C setter for the TLS version; Debian's libgrpc
+# exports the C++ member that sets it (NOTES-grpc-core.md). Found or not,
+# the build says so: without it the coordinator also accepts TLS 1.2.
+printf 'struct c;extern void f(struct c*,int) __asm__("_ZN27grpc_ssl_server_credentials19set_min_tls_versionE16grpc_tls_version");extern void g(struct c*,int) __asm__("_ZN20grpc_ssl_credentials19set_min_tls_versionE16grpc_tls_version");int main(int n,char**v){(void)v;if(n>5){f(0,1);g(0,1);}return 0;}\n' \
+  | try_c grpc_tls13 -lgrpc -lgpr && grpc_tls13=1
 
 if [[ "$cuda" != 0 && -n "$nvcc" && -x "$nvcc" ]]; then
   cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd -P)
@@ -48,4 +54,5 @@ fi
   echo "HAVE_CUDA := $have_cuda"
   echo "HAVE_NCCL := $nccl"
   echo "CUDA_HOME := $cuda_home"
+  echo "HAVE_GRPC_TLS13 := $grpc_tls13"
 } > "$out.tmp" && mv "$out.tmp" "$out"

@@ -42,6 +42,7 @@ NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err) {
         err_set(err, "cannot create TLS credentials from the PEM given");
         return NULL;
     }
+    net_channel_creds_tls13(creds);
     grpc_arg args[NET_COMMON_ARGS + 1];
     int n = net_common_args(args, cfg->max_message ? cfg->max_message : NET_MAX_MESSAGE_DEFAULT,
                             cfg->keepalive_ms > 0 ? cfg->keepalive_ms : NET_KEEPALIVE_DEFAULT_MS);

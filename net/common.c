@@ -43,6 +43,44 @@ void net_target(const char *hostport, char *out, size_t len) {
     snprintf(out, len, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "", hostport);
 }
 
+/* TLS 1.3 only (DESIGN.md §4). gRPC core 1.51's C API cannot say so; the
+ * C++ members below are what its SSL credentials use for their minimum
+ * version, and Debian's libgrpc exports them (NOTES-grpc-core.md). The
+ * build probes for them (mk/probe.sh) and says loudly when they are absent. */
+#ifdef STRAIT_HAVE_GRPC_TLS13
+extern void net_grpc_server_min_tls(grpc_server_credentials *, grpc_tls_version) __asm__(
+    "_ZN27grpc_ssl_server_credentials19set_min_tls_versionE16grpc_tls_version");
+extern void net_grpc_channel_min_tls(grpc_channel_credentials *, grpc_tls_version) __asm__(
+    "_ZN20grpc_ssl_credentials19set_min_tls_versionE16grpc_tls_version");
+#endif
+
+int net_tls13_only(void) {
+#ifdef STRAIT_HAVE_GRPC_TLS13
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void net_server_creds_tls13(grpc_server_credentials *creds) {
+#ifdef STRAIT_HAVE_GRPC_TLS13
+    net_grpc_server_min_tls(creds, TLS1_3);
+#else
+    (void)creds;
+    static int said;
+    if (!said++)
+        log_warn("net", "this build cannot refuse TLS 1.2 (libgrpc lacks set_min_tls_version)");
+#endif
+}
+
+void net_channel_creds_tls13(grpc_channel_credentials *creds) {
+#ifdef STRAIT_HAVE_GRPC_TLS13
+    net_grpc_channel_min_tls(creds, TLS1_3);
+#else
+    (void)creds;
+#endif
+}
+
 static void grpc_log_to_util(gpr_log_func_args *a) {
     LogLevel lvl = a->severity == GPR_LOG_SEVERITY_ERROR  ? LOG_WARN
                    : a->severity == GPR_LOG_SEVERITY_INFO ? LOG_DEBUG

@@ -55,6 +55,10 @@ const char *net_status_name(NetStatus s);
  * resolver ("ipv4:host:port"), names go through it. */
 void net_target(const char *hostport, char *out, size_t len);
 
+/* 1 when this build refuses TLS below 1.3 on both ends, 0 when its libgrpc
+ * cannot (the build warned; `strait version` says so). */
+int net_tls13_only(void);
+
 /* Blocks SIGINT, SIGTERM, SIGHUP and SIGPIPE in the calling thread (so
  * gRPC's threads inherit the mask and signals reach only net_wait_signal),
  * starts gRPC, and routes its log into util's. Call once, first thing. */

@@ -19,6 +19,11 @@
 #define NET_KEEPALIVE_DEFAULT_MS 30000
 #define NET_COMMON_ARGS          7
 
+/* TLS 1.3 as the minimum on SSL credentials just created (before use);
+ * without the setter in this libgrpc (see net_tls13_only) they do nothing. */
+void net_server_creds_tls13(grpc_server_credentials *creds);
+void net_channel_creds_tls13(grpc_channel_credentials *creds);
+
 /* Copies a received byte buffer into msg (malloc'd). */
 int net_bb_read(grpc_byte_buffer *bb, NetBuf *msg);
 /* Shuts a pluck queue down and drains it to GRPC_QUEUE_SHUTDOWN. */

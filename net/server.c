@@ -442,6 +442,7 @@ int net_server_start(NetServer *s, int *port, char *err) {
     grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
         s->ca, &pair, 1, GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
     if (creds == NULL) return err_set(err, "cannot create TLS credentials from the PEM given");
+    net_server_creds_tls13(creds);
     int bound = grpc_server_add_http2_port(s->server, s->cfg.listen, creds);
     grpc_server_credentials_release(creds);
     if (bound == 0)
