@@ -129,22 +129,21 @@ static double raw_tls_mib_s(void) {
 
 static void h_upload(NetCall *c, void *u) {
     (void)u;
-    NetLimits lim = {payload_len};
+    NetLimits lim = {.max_total = payload_len};
     NetReceived got;
     char err[ERR_LEN];
-    NetStatus st = net_upload_receive(c, spool, &lim, &got, err);
+    NetStatus st = net_upload_receive(c, spool, "bench", &lim, &got, err);
     if (st != NET_OK) {
         net_call_status(c, st, "%s", err);
         return;
     }
     net_upload_answer(c, got.upload_id, got.length, 1);
-    net_spool_release(spool, got.upload_id);
     net_received_free(&got);
 }
 
 static void h_query(NetCall *c, void *u) {
     (void)u;
-    net_upload_query_handle(c, spool);
+    net_upload_query_handle(c, spool, "bench");
 }
 
 static void h_download(NetCall *c, void *u) {
@@ -185,10 +184,10 @@ int main(int argc, char **argv) {
     security_sha256(payload, payload_len, payload_sha);
     char dir[] = "/tmp/strait-bench-net-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    spool = net_spool_open(dir, 4ull << 30, 3600000, err);
+    spool = net_spool_open(dir, 4ull << 30, 0, 3600000, err);
     CHECK(spool != NULL, "%s", err);
 
-    NetServerConfig sc = {"127.0.0.1:0", {ca_cert, srv_cert, srv_key}, 4, 0, 0};
+    NetServerConfig sc = {.listen = "127.0.0.1:0", .tls = {ca_cert, srv_cert, srv_key}, .workers = 4};
     NetServer *s = net_server_create(&sc, err);
     CHECK(s != NULL, "%s", err);
     net_server_add_method(s, "/strait.Bench/Upload", NET_CLIENT_STREAM, 1, h_upload, NULL, err);
@@ -214,7 +213,7 @@ int main(int argc, char **argv) {
                                   600000, NULL, details, sizeof details);
         CHECK(st == NET_OK, "upload: %s %s", net_status_name(st), details);
         up[r] = (double)payload_len / (1 << 20) / ((double)(time_monotonic_ns() - t0) / 1e9);
-        NetLimits lim = {payload_len};
+        NetLimits lim = {.max_total = payload_len};
         NetBuf got;
         t0 = time_monotonic_ns();
         st = net_download(ch, "/strait.Bench/Download", "x", 1, &lim, 600000, &got, details,

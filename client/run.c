@@ -109,7 +109,7 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
  * the site holds (theta, of round `have`) when the coordinator has one, else
  * the whole checkpoint (through SITEDIR/model.safetensors). */
 static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *err) {
-    NetLimits lim = {(uint64_t)m->n_params * 8 + (8u << 20)};
+    NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
     req.have_round = have >= 0 ? (uint64_t)have : 0;

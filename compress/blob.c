@@ -286,6 +286,20 @@ typedef struct Section {
     const uint8_t *stored;
 } Section;
 
+uint64_t codec_blob_max_len(const CodecParams *p, const CodecLayout *layout) {
+    const CodecOps *ops = codec_ops(p->id);
+    char err[ERR_LEN];
+    size_t n_sec = 0;
+    if (ops == NULL || codec_params_check(p, err) != 0) return 0;
+    SectionOut *secs = plan_sections(layout, &n_sec, err);
+    if (secs == NULL) return 0;
+    uint64_t total = BLOB_HEADER_LEN;
+    for (size_t i = 0; i < n_sec; i++) /* zstd is kept only where it is smaller */
+        total += SECTION_HEADER_LEN + ops->raw_len(p, secs[i].count);
+    free(secs);
+    return total;
+}
+
 /* Parses and checks the header; fills params. */
 static int read_header(const uint8_t *b, size_t len, CodecParams *p, uint64_t *hash, uint64_t *n,
                        uint32_t *n_sections, char *err) {
@@ -321,7 +335,17 @@ static int read_header(const uint8_t *b, size_t len, CodecParams *p, uint64_t *h
     if (*n_sections > CODEC_MAX_SECTIONS || (*n_sections == 0) != (*n == 0))
         return err_set(err, "blob claims %u sections for %llu values", *n_sections,
                        (unsigned long long)*n);
+    /* every section has a header in the bytes present: a count the bytes
+     * cannot hold is refused before the section table is allocated */
+    if ((uint64_t)*n_sections > (len - BLOB_HEADER_LEN) / SECTION_HEADER_LEN)
+        return err_set(err, "blob claims %u sections in %zu bytes", *n_sections, len);
     return 0;
+}
+
+int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *err) {
+    uint64_t hash, n;
+    uint32_t n_sec;
+    return read_header(blob, len, out, &hash, &n, &n_sec, err);
 }
 
 /* Reads section i's header at *pos and checks it against the blob. */

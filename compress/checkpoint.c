@@ -84,6 +84,8 @@ out:
     return rc;
 }
 
+#define ZSTD_MAX_RATIO 32768
+
 int ckpt_decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev_len, void **out,
                 size_t *len_out, char *err) {
     *out = NULL;
@@ -112,6 +114,12 @@ int ckpt_decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev
         if (ld64(ph) != n || (flags & ~CK_PLANE_ZSTD) || (flags ? stored >= n : stored != n) ||
             blob_len - pos - CK_PLANE_HEADER_LEN < stored)
             return err_set(err, "checkpoint plane %d header is inconsistent", p);
+        /* no zstd frame expands more than ZSTD_MAX_RATIO times (an RLE block
+         * holds 128 KiB in 4 bytes): a plane that claims more than its bytes
+         * can hold is refused before the output is allocated */
+        if (flags && n / ZSTD_MAX_RATIO > stored)
+            return err_set(err, "checkpoint plane %d claims %llu bytes from %llu", p,
+                           (unsigned long long)n, (unsigned long long)stored);
         if (flags && ZSTD_getFrameContentSize(ph + CK_PLANE_HEADER_LEN, stored) != n)
             return err_set(err, "checkpoint plane %d: compressed size does not match", p);
         pos += CK_PLANE_HEADER_LEN + stored;

@@ -85,6 +85,10 @@ void blob_free(Blob *b);
 int codec_encode(const CodecParams *p, const CodecLayout *layout, const float *x, Blob *out,
                  char *err);
 
+/* The largest blob codec_encode can make with these parameters for this
+ * layout (0 for bad parameters): what a receiver may accept. */
+uint64_t codec_blob_max_len(const CodecParams *p, const CodecLayout *layout);
+
 typedef struct BlobInfo {
     CodecParams params;
     uint64_t table_hash;
@@ -95,6 +99,10 @@ typedef struct BlobInfo {
     double norm2;        /* squared L2 norm of the decoded update */
     uint64_t nonzeros;   /* values a sparse codec carries, n for dense ones */
 } BlobInfo;
+
+/* The codec and parameters a blob's header names, the header checked (a
+ * receiver enforces its codec before it inspects the whole blob). */
+int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *err);
 
 /* Validates a whole blob from an untrusted peer (see above). expect_hash and
  * expect_n are what the receiver's model has; 0 skips that check. */

@@ -538,7 +538,8 @@ int admin_add_methods(Coordinator *co, NetServer *srv, char *err) {
         {"/strait.Admin/Revoke", h_revoke},
     };
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
-        if (net_server_add_method(srv, methods[i].path, NET_UNARY, 1, methods[i].handler, co,
+        if (net_server_add_method(srv, methods[i].path, NET_UNARY,
+                                  NET_REQUIRE_CERT | NET_USE_RESERVE, methods[i].handler, co,
                                   err) != 0)
             return -1;
     return 0;

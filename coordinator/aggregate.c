@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "coordinator.h"
 #include "util/util.h"
 
@@ -48,48 +50,87 @@ static double median_of(const double *v, int n) {
     return m;
 }
 
-/* The gates; on success the norm is recorded and *norm_out set. */
-static int gate(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
-    if (!(weight > 0) || !isfinite(weight))
-        return err_set(why, "update weight %g (tokens trained) must be positive", weight), 1;
+/* The gates, changing nothing: the weight, the blob whole (codec_blob_inspect:
+ * header, sections, checksums, finite values), the model it is for, the
+ * absolute norm bound (from the first update on), and the norm against the
+ * median of the updates accepted before it (never counting itself). */
+int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                   RoundGate *g) {
+    g->norm = 0;
+    g->code = NULL;
+    g->why[0] = '\0';
+    if (!(weight > 0) || !isfinite(weight)) {
+        g->code = "bad_weight";
+        snprintf(g->why, sizeof g->why, "update weight %g (tokens trained) must be positive",
+                 weight);
+        return 1;
+    }
     BlobInfo info;
     char reason[ERR_LEN];
-    if (codec_blob_inspect(blob, len, rs->table_hash, rs->n, &info, reason) != 0)
-        return err_set(why, "%s", reason), 1;
+    if (codec_blob_inspect(blob, len, 0, 0, &info, reason) != 0) {
+        g->code = strstr(reason, "non-finite") ? "non_finite" : "malformed";
+        snprintf(g->why, sizeof g->why, "%.250s", reason);
+        return 1;
+    }
+    if (info.table_hash != rs->table_hash || info.n != rs->n) {
+        g->code = "wrong_model";
+        snprintf(g->why, sizeof g->why,
+                 "blob is for parameter table %016llx with %llu values; this model's is %016llx "
+                 "with %llu",
+                 (unsigned long long)info.table_hash, (unsigned long long)info.n,
+                 (unsigned long long)rs->table_hash, (unsigned long long)rs->n);
+        return 1;
+    }
     double norm = sqrt(info.norm2);
+    g->norm = norm;
+    if (rs->max_norm > 0 && !(norm <= rs->max_norm)) {
+        g->code = "norm_gate";
+        snprintf(g->why, sizeof g->why, "update norm %.4g is over the federation's bound %.4g",
+                 norm, rs->max_norm);
+        return 1;
+    }
     if (rs->norm_gate > 0 && rs->accepted >= rs->gate_min) {
         double med = median_of(rs->norms, rs->accepted);
-        if (med > 0 && norm > rs->norm_gate * med)
-            return err_set(why, "update norm %.4g is over %.3g x the round's median %.4g", norm,
-                           rs->norm_gate, med),
-                   1;
+        if (med > 0 && norm > rs->norm_gate * med) {
+            g->code = "norm_gate";
+            snprintf(g->why, sizeof g->why,
+                     "update norm %.4g is over %.3g x the round's median %.4g", norm,
+                     rs->norm_gate, med);
+            return 1;
+        }
     }
+    return 0;
+}
+
+int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight, double norm,
+                    int accumulate, char *err) {
     if (rs->accepted == rs->norms_cap) {
         int cap = rs->norms_cap ? 2 * rs->norms_cap : 16;
         double *grown = realloc(rs->norms, sizeof(double) * (size_t)cap);
-        if (grown == NULL) return err_set(why, "out of memory"), -1;
+        if (grown == NULL) return err_set(err, "out of memory");
         rs->norms = grown;
         rs->norms_cap = cap;
     }
-    rs->norms[rs->accepted] = norm; /* counted by the caller once applied */
+    if (accumulate && codec_decode_accumulate(blob, len, (float)weight, rs->sum, rs->n, err) != 0)
+        return -1; /* gated: cannot happen but for memory */
+    rs->norms[rs->accepted++] = norm;
+    rs->weight += weight;
     return 0;
+}
+
+static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                           int accumulate, char *why) {
+    RoundGate g;
+    if (round_sum_gate(rs, blob, len, weight, &g) != 0) return err_set(why, "%s", g.why), 1;
+    return round_sum_apply(rs, blob, len, weight, g.norm, accumulate, why);
 }
 
 int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
-    int rc = gate(rs, blob, len, weight, why);
-    if (rc == 0) rs->accepted++, rs->weight += weight;
-    return rc;
+    return gate_then_apply(rs, blob, len, weight, 0, why);
 }
 
 int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {
-    int rc = gate(rs, blob, len, weight, why);
-    if (rc != 0) return rc;
-    char reason[ERR_LEN];
-    if (codec_decode_accumulate(blob, len, (float)weight, rs->sum, rs->n, reason) != 0)
-        return err_set(why, "%s", reason), -1; /* inspected: cannot happen but for memory */
-    rs->accepted++;
-    rs->weight += weight;
-    return 0;
+    return gate_then_apply(rs, blob, len, weight, 1, why);
 }
 
 int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
@@ -172,6 +213,20 @@ int outer_init(OuterOpt *o, OuterKind kind, uint64_t n, float lr, float momentum
     if (o->b == NULL || (kind == OUTER_ADAM && o->v == NULL)) {
         outer_free(o);
         return err_set(err, "out of memory for the outer optimizer");
+    }
+    return 0;
+}
+
+int outer_clone(const OuterOpt *src, OuterOpt *dst, char *err) {
+    *dst = *src;
+    dst->b = dst->v = NULL;
+    if (src->b && (dst->b = malloc(sizeof(float) * src->n)) != NULL)
+        memcpy(dst->b, src->b, sizeof(float) * src->n);
+    if (src->v && (dst->v = malloc(sizeof(float) * src->n)) != NULL)
+        memcpy(dst->v, src->v, sizeof(float) * src->n);
+    if ((src->b && !dst->b) || (src->v && !dst->v)) {
+        outer_free(dst);
+        return err_set(err, "out of memory for the outer optimizer's next state");
     }
     return 0;
 }

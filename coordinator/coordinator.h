@@ -42,8 +42,11 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
 int coordinator_home_info(const char *dir, char ca_sha256[65], char *advertise, size_t adv_len,
                           char *err);
 
-/* Valid site names: 1-64 of letters, digits, '-', '_', '.'. */
+/* Valid site names: 1-64 of letters, digits, '-', '_', '.', starting with a
+ * letter or a digit. */
 int coordinator_valid_site_name(const char *name);
+/* "host:port" with a port of 0 (any free one) to 65535; -1 with a reason. */
+int coordinator_check_listen(const char *hostport, char *err);
 
 /* The federation's token lifetime: [security] token_ttl (default 24h). */
 int coordinator_token_ttl(const char *dir, int64_t *ttl_ms, char *err);
@@ -148,12 +151,28 @@ typedef struct RoundSum {
     int norms_cap;
     double norm_gate; /* refuse norms above gate × median of the accepted (0: off) */
     int gate_min;     /* the gate applies once this many updates are in */
+    double max_norm;  /* refuse norms above this, from the first update on (0: off) */
 } RoundSum;
+
+/* What the gates made of an update: its norm, or why it is refused (code:
+ * one of store.h's STORE_REASON_CODES). */
+typedef struct RoundGate {
+    double norm;
+    const char *code; /* NULL: passed */
+    char why[256];
+} RoundGate;
 
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err);
 void round_sum_free(RoundSum *rs);
-/* Inspects and adds weight × update; 0 added, 1 refused (reason in why,
- * nothing added), -1 on an internal failure. */
+/* The gates alone, changing nothing: 0 passed (g->norm set), 1 refused. */
+int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                   RoundGate *g);
+/* Counts a gated update (its norm joins the relative gate's median) and,
+ * when accumulate, adds weight × update to the sum. -1: out of memory. */
+int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight, double norm,
+                    int accumulate, char *err);
+/* Gate then apply; 0 added, 1 refused (reason in why, nothing added), -1 on
+ * an internal failure. */
 int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why);
 /* The same gates without adding: for robust rounds, whose updates are kept
  * whole until the round closes. 0 passed (counted), 1 refused, -1 failure. */
@@ -182,6 +201,8 @@ typedef struct OuterOpt {
 
 int outer_init(OuterOpt *o, OuterKind kind, uint64_t n, float lr, float momentum, char *err);
 void outer_free(OuterOpt *o);
+/* A deep copy (a commit steps the copy and keeps it only once stored). */
+int outer_clone(const OuterOpt *src, OuterOpt *dst, char *err);
 void outer_step(OuterOpt *o, float *theta, const float *delta_mean);
 /* "nesterov", "avg", "adam" → kind; -1 if unknown */
 int outer_kind_parse(const char *name, OuterKind *out);

@@ -15,18 +15,53 @@
 #include "util/util.h"
 
 #define MAX_REPORTS 256
+#define MAX_WAITERS 4096
+
+/* federation.ini's [rounds], [codec], [optimizer], [model] and the upload
+ * limits of [limits], read and checked whole before anything changes. */
+typedef struct RoundsSettings {
+    int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
+    int64_t budget_ms; /* training time per round at a site; 0: H steps, however long */
+    int64_t seed;
+    /* the most a site may train per inner step (all its GPUs together):
+     * batch sequences of seq tokens; with inner_steps, the token bound */
+    int64_t batch, seq;
+    double outer_lr, momentum, trim;
+    double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_r‖ from the first update (0: off) */
+    int robust;              /* 0: streaming weighted mean; else kind + 1 */
+    CodecParams uplink;
+    OuterKind outer;
+    int64_t spool_bytes, spool_site_bytes; /* 0 per site: three updates' worth */
+    int64_t upload_header_ms, upload_idle_ms, upload_life_ms;
+} RoundsSettings;
+
+/* A WaitRound parked until its round moves (or its poll expires). */
+typedef struct Waiter {
+    NetCall *call;
+    int64_t after_round, expires_ms;
+    char site[65];
+} Waiter;
 
 typedef struct Rounds {
     GPT model;      /* θ of the current round in model.params; owned */
     OuterOpt outer; /* owned */
     RoundSum sum;   /* owned */
+    RoundsSettings set;
     CodecParams uplink;
     int robust; /* 0: streaming weighted mean; else kind + 1 */
     double trim;
-    char kept[MAX_REPORTS][64]; /* robust rounds: the updates' files under spool/ */
+    /* robust rounds: the updates kept whole, each a file in its site's
+     * spool folder ("site-ID"), named kept-rN.blob */
+    char kept_owner[MAX_REPORTS][32];
     int n_kept;
     int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
     int64_t budget_ms; /* training time per round at a site; 0: H steps, however long */
+    int64_t max_tokens;        /* inner_steps × batch × seq: an update's largest weight */
+    uint64_t max_update_bytes; /* the largest blob the federation's codec makes */
+    double theta_norm;         /* ‖θ_r‖, for the absolute norm bound */
+    Waiter *waiters;           /* owned */
+    int n_waiters, cap_waiters;
+    int64_t revocation_check_ms;
     int64_t number, round_id, opened_ms;
     int extensions, finished;
     char reported[MAX_REPORTS][65];
@@ -61,7 +96,16 @@ typedef struct Coordinator {
     Store *store; /* owned, guarded by store_lock */
     pthread_mutex_t store_lock;
     int64_t started_ms;
+    NetServer *server; /* set under rounds.lock once serving: revocation cancels calls */
     Rounds rounds;
+    /* Join: failures per peer address in the current minute, under join_lock */
+    pthread_mutex_t join_lock;
+    int64_t join_limit; /* failed joins per address per minute before refusing it */
+    struct JoinFailures {
+        char addr[64];
+        int64_t minute;
+        int count;
+    } join_failures[256];
 } Coordinator;
 
 /* Reads one protobuf request; sets INVALID_ARGUMENT when it does not parse. */
@@ -94,7 +138,10 @@ typedef struct Coordinator {
 int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site);
 
 /* rounds.c */
-int rounds_start(Coordinator *co, const Config *cfg, char *err); /* util Config */
+int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *out, char *err);
+int rounds_start(Coordinator *co, const RoundsSettings *set, char *err);
+/* Answers every parked WaitRound (before the server stops). */
+void rounds_release_waiters(Coordinator *co);
 void rounds_stop(Coordinator *co);
 int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
 /* what Hello tells a site about the federation */

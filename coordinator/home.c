@@ -20,6 +20,10 @@
 int coordinator_valid_site_name(const char *name) {
     size_t n = strlen(name);
     if (n == 0 || n > 64) return 0;
+    /* not '.', '..', or a name a shell or a file system reads as something else */
+    if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z') ||
+          (name[0] >= '0' && name[0] <= '9')))
+        return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -27,6 +31,19 @@ int coordinator_valid_site_name(const char *name) {
             return 0;
     }
     return 1;
+}
+
+int coordinator_check_listen(const char *hostport, char *err) {
+    const char *colon = strrchr(hostport, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (colon == NULL || colon == hostport || colon[1] == '\0' || *end != '\0' || port < 0 ||
+        port > 65535 || (colon - hostport) > 253)
+        return err_set(err, "address '%.80s' is not HOST:PORT with a port of 0 to 65535", hostport);
+    for (const char *p = hostport; p < colon; p++)
+        if (*p == ' ' || *p == '/' || (unsigned char)*p < 0x21)
+            return err_set(err, "address '%.80s' has a bad host name", hostport);
+    return 0;
 }
 
 static int write_file(const char *dir, const char *name, const char *text, int mode, char *err) {
@@ -134,6 +151,8 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     }
     if (strchr(name, '\n') || strchr(listen, '\n') || strchr(advertise, '\n'))
         return err_set(err, "names and addresses must be one line");
+    if (coordinator_check_listen(listen, err) != 0) return -1;
+    if (o->advertise && coordinator_check_listen(advertise, err) != 0) return -1;
     char *ca = NULL, *ca_key = NULL, *srv = NULL, *srv_key = NULL, *adm = NULL, *adm_key = NULL;
     int rc = -1;
     long year = 365L * 86400;
@@ -243,7 +262,7 @@ int coordinator_token_ttl(const char *dir, int64_t *ttl_ms, char *err) {
 int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const char *actor,
                              char token[65], char *err) {
     if (!coordinator_valid_site_name(site))
-        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.'", site);
+        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or a digit", site);
     if (ttl_ms <= 0) return err_set(err, "a token must live a positive time");
     StoreSite existing;
     int rc = store_site_get(s, site, &existing, err);
@@ -266,7 +285,7 @@ int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const c
 int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
                        char *err) {
     if (!coordinator_valid_site_name(site))
-        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.'", site);
+        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or a digit", site);
     Store *s = open_store(dir, err);
     if (s == NULL) return -1;
     int rc = coordinator_enroll_store(s, site, ttl_ms, "strait site enroll", token, err);

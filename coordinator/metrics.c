@@ -26,28 +26,6 @@ const char *metrics_address(const Metrics *m) {
     return m->address;
 }
 
-/* Rejection reasons as labels with few values, for dashboards: each reason
- * text maps to one label by the first needle it contains, else "malformed". */
-static const char *const LABELS[] = {"non_finite",     "wrong_model", "norm_gate",   "duplicate",
-                                     "stale_round",    "finished",    "no_metadata", "bad_weight",
-                                     "too_many_sites", "malformed"};
-#define N_LABELS  (sizeof LABELS / sizeof LABELS[0])
-#define MALFORMED (N_LABELS - 1)
-
-static size_t reason_label(const char *reason) {
-    static const struct {
-        const char *needle;
-        size_t label;
-    } map[] = {
-        {"finite", 0},    {"parameter table", 1},  {"this model has", 1}, {"update norm", 2},
-        {"duplicate", 3}, {"update for round", 4}, {"has finished", 5},   {"metadata", 6},
-        {"weight", 7},    {"too many sites", 8},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (strstr(reason, map[i].needle)) return map[i].label;
-    return MALFORMED;
-}
-
 typedef struct Text {
     char *buf;
     size_t len, cap;
@@ -122,11 +100,14 @@ static int render(Coordinator *co, Text *t, char *err) {
     /* one series per label: reasons with the same label are summed */
     put(t, "# HELP strait_update_rejections_total Updates refused, by reason.\n"
            "# TYPE strait_update_rejections_total counter\n");
-    int64_t counts[N_LABELS] = {0};
-    for (size_t i = 0; i < n; i++) counts[reason_label(reasons[i].reason)] += reasons[i].count;
-    for (size_t l = 0; l < N_LABELS; l++)
-        put(t, "strait_update_rejections_total{reason=\"%s\"} %lld\n", LABELS[l],
-            (long long)counts[l]);
+    /* every code, zeros included, so a dashboard's series exist from the start */
+    for (size_t l = 0; store_reason_codes[l]; l++) {
+        int64_t count = 0;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(reasons[i].reason, store_reason_codes[l]) == 0) count += reasons[i].count;
+        put(t, "strait_update_rejections_total{reason=\"%s\"} %lld\n", store_reason_codes[l],
+            (long long)count);
+    }
     free(reasons);
     return t->buf ? 0 : err_set(err, "out of memory");
 }

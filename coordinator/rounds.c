@@ -12,9 +12,19 @@
  * round's checkpoint (verified by the store) and the outer optimizer's state
  * saved beside it.
  *
+ * A site is authenticated, never trusted (DESIGN.md §6): its uploads live
+ * in its own spool folder, its weight (tokens) is bounded by what a round
+ * lets it train, its update must be in the federation's codec and pass the
+ * gates from the first one on, and it is recorded in the store before it
+ * touches the sum. A commit is all or nothing: the outer step is computed
+ * into new buffers and published only once the store has committed.
+ * WaitRound parks its call instead of holding a worker.
+ *
  * Threading: handlers run on net/'s workers; everything in Rounds is under
  * rounds.lock, the store under store_lock (taken after rounds.lock).
+ * Parked calls are answered outside rounds.lock.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,22 +71,6 @@ static void outer_rel(const char *rel, char *out, size_t len) {
     snprintf(out, len, "%.*s.outer.safetensors", cut, rel);
 }
 
-static int outer_save(Coordinator *co, const char *rel, char *rel_out, size_t rel_len, char sha[65],
-                      int64_t *bytes, char *err) {
-    Rounds *r = &co->rounds;
-    rel_out[0] = '\0';
-    if (r->outer.b == NULL) return 0; /* FedAvg has no state */
-    char path[1700];
-    outer_rel(rel, rel_out, rel_len);
-    snprintf(path, sizeof path, "%s/%s", co->dir, rel_out);
-    const float *bases[2] = {r->outer.b, r->outer.v};
-    const char *prefixes[2] = {"outer_b.", "outer_v."};
-    if (gpt_save_state(&r->model, path, bases, prefixes, r->outer.v ? 2 : 1, r->outer.step, err) !=
-        0)
-        return -1;
-    return security_sha256_file(path, sha, bytes, err);
-}
-
 /* The state of the round resumed from: the pinned file (verified with the
  * checkpoint by store_resume_point), or for rounds committed before states
  * were pinned, the file beside the checkpoint if there is one. 1 restored,
@@ -104,25 +98,31 @@ static int outer_load(Coordinator *co, const StoreRound *last, char *err) {
     return 1;
 }
 
+static void kept_name(int64_t round, char *out, size_t len) {
+    snprintf(out, len, "kept-r%lld.blob", (long long)round);
+}
+
 static void drop_kept(Coordinator *co) {
     Rounds *r = &co->rounds;
-    for (int i = 0; i < r->n_kept; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/spool/%s", co->dir, r->kept[i]);
-        unlink(path);
-    }
+    char name[64];
+    kept_name(r->number, name, sizeof name);
+    for (int i = 0; i < r->n_kept; i++) net_spool_drop(r->spool, r->kept_owner[i], name);
     r->n_kept = 0;
 }
 
-/* The robust mean of the kept updates, read through mmap block by block. */
+/* The robust mean of the kept updates, read through mmap block by block.
+ * A kept file is written once, whole, from bytes already verified and
+ * gated (net_spool_keep, O_EXCL); no site can write into it. */
 static int robust_mean(Coordinator *co, float *mean, char *err) {
     Rounds *r = &co->rounds;
     const uint8_t *blobs[MAX_REPORTS];
     size_t lens[MAX_REPORTS];
     int mapped = 0, rc = -1;
+    char name[64];
+    kept_name(r->number, name, sizeof name);
     for (; mapped < r->n_kept; mapped++) {
         char path[1200];
-        snprintf(path, sizeof path, "%s/spool/%s", co->dir, r->kept[mapped]);
+        snprintf(path, sizeof path, "%s/spool/%s/%s", co->dir, r->kept_owner[mapped], name);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         off_t len = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
         void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
@@ -140,6 +140,12 @@ out:
     return rc;
 }
 
+static double l2_norm(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
 static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&co->store_lock);
@@ -154,62 +160,128 @@ static int open_round(Coordinator *co, char *err) {
     r->bytes_down = 0;
     round_sum_free(&r->sum);
     if (round_sum_init(&r->sum, r->model.n_params, r->model.table_hash, 10.0, err) != 0) return -1;
+    r->sum.max_norm = r->set.max_update_ratio * r->theta_norm;
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
 }
 
-/* Aggregate, outer step, checkpoint, commit, next round. Under r->lock. */
+/* Fails the open round with its reason and opens the next attempt of the
+ * same round (the sites send their updates again). */
+static void fail_round(Coordinator *co, const char *reason) {
+    Rounds *r = &co->rounds;
+    char err[ERR_LEN];
+    pthread_mutex_lock(&co->store_lock);
+    if (store_round_fail(co->store, r->round_id, reason, time_wall_ms(), err) != 0)
+        log_error("rounds", "cannot record round %lld as failed: %s", (long long)r->number, err);
+    pthread_mutex_unlock(&co->store_lock);
+    log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);
+    if (open_round(co, err) != 0) log_error("rounds", "cannot reopen: %s", err);
+    pthread_cond_broadcast(&r->changed);
+}
+
+/* Aggregate, outer step, checkpoint, commit, next round — all or nothing.
+ * θ_{r+1} and the optimizer's next state are computed into new buffers and
+ * written as files; only when the store has committed are they published
+ * (the model served, the round number advanced). On any failure the files
+ * are removed, the round fails with its reason and its next attempt opens:
+ * θ, the state and the round number stay what they were. Under r->lock. */
 static int commit_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     size_t n = r->model.n_params;
-    float *mean = malloc(sizeof(float) * n);
-    if (mean == NULL ||
-        (r->robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0) {
-        free(mean);
-        return -1;
-    }
-    /* keep θ_r to make the next round's downlink a delta from it */
-    float *prev = malloc(sizeof(float) * n);
-    if (prev) memcpy(prev, r->model.params, sizeof(float) * n);
-    outer_step(&r->outer, r->model.params, mean);
-    free(mean);
-    free(r->delta);
-    r->delta = NULL;
-    r->delta_from = -1;
+    float *mean = malloc(sizeof(float) * n), *theta = malloc(sizeof(float) * n);
+    OuterOpt next = {0};
+    uint8_t *ckpt = NULL;
+    size_t ckpt_len = 0;
     Blob d = {0};
-    if (prev && ckpt_encode(r->model.params, n * 4, 4, prev, 1, &d, err) == 0) {
-        r->delta = d.data, r->delta_len = d.len, r->delta_from = r->number;
-        security_sha256(d.data, d.len, r->delta_sha);
-        security_sha256(prev, n * 4, r->delta_base_sha);
-    }
-    free(prev);
-    char rel[128], sha[65], state_rel[160], state_sha[65];
-    int64_t bytes, state_bytes = 0;
+    char rel[128], path[1300], sha[65], state_rel[160] = "", state_path[1400] = "", state_sha[65];
+    int64_t state_bytes = 0;
+    int rc = -1;
+    uint8_t ckpt_sha[32];
     snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
              (long long)r->number);
-    r->number++; /* the checkpoint holds the model the next round starts from */
-    if (publish_model(co, rel, sha, &bytes, err) != 0 ||
-        outer_save(co, rel, state_rel, sizeof state_rel, state_sha, &state_bytes, err) != 0) {
-        r->number--;
-        return -1;
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+    if (mean == NULL || theta == NULL) {
+        err_set(err, "out of memory for the outer step");
+        goto out;
     }
-    StoreCheckpoint ck = {rel, bytes, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
+    if ((r->robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0 ||
+        outer_clone(&r->outer, &next, err) != 0)
+        goto out;
+    memcpy(theta, r->model.params, sizeof(float) * n);
+    outer_step(&next, theta, mean);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(theta[i])) {
+            err_set(err, "the outer step made parameter %zu non-finite", i);
+            goto out;
+        }
+    /* the checkpoint holds the model the next round starts from */
+    GPT view = r->model;
+    view.params = theta;
+    if (gpt_save(&view, path, (int)r->number + 1, err) != 0 ||
+        file_read_all(path, (size_t)1 << 34, (char **)&ckpt, &ckpt_len, err) != 0)
+        goto out;
+    security_sha256(ckpt, ckpt_len, ckpt_sha);
+    security_hex(ckpt_sha, 32, sha);
+    if (next.b) {
+        const float *bases[2] = {next.b, next.v};
+        const char *prefixes[2] = {"outer_b.", "outer_v."};
+        outer_rel(rel, state_rel, sizeof state_rel);
+        snprintf(state_path, sizeof state_path, "%s/%s", co->dir, state_rel);
+        if (gpt_save_state(&view, state_path, bases, prefixes, next.v ? 2 : 1, next.step, err) !=
+                0 ||
+            security_sha256_file(state_path, state_sha, &state_bytes, err) != 0)
+            goto out;
+    }
+    /* the lossless delta θ_r → θ_{r+1} for sites that hold θ_r (best effort) */
+    char derr[ERR_LEN];
+    if (ckpt_encode(theta, n * 4, 4, r->model.params, 1, &d, derr) != 0) blob_free(&d);
+    StoreCheckpoint ck = {rel, (int64_t)ckpt_len, sha, state_rel[0] ? state_rel : NULL,
+                          state_bytes, state_sha};
     double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
     pthread_mutex_lock(&co->store_lock);
-    int rc =
+    int stored =
         store_round_commit(co->store, r->round_id, &ck, eval, r->bytes_down, time_wall_ms(), err);
     pthread_mutex_unlock(&co->store_lock);
-    if (rc != 0) return -1;
-    log_info("rounds", "round %lld committed: %d sites, eval loss %.4f", (long long)r->number - 1,
+    if (stored != 0) goto out;
+    /* committed: publish, nothing below can fail */
+    if (d.data) security_sha256(r->model.params, n * 4, r->delta_base_sha);
+    memcpy(r->model.params, theta, sizeof(float) * n);
+    outer_free(&r->outer);
+    r->outer = next;
+    memset(&next, 0, sizeof next);
+    free(r->ckpt);
+    r->ckpt = ckpt, r->ckpt_len = ckpt_len;
+    memcpy(r->ckpt_sha, ckpt_sha, 32);
+    ckpt = NULL;
+    free(r->delta);
+    r->delta = d.data, r->delta_len = d.len, r->delta_from = d.data ? r->number : -1;
+    if (d.data) security_sha256(d.data, d.len, r->delta_sha);
+    d.data = NULL;
+    r->theta_norm = l2_norm(r->model.params, n);
+    log_info("rounds", "round %lld committed: %d sites, eval loss %.4f", (long long)r->number,
              r->n_reported, eval);
+    drop_kept(co);
+    r->number++;
     if (r->number >= r->total) {
         r->finished = 1;
         log_info("rounds", "federation finished after %lld rounds", (long long)r->total);
     } else if (open_round(co, err) != 0) {
-        return -1;
+        log_error("rounds", "cannot open round %lld: %s", (long long)r->number, err);
     }
     pthread_cond_broadcast(&r->changed);
-    return 0;
+    rc = 0;
+out:
+    if (rc != 0) { /* nothing of a failed commit stays: the round fails, θ is unchanged */
+        unlink(path);
+        if (state_path[0]) unlink(state_path);
+        char reason[ERR_LEN + 32];
+        snprintf(reason, sizeof reason, "commit failed: %s", err);
+        fail_round(co, reason);
+    }
+    free(mean), free(theta), free(ckpt);
+    outer_free(&next);
+    blob_free(&d);
+    return rc;
 }
 
 static int64_t active_sites(Coordinator *co) {
@@ -225,7 +297,73 @@ static int64_t active_sites(Coordinator *co) {
     return active;
 }
 
-/* The deadline: every 200 ms, close, extend or fail the open round. */
+/* Answers the parked WaitRounds whose round has moved, whose poll has
+ * expired, or (all) every one; outside r->lock. */
+static void answer_waiters(Coordinator *co, int all) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    int64_t now = time_wall_ms();
+    int n = 0;
+    Waiter *ready = malloc(sizeof *ready * (size_t)(r->n_waiters ? r->n_waiters : 1));
+    uint8_t (*resp)[64] = malloc(64 * (size_t)(r->n_waiters ? r->n_waiters : 1));
+    size_t *lens = malloc(sizeof *lens * (size_t)(r->n_waiters ? r->n_waiters : 1));
+    for (int i = 0; ready && resp && lens && i < r->n_waiters;) {
+        Waiter *w = &r->waiters[i];
+        if (!(all || r->finished || r->stop || r->number > w->after_round || now >= w->expires_ms)) {
+            i++;
+            continue;
+        }
+        Strait__WaitRoundResponse wr = STRAIT__WAIT_ROUND_RESPONSE__INIT;
+        wr.current_round = (uint64_t)r->number;
+        wr.finished = r->finished;
+        for (int k = 0; k < r->n_reported; k++) wr.reported |= strcmp(r->reported[k], w->site) == 0;
+        lens[n] = strait__wait_round_response__pack(&wr, resp[n]);
+        ready[n++] = *w;
+        r->waiters[i] = r->waiters[--r->n_waiters];
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < n; i++) net_parked_answer(ready[i].call, resp[i], lens[i], NET_OK, NULL);
+    free(ready), free(resp), free(lens);
+}
+
+void rounds_release_waiters(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1; /* no new parking; the ticker ends too */
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+    if (r->ticker) pthread_join(r->ticker, NULL); /* it uses the server: done before it stops */
+    r->ticker = 0;
+    answer_waiters(co, 1);
+}
+
+/* Calls in flight of certificates revoked since (by the Admin API or by
+ * `strait site revoke` on the store) are cancelled within a second. */
+static void cancel_revoked(Coordinator *co) {
+    pthread_mutex_lock(&co->rounds.lock);
+    NetServer *srv = co->server;
+    pthread_mutex_unlock(&co->rounds.lock);
+    if (srv == NULL) return;
+    char (*peers)[65] = malloc(65 * 512);
+    if (peers == NULL) return;
+    int n = net_server_live_peers(srv, peers, 512);
+    for (int i = 0; i < n; i++) {
+        StoreSite site;
+        StoreCert cert;
+        pthread_mutex_lock(&co->store_lock);
+        int rc = store_cert_find(co->store, peers[i], &site, &cert, NULL);
+        pthread_mutex_unlock(&co->store_lock);
+        if (rc == 0 && (strcmp(site.state, "active") != 0 || cert.revoked_at != 0)) {
+            int k = net_server_cancel_peer(srv, peers[i], "this site has been revoked");
+            log_warn("rounds", "site %s is revoked: %d call%s in flight cancelled", site.name, k,
+                     k == 1 ? "" : "s");
+        }
+    }
+    free(peers);
+}
+
+/* The deadline: every 200 ms, close, extend or fail the open round; answer
+ * the WaitRounds that can be; once a second, end a revoked site's calls. */
 static void *ticker_main(void *arg) {
     Coordinator *co = arg;
     Rounds *r = &co->rounds;
@@ -251,15 +389,14 @@ static void *ticker_main(void *arg) {
                 char reason[160];
                 snprintf(reason, sizeof reason, "no quorum: %d of %lld sites after %d extensions",
                          r->n_reported, (long long)r->min_sites, r->extensions);
-                pthread_mutex_lock(&co->store_lock);
-                store_round_fail(co->store, r->round_id, reason, now, NULL);
-                pthread_mutex_unlock(&co->store_lock);
-                log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number,
-                         reason);
-                if (open_round(co, err) != 0) log_error("rounds", "cannot reopen: %s", err);
+                fail_round(co, reason);
             }
         }
+        int check = now >= r->revocation_check_ms;
+        if (check) r->revocation_check_ms = now + 1000;
         pthread_mutex_unlock(&r->lock);
+        answer_waiters(co, 0);
+        if (check) cancel_revoked(co);
     }
 }
 
@@ -305,29 +442,99 @@ static void h_get_model(NetCall *c, void *user) {
     free(copy);
 }
 
-static void record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
-                          const Strait__UpdateMeta *meta, int64_t wire, int64_t upload_ms,
-                          const char *state, const char *reason) {
+/* The update's row in the ledger; -1 (err set) when the store refused it. */
+static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
+                         const Strait__UpdateMeta *meta, int64_t wire, int64_t upload_ms,
+                         const char *code, const char *reason, int64_t *update_id, char *err) {
     StoreUpdate u;
     memset(&u, 0, sizeof u);
     u.round_id = round_id, u.site_id = site_id;
     snprintf(u.codec, sizeof u.codec, "%s", codec);
     u.raw_bytes = 4 * (int64_t)co->rounds.model.n_params;
     u.wire_bytes = wire;
-    u.tokens = meta ? (int64_t)meta->tokens : 0;
+    /* claims, bounded before they reach the ledger (a refused update keeps 0) */
+    u.tokens = meta && meta->tokens <= (uint64_t)co->rounds.max_tokens ? (int64_t)meta->tokens : 0;
     u.train_loss = meta ? meta->train_loss : NAN;
     u.eval_loss = meta ? meta->eval_loss : NAN;
-    u.train_ms = meta ? (int64_t)meta->train_ms : 0;
+    u.train_ms = meta && meta->train_ms <= (uint64_t)INT32_MAX * 1000 ? (int64_t)meta->train_ms : 0;
     u.upload_ms = upload_ms;
     u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
-    snprintf(u.state, sizeof u.state, "%s", state);
+    snprintf(u.state, sizeof u.state, "%s", code ? "rejected" : "received");
     snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
+    snprintf(u.reason_code, sizeof u.reason_code, "%s", code ? code : "");
     u.received_at = time_wall_ms();
-    char err[ERR_LEN];
     pthread_mutex_lock(&co->store_lock);
-    if (store_update_record(co->store, &u, NULL, err) != 0)
-        log_warn("rounds", "cannot record an update: %s", err);
+    int rc = store_update_record(co->store, &u, update_id, err);
     pthread_mutex_unlock(&co->store_lock);
+    return rc;
+}
+
+/* A loss a site reports: a finite, non-negative number of plausible size,
+ * or not measured. */
+static double claimed_loss(double x) {
+    return isfinite(x) && x >= 0 && x < 1e4 ? x : NAN;
+}
+
+/* Why an update from `site` is refused before the gates (code and text), or
+ * NULL. Under r->lock. */
+static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
+                            const Strait__UpdateMeta *meta, char *why, size_t why_len) {
+    int dup = 0;
+    for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site) == 0;
+    const uint8_t *b = got->data;
+    if (r->finished) {
+        snprintf(why, why_len, "the federation has finished");
+        return "finished";
+    }
+    if (meta == NULL || meta->tokens == 0) {
+        snprintf(why, why_len, "update without its metadata (tokens trained)");
+        return "no_metadata";
+    }
+    if (meta->tokens > (uint64_t)r->max_tokens) {
+        snprintf(why, why_len,
+                 "update weight of %llu tokens is over what a round lets a site train: %lld "
+                 "(inner_steps %lld x batch %lld x seq %lld in federation.ini)",
+                 (unsigned long long)meta->tokens, (long long)r->max_tokens,
+                 (long long)r->inner_steps, (long long)r->set.batch, (long long)r->set.seq);
+        return "bad_weight";
+    }
+    if (meta->train_ms > (uint64_t)INT32_MAX * 1000) {
+        snprintf(why, why_len, "update metadata claims %llu ms of training",
+                 (unsigned long long)meta->train_ms);
+        return "malformed";
+    }
+    if (got->round != (uint64_t)r->number) {
+        snprintf(why, why_len, "update for round %llu; the federation is at round %lld",
+                 (unsigned long long)got->round, (long long)r->number);
+        return "stale_round";
+    }
+    if (dup) {
+        snprintf(why, why_len, "duplicate update: site %s already reported round %lld", site,
+                 (long long)r->number);
+        return "duplicate";
+    }
+    if (r->n_reported == MAX_REPORTS) {
+        snprintf(why, why_len, "too many sites in one round");
+        return "too_many_sites";
+    }
+    /* the federation's codec and its parameters, nothing else: the size
+     * bound and the robust rules assume them */
+    CodecParams params;
+    char reason[ERR_LEN];
+    if (codec_blob_params(b, got->length, &params, reason) != 0) {
+        snprintf(why, why_len, "%s", reason);
+        return "malformed";
+    }
+    const CodecParams *want = &r->uplink, *have = &params;
+    if (have->id != want->id || have->block != want->block || have->chunk != want->chunk ||
+        have->value_bits != want->value_bits || fabs(have->density - want->density) > 1e-6) {
+        snprintf(why, why_len,
+                 "update in codec %s; this federation takes %s with its own parameters "
+                 "([codec] uplink)",
+                 codec_name(have->id) ? codec_name(have->id) : "?", codec_name(want->id));
+        return "wrong_codec";
+    }
+    return NULL;
 }
 
 static void h_push_update(NetCall *c, void *user) {
@@ -335,86 +542,103 @@ static void h_push_update(NetCall *c, void *user) {
     Rounds *r = &co->rounds;
     StoreSite site;
     if (coordinator_authorize_site(co, c, &site) != 0) return;
-    NetLimits lim = {16 * (uint64_t)r->model.n_params + (1u << 20)};
+    char owner[32], err[ERR_LEN];
+    snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
+    pthread_mutex_lock(&r->lock);
+    NetLimits lim = {.max_total = r->max_update_bytes,
+                     .purpose = "update",
+                     .header_ms = r->set.upload_header_ms,
+                     .idle_ms = r->set.upload_idle_ms,
+                     .life_ms = r->set.upload_life_ms};
+    pthread_mutex_unlock(&r->lock);
     NetReceived got;
-    char err[ERR_LEN];
     uint64_t t0 = time_monotonic_ns();
-    NetStatus st = net_upload_receive(c, r->spool, &lim, &got, err);
+    NetStatus st = net_upload_receive(c, r->spool, owner, &lim, &got, err);
     /* the last stream's time: a resumed upload's earlier streams are not counted */
     int64_t upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
     if (st != NET_OK) {
         net_call_status(c, st, "%s", err);
         return;
     }
-    Strait__UpdateMeta *meta = strait__update_meta__unpack(NULL, got.meta_len, got.meta);
-    char *blob = NULL;
-    size_t len = 0;
-    if (file_read_all(got.path, lim.max_total, &blob, &len, err) != 0) {
-        net_call_status(c, NET_INTERNAL, "%s", err);
-        goto out;
+    /* revoked while it uploaded: refused like any call of a revoked site */
+    if (coordinator_authorize_site(co, c, &site) != 0) {
+        net_received_free(&got);
+        return;
     }
+    Strait__UpdateMeta *meta = strait__update_meta__unpack(NULL, got.meta_len, got.meta);
+    if (meta) {
+        meta->train_loss = claimed_loss(meta->train_loss);
+        meta->eval_loss = claimed_loss(meta->eval_loss);
+        meta->start_eval_loss = claimed_loss(meta->start_eval_loss);
+    }
+    const uint8_t *blob = got.data;
+    size_t len = got.length;
     pthread_mutex_lock(&r->lock);
-    int64_t round_id = r->round_id;
+    int64_t round_id = r->round_id, update_id = 0;
     char why[ERR_LEN] = "";
     const char *codec =
         len > 6 && codec_name((CodecId)blob[6]) ? codec_name((CodecId)blob[6]) : "?";
-    int dup = 0;
-    for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site.name) == 0;
-    if (r->finished) {
-        snprintf(why, sizeof why, "the federation has finished");
-    } else if (meta == NULL || meta->tokens == 0) {
-        snprintf(why, sizeof why, "update without its metadata (tokens trained)");
-    } else if (got.round != (uint64_t)r->number) {
-        snprintf(why, sizeof why, "update for round %llu; the federation is at round %lld",
-                 (unsigned long long)got.round, (long long)r->number);
-    } else if (dup) {
-        snprintf(why, sizeof why, "duplicate update: site %s already reported round %lld",
-                 site.name, (long long)r->number);
-    } else if (r->n_reported == MAX_REPORTS) {
-        snprintf(why, sizeof why, "too many sites in one round");
-    } else if ((r->robust ? round_sum_check : round_sum_add)(&r->sum, (const uint8_t *)blob, len,
-                                                             (double)meta->tokens, why) == 0) {
-        why[0] = '\0';
-        if (r->robust) { /* keep the whole update until the round closes */
-            char kept[1200];
-            snprintf(r->kept[r->n_kept], sizeof r->kept[0], "kept-r%lld-%.40s.blob",
-                     (long long)r->number, site.name);
-            snprintf(kept, sizeof kept, "%s/spool/%s", co->dir, r->kept[r->n_kept]);
-            if (rename(got.path, kept) == 0)
-                r->n_kept++;
-            else
-                snprintf(why, sizeof why, "cannot keep the update for robust aggregation");
-        }
+    const char *code = precheck(r, site.name, &got, meta, why, sizeof why);
+    RoundGate g = {0};
+    double weight = meta ? (double)meta->tokens : 0;
+    if (code == NULL && round_sum_gate(&r->sum, blob, len, weight, &g) != 0) {
+        code = g.code;
+        snprintf(why, sizeof why, "%s", g.why);
     }
-    int accepted = why[0] == '\0';
+    char kept[64];
+    kept_name(r->number, kept, sizeof kept);
+    if (code == NULL && r->robust &&
+        net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, err) != 0) {
+        code = "internal";
+        snprintf(why, sizeof why, "cannot keep the update for robust aggregation: %.200s", err);
+    }
+    /* the ledger first: an update the store cannot record is not applied */
+    if (record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms, code,
+                      code ? why : NULL, &update_id, err) != 0) {
+        log_error("rounds", "cannot record the update of %s: %s", site.name, err);
+        if (code == NULL) {
+            if (r->robust) net_spool_drop(r->spool, owner, kept);
+            code = "internal";
+            snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
+        }
+    } else if (code == NULL &&
+               round_sum_apply(&r->sum, blob, len, weight, g.norm, !r->robust, err) != 0) {
+        /* a gated update fails to apply only for want of memory, before any change */
+        code = "internal";
+        snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
+        if (r->robust) net_spool_drop(r->spool, owner, kept);
+        pthread_mutex_lock(&co->store_lock);
+        store_update_reject(co->store, update_id, code, why, NULL);
+        pthread_mutex_unlock(&co->store_lock);
+    }
+    int accepted = code == NULL, committed = 0;
     if (accepted) {
+        if (r->robust) snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
         snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
         if (isfinite(meta->eval_loss)) {
             r->eval_sum += meta->eval_loss * (double)meta->tokens;
             r->eval_weight += (double)meta->tokens;
         }
     }
-    record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms,
-                  accepted ? "received" : "rejected", accepted ? NULL : why);
     /* early close: every active site is in, and never below quorum (a site
      * that reports before the others have joined must not make a round) */
     if (accepted && r->n_reported >= active_sites(co) && r->n_reported >= r->min_sites) {
         char cerr[ERR_LEN];
         if (commit_round(co, cerr) != 0) log_error("rounds", "commit failed: %s", cerr);
+        committed = 1;
     }
     pthread_mutex_unlock(&r->lock);
+    if (committed) answer_waiters(co, 0);
     if (accepted) {
         log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
                  (unsigned long long)got.round, site.name, len);
         net_upload_answer(c, got.upload_id, got.length, 1);
     } else {
-        log_warn("rounds", "update from %s refused: %s", site.name, why);
-        net_call_status(c, NET_FAILED_PRECONDITION, "%s", why);
+        log_warn("rounds", "update from %s refused (%s): %s", site.name, code, why);
+        net_call_status(c, strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
+                        "%s", why);
     }
-out:
-    free(blob);
     if (meta) strait__update_meta__free_unpacked(meta, NULL);
-    net_spool_release(r->spool, got.upload_id);
     net_received_free(&got);
 }
 
@@ -422,7 +646,9 @@ static void h_query_upload(NetCall *c, void *user) {
     Coordinator *co = user;
     StoreSite site;
     if (coordinator_authorize_site(co, c, &site) != 0) return;
-    net_upload_query_handle(c, co->rounds.spool);
+    char owner[32];
+    snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
+    net_upload_query_handle(c, co->rounds.spool, owner);
 }
 
 /* A site's sign of life while it trains (its last_seen moves with the
@@ -446,6 +672,9 @@ static void h_heartbeat(NetCall *c, void *user) {
     SEND_RESPONSE(c, strait__heartbeat_response, resp);
 }
 
+/* Long-polls for the round after req.after_round. The call is parked (no
+ * worker is held) until the round moves or WAIT_POLL_MS pass; when parking
+ * is refused (too many parked) it waits on its worker as before. */
 static void h_wait_round(NetCall *c, void *user) {
     Coordinator *co = user;
     Rounds *r = &co->rounds;
@@ -459,21 +688,42 @@ static void h_wait_round(NetCall *c, void *user) {
         net_call_status(c, NET_INVALID_ARGUMENT, "malformed WaitRoundRequest");
         return;
     }
+    int64_t after = req->after_round > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)req->after_round;
+    strait__wait_round_request__free_unpacked(req, NULL);
     int64_t left = net_call_deadline_ms(c);
     int64_t wait = left < WAIT_POLL_MS ? left - 500 : WAIT_POLL_MS;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += wait > 0 ? wait / 1000 : 0;
-    until.tv_nsec += wait > 0 ? (wait % 1000) * 1000000L : 0;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&r->lock);
     int reported = 0;
     for (int i = 0; i < r->n_reported; i++) reported |= strcmp(r->reported[i], site.name) == 0;
     /* a round reopened (a restart, no quorum) without this site's update
      * answers at once, so the site sends it again */
-    if (reported || r->number != (int64_t)req->after_round)
-        while (!r->finished && !r->stop && r->number <= (int64_t)req->after_round)
+    int must_wait = (reported || r->number != after) && !r->finished && !r->stop &&
+                    r->number <= after && wait > 0;
+    if (must_wait && r->n_waiters < MAX_WAITERS) {
+        if (r->n_waiters == r->cap_waiters) {
+            int cap = r->cap_waiters ? 2 * r->cap_waiters : 64;
+            Waiter *grown = realloc(r->waiters, sizeof *grown * (size_t)cap);
+            if (grown) r->waiters = grown, r->cap_waiters = cap;
+        }
+        if (r->n_waiters < r->cap_waiters && net_call_park(c) == 0) {
+            Waiter *w = &r->waiters[r->n_waiters++];
+            w->call = c;
+            w->after_round = after;
+            w->expires_ms = time_wall_ms() + wait;
+            snprintf(w->site, sizeof w->site, "%s", site.name);
+            pthread_mutex_unlock(&r->lock); /* answered by answer_waiters */
+            return;
+        }
+    }
+    if (must_wait) { /* not parked: wait here */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += wait / 1000;
+        until.tv_nsec += (wait % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        while (!r->finished && !r->stop && r->number <= after)
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    }
     Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->finished;
@@ -483,7 +733,6 @@ static void h_wait_round(NetCall *c, void *user) {
     uint8_t buf[64];
     size_t n = strait__wait_round_response__pack(&resp, buf);
     net_call_send(c, buf, n);
-    strait__wait_round_request__free_unpacked(req, NULL);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------- */
@@ -504,55 +753,113 @@ void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t
     pthread_mutex_unlock(&r->lock);
 }
 
-static int start(Coordinator *co, const Config *cfg, char *err) {
-    Rounds *r = &co->rounds;
-    pthread_mutex_init(&r->lock, NULL);
-    pthread_cond_init(&r->changed, NULL);
-    r->delta_from = -1;
-    int64_t seed;
+int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *o, char *err) {
+    memset(o, 0, sizeof *o);
+    GPTConfig gc;
+    if (gpt_config_preset(model, &gc) != 0)
+        return err_set(err, "federation.ini: [model] preset = %s is not a model this strait knows",
+                       model);
     const char *codec = config_get_str(cfg, "codec", "uplink", "int8");
     const char *outer = config_get_str(cfg, "optimizer", "outer", "nesterov");
     const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
-    double outer_lr, momentum;
-    if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &r->total, err) ||
-        config_get_int(cfg, "rounds", "min_sites", 1, 1, 100000, &r->min_sites, err) ||
-        config_get_duration_ms(cfg, "rounds", "deadline", 600000, &r->deadline_ms, err) ||
-        config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &r->inner_steps, err) ||
-        config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &r->max_extensions, err) ||
-        config_get_duration_ms(cfg, "rounds", "time_budget", 0, &r->budget_ms, err) ||
-        config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &seed, err) ||
-        config_get_double(cfg, "optimizer", "lr", 0.7, &outer_lr, err) ||
-        config_get_double(cfg, "optimizer", "momentum", 0.9, &momentum, err) ||
-        config_get_double(cfg, "rounds", "trim", 0.1, &r->trim, err))
+    const int64_t DAY = 24LL * 3600 * 1000;
+    if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||
+        config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, &o->min_sites, err) ||
+        config_get_duration_ms(cfg, "rounds", "deadline", 600000, &o->deadline_ms, err) ||
+        config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
+        config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
+        config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
+        config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
+        config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
+        config_get_double(cfg, "rounds", "max_update_ratio", 2.0, &o->max_update_ratio, err) ||
+        config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &o->seed, err) ||
+        config_get_double(cfg, "optimizer", "lr", 0.7, &o->outer_lr, err) ||
+        config_get_double(cfg, "optimizer", "momentum", 0.9, &o->momentum, err) ||
+        config_get_double(cfg, "rounds", "trim", 0.1, &o->trim, err) ||
+        config_get_int(cfg, "limits", "spool", 64LL << 30, 1 << 20, INT64_MAX, &o->spool_bytes,
+                       err) ||
+        config_get_int(cfg, "limits", "spool_per_site", 0, 0, INT64_MAX, &o->spool_site_bytes,
+                       err) ||
+        config_get_duration_ms(cfg, "limits", "upload_header", 30000, &o->upload_header_ms, err) ||
+        config_get_duration_ms(cfg, "limits", "upload_idle", 60000, &o->upload_idle_ms, err) ||
+        config_get_duration_ms(cfg, "limits", "upload_life", 3600000, &o->upload_life_ms, err))
         return -1;
+    /* ranges the typed reads above cannot say */
+    static const struct {
+        const char *section, *key;
+        int64_t min, max;
+    } spans[] = {{"rounds", "deadline", 1000, 7 * 24 * 3600 * 1000LL},
+                 {"rounds", "time_budget", 0, 7 * 24 * 3600 * 1000LL},
+                 {"limits", "upload_header", 100, 3600000},
+                 {"limits", "upload_idle", 100, 3600000},
+                 {"limits", "upload_life", 1000, 7 * 24 * 3600 * 1000LL}};
+    const int64_t *vals[] = {&o->deadline_ms, &o->budget_ms, &o->upload_header_ms,
+                             &o->upload_idle_ms, &o->upload_life_ms};
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+        if (*vals[i] < spans[i].min || *vals[i] > spans[i].max)
+            return err_set(err, "federation.ini: [%s] %s = %lld ms is out of range; use %lld ms to "
+                           "%lld days",
+                           spans[i].section, spans[i].key, (long long)*vals[i],
+                           (long long)spans[i].min, (long long)(spans[i].max / DAY));
+    if (!(o->outer_lr > 0 && o->outer_lr <= 10))
+        return err_set(err, "federation.ini: [optimizer] lr = %g; use more than 0, at most 10",
+                       o->outer_lr);
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return err_set(err, "federation.ini: [optimizer] momentum = %g; use 0 to less than 1",
+                       o->momentum);
+    if (!(o->max_update_ratio >= 0))
+        return err_set(err,
+                       "federation.ini: [rounds] max_update_ratio = %g; use 0 (off) or a positive "
+                       "bound on |update| / |model|",
+                       o->max_update_ratio);
     if (strcmp(agg, "mean") == 0)
-        r->robust = 0;
+        o->robust = 0;
     else if (strcmp(agg, "median") == 0)
-        r->robust = 1;
+        o->robust = 1;
     else if (strcmp(agg, "trimmed_mean") == 0)
-        r->robust = 2;
+        o->robust = 2;
     else
         return err_set(err,
                        "federation.ini: [rounds] aggregate = %s; use mean, median or "
                        "trimmed_mean",
                        agg);
-    if (r->robust == 2 && !(r->trim >= 0 && r->trim < 0.5))
-        return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to 0.5", r->trim);
-    if (codec_params_parse(codec, &r->uplink, err) != 0) return -1;
-    OuterKind kind;
-    if (outer_kind_parse(outer, &kind) != 0)
+    if (!(o->trim >= 0 && o->trim < 0.5))
+        return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
+    if (codec_params_parse(codec, &o->uplink, err) != 0) return -1;
+    if (outer_kind_parse(outer, &o->outer) != 0)
         return err_set(err, "federation.ini: [optimizer] outer = %s; use nesterov, avg or adam",
                        outer);
+    return 0;
+}
+
+static int start(Coordinator *co, const RoundsSettings *set, char *err) {
+    Rounds *r = &co->rounds;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->delta_from = -1;
+    r->set = *set;
+    r->total = set->total, r->min_sites = set->min_sites, r->deadline_ms = set->deadline_ms;
+    r->inner_steps = set->inner_steps, r->max_extensions = set->max_extensions;
+    r->budget_ms = set->budget_ms, r->robust = set->robust, r->trim = set->trim;
+    r->uplink = set->uplink;
+    r->max_tokens = set->inner_steps * set->batch * set->seq;
     GPTConfig gc;
     if (gpt_config_preset(co->model, &gc) != 0)
         return err_set(err, "federation.ini: unknown model preset %s", co->model);
-    if (gpt_build(&r->model, &gc, (uint64_t)seed, err) != 0) return -1;
-    if (outer_init(&r->outer, kind, r->model.n_params, (float)outer_lr, (float)momentum, err) != 0)
+    if (gpt_build(&r->model, &gc, (uint64_t)set->seed, err) != 0) return -1;
+    if (outer_init(&r->outer, set->outer, r->model.n_params, (float)set->outer_lr,
+                   (float)set->momentum, err) != 0)
         return -1;
+    CodecLayout layout = {r->model.table_hash, r->model.n_params, NULL, 0};
+    r->max_update_bytes = codec_blob_max_len(&r->uplink, &layout);
+    if (r->max_update_bytes == 0) return err_set(err, "cannot size the federation's updates");
+    uint64_t per_site =
+        set->spool_site_bytes > 0 ? (uint64_t)set->spool_site_bytes : 3 * r->max_update_bytes;
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/spool", co->dir);
-    r->spool = net_spool_open(dir, 64ull << 30, 24LL * 3600 * 1000, err);
+    r->spool = net_spool_open(dir, (uint64_t)set->spool_bytes, per_site, 24LL * 3600 * 1000, err);
     if (r->spool == NULL) return -1;
+    net_spool_drop_all_kept(r->spool); /* a round's kept updates do not outlive the process */
     /* resume from the last committed round, or start from the seeded model */
     StoreRound last;
     int rc = store_resume_point(co->store, co->dir, &last, err);
@@ -571,6 +878,7 @@ static int start(Coordinator *co, const Config *cfg, char *err) {
     char initial[64];
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
     if (publish_model(co, initial, NULL, NULL, err) != 0) return -1;
+    r->theta_norm = l2_norm(r->model.params, r->model.n_params);
     if (r->number >= r->total) {
         r->finished = 1;
     } else if (open_round(co, err) != 0) {
@@ -580,9 +888,9 @@ static int start(Coordinator *co, const Config *cfg, char *err) {
     return 0;
 }
 
-int rounds_start(Coordinator *co, const Config *cfg, char *err) {
+int rounds_start(Coordinator *co, const RoundsSettings *set, char *err) {
     memset(&co->rounds, 0, sizeof co->rounds);
-    if (start(co, cfg, err) == 0) return 0;
+    if (start(co, set, err) == 0) return 0;
     rounds_stop(co); /* frees what a start that failed half-way had made */
     return -1;
 }
@@ -594,7 +902,9 @@ void rounds_stop(Coordinator *co) {
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
     if (r->ticker) pthread_join(r->ticker, NULL);
-    drop_kept(co);
+    assert(r->n_waiters == 0); /* rounds_release_waiters answered them */
+    free(r->waiters);
+    if (r->spool) drop_kept(co);
     round_sum_free(&r->sum);
     outer_free(&r->outer);
     gpt_free(&r->model);

@@ -101,38 +101,96 @@ static char *sign_site_csr(Coordinator *co, NetCall *c, const ProtobufCBinaryDat
     return cert;
 }
 
+/* Join failures per peer address in the current minute: beyond the
+ * federation's limit an address is refused before any work (a token is
+ * 256 bits; this is for the CPU a stream of bad joins would cost). */
+static int join_refused(Coordinator *co, const char *addr, int record) {
+    int64_t minute = time_wall_ms() / 60000;
+    pthread_mutex_lock(&co->join_lock);
+    struct JoinFailures *slot = NULL, *oldest = &co->join_failures[0];
+    size_t n = sizeof co->join_failures / sizeof co->join_failures[0];
+    for (size_t i = 0; i < n && !slot; i++) {
+        struct JoinFailures *f = &co->join_failures[i];
+        if (strcmp(f->addr, addr) == 0) slot = f;
+        if (f->minute < oldest->minute) oldest = f;
+    }
+    if (slot == NULL && record) { /* the stalest slot makes room */
+        slot = oldest;
+        snprintf(slot->addr, sizeof slot->addr, "%s", addr);
+        slot->count = 0;
+    }
+    if (slot && slot->minute != minute) slot->minute = minute, slot->count = 0;
+    if (slot && record) slot->count++;
+    int refused = slot && slot->count >= co->join_limit;
+    pthread_mutex_unlock(&co->join_lock);
+    return refused;
+}
+
+/* A failed join: audited with the peer's address, counted against it. */
+static void join_failed(Coordinator *co, NetCall *c, const char *site, const char *why) {
+    const char *addr = net_call_peer(c)->addr;
+    char detail[300];
+    snprintf(detail, sizeof detail, "from %s: %s", addr, why);
+    pthread_mutex_lock(&co->store_lock);
+    store_event_add(co->store, site, "site.join_failed", detail, time_wall_ms(), NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    join_refused(co, addr, 1);
+    log_warn("coordinator", "join of '%.64s' refused %s", site, detail);
+}
+
 static void h_join(NetCall *c, void *user) {
     Coordinator *co = user;
+    if (join_refused(co, net_call_peer(c)->addr, 0)) {
+        net_call_status(c, NET_RESOURCE_EXHAUSTED,
+                        "too many failed joins from this address; wait a minute and check the "
+                        "token");
+        return;
+    }
     Strait__JoinRequest *req;
     READ_REQUEST(c, JoinRequest, strait__join_request, req);
-    char err[ERR_LEN], *cert = NULL;
+    char err[ERR_LEN], *cert = NULL, name[80];
     StoreCert rec;
+    snprintf(name, sizeof name, "%.64s", req->site_name);
+    for (char *p = name; *p; p++) /* the audit log gets a printable name */
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
     if (!coordinator_valid_site_name(req->site_name)) {
-        net_call_status(c, NET_INVALID_ARGUMENT, "bad site name '%.64s'", req->site_name);
+        net_call_status(c, NET_INVALID_ARGUMENT,
+                        "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting "
+                        "with a letter or a digit",
+                        name);
+        join_failed(co, c, name, "bad site name");
         goto out;
     }
     if (strlen(req->token) != 64) {
         net_call_status(c, NET_INVALID_ARGUMENT, "malformed enrollment token");
-        goto out;
-    }
-    /* sign first: a certificate whose token fails is never returned */
-    if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len, req->site_name,
-                          co->site_cert_days, &cert, err) != 0) {
-        net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
-        goto out;
-    }
-    if (cert_record(cert, &rec, err) != 0) {
-        net_call_status(c, NET_INTERNAL, "%s", err);
+        join_failed(co, c, name, "malformed token");
         goto out;
     }
     uint8_t hash[SHA256_LEN];
     security_sha256(req->token, 64, hash);
     int64_t now = time_wall_ms();
+    /* the token first, read only: a bad one costs no signature and no write lock */
     pthread_mutex_lock(&co->store_lock);
-    StoreTokenResult r = store_token_consume(co->store, hash, req->site_name, now, &rec, NULL, err);
-    if (r == STORE_TOKEN_OK)
-        store_event_add(co->store, req->site_name, "site.join", rec.serial, now, NULL);
+    StoreTokenResult r = store_token_check(co->store, hash, req->site_name, now, err);
     pthread_mutex_unlock(&co->store_lock);
+    if (r == STORE_TOKEN_OK) {
+        /* sign before consuming: a certificate whose token fails is never returned */
+        if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len,
+                              req->site_name, co->site_cert_days, &cert, err) != 0) {
+            net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
+            join_failed(co, c, name, "bad CSR");
+            goto out;
+        }
+        if (cert_record(cert, &rec, err) != 0) {
+            net_call_status(c, NET_INTERNAL, "%s", err);
+            goto out;
+        }
+        pthread_mutex_lock(&co->store_lock);
+        r = store_token_consume(co->store, hash, req->site_name, now, &rec, NULL, err);
+        if (r == STORE_TOKEN_OK)
+            store_event_add(co->store, req->site_name, "site.join", rec.serial, now, NULL);
+        pthread_mutex_unlock(&co->store_lock);
+    }
     switch (r) {
     case STORE_TOKEN_OK:
         break;
@@ -143,9 +201,11 @@ static void h_join(NetCall *c, void *user) {
     case STORE_TOKEN_EXPIRED:
         net_call_status(c, NET_PERMISSION_DENIED,
                         "token expired; ask the federation's admin for a new one");
+        join_failed(co, c, name, "token expired");
         goto out;
     default:
         net_call_status(c, NET_PERMISSION_DENIED, "%s", store_token_result_str(r));
+        join_failed(co, c, name, store_token_result_str(r));
         goto out;
     }
     log_info("coordinator", "site %s joined (certificate %s)", req->site_name, rec.serial);
@@ -231,6 +291,7 @@ static void coordinator_free(Coordinator *co) {
     if (co->store) store_close(co->store);
     free(co->ca), free(co->ca_key), free(co->server_chain), free(co->server_key);
     pthread_mutex_destroy(&co->store_lock);
+    pthread_mutex_destroy(&co->join_lock);
 }
 
 /* federation.ini holds only keys this coordinator reads: a misspelt one
@@ -238,13 +299,17 @@ static void coordinator_free(Coordinator *co) {
 static int check_keys(const Config *cfg, char *err) {
     static const char *const federation[] = {"name", "listen", "advertise", NULL};
     static const char *const model[] = {"preset", "seed", NULL};
-    static const char *const rounds[] = {"total",          "min_sites",   "deadline",
-                                         "max_extensions", "aggregate",   "trim",
-                                         "inner_steps",    "time_budget", NULL};
+    static const char *const rounds[] = {"total",       "min_sites",   "deadline",
+                                         "max_extensions", "aggregate", "trim",
+                                         "inner_steps", "time_budget", "batch",
+                                         "seq",         "max_update_ratio", NULL};
     static const char *const codec[] = {"uplink", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", NULL};
     static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
-    static const char *const limits[] = {"workers", NULL};
+    static const char *const limits[] = {"workers",     "calls_per_site", "admin_reserve",
+                                         "spool",       "spool_per_site", "upload_header",
+                                         "upload_idle", "upload_life",    "join_failures",
+                                         NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const struct {
         const char *section;
@@ -252,9 +317,13 @@ static int check_keys(const Config *cfg, char *err) {
     } known[] = {{"federation", federation}, {"model", model},         {"rounds", rounds},
                  {"codec", codec},           {"optimizer", optimizer}, {"security", security},
                  {"limits", limits},         {"metrics", metrics}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    const char *sections[sizeof known / sizeof known[0] + 1];
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        sections[i] = known[i].section;
         if (config_check_keys(cfg, known[i].section, known[i].keys, err) != 0) return -1;
-    return 0;
+    }
+    sections[sizeof known / sizeof known[0]] = NULL;
+    return config_check_sections(cfg, sections, err);
 }
 
 /* Where monitors on this machine reach a coordinator bound to listen: the
@@ -272,6 +341,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     Coordinator co;
     memset(&co, 0, sizeof co);
     pthread_mutex_init(&co.store_lock, NULL);
+    pthread_mutex_init(&co.join_lock, NULL);
     snprintf(co.dir, sizeof co.dir, "%s", dir);
     co.started_ms = time_wall_ms();
     char path[1100];
@@ -286,14 +356,28 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         coordinator_free(&co);
         return -1;
     }
-    int64_t days, workers;
+    int64_t days, workers, per_site, reserve, ttl_unused;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
     snprintf(co.name, sizeof co.name, "%s", config_get_str(cfg, "federation", "name", "strait"));
     snprintf(co.model, sizeof co.model, "%s", config_get_str(cfg, "model", "preset", "small"));
-    int bad = config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
-              config_get_int(cfg, "limits", "workers", 16, 1, 1024, &workers, err);
+    /* every setting read and checked before anything changes (the store
+     * marks an open round failed at start: not for a typo) */
+    RoundsSettings rs;
+    int bad = coordinator_check_listen(listen_addr, err) ||
+              config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
+              config_get_duration_ms(cfg, "security", "token_ttl", 0, &ttl_unused, err) ||
+              config_get_int(cfg, "limits", "workers", 16, 2, 1024, &workers, err) ||
+              config_get_int(cfg, "limits", "calls_per_site", NET_PER_PEER_DEFAULT, 1, 64,
+                             &per_site, err) ||
+              config_get_int(cfg, "limits", "admin_reserve", 2, 0, 64, &reserve, err) ||
+              config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
+              rounds_settings_read(cfg, co.model, &rs, err);
+    if (!bad && reserve >= workers)
+        bad = err_set(err, "federation.ini: [limits] admin_reserve = %lld; use fewer than workers "
+                      "(%lld)",
+                      (long long)reserve, (long long)workers);
     co.site_cert_days = (long)days;
     SecurityIdentity admin;
     char *admin_pem = NULL;
@@ -313,7 +397,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     co.store = store_open(path, STORE_READWRITE, err);
     StoreRecovery rec;
     if (co.store == NULL || store_recover(co.store, dir, time_wall_ms(), &rec, err) != 0 ||
-        rounds_start(&co, cfg, err) != 0) {
+        rounds_start(&co, &rs, err) != 0) {
         config_free(cfg);
         coordinator_free(&co);
         return -1;
@@ -323,19 +407,28 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
              config_get_str(cfg, "metrics", "listen", ""));
     config_free(cfg);
     net_global_init();
-    NetServerConfig sc = {listen_addr, {co.ca, co.server_chain, co.server_key}, (int)workers, 0, 0};
+    NetServerConfig sc = {.listen = listen_addr,
+                          .tls = {co.ca, co.server_chain, co.server_key},
+                          .workers = (int)workers,
+                          .per_peer = (int)per_site,
+                          .reserve = (int)reserve};
     NetServer *srv = net_server_create(&sc, err);
     int port = 0;
     int rc = srv ? 0 : -1;
     if (rc == 0)
         rc =
             net_server_add_method(srv, "/strait.Federation/Join", NET_UNARY, 0, h_join, &co, err) ||
-            net_server_add_method(srv, "/strait.Federation/Renew", NET_UNARY, 1, h_renew, &co,
-                                  err) ||
-            net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, 1, h_hello, &co,
-                                  err) ||
+            net_server_add_method(srv, "/strait.Federation/Renew", NET_UNARY, NET_REQUIRE_CERT,
+                                  h_renew, &co, err) ||
+            net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, NET_REQUIRE_CERT,
+                                  h_hello, &co, err) ||
             admin_add_methods(&co, srv, err) || rounds_add_methods(&co, srv, err) ||
             net_server_start(srv, &port, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&co.rounds.lock);
+        co.server = srv;
+        pthread_mutex_unlock(&co.rounds.lock);
+    }
     Metrics *metrics = NULL;
     if (rc == 0) {
         bound_address(listen_addr, port, co.address, sizeof co.address);
@@ -368,6 +461,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         unlink(path);
     }
     metrics_stop(metrics);
+    rounds_release_waiters(&co); /* parked calls answered, the ticker stopped */
     net_server_stop(srv, 5000);
     rounds_stop(&co);
     coordinator_free(&co);

@@ -10,6 +10,7 @@
  * Statements are prepared once per connection and cached by their SQL
  * text's address (each query is a static string in one function).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,12 @@
 #include "store_internal.h"
 #include "util/util.h"
 
-extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[];
+extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
+    schema_store_v4_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql,
-                                         schema_store_v3_sql};
+                                         schema_store_v3_sql, schema_store_v4_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -404,37 +406,48 @@ static int record_site_cert(Store *s, const char *name, int64_t now, const Store
     return 0;
 }
 
+/* What the token row says for this site now; st has run sql_get. */
+static StoreTokenResult token_classify(Store *s, sqlite3_stmt *st, const char *site_name,
+                                       int64_t now, char *err) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) return STORE_TOKEN_UNKNOWN;
+    if (rc != SQLITE_ROW) {
+        store_db_error(s, err, "cannot read the token");
+        return STORE_TOKEN_ERROR;
+    }
+    const char *bound = (const char *)sqlite3_column_text(st, 0);
+    if (sqlite3_column_int(st, 2)) return STORE_TOKEN_USED;
+    if (sqlite3_column_int64(st, 1) <= now) return STORE_TOKEN_EXPIRED;
+    if (bound == NULL || strcmp(bound, site_name) != 0) return STORE_TOKEN_WRONG_SITE;
+    return STORE_TOKEN_OK;
+}
+
+static const char sql_token_get[] =
+    "SELECT site_name, expires_at, used_at IS NOT NULL FROM enroll_tokens "
+    "WHERE token_hash = ?1";
+
+StoreTokenResult store_token_check(Store *s, const uint8_t hash[32], const char *site_name,
+                                   int64_t now, char *err) {
+    sqlite3_stmt *st = store_stmt(s, sql_token_get, err);
+    if (st == NULL) return STORE_TOKEN_ERROR;
+    sqlite3_bind_blob(st, 1, hash, 32, SQLITE_STATIC);
+    StoreTokenResult result = token_classify(s, st, site_name, now, err);
+    sqlite3_reset(st);
+    return result;
+}
+
 StoreTokenResult store_token_consume(Store *s, const uint8_t hash[32], const char *site_name,
                                      int64_t now, const StoreCert *cert, int64_t *site_id,
                                      char *err) {
-    static const char sql_get[] =
-        "SELECT site_name, expires_at, used_at IS NOT NULL FROM enroll_tokens "
-        "WHERE token_hash = ?1";
     static const char sql_use[] = "UPDATE enroll_tokens SET used_at = ?2 WHERE token_hash = ?1 "
                                   "AND used_at IS NULL";
     /* IMMEDIATE takes the write lock before the read, so two racers are
      * serialised and the second sees used_at set. */
     if (store_begin(s, 1, err) != 0) return STORE_TOKEN_ERROR;
-    StoreTokenResult result = STORE_TOKEN_ERROR;
-    sqlite3_stmt *st = store_stmt(s, sql_get, err);
+    sqlite3_stmt *st = store_stmt(s, sql_token_get, err);
     if (st == NULL) goto fail;
     sqlite3_bind_blob(st, 1, hash, 32, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) {
-        result = STORE_TOKEN_UNKNOWN;
-    } else if (rc == SQLITE_ROW) {
-        const char *bound = (const char *)sqlite3_column_text(st, 0);
-        if (sqlite3_column_int(st, 2))
-            result = STORE_TOKEN_USED;
-        else if (sqlite3_column_int64(st, 1) <= now)
-            result = STORE_TOKEN_EXPIRED;
-        else if (bound == NULL || strcmp(bound, site_name) != 0)
-            result = STORE_TOKEN_WRONG_SITE;
-        else
-            result = STORE_TOKEN_OK;
-    } else {
-        store_db_error(s, err, "cannot read the token");
-    }
+    StoreTokenResult result = token_classify(s, st, site_name, now, err);
     sqlite3_reset(st);
     if (result != STORE_TOKEN_OK) {
         if (result != STORE_TOKEN_ERROR) err_set(err, "%s", store_token_result_str(result));
@@ -591,8 +604,9 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     static const char sql[] =
         "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, "
         "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at, "
-        "start_eval_loss) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14)";
+        "start_eval_loss, reason_code) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14, "
+        "nullif(?15, ''))";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, u->round_id);
@@ -610,6 +624,12 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     sqlite3_bind_int64(st, 13, u->received_at);
     /* a loss is positive: 0 (a zeroed struct, an older site) is "not measured" */
     bind_real_or_null(st, 14, u->start_eval_loss > 0 ? u->start_eval_loss : NAN);
+    if (strcmp(u->state, "rejected") == 0 && !store_reason_code_valid(u->reason_code)) {
+        sqlite3_reset(st);
+        return err_set(err, "a rejected update needs a reason code, not '%.24s'", u->reason_code);
+    }
+    sqlite3_bind_text(st, 15, strcmp(u->state, "rejected") == 0 ? u->reason_code : "", -1,
+                      SQLITE_STATIC);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     switch (rc) {
@@ -687,13 +707,35 @@ static void update_row(sqlite3_stmt *st, void *row) {
     store_copy_text(u->reason, sizeof u->reason, st, 13);
     u->received_at = sqlite3_column_int64(st, 14);
     u->start_eval_loss = column_real_or_nan(st, 15);
+    store_copy_text(u->reason_code, sizeof u->reason_code, st, 16);
+}
+
+const char *const store_reason_codes[] = {STORE_REASON_CODES, NULL};
+
+int store_reason_code_valid(const char *code) {
+    for (int i = 0; code && store_reason_codes[i]; i++)
+        if (strcmp(store_reason_codes[i], code) == 0) return 1;
+    return 0;
+}
+
+int store_update_reject(Store *s, int64_t update_id, const char *code, const char *reason,
+                        char *err) {
+    static const char sql[] = "UPDATE updates SET state = 'rejected', reason = ?2, "
+                              "reason_code = ?3 WHERE id = ?1 AND state = 'received'";
+    assert(store_reason_code_valid(code));
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, update_id);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, code, -1, SQLITE_STATIC);
+    return step_done(s, st, err, "cannot mark an update rejected");
 }
 
 int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n, char *err) {
     static const char sql[] =
         "SELECT u.id, u.round_id, u.site_id, s.name, u.codec, u.raw_bytes, u.wire_bytes, "
         "u.tokens, u.train_loss, u.eval_loss, u.train_ms, u.upload_ms, u.state, "
-        "coalesce(u.reason, ''), u.received_at, u.start_eval_loss "
+        "coalesce(u.reason, ''), u.received_at, u.start_eval_loss, coalesce(u.reason_code, '') "
         "FROM updates u JOIN sites s ON s.id = u.site_id "
         "WHERE u.round_id = ?1 ORDER BY u.id";
     sqlite3_stmt *st = store_stmt(s, sql, err);

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -92,6 +92,10 @@ StoreTokenResult store_token_consume(Store *s, const uint8_t hash[32], const cha
                                      int64_t now, const StoreCert *cert, int64_t *site_id,
                                      char *err);
 const char *store_token_result_str(StoreTokenResult r);
+/* What consuming the token would say, read only: no write lock, no change
+ * (Join checks a token before it signs anything). */
+StoreTokenResult store_token_check(Store *s, const uint8_t hash[32], const char *site_name,
+                                   int64_t now, char *err);
 
 /* Records a further certificate of a site (a renewal) and makes it the
  * site's current one; earlier ones stay valid until they expire. */
@@ -139,8 +143,18 @@ typedef struct StoreUpdate {
                              * <= 0 or NAN: not measured */
     char state[12];         /* received, accepted, rejected, discarded */
     char reason[256];       /* why rejected or discarded */
+    char reason_code[24];   /* rejected: one of STORE_REASON_CODES */
     int64_t received_at;
 } StoreUpdate;
+
+/* Why an update was refused, as codes with few values (metrics label by
+ * them; the text beside says the particulars). */
+#define STORE_REASON_CODES                                                                         \
+    "non_finite", "wrong_model", "norm_gate", "duplicate", "stale_round", "finished",              \
+        "no_metadata", "bad_weight", "too_many_sites", "wrong_codec", "malformed", "revoked",      \
+        "internal"
+extern const char *const store_reason_codes[]; /* NULL-terminated */
+int store_reason_code_valid(const char *code);
 
 typedef struct StoreCheckpoint {
     const char *path; /* relative to the federation folder */
@@ -158,9 +172,12 @@ typedef struct StoreCheckpoint {
 int store_round_open(Store *s, int64_t number, int64_t now, int64_t *round_id, char *err);
 int store_round_aggregating(Store *s, int64_t round_id, char *err);
 /* Records an update; u->state is "received" (it is in the round's sum) or
- * "rejected" with u->reason. A second counting update of one site in one
- * round is refused with an error naming the duplicate. */
+ * "rejected" with u->reason and u->reason_code. A second counting update of
+ * one site in one round is refused with an error naming the duplicate. */
 int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char *err);
+/* A received update that could not be applied after all becomes rejected. */
+int store_update_reject(Store *s, int64_t update_id, const char *code, const char *reason,
+                        char *err);
 /* The commit of the protocol above. Totals (participants, tokens, token-
  * weighted train loss, bytes up) are derived from the received updates. */
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
@@ -205,10 +222,10 @@ typedef struct StoreTotals {
 
 int store_totals(Store *s, StoreTotals *out, char *err);
 
-/* Rejected updates counted by their reason text, most frequent first; *out
- * is malloc'd (reasons) and *counts beside it. */
+/* Rejected updates counted by their reason code, most frequent first; *out
+ * is malloc'd. */
 typedef struct StoreReasonCount {
-    char reason[256];
+    char reason[256]; /* the code */
     int64_t count;
 } StoreReasonCount;
 int store_rejections(Store *s, StoreReasonCount **out, size_t *n, char *err);

@@ -2,12 +2,16 @@
  * net.h — the API of net/: the one wrapper over gRPC core. No other folder
  * includes a gRPC header.
  *
- * Server: a gRPC server with TLS that requests and verifies a client
+ * Server: a gRPC server with TLS 1.3 that requests and verifies a client
  * certificate (methods say whether they require one), registered methods
  * (unary, server-streaming, client-streaming) whose handlers run on a
  * bounded pool of worker threads — when every worker is busy a new call is
  * answered RESOURCE_EXHAUSTED at once — plus UNIMPLEMENTED for unknown
  * methods. Handlers are plain blocking code: receive, send, set a status.
+ * No peer can take the pool: a certificate (or an address, without one)
+ * holds at most per_peer calls at once, some workers are reserved for
+ * methods flagged NET_USE_RESERVE, a revoked peer's calls can be cancelled
+ * in flight, and a long poll parks its call instead of holding a worker.
  *
  * Client: a channel to HOST:PORT with TLS (server-authenticated only when no
  * client certificate is given, as for Join; mutual otherwise), and calls with
@@ -16,7 +20,8 @@
  * Transfers (net/transfer.c): payloads streamed as a TransferHeader and 1 MiB
  * chunks, checked against limits before anything is allocated, verified by
  * length and SHA-256, and resumable: the receiver spools partial uploads to
- * disk by upload id.
+ * disk by owner (the authenticated sender) and upload id, one live stream
+ * per upload, within quotas per owner and in total reserved at the header.
  *
  * Messages are bytes; their protobuf encoding (schema/strait.proto) is the
  * caller's, through protoc-c. Return values: 0 ok, -1 with a one-line reason
@@ -99,31 +104,59 @@ typedef enum NetMethodKind {
  * OK. */
 typedef void (*NetHandler)(NetCall *call, void *user);
 
+#define NET_PER_PEER_DEFAULT   4
+#define NET_MAX_PARKED_DEFAULT 4096
+
 typedef struct NetServerConfig {
     const char *listen; /* "127.0.0.1:0" picks a free port */
     NetTls tls;         /* ca_pem verifies client certificates */
     int workers;        /* handler threads; a call beyond gets RESOURCE_EXHAUSTED */
     size_t max_message; /* bytes, both directions (default 8 MiB) */
     int keepalive_ms;   /* ping idle clients this often (default 30 s) */
+    int per_peer;       /* calls one certificate (or address) may hold at once, parked ones
+                         * included; beyond: RESOURCE_EXHAUSTED (0: NET_PER_PEER_DEFAULT) */
+    int reserve;        /* workers only NET_USE_RESERVE methods may take (0: none) */
+    int max_parked;     /* parked calls at most (0: NET_MAX_PARKED_DEFAULT) */
 } NetServerConfig;
 
+/* net_server_add_method flags */
+#define NET_REQUIRE_CERT 1 /* refuse callers without a verified client certificate */
+#define NET_USE_RESERVE  2 /* may take the reserved workers (the admin's methods) */
+
 NetServer *net_server_create(const NetServerConfig *cfg, char *err);
-/* path "/strait.Federation/Hello"; require_cert: refuse callers without a
- * verified client certificate with UNAUTHENTICATED before the handler runs. */
-int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int require_cert,
+/* path "/strait.Federation/Hello"; flags: NET_REQUIRE_CERT (callers
+ * without a verified client certificate get UNAUTHENTICATED before the
+ * handler runs), NET_USE_RESERVE. */
+int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int flags,
                           NetHandler handler, void *user, char *err);
 /* Binds, starts the dispatcher and the workers; *port gets the bound port. */
 int net_server_start(NetServer *s, int *port, char *err);
 /* Stops taking calls, lets running ones finish for grace_ms, cancels the
- * rest, joins every thread and frees the server. */
+ * rest, joins every thread and frees the server. Every parked call must
+ * have been answered before. */
 void net_server_stop(NetServer *s, int grace_ms);
+/* Cancels (PERMISSION_DENIED, why) every live call of the certificate with
+ * this SHA-256 fingerprint, parked ones included (they still wait for
+ * their owner's answer, which then goes nowhere); returns how many. */
+int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why);
+/* The fingerprints of the certificates with live calls (at most max). */
+int net_server_live_peers(NetServer *s, char (*out)[65], int max);
 
-typedef enum NetRecv { NET_RECV_BROKEN = -1, NET_RECV_END = 0, NET_RECV_MESSAGE = 1 } NetRecv;
+typedef enum NetRecv {
+    NET_RECV_TIMEOUT = -2,
+    NET_RECV_BROKEN = -1,
+    NET_RECV_END = 0,
+    NET_RECV_MESSAGE = 1
+} NetRecv;
 
 /* The next client message: MESSAGE (msg filled), END (the client finished
  * sending) or BROKEN (cancelled, deadline passed, peer gone). For unary and
  * server-streaming calls the request is the first message. */
 NetRecv net_call_recv(NetCall *c, NetBuf *msg);
+/* The same, waiting at most wait_ms (-1: no limit): a client that sends
+ * nothing for that long gets TIMEOUT and its call is cancelled
+ * (DEADLINE_EXCEEDED). */
+NetRecv net_call_recv_within(NetCall *c, NetBuf *msg, int64_t wait_ms);
 /* Sends a response message; data must stay valid until it returns. */
 int net_call_send(NetCall *c, const void *data, size_t len);
 /* The status the call ends with (printf-style message). */
@@ -131,6 +164,7 @@ void net_call_status(NetCall *c, NetStatus code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 typedef struct NetPeer {
+    char addr[64]; /* the peer's IP address, without the port */
     int has_cert;  /* a client certificate verified against the CA */
     char name[65]; /* its subject CN */
     char serial_hex[80];
@@ -145,6 +179,16 @@ int64_t net_call_deadline_ms(NetCall *c);
 /* Whether the call was cancelled or its deadline passed; waits up to
  * wait_ms for the news. */
 int net_call_cancelled(NetCall *c, int wait_ms);
+
+/* Parks a unary call: when its handler returns, the worker is free and the
+ * call stays open until net_parked_answer. The handler must not touch the
+ * call after handing it to whoever answers it. -1: not parked (too many
+ * parked, or the server is stopping); the handler answers as usual. */
+int net_call_park(NetCall *c);
+/* Answers a parked call from any thread, once: the response message (when
+ * code is OK) and the status; the call is freed. */
+void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
+                       const char *details);
 
 /* ---- client ------------------------------------------------------------ */
 
@@ -196,46 +240,67 @@ typedef struct NetTransferSpec {
                             * (a model served to every site); NULL: computed */
 } NetTransferSpec;
 
-/* What a receiver accepts. */
+/* What a receiver accepts. Downloads use max_total only. */
 typedef struct NetLimits {
-    uint64_t max_total; /* bytes of one payload */
+    uint64_t max_total;  /* bytes of one payload */
+    const char *purpose; /* the header's purpose must be this (NULL: any) */
+    int64_t header_ms;   /* the header must come within this (0: 30 s) */
+    int64_t idle_ms;     /* the longest wait for the next chunk (0: 60 s) */
+    int64_t life_ms;     /* the longest one stream may last (0: 1 hour) */
 } NetLimits;
 
-/* The receiver's disk for partial uploads: one file per upload id, bounded
- * in total bytes, files untouched for expiry_ms removed. Thread-safe. */
+/* The receiver's disk for uploads: a folder per owner (the authenticated
+ * sender; no owner sees another's files), one partial file per upload id
+ * and the owner's kept files, bounded per owner and in total (partials,
+ * uploads in flight at their declared size, and kept files all count);
+ * partials untouched for expiry_ms are removed. Thread-safe. Owners and
+ * upload ids are [A-Za-z0-9._-]{1,64}, not starting with '.'. */
 typedef struct NetSpool NetSpool;
-NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, int64_t expiry_ms, char *err);
+NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, uint64_t max_owner_bytes,
+                         int64_t expiry_ms, char *err);
 void net_spool_close(NetSpool *sp);
-/* Bytes held for an upload id (0 if none). */
-uint64_t net_spool_committed(NetSpool *sp, const char *upload_id);
-/* Removes an upload's file (after the caller has used a complete one). */
-void net_spool_release(NetSpool *sp, const char *upload_id);
+/* Bytes held for an owner's upload id (0 if none). */
+uint64_t net_spool_committed(NetSpool *sp, const char *owner, const char *upload_id);
+/* Writes a new file `name` in the owner's folder (O_EXCL: never into an
+ * existing one) within the owner's quota; path (may be NULL) gets where. */
+int net_spool_keep(NetSpool *sp, const char *owner, const char *name, const uint8_t *data,
+                   size_t len, char *path, size_t path_len, char *err);
+/* Removes a kept file; every kept file of every owner (a coordinator
+ * starting over: what it kept belonged to a round it no longer holds). */
+void net_spool_drop(NetSpool *sp, const char *owner, const char *name);
+void net_spool_drop_all_kept(NetSpool *sp);
+/* Bytes the spool holds in files now (partials and kept), for an owner or
+ * (owner NULL) in all. */
+uint64_t net_spool_used(NetSpool *sp, const char *owner);
 
 typedef struct NetReceived {
     char upload_id[NET_UPLOAD_ID_MAX + 1];
     char purpose[32];
     uint64_t round;
     uint64_t length;
-    char path[1024]; /* the complete payload, in the spool */
-    uint8_t *meta;   /* owned; free with net_received_free */
+    uint8_t *data; /* the payload, exactly the bytes whose SHA-256 was verified; owned */
+    uint8_t *meta; /* owned; free both with net_received_free */
     size_t meta_len;
 } NetReceived;
 void net_received_free(NetReceived *r);
 
-/* Server side of an upload (a client-streaming handler): reads the header,
- * checks it against limits and the spool, appends chunks at contiguous
- * offsets, and on the end of the stream verifies length and SHA-256. On
- * success the payload is complete in out->path and 0 is returned; the
- * handler answers with net_upload_answer. On failure returns the status to
- * answer with (message in err); a broken stream keeps what was received
- * for a resume, a wrong hash keeps nothing. */
-NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, NetReceived *out,
-                             char *err);
+/* Server side of an upload (a client-streaming handler) for the
+ * authenticated owner: reads the header (within lim->header_ms), checks it
+ * against limits, the spool's quotas and the uploads in flight (one live
+ * stream per upload), appends chunks at contiguous offsets, and at the end
+ * of the stream reads the payload into memory and verifies its length and
+ * SHA-256 there. On success out->data holds those bytes, the partial file
+ * is gone, and 0 is returned; the handler answers with net_upload_answer.
+ * On failure returns the status to answer with (message in err); a broken
+ * or stalled stream keeps what was received for a resume, a wrong hash
+ * keeps nothing. */
+NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
+                             NetReceived *out, char *err);
 /* Sends an UploadStatus (the answer of an upload or of a resume query). */
 int net_upload_answer(NetCall *c, const char *upload_id, uint64_t committed, int complete);
-/* The query handler's body: reads an UploadQuery, answers its committed
- * offset from the spool. */
-void net_upload_query_handle(NetCall *c, NetSpool *sp);
+/* The query handler's body: reads an UploadQuery, answers the committed
+ * offset of the owner's upload of that id (another owner's is invisible). */
+void net_upload_query_handle(NetCall *c, NetSpool *sp, const char *owner);
 
 /* Client side: asks the receiver how much of upload_id it holds
  * (query_method), then streams the rest (upload_method). *committed_out

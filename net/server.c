@@ -10,7 +10,16 @@
  * Per call, RECV_CLOSE_ON_SERVER is started before the handler runs: its
  * `cancelled` flag is the only way to tell a client that finished sending
  * from one that vanished (NOTES-grpc-core.md).
+ *
+ * No one peer can starve the others: each certificate (or, for calls
+ * without one, each address) may hold at most per_peer calls at once,
+ * `reserve` workers are kept for methods flagged NET_USE_RESERVE (Admin),
+ * and every live call is on a list so that net_server_cancel_peer can end
+ * a revoked site's calls in flight. A handler may park its call
+ * (net_call_park): its worker is freed and the call is answered later from
+ * any thread, so long polls do not pin workers.
  */
+#include <assert.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -37,7 +46,7 @@ typedef struct Request {
 struct Method {
     char path[128];
     NetMethodKind kind;
-    int require_cert;
+    int flags; /* NET_REQUIRE_CERT, NET_USE_RESERVE */
     NetHandler handler;
     void *user;
     void *handle; /* from grpc_server_register_method */
@@ -60,7 +69,16 @@ struct NetCall {
     NetPeer peer;
     int peer_loaded;
     grpc_metadata_array md;
+    char peer_key[80]; /* what per_peer counts by: the certificate, else the address */
+    NetCall *prev, *next; /* the server's live list, under server->lock */
+    int live;
+    /* parking, under server->lock: PARK_NONE, or the call outlives its handler */
+    int park;
+    uint8_t *answer; /* a parked call's response, owned */
+    size_t answer_len;
 };
+
+enum { PARK_NONE, PARK_IN_HANDLER, PARK_RELEASED, PARK_ANSWERED_EARLY };
 
 enum { TAG_NEW_CALL = 1, TAG_SHUTDOWN = 2 };
 static int tag_close, tag_op; /* addresses used as tags on a call's own queue */
@@ -85,13 +103,18 @@ struct NetServer {
     NetCall **queue;
     int q_head, q_len;
     int shutdown_tag;
+    NetCall *live;  /* every call handed to a worker and not yet finished */
+    int n_parked;
 };
 
 /* ---- calls --------------------------------------------------------------- */
 
+static void load_addr(NetCall *c);
+
 static void load_peer(NetCall *c) {
     if (c->peer_loaded) return;
     c->peer_loaded = 1;
+    load_addr(c);
     grpc_auth_context *ctx = grpc_call_auth_context(c->call);
     if (ctx == NULL) return;
     grpc_auth_property_iterator it =
@@ -117,6 +140,19 @@ static void load_peer(NetCall *c) {
     grpc_auth_context_release(ctx);
 }
 
+/* "ipv4:127.0.0.1:5000" → "127.0.0.1"; "ipv6:[::1]:5000" → "::1" */
+static void load_addr(NetCall *c) {
+    char *peer = grpc_call_get_peer(c->call);
+    const char *p = peer ? peer : "";
+    const char *colon = strchr(p, ':');
+    if (colon && (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0)) p = colon + 1;
+    const char *end = strrchr(p, ':');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > 1 && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
+    snprintf(c->peer.addr, sizeof c->peer.addr, "%.*s", (int)(n < 60 ? n : 60), p);
+    if (peer) gpr_free(peer);
+}
+
 const NetPeer *net_call_peer(NetCall *c) {
     load_peer(c);
     return &c->peer;
@@ -132,12 +168,26 @@ int64_t net_call_deadline_ms(NetCall *c) {
     return gpr_time_to_millis(gpr_time_sub(c->deadline, now));
 }
 
-/* Runs one batch on the call's own queue and waits for it. */
-static int call_batch(NetCall *c, grpc_op *ops, size_t n) {
+/* Runs one batch on the call's own queue and waits for it, at most
+ * wait_ms (-1: as long as the call lives): past that the call is cancelled
+ * with DEADLINE_EXCEEDED and -2 returned once the batch has ended. */
+static int call_batch_within(NetCall *c, grpc_op *ops, size_t n, int64_t wait_ms) {
     if (grpc_call_start_batch(c->call, ops, n, &tag_op, NULL) != GRPC_CALL_OK) return -1;
-    grpc_event ev =
+    gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
+                                     : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                    gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, &tag_op, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                     "the peer was too slow", NULL);
         grpc_completion_queue_pluck(c->cq, &tag_op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        return -2;
+    }
     return ev.type == GRPC_OP_COMPLETE && ev.success ? 0 : -1;
+}
+
+static int call_batch(NetCall *c, grpc_op *ops, size_t n) {
+    return call_batch_within(c, ops, n, -1);
 }
 
 static void close_check(NetCall *c, int wait_ms) {
@@ -155,6 +205,10 @@ int net_call_cancelled(NetCall *c, int wait_ms) {
 }
 
 NetRecv net_call_recv(NetCall *c, NetBuf *msg) {
+    return net_call_recv_within(c, msg, -1);
+}
+
+NetRecv net_call_recv_within(NetCall *c, NetBuf *msg, int64_t wait_ms) {
     msg->data = NULL;
     msg->len = 0;
     grpc_byte_buffer *bb = NULL;
@@ -169,7 +223,12 @@ NetRecv net_call_recv(NetCall *c, NetBuf *msg) {
         memset(&op, 0, sizeof op);
         op.op = GRPC_OP_RECV_MESSAGE;
         op.data.recv_message.recv_message = &bb;
-        if (call_batch(c, &op, 1) != 0) return NET_RECV_BROKEN;
+        int rc = call_batch_within(c, &op, 1, wait_ms);
+        if (rc == -2) {
+            if (bb) grpc_byte_buffer_destroy(bb);
+            return NET_RECV_TIMEOUT;
+        }
+        if (rc != 0) return NET_RECV_BROKEN;
         if (bb == NULL) /* clean end or a vanished client: ask RECV_CLOSE */
             return net_call_cancelled(c, 0) ? NET_RECV_BROKEN : NET_RECV_END;
     }
@@ -249,11 +308,27 @@ static NetCall *call_from_request(NetServer *s, Request *r) {
     return c;
 }
 
+static void live_remove(NetCall *c) {
+    NetServer *s = c->server;
+    pthread_mutex_lock(&s->lock);
+    if (c->live) {
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            s->live = c->next;
+        if (c->next) c->next->prev = c->prev;
+        c->live = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Sends the final status, waits for the close, frees everything. */
 static void call_finish(NetCall *c) {
     if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
     send_status(c, c->status, c->details);
     close_check(c, -1);
+    live_remove(c);
+    free(c->answer);
     if (c->first) grpc_byte_buffer_destroy(c->first);
     grpc_metadata_array_destroy(&c->md);
     grpc_call_unref(c->call);
@@ -316,17 +391,37 @@ static void dispatch(NetServer *s, Request *r) {
         return;
     }
     NetCall *c = call_from_request(s, r);
-    if (r->method->require_cert && !net_call_peer(c)->has_cert) {
+    const NetPeer *peer = net_call_peer(c);
+    if ((r->method->flags & NET_REQUIRE_CERT) && !peer->has_cert) {
         call_reject(c, NET_UNAUTHENTICATED,
                     "this method needs a client certificate signed by the federation CA");
         return;
     }
+    snprintf(c->peer_key, sizeof c->peer_key, "%s%s", peer->has_cert ? "cert:" : "addr:",
+             peer->has_cert ? peer->sha256_hex : peer->addr);
     pthread_mutex_lock(&s->lock);
-    if (s->idle == 0 || s->stopping) {
+    int mine = 0;
+    for (NetCall *o = s->live; o; o = o->next) mine += strcmp(o->peer_key, c->peer_key) == 0;
+    int usable = s->idle - ((r->method->flags & NET_USE_RESERVE) ? 0 : s->cfg.reserve);
+    if (mine >= s->cfg.per_peer) {
+        pthread_mutex_unlock(&s->lock);
+        char why[160];
+        snprintf(why, sizeof why,
+                 "too many calls at once from this %s (%d, the limit per peer); retry when "
+                 "one ends",
+                 peer->has_cert ? "certificate" : "address", mine);
+        call_reject(c, NET_RESOURCE_EXHAUSTED, why);
+        return;
+    }
+    if (usable <= 0 || s->stopping) {
         pthread_mutex_unlock(&s->lock);
         call_reject(c, NET_RESOURCE_EXHAUSTED, "server busy: every worker is taken; retry later");
         return;
     }
+    c->next = s->live;
+    if (s->live) s->live->prev = c;
+    s->live = c;
+    c->live = 1;
     s->queue[(s->q_head + s->q_len) % s->cfg.workers] = c;
     s->q_len++;
     s->idle--;
@@ -355,6 +450,71 @@ static void *dispatcher_main(void *arg) {
     return NULL;
 }
 
+/* Sends a parked call's answer and finishes it. */
+static void parked_send(NetCall *c) {
+    NetServer *s = c->server;
+    if (c->answer && (!c->status_set || c->status == NET_OK))
+        net_call_send(c, c->answer, c->answer_len);
+    call_finish(c);
+    pthread_mutex_lock(&s->lock);
+    s->n_parked--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+int net_call_park(NetCall *c) {
+    NetServer *s = c->server;
+    pthread_mutex_lock(&s->lock);
+    int ok = c->park == PARK_NONE && !s->stopping && s->n_parked < s->cfg.max_parked;
+    if (ok) c->park = PARK_IN_HANDLER, s->n_parked++;
+    pthread_mutex_unlock(&s->lock);
+    return ok ? 0 : -1;
+}
+
+void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
+                       const char *details) {
+    NetServer *s = c->server;
+    assert(c->park == PARK_IN_HANDLER || c->park == PARK_RELEASED);
+    if (data && len) {
+        c->answer = malloc(len);
+        if (c->answer) memcpy(c->answer, data, len), c->answer_len = len;
+    }
+    if (code != NET_OK || (data && len && c->answer == NULL))
+        net_call_status(c, code != NET_OK ? code : NET_RESOURCE_EXHAUSTED, "%s",
+                        code != NET_OK && details ? details : "out of memory");
+    pthread_mutex_lock(&s->lock);
+    int released = c->park == PARK_RELEASED;
+    if (!released) c->park = PARK_ANSWERED_EARLY; /* its worker sends it */
+    pthread_mutex_unlock(&s->lock);
+    if (released) parked_send(c);
+}
+
+int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why) {
+    char key[80];
+    snprintf(key, sizeof key, "cert:%s", sha256_hex);
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (NetCall *o = s->live; o; o = o->next)
+        if (strcmp(o->peer_key, key) == 0) {
+            grpc_call_cancel_with_status(o->call, GRPC_STATUS_PERMISSION_DENIED, why, NULL);
+            n++;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+int net_server_live_peers(NetServer *s, char (*out)[65], int max) {
+    int n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (NetCall *o = s->live; o && n < max; o = o->next) {
+        if (strncmp(o->peer_key, "cert:", 5) != 0) continue;
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) seen = strcmp(out[i], o->peer_key + 5) == 0;
+        if (!seen) snprintf(out[n++], 65, "%s", o->peer_key + 5);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 static void *worker_main(void *arg) {
     NetServer *s = arg;
     for (;;) {
@@ -369,7 +529,15 @@ static void *worker_main(void *arg) {
         s->q_len--;
         pthread_mutex_unlock(&s->lock);
         c->method->handler(c, c->method->user);
-        call_finish(c);
+        pthread_mutex_lock(&s->lock);
+        int park = c->park;
+        if (park == PARK_IN_HANDLER) c->park = PARK_RELEASED; /* answered later, elsewhere */
+        pthread_mutex_unlock(&s->lock);
+        if (park == PARK_ANSWERED_EARLY) {
+            parked_send(c);
+        } else if (park == PARK_NONE) {
+            call_finish(c);
+        }
         pthread_mutex_lock(&s->lock);
         s->idle++;
         pthread_mutex_unlock(&s->lock);
@@ -390,6 +558,9 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     }
     s->cfg = *cfg;
     if (s->cfg.workers <= 0) s->cfg.workers = 8;
+    if (s->cfg.per_peer <= 0) s->cfg.per_peer = NET_PER_PEER_DEFAULT;
+    if (s->cfg.reserve < 0 || s->cfg.reserve >= s->cfg.workers) s->cfg.reserve = 0;
+    if (s->cfg.max_parked <= 0) s->cfg.max_parked = NET_MAX_PARKED_DEFAULT;
     if (s->cfg.max_message == 0) s->cfg.max_message = NET_MAX_MESSAGE_DEFAULT;
     if (s->cfg.keepalive_ms <= 0) s->cfg.keepalive_ms = NET_KEEPALIVE_DEFAULT_MS;
     s->ca = strdup(cfg->tls.ca_pem);
@@ -407,7 +578,7 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     return s;
 }
 
-int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int require_cert,
+int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int flags,
                           NetHandler handler, void *user, char *err) {
     if (s->started) return err_set(err, "add methods before starting the server");
     if (s->n_methods == (int)(sizeof s->methods / sizeof s->methods[0]))
@@ -416,7 +587,7 @@ int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, in
     if (m == NULL) return err_set(err, "out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
     m->kind = kind;
-    m->require_cert = require_cert;
+    m->flags = flags;
     m->handler = handler;
     m->user = user;
     /* client streams read their messages; the others get the request with
@@ -479,6 +650,12 @@ void net_server_stop(NetServer *s, int grace_ms) {
             nanosleep(&ts, NULL);
         }
         grpc_server_cancel_all_calls(s->server);
+        pthread_mutex_lock(&s->lock);
+        int parked = s->n_parked;
+        pthread_mutex_unlock(&s->lock);
+        /* parked calls are their owner's to answer before stopping */
+        if (parked) log_warn("net", "stopping with %d parked calls unanswered", parked);
+        assert(parked == 0);
         pthread_mutex_lock(&s->lock);
         s->stopping = 1;
         pthread_cond_broadcast(&s->work_ready);

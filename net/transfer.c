@@ -5,14 +5,18 @@
  * Receivers check the header against their limits before they allocate or
  * spool anything, require contiguous offsets, and accept a payload only
  * when its length and SHA-256 match the header. Uploads are spooled to disk
- * by upload id, so a sender that died resumes where the receiver's file
- * ends (QueryUpload); downloads go to memory, bounded by the limit.
+ * by owner (the authenticated sender) and upload id, one live stream per
+ * upload, so a sender that died resumes where its file ends (QueryUpload)
+ * and no sender reaches another's files; the finished payload is read into
+ * memory and hashed there, so the bytes handed on are the bytes verified.
+ * Downloads go to memory, bounded by the limit.
  *
  * Chunk frames are written and read by hand — the exact protobuf encoding
  * of StreamFrame{chunk: Chunk{offset, data}} — so 1 MiB of data is never
  * copied into or out of a protobuf-c struct; any protobuf reader can read
  * them, and frames laid out differently fall back to protoc-c.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <openssl/evp.h>
 
 #include "net_internal.h"
 #include "schema/strait.pb-c.h"
@@ -159,18 +161,36 @@ static uint8_t *header_frame(const NetTransferSpec *spec, uint64_t total, const 
 
 /* ---- spool ----------------------------------------------------------------- */
 
+static int write_all(int fd, const uint8_t *p, size_t n);
+
+/* An upload in flight: its (owner, id) is taken, and its declared size is
+ * reserved against the quotas until the stream ends. */
+typedef struct SpoolLive {
+    char owner[NET_UPLOAD_ID_MAX + 1];
+    char id[NET_UPLOAD_ID_MAX + 1];
+    uint64_t reserved;
+} SpoolLive;
+
 struct NetSpool {
     char dir[900];
-    uint64_t max_bytes;
+    uint64_t max_bytes, max_owner_bytes;
     int64_t expiry_ms;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* guards live and every file operation that counts */
+    SpoolLive *live;
+    int n_live, cap_live;
 };
 
-static void spool_path(const NetSpool *sp, const char *id, char *path, size_t size) {
-    snprintf(path, size, "%s/%s.part", sp->dir, id);
+static void spool_owner_dir(const NetSpool *sp, const char *owner, char *path, size_t size) {
+    snprintf(path, size, "%s/%.64s", sp->dir, owner);
 }
 
-NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, int64_t expiry_ms, char *err) {
+static void spool_path(const NetSpool *sp, const char *owner, const char *id, char *path,
+                       size_t size) {
+    snprintf(path, size, "%s/%.64s/%.64s.part", sp->dir, owner, id);
+}
+
+NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, uint64_t max_owner_bytes,
+                         int64_t expiry_ms, char *err) {
     if (file_mkdir_p(dir, 0700, err) != 0) return NULL;
     NetSpool *sp = calloc(1, sizeof *sp);
     if (sp == NULL) {
@@ -179,6 +199,7 @@ NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, int64_t expiry_ms,
     }
     snprintf(sp->dir, sizeof sp->dir, "%s", dir);
     sp->max_bytes = max_bytes;
+    sp->max_owner_bytes = max_owner_bytes ? max_owner_bytes : max_bytes;
     sp->expiry_ms = expiry_ms;
     pthread_mutex_init(&sp->lock, NULL);
     return sp;
@@ -186,77 +207,209 @@ NetSpool *net_spool_open(const char *dir, uint64_t max_bytes, int64_t expiry_ms,
 
 void net_spool_close(NetSpool *sp) {
     if (sp == NULL) return;
+    assert(sp->n_live == 0);
     pthread_mutex_destroy(&sp->lock);
+    free(sp->live);
     free(sp);
 }
 
-uint64_t net_spool_committed(NetSpool *sp, const char *id) {
-    if (!valid_upload_id(id)) return 0;
-    char path[1024];
-    spool_path(sp, id, path, sizeof path);
+uint64_t net_spool_committed(NetSpool *sp, const char *owner, const char *id) {
+    if (!valid_upload_id(owner) || !valid_upload_id(id)) return 0;
+    char path[1200];
+    spool_path(sp, owner, id, path, sizeof path);
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
-void net_spool_release(NetSpool *sp, const char *id) {
-    if (!valid_upload_id(id)) return;
-    char path[1024];
-    spool_path(sp, id, path, sizeof path);
-    unlink(path);
+static int live_find(const NetSpool *sp, const char *owner, const char *id) {
+    for (int i = 0; i < sp->n_live; i++)
+        if (strcmp(sp->live[i].owner, owner) == 0 && (id == NULL || strcmp(sp->live[i].id, id) == 0))
+            return i;
+    return -1;
 }
 
-/* Removes expired uploads and returns the bytes the rest hold. */
-static uint64_t spool_sweep(NetSpool *sp, const char *keep) {
-    DIR *d = opendir(sp->dir);
+/* Walks one owner's folder: removes expired partials that no stream holds,
+ * and returns the bytes of the rest, live partials left out (their
+ * reservation counts instead). Under sp->lock. */
+static uint64_t spool_sweep_owner(NetSpool *sp, const char *owner, int64_t now) {
+    char dir[1000];
+    spool_owner_dir(sp, owner, dir, sizeof dir);
+    DIR *d = opendir(dir);
     if (d == NULL) return 0;
     uint64_t used = 0;
-    int64_t now = time_wall_ms();
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
         size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 5, ".part") != 0) continue;
         char path[1400];
-        snprintf(path, sizeof path, "%s/%s", sp->dir, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0) continue;
-        int64_t age = now - (int64_t)st.st_mtime * 1000;
-        int is_keep = keep && strncmp(e->d_name, keep, n - 5) == 0 && strlen(keep) == n - 5;
-        if (!is_keep && sp->expiry_ms > 0 && age > sp->expiry_ms) {
-            unlink(path);
-            log_info("net", "spool: removed %s, untouched for %lld s", e->d_name,
-                     (long long)(age / 1000));
-            continue;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        int part = n > 5 && strcmp(e->d_name + n - 5, ".part") == 0;
+        if (part) {
+            char id[NET_UPLOAD_ID_MAX + 8];
+            snprintf(id, sizeof id, "%.*s", (int)(n - 5 < sizeof id - 1 ? n - 5 : sizeof id - 1),
+                     e->d_name);
+            int live = 0;
+            for (int i = 0; i < sp->n_live && !live; i++)
+                live = strcmp(sp->live[i].owner, owner) == 0 && strcmp(sp->live[i].id, id) == 0;
+            if (live) continue;
+            int64_t age = now - (int64_t)st.st_mtime * 1000;
+            if (sp->expiry_ms > 0 && age > sp->expiry_ms) {
+                unlink(path);
+                log_info("net", "spool: removed %s/%s, untouched for %lld s", owner, e->d_name,
+                         (long long)(age / 1000));
+                continue;
+            }
         }
-        if (!is_keep) used += (uint64_t)st.st_size;
+        used += (uint64_t)st.st_size;
     }
     closedir(d);
     return used;
+}
+
+/* Bytes used by one owner (owner != NULL) or by all: files plus the
+ * reservations of uploads in flight. Under sp->lock. */
+static uint64_t spool_usage(NetSpool *sp, const char *owner) {
+    int64_t now = time_wall_ms();
+    uint64_t used = 0;
+    for (int i = 0; i < sp->n_live; i++)
+        if (owner == NULL || strcmp(sp->live[i].owner, owner) == 0) used += sp->live[i].reserved;
+    if (owner) return used + spool_sweep_owner(sp, owner, now);
+    DIR *d = opendir(sp->dir);
+    if (d == NULL) return used;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (valid_upload_id(e->d_name)) used += spool_sweep_owner(sp, e->d_name, now);
+    closedir(d);
+    return used;
+}
+
+uint64_t net_spool_used(NetSpool *sp, const char *owner) {
+    if (owner && !valid_upload_id(owner)) return 0;
+    pthread_mutex_lock(&sp->lock);
+    uint64_t used = spool_usage(sp, owner);
+    pthread_mutex_unlock(&sp->lock);
+    return used;
+}
+
+/* Takes (owner, id) for one stream and reserves `bytes`, or says why not. */
+static NetStatus spool_claim(NetSpool *sp, const char *owner, const char *id, uint64_t bytes,
+                             char *err) {
+    NetStatus st = NET_OK;
+    pthread_mutex_lock(&sp->lock);
+    uint64_t mine = 0, all = 0;
+    if (live_find(sp, owner, id) >= 0) {
+        err_set(err, "upload %s is already being received on another stream; retry when it ends",
+                id);
+        st = NET_ABORTED;
+    } else if ((mine = spool_usage(sp, owner)) + bytes > sp->max_owner_bytes) {
+        err_set(err,
+                "this site's spool quota is full (%llu bytes held, %llu more asked, quota %llu); "
+                "finish or abandon its other uploads",
+                (unsigned long long)mine, (unsigned long long)bytes,
+                (unsigned long long)sp->max_owner_bytes);
+        st = NET_RESOURCE_EXHAUSTED;
+    } else if ((all = spool_usage(sp, NULL)) + bytes > sp->max_bytes) {
+        err_set(err, "the receiver's spool is full (%llu bytes held of %llu); retry later",
+                (unsigned long long)all, (unsigned long long)sp->max_bytes);
+        st = NET_RESOURCE_EXHAUSTED;
+    } else if (sp->n_live == sp->cap_live) {
+        int cap = sp->cap_live ? 2 * sp->cap_live : 16;
+        SpoolLive *grown = realloc(sp->live, sizeof *grown * (size_t)cap);
+        if (grown == NULL) {
+            err_set(err, "out of memory");
+            st = NET_RESOURCE_EXHAUSTED;
+        } else {
+            sp->live = grown, sp->cap_live = cap;
+        }
+    }
+    if (st == NET_OK) {
+        SpoolLive *l = &sp->live[sp->n_live++];
+        snprintf(l->owner, sizeof l->owner, "%s", owner);
+        snprintf(l->id, sizeof l->id, "%s", id);
+        l->reserved = bytes;
+    }
+    pthread_mutex_unlock(&sp->lock);
+    return st;
+}
+
+static void spool_unclaim(NetSpool *sp, const char *owner, const char *id) {
+    pthread_mutex_lock(&sp->lock);
+    int i = live_find(sp, owner, id);
+    assert(i >= 0);
+    if (i >= 0) sp->live[i] = sp->live[--sp->n_live];
+    pthread_mutex_unlock(&sp->lock);
+}
+
+int net_spool_keep(NetSpool *sp, const char *owner, const char *name, const uint8_t *data,
+                   size_t len, char *path, size_t path_len, char *err) {
+    if (!valid_upload_id(owner) || !valid_upload_id(name))
+        return err_set(err, "bad spool owner or file name");
+    char dir[1000], full[1200];
+    spool_owner_dir(sp, owner, dir, sizeof dir);
+    snprintf(full, sizeof full, "%s/%s", dir, name);
+    pthread_mutex_lock(&sp->lock);
+    uint64_t mine = spool_usage(sp, owner), all = spool_usage(sp, NULL);
+    int rc = -1, fd = -1;
+    if (mine + len > sp->max_owner_bytes || all + len > sp->max_bytes) {
+        err_set(err, "the spool quota is full (%llu bytes held by this site, %llu in all)",
+                (unsigned long long)mine, (unsigned long long)all);
+    } else if (file_mkdir_p(dir, 0700, err) != 0) {
+    } else if ((fd = open(full, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        err_set_errno(err, "cannot keep %s/%s", owner, name);
+    } else if (write_all(fd, data, len) != 0) {
+        err_set_errno(err, "cannot write %s/%s", owner, name);
+        unlink(full);
+    } else {
+        rc = 0;
+        if (path) snprintf(path, path_len, "%s", full);
+    }
+    if (fd >= 0) close(fd);
+    pthread_mutex_unlock(&sp->lock);
+    return rc;
+}
+
+void net_spool_drop(NetSpool *sp, const char *owner, const char *name) {
+    if (!valid_upload_id(owner) || !valid_upload_id(name)) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s/%s", sp->dir, owner, name);
+    pthread_mutex_lock(&sp->lock);
+    unlink(path);
+    pthread_mutex_unlock(&sp->lock);
+}
+
+void net_spool_drop_all_kept(NetSpool *sp) {
+    pthread_mutex_lock(&sp->lock);
+    DIR *d = opendir(sp->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (!valid_upload_id(e->d_name)) continue;
+        char dir[1000];
+        spool_owner_dir(sp, e->d_name, dir, sizeof dir);
+        DIR *o = opendir(dir);
+        struct dirent *f;
+        while (o && (f = readdir(o)) != NULL) {
+            size_t n = strlen(f->d_name);
+            if (f->d_name[0] == '.' || (n > 5 && strcmp(f->d_name + n - 5, ".part") == 0))
+                continue;
+            char path[1400];
+            snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
+            unlink(path);
+        }
+        if (o) closedir(o);
+    }
+    if (d) closedir(d);
+    pthread_mutex_unlock(&sp->lock);
 }
 
 /* ---- upload: receiver ----------------------------------------------------- */
 
 void net_received_free(NetReceived *r) {
     free(r->meta);
+    free(r->data);
     r->meta = NULL;
-}
-
-static int hash_prefix(EVP_MD_CTX *ctx, int fd, uint64_t len) {
-    enum { PIECE = 1 << 20 };
-    uint8_t *buf = malloc(PIECE);
-    if (buf == NULL) return -1;
-    uint64_t at = 0;
-    while (at < len) {
-        size_t want = len - at < PIECE ? (size_t)(len - at) : PIECE;
-        ssize_t r = pread(fd, buf, want, (off_t)at);
-        if (r <= 0) {
-            free(buf);
-            return -1;
-        }
-        EVP_DigestUpdate(ctx, buf, (size_t)r);
-        at += (uint64_t)r;
-    }
-    free(buf);
-    return 0;
+    r->data = NULL;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -272,14 +425,37 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
-NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, NetReceived *out,
-                             char *err) {
+static int read_all_at(int fd, uint8_t *p, uint64_t len) {
+    uint64_t at = 0;
+    while (at < len) {
+        ssize_t r = pread(fd, p + at, len - at, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        at += (uint64_t)r;
+    }
+    return 0;
+}
+
+NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
+                             NetReceived *out, char *err) {
     memset(out, 0, sizeof *out);
+    int64_t header_ms = lim->header_ms > 0 ? lim->header_ms : 30000;
+    int64_t idle_ms = lim->idle_ms > 0 ? lim->idle_ms : 60000;
+    int64_t life_ms = lim->life_ms > 0 ? lim->life_ms : 3600000;
+    uint64_t t0 = time_monotonic_ns();
+    if (!valid_upload_id(owner)) {
+        err_set(err, "bad spool owner");
+        return NET_INTERNAL;
+    }
     NetBuf m;
-    NetRecv r = net_call_recv(c, &m);
+    NetRecv r = net_call_recv_within(c, &m, header_ms);
     if (r != NET_RECV_MESSAGE) {
-        err_set(err, "the stream ended before its header");
-        return r == NET_RECV_BROKEN ? NET_CANCELLED : NET_INVALID_ARGUMENT;
+        err_set(err, r == NET_RECV_TIMEOUT ? "no transfer header within %lld ms"
+                                           : "the stream ended before its header (%lld ms)",
+                (long long)header_ms);
+        return r == NET_RECV_TIMEOUT  ? NET_DEADLINE_EXCEEDED
+               : r == NET_RECV_BROKEN ? NET_CANCELLED
+                                      : NET_INVALID_ARGUMENT;
     }
     Frame f;
     if (frame_parse(&m, &f) != 0 || f.is_chunk) {
@@ -290,13 +466,19 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
     }
     const Strait__TransferHeader *h = f.pb->header;
     NetStatus st = NET_INVALID_ARGUMENT;
-    int fd = -1;
-    EVP_MD_CTX *ctx = NULL;
+    int fd = -1, claimed = 0;
+    char claimed_id[NET_UPLOAD_ID_MAX + 1] = "";
     uint8_t sha[32];
     uint64_t total = h->total_length, expected = h->offset;
+    char path[1200] = "";
     /* everything checked before a byte is spooled */
     if (!valid_upload_id(h->upload_id)) {
         err_set(err, "upload id '%.70s' must be 1-64 of [A-Za-z0-9._-]", h->upload_id);
+        goto out;
+    }
+    if (lim->purpose && strcmp(h->purpose, lim->purpose) != 0) {
+        err_set(err, "a transfer of purpose '%.31s' where '%s' is expected", h->purpose,
+                lim->purpose);
         goto out;
     }
     if (total > lim->max_total) {
@@ -311,35 +493,29 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
         goto out;
     }
     memcpy(sha, h->sha256.data, 32);
-    pthread_mutex_lock(&sp->lock);
-    uint64_t held = net_spool_committed(sp, h->upload_id);
-    uint64_t others = spool_sweep(sp, h->upload_id);
-    pthread_mutex_unlock(&sp->lock);
+    st = spool_claim(sp, owner, h->upload_id, total, err);
+    if (st != NET_OK) goto out;
+    claimed = 1;
+    snprintf(claimed_id, sizeof claimed_id, "%s", h->upload_id);
+    st = NET_INVALID_ARGUMENT;
+    uint64_t held = net_spool_committed(sp, owner, h->upload_id);
     if (h->offset > held) {
         err_set(err, "upload %s: this receiver holds %llu bytes; resume from there", h->upload_id,
                 (unsigned long long)held);
         st = NET_FAILED_PRECONDITION;
         goto out;
     }
-    if (others + total > sp->max_bytes) {
-        err_set(err, "spool is full (%llu bytes held of %llu); retry later",
-                (unsigned long long)others, (unsigned long long)sp->max_bytes);
-        st = NET_RESOURCE_EXHAUSTED;
-        goto out;
-    }
-    char path[1024];
-    spool_path(sp, h->upload_id, path, sizeof path);
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || ftruncate(fd, (off_t)h->offset) != 0 ||
-        lseek(fd, (off_t)h->offset, SEEK_SET) < 0) {
-        err_set_errno(err, "cannot spool upload %s", h->upload_id);
+    char dir[1000];
+    spool_owner_dir(sp, owner, dir, sizeof dir);
+    spool_path(sp, owner, h->upload_id, path, sizeof path);
+    if (file_mkdir_p(dir, 0700, err) != 0) {
         st = NET_INTERNAL;
         goto out;
     }
-    ctx = EVP_MD_CTX_new();
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-        hash_prefix(ctx, fd, h->offset) != 0) {
-        err_set(err, "cannot hash the spooled part of upload %s", h->upload_id);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)h->offset) != 0 ||
+        lseek(fd, (off_t)h->offset, SEEK_SET) < 0) {
+        err_set_errno(err, "cannot spool upload %s", h->upload_id);
         st = NET_INTERNAL;
         goto out;
     }
@@ -354,11 +530,19 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
     frame_free(&f);
     net_buf_free(&m);
     for (;;) {
-        r = net_call_recv(c, &m);
-        if (r == NET_RECV_BROKEN) {
-            err_set(err, "upload %s broke off at %llu of %llu bytes; it can resume", out->upload_id,
-                    (unsigned long long)expected, (unsigned long long)total);
-            st = NET_CANCELLED;
+        int64_t lived = (int64_t)((time_monotonic_ns() - t0) / 1000000);
+        int64_t wait = life_ms - lived < idle_ms ? life_ms - lived : idle_ms;
+        r = wait > 0 ? net_call_recv_within(c, &m, wait) : NET_RECV_TIMEOUT;
+        if (r == NET_RECV_BROKEN || r == NET_RECV_TIMEOUT) {
+            if (r == NET_RECV_TIMEOUT)
+                err_set(err,
+                        "upload %s stalled at %llu of %llu bytes (%s); it can resume",
+                        out->upload_id, (unsigned long long)expected, (unsigned long long)total,
+                        wait > 0 ? "no chunk in time" : "the stream lived too long");
+            else
+                err_set(err, "upload %s broke off at %llu of %llu bytes; it can resume",
+                        out->upload_id, (unsigned long long)expected, (unsigned long long)total);
+            st = r == NET_RECV_TIMEOUT ? NET_DEADLINE_EXCEEDED : NET_CANCELLED;
             goto out;
         }
         if (r == NET_RECV_END) break;
@@ -377,7 +561,6 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
             st = NET_INTERNAL;
             goto out;
         }
-        EVP_DigestUpdate(ctx, f.data, f.len);
         expected += f.len;
         frame_free(&f);
         net_buf_free(&m);
@@ -388,13 +571,21 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
         st = NET_ABORTED;
         goto out;
     }
+    /* the payload into memory, hashed there: what the caller uses is what
+     * was verified, whatever happens to the file afterwards */
+    out->data = malloc(total ? total : 1);
+    if (out->data == NULL || read_all_at(fd, out->data, total) != 0) {
+        err_set(err, "cannot read back upload %s (%llu bytes)", out->upload_id,
+                (unsigned long long)total);
+        st = out->data ? NET_INTERNAL : NET_RESOURCE_EXHAUSTED;
+        goto out;
+    }
     uint8_t got[32];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx, got, &n);
+    security_sha256(out->data, total, got);
+    close(fd);
+    fd = -1;
+    unlink(path); /* used or wrong: in either case kept by no one */
     if (memcmp(got, sha, 32) != 0) {
-        close(fd);
-        fd = -1;
-        unlink(path); /* a wrong payload is kept by no one */
         err_set(err,
                 "upload %s: SHA-256 of the %llu bytes does not match the header; "
                 "nothing was kept",
@@ -402,15 +593,11 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const NetLimits *lim, Net
         st = NET_DATA_LOSS;
         goto out;
     }
-    /* no fsync: an accepted upload is used at once (decoded into the round's
-     * sum); a receiver that crashes loses that sum too, and the sender
-     * pushes again. The hash, not the disk, vouches for the bytes. */
     out->length = total;
-    snprintf(out->path, sizeof out->path, "%s", path);
     st = NET_OK;
 out:
     if (fd >= 0) close(fd);
-    EVP_MD_CTX_free(ctx);
+    if (claimed) spool_unclaim(sp, owner, claimed_id);
     frame_free(&f);
     net_buf_free(&m);
     if (st != NET_OK) net_received_free(out);
@@ -429,7 +616,7 @@ int net_upload_answer(NetCall *c, const char *upload_id, uint64_t committed, int
     return net_call_send(c, buf, n);
 }
 
-void net_upload_query_handle(NetCall *c, NetSpool *sp) {
+void net_upload_query_handle(NetCall *c, NetSpool *sp, const char *owner) {
     NetBuf m;
     if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
     Strait__UploadQuery *q = strait__upload_query__unpack(NULL, m.len, m.data);
@@ -437,7 +624,7 @@ void net_upload_query_handle(NetCall *c, NetSpool *sp) {
     if (q == NULL || !valid_upload_id(q->upload_id)) {
         net_call_status(c, NET_INVALID_ARGUMENT, "malformed upload query");
     } else {
-        net_upload_answer(c, q->upload_id, net_spool_committed(sp, q->upload_id), 0);
+        net_upload_answer(c, q->upload_id, net_spool_committed(sp, owner, q->upload_id), 0);
     }
     if (q) strait__upload_query__free_unpacked(q, NULL);
 }

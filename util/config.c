@@ -198,3 +198,15 @@ int config_check_keys(const Config *cfg, const char *section, const char *const 
     }
     return 0;
 }
+
+int config_check_sections(const Config *cfg, const char *const *known, char *err) {
+    for (size_t i = 0; i < cfg->n; i++) {
+        int ok = 0;
+        for (const char *const *k = known; *k && !ok; k++)
+            ok = strcmp(*k, cfg->entries[i].section) == 0;
+        if (!ok)
+            return err_set(err, "%s: unknown section [%s]; check its spelling", cfg->origin,
+                           cfg->entries[i].section);
+    }
+    return 0;
+}

@@ -142,6 +142,9 @@ int config_get_duration_ms(const Config *cfg, const char *section, const char *k
 /* Reports, as an error, the first key of `section` that is not in `known`
  * (a NULL-terminated list), so a misspelt option is not silently ignored. */
 int config_check_keys(const Config *cfg, const char *section, const char *const *known, char *err);
+/* The same for sections: one that is not in known (NULL-terminated) is an
+ * error naming it. */
+int config_check_sections(const Config *cfg, const char *const *known, char *err);
 
 /* ---- progress bar ------------------------------------------------------ */
 

@@ -430,6 +430,8 @@ Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
     const char *reasons[4] = {"update norm 9.1 is over 3 x the round's median 1.2",
                               "blob is for parameter table 00ff, this model's is 00fe",
                               "blob has 12 values, this model has 13", "not an update blob"};
+    /* the codes are what the metrics count, whatever the texts say */
+    const char *codes[4] = {"norm_gate", "wrong_model", "wrong_model", "malformed"};
     for (int i = 0; i < 4; i++) {
         StoreUpdate u;
         memset(&u, 0, sizeof u);
@@ -437,6 +439,7 @@ Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
         snprintf(u.codec, sizeof u.codec, "int8");
         snprintf(u.state, sizeof u.state, "rejected");
         snprintf(u.reason, sizeof u.reason, "%s", reasons[i]);
+        snprintf(u.reason_code, sizeof u.reason_code, "%s", codes[i]);
         u.train_loss = u.eval_loss = NAN;
         cr_assert_eq(store_update_record(w, &u, NULL, err), 0, "%s", err);
     }

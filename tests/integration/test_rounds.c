@@ -51,6 +51,17 @@ static void start_coordinator(void) {
     char line[256];
     cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
     close(fd);
+    /* the first start binds port 0 and says which port it got; restarts keep
+     * that port (the sites know it), so no test races another for a port */
+    const char *p = strstr(line, "port ");
+    cr_assert_not_null(p, "%s", line);
+    if (port == 0) {
+        port = atoi(p + 5);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        char path[700];
+        snprintf(path, sizeof path, "%s/federation.ini", fed);
+        harness_ini_set(path, "federation", "listen", addr);
+    }
 }
 
 static const char *model_preset = "tiny";
@@ -61,9 +72,8 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
     net_global_init();
     root = harness_tmpdir("rounds");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    port = harness_free_port();
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    ProcResult r = S("init", fed, "--listen", addr, "--model", model_preset);
+    port = 0;
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", model_preset);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     ini_set("total", rounds);
@@ -239,6 +249,11 @@ static NetStatus push(NetChannel *ch, uint64_t round, const char *id, const Blob
 
 Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     setup_federation("1", "1", "6s", 2); /* s1 never runs: the round waits for the deadline */
+    proc_stop(coord, 10000);
+    char ini[700];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "codec", "uplink", "fp32"); /* the updates below are fp32 */
+    start_coordinator();
     GPT m;
     GPTConfig cfg;
     gpt_config_preset("tiny", &cfg);
@@ -405,6 +420,11 @@ Test(rounds, a_median_round_ignores_a_hostile_site) {
     setup_federation("1", "3", "60s", 3);
     proc_stop(coord, 10000);
     ini_set("aggregate", "median");
+    /* the median's own work: no norm bound refuses the hostile update first */
+    ini_set("max_update_ratio", "0");
+    char ini[700];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "codec", "uplink", "fp32");
     start_coordinator();
     GPT m;
     GPTConfig cfg;
@@ -559,7 +579,7 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
     uint8_t sha[32], wrong[32] = {0};
     security_sha256(base.params, base.n_params * 4, sha);
     NetChannel *ch = site_channel("s0");
-    NetLimits lim = {64u << 20};
+    NetLimits lim = {.max_total = 64u << 20};
     char details[256];
     for (int k = 0; k < 2; k++) {
         Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;

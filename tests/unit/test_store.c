@@ -335,6 +335,7 @@ static StoreUpdate update_of(int64_t round_id, int64_t site_id, int64_t tokens, 
     u.upload_ms = 5;
     snprintf(u.state, sizeof u.state, "%s", state);
     snprintf(u.reason, sizeof u.reason, "%s", reason ? reason : "");
+    snprintf(u.reason_code, sizeof u.reason_code, "%s", reason ? "malformed" : "");
     u.received_at = 3000;
     return u;
 }

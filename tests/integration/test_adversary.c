@@ -1,0 +1,487 @@
+/*
+ * test_adversary.c — a site is authenticated, never trusted (DESIGN.md §6).
+ * A real enrolled site (tests/attacker.c) drives net/ against a real
+ * coordinator and tries what a malicious one would: writing into another
+ * site's upload, reading its progress, choosing its own weight, sending an
+ * update too large, in another codec or for another purpose, holding every
+ * worker, staying on after its revocation. Each test asserts the refusal
+ * and that the committed global model is bit for bit what the honest sites
+ * alone make (computed here with the coordinator's own aggregation code).
+ * Also: 256 sites waiting on one round of a 16-worker coordinator, TLS 1.2
+ * refused from outside (openssl s_client), joins that fail, and
+ * federation.ini values refused whole before anything changes.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "client/client.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/store.h"
+#include "kernels/kernels.h"
+#include "schema/strait.pb-c.h"
+#include "tests/attacker.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+static char *root, fed[600], addr[64];
+static int coord = -1;
+
+#define S(...) harness_strait(__VA_ARGS__)
+
+static void ini_set(const char *section, const char *key, const char *value) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    harness_ini_set(path, section, key, value);
+}
+
+/* Starts the coordinator on port 0 and reads the bound port from its first line. */
+static void start_coordinator(void) {
+    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
+    int fd;
+    coord = proc_spawn(argv, &fd);
+    char line[256];
+    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
+    close(fd);
+    const char *p = strstr(line, "port ");
+    cr_assert_not_null(p, "%s", line);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", atoi(p + 5));
+}
+
+static void init_federation(void) {
+    net_global_init();
+    root = harness_tmpdir("adversary");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+}
+
+/* A federation of `tiny` with the given rounds settings, started. */
+static void federation(const char *aggregate, const char *min_sites, const char *deadline) {
+    init_federation();
+    ini_set("rounds", "total", "1");
+    ini_set("rounds", "min_sites", min_sites);
+    ini_set("rounds", "deadline", deadline);
+    ini_set("rounds", "aggregate", aggregate);
+    ini_set("rounds", "max_extensions", "0");
+    start_coordinator();
+}
+
+static void site(const char *name, char *dir, size_t len) {
+    snprintf(dir, len, "%s/%s", root, name);
+    attacker_enroll(fed, addr, name, dir);
+}
+
+static void teardown(void) {
+    if (root == NULL) return;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(adversary, .fini = teardown, .timeout = 240);
+
+static StoreRound wait_committed(int64_t n, int timeout_s) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    StoreRound r;
+    for (int i = 0; i < timeout_s * 10; i++) {
+        Store *s = store_open(db, STORE_READONLY, err);
+        if (s) {
+            int rc = store_round_get(s, n, &r, err);
+            store_close(s);
+            if (rc == 0 && strcmp(r.state, "committed") == 0) return r;
+        }
+        usleep(100000);
+    }
+    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
+    return r;
+}
+
+static GPT tiny(void) {
+    GPT m;
+    GPTConfig cfg;
+    char err[ERR_LEN];
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err); /* federation.ini's seed: θ0 */
+    return m;
+}
+
+/* θ1 from θ0 and the honest updates alone, by the coordinator's own code
+ * (weighted mean, or the median), then Nesterov's first step. */
+static float *expected_theta(const Blob *honest, const double *tokens, int n_honest, int median) {
+    GPT m = tiny();
+    char err[ERR_LEN];
+    float *mean = malloc(m.n_params * 4);
+    if (median) {
+        const uint8_t *blobs[8];
+        size_t lens[8];
+        for (int i = 0; i < n_honest; i++) blobs[i] = honest[i].data, lens[i] = honest[i].len;
+        cr_assert_eq(robust_aggregate(blobs, lens, n_honest, m.n_params, ROBUST_MEDIAN, 0, mean,
+                                      err),
+                     0, "%s", err);
+    } else {
+        RoundSum rs;
+        cr_assert_eq(round_sum_init(&rs, m.n_params, m.table_hash, 0, err), 0);
+        for (int i = 0; i < n_honest; i++)
+            cr_assert_eq(round_sum_add(&rs, honest[i].data, honest[i].len, tokens[i], err), 0, "%s",
+                         err);
+        cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
+        round_sum_free(&rs);
+    }
+    OuterOpt o;
+    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, m.n_params, 0.7f, 0.9f, err), 0);
+    outer_step(&o, m.params, mean);
+    outer_free(&o);
+    free(mean);
+    float *theta = malloc(m.n_params * 4);
+    memcpy(theta, m.params, m.n_params * 4);
+    gpt_free(&m);
+    return theta;
+}
+
+static void assert_model_is(const StoreRound *r, const float *want) {
+    GPT m = tiny();
+    char path[900], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", fed, r->checkpoint_path);
+    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    size_t bad = 0;
+    for (size_t i = 0; i < m.n_params; i++) bad += memcmp(&m.params[i], &want[i], 4) != 0;
+    cr_assert_eq(bad, 0, "%zu of %zu parameters differ from the honest sites' model", bad,
+                 m.n_params);
+    gpt_free(&m);
+}
+
+/* The store's updates of a round: how many rejected with `code`. */
+static int rejected_with(int64_t round_id, const char *code) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_updates_list(s, round_id, &ups, &n, err), 0, "%s", err);
+    int count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += strcmp(ups[i].state, "rejected") == 0 && strcmp(ups[i].reason_code, code) == 0;
+    free(ups);
+    store_close(s);
+    return count;
+}
+
+/* ---- uploads belong to their sender ------------------------------------------------ */
+
+Test(adversary, another_sites_upload_is_out_of_reach) {
+    federation("median", "2", "4s");
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob evil = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
+    Blob junk = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
+    /* M opens a stream on B's predictable id and keeps it open */
+    AttackClaim on_b = {0, "b-r0", 1000, NULL};
+    NetClientCall *held = attacker_open(m, &on_b, &evil);
+    /* M seeds bytes under B's next id; B sees none of them, nor M's stream */
+    AttackClaim seed = {0, "b-r1", 1000, NULL};
+    NetClientCall *seeded = attacker_open(m, &seed, &junk);
+    attacker_stream_rest(seeded, &(Blob){junk.data, junk.len / 2, 0}, 0, details,
+                         sizeof details); /* half the bytes, then the stream ends */
+    cr_assert_gt(attacker_query(m, "b-r1"), 0, "M's own partial upload is not held");
+    cr_assert_eq(attacker_query(b, "b-r1"), 0, "B sees bytes M spooled under B's id");
+    cr_assert_eq(attacker_query(b, "b-r0"), 0, "B sees M's stream");
+    /* B's upload on its own id goes through while M's stream on that id is live */
+    AttackClaim mine = {0, "b-r0", 1000, NULL};
+    cr_assert_eq(attacker_push(b, &mine, &good, details, sizeof details), NET_OK, "%s", details);
+    /* M finishes its stream: its own update, refused by the norm bound */
+    NetStatus st = attacker_stream_rest(held, &evil, 0, details, sizeof details);
+    cr_assert_eq(st, NET_FAILED_PRECONDITION, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "norm"), "%s", details);
+    AttackClaim cc = {0, "c-r0", 1000, NULL};
+    cr_assert_eq(attacker_push(c, &cc, &good, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_eq(rejected_with(r0.id, "norm_gate"), 1);
+    Blob honest[2] = {good, good};
+    float *want = expected_theta(honest, (double[]){1000, 1000}, 2, 1);
+    assert_model_is(&r0, want);
+    free(want);
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&good), blob_free(&evil), blob_free(&junk);
+    gpt_free(&t);
+}
+
+/* ---- weights, bounds and codecs ---------------------------------------------------- */
+
+Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
+    federation("mean", "1", "4s");
+    char b_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob big = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
+    Blob fp32 = attacker_update("fp32", t.table_hash, t.n_params, 0, 1e-3f);
+    /* weights far past what a round lets a site train (64 x 64 x 50 tokens) */
+    const uint64_t lies[] = {1ull << 60, 1ull << 63, (uint64_t)INT64_MAX, UINT64_MAX};
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "lie-%zu", i);
+        AttackClaim a = {0, id, lies[i], NULL};
+        NetStatus st = attacker_push(m, &a, &good, details, sizeof details);
+        cr_assert_eq(st, NET_FAILED_PRECONDITION, "tokens %llu: %s", (unsigned long long)lies[i],
+                     details);
+        cr_assert_not_null(strstr(details, "what a round lets a site train"), "%s", details);
+    }
+    /* the first update of the first round is bounded too */
+    AttackClaim first = {0, "big", 1000, NULL};
+    cr_assert_eq(attacker_push(m, &first, &big, details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
+    /* another codec than the federation's, another purpose than an update */
+    AttackClaim other = {0, "fp32", 1000, NULL};
+    cr_assert_eq(attacker_push(m, &other, &fp32, details, sizeof details),
+                 NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "codec fp32"), "%s", details);
+    AttackClaim model = {0, "model", 1000, "model"};
+    cr_assert_eq(attacker_push(m, &model, &good, details, sizeof details), NET_INVALID_ARGUMENT,
+                 "%s", details);
+    /* a payload larger than the federation's codec can make is refused at the header */
+    Blob huge = {calloc(1, good.len * 5), good.len * 5, 0};
+    AttackClaim h = {0, "huge", 1000, NULL};
+    cr_assert_eq(attacker_push(m, &h, &huge, details, sizeof details), NET_RESOURCE_EXHAUSTED,
+                 "%s", details);
+    free(huge.data);
+    AttackClaim honest = {0, "b-r0", 1000, NULL};
+    cr_assert_eq(attacker_push(b, &honest, &good, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.participants, 1);
+    cr_assert_eq(r0.tokens, 1000, "the round's tokens include a lie: %lld", (long long)r0.tokens);
+    cr_assert_eq(rejected_with(r0.id, "bad_weight"), 4);
+    cr_assert_eq(rejected_with(r0.id, "norm_gate"), 1);
+    cr_assert_eq(rejected_with(r0.id, "wrong_codec"), 1);
+    float *want = expected_theta(&good, (double[]){1000}, 1, 0);
+    assert_model_is(&r0, want);
+    free(want);
+    ProcResult r = S("db", "check", fed);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    net_channel_destroy(b), net_channel_destroy(m);
+    blob_free(&good), blob_free(&big), blob_free(&fp32);
+    gpt_free(&t);
+}
+
+/* ---- no site can starve the others ------------------------------------------------- */
+
+Test(adversary, one_site_cannot_take_the_workers_and_revocation_ends_its_calls) {
+    init_federation();
+    ini_set("limits", "upload_header", "2s");
+    ini_set("rounds", "deadline", "60s");
+    start_coordinator();
+    char b_dir[700], m_dir[700], details[256], err[ERR_LEN];
+    site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *m = attacker_channel(m_dir, addr);
+    /* 16 streams that never send their header */
+    NetClientCall *calls[16];
+    for (int i = 0; i < 16; i++) calls[i] = net_client_start(m, "/strait.Federation/PushUpdate",
+                                                             30000, err);
+    usleep(300000);
+    SiteHello hello;
+    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "another site was starved: %s", err);
+    ProcResult r = S("status", fed);
+    cr_assert_eq(r.status, 0, "the admin was starved: %s", r.err);
+    proc_result_free(&r);
+    int refused = 0, timed_out = 0;
+    for (int i = 0; i < 16; i++) {
+        NetStatus st = net_client_finish(calls[i], details, sizeof details);
+        refused += st == NET_RESOURCE_EXHAUSTED;
+        timed_out += st == NET_DEADLINE_EXCEEDED || st == NET_CANCELLED;
+    }
+    cr_assert_geq(refused, 12, "the per-site limit let %d of 16 calls in", 16 - refused);
+    cr_assert_eq(refused + timed_out, 16, "a header-less stream outlived its deadline");
+    /* streams in flight end when their site is revoked */
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    AttackClaim a1 = {0, "m-1", 1000, NULL}, a2 = {0, "m-2", 1000, NULL};
+    NetClientCall *s1 = attacker_open(m, &a1, &good), *s2 = attacker_open(m, &a2, &good);
+    usleep(300000);
+    r = S("site", "revoke", fed, "m");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    int64_t t0 = time_wall_ms();
+    NetStatus st1 = net_client_finish(s1, details, sizeof details);
+    NetStatus st2 = net_client_finish(s2, details, sizeof details);
+    cr_assert_neq(st1, NET_OK);
+    cr_assert_neq(st2, NET_OK);
+    cr_assert_lt(time_wall_ms() - t0, 20000, "a revoked site's streams stayed open");
+    NetChannel *m2 = attacker_channel(m_dir, addr);
+    cr_assert_eq(attacker_push(m2, &a1, &good, details, sizeof details), NET_PERMISSION_DENIED,
+                 "%s", details);
+    net_channel_destroy(m), net_channel_destroy(m2);
+    blob_free(&good);
+    gpt_free(&t);
+}
+
+typedef struct Waiting {
+    NetChannel *ch;
+    NetStatus st;
+    int finished;
+} Waiting;
+
+static void *wait_round(void *arg) {
+    Waiting *w = arg;
+    Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
+    req.after_round = 1; /* past the open round: it parks until the federation moves */
+    uint8_t buf[32];
+    size_t n = strait__wait_round_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256];
+    w->st = net_unary(w->ch, "/strait.Federation/WaitRound", buf, n, &resp, 60000, details,
+                      sizeof details);
+    if (w->st == NET_OK) {
+        Strait__WaitRoundResponse *r = strait__wait_round_response__unpack(NULL, resp.len, resp.data);
+        w->finished = r && r->finished;
+        if (r) strait__wait_round_response__free_unpacked(r, NULL);
+        net_buf_free(&resp);
+    }
+    return NULL;
+}
+
+Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
+    enum { SITES = 256 };
+    init_federation();
+    ini_set("rounds", "total", "1");
+    ini_set("rounds", "min_sites", "1");
+    ini_set("rounds", "deadline", "5s");
+    ini_set("limits", "workers", "16");
+    start_coordinator();
+    static Waiting w[SITES];
+    static pthread_t th[SITES];
+    char dir[700], name[32], details[256], err[ERR_LEN];
+    for (int i = 0; i < SITES; i++) {
+        snprintf(name, sizeof name, "w%03d", i);
+        site(name, dir, sizeof dir);
+        w[i].ch = attacker_channel(dir, addr);
+    }
+    for (int i = 0; i < SITES; i++) pthread_create(&th[i], NULL, wait_round, &w[i]);
+    sleep(1);
+    /* 256 calls parked on 16 workers: the admin and another site are answered meanwhile */
+    ProcResult r = S("status", fed);
+    cr_assert_eq(r.status, 0, "status with %d sites waiting: %s", SITES, r.err);
+    proc_result_free(&r);
+    char b_dir[700];
+    site("b", b_dir, sizeof b_dir);
+    SiteHello hello;
+    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "%s", err);
+    NetChannel *b = attacker_channel(b_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    AttackClaim a = {0, "b-r0", 1000, NULL};
+    cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
+    wait_committed(0, 60);
+    int ok = 0, finished = 0;
+    for (int i = 0; i < SITES; i++) {
+        pthread_join(th[i], NULL);
+        ok += w[i].st == NET_OK;
+        finished += w[i].finished;
+        net_channel_destroy(w[i].ch);
+    }
+    cr_assert_eq(ok, SITES, "%d of %d waiting sites were answered", ok, SITES);
+    cr_assert_eq(finished, SITES, "%d of %d heard the federation finish", finished, SITES);
+    net_channel_destroy(b);
+    blob_free(&good);
+    gpt_free(&t);
+}
+
+/* ---- the port, joins and configuration ------------------------------------------------ */
+
+static int s_client(const char *version, char *out, size_t len) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd,
+             "echo | timeout 10 openssl s_client -connect %s %s -alpn h2 2>&1", addr, version);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    return pclose(p);
+}
+
+Test(adversary, the_port_speaks_tls_1_3_only) {
+    cr_assert(net_tls13_only(), "this build cannot refuse TLS 1.2 (libgrpc lacks the setter)");
+    init_federation();
+    start_coordinator();
+    static char out[65536];
+    s_client("-tls1_2", out, sizeof out);
+    cr_assert_not_null(strstr(out, "Cipher is (NONE)"), "TLS 1.2 negotiated:\n%s", out);
+    s_client("-tls1_3", out, sizeof out);
+    cr_assert_not_null(strstr(out, "TLSv1.3"), "TLS 1.3 failed:\n%s", out);
+}
+
+Test(adversary, failed_joins_are_audited_then_refused_and_sign_nothing) {
+    init_federation();
+    ini_set("limits", "join_failures", "3");
+    start_coordinator();
+    char dir[700], err[ERR_LEN], fp[65];
+    cr_assert_eq(coordinator_home_info(fed, fp, NULL, 0, err), 0);
+    const char *bad = "0000000000000000000000000000000000000000000000000000000000000000";
+    for (int i = 0; i < 4; i++) {
+        snprintf(dir, sizeof dir, "%s/j%d", root, i);
+        SiteJoinOptions o = {dir, "eve", addr, bad, fp};
+        cr_assert_neq(client_join(&o, err), 0);
+        if (i < 3)
+            cr_assert_not_null(strstr(err, "token"), "%s", err);
+        else
+            cr_assert_not_null(strstr(err, "too many failed joins"), "%s", err);
+    }
+    ProcResult r = S("events", fed);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "site.join_failed"), "%s", r.out);
+    proc_result_free(&r);
+    r = S("site", "list", fed);
+    cr_assert_null(strstr(r.out, "eve"), "a failed join left a site: %s", r.out);
+    proc_result_free(&r);
+    /* names that are paths, not sites */
+    r = S("site", "enroll", fed, "..");
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "starting with a letter or a digit"), "%s", r.err);
+    proc_result_free(&r);
+}
+
+Test(adversary, bad_settings_are_refused_whole_before_anything_changes) {
+    init_federation();
+    ProcResult r = S("init", fed, "--force", "--listen", "127.0.0.1:99999", "--model", "tiny");
+    cr_assert_eq(r.status, 1, "port 99999 was accepted");
+    cr_assert_not_null(strstr(r.err, "0 to 65535"), "%s", r.err);
+    proc_result_free(&r);
+    r = S("init", fed, "--force", "--listen", "nohostnoport", "--model", "tiny");
+    cr_assert_eq(r.status, 1, "a listen address without a port was accepted");
+    proc_result_free(&r);
+    static const struct {
+        const char *section, *key, *value, *said;
+    } bad[] = {{"rounds", "deadline", "0s", "[rounds] deadline"},
+               {"optimizer", "momentum", "1.5", "[optimizer] momentum"},
+               {"rounds", "batch", "0", "[rounds] batch"},
+               {"limits", "calls_per_site", "0", "[limits] calls_per_site"},
+               {"roundz", "total", "3", "unknown section [roundz]"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = S("init", fed, "--force", "--listen", "127.0.0.1:0", "--model", "tiny");
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        ini_set(bad[i].section, bad[i].key, bad[i].value);
+        r = S("coordinator", "start", fed);
+        cr_assert_eq(r.status, 1, "%s = %s was accepted", bad[i].key, bad[i].value);
+        cr_assert_not_null(strstr(r.err, bad[i].said), "%s", r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "not one line: %s", r.err);
+        proc_result_free(&r);
+    }
+}
