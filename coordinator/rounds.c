@@ -309,7 +309,10 @@ static void answer_waiters(Coordinator *co, int all) {
     size_t *lens = malloc(sizeof *lens * (size_t)(r->n_waiters ? r->n_waiters : 1));
     for (int i = 0; ready && resp && lens && i < r->n_waiters;) {
         Waiter *w = &r->waiters[i];
-        if (!(all || r->finished || r->stop || r->number > w->after_round || now >= w->expires_ms)) {
+        /* a cancelled call (its client gone, its site revoked) leaves at once:
+         * parked calls count against their certificate's limit */
+        if (!(all || r->finished || r->stop || r->number > w->after_round ||
+              now >= w->expires_ms || net_call_cancelled(w->call, 0))) {
             i++;
             continue;
         }

@@ -5,8 +5,9 @@
  * Server: a gRPC server with TLS 1.3 that requests and verifies a client
  * certificate (methods say whether they require one), registered methods
  * (unary, server-streaming, client-streaming) whose handlers run on a
- * bounded pool of worker threads — when every worker is busy a new call is
- * answered RESOURCE_EXHAUSTED at once — plus UNIMPLEMENTED for unknown
+ * bounded pool of worker threads — when every worker is busy and the
+ * backlog is full a new call is answered RESOURCE_EXHAUSTED at once — plus
+ * UNIMPLEMENTED for unknown
  * methods. Handlers are plain blocking code: receive, send, set a status.
  * No peer can take the pool: a certificate (or an address, without one)
  * holds at most per_peer calls at once, some workers are reserved for
@@ -117,6 +118,8 @@ typedef struct NetServerConfig {
                          * included; beyond: RESOURCE_EXHAUSTED (0: NET_PER_PEER_DEFAULT) */
     int reserve;        /* workers only NET_USE_RESERVE methods may take (0: none) */
     int max_parked;     /* parked calls at most (0: NET_MAX_PARKED_DEFAULT) */
+    int backlog;        /* calls that may wait for a worker (0: 4 x workers, -1: none); beyond,
+                         * and with every worker busy: RESOURCE_EXHAUSTED */
 } NetServerConfig;
 
 /* net_server_add_method flags */

@@ -94,14 +94,14 @@ struct NetServer {
     pthread_t dispatcher;
     pthread_t *workers;
     int started;
-    /* the pool: calls handed to workers, guarded by lock. A call is queued
-     * only for an idle worker (idle is decremented as it is queued), so the
-     * queue never holds more than `workers` calls. */
+    /* the pool: calls waiting for a worker, guarded by lock. A call is
+     * queued only when an idle worker or a backlog slot is free, so the
+     * queue never holds more than q_cap = workers + backlog + reserve. */
     pthread_mutex_t lock;
     pthread_cond_t work_ready;
     int idle, stopping;
     NetCall **queue;
-    int q_head, q_len;
+    int q_head, q_len, q_cap;
     int shutdown_tag;
     NetCall *live;  /* every call handed to a worker and not yet finished */
     int n_parked;
@@ -402,7 +402,10 @@ static void dispatch(NetServer *s, Request *r) {
     pthread_mutex_lock(&s->lock);
     int mine = 0;
     for (NetCall *o = s->live; o; o = o->next) mine += strcmp(o->peer_key, c->peer_key) == 0;
-    int usable = s->idle - ((r->method->flags & NET_USE_RESERVE) ? 0 : s->cfg.reserve);
+    /* a call waits in the backlog for a worker; past it, RESOURCE_EXHAUSTED.
+     * The reserve is for NET_USE_RESERVE methods, which also go first. */
+    int reserved = (r->method->flags & NET_USE_RESERVE) != 0;
+    int room = s->idle - s->q_len + s->cfg.backlog - (reserved ? 0 : s->cfg.reserve);
     if (mine >= s->cfg.per_peer) {
         pthread_mutex_unlock(&s->lock);
         char why[160];
@@ -413,7 +416,7 @@ static void dispatch(NetServer *s, Request *r) {
         call_reject(c, NET_RESOURCE_EXHAUSTED, why);
         return;
     }
-    if (usable <= 0 || s->stopping) {
+    if (room <= 0 || s->stopping) {
         pthread_mutex_unlock(&s->lock);
         call_reject(c, NET_RESOURCE_EXHAUSTED, "server busy: every worker is taken; retry later");
         return;
@@ -422,9 +425,13 @@ static void dispatch(NetServer *s, Request *r) {
     if (s->live) s->live->prev = c;
     s->live = c;
     c->live = 1;
-    s->queue[(s->q_head + s->q_len) % s->cfg.workers] = c;
+    if (reserved) { /* to the head of the queue */
+        s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
+        s->queue[s->q_head] = c;
+    } else {
+        s->queue[(s->q_head + s->q_len) % s->q_cap] = c;
+    }
     s->q_len++;
-    s->idle--;
     pthread_cond_signal(&s->work_ready);
     pthread_mutex_unlock(&s->lock);
 }
@@ -525,8 +532,9 @@ static void *worker_main(void *arg) {
             return NULL;
         }
         NetCall *c = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->cfg.workers;
+        s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        s->idle--;
         pthread_mutex_unlock(&s->lock);
         c->method->handler(c, c->method->user);
         pthread_mutex_lock(&s->lock);
@@ -561,6 +569,8 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     if (s->cfg.per_peer <= 0) s->cfg.per_peer = NET_PER_PEER_DEFAULT;
     if (s->cfg.reserve < 0 || s->cfg.reserve >= s->cfg.workers) s->cfg.reserve = 0;
     if (s->cfg.max_parked <= 0) s->cfg.max_parked = NET_MAX_PARKED_DEFAULT;
+    if (s->cfg.backlog == 0) s->cfg.backlog = 4 * s->cfg.workers;
+    if (s->cfg.backlog < 0) s->cfg.backlog = 0; /* none */
     if (s->cfg.max_message == 0) s->cfg.max_message = NET_MAX_MESSAGE_DEFAULT;
     if (s->cfg.keepalive_ms <= 0) s->cfg.keepalive_ms = NET_KEEPALIVE_DEFAULT_MS;
     s->ca = strdup(cfg->tls.ca_pem);
@@ -626,7 +636,8 @@ int net_server_start(NetServer *s, int *port, char *err) {
     s->generic.method = NULL;
     if (request_next(s, &s->generic) != 0) return err_set(err, "cannot accept calls");
     s->workers = calloc((size_t)s->cfg.workers, sizeof *s->workers);
-    s->queue = calloc((size_t)s->cfg.workers, sizeof *s->queue);
+    s->q_cap = s->cfg.workers + s->cfg.backlog + s->cfg.reserve;
+    s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
     s->idle = s->cfg.workers;
     for (int i = 0; i < s->cfg.workers; i++) pthread_create(&s->workers[i], NULL, worker_main, s);
     pthread_create(&s->dispatcher, NULL, dispatcher_main, s);
@@ -643,7 +654,7 @@ void net_server_stop(NetServer *s, int grace_ms) {
         uint64_t until = time_monotonic_ns() + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
         for (;;) {
             pthread_mutex_lock(&s->lock);
-            int busy = s->cfg.workers - s->idle;
+            int busy = s->cfg.workers - s->idle + s->q_len;
             pthread_mutex_unlock(&s->lock);
             if (busy == 0 || time_monotonic_ns() >= until) break;
             struct timespec ts = {0, 5000000};

@@ -175,7 +175,8 @@ static void start_server(int workers) {
     NetServerConfig cfg = {.listen = "127.0.0.1:0",
                            .tls = {tls.ca_cert, tls.server_cert, tls.server_key},
                            .workers = workers,
-                           .per_peer = 64};
+                           .per_peer = 64,
+                           .backlog = -1}; /* none: a busy pool refuses at once */
     server = net_server_create(&cfg, err);
     cr_assert_not_null(server, "%s", err);
     struct {
