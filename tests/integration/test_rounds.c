@@ -261,7 +261,7 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
     uint64_t n = m.n_params;
     float *delta = malloc(n * 4);
-    for (uint64_t i = 0; i < n; i++) delta[i] = 1e-3f * (float)((i % 7) - 3);
+    for (uint64_t i = 0; i < n; i++) delta[i] = 1e-3f * (float)((int)(i % 7) - 3); /* signed: (i % 7) - 3 wraps */
     CodecParams p = codec_params_default(CODEC_FP32);
     p.zstd_level = 0;
     CodecLayout L = {m.table_hash, n, NULL, 0}, wrong = {m.table_hash ^ 1, n, NULL, 0};
