@@ -187,7 +187,8 @@ int main(int argc, char **argv) {
     spool = net_spool_open(dir, 4ull << 30, 0, 3600000, err);
     CHECK(spool != NULL, "%s", err);
 
-    NetServerConfig sc = {.listen = "127.0.0.1:0", .tls = {ca_cert, srv_cert, srv_key}, .workers = 4};
+    NetServerConfig sc = {
+        .listen = "127.0.0.1:0", .tls = {ca_cert, srv_cert, srv_key}, .workers = 4};
     NetServer *s = net_server_create(&sc, err);
     CHECK(s != NULL, "%s", err);
     net_server_add_method(s, "/strait.Bench/Upload", NET_CLIENT_STREAM, 1, h_upload, NULL, err);

@@ -40,8 +40,8 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
     printf("build: CUDA %s, NCCL %s%s%s%s, OpenBLAS %s, OpenMP %s\n", caps.cuda ? "yes" : "no",
            caps.nccl ? "yes" : "no", *nccl ? " (" : "", nccl, *nccl ? ")" : "",
            caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no");
-    printf("tls: %s\n", net_tls13_only() ? "1.3 only"
-                                         : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
+    printf("tls: %s\n",
+           net_tls13_only() ? "1.3 only" : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
     if (gpus > 0)
         printf("devices: %d CUDA GPU%s, first: %s\n", gpus, gpus == 1 ? "" : "s", gpu_name);
     else

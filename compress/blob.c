@@ -445,6 +445,7 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     uint64_t *nnz = calloc(n_sec ? n_sec : 1, sizeof *nnz);
     int failed = 0;
     uint32_t first_bad = n_sec;
+    int bad_rc = -1; /* the first bad section's: CODEC_NON_FINITE or -1 */
     char bad_err[ERR_LEN] = "";
     if (norms == NULL || nnz == NULL) {
         failed = 1;
@@ -459,9 +460,8 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_sec; i++) {
             const uint8_t *raw = dz ? section_raw(&secs[i], dz, &scratch, &scratch_cap, e) : NULL;
-            int bad = raw == NULL;
-            if (!bad && mode == 0)
-                bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e) != 0;
+            int bad = raw == NULL ? -1 : 0;
+            if (!bad && mode == 0) bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
             if (!bad && mode != 0)
                 ops->apply(&p, raw, secs[i].count, w, dst + secs[i].offset, mode == 1);
             if (bad) {
@@ -470,6 +470,7 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
                     failed = 1;
                     if (i < first_bad) {
                         first_bad = i;
+                        bad_rc = bad == CODEC_NON_FINITE ? CODEC_NON_FINITE : -1;
                         snprintf(bad_err, sizeof bad_err, "%s", dz ? e : "out of memory");
                     }
                 }
@@ -494,7 +495,7 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     free(norms);
     free(nnz);
     free(secs);
-    if (failed) return err_set(err, "%s", bad_err);
+    if (failed) return err_set(err, "%s", bad_err), bad_rc;
     return 0;
 }
 

@@ -97,7 +97,8 @@ static int fp32_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
     double s = 0;
     for (uint32_t i = 0; i < count; i++) {
         float v = ldf(raw + 4 * (size_t)i);
-        if (!isfinite(v)) return err_set(err, "update carries a non-finite value");
+        if (!isfinite(v))
+            return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
         s += (double)v * v;
     }
     *norm2 = s;
@@ -144,7 +145,8 @@ static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
     double s = 0;
     for (uint32_t i = 0; i < count; i++) {
         uint16_t h = ld16(raw + 2 * (size_t)i);
-        if ((h & inf) == inf) return err_set(err, "update carries a non-finite value");
+        if ((h & inf) == inf)
+            return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
         float v = p->id == CODEC_BF16 ? codec_bf16_to_f32(h) : codec_f16_to_f32(h);
         s += (double)v * v;
     }

@@ -149,7 +149,8 @@ static int int8_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
         float table[256];
         memcpy(table, raw, 1024);
         for (int q = 0; q < 256; q++)
-            if (!isfinite(table[q])) return err_set(err, "int8 table holds a non-finite value");
+            if (!isfinite(table[q]))
+                return err_set(err, "int8 table holds a non-finite value"), CODEC_NON_FINITE;
         uint32_t hist[256] = {0};
         const uint8_t *codes = raw + 1024;
         for (uint32_t i = 0; i < n; i++) hist[codes[i]]++;

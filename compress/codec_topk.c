@@ -267,7 +267,8 @@ static int topk_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
     float table[256];
     memcpy(table, raw + 4, 4 * n_table);
     for (size_t q = 0; q < n_table; q++)
-        if (!isfinite(table[q])) return err_set(err, "topk table holds a non-finite value");
+        if (!isfinite(table[q]))
+            return err_set(err, "topk table holds a non-finite value"), CODEC_NON_FINITE;
     const uint8_t *r = raw + 4 + 4 * n_table;
     const uint8_t *codes = r + 2 * (size_t)n_chunks(p, count) + 2 * K;
     uint32_t ppm = codec_density_ppm(p);

@@ -104,8 +104,14 @@ typedef struct BlobInfo {
  * receiver enforces its codec before it inspects the whole blob). */
 int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *err);
 
+/* What codec_blob_inspect returns for a blob whose only fault is a value
+ * that is not finite (a site's training diverged), as against -1 for one
+ * that is malformed. */
+#define CODEC_NON_FINITE (-2)
+
 /* Validates a whole blob from an untrusted peer (see above). expect_hash and
- * expect_n are what the receiver's model has; 0 skips that check. */
+ * expect_n are what the receiver's model has; 0 skips that check. 0, -1 or
+ * CODEC_NON_FINITE, with the reason in err. */
 int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                        BlobInfo *info, char *err);
 /* sum[i] += weight * decoded[i], section by section, with no dense

@@ -25,7 +25,8 @@ typedef struct CodecOps {
     /* Appends the raw payload of x[0..count) to out (raw_len bytes). */
     int (*encode)(const CodecParams *p, const float *x, uint32_t count, uint8_t *out, char *err);
     /* Validates a raw payload: structure, indices, finite values; adds the
-     * decoded values' squared norm and count of carried values. */
+     * decoded values' squared norm and count of carried values. 0, -1, or
+     * CODEC_NON_FINITE when only a value is not finite. */
     int (*check)(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
                  uint64_t *nonzeros, char *err);
     /* dst[i] = dst[i] + w * v[i] (accumulate) or dst[i] = v[i]; only after

@@ -67,8 +67,9 @@ int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double w
     }
     BlobInfo info;
     char reason[ERR_LEN];
-    if (codec_blob_inspect(blob, len, 0, 0, &info, reason) != 0) {
-        g->code = strstr(reason, "non-finite") ? "non_finite" : "malformed";
+    int rc = codec_blob_inspect(blob, len, 0, 0, &info, reason);
+    if (rc != 0) {
+        g->code = rc == CODEC_NON_FINITE ? "non_finite" : "malformed";
         snprintf(g->why, sizeof g->why, "%.250s", reason);
         return 1;
     }
@@ -94,8 +95,8 @@ int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double w
         if (med > 0 && norm > rs->norm_gate * med) {
             g->code = "norm_gate";
             snprintf(g->why, sizeof g->why,
-                     "update norm %.4g is over %.3g x the round's median %.4g", norm,
-                     rs->norm_gate, med);
+                     "update norm %.4g is over %.3g x the round's median %.4g", norm, rs->norm_gate,
+                     med);
             return 1;
         }
     }

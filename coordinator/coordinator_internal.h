@@ -55,7 +55,7 @@ typedef struct Rounds {
     char kept_owner[MAX_REPORTS][32];
     int n_kept;
     int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
-    int64_t budget_ms; /* training time per round at a site; 0: H steps, however long */
+    int64_t budget_ms;         /* training time per round at a site; 0: H steps, however long */
     int64_t max_tokens;        /* inner_steps × batch × seq: an update's largest weight */
     uint64_t max_update_bytes; /* the largest blob the federation's codec makes */
     double theta_norm;         /* ‖θ_r‖, for the absolute norm bound */

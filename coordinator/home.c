@@ -262,7 +262,10 @@ int coordinator_token_ttl(const char *dir, int64_t *ttl_ms, char *err) {
 int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const char *actor,
                              char token[65], char *err) {
     if (!coordinator_valid_site_name(site))
-        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or a digit", site);
+        return err_set(err,
+                       "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting "
+                       "with a letter or a digit",
+                       site);
     if (ttl_ms <= 0) return err_set(err, "a token must live a positive time");
     StoreSite existing;
     int rc = store_site_get(s, site, &existing, err);
@@ -285,7 +288,10 @@ int coordinator_enroll_store(Store *s, const char *site, int64_t ttl_ms, const c
 int coordinator_enroll(const char *dir, const char *site, int64_t ttl_ms, char token[65],
                        char *err) {
     if (!coordinator_valid_site_name(site))
-        return err_set(err, "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or a digit", site);
+        return err_set(err,
+                       "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting "
+                       "with a letter or a digit",
+                       site);
     Store *s = open_store(dir, err);
     if (s == NULL) return -1;
     int rc = coordinator_enroll_store(s, site, ttl_ms, "strait site enroll", token, err);

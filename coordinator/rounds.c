@@ -235,7 +235,7 @@ static int commit_round(Coordinator *co, char *err) {
     /* the lossless delta θ_r → θ_{r+1} for sites that hold θ_r (best effort) */
     char derr[ERR_LEN];
     if (ckpt_encode(theta, n * 4, 4, r->model.params, 1, &d, derr) != 0) blob_free(&d);
-    StoreCheckpoint ck = {rel, (int64_t)ckpt_len, sha, state_rel[0] ? state_rel : NULL,
+    StoreCheckpoint ck = {rel,         (int64_t)ckpt_len, sha, state_rel[0] ? state_rel : NULL,
                           state_bytes, state_sha};
     double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
     pthread_mutex_lock(&co->store_lock);
@@ -302,17 +302,21 @@ static int64_t active_sites(Coordinator *co) {
 static void answer_waiters(Coordinator *co, int all) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
+    if (r->n_waiters == 0) { /* the ticker's usual case: nothing to allocate */
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
     int64_t now = time_wall_ms();
     int n = 0;
-    Waiter *ready = malloc(sizeof *ready * (size_t)(r->n_waiters ? r->n_waiters : 1));
-    uint8_t (*resp)[64] = malloc(64 * (size_t)(r->n_waiters ? r->n_waiters : 1));
-    size_t *lens = malloc(sizeof *lens * (size_t)(r->n_waiters ? r->n_waiters : 1));
+    Waiter *ready = malloc(sizeof *ready * (size_t)r->n_waiters);
+    uint8_t(*resp)[64] = malloc(64 * (size_t)r->n_waiters);
+    size_t *lens = malloc(sizeof *lens * (size_t)r->n_waiters);
     for (int i = 0; ready && resp && lens && i < r->n_waiters;) {
         Waiter *w = &r->waiters[i];
         /* a cancelled call (its client gone, its site revoked) leaves at once:
          * parked calls count against their certificate's limit */
-        if (!(all || r->finished || r->stop || r->number > w->after_round ||
-              now >= w->expires_ms || net_call_cancelled(w->call, 0))) {
+        if (!(all || r->finished || r->stop || r->number > w->after_round || now >= w->expires_ms ||
+              net_call_cancelled(w->call, 0))) {
             i++;
             continue;
         }
@@ -347,9 +351,8 @@ static void cancel_revoked(Coordinator *co) {
     NetServer *srv = co->server;
     pthread_mutex_unlock(&co->rounds.lock);
     if (srv == NULL) return;
-    char (*peers)[65] = malloc(65 * 512);
-    if (peers == NULL) return;
-    int n = net_server_live_peers(srv, peers, 512);
+    char(*peers)[65];
+    int n = net_server_live_peers(srv, &peers);
     for (int i = 0; i < n; i++) {
         StoreSite site;
         StoreCert cert;
@@ -362,7 +365,7 @@ static void cancel_revoked(Coordinator *co) {
                      k == 1 ? "" : "s");
         }
     }
-    free(peers);
+    free(peers); /* NULL when n is -1 */
 }
 
 /* The deadline: every 200 ms, close, extend or fail the open round; answer
@@ -455,7 +458,8 @@ static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, con
     snprintf(u.codec, sizeof u.codec, "%s", codec);
     u.raw_bytes = 4 * (int64_t)co->rounds.model.n_params;
     u.wire_bytes = wire;
-    /* claims, bounded before they reach the ledger (a refused update keeps 0) */
+    /* claims, bounded before they reach the ledger: a refused update may
+     * carry any; one past its bound is recorded as 0 */
     u.tokens = meta && meta->tokens <= (uint64_t)co->rounds.max_tokens ? (int64_t)meta->tokens : 0;
     u.train_loss = meta ? meta->train_loss : NAN;
     u.eval_loss = meta ? meta->eval_loss : NAN;
@@ -547,13 +551,12 @@ static void h_push_update(NetCall *c, void *user) {
     if (coordinator_authorize_site(co, c, &site) != 0) return;
     char owner[32], err[ERR_LEN];
     snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
-    pthread_mutex_lock(&r->lock);
+    /* fixed at start: read without the lock */
     NetLimits lim = {.max_total = r->max_update_bytes,
                      .purpose = "update",
                      .header_ms = r->set.upload_header_ms,
                      .idle_ms = r->set.upload_idle_ms,
                      .life_ms = r->set.upload_life_ms};
-    pthread_mutex_unlock(&r->lock);
     NetReceived got;
     uint64_t t0 = time_monotonic_ns();
     NetStatus st = net_upload_receive(c, r->spool, owner, &lim, &got, err);
@@ -638,7 +641,8 @@ static void h_push_update(NetCall *c, void *user) {
         net_upload_answer(c, got.upload_id, got.length, 1);
     } else {
         log_warn("rounds", "update from %s refused (%s): %s", site.name, code, why);
-        net_call_status(c, strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
+        net_call_status(c,
+                        strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
                         "%s", why);
     }
     if (meta) strait__update_meta__free_unpacked(meta, NULL);
@@ -788,22 +792,21 @@ int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *o
         config_get_duration_ms(cfg, "limits", "upload_life", 3600000, &o->upload_life_ms, err))
         return -1;
     /* ranges the typed reads above cannot say */
-    static const struct {
+    const struct {
         const char *section, *key;
-        int64_t min, max;
-    } spans[] = {{"rounds", "deadline", 1000, 7 * 24 * 3600 * 1000LL},
-                 {"rounds", "time_budget", 0, 7 * 24 * 3600 * 1000LL},
-                 {"limits", "upload_header", 100, 3600000},
-                 {"limits", "upload_idle", 100, 3600000},
-                 {"limits", "upload_life", 1000, 7 * 24 * 3600 * 1000LL}};
-    const int64_t *vals[] = {&o->deadline_ms, &o->budget_ms, &o->upload_header_ms,
-                             &o->upload_idle_ms, &o->upload_life_ms};
+        int64_t value, min, max;
+    } spans[] = {{"rounds", "deadline", o->deadline_ms, 1000, 7 * DAY},
+                 {"rounds", "time_budget", o->budget_ms, 0, 7 * DAY},
+                 {"limits", "upload_header", o->upload_header_ms, 100, 3600000},
+                 {"limits", "upload_idle", o->upload_idle_ms, 100, 3600000},
+                 {"limits", "upload_life", o->upload_life_ms, 1000, 7 * DAY}};
     for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
-        if (*vals[i] < spans[i].min || *vals[i] > spans[i].max)
-            return err_set(err, "federation.ini: [%s] %s = %lld ms is out of range; use %lld ms to "
-                           "%lld days",
-                           spans[i].section, spans[i].key, (long long)*vals[i],
-                           (long long)spans[i].min, (long long)(spans[i].max / DAY));
+        if (spans[i].value < spans[i].min || spans[i].value > spans[i].max)
+            return err_set(err,
+                           "federation.ini: [%s] %s = %lld ms is out of range; use %lld ms to "
+                           "%lld ms",
+                           spans[i].section, spans[i].key, (long long)spans[i].value,
+                           (long long)spans[i].min, (long long)spans[i].max);
     if (!(o->outer_lr > 0 && o->outer_lr <= 10))
         return err_set(err, "federation.ini: [optimizer] lr = %g; use more than 0, at most 10",
                        o->outer_lr);

@@ -299,17 +299,16 @@ static void coordinator_free(Coordinator *co) {
 static int check_keys(const Config *cfg, char *err) {
     static const char *const federation[] = {"name", "listen", "advertise", NULL};
     static const char *const model[] = {"preset", "seed", NULL};
-    static const char *const rounds[] = {"total",       "min_sites",   "deadline",
-                                         "max_extensions", "aggregate", "trim",
-                                         "inner_steps", "time_budget", "batch",
-                                         "seq",         "max_update_ratio", NULL};
+    static const char *const rounds[] = {
+        "total",     "min_sites", "deadline",         "max_extensions",
+        "aggregate", "trim",      "inner_steps",      "time_budget",
+        "batch",     "seq",       "max_update_ratio", NULL};
     static const char *const codec[] = {"uplink", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", NULL};
     static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
-    static const char *const limits[] = {"workers",     "calls_per_site", "admin_reserve",
-                                         "spool",       "spool_per_site", "upload_header",
-                                         "upload_idle", "upload_life",    "join_failures",
-                                         NULL};
+    static const char *const limits[] = {
+        "workers",       "calls_per_site", "admin_reserve", "spool",         "spool_per_site",
+        "upload_header", "upload_idle",    "upload_life",   "join_failures", NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const struct {
         const char *section;
@@ -375,7 +374,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
               config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
               rounds_settings_read(cfg, co.model, &rs, err);
     if (!bad && reserve >= workers)
-        bad = err_set(err, "federation.ini: [limits] admin_reserve = %lld; use fewer than workers "
+        bad = err_set(err,
+                      "federation.ini: [limits] admin_reserve = %lld; use fewer than workers "
                       "(%lld)",
                       (long long)reserve, (long long)workers);
     co.site_cert_days = (long)days;

@@ -24,8 +24,8 @@ extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql
     schema_store_v4_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql,
-                                         schema_store_v3_sql, schema_store_v4_sql};
+static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql, schema_store_v3_sql,
+                                         schema_store_v4_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");

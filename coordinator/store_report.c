@@ -75,9 +75,8 @@ int store_totals(Store *s, StoreTotals *out, char *err) {
 }
 
 int store_rejections(Store *s, StoreReasonCount **out, size_t *n, char *err) {
-    static const char sql[] =
-        "SELECT coalesce(reason_code, 'malformed'), count(*) FROM updates "
-        "WHERE state = 'rejected' GROUP BY 1 ORDER BY count(*) DESC, 1";
+    static const char sql[] = "SELECT coalesce(reason_code, 'malformed'), count(*) FROM updates "
+                              "WHERE state = 'rejected' GROUP BY 1 ORDER BY count(*) DESC, 1";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     void *rows;

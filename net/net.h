@@ -142,8 +142,9 @@ void net_server_stop(NetServer *s, int grace_ms);
  * this SHA-256 fingerprint, parked ones included (they still wait for
  * their owner's answer, which then goes nowhere); returns how many. */
 int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why);
-/* The fingerprints of the certificates with live calls (at most max). */
-int net_server_live_peers(NetServer *s, char (*out)[65], int max);
+/* The fingerprints of every certificate with live calls, in *out
+ * (malloc'd); their count, -1 when out of memory. */
+int net_server_live_peers(NetServer *s, char (**out)[65]);
 
 typedef enum NetRecv {
     NET_RECV_TIMEOUT = -2,
@@ -272,9 +273,6 @@ int net_spool_keep(NetSpool *sp, const char *owner, const char *name, const uint
  * starting over: what it kept belonged to a round it no longer holds). */
 void net_spool_drop(NetSpool *sp, const char *owner, const char *name);
 void net_spool_drop_all_kept(NetSpool *sp);
-/* Bytes the spool holds in files now (partials and kept), for an owner or
- * (owner NULL) in all. */
-uint64_t net_spool_used(NetSpool *sp, const char *owner);
 
 typedef struct NetReceived {
     char upload_id[NET_UPLOAD_ID_MAX + 1];

@@ -4,8 +4,9 @@
  * Threads: one dispatcher drains the server's completion queue (new calls,
  * shutdown); `workers` threads run handlers. Each call gets its own pluck
  * completion queue, so a handler's blocking receive and send wait only for
- * their own events. A new call is handed to an idle worker or, when none is
- * idle, answered RESOURCE_EXHAUSTED by the dispatcher — the pool never grows.
+ * their own events. A new call waits in a bounded queue for a worker or,
+ * when the queue is full, is answered RESOURCE_EXHAUSTED by the dispatcher
+ * — the pool never grows.
  *
  * Per call, RECV_CLOSE_ON_SERVER is started before the handler runs: its
  * `cancelled` flag is the only way to tell a client that finished sending
@@ -69,7 +70,8 @@ struct NetCall {
     NetPeer peer;
     int peer_loaded;
     grpc_metadata_array md;
-    char peer_key[80]; /* what per_peer counts by: the certificate, else the address */
+    char peer_key[80];    /* what per_peer counts by: the certificate, else the address */
+    int reserved;         /* a NET_USE_RESERVE method's call */
     NetCall *prev, *next; /* the server's live list, under server->lock */
     int live;
     /* parking, under server->lock: PARK_NONE, or the call outlives its handler */
@@ -94,22 +96,36 @@ struct NetServer {
     pthread_t dispatcher;
     pthread_t *workers;
     int started;
-    /* the pool: calls waiting for a worker, guarded by lock. A call is
-     * queued only when an idle worker or a backlog slot is free, so the
-     * queue never holds more than q_cap = workers + backlog + reserve. */
+    /* the pool: calls waiting for a worker, guarded by lock, reserved ones
+     * at the head. Common calls run on at most workers - reserve workers and
+     * wait in at most backlog more slots; reserved ones have reserve +
+     * backlog slots: the queue holds at most q_cap = workers + 2 backlog. */
     pthread_mutex_t lock;
     pthread_cond_t work_ready;
     int idle, stopping;
     NetCall **queue;
     int q_head, q_len, q_cap;
+    int q_reserved; /* queued calls of NET_USE_RESERVE methods */
+    int run_common; /* running calls of the other methods */
     int shutdown_tag;
-    NetCall *live;  /* every call handed to a worker and not yet finished */
+    NetCall *live; /* every call handed to a worker and not yet finished */
     int n_parked;
 };
 
 /* ---- calls --------------------------------------------------------------- */
 
-static void load_addr(NetCall *c);
+/* "ipv4:127.0.0.1:5000" → "127.0.0.1"; "ipv6:[::1]:5000" → "::1" */
+static void load_addr(NetCall *c) {
+    char *peer = grpc_call_get_peer(c->call);
+    const char *p = peer ? peer : "";
+    const char *colon = strchr(p, ':');
+    if (colon && (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0)) p = colon + 1;
+    const char *end = strrchr(p, ':');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > 1 && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
+    snprintf(c->peer.addr, sizeof c->peer.addr, "%.*s", (int)(n < 60 ? n : 60), p);
+    if (peer) gpr_free(peer);
+}
 
 static void load_peer(NetCall *c) {
     if (c->peer_loaded) return;
@@ -138,19 +154,6 @@ static void load_peer(NetCall *c) {
         }
     }
     grpc_auth_context_release(ctx);
-}
-
-/* "ipv4:127.0.0.1:5000" → "127.0.0.1"; "ipv6:[::1]:5000" → "::1" */
-static void load_addr(NetCall *c) {
-    char *peer = grpc_call_get_peer(c->call);
-    const char *p = peer ? peer : "";
-    const char *colon = strchr(p, ':');
-    if (colon && (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0)) p = colon + 1;
-    const char *end = strrchr(p, ':');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    if (n > 1 && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
-    snprintf(c->peer.addr, sizeof c->peer.addr, "%.*s", (int)(n < 60 ? n : 60), p);
-    if (peer) gpr_free(peer);
 }
 
 const NetPeer *net_call_peer(NetCall *c) {
@@ -397,15 +400,19 @@ static void dispatch(NetServer *s, Request *r) {
                     "this method needs a client certificate signed by the federation CA");
         return;
     }
-    snprintf(c->peer_key, sizeof c->peer_key, "%s%s", peer->has_cert ? "cert:" : "addr:",
-             peer->has_cert ? peer->sha256_hex : peer->addr);
+    snprintf(c->peer_key, sizeof c->peer_key, "%s%s",
+             peer->has_cert ? "cert:" : "addr:", peer->has_cert ? peer->sha256_hex : peer->addr);
     pthread_mutex_lock(&s->lock);
     int mine = 0;
     for (NetCall *o = s->live; o; o = o->next) mine += strcmp(o->peer_key, c->peer_key) == 0;
     /* a call waits in the backlog for a worker; past it, RESOURCE_EXHAUSTED.
-     * The reserve is for NET_USE_RESERVE methods, which also go first. */
+     * Common calls have workers - reserve workers; NET_USE_RESERVE methods
+     * have the reserve too, and go first. */
     int reserved = (r->method->flags & NET_USE_RESERVE) != 0;
-    int room = s->idle - s->q_len + s->cfg.backlog - (reserved ? 0 : s->cfg.reserve);
+    int common_queued = s->q_len - s->q_reserved;
+    int room =
+        reserved ? s->cfg.reserve + s->cfg.backlog - s->q_reserved
+                 : s->cfg.workers - s->cfg.reserve - s->run_common + s->cfg.backlog - common_queued;
     if (mine >= s->cfg.per_peer) {
         pthread_mutex_unlock(&s->lock);
         char why[160];
@@ -425,14 +432,16 @@ static void dispatch(NetServer *s, Request *r) {
     if (s->live) s->live->prev = c;
     s->live = c;
     c->live = 1;
+    c->reserved = reserved;
     if (reserved) { /* to the head of the queue */
         s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
         s->queue[s->q_head] = c;
+        s->q_reserved++;
     } else {
         s->queue[(s->q_head + s->q_len) % s->q_cap] = c;
     }
     s->q_len++;
-    pthread_cond_signal(&s->work_ready);
+    pthread_cond_broadcast(&s->work_ready); /* one that can take this head */
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -509,24 +518,37 @@ int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why
     return n;
 }
 
-int net_server_live_peers(NetServer *s, char (*out)[65], int max) {
-    int n = 0;
+int net_server_live_peers(NetServer *s, char (**out)[65]) {
     pthread_mutex_lock(&s->lock);
-    for (NetCall *o = s->live; o && n < max; o = o->next) {
+    int n = 0, cap = 0;
+    for (NetCall *o = s->live; o; o = o->next) cap++;
+    char(*peers)[65] = malloc(65 * (size_t)(cap ? cap : 1));
+    for (NetCall *o = s->live; peers && o; o = o->next) {
         if (strncmp(o->peer_key, "cert:", 5) != 0) continue;
         int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = strcmp(out[i], o->peer_key + 5) == 0;
-        if (!seen) snprintf(out[n++], 65, "%s", o->peer_key + 5);
+        for (int i = 0; i < n && !seen; i++) seen = strcmp(peers[i], o->peer_key + 5) == 0;
+        if (!seen) snprintf(peers[n++], 65, "%s", o->peer_key + 5);
     }
     pthread_mutex_unlock(&s->lock);
-    return n;
+    *out = peers;
+    return peers ? n : -1;
+}
+
+/* Whether a worker may take the head of the queue: a reserved call always,
+ * a common one only while fewer than workers - reserve common calls run, so
+ * the reserve stays free for the methods flagged NET_USE_RESERVE. Under lock. */
+static int can_take(const NetServer *s) {
+    if (s->q_len == 0) return 0;
+    return s->queue[s->q_head]->reserved || s->run_common < s->cfg.workers - s->cfg.reserve ||
+           s->stopping;
 }
 
 static void *worker_main(void *arg) {
     NetServer *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (s->q_len == 0 && !s->stopping) pthread_cond_wait(&s->work_ready, &s->lock);
+        while (!can_take(s) && !(s->stopping && s->q_len == 0))
+            pthread_cond_wait(&s->work_ready, &s->lock);
         if (s->q_len == 0) { /* stopping */
             pthread_mutex_unlock(&s->lock);
             return NULL;
@@ -535,6 +557,11 @@ static void *worker_main(void *arg) {
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         s->idle--;
+        if (c->reserved)
+            s->q_reserved--;
+        else
+            s->run_common++;
+        int c_reserved = c->reserved; /* c may be freed by the time it is needed */
         pthread_mutex_unlock(&s->lock);
         c->method->handler(c, c->method->user);
         pthread_mutex_lock(&s->lock);
@@ -548,6 +575,10 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_lock(&s->lock);
         s->idle++;
+        if (!c_reserved) { /* a common slot is free: a worker waiting on one may go */
+            s->run_common--;
+            pthread_cond_broadcast(&s->work_ready);
+        }
         pthread_mutex_unlock(&s->lock);
     }
 }
@@ -636,7 +667,7 @@ int net_server_start(NetServer *s, int *port, char *err) {
     s->generic.method = NULL;
     if (request_next(s, &s->generic) != 0) return err_set(err, "cannot accept calls");
     s->workers = calloc((size_t)s->cfg.workers, sizeof *s->workers);
-    s->q_cap = s->cfg.workers + s->cfg.backlog + s->cfg.reserve;
+    s->q_cap = s->cfg.workers + 2 * s->cfg.backlog;
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
     s->idle = s->cfg.workers;
     for (int i = 0; i < s->cfg.workers; i++) pthread_create(&s->workers[i], NULL, worker_main, s);

@@ -223,8 +223,7 @@ uint64_t net_spool_committed(NetSpool *sp, const char *owner, const char *id) {
 
 static int live_find(const NetSpool *sp, const char *owner, const char *id) {
     for (int i = 0; i < sp->n_live; i++)
-        if (strcmp(sp->live[i].owner, owner) == 0 && (id == NULL || strcmp(sp->live[i].id, id) == 0))
-            return i;
+        if (strcmp(sp->live[i].owner, owner) == 0 && strcmp(sp->live[i].id, id) == 0) return i;
     return -1;
 }
 
@@ -250,10 +249,7 @@ static uint64_t spool_sweep_owner(NetSpool *sp, const char *owner, int64_t now) 
             char id[NET_UPLOAD_ID_MAX + 8];
             snprintf(id, sizeof id, "%.*s", (int)(n - 5 < sizeof id - 1 ? n - 5 : sizeof id - 1),
                      e->d_name);
-            int live = 0;
-            for (int i = 0; i < sp->n_live && !live; i++)
-                live = strcmp(sp->live[i].owner, owner) == 0 && strcmp(sp->live[i].id, id) == 0;
-            if (live) continue;
+            if (live_find(sp, owner, id) >= 0) continue;
             int64_t age = now - (int64_t)st.st_mtime * 1000;
             if (sp->expiry_ms > 0 && age > sp->expiry_ms) {
                 unlink(path);
@@ -268,29 +264,24 @@ static uint64_t spool_sweep_owner(NetSpool *sp, const char *owner, int64_t now) 
     return used;
 }
 
-/* Bytes used by one owner (owner != NULL) or by all: files plus the
- * reservations of uploads in flight. Under sp->lock. */
-static uint64_t spool_usage(NetSpool *sp, const char *owner) {
+/* Bytes used by `owner` (*mine) and by all owners (*all), in one walk:
+ * files plus the reservations of uploads in flight. Under sp->lock. */
+static void spool_count(NetSpool *sp, const char *owner, uint64_t *mine, uint64_t *all) {
     int64_t now = time_wall_ms();
-    uint64_t used = 0;
-    for (int i = 0; i < sp->n_live; i++)
-        if (owner == NULL || strcmp(sp->live[i].owner, owner) == 0) used += sp->live[i].reserved;
-    if (owner) return used + spool_sweep_owner(sp, owner, now);
+    *mine = *all = 0;
+    for (int i = 0; i < sp->n_live; i++) {
+        *all += sp->live[i].reserved;
+        if (strcmp(sp->live[i].owner, owner) == 0) *mine += sp->live[i].reserved;
+    }
     DIR *d = opendir(sp->dir);
-    if (d == NULL) return used;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (valid_upload_id(e->d_name)) used += spool_sweep_owner(sp, e->d_name, now);
-    closedir(d);
-    return used;
-}
-
-uint64_t net_spool_used(NetSpool *sp, const char *owner) {
-    if (owner && !valid_upload_id(owner)) return 0;
-    pthread_mutex_lock(&sp->lock);
-    uint64_t used = spool_usage(sp, owner);
-    pthread_mutex_unlock(&sp->lock);
-    return used;
+    while (d && (e = readdir(d)) != NULL) {
+        if (!valid_upload_id(e->d_name)) continue;
+        uint64_t used = spool_sweep_owner(sp, e->d_name, now);
+        *all += used;
+        if (strcmp(e->d_name, owner) == 0) *mine += used;
+    }
+    if (d) closedir(d);
 }
 
 /* Takes (owner, id) for one stream and reserves `bytes`, or says why not. */
@@ -299,18 +290,19 @@ static NetStatus spool_claim(NetSpool *sp, const char *owner, const char *id, ui
     NetStatus st = NET_OK;
     pthread_mutex_lock(&sp->lock);
     uint64_t mine = 0, all = 0;
+    spool_count(sp, owner, &mine, &all);
     if (live_find(sp, owner, id) >= 0) {
         err_set(err, "upload %s is already being received on another stream; retry when it ends",
                 id);
         st = NET_ABORTED;
-    } else if ((mine = spool_usage(sp, owner)) + bytes > sp->max_owner_bytes) {
+    } else if (mine + bytes > sp->max_owner_bytes) {
         err_set(err,
                 "this site's spool quota is full (%llu bytes held, %llu more asked, quota %llu); "
                 "finish or abandon its other uploads",
                 (unsigned long long)mine, (unsigned long long)bytes,
                 (unsigned long long)sp->max_owner_bytes);
         st = NET_RESOURCE_EXHAUSTED;
-    } else if ((all = spool_usage(sp, NULL)) + bytes > sp->max_bytes) {
+    } else if (all + bytes > sp->max_bytes) {
         err_set(err, "the receiver's spool is full (%llu bytes held of %llu); retry later",
                 (unsigned long long)all, (unsigned long long)sp->max_bytes);
         st = NET_RESOURCE_EXHAUSTED;
@@ -350,7 +342,8 @@ int net_spool_keep(NetSpool *sp, const char *owner, const char *name, const uint
     spool_owner_dir(sp, owner, dir, sizeof dir);
     snprintf(full, sizeof full, "%s/%s", dir, name);
     pthread_mutex_lock(&sp->lock);
-    uint64_t mine = spool_usage(sp, owner), all = spool_usage(sp, NULL);
+    uint64_t mine, all;
+    spool_count(sp, owner, &mine, &all);
     int rc = -1, fd = -1;
     if (mine + len > sp->max_owner_bytes || all + len > sp->max_bytes) {
         err_set(err, "the spool quota is full (%llu bytes held by this site, %llu in all)",
@@ -391,8 +384,7 @@ void net_spool_drop_all_kept(NetSpool *sp) {
         struct dirent *f;
         while (o && (f = readdir(o)) != NULL) {
             size_t n = strlen(f->d_name);
-            if (f->d_name[0] == '.' || (n > 5 && strcmp(f->d_name + n - 5, ".part") == 0))
-                continue;
+            if (f->d_name[0] == '.' || (n > 5 && strcmp(f->d_name + n - 5, ".part") == 0)) continue;
             char path[1400];
             snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
             unlink(path);
@@ -450,8 +442,9 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     NetBuf m;
     NetRecv r = net_call_recv_within(c, &m, header_ms);
     if (r != NET_RECV_MESSAGE) {
-        err_set(err, r == NET_RECV_TIMEOUT ? "no transfer header within %lld ms"
-                                           : "the stream ended before its header (%lld ms)",
+        err_set(err,
+                r == NET_RECV_TIMEOUT ? "no transfer header within %lld ms"
+                                      : "the stream ended before its header (%lld ms)",
                 (long long)header_ms);
         return r == NET_RECV_TIMEOUT  ? NET_DEADLINE_EXCEEDED
                : r == NET_RECV_BROKEN ? NET_CANCELLED
@@ -535,8 +528,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         r = wait > 0 ? net_call_recv_within(c, &m, wait) : NET_RECV_TIMEOUT;
         if (r == NET_RECV_BROKEN || r == NET_RECV_TIMEOUT) {
             if (r == NET_RECV_TIMEOUT)
-                err_set(err,
-                        "upload %s stalled at %llu of %llu bytes (%s); it can resume",
+                err_set(err, "upload %s stalled at %llu of %llu bytes (%s); it can resume",
                         out->upload_id, (unsigned long long)expected, (unsigned long long)total,
                         wait > 0 ? "no chunk in time" : "the stream lived too long");
             else

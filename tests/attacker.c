@@ -54,10 +54,18 @@ NetStatus attacker_push(NetChannel *ch, const AttackClaim *a, const Blob *b, cha
                         size_t details_len) {
     uint8_t mbuf[64];
     size_t mlen = pack_meta(a->tokens, mbuf);
-    NetTransferSpec spec = {a->purpose ? a->purpose : "update", a->round, a->upload_id, 0, mbuf,
-                            mlen, NULL};
-    return net_upload(ch, UPLOAD, QUERY, &spec, b->data, b->len, 30000, NULL, details,
-                      details_len);
+    NetTransferSpec spec = {
+        a->purpose ? a->purpose : "update", a->round, a->upload_id, 0, mbuf, mlen, NULL};
+    return net_upload(ch, UPLOAD, QUERY, &spec, b->data, b->len, 30000, NULL, details, details_len);
+}
+
+/* A StreamFrame packed into a malloc'd buffer. */
+static uint8_t *pack_frame(const Strait__StreamFrame *fr, size_t *len) {
+    *len = strait__stream_frame__get_packed_size(fr);
+    uint8_t *buf = malloc(*len);
+    cr_assert_not_null(buf);
+    strait__stream_frame__pack(fr, buf);
+    return buf;
 }
 
 NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b) {
@@ -75,9 +83,8 @@ NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b
     Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
     fr.frame_case = STRAIT__STREAM_FRAME__FRAME_HEADER;
     fr.header = &h;
-    size_t n = strait__stream_frame__get_packed_size(&fr);
-    uint8_t *buf = malloc(n);
-    strait__stream_frame__pack(&fr, buf);
+    size_t n;
+    uint8_t *buf = pack_frame(&fr, &n);
     char err[ERR_LEN];
     NetClientCall *c = net_client_start(ch, UPLOAD, 60000, err);
     cr_assert_not_null(c, "%s", err);
@@ -97,9 +104,8 @@ NetStatus attacker_stream_rest(NetClientCall *c, const Blob *b, uint64_t from, c
         Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
         fr.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
         fr.chunk = &ck;
-        size_t len = strait__stream_frame__get_packed_size(&fr);
-        uint8_t *buf = malloc(len);
-        strait__stream_frame__pack(&fr, buf);
+        size_t len;
+        uint8_t *buf = pack_frame(&fr, &len);
         ok = net_client_send(c, buf, len) == 0;
         free(buf);
     }

@@ -102,3 +102,20 @@ void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset) {
     cr_assert_eq(pwrite(fd, &b, 1, offset), 1);
     close(fd);
 }
+
+StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout_s) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", home, STORE_DB_FILE);
+    StoreRound r;
+    for (int i = 0; i < timeout_s * 10; i++) {
+        Store *s = store_open(db, STORE_READONLY, err);
+        if (s) {
+            int rc = store_round_get(s, n, &r, err);
+            store_close(s);
+            if (rc == 0 && strcmp(r.state, "committed") == 0) return r;
+        }
+        usleep(100000);
+    }
+    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
+    return r;
+}

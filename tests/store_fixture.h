@@ -34,5 +34,8 @@ void store_fixture_touch(StoreFixture *fx, const char *rel);
 int store_fixture_exists(StoreFixture *fx, const char *rel);
 void store_fixture_remove(StoreFixture *fx, const char *rel);
 void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset);
+/* Waits until round n of the federation in home (a running coordinator's)
+ * is committed and returns its row; fails the test after timeout_s. */
+StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout_s);
 
 #endif

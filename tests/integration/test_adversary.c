@@ -28,6 +28,7 @@
 #include "schema/strait.pb-c.h"
 #include "tests/attacker.h"
 #include "tests/harness.h"
+#include "tests/store_fixture.h"
 #include "util/util.h"
 
 static char *root, fed[600], addr[64];
@@ -91,20 +92,7 @@ static void teardown(void) {
 TestSuite(adversary, .fini = teardown, .timeout = 240);
 
 static StoreRound wait_committed(int64_t n, int timeout_s) {
-    char db[800], err[ERR_LEN];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    StoreRound r;
-    for (int i = 0; i < timeout_s * 10; i++) {
-        Store *s = store_open(db, STORE_READONLY, err);
-        if (s) {
-            int rc = store_round_get(s, n, &r, err);
-            store_close(s);
-            if (rc == 0 && strcmp(r.state, "committed") == 0) return r;
-        }
-        usleep(100000);
-    }
-    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
-    return r;
+    return store_fixture_wait_committed(fed, n, timeout_s);
 }
 
 static GPT tiny(void) {
@@ -126,9 +114,9 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
         const uint8_t *blobs[8];
         size_t lens[8];
         for (int i = 0; i < n_honest; i++) blobs[i] = honest[i].data, lens[i] = honest[i].len;
-        cr_assert_eq(robust_aggregate(blobs, lens, n_honest, m.n_params, ROBUST_MEDIAN, 0, mean,
-                                      err),
-                     0, "%s", err);
+        cr_assert_eq(
+            robust_aggregate(blobs, lens, n_honest, m.n_params, ROBUST_MEDIAN, 0, mean, err), 0,
+            "%s", err);
     } else {
         RoundSum rs;
         cr_assert_eq(round_sum_init(&rs, m.n_params, m.table_hash, 0, err), 0);
@@ -204,6 +192,10 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     /* B's upload on its own id goes through while M's stream on that id is live */
     AttackClaim mine = {0, "b-r0", 1000, NULL};
     cr_assert_eq(attacker_push(b, &mine, &good, details, sizeof details), NET_OK, "%s", details);
+    /* one live stream per upload: M's second stream on the id it holds open waits its turn */
+    cr_assert_eq(attacker_push(m, &on_b, &evil, details, sizeof details), NET_ABORTED, "%s",
+                 details);
+    cr_assert_not_null(strstr(details, "already being received"), "%s", details);
     /* M finishes its stream: its own update, refused by the norm bound */
     NetStatus st = attacker_stream_rest(held, &evil, 0, details, sizeof details);
     cr_assert_eq(st, NET_FAILED_PRECONDITION, "%s: %s", net_status_name(st), details);
@@ -250,8 +242,7 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
     /* another codec than the federation's, another purpose than an update */
     AttackClaim other = {0, "fp32", 1000, NULL};
-    cr_assert_eq(attacker_push(m, &other, &fp32, details, sizeof details),
-                 NET_FAILED_PRECONDITION);
+    cr_assert_eq(attacker_push(m, &other, &fp32, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "codec fp32"), "%s", details);
     AttackClaim model = {0, "model", 1000, "model"};
     cr_assert_eq(attacker_push(m, &model, &good, details, sizeof details), NET_INVALID_ARGUMENT,
@@ -260,8 +251,8 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     size_t huge_len = t.n_params * 4 + (1u << 20);
     Blob huge = {calloc(1, huge_len), huge_len, 0};
     AttackClaim h = {0, "huge", 1000, NULL};
-    cr_assert_eq(attacker_push(m, &h, &huge, details, sizeof details), NET_RESOURCE_EXHAUSTED,
-                 "%s", details);
+    cr_assert_eq(attacker_push(m, &h, &huge, details, sizeof details), NET_RESOURCE_EXHAUSTED, "%s",
+                 details);
     free(huge.data);
     AttackClaim honest = {0, "b-r0", 1000, NULL};
     cr_assert_eq(attacker_push(b, &honest, &good, details, sizeof details), NET_OK, "%s", details);
@@ -282,12 +273,63 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     gpt_free(&t);
 }
 
+/* ---- a commit is all or nothing ---------------------------------------------------- */
+
+/* The round's checkpoint cannot be written (a folder squats on its name):
+ * the commit fails, the round fails with its reason once, θ and the round
+ * number stay, and the next attempt commits what the honest site sends. */
+Test(adversary, a_failed_commit_changes_nothing) {
+    federation("mean", "1", "3s");
+    char b_dir[700], details[256], squat[800], db[800], err[ERR_LEN];
+    site("b", b_dir, sizeof b_dir);
+    snprintf(squat, sizeof squat, "%s/checkpoints/round-000000.safetensors", fed);
+    cr_assert_eq(file_mkdir_p(squat, 0700, err), 0, "%s", err);
+    NetChannel *b = attacker_channel(b_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    AttackClaim a = {0, "b-r0", 1000, NULL};
+    cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
+    /* the first attempt fails at its commit */
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    StoreRound *list = NULL;
+    size_t n = 0;
+    for (int i = 0; i < 100; i++) {
+        Store *s = store_open(db, STORE_READONLY, err);
+        cr_assert_not_null(s, "%s", err);
+        free(list);
+        cr_assert_eq(store_rounds_list(s, 10, 0, &list, &n, err), 0, "%s", err);
+        store_close(s);
+        if (n >= 1 && strcmp(list[n - 1].state, "failed") == 0) break;
+        usleep(100000);
+    }
+    cr_assert_geq(n, 1);
+    cr_assert_str_eq(list[n - 1].state, "failed", "the commit did not fail");
+    cr_assert_not_null(strstr(list[n - 1].failed_reason, "commit failed"), "%s",
+                       list[n - 1].failed_reason);
+    cr_assert_eq(list[n - 1].number, 0);
+    free(list);
+    cr_assert_eq(rmdir(squat), 0);
+    /* the next attempt of the same round, from the same θ */
+    a.upload_id = "b-r0-again";
+    cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.attempt, 2, "round 0 committed at attempt %lld", (long long)r0.attempt);
+    float *want = expected_theta(&good, (double[]){1000}, 1, 0);
+    assert_model_is(&r0, want);
+    free(want);
+    net_channel_destroy(b);
+    blob_free(&good);
+    gpt_free(&t);
+}
+
 /* ---- no site can starve the others ------------------------------------------------- */
 
 typedef struct Waiting {
     NetChannel *ch;
+    int retry_busy; /* as a site does: a busy coordinator is asked again */
     NetStatus st;
     int finished;
+    int64_t asked_at; /* when the call that was answered began */
 } Waiting;
 
 static void *wait_round(void *arg) {
@@ -298,10 +340,16 @@ static void *wait_round(void *arg) {
     size_t n = strait__wait_round_request__pack(&req, buf);
     NetBuf resp;
     char details[256];
-    w->st = net_unary(w->ch, "/strait.Federation/WaitRound", buf, n, &resp, 60000, details,
-                      sizeof details);
+    for (int attempt = 0;; attempt++) {
+        w->asked_at = time_wall_ms();
+        w->st = net_unary(w->ch, "/strait.Federation/WaitRound", buf, n, &resp, 60000, details,
+                          sizeof details);
+        if (!(w->retry_busy && w->st == NET_RESOURCE_EXHAUSTED && attempt < 100)) break;
+        usleep(20000 + 1000 * (attempt % 50));
+    }
     if (w->st == NET_OK) {
-        Strait__WaitRoundResponse *r = strait__wait_round_response__unpack(NULL, resp.len, resp.data);
+        Strait__WaitRoundResponse *r =
+            strait__wait_round_response__unpack(NULL, resp.len, resp.data);
         w->finished = r && r->finished;
         if (r) strait__wait_round_response__free_unpacked(r, NULL);
         net_buf_free(&resp);
@@ -351,8 +399,8 @@ Test(adversary, one_site_cannot_pile_up_calls_and_revocation_ends_them) {
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "m-1", 1000, NULL};
-    cr_assert_eq(attacker_push(m, &a, &good, details, sizeof details), NET_PERMISSION_DENIED,
-                 "%s", details);
+    cr_assert_eq(attacker_push(m, &a, &good, details, sizeof details), NET_PERMISSION_DENIED, "%s",
+                 details);
     net_channel_destroy(m);
     blob_free(&good);
     gpt_free(&t);
@@ -374,8 +422,11 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
         site(name, dir, sizeof dir);
         w[i].ch = attacker_channel(dir, addr);
     }
-    for (int i = 0; i < SITES; i++) pthread_create(&th[i], NULL, wait_round, &w[i]);
-    sleep(1);
+    for (int i = 0; i < SITES; i++) {
+        w[i].retry_busy = 1; /* a burst of 256 over 16 workers and a backlog: some are told busy */
+        pthread_create(&th[i], NULL, wait_round, &w[i]);
+    }
+    sleep(2);
     /* 256 calls parked on 16 workers: the admin and another site are answered meanwhile */
     ProcResult r = S("status", fed);
     cr_assert_eq(r.status, 0, "status with %d sites waiting: %s", SITES, r.err);
@@ -388,17 +439,22 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "b-r0", 1000, NULL};
+    int64_t pushed_at = time_wall_ms();
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     wait_committed(0, 60);
-    int ok = 0, finished = 0;
+    int ok = 0, finished = 0, waiting_before = 0;
     for (int i = 0; i < SITES; i++) {
         pthread_join(th[i], NULL);
         ok += w[i].st == NET_OK;
         finished += w[i].finished;
+        waiting_before += w[i].asked_at < pushed_at;
         net_channel_destroy(w[i].ch);
     }
     cr_assert_eq(ok, SITES, "%d of %d waiting sites were answered", ok, SITES);
     cr_assert_eq(finished, SITES, "%d of %d heard the federation finish", finished, SITES);
+    /* all at once: every answered call had been waiting before the round's update came */
+    cr_assert_eq(waiting_before, SITES, "only %d of %d were waiting together", waiting_before,
+                 SITES);
     net_channel_destroy(b);
     blob_free(&good);
     gpt_free(&t);
@@ -408,8 +464,8 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
 
 static int s_client(const char *version, char *out, size_t len) {
     char cmd[300];
-    snprintf(cmd, sizeof cmd,
-             "echo | timeout 10 openssl s_client -connect %s %s -alpn h2 2>&1", addr, version);
+    snprintf(cmd, sizeof cmd, "echo | timeout 10 openssl s_client -connect %s %s -alpn h2 2>&1",
+             addr, version);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t n = fread(out, 1, len - 1, p);

@@ -170,13 +170,15 @@ static void h_block(NetCall *c, void *u) {
 
 /* ---- fixture --------------------------------------------------------------- */
 
-static void start_server(int workers) {
+/* backlog -1: none, a busy pool refuses at once */
+static void start_server_with(int workers, int reserve, int backlog) {
     char err[ERR_LEN];
     NetServerConfig cfg = {.listen = "127.0.0.1:0",
                            .tls = {tls.ca_cert, tls.server_cert, tls.server_key},
                            .workers = workers,
                            .per_peer = 64,
-                           .backlog = -1}; /* none: a busy pool refuses at once */
+                           .reserve = reserve,
+                           .backlog = backlog};
     server = net_server_create(&cfg, err);
     cr_assert_not_null(server, "%s", err);
     struct {
@@ -192,7 +194,8 @@ static void start_server(int workers) {
              {"/strait.Test/Query", NET_UNARY, 1, h_query},
              {"/strait.Test/Download", NET_SERVER_STREAM, 1, h_download},
              {"/strait.Test/Slow", NET_UNARY, 1, h_slow},
-             {"/strait.Test/Block", NET_UNARY, 1, h_block}};
+             {"/strait.Test/Block", NET_UNARY, 1, h_block},
+             {"/strait.Test/Admin", NET_UNARY, NET_REQUIRE_CERT | NET_USE_RESERVE, h_echo}};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         cr_assert_eq(
             net_server_add_method(server, m[i].path, m[i].kind, m[i].cert, m[i].h, NULL, err), 0,
@@ -200,6 +203,10 @@ static void start_server(int workers) {
     int port;
     cr_assert_eq(net_server_start(server, &port, err), 0, "%s", err);
     snprintf(target, sizeof target, "ipv4:127.0.0.1:%d", port);
+}
+
+static void start_server(int workers) {
+    start_server_with(workers, 0, -1);
 }
 
 static void setup(void) {
@@ -436,7 +443,8 @@ Test(net, transfer_refusals_commit_nothing) {
     /* a payload whose hash does not match: nothing kept */
     st = raw_upload(ch, "liar", 4096, wrong, offs, data, lens, 2, details);
     cr_assert_eq(st, NET_DATA_LOSS, "%s: %s", net_status_name(st), details);
-    cr_assert_eq(net_spool_committed(spool, OWNER, "liar"), 0, "a payload with a wrong hash was kept");
+    cr_assert_eq(net_spool_committed(spool, OWNER, "liar"), 0,
+                 "a payload with a wrong hash was kept");
     /* a malformed upload id (it names a file) */
     st = raw_upload(ch, "../escape", 4096, sha, offs, data, lens, 2, details);
     cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
@@ -589,6 +597,14 @@ Test(net, calls_beyond_the_pool_get_resource_exhausted) {
     net_channel_destroy(ch);
 }
 
+/* spec under another upload id, through the test's upload method */
+static NetStatus upload_as(NetChannel *ch, NetTransferSpec *spec, const char *id,
+                           const uint8_t *data, size_t n, char details[256]) {
+    spec->upload_id = id;
+    return net_upload(ch, "/strait.Test/Upload", "/strait.Test/Query", spec, data, n, 20000, NULL,
+                      details, 256);
+}
+
 Test(net, the_spool_is_bounded_and_expires_old_uploads) {
     char err[ERR_LEN], old[700], held_dir[700];
     /* an upload a sender abandoned long ago */
@@ -617,12 +633,49 @@ Test(net, the_spool_is_bounded_and_expires_old_uploads) {
     cr_assert_eq(file_mkdir_p(held_dir, 0700, err), 0, "%s", err);
     uint8_t *held = calloc(1, 700u << 10);
     cr_assert_eq(file_write_atomic(old, held, 700u << 10, 0600, err), 0, "%s", err);
-    spec.upload_id = "too-much";
-    st = net_upload(ch, "/strait.Test/Upload", "/strait.Test/Query", &spec, data, n, 20000, NULL,
-                    details, sizeof details);
+    st = upload_as(ch, &spec, "too-much", data, n, details);
     cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
     cr_assert_not_null(strstr(details, "spool is full"), "%s", details);
+    /* a quota per owner: another owner's bytes do not count against this
+     * one's, this owner's own held bytes do */
+    net_spool_close(spool);
+    spool = net_spool_open(spool_dir, 8u << 20, 1u << 20, 3600000, err); /* 1 MiB per owner */
+    cr_assert_not_null(spool, "%s", err);
+    st = upload_as(ch, &spec, "own-quota", data, n, details);
+    cr_assert_eq(st, NET_OK, "another owner's 700 KiB counted: %s", details);
+    snprintf(old, sizeof old, "%s/" OWNER "/mine.part", spool_dir);
+    cr_assert_eq(file_write_atomic(old, held, 700u << 10, 0600, err), 0, "%s", err);
+    st = upload_as(ch, &spec, "over-quota", data, n, details);
+    cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "this site's spool quota"), "%s", details);
     free(held);
     free(data);
+    net_channel_destroy(ch);
+}
+
+/* The reserve is the admin's even when common calls pile up: with two
+ * workers, one reserved and a backlog, a second common call waits in the
+ * backlog instead of taking the reserved worker, and an admin call runs. */
+Test(net, the_reserve_stays_free_for_its_methods) {
+    net_server_stop(server, 1000);
+    start_server_with(2, 1, 2);
+    NetChannel *ch = site_channel();
+    BlockCall calls[2] = {{ch, NET_UNKNOWN}, {ch, NET_UNKNOWN}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, block_thread, &calls[i]);
+    for (int i = 0; i < 1000 && atomic_load(&seen.running) < 1; i++) usleep(5000);
+    usleep(300000);
+    cr_assert_eq(atomic_load(&seen.running), 1, "a common call took the reserved worker");
+    char details[256];
+    NetBuf resp;
+    NetStatus st =
+        net_unary(ch, "/strait.Test/Admin", "hi", 2, &resp, 5000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "the reserved method was starved: %s: %s", net_status_name(st),
+                 details);
+    net_buf_free(&resp);
+    atomic_store(&seen.release, 1);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    cr_assert_eq(calls[0].st, NET_OK, "%s", net_status_name(calls[0].st));
+    cr_assert_eq(calls[1].st, NET_OK, "the queued common call: %s", net_status_name(calls[1].st));
     net_channel_destroy(ch);
 }

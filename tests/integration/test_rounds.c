@@ -29,7 +29,9 @@
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
+#include "tests/attacker.h"
 #include "tests/harness.h"
+#include "tests/store_fixture.h"
 #include "util/util.h"
 
 static char *root, fed[600], addr[64];
@@ -134,20 +136,7 @@ TestSuite(rounds, .fini = teardown, .timeout = 240);
 
 /* Waits until round n is committed; returns the store's row. */
 static StoreRound wait_committed(int64_t n, int timeout_s) {
-    char db[800], err[ERR_LEN];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    StoreRound r;
-    for (int i = 0; i < timeout_s * 10; i++) {
-        Store *s = store_open(db, STORE_READONLY, err);
-        if (s) {
-            int rc = store_round_get(s, n, &r, err);
-            store_close(s);
-            if (rc == 0 && strcmp(r.state, "committed") == 0) return r;
-        }
-        usleep(100000);
-    }
-    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
-    return r;
+    return store_fixture_wait_committed(fed, n, timeout_s);
 }
 
 static void load_params(const char *rel, GPT *m) {
@@ -218,20 +207,9 @@ Test(rounds, rounds_commit_on_quorum_when_a_site_never_reports) {
 /* ---- a site that misbehaves -------------------------------------------------------- */
 
 static NetChannel *site_channel(const char *name) {
-    char dir[700], *ca, *cert, *key, err[ERR_LEN], path[800], target[80];
+    char dir[700];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
-    snprintf(path, sizeof path, "%s/ca.crt", dir);
-    cr_assert_eq(file_read_all(path, 1 << 20, &ca, NULL, err), 0);
-    snprintf(path, sizeof path, "%s/site.crt", dir);
-    cr_assert_eq(file_read_all(path, 1 << 20, &cert, NULL, err), 0);
-    snprintf(path, sizeof path, "%s/site.key", dir);
-    cr_assert_eq(file_read_all(path, 1 << 20, &key, NULL, err), 0);
-    snprintf(target, sizeof target, "ipv4:%s", addr);
-    NetChannelConfig cc = {target, {ca, cert, key}, NULL, 0, 0};
-    NetChannel *ch = net_channel_create(&cc, err);
-    cr_assert_not_null(ch, "%s", err);
-    free(ca), free(cert), free(key);
-    return ch;
+    return attacker_channel(dir, addr);
 }
 
 static NetStatus push(NetChannel *ch, uint64_t round, const char *id, const Blob *b,
@@ -261,7 +239,8 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
     uint64_t n = m.n_params;
     float *delta = malloc(n * 4);
-    for (uint64_t i = 0; i < n; i++) delta[i] = 1e-3f * (float)((int)(i % 7) - 3); /* signed: (i % 7) - 3 wraps */
+    for (uint64_t i = 0; i < n; i++)
+        delta[i] = 1e-3f * (float)((int)(i % 7) - 3); /* signed: (i % 7) - 3 wraps */
     CodecParams p = codec_params_default(CODEC_FP32);
     p.zstd_level = 0;
     CodecLayout L = {m.table_hash, n, NULL, 0}, wrong = {m.table_hash ^ 1, n, NULL, 0};
@@ -304,6 +283,11 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
         if (strcmp(ups[i].state, "rejected") == 0) {
             rejected++;
             cr_assert_neq(ups[i].reason[0], '\0');
+            /* the code says what happened, whatever the text says */
+            if (strstr(ups[i].reason, "non-finite"))
+                cr_assert_str_eq(ups[i].reason_code, "non_finite");
+            if (strstr(ups[i].reason, "parameter table"))
+                cr_assert_str_eq(ups[i].reason_code, "wrong_model");
         }
         accepted += strcmp(ups[i].state, "accepted") == 0;
     }
