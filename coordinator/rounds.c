@@ -563,6 +563,7 @@ static void h_push_update(NetCall *c, void *user) {
     /* the last stream's time: a resumed upload's earlier streams are not counted */
     int64_t upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
     if (st != NET_OK) {
+        log_info("rounds", "upload from %s ended (%s): %s", site.name, net_status_name(st), err);
         net_call_status(c, st, "%s", err);
         return;
     }

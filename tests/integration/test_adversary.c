@@ -273,6 +273,37 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     gpt_free(&t);
 }
 
+/* A stream that stalls — after its header, or before it — is cut at the
+ * federation's deadlines instead of holding a worker for the client's. */
+Test(adversary, a_stalled_upload_is_cut) {
+    init_federation();
+    ini_set("limits", "upload_idle", "1s");
+    ini_set("limits", "upload_header", "1s");
+    start_coordinator();
+    char m_dir[700], details[256], err[ERR_LEN];
+    site("m", m_dir, sizeof m_dir);
+    NetChannel *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    AttackClaim a = {0, "slow", 1000, NULL};
+    int64_t t0 = time_wall_ms();
+    NetClientCall *c = attacker_open(m, &a, &good); /* the header, then nothing */
+    cr_assert_eq(net_client_finish(c, details, sizeof details), NET_DEADLINE_EXCEEDED, "%s",
+                 details);
+    cr_assert_lt(time_wall_ms() - t0, 30000, "the stalled stream lived to its client's deadline");
+    cr_assert_eq(attacker_query(m, "slow"), 0);
+    /* a stream that never sends its header is cut at the header deadline */
+    t0 = time_wall_ms();
+    c = net_client_start(m, "/strait.Federation/PushUpdate", 60000, err);
+    cr_assert_not_null(c, "%s", err);
+    cr_assert_eq(net_client_finish(c, details, sizeof details), NET_DEADLINE_EXCEEDED, "%s",
+                 details);
+    cr_assert_lt(time_wall_ms() - t0, 30000, "a header-less stream lived to its client's deadline");
+    net_channel_destroy(m);
+    blob_free(&good);
+    gpt_free(&t);
+}
+
 /* ---- a commit is all or nothing ---------------------------------------------------- */
 
 /* The round's checkpoint cannot be written (a folder squats on its name):
