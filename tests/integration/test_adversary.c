@@ -171,7 +171,11 @@ static int rejected_with(int64_t round_id, const char *code) {
 Test(adversary, another_sites_upload_is_out_of_reach) {
     federation("median", "2", "4s");
     char b_dir[700], c_dir[700], m_dir[700], details[256];
-    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    /* B and C share their first 40 characters: kept updates were once named
+     * by a name cut there, and one site's overwrote the other's */
+    site("hospital-in-a-town-with-a-rather-long-name-b", b_dir, sizeof b_dir);
+    site("hospital-in-a-town-with-a-rather-long-name-c", c_dir, sizeof c_dir);
+    site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
     GPT t = tiny();
@@ -302,6 +306,29 @@ Test(adversary, a_stalled_upload_is_cut) {
     net_channel_destroy(m);
     blob_free(&good);
     gpt_free(&t);
+}
+
+/* Uploads in flight count against a site's spool quota at their declared
+ * size: a site cannot open many and fill the disk before any ends. */
+Test(adversary, uploads_in_flight_count_against_the_quota) {
+    init_federation();
+    ini_set("limits", "spool_per_site", "200000"); /* room for one update of tiny */
+    start_coordinator();
+    char m_dir[700], details[256];
+    site("m", m_dir, sizeof m_dir);
+    NetChannel *m = attacker_channel(m_dir, addr);
+    Blob fake = {malloc(110000), 110000, 0}; /* under the size bound; never finished */
+    harness_fill(fake.data, fake.len, 7);
+    AttackClaim a1 = {0, "one", 1000, NULL}, a2 = {0, "two", 1000, NULL};
+    NetClientCall *first = attacker_open(m, &a1, &fake);
+    usleep(300000);
+    cr_assert_eq(attacker_push(m, &a2, &fake, details, sizeof details), NET_RESOURCE_EXHAUSTED,
+                 "%s", details);
+    cr_assert_not_null(strstr(details, "this site's spool quota"), "%s", details);
+    net_client_cancel(first);
+    net_client_finish(first, NULL, 0);
+    net_channel_destroy(m);
+    free(fake.data);
 }
 
 /* ---- a commit is all or nothing ---------------------------------------------------- */

@@ -630,3 +630,42 @@ Test(checkpoint, byte_grouping_round_trips_exactly_and_xor_helps) {
     free(a);
     free(b);
 }
+
+/* Lengths a peer declares are checked against the bytes present before
+ * anything is allocated from them: a blob header claiming 2^24 sections in
+ * 48 bytes, and a checkpoint whose zstd frames declare a GiB each in a few
+ * bytes (a frame holds at most 32768 bytes per byte: one RLE block of
+ * 128 KiB is 4 bytes). */
+Test(codec_malformed, declared_lengths_are_checked_before_allocating) {
+    Blob b = valid_blob("fp32", 1000);
+    st32(b.data + 24, CODEC_MAX_SECTIONS), reseal_header(b.data);
+    expect_refused(b.data, b.len, HASH, 1000, "sections in");
+    blob_free(&b);
+
+    enum { WORD = 2 };
+    const uint64_t n = 1ull << 30; /* per plane: 2 GiB of checkpoint claimed */
+    uint8_t ck[32 + WORD * (32 + 17)];
+    memset(ck, 0, sizeof ck);
+    st32(ck, 0x4b435453u); /* "STCK", version 1, 2-byte words */
+    ck[4] = 1, ck[6] = WORD;
+    st64(ck + 8, n * WORD);
+    st64(ck + 24, XXH64(ck, 24, 0));
+    size_t pos = 32;
+    for (int p = 0; p < WORD; p++) {
+        uint8_t *ph = ck + pos, *f = ph + 32;
+        st64(ph, n), st64(ph + 8, 17), st32(ph + 16, 1); /* zstd, 17 bytes stored */
+        st32(f, 0xFD2FB528u);                            /* a zstd frame */
+        f[4] = 0xE0;                                     /* single segment, 8-byte content size */
+        st64(f + 5, n);                                  /* that declares n bytes */
+        uint32_t block = (1u << 17) << 3 | 1u << 1 | 1u; /* one last RLE block of 128 KiB */
+        f[13] = (uint8_t)block, f[14] = (uint8_t)(block >> 8), f[15] = (uint8_t)(block >> 16);
+        f[16] = 0;
+        pos += 32 + 17;
+    }
+    void *out = NULL;
+    size_t len = 0;
+    char err[ERR_LEN];
+    cr_assert_eq(ckpt_decode(ck, sizeof ck, NULL, 0, &out, &len, err), -1);
+    cr_assert_not_null(strstr(err, "claims"), "%s", err);
+    cr_assert_null(out);
+}
