@@ -288,13 +288,12 @@ void net_received_free(NetReceived *r);
 /* Server side of an upload (a client-streaming handler) for the
  * authenticated owner: reads the header (within lim->header_ms), checks it
  * against limits, the spool's quotas and the uploads in flight (one live
- * stream per upload), appends chunks at contiguous offsets, and at the end
- * of the stream reads the payload into memory and verifies its length and
- * SHA-256 there. On success out->data holds those bytes, the partial file
- * is gone, and 0 is returned; the handler answers with net_upload_answer.
- * On failure returns the status to answer with (message in err); a broken
- * or stalled stream keeps what was received for a resume, a wrong hash
- * keeps nothing. */
+ * stream per upload), appends chunks at contiguous offsets to the spool
+ * file (for a resume) and to memory, hashing them as they come, and at the
+ * end of the stream verifies length and SHA-256. On success out->data holds
+ * exactly the bytes hashed, the partial file is gone, and 0 is returned; the handler answers with
+ * net_upload_answer. On failure returns the status to answer with (message in err); a broken or
+ * stalled stream keeps what was received for a resume, a wrong hash keeps nothing. */
 NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
                              NetReceived *out, char *err);
 /* Sends an UploadStatus (the answer of an upload or of a resume query). */

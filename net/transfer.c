@@ -7,8 +7,8 @@
  * when its length and SHA-256 match the header. Uploads are spooled to disk
  * by owner (the authenticated sender) and upload id, one live stream per
  * upload, so a sender that died resumes where its file ends (QueryUpload)
- * and no sender reaches another's files; the finished payload is read into
- * memory and hashed there, so the bytes handed on are the bytes verified.
+ * and no sender reaches another's files; the payload is also kept in memory
+ * and hashed as it arrives, so the bytes handed on are the bytes verified.
  * Downloads go to memory, bounded by the limit.
  *
  * Chunk frames are written and read by hand — the exact protobuf encoding
@@ -25,6 +25,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "net_internal.h"
 #include "schema/strait.pb-c.h"
@@ -428,6 +430,31 @@ static int read_all_at(int fd, uint8_t *p, uint64_t len) {
     return 0;
 }
 
+/* The payload in memory as it arrives, hashed as it is appended: the
+ * bytes handed on are the bytes hashed, with no second pass over the
+ * spool file. It grows with what arrives (never past the declared total,
+ * itself checked against the limit), not with what a header claims. */
+typedef struct Payload {
+    uint8_t *data;
+    uint64_t len, cap, total;
+    EVP_MD_CTX *sha;
+} Payload;
+
+static int payload_append(Payload *p, const uint8_t *bytes, uint64_t n) {
+    assert(p->len + n <= p->total);
+    if (p->len + n > p->cap) {
+        uint64_t cap = p->cap ? p->cap : 1u << 20;
+        while (cap < p->len + n) cap *= 2;
+        if (cap > p->total) cap = p->total;
+        uint8_t *grown = realloc(p->data, cap ? cap : 1);
+        if (grown == NULL) return -1;
+        p->data = grown, p->cap = cap;
+    }
+    memcpy(p->data + p->len, bytes, n);
+    p->len += n;
+    return EVP_DigestUpdate(p->sha, bytes, n) == 1 ? 0 : -1;
+}
+
 NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
                              NetReceived *out, char *err) {
     memset(out, 0, sizeof *out);
@@ -461,6 +488,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     NetStatus st = NET_INVALID_ARGUMENT;
     int fd = -1, claimed = 0;
     char claimed_id[NET_UPLOAD_ID_MAX + 1] = "";
+    Payload pay = {0};
     uint8_t sha[32];
     uint64_t total = h->total_length, expected = h->offset;
     char path[1200] = "";
@@ -512,6 +540,20 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_INTERNAL;
         goto out;
     }
+    /* what this sender spooled before (its own, under its own id) comes first */
+    pay.total = total;
+    pay.sha = EVP_MD_CTX_new();
+    uint8_t *prefix = h->offset ? malloc(h->offset) : NULL;
+    int ok = pay.sha && EVP_DigestInit_ex(pay.sha, EVP_sha256(), NULL) == 1 &&
+             (h->offset == 0 || (prefix && read_all_at(fd, prefix, h->offset) == 0 &&
+                                 payload_append(&pay, prefix, h->offset) == 0));
+    free(prefix);
+    if (!ok) {
+        err_set(err, "cannot read back the %llu bytes held of upload %s",
+                (unsigned long long)h->offset, h->upload_id);
+        st = NET_INTERNAL;
+        goto out;
+    }
     snprintf(out->upload_id, sizeof out->upload_id, "%s", h->upload_id);
     snprintf(out->purpose, sizeof out->purpose, "%s", h->purpose);
     out->round = h->round;
@@ -553,6 +595,11 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
             st = NET_INTERNAL;
             goto out;
         }
+        if (payload_append(&pay, f.data, f.len) != 0) {
+            err_set(err, "out of memory receiving upload %s", out->upload_id);
+            st = NET_RESOURCE_EXHAUSTED;
+            goto out;
+        }
         expected += f.len;
         frame_free(&f);
         net_buf_free(&m);
@@ -563,17 +610,9 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_ABORTED;
         goto out;
     }
-    /* the payload into memory, hashed there: what the caller uses is what
-     * was verified, whatever happens to the file afterwards */
-    out->data = malloc(total ? total : 1);
-    if (out->data == NULL || read_all_at(fd, out->data, total) != 0) {
-        err_set(err, "cannot read back upload %s (%llu bytes)", out->upload_id,
-                (unsigned long long)total);
-        st = out->data ? NET_INTERNAL : NET_RESOURCE_EXHAUSTED;
-        goto out;
-    }
     uint8_t got[32];
-    security_sha256(out->data, total, got);
+    unsigned int glen = 0;
+    EVP_DigestFinal_ex(pay.sha, got, &glen);
     close(fd);
     fd = -1;
     unlink(path); /* used or wrong: in either case kept by no one */
@@ -586,8 +625,16 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         goto out;
     }
     out->length = total;
+    out->data = pay.data ? pay.data : malloc(1), pay.data = NULL; /* never NULL on success */
+    if (out->data == NULL) {
+        err_set(err, "out of memory");
+        st = NET_RESOURCE_EXHAUSTED;
+        goto out;
+    }
     st = NET_OK;
 out:
+    free(pay.data);
+    EVP_MD_CTX_free(pay.sha);
     if (fd >= 0) close(fd);
     if (claimed) spool_unclaim(sp, owner, claimed_id);
     frame_free(&f);
