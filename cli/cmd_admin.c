@@ -70,6 +70,10 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
     json_object_set_new(o, "start_eval_loss", json_real_or_null(r->start_eval_loss));
     json_object_set_new(o, "bytes_up", json_integer(r->bytes_up));
     json_object_set_new(o, "bytes_down", json_integer(r->bytes_down));
+    json_object_set_new(o, "bytes_rejected", json_integer(r->bytes_rejected));
+    json_object_set_new(o, "dense_bytes", json_integer(r->dense_bytes));
+    double vs = store_dense_ratio(r->dense_bytes, r->bytes_up, r->bytes_down);
+    json_object_set_new(o, "dense_ratio", vs > 0 ? json_real(vs) : json_null());
     json_object_set_new(o, "raw_bytes", json_integer(a->raw_bytes));
     json_object_set_new(o, "compression",
                         r->bytes_up ? json_real((double)a->raw_bytes / (double)r->bytes_up)
@@ -93,11 +97,14 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     if (isfinite(r->train_loss)) snprintf(train, sizeof train, "%.4f", r->train_loss);
     if (isfinite(r->eval_loss)) snprintf(val, sizeof val, "%.4f", r->eval_loss);
     if (isfinite(r->start_eval_loss)) snprintf(start, sizeof start, "%.4f", r->start_eval_loss);
-    if (r->bytes_up && a->raw_bytes)
-        snprintf(ratio, sizeof ratio, "%.1fx", (double)a->raw_bytes / (double)r->bytes_up);
+    double vs = store_dense_ratio(r->dense_bytes, r->bytes_up, r->bytes_down);
+    if (vs > 0) snprintf(ratio, sizeof ratio, "%.0fx", vs);
     fmt_duration(round_ms(a, now), dur, sizeof dur);
     size_t n = 0;
     if (r->failed_reason[0]) n += (size_t)snprintf(notes, sizeof notes, "%s; ", r->failed_reason);
+    if (r->bytes_rejected)
+        n += (size_t)snprintf(notes + n, sizeof notes - n, "%.3f MB refused; ",
+                              r->bytes_rejected / 1e6);
     const char *lists[2] = {a->missed, a->rejected};
     const char *labels[2] = {live(a) ? "waiting for " : "missed ", "rejected "};
     for (int k = 0; k < 2 && n < sizeof notes; k++) {
@@ -322,6 +329,11 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "updates_rejected", json_integer(st.totals.updates_rejected));
         json_object_set_new(o, "bytes_up", json_integer(st.totals.bytes_up));
         json_object_set_new(o, "bytes_down", json_integer(st.totals.bytes_down));
+        json_object_set_new(o, "bytes_rejected", json_integer(st.totals.bytes_rejected));
+        json_object_set_new(o, "dense_bytes", json_integer(st.totals.dense_bytes));
+        double vs =
+            store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down);
+        json_object_set_new(o, "dense_ratio", vs > 0 ? json_real(vs) : json_null());
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++) {
             json_t *s = json_object();
@@ -372,8 +384,12 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
             printf("last commit  none yet\n");
         printf("rounds       %lld committed, %lld failed attempts\n",
                (long long)st.totals.rounds_committed, (long long)st.totals.rounds_failed);
-        printf("traffic      %.3f MB up, %.3f MB down (committed rounds)\n",
-               st.totals.bytes_up / 1e6, st.totals.bytes_down / 1e6);
+        double vs =
+            store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down);
+        printf("traffic      %.3f MB up, %.3f MB down, %.3f MB refused", st.totals.bytes_up / 1e6,
+               st.totals.bytes_down / 1e6, st.totals.bytes_rejected / 1e6);
+        if (vs > 0) printf("; %.0fx less than dense data-parallel training", vs);
+        printf("\n");
         printf("rejected     %lld update%s ('strait round show DIR N' says why)\n",
                (long long)st.totals.updates_rejected, st.totals.updates_rejected == 1 ? "" : "s");
     }

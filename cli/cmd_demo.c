@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,7 +56,15 @@ static int run_wait(char *const argv[], const char *log_path) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* English collections for IID sites, one language per site for --non-iid. */
+/* Whether path is a regular file (a collection; the language folders hold
+ * subfolders too, such as es/off). */
+static int regular_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* English collections for IID sites, one language per site for --non-iid;
+ * regular files only, never a .dat index or a .u8 link. */
 static int site_files(int site, int sites, int non_iid, char files[][512], int max) {
     static const char *const english[] = {"fortunes", "literature", "wisdom",    "science",
                                           "people",   "politics",   "computers", "humorists",
@@ -72,15 +81,47 @@ static int site_files(int site, int sites, int non_iid, char files[][512], int m
             if (e->d_name[0] == '.' || (l > 4 && (!strcmp(e->d_name + l - 4, ".dat") ||
                                                   !strcmp(e->d_name + l - 3, ".u8"))))
                 continue;
-            snprintf(files[n++], 512, "%s/%s", dir, e->d_name);
+            snprintf(files[n], 512, "%s/%s", dir, e->d_name);
+            n += regular_file(files[n]);
         }
         if (d) closedir(d);
         return n;
     }
     int k = (int)(sizeof english / sizeof english[0]);
-    for (int i = site; i < k && n < max; i += non_iid ? k : sites)
-        snprintf(files[n++], 512, "%s/%s", FORTUNES, english[i]);
+    for (int i = site; i < k && n < max; i += non_iid ? k : sites) {
+        snprintf(files[n], 512, "%s/%s", FORTUNES, english[i]);
+        n += regular_file(files[n]);
+    }
     return n;
+}
+
+/* The last non-empty line of a log, for a message about what ended. */
+static void last_line(const char *path, char *out, size_t len) {
+    snprintf(out, len, "(nothing in its log)");
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0]) snprintf(out, len, "%s", line);
+    }
+    if (f) fclose(f);
+}
+
+/* A site process that has ended before the federation finished: its
+ * index, with its last log line in why; -1 when all run. A site ends
+ * well only once the federation has finished. */
+static int dead_site(pid_t *pids, int sites, const char *dir, char *why, size_t len) {
+    for (int i = 0; i < sites; i++) {
+        int st;
+        if (pids[i] <= 0 || waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
+        pids[i] = 0;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        char log[700];
+        snprintf(log, sizeof log, "%s/site-%d.log", dir, i + 1);
+        last_line(log, why, len);
+        return i;
+    }
+    return -1;
 }
 
 /* Collections no demo site trains on: one score for every model compared. */
@@ -142,9 +183,11 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
                                          {"dir", required_argument, NULL, 'd'},
                                          {"non-iid", no_argument, NULL, 'n'},
                                          {"baseline", no_argument, NULL, 'b'},
+                                         {"recipe", required_argument, NULL, 'R'},
+                                         {"seed", required_argument, NULL, 'S'},
                                          {NULL, 0, NULL, 0}};
-    int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, c;
-    const char *model = "small", *codec = "int8", *dir_arg = NULL;
+    int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, seed = 0, c;
+    const char *model = "small", *codec = NULL, *recipe = "diloco", *dir_arg = NULL;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         switch (c) {
@@ -174,6 +217,13 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         case 'b':
             baseline = 1;
             break;
+        case 'R':
+            recipe = optarg;
+            break;
+        case 'S':
+            if (cli_int(cmd, "--seed", &seed)) return EXIT_USAGE;
+            if (seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
+            break;
         }
     }
     if (optind != argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
@@ -184,7 +234,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     CodecParams cp;
     if (gpt_config_preset(model, &cfg) != 0 || cfg.V != 256)
         return cli_usage_error(cmd, "--model tiny, small or base (byte-level)");
-    if (codec_params_parse(codec, &cp, err) != 0) return cli_usage_error(cmd, "%s", err);
+    if (codec && codec_params_parse(codec, &cp, err) != 0) return cli_usage_error(cmd, "%s", err);
     if (access(FORTUNES "/fortunes", R_OK) != 0)
         return cli_fail(cmd, "no fortune collections in %s; run 'make deps' (package fortunes)",
                         FORTUNES);
@@ -200,11 +250,12 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     }
     snprintf(fed, sizeof fed, "%s/fed", dir);
     char fp[65];
-    CoordInitOptions io = {"demo", "127.0.0.1:0", NULL,  model, 1,
-                           rounds, sites,         steps, codec, "5m"};
+    CoordInitOptions io = {"demo", "127.0.0.1:0", NULL,   model, 1,   rounds,
+                           sites,  steps,         recipe, codec, "5m"};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return cli_fail(cmd, "%s", err);
-    printf("strait demo: %d sites train %s for %d rounds of %d steps, %s updates; all in %s\n",
-           sites, model, rounds, steps, codec, dir);
+    printf("strait demo: %d sites train %s for %d rounds of %d steps, recipe %s%s%s; all in %s\n",
+           sites, model, rounds, steps, recipe, codec ? " with uplink " : "", codec ? codec : "",
+           dir);
 
     char log[700], line[256];
     snprintf(log, sizeof log, "%s/coordinator.log", dir);
@@ -239,8 +290,11 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
         char files[16][512];
         int nf = site_files(i, sites, non_iid, files, 16);
+        char seed_s[16];
+        snprintf(seed_s, sizeof seed_s, "%d", seed + i);
         char *rargv[48] = {exe, "site", "run", sdir, "--threads", "1"};
         int a = 6;
+        if (seed) rargv[a++] = "--seed", rargv[a++] = seed_s;
         for (int f = 0; f < nf && a < 44; f++) rargv[a++] = "--data", rargv[a++] = files[f];
         rargv[a] = NULL;
         pids[i] = spawn(rargv, log, NULL);
@@ -259,23 +313,30 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     }
     int64_t shown = -1, t0 = time_wall_ms(), fed_ms = 0;
     double first_eval = NAN, last_eval = NAN;
-    int64_t bytes_up = 0;
     /* start: the global model the round began from, as the sites scored it
      * before training; val: their models after the round's steps */
-    printf("  round  sites  start loss  train loss  val loss   sent (MB)\n");
+    printf("  round  sites  start loss  train loss  val loss    up (MB)  down (MB)\n");
     while (shown < rounds - 1) {
         StoreRound r;
         int64_t next = shown + 1;
         if (store_round_get(s, next, &r, NULL) == 0 && strcmp(r.state, "committed") == 0) {
-            printf("  %5lld  %5lld  %10.4f  %10.4f  %8.4f  %10.3f\n", (long long)r.number,
+            printf("  %5lld  %5lld  %10.4f  %10.4f  %8.4f  %9.3f  %9.3f\n", (long long)r.number,
                    (long long)r.participants, r.start_eval_loss, r.train_loss, r.eval_loss,
-                   r.bytes_up / 1e6);
+                   r.bytes_up / 1e6, r.bytes_down / 1e6);
             fflush(stdout);
             if (isnan(first_eval)) first_eval = r.eval_loss;
             last_eval = r.eval_loss;
-            bytes_up += r.bytes_up;
             shown = next;
             continue;
+        }
+        char why[1024];
+        int dead = dead_site(pids, sites, dir, why, sizeof why);
+        if (dead >= 0) {
+            cli_fail(cmd,
+                     "site-%d stopped before the federation finished: %s (log: %s/site-%d.log)",
+                     dead + 1, why, dir, dead + 1);
+            store_close(s);
+            goto stop;
         }
         int st;
         if (waitpid(coord, &st, WNOHANG) == coord) {
@@ -291,11 +352,14 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
         usleep(300000);
     }
+    StoreTotals tot;
+    int have_totals = store_totals(s, &tot, err) == 0;
     store_close(s);
     fed_ms = time_wall_ms() - t0;
     int site_failed = 0;
     for (int i = 0; i < sites; i++) {
         int st = 0;
+        if (pids[i] <= 0) continue; /* ended well already */
         waitpid(pids[i], &st, 0);
         pids[i] = 0;
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -308,8 +372,6 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     char ckpt[800];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
     if (gpt_build(&m, &cfg, 1, err) == 0) {
-        /* every site sending its dense fp32 gradient at every step */
-        double dense = (double)rounds * steps * sites * 4.0 * (double)m.n_params;
         printf("\nvalidation loss at the sites (their models after the local steps): %.4f after "
                "the first round, %.4f after round %d (nats/byte)\n",
                first_eval, last_eval, rounds - 1);
@@ -325,9 +387,16 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         else
             fprintf(stderr, "strait demo: cannot score the final model: %s\n", err),
                 site_failed = 1;
-        printf("bytes sent by the sites: %.2f MB; dense fp32 gradients at every step would be "
-               "%.1f MB (%.0fx more)\n",
-               bytes_up / 1e6, dense / 1e6, dense / (double)(bytes_up ? bytes_up : 1));
+        /* both ways, against dense data-parallel training (docs/communication.md) */
+        if (have_totals)
+            printf("bytes moved: %.2f MB up and %.2f MB down (%.2f MB refused); dense "
+                   "data-parallel training, one fp32 gradient up and down per step, would move "
+                   "%.1f MB: %.0fx more\n",
+                   tot.bytes_up / 1e6, tot.bytes_down / 1e6, tot.bytes_rejected / 1e6,
+                   tot.dense_bytes / 1e6,
+                   store_dense_ratio(tot.dense_bytes, tot.bytes_up, tot.bytes_down));
+        else
+            fprintf(stderr, "strait demo: cannot total the bytes: %s\n", err);
         if (baseline && scored &&
             compare_central(exe, dir, held, model, &cfg, sites, rounds, steps, non_iid, fed_ms) !=
                 0)

@@ -10,10 +10,13 @@
 #include "util/util.h"
 
 int cmd_init(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"name", required_argument, NULL, 'n'},      {"listen", required_argument, NULL, 'l'},
-        {"advertise", required_argument, NULL, 'a'}, {"model", required_argument, NULL, 'm'},
-        {"force", no_argument, NULL, 'f'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"advertise", required_argument, NULL, 'a'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"force", no_argument, NULL, 'f'},
+                                         {"recipe", required_argument, NULL, 'r'},
+                                         {NULL, 0, NULL, 0}};
     CoordInitOptions o = {0};
     int c;
     optind = 1;
@@ -35,6 +38,9 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
             break;
         case 'f':
             o.force = 1;
+            break;
+        case 'r':
+            o.recipe = optarg;
             break;
         }
     }

@@ -185,13 +185,17 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},  {"threads", required_argument, NULL, 'j'},
-        {"batch", required_argument, NULL, 'b'}, {"seq", required_argument, NULL, 't'},
-        {"lr", required_argument, NULL, 'l'},    {"device", required_argument, NULL, 'D'},
-        {"gpus", required_argument, NULL, 'g'},  {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {NULL, 0, NULL, 0}};
     const char *data[64];
-    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0, 0, 0};
+    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0, 0, 0, 0};
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -213,6 +217,11 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             o.cuda = strcmp(optarg, "cuda") == 0;
         } else if (c == 'g') {
             if (cli_int(cmd, "--gpus", &o.gpus)) return EXIT_USAGE;
+        } else if (c == 's') {
+            int seed;
+            if (cli_int(cmd, "--seed", &seed)) return EXIT_USAGE;
+            if (seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
+            o.seed = (uint64_t)seed;
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");

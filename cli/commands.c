@@ -9,7 +9,8 @@
 
 const Command cli_commands[] = {
     {"init",
-     "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT] [--model PRESET] [--force]",
+     "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT] [--model PRESET]\n"
+     "     [--recipe NAME] [--force]",
      "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
      "Keys are written 0600. An existing federation is kept unless --force.\n\n"
      "flags:\n"
@@ -18,6 +19,8 @@ const Command cli_commands[] = {
      "  --advertise HOST:PORT  the address sites use (default: the listen address);\n"
      "                         its host goes into the coordinator's certificate\n"
      "  --model PRESET         tiny, small, base or gpt2-124m (default small)\n"
+     "  --recipe NAME          diloco (default), sparseloco, fedavg or fedadam: codecs and\n"
+     "                         outer optimizer together (federation.ini [recipe])\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -40,7 +43,7 @@ const Command cli_commands[] = {
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
-     "[--gpus N]",
+     "[--gpus N] [--seed S]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -52,7 +55,9 @@ const Command cli_commands[] = {
      "  --lr X        inner learning rate (default 3e-3)\n"
      "  --device D    cpu (default) or cuda (a build with CUDA)\n"
      "  --gpus N      with cuda: data-parallel replicas over N GPUs (NCCL), each taking\n"
-     "                its own batch of B x T (default 1)\n",
+     "                its own batch of B x T (default 1)\n"
+     "  --seed S      the order the site reads its data in (default: from the clock);\n"
+     "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
     {"site list", "DIR [--json]",
      "list the sites: state, online, enrolled, last seen, certificate expiry",
@@ -93,22 +98,25 @@ const Command cli_commands[] = {
      "  --seed S            sampling seed (default 1)\n",
      cmd_sample},
     {"demo",
-     "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--codec int8] [--non-iid] "
-     "[--baseline] [--dir DIR]",
+     "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"
+     "     [--non-iid] [--baseline] [--seed S] [--dir DIR]",
      "a whole federation on this machine: coordinator and sites over mutual TLS",
      "Creates a federation, enrolls and joins the sites, trains them on Debian's fortune\n"
      "collections (disjoint parts; --non-iid: English, German, Spanish, Italian), shows each\n"
-     "round as it commits, then the validation loss, the bytes sent against dense exchange\n"
-     "at every step, and a sample from the final model.\n\n"
+     "round as it commits, then the validation loss, the bytes moved both ways against\n"
+     "dense data-parallel training, and a sample from the final model. A site that stops\n"
+     "early stops the demo, with that site's last log line.\n\n"
      "flags:\n"
      "  --sites N      sites (default 3)\n"
      "  --rounds N     rounds (default 20)\n"
      "  --model M      tiny, small or base (default small)\n"
      "  --steps H      local steps per round (default 50)\n"
-     "  --codec C      fp32, fp16, bf16, int8, topk or topk2 (default int8)\n"
+     "  --recipe R     diloco (default), sparseloco, fedavg or fedadam (docs/tuning.md)\n"
+     "  --codec C      override the recipe's uplink: fp32, fp16, bf16, int8, topk or topk2\n"
      "  --non-iid      one language per site instead of disjoint English collections\n"
      "  --baseline     then train one centralized model on all the sites' collections with\n"
      "                 the same tokens ('strait train'), and compare both on held-out text\n"
+     "  --seed S       the sites read their data in a fixed order (site i: S + i)\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
      cmd_demo},
     {"version", "[--json]",
@@ -127,12 +135,15 @@ const Command cli_commands[] = {
      "copy them beside it (docs/operations.md).\n",
      cmd_db_backup},
     {"rounds", "DIR [--last N] [--json] [--watch]",
-     "the rounds: state, sites, tokens, losses, bytes, compression, time, who missed",
+     "the rounds: state, sites, tokens, losses, bytes both ways against dense, time, who missed",
      "DIR is a federation folder or an admin kit (strait admin export). Reads through the\n"
      "Admin API with the admin certificate; a stopped federation is read from its store.\n"
      "START, TRAIN and VAL are token-weighted means over the sites: the held-out loss of\n"
      "the global model the round started from (scored before training), the training\n"
-     "loss of the inner steps, and the held-out loss of each site's model after them.\n\n"
+     "loss of the inner steps, and the held-out loss of each site's model after them.\n"
+     "MB UP counts the updates taken (refused ones are in NOTES), MB DOWN the models\n"
+     "served; RATIO is the bytes dense data-parallel training would have moved for the\n"
+     "same steps over MB UP + MB DOWN (docs/communication.md).\n\n"
      "flags:\n"
      "  --last N   the newest N round attempts (default 20)\n"
      "  --json     one JSON object per round attempt, oldest first\n"

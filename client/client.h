@@ -11,6 +11,7 @@
 #ifndef STRAIT_CLIENT_H
 #define STRAIT_CLIENT_H
 
+#include <stdint.h>
 #include <stddef.h>
 
 #define CLIENT_PROTOCOL_VERSION 1
@@ -48,6 +49,7 @@ typedef struct SiteRunOptions {
     int batch, seq; /* 0: 8 and min(model T, 128) */
     float lr;       /* inner AdamW peak rate; 0: 3e-3 */
     int cuda, gpus; /* train on gpus GPUs (NCCL data parallel), each with its own batch */
+    uint64_t seed;  /* the data order; 0: from the clock */
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

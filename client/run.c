@@ -10,6 +10,7 @@
  * starts over with the new model. The inner optimizer's moments live in the
  * model across rounds, as in DiLoCo.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,7 @@ typedef struct Site {
     char *key, *cert, *ca;
     NetChannel *ch;
     uint64_t rng;
+    uint64_t bytes_down; /* model bytes downloaded, for the log */
 } Site;
 
 static int site_read(Site *s, char *err) {
@@ -105,9 +107,12 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
     return hr;
 }
 
-/* Downloads the current model into the GPT: a lossless delta from the model
- * the site holds (theta, of round `have`) when the coordinator has one, else
- * the whole checkpoint (through SITEDIR/model.safetensors). */
+/* Downloads the current model into the GPT. A site that holds the
+ * previous round's model (theta, of round `have`) gets the way from it to
+ * the current one: the outer update in the downlink codec, which it adds
+ * to theta exactly as the coordinator added it to its own copy (so the two
+ * stay bit-identical), or the lossless delta of a lossless downlink. Any
+ * other site gets the whole checkpoint (through SITEDIR/model.safetensors). */
 static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *err) {
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
@@ -131,12 +136,30 @@ static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *er
         log_warn("site", "model download: %s (%s); retrying", net_status_name(st), details);
         backoff(attempt, &s->rng);
     }
-    if (payload.len >= 4 && memcmp(payload.data, "STCK", 4) == 0) { /* a checkpoint delta */
+    s->bytes_down += payload.len;
+    BlobKind kind = compress_blob_kind(payload.data, payload.len);
+    if (kind != BLOB_KIND_NONE && have < 0) {
+        net_buf_free(&payload);
+        return err_set(err, "a model delta came for a site without a model");
+    }
+    if (kind == BLOB_KIND_UPDATE) { /* θ_r = θ_{r-1} + decoded, float for float */
+        BlobInfo info;
+        int rc =
+            codec_blob_inspect(payload.data, payload.len, m->table_hash, m->n_params, &info, err);
+        if (rc == 0) rc = codec_decode(payload.data, payload.len, m->params, m->n_params, err);
+        net_buf_free(&payload);
+        if (rc != 0) {
+            char why[ERR_LEN];
+            snprintf(why, sizeof why, "%s", err);
+            return err_set(err, "the model update from the coordinator: %s", why);
+        }
+        for (size_t i = 0; i < m->n_params; i++) m->params[i] = theta[i] + m->params[i];
+        return 0;
+    }
+    if (kind == BLOB_KIND_CHECKPOINT) {
         void *out = NULL;
         size_t len = 0;
-        int rc = have >= 0 ? ckpt_decode(payload.data, payload.len, theta, m->n_params * 4, &out,
-                                         &len, err)
-                           : err_set(err, "a model delta came for a site without a model");
+        int rc = ckpt_decode(payload.data, payload.len, theta, m->n_params * 4, &out, &len, err);
         net_buf_free(&payload);
         if (rc == 0 && len != m->n_params * 4) rc = err_set(err, "model delta of the wrong size");
         if (rc == 0) memcpy(m->params, out, len);
@@ -309,12 +332,16 @@ int client_run(const SiteRunOptions *o, char *err) {
     tokens_split(&ts, 0.1, &train, &val);
     Loader tl, vl;
     int have_val = loader_init(&vl, val, B, T, 0, 1, 2, NULL) == 0;
-    if (loader_init(&tl, train, B, T, 0, 1, (uint64_t)time_wall_ms(), err) != 0) goto out;
-    if (ef_init(&ef, m.n_params, m.table_hash, 1.0f, err) != 0) goto out;
+    uint64_t seed = o->seed ? o->seed : (uint64_t)time_wall_ms();
+    if (loader_init(&tl, train, B, T, 0, 1, seed, err) != 0) goto out;
+    /* the federation's error feedback decay (an older coordinator sends none: 1) */
+    float decay = hr->ef_decay > 0 && hr->ef_decay <= 1 ? hr->ef_decay : 1.0f;
+    if (ef_init(&ef, m.n_params, m.table_hash, decay, err) != 0) goto out;
     uint64_t saved_round = 0;
     size_t saved_pos = 0;
     int resumed = state_load(&s, &m, &ef, &saved_round, &saved_pos, err);
     if (resumed < 0) goto out;
+    ef.beta = decay; /* the federation's, whatever the saved state had */
     if (resumed) {
         tl.pos = saved_pos < tl.data.n ? saved_pos : 0;
         log_info("site",
@@ -341,12 +368,21 @@ int client_run(const SiteRunOptions *o, char *err) {
     uint64_t round = hr->current_round;
     int finished = hr->finished;
     int64_t have_round = -1; /* the round of the model in theta; -1: none yet */
-    log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink)", s.name,
-             hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec);
+    log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink)",
+             s.name, hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec,
+             hr->downlink_codec[0] ? hr->downlink_codec : "lossless");
     while (!finished) {
         if (get_model(&s, &m, theta, have_round, err) != 0) goto out;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
+        /* what the coordinator checks each update against, and what a
+         * reader compares with its checkpoint of the round before */
+        uint8_t theta_sha[32];
+        char theta_hex[65];
+        security_sha256(theta, m.n_params * 4, theta_sha);
+        security_hex(theta_sha, 32, theta_hex);
+        log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
+                 (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
         /* the global model as received, before this site's steps move it */
         double start_eval = have_val ? held_out(&m, &vl, in, tg, B, T) : NAN;
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
@@ -404,7 +440,11 @@ int client_run(const SiteRunOptions *o, char *err) {
         meta.eval_loss = eval;
         meta.start_eval_loss = start_eval;
         meta.train_ms = train_ms;
-        uint8_t mbuf[64];
+        meta.steps = (uint64_t)steps_done;
+        meta.base_sha256.data = theta_sha;
+        meta.base_sha256.len = 32;
+        uint8_t mbuf[128];
+        assert(strait__update_meta__get_packed_size(&meta) <= sizeof mbuf);
         size_t mlen = strait__update_meta__pack(&meta, mbuf);
         char id[96], details[256];
         snprintf(id, sizeof id, "%s-r%llu", s.name, (unsigned long long)round);

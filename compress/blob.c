@@ -42,6 +42,17 @@ const char *codec_name(CodecId id) {
     return id >= CODEC_FP32 && id <= CODEC_TOPK ? names[id] : NULL;
 }
 
+const char *codec_params_name(const CodecParams *p) {
+    return p->id == CODEC_TOPK && p->value_bits == 2 ? "topk2" : codec_name(p->id);
+}
+
+BlobKind compress_blob_kind(const uint8_t *data, size_t len) {
+    if (len < 4) return BLOB_KIND_NONE;
+    if (ld32(data) == BLOB_MAGIC) return BLOB_KIND_UPDATE;
+    if (ld32(data) == CKPT_MAGIC) return BLOB_KIND_CHECKPOINT;
+    return BLOB_KIND_NONE;
+}
+
 CodecParams codec_params_default(CodecId id) {
     CodecParams p = {id, 0, 0, 0.0, 0, 1};
     if (id == CODEC_INT8) p.block = CODEC_INT8_BLOCK_DEFAULT;

@@ -16,7 +16,6 @@
 #include "compress_internal.h"
 #include "util/util.h"
 
-#define CK_MAGIC            0x4b435453u /* "STCK" */
 #define CK_VERSION          1
 #define CK_HEADER_LEN       32
 #define CK_PLANE_HEADER_LEN 32
@@ -43,7 +42,7 @@ int ckpt_encode(const void *words, size_t len, int word, const void *prev, int z
     if (blob_reserve(out, CK_HEADER_LEN, err) != 0) goto out;
     uint8_t *h = out->data;
     memset(h, 0, CK_HEADER_LEN);
-    st32(h, CK_MAGIC);
+    st32(h, CKPT_MAGIC);
     st16(h + 4, CK_VERSION);
     h[6] = (uint8_t)word;
     h[7] = old ? CK_FLAG_XOR : 0;
@@ -90,7 +89,7 @@ int ckpt_decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev
                 size_t *len_out, char *err) {
     *out = NULL;
     if (blob_len < CK_HEADER_LEN) return err_set(err, "checkpoint blob is truncated");
-    if (ld32(b) != CK_MAGIC) return err_set(err, "not a checkpoint blob (wrong magic)");
+    if (ld32(b) != CKPT_MAGIC) return err_set(err, "not a checkpoint blob (wrong magic)");
     if (ld16(b + 4) != CK_VERSION)
         return err_set(err, "checkpoint blob version %u is not supported", ld16(b + 4));
     if (ld64(b + 24) != XXH64(b, 24, 0)) return err_set(err, "checkpoint header checksum mismatch");

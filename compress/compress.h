@@ -59,6 +59,9 @@ typedef struct CodecParams {
 CodecParams codec_params_default(CodecId id);
 /* "fp32", "fp16", "bf16", "int8", "topk"; NULL for an unknown id. */
 const char *codec_name(CodecId id);
+/* The name codec_params_parse takes back for these parameters' family:
+ * "topk2" for top-k with 2-bit values, else codec_name. */
+const char *codec_params_name(const CodecParams *p);
 /* Parses a name (and "topk2" for 2-bit values) into defaults; -1 if unknown. */
 int codec_params_parse(const char *name, CodecParams *out, char *err);
 int codec_params_check(const CodecParams *p, char *err);
@@ -99,6 +102,11 @@ typedef struct BlobInfo {
     double norm2;        /* squared L2 norm of the decoded update */
     uint64_t nonzeros;   /* values a sparse codec carries, n for dense ones */
 } BlobInfo;
+
+/* What a buffer holds, by its magic: an update blob, a checkpoint blob
+ * (ckpt_encode), or neither (0). Says nothing of its validity. */
+typedef enum BlobKind { BLOB_KIND_NONE = 0, BLOB_KIND_UPDATE, BLOB_KIND_CHECKPOINT } BlobKind;
+BlobKind compress_blob_kind(const uint8_t *data, size_t len);
 
 /* The codec and parameters a blob's header names, the header checked (a
  * receiver enforces its codec before it inspects the whole blob). */

@@ -11,6 +11,7 @@
 #include "compress.h"
 
 #define BLOB_MAGIC         0x42525453u /* "STRB" */
+#define CKPT_MAGIC         0x4b435453u /* "STCK" */
 #define BLOB_VERSION       1
 #define BLOB_HEADER_LEN    48
 #define SECTION_HEADER_LEN 32

@@ -215,6 +215,8 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->eval_loss = r->eval_loss;
     row->bytes_up = (uint64_t)r->bytes_up;
     row->bytes_down = (uint64_t)r->bytes_down;
+    row->bytes_rejected = (uint64_t)r->bytes_rejected;
+    row->dense_bytes = (uint64_t)r->dense_bytes;
     row->opened_at = r->opened_at;
     row->closed_at = r->closed_at;
     row->failed_reason = (char *)r->failed_reason;
@@ -280,6 +282,8 @@ static void h_status(NetCall *c, void *user) {
     resp.last_eval_loss = st.last_eval_loss;
     resp.bytes_up = (uint64_t)st.totals.bytes_up;
     resp.bytes_down = (uint64_t)st.totals.bytes_down;
+    resp.bytes_rejected = (uint64_t)st.totals.bytes_rejected;
+    resp.dense_bytes = (uint64_t)st.totals.dense_bytes;
     resp.rounds_committed = (uint64_t)st.totals.rounds_committed;
     resp.rounds_failed = (uint64_t)st.totals.rounds_failed;
     resp.updates_rejected = (uint64_t)st.totals.updates_rejected;

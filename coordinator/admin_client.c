@@ -194,6 +194,8 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     r->eval_loss = row->eval_loss;
     r->bytes_up = (int64_t)row->bytes_up;
     r->bytes_down = (int64_t)row->bytes_down;
+    r->bytes_rejected = (int64_t)row->bytes_rejected;
+    r->dense_bytes = (int64_t)row->dense_bytes;
     r->opened_at = row->opened_at;
     r->closed_at = row->closed_at;
     snprintf(r->failed_reason, sizeof r->failed_reason, "%s", row->failed_reason);
@@ -265,6 +267,8 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     st->last_eval_loss = r->last_eval_loss;
     st->totals.bytes_up = (int64_t)r->bytes_up;
     st->totals.bytes_down = (int64_t)r->bytes_down;
+    st->totals.bytes_rejected = (int64_t)r->bytes_rejected;
+    st->totals.dense_bytes = (int64_t)r->dense_bytes;
     st->totals.rounds_committed = (int64_t)r->rounds_committed;
     st->totals.rounds_failed = (int64_t)r->rounds_failed;
     st->totals.updates_rejected = (int64_t)r->updates_rejected;

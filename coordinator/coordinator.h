@@ -30,7 +30,8 @@ typedef struct CoordInitOptions {
     int force;             /* replace an existing federation */
     /* round settings written to federation.ini; 0 or NULL: the defaults */
     int rounds, min_sites, inner_steps;
-    const char *uplink, *deadline;
+    const char *recipe;            /* [recipe] name; NULL: diloco */
+    const char *uplink, *deadline; /* uplink NULL: the recipe's */
 } CoordInitOptions;
 
 /* Creates the home folder. Refuses an existing federation unless force.

@@ -29,7 +29,11 @@ typedef struct RoundsSettings {
     double outer_lr, momentum, trim;
     double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_r‖ from the first update (0: off) */
     int robust;              /* 0: streaming weighted mean; else kind + 1 */
+    char recipe[16];         /* [recipe] name: the defaults below came from it */
     CodecParams uplink;
+    CodecParams downlink;  /* the outer update sent down, with error feedback here */
+    int downlink_lossless; /* instead: the exact model delta (zstd over XORed byte planes) */
+    double ef_decay;       /* the sites' error feedback decay */
     OuterKind outer;
     int64_t spool_bytes, spool_site_bytes; /* 0 per site: three updates' worth */
     int64_t upload_header_ms, upload_idle_ms, upload_life_ms;
@@ -70,14 +74,18 @@ typedef struct Rounds {
     uint8_t *ckpt; /* the current model's checkpoint bytes, served by GetModel; owned */
     size_t ckpt_len;
     uint8_t ckpt_sha[32];
-    /* the lossless delta (XOR byte planes, zstd) from the previous round's
-     * model to the current one, for sites that hold the previous; owned */
+    uint8_t theta_sha[32]; /* SHA-256 of θ_r's parameters: an update's base must be it */
+    /* the way from the previous round's model to the current one, for sites
+     * that hold the previous: the outer update in the downlink codec (an
+     * update blob; θ_r = θ_{r-1} + decoded, here as at every site) or the
+     * lossless delta (XOR byte planes, zstd); owned */
     uint8_t *delta;
     size_t delta_len;
     uint8_t delta_sha[32];
     int64_t delta_from;         /* the round whose model the delta applies to; -1: none */
     uint8_t delta_base_sha[32]; /* SHA-256 of that model's parameters */
     int64_t bytes_down;         /* sent by GetModel this round */
+    ErrorFeedback down_ef;      /* what the downlink codec has not yet sent of θ's moves */
     NetSpool *spool;            /* owned */
     pthread_mutex_t lock;       /* guards everything above */
     pthread_cond_t changed;     /* a round committed or the federation finished */
@@ -137,16 +145,19 @@ typedef struct Coordinator {
 /* The site behind the call's certificate, or a refusal set on the call. */
 int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site);
 
-/* rounds.c */
+/* settings.c */
+const char *rounds_recipe_names(void); /* for messages: "diloco, sparseloco, …" */
+int rounds_recipe_known(const char *name);
 int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *out, char *err);
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err);
 /* Answers every parked WaitRound (before the server stops). */
 void rounds_release_waiters(Coordinator *co);
 void rounds_stop(Coordinator *co);
 int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
-/* what Hello tells a site about the federation */
-void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
-                     uint32_t *inner_steps, uint64_t *budget_ms, int *finished, const char **codec);
+/* what Hello tells a site about the federation: its round, model table,
+ * schedule, codecs both ways and error feedback */
+struct Strait__HelloResponse;
+void rounds_describe(Coordinator *co, struct Strait__HelloResponse *hr);
 
 /* admin.c: the Admin service, and the reads it answers from a store, which
  * admin_client.c also runs on the store of a stopped coordinator */

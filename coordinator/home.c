@@ -95,15 +95,34 @@ static const char ini_template[] =
     "; first update of the first round on (0: off)\n"
     "max_update_ratio = 2\n"
     "\n"
+    "[recipe]\n"
+    "; codecs and outer optimizer known to train together (docs/tuning.md):\n"
+    ";   diloco      int8 updates up, int8 outer updates down, outer Nesterov lr 0.7,\n"
+    ";               momentum 0.9 (DiLoCo, INTELLECT-1)\n"
+    ";   sparseloco  top-k 64 of 4096 with 2-bit values both ways, error feedback with\n"
+    ";               decay 0.95 in place of outer momentum, outer lr 1 (SparseLoCo)\n"
+    ";   fedavg      fp32 up, the exact model down, the plain mean (lr 1)\n"
+    ";   fedadam     int8 both ways, outer Adam lr 0.01\n"
+    "name = %s\n"
+    "\n"
     "[codec]\n"
-    "; what sites send: fp32, fp16, bf16, int8, topk (1%%, int8 values) or topk2 (2-bit)\n"
-    "uplink = %s\n"
+    "; a key set here overrides the recipe's. What sites send: fp32, fp16, bf16, int8,\n"
+    "; topk (int8 values) or topk2 (2-bit values); what they get: uplink (the same\n"
+    "; codec, with error feedback at the coordinator), lossless (the exact model\n"
+    "; delta) or a codec name; density: top-k's kept fraction; ef_decay: the\n"
+    "; sites' error feedback e <- decay*e + update\n"
+    "%suplink = %s\n"
+    "; downlink = uplink\n"
+    "; density = 0.015625\n"
+    "; ef_decay = 1\n"
     "\n"
     "[optimizer]\n"
-    "; the outer step: nesterov (DiLoCo), avg (FedAvg) or adam (FedAdam)\n"
-    "outer = nesterov\n"
-    "lr = 0.7\n"
-    "momentum = 0.9\n"
+    "; overrides the recipe's outer step: nesterov (DiLoCo), avg (FedAvg: lr 1, no\n"
+    "; momentum) or adam (FedAdam); an outer step apart from the recipe's takes its own\n"
+    "; lr and momentum unless they are set too\n"
+    "; outer = nesterov\n"
+    "; lr = 0.7\n"
+    "; momentum = 0.9\n"
     "\n"
     "[security]\n"
     "; validity of the certificates issued to sites; they renew before expiry\n"
@@ -174,6 +193,8 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         return err_set(err, "names and addresses must be one line");
     if (coordinator_check_listen(listen, err) != 0) return -1;
     if (o->advertise && coordinator_check_listen(advertise, err) != 0) return -1;
+    if (o->recipe && !rounds_recipe_known(o->recipe))
+        return err_set(err, "unknown recipe '%s'; use %s", o->recipe, rounds_recipe_names());
     char *ca = NULL, *ca_key = NULL, *srv = NULL, *srv_key = NULL, *adm = NULL, *adm_key = NULL;
     int rc = -1;
     long year = 365L * 86400;
@@ -201,6 +222,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     snprintf(ini, sizeof ini, ini_template, name, listen, advertise, o->model ? o->model : "small",
              o->rounds > 0 ? o->rounds : 100, o->min_sites > 0 ? o->min_sites : 1,
              o->deadline ? o->deadline : "10m", o->inner_steps > 0 ? o->inner_steps : 50,
+             o->recipe ? o->recipe : "diloco", o->uplink ? "" : "; ",
              o->uplink ? o->uplink : "int8");
     int bad = write_file(dir, "ca.key", ca_key, 0600, err) ||
               write_file(dir, "ca.crt", ca, 0644, err) ||

@@ -83,10 +83,20 @@ static int render(Coordinator *co, Text *t, char *err) {
     metric(t, "strait_sites_revoked", "gauge", "Revoked sites.", (double)st.sites_revoked);
     metric(t, "strait_round_updates", "gauge", "Updates counted in the open round.",
            (double)st.sites_reported);
-    metric(t, "strait_bytes_up_total", "counter", "Update bytes received in committed rounds.",
+    metric(t, "strait_bytes_up_total", "counter",
+           "Update bytes received and not refused, in every closed round.",
            (double)st.totals.bytes_up);
-    metric(t, "strait_bytes_down_total", "counter", "Model bytes sent in committed rounds.",
+    metric(t, "strait_bytes_rejected_total", "counter",
+           "Bytes of refused updates, in every closed round.", (double)st.totals.bytes_rejected);
+    metric(t, "strait_bytes_down_total", "counter", "Model bytes sent, in every closed round.",
            (double)st.totals.bytes_down);
+    metric(t, "strait_dense_bytes_total", "counter",
+           "Bytes dense data-parallel training would have moved for the committed rounds' "
+           "training (docs/communication.md).",
+           (double)st.totals.dense_bytes);
+    metric(t, "strait_dense_ratio", "gauge",
+           "Dense data-parallel bytes over the bytes moved up and down (0: not measured).",
+           store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down));
     metric(t, "strait_tokens_total", "counter", "Tokens trained in committed rounds.",
            (double)st.totals.tokens);
     metric(t, "strait_last_validation_loss", "gauge",

@@ -73,11 +73,13 @@ static void outer_rel(const char *rel, char *out, size_t len) {
 
 /* The state of the round resumed from: the pinned file (verified with the
  * checkpoint by store_resume_point), or for rounds committed before states
- * were pinned, the file beside the checkpoint if there is one. 1 restored,
- * 0 none, -1 error. */
+ * were pinned, the file beside the checkpoint if there is one. The
+ * optimizer's moments must be there; the downlink's residual may not be (a
+ * federation that used another downlink): it then starts at zero. 1
+ * restored, 0 none, -1 error. */
 static int outer_load(Coordinator *co, const StoreRound *last, char *err) {
     Rounds *r = &co->rounds;
-    if (r->outer.b == NULL) return 0;
+    if (r->outer.b == NULL && r->down_ef.e == NULL) return 0;
     char rel[600], path[1700];
     if (last->state_path[0]) {
         snprintf(rel, sizeof rel, "%s", last->state_path);
@@ -93,8 +95,17 @@ static int outer_load(Coordinator *co, const StoreRound *last, char *err) {
     snprintf(path, sizeof path, "%s/%s", co->dir, rel);
     float *dsts[2] = {r->outer.b, r->outer.v};
     const char *prefixes[2] = {"outer_b.", "outer_v."};
-    if (gpt_load_state(&r->model, path, dsts, prefixes, r->outer.v ? 2 : 1, err) != 0) return -1;
+    int n_opt = r->outer.v ? 2 : r->outer.b ? 1 : 0;
+    if (n_opt && gpt_load_state(&r->model, path, dsts, prefixes, n_opt, err) != 0) return -1;
     r->outer.step = (int)r->number;
+    if (r->down_ef.e) {
+        const char *down[1] = {"down_e."};
+        char why[ERR_LEN];
+        if (gpt_load_state(&r->model, path, &r->down_ef.e, down, 1, why) != 0) {
+            memset(r->down_ef.e, 0, sizeof(float) * r->down_ef.n);
+            log_warn("rounds", "no downlink residual to resume (%s); it starts at zero", why);
+        }
+    }
     return 1;
 }
 
@@ -171,7 +182,7 @@ static void fail_round(Coordinator *co, const char *reason) {
     Rounds *r = &co->rounds;
     char err[ERR_LEN];
     pthread_mutex_lock(&co->store_lock);
-    if (store_round_fail(co->store, r->round_id, reason, time_wall_ms(), err) != 0)
+    if (store_round_fail(co->store, r->round_id, reason, r->bytes_down, time_wall_ms(), err) != 0)
         log_error("rounds", "cannot record round %lld as failed: %s", (long long)r->number, err);
     pthread_mutex_unlock(&co->store_lock);
     log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);
@@ -190,6 +201,8 @@ static int commit_round(Coordinator *co, char *err) {
     size_t n = r->model.n_params;
     float *mean = malloc(sizeof(float) * n), *theta = malloc(sizeof(float) * n);
     OuterOpt next = {0};
+    ErrorFeedback next_ef = r->down_ef;
+    next_ef.e = NULL;
     uint8_t *ckpt = NULL;
     size_t ckpt_len = 0;
     Blob d = {0};
@@ -209,6 +222,24 @@ static int commit_round(Coordinator *co, char *err) {
         goto out;
     memcpy(theta, r->model.params, sizeof(float) * n);
     outer_step(&next, theta, mean);
+    if (r->down_ef.e) {
+        /* the downlink: the outer update θ' − θ_r, compressed with the
+         * error feedback kept here; θ_{r+1} = θ_r + decoded, the very floats
+         * every site adds to its copy, so every copy stays identical */
+        float *u = mean; /* the mean is spent */
+        for (size_t i = 0; i < n; i++) u[i] = theta[i] - r->model.params[i];
+        CodecLayout L = {r->model.table_hash, n, NULL, 0};
+        next_ef.e = malloc(sizeof(float) * n);
+        if (next_ef.e == NULL) {
+            err_set(err, "out of memory for the downlink's error feedback");
+            goto out;
+        }
+        memcpy(next_ef.e, r->down_ef.e, sizeof(float) * n);
+        if (ef_encode(&next_ef, &r->set.downlink, &L, u, &d, err) != 0 ||
+            codec_decode(d.data, d.len, u, n, err) != 0)
+            goto out;
+        for (size_t i = 0; i < n; i++) theta[i] = r->model.params[i] + u[i];
+    }
     for (size_t i = 0; i < n; i++)
         if (!isfinite(theta[i])) {
             err_set(err, "the outer step made parameter %zu non-finite", i);
@@ -222,19 +253,25 @@ static int commit_round(Coordinator *co, char *err) {
         goto out;
     security_sha256(ckpt, ckpt_len, ckpt_sha);
     security_hex(ckpt_sha, 32, sha);
-    if (next.b) {
-        const float *bases[2] = {next.b, next.v};
-        const char *prefixes[2] = {"outer_b.", "outer_v."};
+    /* the optimizer's state and the downlink's residual beside it */
+    const float *bases[3];
+    const char *prefixes[3];
+    int n_bases = 0;
+    if (next.b) bases[n_bases] = next.b, prefixes[n_bases++] = "outer_b.";
+    if (next.v) bases[n_bases] = next.v, prefixes[n_bases++] = "outer_v.";
+    if (next_ef.e) bases[n_bases] = next_ef.e, prefixes[n_bases++] = "down_e.";
+    if (n_bases > 0) {
         outer_rel(rel, state_rel, sizeof state_rel);
         snprintf(state_path, sizeof state_path, "%s/%s", co->dir, state_rel);
-        if (gpt_save_state(&view, state_path, bases, prefixes, next.v ? 2 : 1, next.step, err) !=
-                0 ||
+        if (gpt_save_state(&view, state_path, bases, prefixes, n_bases, next.step, err) != 0 ||
             security_sha256_file(state_path, state_sha, &state_bytes, err) != 0)
             goto out;
     }
-    /* the lossless delta θ_r → θ_{r+1} for sites that hold θ_r (best effort) */
+    /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites
+     * that hold θ_r (best effort: without it they take the checkpoint) */
     char derr[ERR_LEN];
-    if (ckpt_encode(theta, n * 4, 4, r->model.params, 1, &d, derr) != 0) blob_free(&d);
+    if (r->down_ef.e == NULL && ckpt_encode(theta, n * 4, 4, r->model.params, 1, &d, derr) != 0)
+        blob_free(&d);
     StoreCheckpoint ck = {rel,         (int64_t)ckpt_len, sha, state_rel[0] ? state_rel : NULL,
                           state_bytes, state_sha};
     double eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
@@ -244,11 +281,17 @@ static int commit_round(Coordinator *co, char *err) {
     pthread_mutex_unlock(&co->store_lock);
     if (stored != 0) goto out;
     /* committed: publish, nothing below can fail */
-    if (d.data) security_sha256(r->model.params, n * 4, r->delta_base_sha);
+    memcpy(r->delta_base_sha, r->theta_sha, 32);
     memcpy(r->model.params, theta, sizeof(float) * n);
+    security_sha256(r->model.params, n * 4, r->theta_sha);
     outer_free(&r->outer);
     r->outer = next;
     memset(&next, 0, sizeof next);
+    if (next_ef.e) {
+        free(r->down_ef.e);
+        r->down_ef.e = next_ef.e;
+        next_ef.e = NULL;
+    }
     free(r->ckpt);
     r->ckpt = ckpt, r->ckpt_len = ckpt_len;
     memcpy(r->ckpt_sha, ckpt_sha, 32);
@@ -278,7 +321,7 @@ out:
         snprintf(reason, sizeof reason, "commit failed: %s", err);
         fail_round(co, reason);
     }
-    free(mean), free(theta), free(ckpt);
+    free(mean), free(theta), free(ckpt), free(next_ef.e);
     outer_free(&next);
     blob_free(&d);
     return rc;
@@ -463,6 +506,7 @@ static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, con
     u.tokens = meta && meta->tokens <= (uint64_t)co->rounds.max_tokens ? (int64_t)meta->tokens : 0;
     u.train_loss = meta ? meta->train_loss : NAN;
     u.eval_loss = meta ? meta->eval_loss : NAN;
+    u.steps = meta && meta->steps <= (uint64_t)co->rounds.inner_steps ? (int64_t)meta->steps : 0;
     u.train_ms = meta && meta->train_ms <= (uint64_t)INT32_MAX * 1000 ? (int64_t)meta->train_ms : 0;
     u.upload_ms = upload_ms;
     u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
@@ -515,6 +559,21 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (unsigned long long)got->round, (long long)r->number);
         return "stale_round";
     }
+    /* the model it trained from must be this round's, to the bit: what
+     * keeps every copy of the model identical (an older site sends none) */
+    if (meta->base_sha256.len != 0 &&
+        (meta->base_sha256.len != 32 || memcmp(meta->base_sha256.data, r->theta_sha, 32) != 0)) {
+        snprintf(why, why_len,
+                 "update trained from another model than round %lld's (its SHA-256 differs); "
+                 "the site must download the model again",
+                 (long long)r->number);
+        return "wrong_base";
+    }
+    if (meta->steps > (uint64_t)r->inner_steps) {
+        snprintf(why, why_len, "update claims %llu inner steps; a round has %lld",
+                 (unsigned long long)meta->steps, (long long)r->inner_steps);
+        return "malformed";
+    }
     if (dup) {
         snprintf(why, why_len, "duplicate update: site %s already reported round %lld", site,
                  (long long)r->number);
@@ -538,7 +597,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
         snprintf(why, why_len,
                  "update in codec %s; this federation takes %s with its own parameters "
                  "([codec] uplink)",
-                 codec_name(have->id) ? codec_name(have->id) : "?", codec_name(want->id));
+                 codec_params_name(have) ? codec_params_name(have) : "?", codec_params_name(want));
         return "wrong_codec";
     }
     return NULL;
@@ -583,8 +642,9 @@ static void h_push_update(NetCall *c, void *user) {
     pthread_mutex_lock(&r->lock);
     int64_t round_id = r->round_id, update_id = 0;
     char why[ERR_LEN] = "";
+    CodecParams sent;
     const char *codec =
-        len > 6 && codec_name((CodecId)blob[6]) ? codec_name((CodecId)blob[6]) : "?";
+        codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
     const char *code = precheck(r, site.name, &got, meta, why, sizeof why);
     RoundGate g = {0};
     double weight = meta ? (double)meta->tokens : 0;
@@ -745,98 +805,21 @@ static void h_wait_round(NetCall *c, void *user) {
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
-void rounds_describe(Coordinator *co, uint64_t *round, uint64_t *total, uint64_t *table_hash,
-                     uint32_t *inner_steps, uint64_t *budget_ms, int *finished,
-                     const char **codec) {
+void rounds_describe(Coordinator *co, Strait__HelloResponse *hr) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
-    *round = (uint64_t)r->number;
-    *total = (uint64_t)r->total;
-    *table_hash = r->model.table_hash;
-    *inner_steps = (uint32_t)r->inner_steps;
-    *budget_ms = (uint64_t)r->budget_ms;
-    *finished = r->finished;
-    *codec = r->uplink.id == CODEC_TOPK && r->uplink.value_bits == 2 ? "topk2"
-                                                                     : codec_name(r->uplink.id);
+    hr->current_round = (uint64_t)r->number;
+    hr->total_rounds = (uint64_t)r->total;
+    hr->table_hash = r->model.table_hash;
+    hr->inner_steps = (uint32_t)r->inner_steps;
+    hr->round_budget_ms = (uint64_t)r->budget_ms;
+    hr->finished = r->finished;
+    /* static strings: the settings never change while serving */
+    hr->uplink_codec = (char *)codec_params_name(&r->uplink);
+    hr->downlink_codec =
+        (char *)(r->set.downlink_lossless ? "lossless" : codec_params_name(&r->set.downlink));
+    hr->ef_decay = (float)r->set.ef_decay;
     pthread_mutex_unlock(&r->lock);
-}
-
-int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *o, char *err) {
-    memset(o, 0, sizeof *o);
-    GPTConfig gc;
-    if (gpt_config_preset(model, &gc) != 0)
-        return err_set(err, "federation.ini: [model] preset = %s is not a model this strait knows",
-                       model);
-    const char *codec = config_get_str(cfg, "codec", "uplink", "int8");
-    const char *outer = config_get_str(cfg, "optimizer", "outer", "nesterov");
-    const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
-    const int64_t DAY = 24LL * 3600 * 1000;
-    if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||
-        config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, &o->min_sites, err) ||
-        config_get_duration_ms(cfg, "rounds", "deadline", 600000, &o->deadline_ms, err) ||
-        config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
-        config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
-        config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
-        config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
-        config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
-        config_get_double(cfg, "rounds", "max_update_ratio", 2.0, &o->max_update_ratio, err) ||
-        config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &o->seed, err) ||
-        config_get_double(cfg, "optimizer", "lr", 0.7, &o->outer_lr, err) ||
-        config_get_double(cfg, "optimizer", "momentum", 0.9, &o->momentum, err) ||
-        config_get_double(cfg, "rounds", "trim", 0.1, &o->trim, err) ||
-        config_get_int(cfg, "limits", "spool", 64LL << 30, 1 << 20, INT64_MAX, &o->spool_bytes,
-                       err) ||
-        config_get_int(cfg, "limits", "spool_per_site", 0, 0, INT64_MAX, &o->spool_site_bytes,
-                       err) ||
-        config_get_duration_ms(cfg, "limits", "upload_header", 30000, &o->upload_header_ms, err) ||
-        config_get_duration_ms(cfg, "limits", "upload_idle", 60000, &o->upload_idle_ms, err) ||
-        config_get_duration_ms(cfg, "limits", "upload_life", 3600000, &o->upload_life_ms, err))
-        return -1;
-    /* ranges the typed reads above cannot say */
-    const struct {
-        const char *section, *key;
-        int64_t value, min, max;
-    } spans[] = {{"rounds", "deadline", o->deadline_ms, 1000, 7 * DAY},
-                 {"rounds", "time_budget", o->budget_ms, 0, 7 * DAY},
-                 {"limits", "upload_header", o->upload_header_ms, 100, 3600000},
-                 {"limits", "upload_idle", o->upload_idle_ms, 100, 3600000},
-                 {"limits", "upload_life", o->upload_life_ms, 1000, 7 * DAY}};
-    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
-        if (spans[i].value < spans[i].min || spans[i].value > spans[i].max)
-            return err_set(err,
-                           "federation.ini: [%s] %s = %lld ms is out of range; use %lld ms to "
-                           "%lld ms",
-                           spans[i].section, spans[i].key, (long long)spans[i].value,
-                           (long long)spans[i].min, (long long)spans[i].max);
-    if (!(o->outer_lr > 0 && o->outer_lr <= 10))
-        return err_set(err, "federation.ini: [optimizer] lr = %g; use more than 0, at most 10",
-                       o->outer_lr);
-    if (!(o->momentum >= 0 && o->momentum < 1))
-        return err_set(err, "federation.ini: [optimizer] momentum = %g; use 0 to less than 1",
-                       o->momentum);
-    if (!(o->max_update_ratio >= 0))
-        return err_set(err,
-                       "federation.ini: [rounds] max_update_ratio = %g; use 0 (off) or a positive "
-                       "bound on |update| / |model|",
-                       o->max_update_ratio);
-    if (strcmp(agg, "mean") == 0)
-        o->robust = 0;
-    else if (strcmp(agg, "median") == 0)
-        o->robust = 1;
-    else if (strcmp(agg, "trimmed_mean") == 0)
-        o->robust = 2;
-    else
-        return err_set(err,
-                       "federation.ini: [rounds] aggregate = %s; use mean, median or "
-                       "trimmed_mean",
-                       agg);
-    if (!(o->trim >= 0 && o->trim < 0.5))
-        return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
-    if (codec_params_parse(codec, &o->uplink, err) != 0) return -1;
-    if (outer_kind_parse(outer, &o->outer) != 0)
-        return err_set(err, "federation.ini: [optimizer] outer = %s; use nesterov, avg or adam",
-                       outer);
-    return 0;
 }
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
@@ -855,7 +838,9 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         return err_set(err, "federation.ini: unknown model preset %s", co->model);
     if (gpt_build(&r->model, &gc, (uint64_t)set->seed, err) != 0) return -1;
     if (outer_init(&r->outer, set->outer, r->model.n_params, (float)set->outer_lr,
-                   (float)set->momentum, err) != 0)
+                   (float)set->momentum, err) != 0 ||
+        (!set->downlink_lossless &&
+         ef_init(&r->down_ef, r->model.n_params, r->model.table_hash, 1.0f, err) != 0))
         return -1;
     CodecLayout layout = {r->model.table_hash, r->model.n_params, NULL, 0};
     r->max_update_bytes = codec_blob_max_len(&r->uplink, &layout);
@@ -886,6 +871,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
     if (publish_model(co, initial, NULL, NULL, err) != 0) return -1;
     r->theta_norm = l2_norm(r->model.params, r->model.n_params);
+    security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
     if (r->number >= r->total) {
         r->finished = 1;
     } else if (open_round(co, err) != 0) {
@@ -914,6 +900,7 @@ void rounds_stop(Coordinator *co) {
     if (r->spool) drop_kept(co);
     round_sum_free(&r->sum);
     outer_free(&r->outer);
+    ef_free(&r->down_ef);
     gpt_free(&r->model);
     net_spool_close(r->spool);
     free(r->ckpt);

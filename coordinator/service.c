@@ -268,12 +268,7 @@ static void h_hello(NetCall *c, void *user) {
         resp.federation = co->name;
         resp.site_name = site.name;
         resp.model = co->model;
-        int finished = 0;
-        const char *codec = "int8";
-        rounds_describe(co, &resp.current_round, &resp.total_rounds, &resp.table_hash,
-                        &resp.inner_steps, &resp.round_budget_ms, &finished, &codec);
-        resp.finished = finished;
-        resp.uplink_codec = (char *)codec;
+        rounds_describe(co, &resp);
         SEND_RESPONSE(c, strait__hello_response, resp);
     }
     strait__hello_request__free_unpacked(req, NULL);
@@ -303,7 +298,8 @@ static int check_keys(const Config *cfg, char *err) {
         "total",     "min_sites", "deadline",         "max_extensions",
         "aggregate", "trim",      "inner_steps",      "time_budget",
         "batch",     "seq",       "max_update_ratio", NULL};
-    static const char *const codec[] = {"uplink", NULL};
+    static const char *const recipe[] = {"name", NULL};
+    static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", NULL};
     static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
     static const char *const limits[] = {
@@ -315,7 +311,7 @@ static int check_keys(const Config *cfg, char *err) {
         const char *const *keys;
     } known[] = {{"federation", federation}, {"model", model},         {"rounds", rounds},
                  {"codec", codec},           {"optimizer", optimizer}, {"security", security},
-                 {"limits", limits},         {"metrics", metrics}};
+                 {"limits", limits},         {"metrics", metrics},     {"recipe", recipe}};
     const char *sections[sizeof known / sizeof known[0] + 1];
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         sections[i] = known[i].section;

@@ -21,11 +21,11 @@
 #include "util/util.h"
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
-    schema_store_v4_sql[];
+    schema_store_v4_sql[], schema_store_v5_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql, schema_store_v3_sql,
-                                         schema_store_v4_sql};
+                                         schema_store_v4_sql, schema_store_v5_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -528,7 +528,7 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "coalesce(r.failed_reason, ''), r.participants, r.tokens, r.train_loss, r.eval_loss, "         \
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
-    "coalesce(c.state_sha256, ''), r.start_eval_loss "                                             \
+    "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes "            \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
@@ -553,6 +553,8 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     o->state_bytes = sqlite3_column_int64(st, 17);
     store_copy_text(o->state_sha256, sizeof o->state_sha256, st, 18);
     o->start_eval_loss = column_real_or_nan(st, 19);
+    o->bytes_rejected = sqlite3_column_int64(st, 20);
+    o->dense_bytes = sqlite3_column_int64(st, 21);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -604,9 +606,9 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     static const char sql[] =
         "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, "
         "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at, "
-        "start_eval_loss, reason_code) "
+        "start_eval_loss, reason_code, steps) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14, "
-        "nullif(?15, ''))";
+        "nullif(?15, ''), ?16)";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, u->round_id);
@@ -630,6 +632,7 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     }
     sqlite3_bind_text(st, 15, strcmp(u->state, "rejected") == 0 ? u->reason_code : "", -1,
                       SQLITE_STATIC);
+    sqlite3_bind_int64(st, 16, u->steps);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     switch (rc) {
@@ -708,6 +711,7 @@ static void update_row(sqlite3_stmt *st, void *row) {
     u->received_at = sqlite3_column_int64(st, 14);
     u->start_eval_loss = column_real_or_nan(st, 15);
     store_copy_text(u->reason_code, sizeof u->reason_code, st, 16);
+    u->steps = sqlite3_column_int64(st, 17);
 }
 
 const char *const store_reason_codes[] = {STORE_REASON_CODES, NULL};
@@ -735,7 +739,8 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
     static const char sql[] =
         "SELECT u.id, u.round_id, u.site_id, s.name, u.codec, u.raw_bytes, u.wire_bytes, "
         "u.tokens, u.train_loss, u.eval_loss, u.train_ms, u.upload_ms, u.state, "
-        "coalesce(u.reason, ''), u.received_at, u.start_eval_loss, coalesce(u.reason_code, '') "
+        "coalesce(u.reason, ''), u.received_at, u.start_eval_loss, coalesce(u.reason_code, ''), "
+        "u.steps "
         "FROM updates u JOIN sites s ON s.id = u.site_id "
         "WHERE u.round_id = ?1 ORDER BY u.id";
     sqlite3_stmt *st = store_stmt(s, sql, err);
@@ -746,6 +751,14 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
     *out = rows;
     return rc;
 }
+
+/* A closing round's update bytes, taken and refused (?1 the round), and
+ * the model bytes served in it (?5 on commit, ?4 on failure). */
+#define ROUND_BYTES                                                                                \
+    "bytes_up = (SELECT coalesce(sum(wire_bytes), 0) FROM updates WHERE round_id = ?1 "            \
+    "            AND state <> 'rejected'), "                                                       \
+    "bytes_rejected = (SELECT coalesce(sum(wire_bytes), 0) FROM updates WHERE round_id = ?1 "      \
+    "                  AND state = 'rejected'), "
 
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
                        int64_t bytes_down, int64_t now, char *err) {
@@ -766,8 +779,9 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
         "              WHERE round_id = ?1 AND state = 'accepted' AND train_loss IS NOT NULL), "
         "start_eval_loss = (SELECT sum(tokens * start_eval_loss) / nullif(sum(tokens), 0) "
         "              FROM updates WHERE round_id = ?1 AND state = 'accepted' "
-        "              AND start_eval_loss IS NOT NULL), "
-        "bytes_up = (SELECT coalesce(sum(wire_bytes), 0) FROM updates WHERE round_id = ?1) "
+        "              AND start_eval_loss IS NOT NULL), " ROUND_BYTES
+        "dense_bytes = (SELECT coalesce(sum(2 * raw_bytes * steps), 0) FROM updates "
+        "               WHERE round_id = ?1 AND state = 'accepted') "
         "WHERE id = ?1";
     if (store_begin(s, 1, err) != 0) return -1;
     sqlite3_stmt *st = store_stmt(s, sql_ckpt, err);
@@ -806,18 +820,20 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
     return store_commit(s, err);
 }
 
-int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t now, char *err) {
+int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t bytes_down,
+                     int64_t now, char *err) {
     static const char sql_updates[] = "UPDATE updates SET state = 'discarded', reason = ?2 "
                                       "WHERE round_id = ?1 AND state = 'received'";
     static const char sql_round[] =
-        "UPDATE rounds SET state = 'failed', failed_reason = ?2, closed_at = ?3 "
-        "WHERE id = ?1 AND state IN ('open', 'aggregating')";
+        "UPDATE rounds SET state = 'failed', failed_reason = ?2, closed_at = ?3, " ROUND_BYTES
+        "bytes_down = ?4 WHERE id = ?1 AND state IN ('open', 'aggregating')";
     if (store_begin(s, 1, err) != 0) return -1;
     sqlite3_stmt *st = store_stmt(s, sql_round, err);
     if (st == NULL) return store_rollback(s);
     sqlite3_bind_int64(st, 1, round_id);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int64(st, 4, bytes_down);
     if (step_done(s, st, err, "cannot fail the round") != 0) return store_rollback(s);
     if (sqlite3_changes(s->db) == 0) {
         store_rollback(s);

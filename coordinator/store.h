@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -119,7 +119,10 @@ typedef struct StoreRound {
      * their held-out splits before training (eval_loss: their local models
      * after it); NAN when unknown */
     double start_eval_loss;
-    int64_t bytes_up, bytes_down;
+    /* communication (docs/communication.md): update bytes taken and
+     * refused, model bytes served, and what dense data-parallel training
+     * would have moved for the round's accepted training (0: not measured) */
+    int64_t bytes_up, bytes_rejected, bytes_down, dense_bytes;
     /* the checkpoint, for committed rounds */
     char checkpoint_path[512]; /* relative to the federation folder */
     int64_t checkpoint_bytes;
@@ -137,6 +140,7 @@ typedef struct StoreUpdate {
     char site_name[65]; /* filled by store_updates_list */
     char codec[24];
     int64_t raw_bytes, wire_bytes, tokens;
+    int64_t steps;                /* inner steps it claims (0: not sent) */
     double train_loss, eval_loss; /* NAN when unknown */
     int64_t train_ms, upload_ms;
     double start_eval_loss; /* the received model's held-out loss before training;
@@ -152,7 +156,7 @@ typedef struct StoreUpdate {
 #define STORE_REASON_CODES                                                                         \
     "non_finite", "wrong_model", "norm_gate", "duplicate", "stale_round", "finished",              \
         "no_metadata", "bad_weight", "too_many_sites", "wrong_codec", "malformed", "revoked",      \
-        "internal"
+        "internal", "wrong_base"
 extern const char *const store_reason_codes[]; /* NULL-terminated */
 int store_reason_code_valid(const char *code);
 
@@ -183,7 +187,8 @@ int store_update_reject(Store *s, int64_t update_id, const char *code, const cha
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
                        int64_t bytes_down, int64_t now, char *err);
 /* Fails a live round: its received updates become 'discarded'. */
-int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t now, char *err);
+int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t bytes_down,
+                     int64_t now, char *err);
 
 /* The committed attempt of `number`, else its latest attempt. */
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
@@ -216,11 +221,19 @@ int store_events_list(Store *s, int limit, int64_t before_id, StoreEvent **out, 
 
 typedef struct StoreTotals {
     int64_t rounds_committed, rounds_failed;
-    int64_t tokens, bytes_up, bytes_down; /* over committed rounds */
+    int64_t tokens, dense_bytes; /* over committed rounds */
+    /* over every round, failed ones too: what crossed the wire */
+    int64_t bytes_up, bytes_rejected, bytes_down;
     int64_t updates_accepted, updates_rejected;
 } StoreTotals;
 
 int store_totals(Store *s, StoreTotals *out, char *err);
+
+/* How many times fewer bytes than dense data-parallel training the
+ * federation moved: dense / (up + down), refused bytes apart
+ * (docs/communication.md); 0 when not measured. The one place it is
+ * computed. */
+double store_dense_ratio(int64_t dense_bytes, int64_t bytes_up, int64_t bytes_down);
 
 /* Rejected updates counted by their reason code, most frequent first; *out
  * is malloc'd. */

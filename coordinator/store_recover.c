@@ -40,7 +40,7 @@ int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, c
     StoreRound live;
     int rc;
     while ((rc = store_round_live(s, &live, err)) == 0) {
-        if (store_round_fail(s, live.id, "coordinator restarted", now, err) != 0) return -1;
+        if (store_round_fail(s, live.id, "coordinator restarted", 0, now, err) != 0) return -1;
         log_warn("store",
                  "round %lld (attempt %lld) was left open by a previous coordinator; "
                  "marked failed, it will be reopened",

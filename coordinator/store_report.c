@@ -42,13 +42,20 @@ int store_events_list(Store *s, int limit, int64_t before_id, StoreEvent **out, 
     return rc;
 }
 
+double store_dense_ratio(int64_t dense_bytes, int64_t bytes_up, int64_t bytes_down) {
+    return dense_bytes > 0 && bytes_up + bytes_down > 0
+               ? (double)dense_bytes / (double)(bytes_up + bytes_down)
+               : 0;
+}
+
 int store_totals(Store *s, StoreTotals *out, char *err) {
     static const char q_rounds[] =
         "SELECT count(*) FILTER (WHERE state = 'committed'), "
         "count(*) FILTER (WHERE state = 'failed'), "
         "coalesce(sum(tokens) FILTER (WHERE state = 'committed'), 0), "
-        "coalesce(sum(bytes_up) FILTER (WHERE state = 'committed'), 0), "
-        "coalesce(sum(bytes_down) FILTER (WHERE state = 'committed'), 0) FROM rounds";
+        "coalesce(sum(bytes_up), 0), coalesce(sum(bytes_down), 0), "
+        "coalesce(sum(bytes_rejected), 0), "
+        "coalesce(sum(dense_bytes) FILTER (WHERE state = 'committed'), 0) FROM rounds";
     static const char q_updates[] = "SELECT count(*) FILTER (WHERE state = 'accepted'), "
                                     "count(*) FILTER (WHERE state = 'rejected') FROM updates";
     memset(out, 0, sizeof *out);
@@ -61,6 +68,8 @@ int store_totals(Store *s, StoreTotals *out, char *err) {
         out->tokens = sqlite3_column_int64(st, 2);
         out->bytes_up = sqlite3_column_int64(st, 3);
         out->bytes_down = sqlite3_column_int64(st, 4);
+        out->bytes_rejected = sqlite3_column_int64(st, 5);
+        out->dense_bytes = sqlite3_column_int64(st, 6);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_ROW) return store_db_error(s, err, "cannot total the rounds");

@@ -42,18 +42,20 @@ NetChannel *attacker_channel(const char *site_dir, const char *addr) {
     return ch;
 }
 
-static size_t pack_meta(uint64_t tokens, uint8_t *buf) {
+static size_t pack_meta(const AttackClaim *a, uint8_t *buf) {
     Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
-    meta.tokens = tokens;
+    meta.tokens = a->tokens;
     meta.train_loss = 3.0;
     meta.eval_loss = 3.0;
+    meta.steps = a->steps;
+    if (a->base) meta.base_sha256.data = (uint8_t *)a->base, meta.base_sha256.len = 32;
     return strait__update_meta__pack(&meta, buf);
 }
 
 NetStatus attacker_push(NetChannel *ch, const AttackClaim *a, const Blob *b, char *details,
                         size_t details_len) {
-    uint8_t mbuf[64];
-    size_t mlen = pack_meta(a->tokens, mbuf);
+    uint8_t mbuf[128];
+    size_t mlen = pack_meta(a, mbuf);
     NetTransferSpec spec = {
         a->purpose ? a->purpose : "update", a->round, a->upload_id, 0, mbuf, mlen, NULL};
     return net_upload(ch, UPLOAD, QUERY, &spec, b->data, b->len, 30000, NULL, details, details_len);
@@ -69,8 +71,8 @@ static uint8_t *pack_frame(const Strait__StreamFrame *fr, size_t *len) {
 }
 
 NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b) {
-    uint8_t mbuf[64], sha[32];
-    size_t mlen = pack_meta(a->tokens, mbuf);
+    uint8_t mbuf[128], sha[32];
+    size_t mlen = pack_meta(a, mbuf);
     security_sha256(b->data, b->len, sha);
     Strait__TransferHeader h = STRAIT__TRANSFER_HEADER__INIT;
     h.purpose = (char *)(a->purpose ? a->purpose : "update");

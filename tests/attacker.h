@@ -28,6 +28,8 @@ typedef struct AttackClaim {
     const char *upload_id;
     uint64_t tokens;
     const char *purpose; /* NULL: "update" */
+    uint64_t steps;      /* inner steps claimed; 0: none */
+    const uint8_t *base; /* SHA-256 of the model it claims to have trained from; NULL: none */
 } AttackClaim;
 
 /* A whole PushUpdate (with the resume query), as a site would send it. */

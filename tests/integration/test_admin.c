@@ -527,7 +527,7 @@ Test(admin_offline, rounds_of_a_stopped_federation_come_in_pages, .timeout = 120
     for (int i = 0; i < 620; i++) { /* attempts of round 0 that found no quorum */
         int64_t id;
         cr_assert_eq(store_round_open(s, 0, 1000 + i, &id, err), 0, "%s", err);
-        cr_assert_eq(store_round_fail(s, id, "no quorum: 0 of 1 sites", 2000 + i, err), 0);
+        cr_assert_eq(store_round_fail(s, id, "no quorum: 0 of 1 sites", 0, 2000 + i, err), 0);
     }
     store_close(s);
     r = S("rounds", dir, "--json", "--last", "550");

@@ -105,7 +105,8 @@ static GPT tiny(void) {
 }
 
 /* θ1 from θ0 and the honest updates alone, by the coordinator's own code
- * (weighted mean, or the median), then Nesterov's first step. */
+ * (weighted mean, or the median), then Nesterov's first step and the
+ * int8 downlink of the default recipe. */
 static float *expected_theta(const Blob *honest, const double *tokens, int n_honest, int median) {
     GPT m = tiny();
     char err[ERR_LEN];
@@ -128,11 +129,24 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
     }
     OuterOpt o;
     cr_assert_eq(outer_init(&o, OUTER_NESTEROV, m.n_params, 0.7f, 0.9f, err), 0);
-    outer_step(&o, m.params, mean);
-    outer_free(&o);
-    free(mean);
     float *theta = malloc(m.n_params * 4);
     memcpy(theta, m.params, m.n_params * 4);
+    outer_step(&o, theta, mean);
+    outer_free(&o);
+    /* the recipe's downlink (int8, error feedback from zero): θ1 = θ0 + the
+     * decoded outer update, as the coordinator and every site compute it */
+    for (size_t i = 0; i < m.n_params; i++) mean[i] = theta[i] - m.params[i];
+    CodecParams down = codec_params_default(CODEC_INT8);
+    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+    ErrorFeedback ef;
+    Blob b = {0};
+    cr_assert_eq(ef_init(&ef, m.n_params, m.table_hash, 1.0f, err), 0, "%s", err);
+    cr_assert_eq(ef_encode(&ef, &down, &L, mean, &b, err), 0, "%s", err);
+    cr_assert_eq(codec_decode(b.data, b.len, mean, m.n_params, err), 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++) theta[i] = m.params[i] + mean[i];
+    ef_free(&ef);
+    blob_free(&b);
+    free(mean);
     gpt_free(&m);
     return theta;
 }
@@ -183,10 +197,10 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     Blob evil = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
     Blob junk = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
     /* M opens a stream on B's predictable id and keeps it open */
-    AttackClaim on_b = {0, "b-r0", 1000, NULL};
+    AttackClaim on_b = {0, "b-r0", 1000, NULL, 0, NULL};
     NetClientCall *held = attacker_open(m, &on_b, &evil);
     /* M seeds bytes under B's next id; B sees none of them, nor M's stream */
-    AttackClaim seed = {0, "b-r1", 1000, NULL};
+    AttackClaim seed = {0, "b-r1", 1000, NULL, 0, NULL};
     NetClientCall *seeded = attacker_open(m, &seed, &junk);
     attacker_stream_rest(seeded, &(Blob){junk.data, junk.len / 2, 0}, 0, details,
                          sizeof details); /* half the bytes, then the stream ends */
@@ -194,7 +208,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     cr_assert_eq(attacker_query(b, "b-r1"), 0, "B sees bytes M spooled under B's id");
     cr_assert_eq(attacker_query(b, "b-r0"), 0, "B sees M's stream");
     /* B's upload on its own id goes through while M's stream on that id is live */
-    AttackClaim mine = {0, "b-r0", 1000, NULL};
+    AttackClaim mine = {0, "b-r0", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(b, &mine, &good, details, sizeof details), NET_OK, "%s", details);
     /* one live stream per upload: M's second stream on the id it holds open waits its turn */
     cr_assert_eq(attacker_push(m, &on_b, &evil, details, sizeof details), NET_ABORTED, "%s",
@@ -204,7 +218,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     NetStatus st = attacker_stream_rest(held, &evil, 0, details, sizeof details);
     cr_assert_eq(st, NET_FAILED_PRECONDITION, "%s: %s", net_status_name(st), details);
     cr_assert_not_null(strstr(details, "norm"), "%s", details);
-    AttackClaim cc = {0, "c-r0", 1000, NULL};
+    AttackClaim cc = {0, "c-r0", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(c, &cc, &good, details, sizeof details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
     cr_assert_eq(r0.participants, 2);
@@ -234,31 +248,41 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
         char id[32];
         snprintf(id, sizeof id, "lie-%zu", i);
-        AttackClaim a = {0, id, lies[i], NULL};
+        AttackClaim a = {0, id, lies[i], NULL, 0, NULL};
         NetStatus st = attacker_push(m, &a, &good, details, sizeof details);
         cr_assert_eq(st, NET_FAILED_PRECONDITION, "tokens %llu: %s", (unsigned long long)lies[i],
                      details);
         cr_assert_not_null(strstr(details, "what a round lets a site train"), "%s", details);
     }
     /* the first update of the first round is bounded too */
-    AttackClaim first = {0, "big", 1000, NULL};
+    AttackClaim first = {0, "big", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(m, &first, &big, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
     /* another codec than the federation's, another purpose than an update */
-    AttackClaim other = {0, "fp32", 1000, NULL};
+    AttackClaim other = {0, "fp32", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(m, &other, &fp32, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "codec fp32"), "%s", details);
-    AttackClaim model = {0, "model", 1000, "model"};
+    AttackClaim model = {0, "model", 1000, "model", 0, NULL};
     cr_assert_eq(attacker_push(m, &model, &good, details, sizeof details), NET_INVALID_ARGUMENT,
                  "%s", details);
     /* a payload larger than the federation's codec can make is refused at the header */
     size_t huge_len = t.n_params * 4 + (1u << 20);
     Blob huge = {calloc(1, huge_len), huge_len, 0};
-    AttackClaim h = {0, "huge", 1000, NULL};
+    AttackClaim h = {0, "huge", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(m, &h, &huge, details, sizeof details), NET_RESOURCE_EXHAUSTED, "%s",
                  details);
     free(huge.data);
-    AttackClaim honest = {0, "b-r0", 1000, NULL};
+    /* more inner steps than a round has (what dense bytes are counted
+     * from), and a base model that is not this round's */
+    uint8_t theta0[32], elsewhere[32] = {1};
+    security_sha256(t.params, t.n_params * 4, theta0);
+    AttackClaim steps = {0, "steps", 1000, NULL, 51, theta0};
+    cr_assert_eq(attacker_push(m, &steps, &good, details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "51 inner steps"), "%s", details);
+    AttackClaim based = {0, "based", 1000, NULL, 10, elsewhere};
+    cr_assert_eq(attacker_push(m, &based, &good, details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "another model"), "%s", details);
+    AttackClaim honest = {0, "b-r0", 1000, NULL, 10, theta0};
     cr_assert_eq(attacker_push(b, &honest, &good, details, sizeof details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
     cr_assert_eq(r0.participants, 1);
@@ -266,6 +290,14 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     cr_assert_eq(rejected_with(r0.id, "bad_weight"), 4);
     cr_assert_eq(rejected_with(r0.id, "norm_gate"), 1);
     cr_assert_eq(rejected_with(r0.id, "wrong_codec"), 1);
+    cr_assert_eq(rejected_with(r0.id, "malformed"), 1);
+    cr_assert_eq(rejected_with(r0.id, "wrong_base"), 1);
+    /* bytes: the one update taken up, every refused one apart, and dense
+     * training counted from the accepted update's 10 steps alone */
+    cr_assert_eq(r0.bytes_up, (int64_t)good.len);
+    cr_assert_eq(r0.bytes_rejected, (int64_t)(6 * good.len + big.len + fp32.len),
+                 "refused bytes: %lld", (long long)r0.bytes_rejected);
+    cr_assert_eq(r0.dense_bytes, 2 * 4 * (int64_t)t.n_params * 10);
     float *want = expected_theta(&good, (double[]){1000}, 1, 0);
     assert_model_is(&r0, want);
     free(want);
@@ -289,7 +321,7 @@ Test(adversary, a_stalled_upload_is_cut) {
     NetChannel *m = attacker_channel(m_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "slow", 1000, NULL};
+    AttackClaim a = {0, "slow", 1000, NULL, 0, NULL};
     int64_t t0 = time_wall_ms();
     NetClientCall *c = attacker_open(m, &a, &good); /* the header, then nothing */
     cr_assert_eq(net_client_finish(c, details, sizeof details), NET_DEADLINE_EXCEEDED, "%s",
@@ -319,7 +351,7 @@ Test(adversary, uploads_in_flight_count_against_the_quota) {
     NetChannel *m = attacker_channel(m_dir, addr);
     Blob fake = {malloc(110000), 110000, 0}; /* under the size bound; never finished */
     harness_fill(fake.data, fake.len, 7);
-    AttackClaim a1 = {0, "one", 1000, NULL}, a2 = {0, "two", 1000, NULL};
+    AttackClaim a1 = {0, "one", 1000, NULL, 0, NULL}, a2 = {0, "two", 1000, NULL, 0, NULL};
     NetClientCall *first = attacker_open(m, &a1, &fake);
     usleep(300000);
     cr_assert_eq(attacker_push(m, &a2, &fake, details, sizeof details), NET_RESOURCE_EXHAUSTED,
@@ -345,7 +377,7 @@ Test(adversary, a_failed_commit_changes_nothing) {
     NetChannel *b = attacker_channel(b_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "b-r0", 1000, NULL};
+    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     /* the first attempt fails at its commit */
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
@@ -456,7 +488,7 @@ Test(adversary, one_site_cannot_pile_up_calls_and_revocation_ends_them) {
     usleep(600000); /* the coordinator lets go of the cancelled calls at its next tick */
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "m-1", 1000, NULL};
+    AttackClaim a = {0, "m-1", 1000, NULL, 0, NULL};
     cr_assert_eq(attacker_push(m, &a, &good, details, sizeof details), NET_PERMISSION_DENIED, "%s",
                  details);
     net_channel_destroy(m);
@@ -496,7 +528,7 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
     NetChannel *b = attacker_channel(b_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "b-r0", 1000, NULL};
+    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL};
     int64_t pushed_at = time_wall_ms();
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     wait_committed(0, 60);

@@ -550,21 +550,24 @@ Test(rounds, an_altered_outer_state_file_is_refused_at_resume) {
     proc_result_free(&r);
 }
 
-/* GetModel sends the lossless delta only onto exactly the model it was made
- * from — the same round and the same bytes — and the whole model to a site
+/* GetModel sends the way from the last round's model — the int8 outer
+ * update of the default recipe — only onto exactly the model it was made
+ * from (the same round and the same bytes), and the whole model to a site
  * whose parameters differ (after a restore from a backup, a round number
- * can name another history's model). */
+ * can name another history's model). Added to that model, float for
+ * float, it gives the coordinator's checkpoint to the bit. */
 Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
     setup_federation("3", "1", "60s", 1);
     run_site(0);
     wait_committed(2, 120); /* the last round: the delta is from round 2's model to the final */
-    GPT base;
+    GPT base, final;
     load_params("checkpoints/round-000001.safetensors", &base); /* what round 2 trained from */
+    load_params("checkpoints/round-000002.safetensors", &final);
     uint8_t sha[32], wrong[32] = {0};
     security_sha256(base.params, base.n_params * 4, sha);
     NetChannel *ch = site_channel("s0");
     NetLimits lim = {.max_total = 64u << 20};
-    char details[256];
+    char details[256], err[ERR_LEN];
     for (int k = 0; k < 2; k++) {
         Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
         req.has_model = 1;
@@ -577,14 +580,29 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
         cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
                                   details, sizeof details),
                      NET_OK, "%s", details);
-        int is_delta = payload.len >= 4 && memcmp(payload.data, "STCK", 4) == 0;
-        if (k == 0)
-            cr_assert(is_delta, "the site holding round 2's exact model got %zu bytes, not a delta",
-                      payload.len);
-        else
-            cr_assert(!is_delta, "a delta was sent onto a model it was not made from");
+        BlobKind kind = compress_blob_kind(payload.data, payload.len);
+        if (k == 0) {
+            cr_assert_eq(kind, BLOB_KIND_UPDATE,
+                         "the site holding round 2's exact model got %zu bytes, not an update",
+                         payload.len);
+            float *u = malloc(base.n_params * 4);
+            cr_assert_eq(codec_decode(payload.data, payload.len, u, base.n_params, err), 0, "%s",
+                         err);
+            size_t differ = 0;
+            for (size_t i = 0; i < base.n_params; i++) {
+                float x = base.params[i] + u[i];
+                differ += memcmp(&x, &final.params[i], 4) != 0;
+            }
+            cr_assert_eq(differ, 0, "%zu parameters differ from the coordinator's checkpoint",
+                         differ);
+            free(u);
+        } else {
+            cr_assert_eq(kind, BLOB_KIND_NONE,
+                         "a delta was sent onto a model it was not made from");
+        }
         net_buf_free(&payload);
     }
     net_channel_destroy(ch);
     gpt_free(&base);
+    gpt_free(&final);
 }

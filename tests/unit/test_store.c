@@ -329,6 +329,7 @@ static StoreUpdate update_of(int64_t round_id, int64_t site_id, int64_t tokens, 
     u.raw_bytes = 4000;
     u.wire_bytes = 1000;
     u.tokens = tokens;
+    u.steps = 10;
     u.train_loss = loss;
     u.eval_loss = NAN;
     u.train_ms = 10;
@@ -378,8 +379,15 @@ Test(store, round_lifecycle_derives_totals_at_commit) {
     cr_assert_eq(r.tokens, 400);
     cr_assert_float_eq(r.train_loss, (300 * 2.0 + 100 * 4.0) / 400, 1e-12);
     cr_assert_float_eq(r.eval_loss, 3.25, 1e-12);
-    cr_assert_eq(r.bytes_up, 4000, "bytes up counts every update that arrived");
+    cr_assert_eq(r.bytes_up, 2000, "bytes up counts the updates taken");
+    cr_assert_eq(r.bytes_rejected, 2000, "refused updates are counted apart");
     cr_assert_eq(r.bytes_down, 777);
+    /* dense: one fp32 gradient (raw_bytes) up and one down per step of each
+     * accepted update: 2 x 4000 x 10 x 2 updates */
+    cr_assert_eq(r.dense_bytes, 160000);
+    cr_assert_float_eq(store_dense_ratio(r.dense_bytes, r.bytes_up, r.bytes_down),
+                       160000.0 / 2777.0, 1e-9);
+    cr_assert_eq(store_dense_ratio(0, r.bytes_up, r.bytes_down), 0, "not measured");
     cr_assert_eq(r.closed_at, 4000);
     cr_assert_str_eq(r.checkpoint_path, ck.path);
     cr_assert_eq(r.checkpoint_bytes, 1234);
@@ -416,9 +424,9 @@ Test(store, failed_round_discards_updates_and_reopens_as_next_attempt) {
     StoreUpdate u = update_of(r1, a, 10, 1.0, "received", NULL);
     cr_assert_eq(store_update_record(fx.store, &u, NULL, err), 0);
     cr_assert_eq(
-        store_round_fail(fx.store, r1, "no quorum: 1 of 2 sites by the deadline", 2000, err), 0,
-        "%s", err);
-    cr_assert_eq(store_round_fail(fx.store, r1, "again", 2000, err), -1);
+        store_round_fail(fx.store, r1, "no quorum: 1 of 2 sites by the deadline", 555, 2000, err),
+        0, "%s", err);
+    cr_assert_eq(store_round_fail(fx.store, r1, "again", 0, 2000, err), -1);
     StoreUpdate *ups;
     size_t n;
     cr_assert_eq(store_updates_list(fx.store, r1, &ups, &n, err), 0);
@@ -439,6 +447,15 @@ Test(store, failed_round_discards_updates_and_reopens_as_next_attempt) {
     cr_assert_eq(list[0].attempt, 2, "newest first");
     cr_assert_str_eq(list[1].state, "failed");
     cr_assert_str_eq(list[1].failed_reason, "no quorum: 1 of 2 sites by the deadline");
+    /* a failed attempt's traffic still crossed the wire: counted, never dense */
+    cr_assert_eq(list[1].bytes_up, 1000);
+    cr_assert_eq(list[1].bytes_down, 555);
+    cr_assert_eq(list[1].dense_bytes, 0);
+    StoreTotals t;
+    cr_assert_eq(store_totals(fx.store, &t, err), 0, "%s", err);
+    cr_assert_eq(t.bytes_up, 1000);
+    cr_assert_eq(t.bytes_down, 555);
+    cr_assert_eq(t.dense_bytes, 0, "dense counts committed training only");
     free(list);
     cr_assert_eq(store_round_last_committed(fx.store, &r, err), STORE_NOT_FOUND);
 }
@@ -605,6 +622,49 @@ Test(store, a_version_1_store_migrates_to_pin_outer_states) {
     cr_assert_eq(store_round_last_committed(s, &r, err), 0, "%s", err);
     cr_assert_eq(r.number, 0);
     cr_assert_str_eq(r.state_path, "");
+    store_close(s);
+}
+
+/* A schema 4 store counted refused updates in rounds.bytes_up; migration 5
+ * moves them to bytes_rejected, and leaves dense_bytes unmeasured. */
+Test(store, a_version_4_store_splits_refused_bytes_out) {
+    extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
+        schema_store_v4_sql[];
+    char path[600], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/v4.db", fx.home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    const char *steps[] = {schema_store_sql, schema_store_v2_sql, schema_store_v3_sql,
+                           schema_store_v4_sql};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sqlite3_exec(db, steps[i], NULL, NULL, NULL), SQLITE_OK, "%s",
+                     sqlite3_errmsg(db));
+    cr_assert_eq(
+        sqlite3_exec(
+            db,
+            "PRAGMA user_version=4;"
+            "INSERT INTO sites (id, name, enrolled_at) VALUES (1, 'a', 1), (2, 'b', 1);"
+            "INSERT INTO checkpoints (id, round, path, bytes, sha256, created_at) VALUES "
+            "(1, 0, 'checkpoints/round-000000.safetensors', 10, "
+            "'00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff', 5);"
+            "INSERT INTO rounds (id, number, attempt, state, opened_at, closed_at, "
+            "checkpoint_id, bytes_up, bytes_down) VALUES (1, 0, 1, 'committed', 1, 5, 1, 700, 9);"
+            "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, state, "
+            "reason, reason_code, received_at) VALUES "
+            "(1, 1, 'int8', 4000, 500, 10, 'accepted', NULL, NULL, 2),"
+            "(1, 2, 'int8', 4000, 200, 10, 'rejected', 'norm', 'norm_gate', 3);",
+            NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    Store *s = store_open(path, STORE_READWRITE, err);
+    cr_assert_not_null(s, "%s", err);
+    cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    StoreRound r;
+    cr_assert_eq(store_round_get(s, 0, &r, err), 0, "%s", err);
+    cr_assert_eq(r.bytes_up, 500);
+    cr_assert_eq(r.bytes_rejected, 200);
+    cr_assert_eq(r.bytes_down, 9);
+    cr_assert_eq(r.dense_bytes, 0, "the steps of old updates are not known");
     store_close(s);
 }
 

@@ -1,0 +1,187 @@
+/*
+ * settings.c — federation.ini's round settings, read and range-checked
+ * whole before the store opens, and the recipes: named sets of uplink
+ * codec, downlink codec, outer optimizer and error-feedback decay that are
+ * known to train together (docs/tuning.md has the sweep behind each).
+ *
+ * A recipe only supplies defaults: a key written in [codec] or [optimizer]
+ * overrides its value, and an outer optimizer chosen apart from the
+ * recipe's gets that optimizer's own defaults (FedAvg is lr 1, no
+ * momentum; Nesterov 0.7 and 0.9; Adam 0.01).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "coordinator_internal.h"
+#include "util/util.h"
+
+typedef struct Recipe {
+    const char *name;
+    const char *uplink;   /* codec name (codec_params_parse) */
+    const char *downlink; /* codec name, "uplink" (the same codec and parameters) or "lossless" */
+    const char *outer;
+    double lr, momentum;
+    double ef_decay; /* the sites' error feedback: e ← decay·e + Δ */
+    double density;  /* top-k: kept fraction (0: the codec's default) */
+} Recipe;
+
+static const Recipe RECIPES[] = {
+    /* DiLoCo with INTELLECT-1's int8 pseudo-gradients, int8 outer updates down */
+    {"diloco", "int8", "uplink", "nesterov", 0.7, 0.9, 1.0, 0},
+    /* SparseLoCo: top-k 64 of 4096 with 2-bit values both ways, error
+     * feedback with decay in place of outer momentum, outer lr 1 */
+    {"sparseloco", "topk2", "uplink", "avg", 1.0, 0.0, 0.95, 64.0 / 4096},
+    /* FedAvg as Flower runs it: fp32 up, the exact model down, θ ← θ − Δ̄ */
+    {"fedavg", "fp32", "lossless", "avg", 1.0, 0.0, 1.0, 0},
+    /* FedAdam (Reddi et al. 2021) over int8 updates */
+    {"fedadam", "int8", "uplink", "adam", 0.01, 0.9, 1.0, 0},
+};
+
+/* An outer optimizer's own defaults, when it is chosen apart from a recipe. */
+static void outer_defaults(OuterKind k, double *lr, double *momentum) {
+    *lr = k == OUTER_NESTEROV ? 0.7 : k == OUTER_ADAM ? 0.01 : 1.0;
+    *momentum = k == OUTER_AVG ? 0.0 : 0.9;
+}
+
+int rounds_recipe_known(const char *name) {
+    for (size_t i = 0; i < sizeof RECIPES / sizeof RECIPES[0]; i++)
+        if (strcmp(RECIPES[i].name, name) == 0) return 1;
+    return 0;
+}
+
+const char *rounds_recipe_names(void) {
+    return "diloco, sparseloco, fedavg or fedadam";
+}
+
+/* The recipe's codecs and optimizer, with the keys written in the file over them. */
+static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
+    const char *name = config_get_str(cfg, "recipe", "name", "diloco");
+    const Recipe *rc = NULL;
+    for (size_t i = 0; i < sizeof RECIPES / sizeof RECIPES[0]; i++)
+        if (strcmp(RECIPES[i].name, name) == 0) rc = &RECIPES[i];
+    if (rc == NULL)
+        return err_set(err, "federation.ini: [recipe] name = %s; use %s", name,
+                       rounds_recipe_names());
+    snprintf(o->recipe, sizeof o->recipe, "%s", rc->name);
+    const char *up = config_get_str(cfg, "codec", "uplink", rc->uplink);
+    const char *down = config_get_str(cfg, "codec", "downlink", rc->downlink);
+    const char *outer = config_get_str(cfg, "optimizer", "outer", rc->outer);
+    if (codec_params_parse(up, &o->uplink, err) != 0)
+        return err_set(err,
+                       "federation.ini: [codec] uplink = %s; use fp32, fp16, bf16, int8, "
+                       "topk or topk2",
+                       up);
+    double density =
+        rc->density > 0 && o->uplink.id == CODEC_TOPK ? rc->density : o->uplink.density;
+    if (config_get_double(cfg, "codec", "density", density, &density, err) != 0) return -1;
+    if (o->uplink.id == CODEC_TOPK) {
+        if (!(density > 0 && density <= 0.5))
+            return err_set(err,
+                           "federation.ini: [codec] density = %g; use more than 0, at "
+                           "most 0.5",
+                           density);
+        o->uplink.density = density;
+    }
+    o->downlink_lossless = strcmp(down, "lossless") == 0;
+    if (strcmp(down, "uplink") == 0) {
+        o->downlink = o->uplink;
+    } else if (!o->downlink_lossless) {
+        if (codec_params_parse(down, &o->downlink, NULL) != 0)
+            return err_set(err,
+                           "federation.ini: [codec] downlink = %s; use uplink (the same "
+                           "codec), lossless, fp32, fp16, bf16, int8, topk or topk2",
+                           down);
+        if (o->downlink.id == CODEC_TOPK) o->downlink.density = density;
+    }
+    if (outer_kind_parse(outer, &o->outer) != 0)
+        return err_set(err, "federation.ini: [optimizer] outer = %s; use nesterov, avg or adam",
+                       outer);
+    double lr = rc->lr, momentum = rc->momentum;
+    OuterKind recipe_outer;
+    outer_kind_parse(rc->outer, &recipe_outer);
+    if (o->outer != recipe_outer) outer_defaults(o->outer, &lr, &momentum);
+    if (config_get_double(cfg, "optimizer", "lr", lr, &o->outer_lr, err) ||
+        config_get_double(cfg, "optimizer", "momentum", momentum, &o->momentum, err) ||
+        config_get_double(cfg, "codec", "ef_decay", rc->ef_decay, &o->ef_decay, err))
+        return -1;
+    if (!(o->outer_lr > 0 && o->outer_lr <= 10))
+        return err_set(err, "federation.ini: [optimizer] lr = %g; use more than 0, at most 10",
+                       o->outer_lr);
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return err_set(err, "federation.ini: [optimizer] momentum = %g; use 0 to less than 1",
+                       o->momentum);
+    if (o->outer == OUTER_AVG && o->momentum != 0)
+        return err_set(err,
+                       "federation.ini: [optimizer] momentum = %g with outer = avg, which "
+                       "has none; use nesterov for momentum, or momentum = 0",
+                       o->momentum);
+    if (!(o->ef_decay > 0 && o->ef_decay <= 1))
+        return err_set(err, "federation.ini: [codec] ef_decay = %g; use more than 0, at most 1",
+                       o->ef_decay);
+    return 0;
+}
+
+int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *o, char *err) {
+    memset(o, 0, sizeof *o);
+    GPTConfig gc;
+    if (gpt_config_preset(model, &gc) != 0)
+        return err_set(err, "federation.ini: [model] preset = %s is not a model this strait knows",
+                       model);
+    const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
+    const int64_t DAY = 24LL * 3600 * 1000;
+    if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||
+        config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, &o->min_sites, err) ||
+        config_get_duration_ms(cfg, "rounds", "deadline", 600000, &o->deadline_ms, err) ||
+        config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
+        config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
+        config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
+        config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
+        config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
+        config_get_double(cfg, "rounds", "max_update_ratio", 2.0, &o->max_update_ratio, err) ||
+        config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &o->seed, err) ||
+        config_get_double(cfg, "rounds", "trim", 0.1, &o->trim, err) ||
+        config_get_int(cfg, "limits", "spool", 64LL << 30, 1 << 20, INT64_MAX, &o->spool_bytes,
+                       err) ||
+        config_get_int(cfg, "limits", "spool_per_site", 0, 0, INT64_MAX, &o->spool_site_bytes,
+                       err) ||
+        config_get_duration_ms(cfg, "limits", "upload_header", 30000, &o->upload_header_ms, err) ||
+        config_get_duration_ms(cfg, "limits", "upload_idle", 60000, &o->upload_idle_ms, err) ||
+        config_get_duration_ms(cfg, "limits", "upload_life", 3600000, &o->upload_life_ms, err) ||
+        read_recipe(cfg, o, err))
+        return -1;
+    /* ranges the typed reads above cannot say */
+    const struct {
+        const char *section, *key;
+        int64_t value, min, max;
+    } spans[] = {{"rounds", "deadline", o->deadline_ms, 1000, 7 * DAY},
+                 {"rounds", "time_budget", o->budget_ms, 0, 7 * DAY},
+                 {"limits", "upload_header", o->upload_header_ms, 100, 3600000},
+                 {"limits", "upload_idle", o->upload_idle_ms, 100, 3600000},
+                 {"limits", "upload_life", o->upload_life_ms, 1000, 7 * DAY}};
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+        if (spans[i].value < spans[i].min || spans[i].value > spans[i].max)
+            return err_set(err,
+                           "federation.ini: [%s] %s = %lld ms is out of range; use %lld ms to "
+                           "%lld ms",
+                           spans[i].section, spans[i].key, (long long)spans[i].value,
+                           (long long)spans[i].min, (long long)spans[i].max);
+    if (!(o->max_update_ratio >= 0))
+        return err_set(err,
+                       "federation.ini: [rounds] max_update_ratio = %g; use 0 (off) or a positive "
+                       "bound on |update| / |model|",
+                       o->max_update_ratio);
+    if (strcmp(agg, "mean") == 0)
+        o->robust = 0;
+    else if (strcmp(agg, "median") == 0)
+        o->robust = 1;
+    else if (strcmp(agg, "trimmed_mean") == 0)
+        o->robust = 2;
+    else
+        return err_set(err,
+                       "federation.ini: [rounds] aggregate = %s; use mean, median or "
+                       "trimmed_mean",
+                       agg);
+    if (!(o->trim >= 0 && o->trim < 0.5))
+        return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
+    return 0;
+}
