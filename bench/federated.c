@@ -1,16 +1,22 @@
 /*
- * federated.c — the federation against the baseline it must match: `strait
- * demo` (4 site processes over mutual TLS, DiLoCo rounds of H local steps,
- * int8 and top-k updates) beside two centralized `strait train` runs on the
- * same twelve fortune collections with the same number of tokens, in the
- * same run: one at the sites' batch of 8 (four times a site's sequential
- * steps), and the data-parallel one (batch 32, a site's steps) that dense
- * per-step all-reduce among the four sites would compute. Every final model
- * is scored on the same held-out collections. Figures: validation loss of
- * each and the ratios, bytes the sites sent against dense fp32 exchange at
- * every step, wall time.
+ * federated.c — the federation against the baselines it must match, per
+ * recipe (fedavg: fp32 up, exact model down; diloco: int8 both ways;
+ * sparseloco: top-k with 2-bit values both ways) and per data split (IID:
+ * disjoint English collections; non-IID: one language per site). Each run
+ * is one `strait demo --baseline` (site processes over mutual TLS, the
+ * coordinator, then a centralized and a data-parallel `strait train` on the
+ * same collections and tokens, every model scored on held-out collections
+ * no site trained on), at fixed seeds; its DIR/summary.json holds the
+ * figures. Per case: the mean and spread over seeds of the global model's
+ * held-out loss and its ratio to both baselines; bytes up, down and in all
+ * against dense data-parallel exchange (docs/communication.md); and what
+ * exchanging the same updates peer to peer would have moved.
  *
- *   build/bench/federated [--full]   5 rounds of 25 steps (20 of 50 with --full)
+ *   build/bench/federated [--full] [--model M] [--sites N] [--rounds R]
+ *                         [--steps H] [--seeds K] [--recipe NAME]
+ *
+ * Defaults: tiny, 4 sites, 10 rounds of 50 steps, 1 seed (--full: small,
+ * 20 rounds, 3 seeds).
  */
 #include <libgen.h>
 #include <math.h>
@@ -20,20 +26,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/store.h"
-#include "kernels/kernels.h"
 #include "util/util.h"
-
-#define FORTUNES "/usr/share/games/fortunes/"
-#define SITES    4
 
 static char strait_bin[1200];
 
-static int run(char *const argv[]) {
+static int run(char *const argv[], const char *log) {
     pid_t pid = fork();
     if (pid == 0) {
-        FILE *null = freopen("/dev/null", "w", stdout);
-        (void)null;
+        FILE *out = freopen(log, "w", stdout);
+        FILE *err = freopen(log, "a", stderr);
+        (void)out, (void)err;
         execv(argv[0], argv);
         _exit(127);
     }
@@ -42,36 +44,57 @@ static int run(char *const argv[]) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Mean loss of a checkpoint over held-out collections neither run trained on. */
-static double held_out_loss(const char *ckpt) {
-    const char *paths[] = {FORTUNES "platitudes", FORTUNES "miscellaneous"};
-    double loss;
-    char err[ERR_LEN];
-    if (gpt_eval_checkpoint(ckpt, paths, 2, 8, 128, 16, &loss, err) != 0) DIE("%s", err);
-    return loss;
+typedef struct Stat {
+    double sum, min, max;
+    int n;
+} Stat;
+
+static void stat_add(Stat *s, double x) {
+    if (s->n == 0 || x < s->min) s->min = x;
+    if (s->n == 0 || x > s->max) s->max = x;
+    s->sum += x, s->n++;
 }
 
-/* `strait train` of small on the twelve collections; its held-out loss. */
-static void train_baseline(const char *dir, const char *name, int steps, int batch,
-                           char paths[12][256], double *loss, double *wall_s) {
-    char out[1300], steps_s[32], batch_s[32];
-    snprintf(out, sizeof out, "%s/%s.safetensors", dir, name);
-    snprintf(steps_s, sizeof steps_s, "%d", steps);
-    snprintf(batch_s, sizeof batch_s, "%d", batch);
-    char *targv[48] = {strait_bin, "train", "--model", "small",       "--steps", steps_s, "--batch",
-                       batch_s,    "--seq", "128",     "--val-every", "1000000", "--out", out};
-    int a = 14;
-    for (int i = 0; i < 12; i++) targv[a++] = "--data", targv[a++] = paths[i];
-    targv[a] = NULL;
-    uint64_t t0 = time_monotonic_ns();
-    if (run(targv) != 0) DIE("strait train (%s) failed", name);
-    *wall_s = (double)(time_monotonic_ns() - t0) / 1e9;
-    *loss = held_out_loss(out);
+static json_t *stat_json(const Stat *s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "mean", json_real(s->n ? s->sum / s->n : NAN));
+    json_object_set_new(o, "min", json_real(s->min));
+    json_object_set_new(o, "max", json_real(s->max));
+    return o;
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) DIE("summary without %s", key);
+    return json_number_value(v);
 }
 
 int main(int argc, char **argv) {
-    int full = argc > 1 && strcmp(argv[1], "--full") == 0;
-    int rounds = full ? 20 : 5, steps = full ? 50 : 25;
+    int full = 0, sites = 4, rounds = 10, steps = 50, seeds = 1;
+    const char *model = "tiny", *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--full") == 0)
+            full = 1, model = "small", rounds = 20, seeds = 3;
+        else if (strcmp(a, "--model") == 0 && v)
+            model = v, i++;
+        else if (strcmp(a, "--sites") == 0 && v)
+            sites = atoi(v), i++;
+        else if (strcmp(a, "--rounds") == 0 && v)
+            rounds = atoi(v), i++;
+        else if (strcmp(a, "--steps") == 0 && v)
+            steps = atoi(v), i++;
+        else if (strcmp(a, "--seeds") == 0 && v)
+            seeds = atoi(v), i++;
+        else if (strcmp(a, "--recipe") == 0 && v)
+            only = v, i++;
+        else
+            DIE("usage: federated [--full] [--model M] [--sites N] [--rounds R] [--steps H] "
+                "[--seeds K] [--recipe NAME]");
+    }
+    (void)full;
+    if (sites < 2 || rounds < 1 || steps < 1 || seeds < 1)
+        DIE("sizes must be positive, sites >= 2");
     log_set_level(LOG_ERROR);
     char self[1024];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -81,74 +104,76 @@ int main(int argc, char **argv) {
     if (access(strait_bin, X_OK) != 0) DIE("no strait binary at %s", strait_bin);
     char dir[] = "/tmp/strait-bench-fed-XXXXXX";
     if (mkdtemp(dir) == NULL) DIE("mkdtemp");
-    kernels_set_threads(0);
 
-    /* the baselines, on the same collections and tokens, one process each:
-     * centralized training at the sites' batch (4x the sequential steps of
-     * a site), and the data-parallel run that dense per-step all-reduce
-     * across the sites computes (the sites' batches as one, a site's number
-     * of steps) — what the bytes are compared with */
-    static const char *const english[] = {"fortunes", "literature", "wisdom",    "science",
-                                          "people",   "politics",   "computers", "humorists",
-                                          "love",     "work",       "education", "men-women"};
-    char paths[12][256];
-    for (int i = 0; i < 12; i++) snprintf(paths[i], sizeof paths[i], FORTUNES "%s", english[i]);
-    double central_loss, central_wall, dp_loss, dp_wall;
-    train_baseline(dir, "central", SITES * rounds * steps, 8, paths, &central_loss, &central_wall);
-    train_baseline(dir, "dataparallel", rounds * steps, 8 * SITES, paths, &dp_loss, &dp_wall);
-    uint64_t t0;
-
-    const char *codecs[] = {"int8", "topk"};
-    for (int c = 0; c < 2; c++) {
-        char fdir[1300], rounds_s[16], h_s[16];
-        snprintf(fdir, sizeof fdir, "%s/%s", dir, codecs[c]);
-        snprintf(rounds_s, sizeof rounds_s, "%d", rounds);
-        snprintf(h_s, sizeof h_s, "%d", steps);
-        char *dargv[] = {strait_bin, "demo", "--sites", "4",     "--rounds", rounds_s,
-                         "--steps",  h_s,    "--model", "small", "--codec",  (char *)codecs[c],
-                         "--dir",    fdir,   NULL};
-        t0 = time_monotonic_ns();
-        if (run(dargv) != 0) DIE("strait demo failed (%s); see %s", codecs[c], fdir);
-        double wall = (double)(time_monotonic_ns() - t0) / 1e9;
-        char db[1400], err[ERR_LEN];
-        snprintf(db, sizeof db, "%s/fed/%s", fdir, STORE_DB_FILE);
-        Store *s = store_open(db, STORE_READONLY, err);
-        if (s == NULL) DIE("%s", err);
-        int64_t sent = 0;
-        StoreRound last = {0};
-        for (int r = 0; r < rounds; r++) {
-            if (store_round_get(s, r, &last, err) != 0) DIE("round %d missing", r);
-            sent += last.bytes_up;
+    const char *recipes[] = {"fedavg", "diloco", "sparseloco"};
+    char sites_s[16], rounds_s[16], steps_s[16];
+    snprintf(sites_s, sizeof sites_s, "%d", sites);
+    snprintf(rounds_s, sizeof rounds_s, "%d", rounds);
+    snprintf(steps_s, sizeof steps_s, "%d", steps);
+    for (int c = 0; c < 3; c++) {
+        if (only && strcmp(only, recipes[c]) != 0) continue;
+        for (int non_iid = 0; non_iid < 2; non_iid++) {
+            Stat val = {0}, central = {0}, dp = {0}, vs_central = {0}, vs_dp = {0}, wall = {0};
+            json_t *last = NULL;
+            for (int seed = 1; seed <= seeds; seed++) {
+                char run_dir[1200], log[1300], seed_s[16];
+                snprintf(run_dir, sizeof run_dir, "%s/%s-%d-%d", dir, recipes[c], non_iid, seed);
+                snprintf(log, sizeof log, "%s.log", run_dir);
+                snprintf(seed_s, sizeof seed_s, "%d", 100 * seed);
+                char *dargv[] = {strait_bin,    "demo",     "--model",
+                                 (char *)model, "--sites",  sites_s,
+                                 "--rounds",    rounds_s,   "--steps",
+                                 steps_s,       "--recipe", (char *)recipes[c],
+                                 "--seed",      seed_s,     "--baseline",
+                                 "--dir",       run_dir,    non_iid ? "--non-iid" : NULL,
+                                 NULL};
+                if (run(dargv, log) != 0) DIE("strait demo failed; see %s", log);
+                char path[1300];
+                json_error_t je;
+                snprintf(path, sizeof path, "%s/summary.json", run_dir);
+                json_t *o = json_load_file(path, 0, &je);
+                if (o == NULL) DIE("%s: %s", path, je.text);
+                double v = num(o, "val_loss"), ce = num(o, "central_val_loss"),
+                       d = num(o, "dataparallel_val_loss");
+                stat_add(&val, v), stat_add(&central, ce), stat_add(&dp, d);
+                stat_add(&vs_central, v / ce), stat_add(&vs_dp, v / d);
+                stat_add(&wall, num(o, "wall_s"));
+                if (last) json_decref(last);
+                last = o; /* bytes are the same to within the zstd stage across seeds */
+            }
+            double up = num(last, "bytes_up"), down = num(last, "bytes_down"),
+                   dense = num(last, "dense_bytes"), p2p = num(last, "p2p_bytes");
+            json_t *o = json_object();
+            json_object_set_new(o, "bench", json_string("federated"));
+            char name[64];
+            snprintf(name, sizeof name, "%s-%s", recipes[c], non_iid ? "non-iid" : "iid");
+            json_object_set_new(o, "case", json_string(name));
+            json_object_set_new(o, "recipe", json_string(recipes[c]));
+            json_object_set_new(o, "non_iid", json_boolean(non_iid));
+            json_object_set_new(o, "model", json_string(model));
+            json_object_set_new(o, "sites", json_integer(sites));
+            json_object_set_new(o, "rounds", json_integer(rounds));
+            json_object_set_new(o, "inner_steps", json_integer(steps));
+            json_object_set_new(o, "seeds", json_integer(seeds));
+            json_object_set_new(o, "val_loss", stat_json(&val));
+            json_object_set_new(o, "central_val_loss", stat_json(&central));
+            json_object_set_new(o, "dataparallel_val_loss", stat_json(&dp));
+            json_object_set_new(o, "loss_ratio_central", stat_json(&vs_central));
+            json_object_set_new(o, "loss_ratio_dataparallel", stat_json(&vs_dp));
+            json_object_set_new(o, "bytes_up", json_integer((json_int_t)up));
+            json_object_set_new(o, "bytes_down", json_integer((json_int_t)down));
+            json_object_set_new(o, "bytes_total", json_integer((json_int_t)(up + down)));
+            json_object_set_new(o, "bytes_rejected",
+                                json_integer((json_int_t)num(last, "bytes_rejected")));
+            json_object_set_new(o, "dense_bytes", json_integer((json_int_t)dense));
+            json_object_set_new(o, "dense_ratio", json_real(dense / (up + down)));
+            json_object_set_new(o, "p2p_bytes", json_integer((json_int_t)p2p));
+            json_object_set_new(o, "p2p_over_coordinator", json_real(p2p / (up + down)));
+            json_object_set_new(o, "wall_s", stat_json(&wall));
+            json_emit_line(stdout, o);
+            fflush(stdout);
+            json_decref(last);
         }
-        store_close(s);
-        char ckpt[2000];
-        snprintf(ckpt, sizeof ckpt, "%s/fed/%s", fdir, last.checkpoint_path);
-        double loss = held_out_loss(ckpt);
-        GPTConfig cfg;
-        gpt_config_preset("small", &cfg);
-        GPT m;
-        gpt_build(&m, &cfg, 0, err);
-        double dense = (double)SITES * rounds * steps * 4.0 * (double)m.n_params;
-        gpt_free(&m);
-        json_t *o = json_object();
-        json_object_set_new(o, "bench", json_string("federated"));
-        json_object_set_new(o, "case", json_string(codecs[c]));
-        json_object_set_new(o, "codec", json_string(codecs[c]));
-        json_object_set_new(o, "sites", json_integer(SITES));
-        json_object_set_new(o, "rounds", json_integer(rounds));
-        json_object_set_new(o, "inner_steps", json_integer(steps));
-        json_object_set_new(o, "val_loss", json_real(loss));
-        json_object_set_new(o, "central_val_loss", json_real(central_loss));
-        json_object_set_new(o, "loss_ratio", json_real(loss / central_loss));
-        json_object_set_new(o, "dataparallel_val_loss", json_real(dp_loss));
-        json_object_set_new(o, "dataparallel_loss_ratio", json_real(loss / dp_loss));
-        json_object_set_new(o, "bytes_sent", json_integer((json_int_t)sent));
-        json_object_set_new(o, "dense_bytes", json_real(dense));
-        json_object_set_new(o, "bytes_ratio", json_real((double)sent / dense));
-        json_object_set_new(o, "wall_s", json_real(wall));
-        json_object_set_new(o, "central_wall_s", json_real(central_wall));
-        json_object_set_new(o, "dataparallel_wall_s", json_real(dp_wall));
-        json_emit_line(stdout, o);
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

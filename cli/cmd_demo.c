@@ -27,7 +27,7 @@
 #include "kernels/kernels.h"
 #include "util/util.h"
 
-#define FORTUNES "/usr/share/games/fortunes"
+#define FORTUNES DEMO_FORTUNES
 
 static pid_t spawn(char *const argv[], const char *log_path, int *stdout_pipe) {
     int p[2] = {-1, -1};
@@ -40,6 +40,11 @@ static pid_t spawn(char *const argv[], const char *log_path, int *stdout_pipe) {
         }
         return pid;
     }
+    /* the children take signals whatever this process was started with
+     * blocked (a test runner's mask would make SIGTERM wait forever) */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
@@ -49,7 +54,18 @@ static pid_t spawn(char *const argv[], const char *log_path, int *stdout_pipe) {
     _exit(127);
 }
 
-static int run_wait(char *const argv[], const char *log_path) {
+/* SIGTERM, then SIGKILL if it has not ended within 10 s; reaps it. */
+static void end_child(pid_t pid) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+int demo_run_wait(char *const argv[], const char *log_path) {
     pid_t pid = spawn(argv, log_path, NULL);
     int st;
     if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
@@ -107,6 +123,33 @@ static void last_line(const char *path, char *out, size_t len) {
     if (f) fclose(f);
 }
 
+/* Prints the refusals of the live round not shown yet (*shown counts
+ * them); returns 1 when every site had an update refused in it and none
+ * was taken: a refused site waits for the next round, so this one cannot
+ * close, and waiting would hang. */
+static int refusals(Store *s, int64_t number, int sites, int64_t *attempt, int *shown) {
+    StoreRound r;
+    StoreUpdate *ups;
+    size_t n;
+    if (store_round_get(s, number, &r, NULL) != 0 ||
+        store_updates_list(s, r.id, &ups, &n, NULL) != 0)
+        return 0;
+    if (r.id != *attempt) *attempt = r.id, *shown = 0;
+    int refused = 0, taken = 0;
+    for (size_t i = 0; i < n; i++) {
+        int no = strcmp(ups[i].state, "rejected") == 0, again = 0;
+        for (size_t k = 0; k < i; k++)
+            again |= ups[k].site_id == ups[i].site_id && strcmp(ups[k].state, "rejected") == 0;
+        refused += no && !again, taken += !no;
+        if (no && (int)i >= *shown)
+            printf("  round %lld: %s's update refused (%s): %s\n", (long long)number,
+                   ups[i].site_name, ups[i].reason_code, ups[i].reason);
+    }
+    if (n > (size_t)*shown) *shown = (int)n;
+    free(ups);
+    return taken == 0 && refused >= sites;
+}
+
 /* A site process that has ended before the federation finished: its
  * index, with its last log line in why; -1 when all run. A site ends
  * well only once the federation has finished. */
@@ -124,69 +167,16 @@ static int dead_site(pid_t *pids, int sites, const char *dir, char *why, size_t 
     return -1;
 }
 
-/* Collections no demo site trains on: one score for every model compared. */
-static const char *const HELD_OUT[] = {FORTUNES "/platitudes", FORTUNES "/miscellaneous"};
-#define HELD_OUT_BATCHES 16
-
-/* --baseline: a centralized `strait train` on every site's collections
- * with the federation's token budget, scored on the held-out collections
- * beside the federation's final model (fed_loss, scored already). */
-static int compare_central(const char *exe, const char *dir, double fed_loss, const char *model,
-                           const GPTConfig *cfg, int sites, int rounds, int steps, int non_iid,
-                           int64_t fed_ms) {
-    char files[64][512], central[700], log[700], steps_s[32], seq_s[16], err[ERR_LEN];
-    int n = 0;
-    for (int i = 0; i < sites && n < 48; i++) n += site_files(i, sites, non_iid, files + n, 48 - n);
-    int T = cfg->T < 128 ? cfg->T : 128; /* what the sites train on */
-    long long total = (long long)rounds * steps * sites;
-    snprintf(central, sizeof central, "%s/central.safetensors", dir);
-    snprintf(log, sizeof log, "%s/central.log", dir);
-    snprintf(steps_s, sizeof steps_s, "%lld", total);
-    snprintf(seq_s, sizeof seq_s, "%d", T);
-    char *targv[160] = {(char *)exe,   "train",   "--model", (char *)model, "--steps",
-                        steps_s,       "--batch", "8",       "--seq",       seq_s,
-                        "--val-every", "1000000", "--out",   central};
-    int a = 14;
-    for (int i = 0; i < n && a < 156; i++) targv[a++] = "--data", targv[a++] = files[i];
-    targv[a] = NULL;
-    printf("\nbaseline: centralized 'strait train' on the same %d collection%s, %lld steps of "
-           "8 x %d (the federation's tokens)...\n",
-           n, n == 1 ? "" : "s", total, T);
-    fflush(stdout);
-    int64_t t0 = time_wall_ms();
-    if (run_wait(targv, log) != 0) {
-        fprintf(stderr, "strait demo: the baseline training failed; see %s\n", log);
-        return -1;
-    }
-    int64_t central_ms = time_wall_ms() - t0;
-    double central_loss;
-    if (gpt_eval_checkpoint(central, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &central_loss, err) !=
-        0) {
-        fprintf(stderr, "strait demo: cannot score the centralized model: %s\n", err);
-        return -1;
-    }
-    printf("held-out loss (platitudes, miscellaneous: no site trained on them):\n");
-    printf("  federated    %.4f  (%d sites, %d rounds, %.0f s)\n", fed_loss, sites, rounds,
-           fed_ms / 1000.0);
-    printf("  centralized  %.4f  (one process, %.0f s)\n", central_loss, central_ms / 1000.0);
-    printf("  ratio        %.3f  (federated / centralized; 1 is parity)\n",
-           fed_loss / central_loss);
-    return 0;
-}
-
 int cmd_demo(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"sites", required_argument, NULL, 's'},
-                                         {"rounds", required_argument, NULL, 'r'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"steps", required_argument, NULL, 'H'},
-                                         {"codec", required_argument, NULL, 'c'},
-                                         {"dir", required_argument, NULL, 'd'},
-                                         {"non-iid", no_argument, NULL, 'n'},
-                                         {"baseline", no_argument, NULL, 'b'},
-                                         {"recipe", required_argument, NULL, 'R'},
-                                         {"seed", required_argument, NULL, 'S'},
-                                         {NULL, 0, NULL, 0}};
-    int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, seed = 0, c;
+    static const struct option opts[] = {
+        {"sites", required_argument, NULL, 's'},  {"rounds", required_argument, NULL, 'r'},
+        {"model", required_argument, NULL, 'm'},  {"steps", required_argument, NULL, 'H'},
+        {"codec", required_argument, NULL, 'c'},  {"dir", required_argument, NULL, 'd'},
+        {"non-iid", no_argument, NULL, 'n'},      {"baseline", no_argument, NULL, 'b'},
+        {"recipe", required_argument, NULL, 'R'}, {"seed", required_argument, NULL, 'S'},
+        {"set", required_argument, NULL, 'X'},    {NULL, 0, NULL, 0}};
+    int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, seed = 0, n_sets = 0, c;
+    const char *sets[32];
     const char *model = "small", *codec = NULL, *recipe = "diloco", *dir_arg = NULL;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -219,6 +209,13 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             break;
         case 'R':
             recipe = optarg;
+            break;
+        case 'X':
+            if (n_sets == 32) return cli_usage_error(cmd, "at most 32 --set");
+            if (!strchr(optarg, '.') || !strchr(optarg, '=') ||
+                strchr(optarg, '.') > strchr(optarg, '='))
+                return cli_usage_error(cmd, "--set takes SECTION.KEY=VALUE, not '%s'", optarg);
+            sets[n_sets++] = optarg;
             break;
         case 'S':
             if (cli_int(cmd, "--seed", &seed)) return EXIT_USAGE;
@@ -253,6 +250,15 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     CoordInitOptions io = {"demo", "127.0.0.1:0", NULL,   model, 1,   rounds,
                            sites,  steps,         recipe, codec, "5m"};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return cli_fail(cmd, "%s", err);
+    for (int i = 0; i < n_sets; i++) { /* checked by the coordinator at start, like any edit */
+        char section[64], key[64], ini[700];
+        const char *dot = strchr(sets[i], '.'), *eq = strchr(sets[i], '=');
+        snprintf(section, sizeof section, "%.*s", (int)(dot - sets[i]), sets[i]);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+        snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+        if (config_file_set(ini, section, key, eq + 1, err) != 0) return cli_fail(cmd, "%s", err);
+        printf("  federation.ini: [%s] %s = %s\n", section, key, eq + 1);
+    }
     printf("strait demo: %d sites train %s for %d rounds of %d steps, recipe %s%s%s; all in %s\n",
            sites, model, rounds, steps, recipe, codec ? " with uplink " : "", codec ? codec : "",
            dir);
@@ -284,7 +290,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
         char *jargv[] = {exe,  "site",    "join", sdir,          "--name", name, "--coordinator",
                          addr, "--token", token,  "--ca-sha256", fp,       NULL};
-        if (run_wait(jargv, log) != 0) {
+        if (demo_run_wait(jargv, log) != 0) {
             cli_fail(cmd, "%s could not join; see %s", name, log);
             goto stop;
         }
@@ -311,7 +317,8 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         cli_fail(cmd, "%s", err);
         goto stop;
     }
-    int64_t shown = -1, t0 = time_wall_ms(), fed_ms = 0;
+    int64_t shown = -1, t0 = time_wall_ms(), fed_ms = 0, live_attempt = 0;
+    int live_shown = 0;
     double first_eval = NAN, last_eval = NAN;
     /* start: the global model the round began from, as the sites scored it
      * before training; val: their models after the round's steps */
@@ -328,6 +335,12 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             last_eval = r.eval_loss;
             shown = next;
             continue;
+        }
+        if (refusals(s, next, sites, &live_attempt, &live_shown)) {
+            cli_fail(cmd, "every site's update in round %lld was refused (above); see %s",
+                     (long long)next, dir);
+            store_close(s);
+            goto stop;
         }
         char why[1024];
         int dead = dead_site(pids, sites, dir, why, sizeof why);
@@ -368,54 +381,34 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             site_failed = 1;
         }
     }
+    printf("\nvalidation loss at the sites (their models after the local steps): %.4f after the "
+           "first round, %.4f after round %d (nats/byte)\n",
+           first_eval, last_eval, rounds - 1);
+    char files[64][512];
+    int n_files = 0;
+    for (int i = 0; i < sites && n_files < 48; i++)
+        n_files += site_files(i, sites, non_iid, files + n_files, 48 - n_files);
+    DemoRun run = {exe,    dir,   fed,     model, recipe, &cfg,  sites,
+                   rounds, steps, non_iid, seed,  fed_ms, files, n_files};
+    if (!have_totals || demo_score(&run, &tot, baseline, err) != 0) {
+        fprintf(stderr, "strait demo: %s\n", err);
+        site_failed = 1;
+    }
     GPT m;
+    memset(&m, 0, sizeof m);
     char ckpt[800];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
-    if (gpt_build(&m, &cfg, 1, err) == 0) {
-        printf("\nvalidation loss at the sites (their models after the local steps): %.4f after "
-               "the first round, %.4f after round %d (nats/byte)\n",
-               first_eval, last_eval, rounds - 1);
-        /* the federation's own model, on text no site trained on */
-        int T = cfg.T < 128 ? cfg.T : 128;
-        double held;
-        int scored =
-            gpt_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, &held, err) == 0;
-        if (scored)
-            printf("the final global model on held-out text (platitudes, miscellaneous): %.4f "
-                   "(an untrained model: %.2f)\n",
-                   held, logf((float)cfg.V));
-        else
-            fprintf(stderr, "strait demo: cannot score the final model: %s\n", err),
-                site_failed = 1;
-        /* both ways, against dense data-parallel training (docs/communication.md) */
-        if (have_totals)
-            printf("bytes moved: %.2f MB up and %.2f MB down (%.2f MB refused); dense "
-                   "data-parallel training, one fp32 gradient up and down per step, would move "
-                   "%.1f MB: %.0fx more\n",
-                   tot.bytes_up / 1e6, tot.bytes_down / 1e6, tot.bytes_rejected / 1e6,
-                   tot.dense_bytes / 1e6,
-                   store_dense_ratio(tot.dense_bytes, tot.bytes_up, tot.bytes_down));
-        else
-            fprintf(stderr, "strait demo: cannot total the bytes: %s\n", err);
-        if (baseline && scored &&
-            compare_central(exe, dir, held, model, &cfg, sites, rounds, steps, non_iid, fed_ms) !=
-                0)
-            site_failed = 1;
-        if (gpt_load(&m, ckpt, NULL, err) == 0) {
-            printf("\na sample from the final model:\n\n");
-            cli_sample_text(&m, "The ", 240, 0.8f, 7, stdout);
-        }
-        gpt_free(&m);
+    if (gpt_build(&m, &cfg, 1, err) == 0 && gpt_load(&m, ckpt, NULL, err) == 0) {
+        printf("\na sample from the final model:\n\n");
+        cli_sample_text(&m, "The ", 240, 0.8f, 7, stdout);
     }
+    gpt_free(&m);
     printf("\nthe federation, its store and the logs stay in %s\n", dir);
     rc = site_failed ? EXIT_FAILED : EXIT_OK;
 stop:
     for (int i = 0; i < sites; i++)
-        if (pids[i] > 0) kill(pids[i], SIGTERM), waitpid(pids[i], NULL, 0);
-    if (coord > 0) {
-        kill(coord, SIGTERM);
-        waitpid(coord, NULL, 0);
-    }
+        if (pids[i] > 0) end_child(pids[i]);
+    if (coord > 0) end_child(coord);
     if (cf) fclose(cf);
     free(pids);
     return rc;

@@ -99,7 +99,7 @@ const Command cli_commands[] = {
      cmd_sample},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"
-     "     [--non-iid] [--baseline] [--seed S] [--dir DIR]",
+     "     [--non-iid] [--baseline] [--seed S] [--set SECTION.KEY=VALUE]... [--dir DIR]",
      "a whole federation on this machine: coordinator and sites over mutual TLS",
      "Creates a federation, enrolls and joins the sites, trains them on Debian's fortune\n"
      "collections (disjoint parts; --non-iid: English, German, Spanish, Italian), shows each\n"
@@ -117,6 +117,8 @@ const Command cli_commands[] = {
      "  --baseline     then train one centralized model on all the sites' collections with\n"
      "                 the same tokens ('strait train'), and compare both on held-out text\n"
      "  --seed S       the sites read their data in a fixed order (site i: S + i)\n"
+     "  --set S.K=V    write K = V in federation.ini's [S] before the coordinator starts\n"
+     "                 (e.g. --set optimizer.lr=0.5 --set codec.downlink=lossless)\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
      cmd_demo},
     {"version", "[--json]",

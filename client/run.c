@@ -12,6 +12,8 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,12 +295,32 @@ static int state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round,
     return 1;
 }
 
+/* SIGINT and SIGTERM end the site: net_global_init blocks them in every
+ * thread, so this one waits for them. What a round had trained is lost;
+ * the state saved after each upload is where the site resumes. */
+static void *signal_watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig = net_wait_signal(-1);
+        if (sig == SIGINT || sig == SIGTERM) {
+            log_warn("site",
+                     "signal %d: stopping (the next start resumes from the last saved "
+                     "round)",
+                     sig);
+            _exit(128 + sig);
+        }
+    }
+    return NULL;
+}
+
 int client_run(const SiteRunOptions *o, char *err) {
     Site s;
     memset(&s, 0, sizeof s);
     s.o = *o;
     s.rng = (uint64_t)time_wall_ms() | 1;
     net_global_init();
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, signal_watch, NULL) == 0) pthread_detach(watcher);
     GPT m;
     memset(&m, 0, sizeof m);
     TokenSet ts = {0};
@@ -318,13 +340,17 @@ int client_run(const SiteRunOptions *o, char *err) {
                 hr->model);
         goto out;
     }
-    if (gpt_build(&m, &cfg, 1, err) != 0) goto out;
+    /* the federation's initial model, drawn from its seed as the
+     * coordinator drew it: when it is the current model, no download */
+    if (gpt_build(&m, &cfg, hr->model_seed, err) != 0) goto out;
     if (m.table_hash != hr->table_hash) {
         err_set(err, "the federation's parameter table differs from this strait's; upgrade");
         goto out;
     }
     CodecParams codec;
     if (codec_params_parse(hr->uplink_codec, &codec, err) != 0) goto out;
+    if (codec.id == CODEC_TOPK && hr->uplink_density > 0) codec.density = hr->uplink_density;
+    if (codec_params_check(&codec, err) != 0) goto out;
     int H = (int)hr->inner_steps, B = o->batch > 0 ? o->batch : 8;
     int T = o->seq > 0 ? o->seq : (cfg.T < 128 ? cfg.T : 128);
     if (tokens_load(&ts, o->data, o->n_data, err) != 0) goto out;
@@ -371,8 +397,23 @@ int client_run(const SiteRunOptions *o, char *err) {
     log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink)",
              s.name, hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec,
              hr->downlink_codec[0] ? hr->downlink_codec : "lossless");
+    /* a fresh site whose seeded model is the current one (round 0) skips the
+     * download; a resumed one holds its trained model, not the round's */
+    int seeded = 0;
+    if (!resumed && hr->model_sha256.len == 32) {
+        uint8_t sha[32];
+        security_sha256(m.params, m.n_params * 4, sha);
+        seeded = memcmp(sha, hr->model_sha256.data, 32) == 0;
+    }
     while (!finished) {
-        if (get_model(&s, &m, theta, have_round, err) != 0) goto out;
+        if (seeded && round == hr->current_round)
+            log_info("site",
+                     "round %llu: the model is the federation's seeded one; built here, "
+                     "not downloaded",
+                     (unsigned long long)round);
+        else if (get_model(&s, &m, theta, have_round, err) != 0)
+            goto out;
+        seeded = 0;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
         /* what the coordinator checks each update against, and what a

@@ -154,10 +154,11 @@ int rounds_start(Coordinator *co, const RoundsSettings *set, char *err);
 void rounds_release_waiters(Coordinator *co);
 void rounds_stop(Coordinator *co);
 int rounds_add_methods(Coordinator *co, NetServer *srv, char *err);
-/* what Hello tells a site about the federation: its round, model table,
+/* what Hello tells a site about the federation: its round, model table and
+ * seed, the current model's SHA-256 (into model_sha, which hr points to),
  * schedule, codecs both ways and error feedback */
 struct Strait__HelloResponse;
-void rounds_describe(Coordinator *co, struct Strait__HelloResponse *hr);
+void rounds_describe(Coordinator *co, struct Strait__HelloResponse *hr, uint8_t model_sha[32]);
 
 /* admin.c: the Admin service, and the reads it answers from a store, which
  * admin_client.c also runs on the store of a stopped coordinator */

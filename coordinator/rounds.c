@@ -595,9 +595,10 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
     if (have->id != want->id || have->block != want->block || have->chunk != want->chunk ||
         have->value_bits != want->value_bits || fabs(have->density - want->density) > 1e-6) {
         snprintf(why, why_len,
-                 "update in codec %s; this federation takes %s with its own parameters "
-                 "([codec] uplink)",
-                 codec_params_name(have) ? codec_params_name(have) : "?", codec_params_name(want));
+                 "update in codec %s (block %u, chunk %u, density %g); this federation takes %s "
+                 "(block %u, chunk %u, density %g: [codec] in federation.ini, sent in Hello)",
+                 codec_params_name(have) ? codec_params_name(have) : "?", have->block, have->chunk,
+                 have->density, codec_params_name(want), want->block, want->chunk, want->density);
         return "wrong_codec";
     }
     return NULL;
@@ -805,7 +806,7 @@ static void h_wait_round(NetCall *c, void *user) {
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
-void rounds_describe(Coordinator *co, Strait__HelloResponse *hr) {
+void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_sha[32]) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
     hr->current_round = (uint64_t)r->number;
@@ -819,6 +820,11 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr) {
     hr->downlink_codec =
         (char *)(r->set.downlink_lossless ? "lossless" : codec_params_name(&r->set.downlink));
     hr->ef_decay = (float)r->set.ef_decay;
+    hr->uplink_density = r->uplink.id == CODEC_TOPK ? r->uplink.density : 0;
+    hr->model_seed = (uint64_t)r->set.seed;
+    memcpy(model_sha, r->theta_sha, 32); /* a copy: θ's hash moves when a round commits */
+    hr->model_sha256.data = model_sha;
+    hr->model_sha256.len = 32;
     pthread_mutex_unlock(&r->lock);
 }
 

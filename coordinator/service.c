@@ -268,7 +268,8 @@ static void h_hello(NetCall *c, void *user) {
         resp.federation = co->name;
         resp.site_name = site.name;
         resp.model = co->model;
-        rounds_describe(co, &resp);
+        uint8_t model_sha[32];
+        rounds_describe(co, &resp, model_sha);
         SEND_RESPONSE(c, strait__hello_response, resp);
     }
     strait__hello_request__free_unpacked(req, NULL);

@@ -177,24 +177,6 @@ int harness_free_port(void) {
 }
 
 void harness_ini_set(const char *path, const char *section, const char *key, const char *value) {
-    char *text, err[ERR_LEN], current[128] = "";
-    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0, "%s", err);
-    char *out = malloc(strlen(text) + 512), *o = out;
-    size_t klen = strlen(key);
-    int found = 0;
-    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-        if (line[0] == '[')
-            snprintf(current, sizeof current, "%.*s", (int)strcspn(line + 1, "]"), line + 1);
-        if (strcmp(current, section) == 0 && strncmp(line, key, klen) == 0 &&
-            (line[klen] == ' ' || line[klen] == '=')) {
-            o += sprintf(o, "%s = %s\n", key, value);
-            found = 1;
-        } else {
-            o += sprintf(o, "%s\n", line);
-        }
-    }
-    if (!found) sprintf(o, "[%s]\n%s = %s\n", section, key, value);
-    cr_assert_eq(file_write_atomic(path, out, strlen(out), 0644, err), 0, "%s", err);
-    free(text), free(out);
+    char err[ERR_LEN];
+    cr_assert_eq(config_file_set(path, section, key, value, err), 0, "%s", err);
 }

@@ -210,3 +210,35 @@ int config_check_sections(const Config *cfg, const char *const *known, char *err
     }
     return 0;
 }
+
+int config_file_set(const char *path, const char *section, const char *key, const char *value,
+                    char *err) {
+    char *text, current[128] = "";
+    if (strchr(value, '\n') || strchr(key, '\n') || strchr(section, ']'))
+        return err_set(err, "%s: a value with a newline cannot be set", path);
+    if (file_read_all(path, 1 << 20, &text, NULL, err) != 0) return -1;
+    size_t cap = strlen(text) + strlen(section) + strlen(key) + strlen(value) + 16;
+    char *out = malloc(cap), *o = out;
+    if (out == NULL) {
+        free(text);
+        return err_set(err, "out of memory");
+    }
+    size_t klen = strlen(key);
+    int found = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '[')
+            snprintf(current, sizeof current, "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+        if (!found && strcmp(current, section) == 0 && strncmp(line, key, klen) == 0 &&
+            (line[klen] == ' ' || line[klen] == '=')) {
+            o += sprintf(o, "%s = %s\n", key, value);
+            found = 1;
+        } else {
+            o += sprintf(o, "%s\n", line);
+        }
+    }
+    if (!found) sprintf(o, "[%s]\n%s = %s\n", section, key, value);
+    int rc = file_write_atomic(path, out, strlen(out), 0644, err);
+    free(text), free(out);
+    return rc;
+}

@@ -139,6 +139,11 @@ int config_get_bool(const Config *cfg, const char *section, const char *key, int
                     char *err);
 int config_get_duration_ms(const Config *cfg, const char *section, const char *key, int64_t def_ms,
                            int64_t *out_ms, char *err);
+/* Sets key = value in [section] of the INI file at path, in place (a line
+ * "key = ..." of that section is replaced, else the section and key are
+ * appended), written atomically; comments and the rest are kept. */
+int config_file_set(const char *path, const char *section, const char *key, const char *value,
+                    char *err);
 /* Reports, as an error, the first key of `section` that is not in `known`
  * (a NULL-terminated list), so a misspelt option is not silently ignored. */
 int config_check_keys(const Config *cfg, const char *section, const char *const *known, char *err);

@@ -1,21 +1,28 @@
 /*
  * test_federation.c — the main job with real processes: `strait demo` runs a
  * coordinator and three sites over mutual TLS (tiny model, three rounds,
- * int8 updates), and the store it leaves is checked: every round committed
- * by all three sites, validation loss lower after the last round than after
- * the first, bytes recorded per update, the downlink a delta after round 0,
- * every checkpoint verified.
+ * the diloco recipe: int8 both ways), and the store it leaves is checked:
+ * every round committed by all three sites, validation loss lower after the
+ * last round than after the first, bytes recorded per update both ways,
+ * every site's model bit-identical to the coordinator's, every checkpoint
+ * verified. Then --baseline, --non-iid with four sites, and a demo that
+ * must stop instead of hanging.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include "coordinator/store.h"
 #include "kernels/kernels.h"
+#include "security/security.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -31,6 +38,17 @@ static double held_out_of(const char *root, const char *rel) {
     return loss;
 }
 
+static GPT load_checkpoint(const char *root, const char *rel) {
+    char path[900], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    GPTConfig cfg;
+    GPT m;
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(&m, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    return m;
+}
+
 Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     char *root = harness_tmpdir("fed");
     char *argv[] = {(char *)harness_strait_bin(),
@@ -43,8 +61,6 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
                     "tiny",
                     "--steps",
                     "30",
-                    "--codec",
-                    "int8",
                     "--dir",
                     root,
                     NULL};
@@ -66,7 +82,6 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     Store *s = store_open(db, STORE_READONLY, err);
     cr_assert_not_null(s, "%s", err);
     double first = NAN, last = NAN;
-    int64_t down0 = 0;
     for (int n = 0; n < 3; n++) {
         StoreRound rd;
         cr_assert_eq(store_round_get(s, n, &rd, err), 0, "round %d missing", n);
@@ -74,11 +89,17 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
         cr_assert_eq(rd.participants, 3, "round %d had %lld sites", n, (long long)rd.participants);
         cr_assert_gt(rd.bytes_up, 0);
         cr_assert(isfinite(rd.eval_loss));
-        if (n == 0) first = rd.eval_loss, down0 = rd.bytes_down;
-        /* after round 0 the sites hold the previous model: the downlink is a delta */
-        if (n > 0)
-            cr_assert_lt(rd.bytes_down, down0, "round %d sent %lld bytes down, round 0 %lld", n,
-                         (long long)rd.bytes_down, (long long)down0);
+        if (n == 0) first = rd.eval_loss;
+        /* round 0's model is the seeded one, which each site builds itself;
+         * after it, the sites hold the previous model and get the int8 outer
+         * update: about what they send up, a quarter of the whole model */
+        if (n == 0)
+            cr_assert_eq(rd.bytes_down, 0, "round 0 sent %lld bytes down",
+                         (long long)rd.bytes_down);
+        else
+            cr_assert(rd.bytes_down > 0 && rd.bytes_down < 2 * rd.bytes_up,
+                      "round %d sent %lld bytes down, %lld up", n, (long long)rd.bytes_down,
+                      (long long)rd.bytes_up);
         last = rd.eval_loss;
         StoreUpdate *ups;
         size_t nu;
@@ -96,6 +117,28 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     }
     cr_assert_lt(last, first, "validation loss did not fall: %g after round 0, %g after round 2",
                  first, last);
+    /* one model everywhere: the SHA-256 each site logs for round R's model
+     * is that of the parameters in the coordinator's checkpoint of R - 1 */
+    for (int site = 1; site <= 3; site++) {
+        char log[800], *text;
+        snprintf(log, sizeof log, "%s/site-%d.log", root, site);
+        cr_assert_eq(file_read_all(log, 1 << 24, &text, NULL, err), 0, "%s", err);
+        for (int n = 1; n < 3; n++) {
+            char rel[64], want[112], hex[65];
+            snprintf(rel, sizeof rel, "fed/checkpoints/round-%06d.safetensors", n - 1);
+            GPT m = load_checkpoint(root, rel);
+            uint8_t sha[32];
+            security_sha256(m.params, m.n_params * 4, sha);
+            security_hex(sha, 32, hex);
+            gpt_free(&m);
+            snprintf(want, sizeof want, "round %d: model sha256 %s", n, hex);
+            cr_assert_not_null(strstr(text, want),
+                               "site-%d's model of round %d is not the "
+                               "coordinator's (%s)",
+                               site, n, hex);
+        }
+        free(text);
+    }
     StoreCheck chk;
     cr_assert_eq(store_check(s, fed, &chk, NULL, NULL, err), 0, "%s", err);
     cr_assert(chk.integrity_ok);
@@ -106,8 +149,9 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     free(root);
 }
 
-/* --baseline: a centralized `strait train` on the same collections and
- * tokens, both final models scored on the same held-out text. */
+/* --baseline: a centralized and a data-parallel `strait train` on the same
+ * collections and tokens, every model scored on the same held-out text,
+ * the figures in DIR/summary.json as printed. */
 Test(federation, demo_baseline_scores_both_models_on_held_out_text, .timeout = 300) {
     char *root = harness_tmpdir("fedbase");
     char *argv[] = {(char *)harness_strait_bin(),
@@ -128,23 +172,165 @@ Test(federation, demo_baseline_scores_both_models_on_held_out_text, .timeout = 3
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert(strstr(r.out, "120 steps of 8 x 64"), "not the federation's token budget:\n%s",
               r.out);
-    double fed = NAN, central = NAN, ratio = NAN;
-    const char *f = strstr(r.out, "  federated    "), *c = strstr(r.out, "  centralized  "),
-               *q = strstr(r.out, "  ratio        ");
-    cr_assert(f && c && q, "%s", r.out);
-    sscanf(f + 15, "%lf", &fed);
-    sscanf(c + 15, "%lf", &central);
-    sscanf(q + 15, "%lf", &ratio);
+    cr_assert(strstr(r.out, "60 steps of 16 x 64"), "not data-parallel at equal tokens:\n%s",
+              r.out);
+    double fed = NAN, central = NAN, dp = NAN;
+    const char *f = strstr(r.out, "  federated      "), *c = strstr(r.out, "  centralized    "),
+               *d = strstr(r.out, "  data-parallel  ");
+    cr_assert(f && c && d, "%s", r.out);
+    sscanf(f + 17, "%lf", &fed);
+    sscanf(c + 17, "%lf", &central);
+    sscanf(d + 17, "%lf", &dp);
     /* each is its final checkpoint's score on the held-out collections; the
-     * centralized one learned (an untrained byte model scores ln 256 = 5.55) */
+     * baselines learned (an untrained byte model scores ln 256 = 5.55) */
     cr_assert_float_eq(fed, held_out_of(root, "fed/checkpoints/round-000002.safetensors"), 1e-4);
-    cr_assert_float_eq(central, held_out_of(root, "central.safetensors"), 1e-4);
+    cr_assert_float_eq(central, held_out_of(root, "centralized.safetensors"), 1e-4);
+    cr_assert_float_eq(dp, held_out_of(root, "data-parallel.safetensors"), 1e-4);
     cr_assert(central > 0.5 && central < 5.0, "centralized held-out loss %g", central);
-    cr_assert_float_eq(ratio, fed / central, 1e-3);
-    char ckpt[800];
-    snprintf(ckpt, sizeof ckpt, "%s/central.safetensors", root);
-    cr_assert_eq(access(ckpt, R_OK), 0, "no centralized checkpoint at %s", ckpt);
+    cr_assert(dp > 0.5 && dp < 5.0, "data-parallel held-out loss %g", dp);
     proc_result_free(&r);
+    char path[800];
+    snprintf(path, sizeof path, "%s/summary.json", root);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    cr_assert_not_null(o, "%s", je.text);
+    cr_assert_float_eq(json_number_value(json_object_get(o, "val_loss")), fed, 1e-4);
+    cr_assert_float_eq(json_number_value(json_object_get(o, "central_val_loss")), central, 1e-4);
+    cr_assert_float_eq(json_number_value(json_object_get(o, "dataparallel_val_loss")), dp, 1e-4);
+    cr_assert_eq(json_array_size(json_object_get(o, "round_val_losses")), 3);
+    /* the ratio the demo prints is the store's, both ways */
+    double up = json_number_value(json_object_get(o, "bytes_up")),
+           down = json_number_value(json_object_get(o, "bytes_down")),
+           dense = json_number_value(json_object_get(o, "dense_bytes"));
+    cr_assert_float_eq(json_number_value(json_object_get(o, "dense_ratio")), dense / (up + down),
+                       1e-6);
+    /* 2 sites x 3 rounds x 20 steps, one fp32 gradient up and one down each */
+    GPTConfig cfg;
+    GPT m;
+    char err[ERR_LEN];
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    cr_assert_float_eq(dense, 2.0 * 3 * 20 * 2 * 4.0 * (double)m.n_params, 1);
+    gpt_free(&m);
+    json_decref(o);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* The README's --non-iid example with four sites: the Spanish collection
+ * holds a subfolder (es/off), which once killed a site and hung the demo. */
+Test(federation, demo_non_iid_four_sites_finishes, .timeout = 300) {
+    char *root = harness_tmpdir("noniid");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--sites",
+                    "4",
+                    "--non-iid",
+                    "--rounds",
+                    "1",
+                    "--steps",
+                    "2",
+                    "--model",
+                    "tiny",
+                    "--dir",
+                    root,
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
+    cr_assert_not_null(strstr(r.out, "site-3 joined; trains on"), "%s", r.out);
+    cr_assert_null(strstr(r.out, "trains on 0 collections"), "%s", r.out);
+    proc_result_free(&r);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* A round no update can close stops the demo with the refusals shown,
+ * instead of waiting out its deadlines. */
+Test(federation, demo_stops_when_every_update_is_refused, .timeout = 300) {
+    char *root = harness_tmpdir("refused");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--sites",
+                    "2",
+                    "--rounds",
+                    "2",
+                    "--steps",
+                    "2",
+                    "--model",
+                    "tiny",
+                    "--set",
+                    "rounds.max_update_ratio=0.0000001",
+                    "--dir",
+                    root,
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 1, "%s %s", r.out, r.err);
+    cr_assert_not_null(strstr(r.out, "update refused (norm_gate)"), "%s", r.out);
+    cr_assert_not_null(strstr(r.err, "every site's update in round 0 was refused"), "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+    proc_result_free(&r);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* The pid of the process whose command line holds both words, or 0. */
+static int find_process(const char *a, const char *b) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        char path[64], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = pid > 0 ? fopen(path, "r") : NULL;
+        if (f == NULL) continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (cmd[i] == '\0') cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (strstr(cmd, a) && strstr(cmd, b)) found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* A site process that dies stops the demo, which says which one. */
+Test(federation, demo_stops_when_a_site_dies, .timeout = 300) {
+    char *root = harness_tmpdir("dies");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--sites",
+                    "2",
+                    "--rounds",
+                    "100",
+                    "--steps",
+                    "50",
+                    "--model",
+                    "tiny",
+                    "--dir",
+                    root,
+                    NULL};
+    int fd, pid = proc_spawn(argv, &fd);
+    char line[512], site_dir[700];
+    while (proc_read_line(fd, line, sizeof line, 60000) >= 0 && !strstr(line, "site-2 joined")) {
+    }
+    snprintf(site_dir, sizeof site_dir, "%s/site-2", root);
+    int site = find_process("site run", site_dir);
+    cr_assert_gt(site, 0, "no site-2 process");
+    kill(site, SIGKILL);
+    /* the demo ends (it would have trained 100 rounds); it does not wait */
+    int status = -1;
+    for (int i = 0; i < 600 && status < 0; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        else
+            usleep(100000);
+    }
+    if (status < 0) proc_stop(pid, 1000);
+    cr_assert_eq(status, 1, "the demo went on without its site (status %d)", status);
+    close(fd);
     harness_rmtree(root);
     free(root);
 }
