@@ -8,6 +8,7 @@
  * OpenMP; every result is the same bytes or floats for any thread count.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,29 +22,55 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "blobs are little-endi
 
 /* ---- parameters -------------------------------------------------------- */
 
+/* The registry: every name a user can give a codec, in the order messages
+ * list them. A codec may have several names for preset parameters (topk2:
+ * top-k with 2-bit values). Adding a codec: its file with its CodecOps,
+ * and one row here. */
+static const struct {
+    const char *name;
+    const CodecOps *ops;
+    uint32_t value_bits; /* a preset over the codec's defaults; 0: none */
+} CODECS[] = {
+    {"fp32", &codec_fp32_ops, 0}, {"fp16", &codec_fp16_ops, 0}, {"bf16", &codec_bf16_ops, 0},
+    {"int8", &codec_int8_ops, 0}, {"topk", &codec_topk_ops, 0}, {"topk2", &codec_topk_ops, 2},
+};
+#define N_CODECS (sizeof CODECS / sizeof CODECS[0])
+
 const CodecOps *codec_ops(CodecId id) {
-    switch (id) {
-    case CODEC_FP32:
-        return &codec_fp32_ops;
-    case CODEC_FP16:
-        return &codec_fp16_ops;
-    case CODEC_BF16:
-        return &codec_bf16_ops;
-    case CODEC_INT8:
-        return &codec_int8_ops;
-    case CODEC_TOPK:
-        return &codec_topk_ops;
-    }
+    for (size_t i = 0; i < N_CODECS; i++)
+        if (CODECS[i].ops->id == id) return CODECS[i].ops;
     return NULL;
 }
 
 const char *codec_name(CodecId id) {
-    static const char *const names[] = {NULL, "fp32", "fp16", "bf16", "int8", "topk"};
-    return id >= CODEC_FP32 && id <= CODEC_TOPK ? names[id] : NULL;
+    const CodecOps *ops = codec_ops(id);
+    return ops ? ops->name : NULL;
 }
 
 const char *codec_params_name(const CodecParams *p) {
-    return p->id == CODEC_TOPK && p->value_bits == 2 ? "topk2" : codec_name(p->id);
+    const char *name = NULL;
+    for (size_t i = 0; i < N_CODECS; i++)
+        if (CODECS[i].ops->id == p->id &&
+            (CODECS[i].value_bits == 0 ? name == NULL : CODECS[i].value_bits == p->value_bits))
+            name = CODECS[i].name;
+    return name;
+}
+
+static char names_list[160];
+static void list_names(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < N_CODECS && n < sizeof names_list; i++)
+        n += (size_t)snprintf(names_list + n, sizeof names_list - n, "%s%s",
+                              i == 0              ? ""
+                              : i + 1 == N_CODECS ? " or "
+                                                  : ", ",
+                              CODECS[i].name);
+}
+
+const char *codec_names(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_names);
+    return names_list;
 }
 
 BlobKind compress_blob_kind(const uint8_t *data, size_t len) {
@@ -55,28 +82,19 @@ BlobKind compress_blob_kind(const uint8_t *data, size_t len) {
 
 CodecParams codec_params_default(CodecId id) {
     CodecParams p = {id, 0, 0, 0.0, 0, 1};
-    if (id == CODEC_INT8) p.block = CODEC_INT8_BLOCK_DEFAULT;
-    if (id == CODEC_TOPK) {
-        p.chunk = CODEC_TOPK_CHUNK_DEFAULT;
-        p.density = 0.01;
-        p.value_bits = 8;
-    }
+    const CodecOps *ops = codec_ops(id);
+    if (ops && ops->defaults) ops->defaults(&p);
     return p;
 }
 
 int codec_params_parse(const char *name, CodecParams *out, char *err) {
-    for (int id = CODEC_FP32; id <= CODEC_TOPK; id++) {
-        if (strcmp(name, codec_name((CodecId)id)) == 0) {
-            *out = codec_params_default((CodecId)id);
-            return 0;
-        }
-    }
-    if (strcmp(name, "topk2") == 0) {
-        *out = codec_params_default(CODEC_TOPK);
-        out->value_bits = 2;
+    for (size_t i = 0; i < N_CODECS; i++) {
+        if (strcmp(name, CODECS[i].name) != 0) continue;
+        *out = codec_params_default(CODECS[i].ops->id);
+        if (CODECS[i].value_bits) out->value_bits = CODECS[i].value_bits;
         return 0;
     }
-    return err_set(err, "unknown codec '%s'; use fp32, fp16, bf16, int8, topk or topk2", name);
+    return err_set(err, "unknown codec '%s'; use %s", name, codec_names());
 }
 
 uint32_t codec_density_ppm(const CodecParams *p) {
@@ -84,22 +102,11 @@ uint32_t codec_density_ppm(const CodecParams *p) {
 }
 
 int codec_params_check(const CodecParams *p, char *err) {
-    if (codec_ops(p->id) == NULL) return err_set(err, "unknown codec id %d", (int)p->id);
+    const CodecOps *ops = codec_ops(p->id);
+    if (ops == NULL) return err_set(err, "unknown codec id %d", (int)p->id);
     if (p->zstd_level < 0 || p->zstd_level > 19)
         return err_set(err, "zstd level %d out of range; use 0 (off) to 19", p->zstd_level);
-    if (p->id == CODEC_INT8 && (p->block < 1 || p->block > CODEC_SECTION_MAX))
-        return err_set(err, "int8 block %u out of range; use 1 to %u", p->block, CODEC_SECTION_MAX);
-    if (p->id == CODEC_TOPK) {
-        if (p->chunk < 1 || p->chunk > CODEC_TOPK_CHUNK_MAX)
-            return err_set(err, "topk chunk %u out of range; use 1 to %u", p->chunk,
-                           CODEC_TOPK_CHUNK_MAX);
-        uint32_t ppm = codec_density_ppm(p);
-        if (!(p->density > 0) || ppm < 1 || ppm > 500000)
-            return err_set(err, "topk density %g out of range; use 0.000001 to 0.5", p->density);
-        if (p->value_bits != 8 && p->value_bits != 2)
-            return err_set(err, "topk value bits %u unsupported; use 8 or 2", p->value_bits);
-    }
-    return 0;
+    return ops->check_params ? ops->check_params(p, err) : 0;
 }
 
 void blob_free(Blob *b) {
@@ -261,13 +268,14 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
     memset(o, 0, BLOB_HEADER_LEN);
     st32(o, BLOB_MAGIC);
     st16(o + 4, BLOB_VERSION);
+    CodecHeader h = ops->header_put ? ops->header_put(p) : (CodecHeader){0, 0, 0};
     o[6] = (uint8_t)p->id;
-    o[7] = p->id == CODEC_TOPK ? (uint8_t)p->value_bits : 0;
+    o[7] = h.bits;
     st64(o + 8, layout->table_hash);
     st64(o + 16, layout->n);
     st32(o + 24, (uint32_t)n_sec);
-    st32(o + 28, p->id == CODEC_INT8 ? p->block : p->id == CODEC_TOPK ? p->chunk : 0);
-    st32(o + 32, p->id == CODEC_TOPK ? codec_density_ppm(p) : 0);
+    st32(o + 28, h.a);
+    st32(o + 32, h.b);
     st32(o + 36, 0);
     st64(o + 40, XXH64(o, 40, 0));
     size_t pos = BLOB_HEADER_LEN;
@@ -325,17 +333,12 @@ static int read_header(const uint8_t *b, size_t len, CodecParams *p, uint64_t *h
     if (ld32(b + 36) != 0) return err_set(err, "blob header has unknown flags");
     memset(p, 0, sizeof *p);
     p->id = (CodecId)b[6];
-    if (codec_ops(p->id) == NULL) return err_set(err, "blob names unknown codec %u", b[6]);
-    if (p->id != CODEC_TOPK && b[7] != 0)
-        return err_set(err, "blob has value bits for a dense codec");
-    if (p->id == CODEC_INT8) p->block = ld32(b + 28);
-    if (p->id == CODEC_TOPK) {
-        p->chunk = ld32(b + 28);
-        p->density = ld32(b + 32) / 1e6;
-        p->value_bits = b[7];
-    } else if (ld32(b + 32) != 0 || (p->id != CODEC_INT8 && ld32(b + 28) != 0)) {
-        return err_set(err, "blob has parameters its codec does not use");
-    }
+    const CodecOps *ops = codec_ops(p->id);
+    if (ops == NULL) return err_set(err, "blob names unknown codec %u", b[6]);
+    CodecHeader h = {b[7], ld32(b + 28), ld32(b + 32)};
+    if (ops->header_get ? ops->header_get(p, h, err) != 0 : (h.bits || h.a || h.b))
+        return ops->header_get ? -1
+                               : err_set(err, "blob has parameters %s does not use", ops->name);
     char why[ERR_LEN];
     if (codec_params_check(p, why) != 0) return err_set(err, "blob parameters: %s", why);
     *hash = ld64(b + 8);

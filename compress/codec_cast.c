@@ -116,7 +116,12 @@ static void fp32_apply(const CodecParams *p, const uint8_t *raw, uint32_t count,
     for (uint32_t i = 0; i < count; i++) dst[i] = dst[i] + w * ldf(raw + 4 * (size_t)i);
 }
 
-const CodecOps codec_fp32_ops = {fp32_raw_len, fp32_encode, fp32_check, fp32_apply};
+const CodecOps codec_fp32_ops = {.id = CODEC_FP32,
+                                 .name = "fp32",
+                                 .raw_len = fp32_raw_len,
+                                 .encode = fp32_encode,
+                                 .check = fp32_check,
+                                 .apply = fp32_apply};
 
 /* ---- fp16 and bf16 ----------------------------------------------------- */
 
@@ -172,5 +177,15 @@ static void half_apply(const CodecParams *p, const uint8_t *raw, uint32_t count,
     }
 }
 
-const CodecOps codec_fp16_ops = {half_raw_len, half_encode, half_check, half_apply};
-const CodecOps codec_bf16_ops = {half_raw_len, half_encode, half_check, half_apply};
+const CodecOps codec_fp16_ops = {.id = CODEC_FP16,
+                                 .name = "fp16",
+                                 .raw_len = half_raw_len,
+                                 .encode = half_encode,
+                                 .check = half_check,
+                                 .apply = half_apply};
+const CodecOps codec_bf16_ops = {.id = CODEC_BF16,
+                                 .name = "bf16",
+                                 .raw_len = half_raw_len,
+                                 .encode = half_encode,
+                                 .check = half_check,
+                                 .apply = half_apply};

@@ -179,4 +179,33 @@ static void int8_apply(const CodecParams *p, const uint8_t *raw, uint32_t count,
     }
 }
 
-const CodecOps codec_int8_ops = {int8_raw_len, int8_encode, int8_check, int8_apply};
+static void int8_defaults(CodecParams *p) {
+    p->block = CODEC_INT8_BLOCK_DEFAULT;
+}
+
+static int int8_check_params(const CodecParams *p, char *err) {
+    if (p->block < 1 || p->block > CODEC_SECTION_MAX)
+        return err_set(err, "int8 block %u out of range; use 1 to %u", p->block, CODEC_SECTION_MAX);
+    return 0;
+}
+
+static CodecHeader int8_header_put(const CodecParams *p) {
+    return (CodecHeader){0, p->block, 0};
+}
+
+static int int8_header_get(CodecParams *p, CodecHeader h, char *err) {
+    if (h.bits != 0 || h.b != 0) return err_set(err, "blob has parameters int8 does not use");
+    p->block = h.a;
+    return 0;
+}
+
+const CodecOps codec_int8_ops = {.id = CODEC_INT8,
+                                 .name = "int8",
+                                 .defaults = int8_defaults,
+                                 .check_params = int8_check_params,
+                                 .header_put = int8_header_put,
+                                 .header_get = int8_header_get,
+                                 .raw_len = int8_raw_len,
+                                 .encode = int8_encode,
+                                 .check = int8_check,
+                                 .apply = int8_apply};

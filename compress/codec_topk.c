@@ -317,4 +317,43 @@ static void topk_apply(const CodecParams *p, const uint8_t *raw, uint32_t count,
     }
 }
 
-const CodecOps codec_topk_ops = {topk_raw_len, topk_encode, topk_check, topk_apply};
+static void topk_defaults(CodecParams *p) {
+    p->chunk = CODEC_TOPK_CHUNK_DEFAULT;
+    p->density = 0.01;
+    p->value_bits = 8;
+}
+
+static int topk_check_params(const CodecParams *p, char *err) {
+    if (p->chunk < 1 || p->chunk > CODEC_TOPK_CHUNK_MAX)
+        return err_set(err, "topk chunk %u out of range; use 1 to %u", p->chunk,
+                       CODEC_TOPK_CHUNK_MAX);
+    uint32_t ppm = codec_density_ppm(p);
+    if (!(p->density > 0) || ppm < 1 || ppm > 500000)
+        return err_set(err, "topk density %g out of range; use 0.000001 to 0.5", p->density);
+    if (p->value_bits != 8 && p->value_bits != 2)
+        return err_set(err, "topk value bits %u unsupported; use 8 or 2", p->value_bits);
+    return 0;
+}
+
+static CodecHeader topk_header_put(const CodecParams *p) {
+    return (CodecHeader){(uint8_t)p->value_bits, p->chunk, codec_density_ppm(p)};
+}
+
+static int topk_header_get(CodecParams *p, CodecHeader h, char *err) {
+    (void)err;
+    p->value_bits = h.bits;
+    p->chunk = h.a;
+    p->density = h.b / 1e6;
+    return 0;
+}
+
+const CodecOps codec_topk_ops = {.id = CODEC_TOPK,
+                                 .name = "topk",
+                                 .defaults = topk_defaults,
+                                 .check_params = topk_check_params,
+                                 .header_put = topk_header_put,
+                                 .header_get = topk_header_get,
+                                 .raw_len = topk_raw_len,
+                                 .encode = topk_encode,
+                                 .check = topk_check,
+                                 .apply = topk_apply};

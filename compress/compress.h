@@ -59,6 +59,8 @@ typedef struct CodecParams {
 CodecParams codec_params_default(CodecId id);
 /* "fp32", "fp16", "bf16", "int8", "topk"; NULL for an unknown id. */
 const char *codec_name(CodecId id);
+/* Every name codec_params_parse takes, for messages: "fp32, …, topk or topk2". */
+const char *codec_names(void);
 /* The name codec_params_parse takes back for these parameters' family:
  * "topk2" for top-k with 2-bit values, else codec_name. */
 const char *codec_params_name(const CodecParams *p);

@@ -17,9 +17,29 @@
 #define SECTION_HEADER_LEN 32
 #define SECTION_FLAG_ZSTD  1u
 
-/* One codec's work on one section of `count` values. The raw payload is
- * what a section carries before the lossless stage (FORMATS.md). */
+/* The parameter fields a codec keeps in the blob header (FORMATS.md):
+ * the byte at offset 7 and the words at 28 and 32; zero where unused. */
+typedef struct CodecHeader {
+    uint8_t bits;
+    uint32_t a, b;
+} CodecHeader;
+
+/* A codec: its wire id and name, its parameters (defaults, ranges, header
+ * fields) and its work on one section of `count` values. The raw payload
+ * is what a section carries before the lossless stage (FORMATS.md). A new
+ * codec is its own file defining one of these, plus one row of the
+ * registry in blob.c. */
 typedef struct CodecOps {
+    CodecId id;
+    const char *name;
+    /* Sets the codec's own fields of p to their defaults; NULL: none. */
+    void (*defaults)(CodecParams *p);
+    /* Checks the codec's own fields of p; NULL: it has none. */
+    int (*check_params)(const CodecParams *p, char *err);
+    /* The codec's fields into the header and back; get fills p and refuses
+     * a field it does not use that is not zero. NULL: none (all zero). */
+    CodecHeader (*header_put)(const CodecParams *p);
+    int (*header_get)(CodecParams *p, CodecHeader h, char *err);
     /* The exact raw payload size for `count` values; the decoder requires
      * it, which bounds every allocation by the header. */
     size_t (*raw_len)(const CodecParams *p, uint32_t count);
@@ -38,6 +58,7 @@ typedef struct CodecOps {
 
 extern const CodecOps codec_fp32_ops, codec_fp16_ops, codec_bf16_ops, codec_int8_ops,
     codec_topk_ops;
+/* The codec of a wire id, from the registry; NULL if unknown. */
 const CodecOps *codec_ops(CodecId id);
 
 /* top-k: values kept of a chunk of len values */

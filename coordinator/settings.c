@@ -67,10 +67,7 @@ static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
     const char *down = config_get_str(cfg, "codec", "downlink", rc->downlink);
     const char *outer = config_get_str(cfg, "optimizer", "outer", rc->outer);
     if (codec_params_parse(up, &o->uplink, err) != 0)
-        return err_set(err,
-                       "federation.ini: [codec] uplink = %s; use fp32, fp16, bf16, int8, "
-                       "topk or topk2",
-                       up);
+        return err_set(err, "federation.ini: [codec] uplink = %s; use %s", up, codec_names());
     double density =
         rc->density > 0 && o->uplink.id == CODEC_TOPK ? rc->density : o->uplink.density;
     if (config_get_double(cfg, "codec", "density", density, &density, err) != 0) return -1;
@@ -89,10 +86,14 @@ static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
         if (codec_params_parse(down, &o->downlink, NULL) != 0)
             return err_set(err,
                            "federation.ini: [codec] downlink = %s; use uplink (the same "
-                           "codec), lossless, fp32, fp16, bf16, int8, topk or topk2",
-                           down);
+                           "codec), lossless or a codec: %s",
+                           down, codec_names());
         if (o->downlink.id == CODEC_TOPK) o->downlink.density = density;
     }
+    char why[ERR_LEN];
+    if (codec_params_check(&o->uplink, why) != 0 ||
+        (!o->downlink_lossless && codec_params_check(&o->downlink, why) != 0))
+        return err_set(err, "federation.ini: [codec]: %s", why);
     if (outer_kind_parse(outer, &o->outer) != 0)
         return err_set(err, "federation.ini: [optimizer] outer = %s; use nesterov, avg or adam",
                        outer);

@@ -82,6 +82,42 @@ static float *roundtrip(const CodecParams *p, const CodecLayout *L, const float 
 
 /* ---- lossless and cast codecs ------------------------------------------ */
 
+/* The registry: every name it lists parses, names itself back, and makes
+ * blobs whose header gives back the same parameters. */
+Test(codec, every_registered_name_round_trips_through_a_blob) {
+    char names[200], err[ERR_LEN];
+    cr_assert_str_eq(codec_names(), "fp32, fp16, bf16, int8, topk or topk2");
+    snprintf(names, sizeof names, "%s", codec_names());
+    char * or = strstr(names, " or ");
+    memcpy(or, ",   ", 4); /* one separator: ", " */
+    float x[300];
+    for (int i = 0; i < 300; i++) x[i] = sinf((float)i) * 0.01f;
+    CodecLayout L = {0x1234, 300, NULL, 0};
+    int seen = 0;
+    for (char *save = NULL, *t = strtok_r(names, ", ", &save); t;
+         t = strtok_r(NULL, ", ", &save), seen++) {
+        CodecParams p, back;
+        cr_assert_eq(codec_params_parse(t, &p, err), 0, "%s: %s", t, err);
+        cr_assert_str_eq(codec_params_name(&p), t);
+        cr_assert_eq(codec_params_check(&p, err), 0, "%s: %s", t, err);
+        Blob b = {0};
+        cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s: %s", t, err);
+        cr_assert_eq(codec_blob_params(b.data, b.len, &back, err), 0, "%s: %s", t, err);
+        cr_assert_str_eq(codec_params_name(&back), t);
+        cr_assert_eq(back.id, p.id);
+        cr_assert_eq(back.block, p.block);
+        cr_assert_eq(back.chunk, p.chunk);
+        cr_assert_eq(back.value_bits, p.value_bits);
+        cr_assert_float_eq(back.density, p.density, 1e-9);
+        cr_assert_eq(codec_blob_max_len(&p, &L) >= b.len, 1, "%s: larger than its bound", t);
+        blob_free(&b);
+    }
+    cr_assert_eq(seen, 6);
+    CodecParams p;
+    cr_assert_eq(codec_params_parse("int4", &p, err), -1);
+    cr_assert_str_eq(err, "unknown codec 'int4'; use fp32, fp16, bf16, int8, topk or topk2");
+}
+
 Test(codec, fp32_is_bit_exact_with_and_without_zstd) {
     uint64_t n = 300000;
     float *x = make_vec(n, 1, 1e-3f);
