@@ -27,6 +27,7 @@ typedef struct RoundsSettings {
      * batch sequences of seq tokens; with inner_steps, the token bound */
     int64_t batch, seq;
     double outer_lr, momentum, trim;
+    double adam_eps;         /* [optimizer] eps: FedAdam's adaptivity τ */
     double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_r‖ from the first update (0: off) */
     int robust;              /* 0: streaming weighted mean; else kind + 1 */
     char recipe[16];         /* [recipe] name: the defaults below came from it */

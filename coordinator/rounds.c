@@ -844,9 +844,11 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         return err_set(err, "federation.ini: unknown model preset %s", co->model);
     if (gpt_build(&r->model, &gc, (uint64_t)set->seed, err) != 0) return -1;
     if (outer_init(&r->outer, set->outer, r->model.n_params, (float)set->outer_lr,
-                   (float)set->momentum, err) != 0 ||
-        (!set->downlink_lossless &&
-         ef_init(&r->down_ef, r->model.n_params, r->model.table_hash, 1.0f, err) != 0))
+                   (float)set->momentum, err) != 0)
+        return -1;
+    r->outer.eps = (float)set->adam_eps;
+    if (!set->downlink_lossless &&
+        ef_init(&r->down_ef, r->model.n_params, r->model.table_hash, 1.0f, err) != 0)
         return -1;
     CodecLayout layout = {r->model.table_hash, r->model.n_params, NULL, 0};
     r->max_update_bytes = codec_blob_max_len(&r->uplink, &layout);

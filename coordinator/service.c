@@ -301,7 +301,7 @@ static int check_keys(const Config *cfg, char *err) {
         "batch",     "seq",       "max_update_ratio", NULL};
     static const char *const recipe[] = {"name", NULL};
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
-    static const char *const optimizer[] = {"outer", "lr", "momentum", NULL};
+    static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};
     static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
     static const char *const limits[] = {
         "workers",       "calls_per_site", "admin_reserve", "spool",         "spool_per_site",

@@ -128,7 +128,7 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
         round_sum_free(&rs);
     }
     OuterOpt o;
-    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, m.n_params, 0.7f, 0.9f, err), 0);
+    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, m.n_params, 0.7f, 0.3f, err), 0);
     float *theta = malloc(m.n_params * 4);
     memcpy(theta, m.params, m.n_params * 4);
     outer_step(&o, theta, mean);

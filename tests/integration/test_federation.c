@@ -50,6 +50,7 @@ static GPT load_checkpoint(const char *root, const char *rel) {
 }
 
 Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
+    setenv("STRAIT_LOG", "info", 1); /* the sites log their model's SHA-256 at info */
     char *root = harness_tmpdir("fed");
     char *argv[] = {(char *)harness_strait_bin(),
                     "demo",
