@@ -69,12 +69,13 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert_not_null(strstr(r.out, "a sample from the final model"), "%s", r.out);
     /* the global model's own score: the last checkpoint on the held-out
-     * collections (a few short rounds need not beat an untrained model —
-     * Nesterov can overshoot early — so the figure is checked, not a bound) */
+     * collections, better than an untrained model's ln 256 (the bounds
+     * against a centralized run are test_learning.c's) */
     const char *held = strstr(r.out, "the final global model on held-out text");
     cr_assert_not_null(held, "%s", r.out);
     double score = NAN;
     cr_assert_eq(sscanf(strchr(held, ':') + 1, "%lf", &score), 1, "%s", held);
+    cr_assert_lt(score, logf(256.0f) - 0.5, "the global model did not learn: %g", score);
     proc_result_free(&r);
     char db[800], fed[700], err[ERR_LEN];
     cr_assert_float_eq(score, held_out_of(root, "fed/checkpoints/round-000002.safetensors"), 1e-4);
