@@ -49,6 +49,31 @@ static GPT load_checkpoint(const char *root, const char *rel) {
     return m;
 }
 
+/* The sites' logged model hashes for rounds 1 .. rounds-1 are those of the
+ * coordinator's checkpoints of the round before. */
+static void assert_models_identical(const char *root, int sites, int rounds) {
+    char err[ERR_LEN];
+    for (int site = 1; site <= sites; site++) {
+        char log[800], *text;
+        snprintf(log, sizeof log, "%s/site-%d.log", root, site);
+        cr_assert_eq(file_read_all(log, 1 << 24, &text, NULL, err), 0, "%s", err);
+        for (int n = 1; n < rounds; n++) {
+            char rel[64], want[112], hex[65];
+            snprintf(rel, sizeof rel, "fed/checkpoints/round-%06d.safetensors", n - 1);
+            GPT m = load_checkpoint(root, rel);
+            uint8_t sha[32];
+            security_sha256(m.params, m.n_params * 4, sha);
+            security_hex(sha, 32, hex);
+            gpt_free(&m);
+            snprintf(want, sizeof want, "round %d: model sha256 %s", n, hex);
+            cr_assert_not_null(strstr(text, want),
+                               "site-%d's model of round %d is not the coordinator's (%s)", site, n,
+                               hex);
+        }
+        free(text);
+    }
+}
+
 Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1); /* the sites log their model's SHA-256 at info */
     char *root = harness_tmpdir("fed");
@@ -121,31 +146,59 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
                  first, last);
     /* one model everywhere: the SHA-256 each site logs for round R's model
      * is that of the parameters in the coordinator's checkpoint of R - 1 */
-    for (int site = 1; site <= 3; site++) {
-        char log[800], *text;
-        snprintf(log, sizeof log, "%s/site-%d.log", root, site);
-        cr_assert_eq(file_read_all(log, 1 << 24, &text, NULL, err), 0, "%s", err);
-        for (int n = 1; n < 3; n++) {
-            char rel[64], want[112], hex[65];
-            snprintf(rel, sizeof rel, "fed/checkpoints/round-%06d.safetensors", n - 1);
-            GPT m = load_checkpoint(root, rel);
-            uint8_t sha[32];
-            security_sha256(m.params, m.n_params * 4, sha);
-            security_hex(sha, 32, hex);
-            gpt_free(&m);
-            snprintf(want, sizeof want, "round %d: model sha256 %s", n, hex);
-            cr_assert_not_null(strstr(text, want),
-                               "site-%d's model of round %d is not the "
-                               "coordinator's (%s)",
-                               site, n, hex);
-        }
-        free(text);
-    }
+    assert_models_identical(root, 3, 3);
     StoreCheck chk;
     cr_assert_eq(store_check(s, fed, &chk, NULL, NULL, err), 0, "%s", err);
     cr_assert(chk.integrity_ok);
     cr_assert_eq(chk.checkpoints_ok, 3);
     cr_assert_eq(chk.checkpoints_bad, 0);
+    store_close(s);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* fedavg: fp32 up, the exact model delta down (a checkpoint blob), the
+ * plain mean; the models stay identical without any error feedback. */
+Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
+    setenv("STRAIT_LOG", "info", 1);
+    char *root = harness_tmpdir("fedavg");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--sites",
+                    "2",
+                    "--rounds",
+                    "3",
+                    "--steps",
+                    "5",
+                    "--model",
+                    "tiny",
+                    "--recipe",
+                    "fedavg",
+                    "--dir",
+                    root,
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    assert_models_identical(root, 2, 3);
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/fed/%s", root, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound rd;
+    cr_assert_eq(store_round_get(s, 1, &rd, err), 0, "%s", err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
+    cr_assert_eq(nu, 2);
+    cr_assert_str_eq(ups[0].codec, "fp32");
+    cr_assert_gt(ups[0].wire_bytes * 10, ups[0].raw_bytes * 8,
+                 "fp32 (with zstd) shrank to %lld of %lld bytes", (long long)ups[0].wire_bytes,
+                 (long long)ups[0].raw_bytes);
+    /* the lossless delta: smaller than the two whole models, never empty */
+    cr_assert(rd.bytes_down > 0 && rd.bytes_down < 2 * ups[0].raw_bytes, "%lld bytes down",
+              (long long)rd.bytes_down);
+    free(ups);
     store_close(s);
     harness_rmtree(root);
     free(root);
