@@ -77,20 +77,8 @@ static void assert_models_identical(const char *root, int sites, int rounds) {
 Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1); /* the sites log their model's SHA-256 at info */
     char *root = harness_tmpdir("fed");
-    char *argv[] = {(char *)harness_strait_bin(),
-                    "demo",
-                    "--sites",
-                    "3",
-                    "--rounds",
-                    "3",
-                    "--model",
-                    "tiny",
-                    "--steps",
-                    "30",
-                    "--dir",
-                    root,
-                    NULL};
-    ProcResult r = proc_run(argv);
+    ProcResult r = harness_strait("demo", "--sites", "3", "--rounds", "3", "--model", "tiny",
+                                  "--steps", "30", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert_not_null(strstr(r.out, "a sample from the final model"), "%s", r.out);
     /* the global model's own score: the last checkpoint on the held-out
@@ -162,22 +150,8 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
 Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedavg");
-    char *argv[] = {(char *)harness_strait_bin(),
-                    "demo",
-                    "--sites",
-                    "2",
-                    "--rounds",
-                    "3",
-                    "--steps",
-                    "5",
-                    "--model",
-                    "tiny",
-                    "--recipe",
-                    "fedavg",
-                    "--dir",
-                    root,
-                    NULL};
-    ProcResult r = proc_run(argv);
+    ProcResult r = harness_strait("demo", "--sites", "2", "--rounds", "3", "--steps", "5",
+                                  "--model", "tiny", "--recipe", "fedavg", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
     assert_models_identical(root, 2, 3);
@@ -209,21 +183,8 @@ Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
  * the figures in DIR/summary.json as printed. */
 Test(federation, demo_baseline_scores_both_models_on_held_out_text, .timeout = 300) {
     char *root = harness_tmpdir("fedbase");
-    char *argv[] = {(char *)harness_strait_bin(),
-                    "demo",
-                    "--sites",
-                    "2",
-                    "--rounds",
-                    "3",
-                    "--model",
-                    "tiny",
-                    "--steps",
-                    "20",
-                    "--baseline",
-                    "--dir",
-                    root,
-                    NULL};
-    ProcResult r = proc_run(argv);
+    ProcResult r = harness_strait("demo", "--sites", "2", "--rounds", "3", "--model", "tiny",
+                                  "--steps", "20", "--baseline", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert(strstr(r.out, "120 steps of 8 x 64"), "not the federation's token budget:\n%s",
               r.out);
@@ -276,21 +237,8 @@ Test(federation, demo_baseline_scores_both_models_on_held_out_text, .timeout = 3
  * holds a subfolder (es/off), which once killed a site and hung the demo. */
 Test(federation, demo_non_iid_four_sites_finishes, .timeout = 300) {
     char *root = harness_tmpdir("noniid");
-    char *argv[] = {(char *)harness_strait_bin(),
-                    "demo",
-                    "--sites",
-                    "4",
-                    "--non-iid",
-                    "--rounds",
-                    "1",
-                    "--steps",
-                    "2",
-                    "--model",
-                    "tiny",
-                    "--dir",
-                    root,
-                    NULL};
-    ProcResult r = proc_run(argv);
+    ProcResult r = harness_strait("demo", "--sites", "4", "--non-iid", "--rounds", "1", "--steps",
+                                  "2", "--model", "tiny", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     cr_assert_not_null(strstr(r.out, "site-3 joined; trains on"), "%s", r.out);
     cr_assert_null(strstr(r.out, "trains on 0 collections"), "%s", r.out);
@@ -303,22 +251,9 @@ Test(federation, demo_non_iid_four_sites_finishes, .timeout = 300) {
  * instead of waiting out its deadlines. */
 Test(federation, demo_stops_when_every_update_is_refused, .timeout = 300) {
     char *root = harness_tmpdir("refused");
-    char *argv[] = {(char *)harness_strait_bin(),
-                    "demo",
-                    "--sites",
-                    "2",
-                    "--rounds",
-                    "2",
-                    "--steps",
-                    "2",
-                    "--model",
-                    "tiny",
-                    "--set",
-                    "rounds.max_update_ratio=0.0000001",
-                    "--dir",
-                    root,
-                    NULL};
-    ProcResult r = proc_run(argv);
+    ProcResult r =
+        harness_strait("demo", "--sites", "2", "--rounds", "2", "--steps", "2", "--model", "tiny",
+                       "--set", "rounds.max_update_ratio=0.0000001", "--dir", root);
     cr_assert_eq(r.status, 1, "%s %s", r.out, r.err);
     cr_assert_not_null(strstr(r.out, "update refused (norm_gate)"), "%s", r.out);
     cr_assert_not_null(strstr(r.err, "every site's update in round 0 was refused"), "%s", r.err);
