@@ -76,17 +76,12 @@ static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
     const char *outer = config_get_str(cfg, "optimizer", "outer", rc->outer);
     if (codec_params_parse(up, &o->uplink, err) != 0)
         return err_set(err, "federation.ini: [codec] uplink = %s; use %s", up, codec_names());
-    double density =
-        rc->density > 0 && o->uplink.id == CODEC_TOPK ? rc->density : o->uplink.density;
+    /* top-k's kept fraction, for whichever direction uses top-k */
+    double density = rc->density > 0 ? rc->density : codec_params_default(CODEC_TOPK).density;
     if (config_get_double(cfg, "codec", "density", density, &density, err) != 0) return -1;
-    if (o->uplink.id == CODEC_TOPK) {
-        if (!(density > 0 && density <= 0.5))
-            return err_set(err,
-                           "federation.ini: [codec] density = %g; use more than 0, at "
-                           "most 0.5",
-                           density);
-        o->uplink.density = density;
-    }
+    if (!(density >= 1e-6 && density <= 0.5))
+        return err_set(err, "federation.ini: [codec] density = %g; use 0.000001 to 0.5", density);
+    if (o->uplink.id == CODEC_TOPK) o->uplink.density = density;
     o->downlink_lossless = strcmp(down, "lossless") == 0;
     if (strcmp(down, "uplink") == 0) {
         o->downlink = o->uplink;

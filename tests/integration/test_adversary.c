@@ -619,7 +619,14 @@ Test(adversary, bad_settings_are_refused_whole_before_anything_changes) {
                {"optimizer", "momentum", "1.5", "[optimizer] momentum"},
                {"rounds", "batch", "0", "[rounds] batch"},
                {"limits", "calls_per_site", "0", "[limits] calls_per_site"},
-               {"roundz", "total", "3", "unknown section [roundz]"}};
+               {"roundz", "total", "3", "unknown section [roundz]"},
+               {"recipe", "name", "localsgd", "[recipe] name = localsgd; use diloco"},
+               {"codec", "downlink", "int4", "[codec] downlink = int4"},
+               {"codec", "uplink", "int4", "use fp32, fp16, bf16, int8, topk or topk2"},
+               {"codec", "ef_decay", "0", "[codec] ef_decay"},
+               {"codec", "density", "0.9", "[codec] density = 0.9"},
+               {"optimizer", "eps", "0", "[optimizer] eps"},
+               {"optimizer", "outer", "sgd", "[optimizer] outer = sgd"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = S("init", fed, "--force", "--listen", "127.0.0.1:0", "--model", "tiny");
         cr_assert_eq(r.status, 0, "%s", r.err);
