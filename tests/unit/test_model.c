@@ -1,7 +1,8 @@
 /*
  * test_model.c — the CPU ops and the GPT: every backward op against central
  * finite differences (accumulated in double), the whole tiny model's loss
- * against finite differences for samples of every tensor, the fused
+ * against finite differences for samples of every tensor and along a
+ * random direction through the whole of each, the fused
  * classifier against a naive full softmax, determinism, learning (a repeated
  * batch, and real text), checkpoints and token shards.
  */
@@ -206,6 +207,32 @@ Test(model, loss_gradient_matches_finite_differences_in_every_tensor, .timeout =
         if (strcmp(pv->name, "wte") == 0) numel = 256 * (size_t)m.cfg.C; /* padded rows: no use */
         check_grad(pv->name, m.params + pv->offset, grads + pv->offset, numel, 4, model_loss, &c,
                    5e-2);
+        /* the whole tensor at once: the derivative along a random ±1
+         * direction against g·v. Sampled elements alone let a tensor whose
+         * gradient was zeroed pass (a small numeric value under a relative
+         * floor); this sum over every element does not */
+        float *x = m.params + pv->offset, *save = malloc(numel * 4);
+        int8_t *dir = malloc(numel);
+        memcpy(save, x, numel * 4);
+        double ana = 0, eps = 1e-3;
+        for (size_t i = 0; i < numel; i++) {
+            dir[i] = (rs = rs * 6364136223846793005ull + 1) >> 63 ? 1 : -1;
+            ana += (double)grads[pv->offset + i] * dir[i];
+        }
+        for (size_t i = 0; i < numel; i++) x[i] = (float)(save[i] + eps * dir[i]);
+        double lp = model_loss(&c);
+        for (size_t i = 0; i < numel; i++) x[i] = (float)(save[i] - eps * dir[i]);
+        double lm = model_loss(&c);
+        memcpy(x, save, numel * 4);
+        double num = (lp - lm) / (2 * eps);
+        double err = fabs(num - ana) / fmax(1e-3, fabs(num) + fabs(ana));
+        cr_assert_leq(err, 3e-2, "%s along a random direction: analytic %.6g, numeric %.6g",
+                      pv->name, ana, num);
+        /* and it could fail: with g zeroed, err would be 1 (measured: the
+         * weakest tensor's |num| is 0.005, all others' errors under 0.01) */
+        cr_assert_gt(fabs(num), 1e-3, "%s: the direction is too weak to catch a zeroed gradient",
+                     pv->name);
+        free(save), free(dir);
     }
     free(grads);
     gpt_free(&m);
