@@ -245,7 +245,8 @@ FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(filter-out tests/fuzz/seed.c,$(wildcard tests/fuzz/*.c)))
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -Werror \
   -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c)
+FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c) \
+  kernels/safetensors.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c
@@ -257,8 +258,9 @@ $(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
-	@mkdir -p $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state $(FUZZ_DIR)/corpus/fuzz_join
-	@$(BUILD)/fuzz-seed $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state $(FUZZ_DIR)/corpus/fuzz_join
+	@mkdir -p $(addprefix $(FUZZ_DIR)/corpus/,$(FUZZ_TARGETS))
+	@$(BUILD)/fuzz-seed $(FUZZ_DIR)/corpus/fuzz_blob $(FUZZ_DIR)/corpus/fuzz_state \
+	  $(FUZZ_DIR)/corpus/fuzz_join $(FUZZ_DIR)/corpus/fuzz_safetensors
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  if ! $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \

@@ -4,7 +4,9 @@
  * blobs (plain and XOR delta) and error-feedback states, so the fuzzer
  * starts deep inside the decoders instead of at the magic number.
  *
- *   seed BLOB_DIR STATE_DIR JOIN_DIR
+ * and safetensors checkpoints and states of fuzz_safetensors' small table.
+ *
+ *   seed BLOB_DIR STATE_DIR JOIN_DIR SAFETENSORS_DIR
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "kernels/kernels.h"
 #include "security/security.h"
 
 static void put(const char *dir, const char *name, const uint8_t *prefix, size_t plen,
@@ -29,8 +32,8 @@ static void put(const char *dir, const char *name, const uint8_t *prefix, size_t
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: seed BLOB_DIR STATE_DIR JOIN_DIR\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: seed BLOB_DIR STATE_DIR JOIN_DIR SAFETENSORS_DIR\n");
         return 2;
     }
     enum { N = 3000 };
@@ -75,6 +78,19 @@ int main(int argc, char **argv) {
     put(argv[2], "ef", &sel, 1, s.data, s.len);
     blob_free(&s);
     ef_free(&ef);
+    /* fuzz_safetensors' table: wte [4, 3] and ln_f.bias [3] */
+    ParamView views[2] = {{"wte", 2, {4, 3}, 0, 12}, {"ln_f.bias", 1, {3, 0}, 12, 3}};
+    GPT m;
+    memset(&m, 0, sizeof m);
+    m.cfg = (GPTConfig){.name = "fuzz", .L = 1, .C = 3, .NH = 1, .T = 4, .V = 4, .Vp = 4};
+    m.views = views, m.n_views = 2, m.n_params = 15, m.table_hash = 0x1234, m.params = x;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", argv[4]);
+    const float *bases[1] = {x + 100};
+    const char *prefixes[1] = {"outer_b."};
+    if (gpt_save(&m, path, 3, err) != 0) fprintf(stderr, "%s\n", err);
+    snprintf(path, sizeof path, "%s/state.safetensors", argv[4]);
+    if (gpt_save_state(&m, path, bases, prefixes, 1, 3, err) != 0) fprintf(stderr, "%s\n", err);
     char *csr, *key;
     if (security_csr_create("seed-site", &csr, &key, err) == 0) {
         put(argv[3], "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
