@@ -72,6 +72,7 @@ int cmd_site_run(const Command *cmd, int argc, char **argv);
 int cmd_demo(const Command *cmd, int argc, char **argv);
 int cmd_train(const Command *cmd, int argc, char **argv);
 int cmd_sample(const Command *cmd, int argc, char **argv);
+int cmd_export(const Command *cmd, int argc, char **argv);
 
 /* ---- strait demo (cmd_demo.c, demo_score.c) ---- */
 #define DEMO_FORTUNES "/usr/share/games/fortunes"

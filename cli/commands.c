@@ -97,6 +97,16 @@ const Command cli_commands[] = {
      "  --temperature X     0 picks the likeliest byte; 1 samples as trained (default 1)\n"
      "  --seed S            sampling seed (default 1)\n",
      cmd_sample},
+    {"export", "CKPT --format hf|llmc OUT",
+     "write a checkpoint in Hugging Face's or llm.c's format",
+     "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
+     "output of 'strait train --out'.\n\n"
+     "flags:\n"
+     "  --format hf     OUT is a folder: config.json and model.safetensors, which\n"
+     "                  transformers loads as GPT2LMHeadModel (Conv1D layout, tied lm_head)\n"
+     "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
+     "                  loads: header version 3, fp32, tensors grouped across layers)\n",
+     cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"
      "     [--non-iid] [--baseline] [--seed S] [--set SECTION.KEY=VALUE]... [--dir DIR]",

@@ -155,6 +155,12 @@ int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const cha
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 
+/* export.c: the model for other tools. Hugging Face: DIR/config.json and
+ * DIR/model.safetensors, loadable as transformers' GPT2LMHeadModel. llm.c:
+ * the checkpoint file train_gpt2.c loads (header version 3, fp32). */
+int gpt_export_hf(const GPT *m, const char *dir, char *err);
+int gpt_export_llmc(const GPT *m, const char *path, char *err);
+
 /* ---- data ------------------------------------------------------------------- */
 
 /* Tokens read from text files (bytes, vocabulary 256) or llm.c .bin shards

@@ -3,6 +3,7 @@
  * package from PyPI (in build/venv): every tensor compared with the model's
  * parameters, bit for bit.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,93 @@ Test(interop, pytorch_safetensors_reads_every_tensor, .timeout = 120) {
     snprintf(want, sizeof want, "ok %d tensors", m.n_views);
     cr_assert_not_null(strstr(r.out, want), "%s", r.out);
     proc_result_free(&r);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* A tiny model with weights moved off their init, saved as a checkpoint. */
+static GPT trained_looking(const char *ckpt) {
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    uint64_t s = 99;
+    for (size_t i = 0; i < m.n_params; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        m.params[i] += 0.05f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
+    }
+    const ParamView *wte = gpt_view(&m, "wte");
+    for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
+    cr_assert_eq(gpt_save(&m, ckpt, 0, err), 0, "%s", err);
+    return m;
+}
+
+/* `strait export --format hf` scored by an independent numpy GPT-2 forward
+ * pass that reads the folder the way transformers' GPT2LMHeadModel does
+ * (tests/python/gpt2_hf_numpy.py): the same loss on the same tokens. */
+Test(interop, hf_export_matches_an_independent_numpy_forward_pass, .timeout = 120) {
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "run through make test (it builds build/venv with numpy)");
+    char *dir = harness_tmpdir("hfexport"), ckpt[700], out[700], script[700];
+    snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
+    snprintf(out, sizeof out, "%s/hf", dir);
+    snprintf(script, sizeof script, "%s/tests/python/gpt2_hf_numpy.py", src);
+    GPT m = trained_looking(ckpt);
+    ProcResult r = harness_strait("export", ckpt, "--format", "hf", out);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    enum { B = 2, T = 16 };
+    int in[B * T], tg[B * T];
+    char ins[B * T * 4 + 1] = "", tgs[B * T * 4 + 1] = "";
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (i * 37 + 11) % 256, tg[i] = (i * 91 + 5) % 256;
+        snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%d", i ? "," : "", in[i]);
+        snprintf(tgs + strlen(tgs), sizeof tgs - strlen(tgs), "%s%d", i ? "," : "", tg[i]);
+    }
+    double strait = gpt_forward(&m, in, tg, B, T);
+    char *argv[] = {(char *)py, script, out, "2", "16", ins, tgs, NULL};
+    r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "python said: %s %s", r.out, r.err);
+    double numpy = NAN;
+    cr_assert_eq(sscanf(r.out, "loss %lf", &numpy), 1, "%s", r.out);
+    cr_assert_float_eq(numpy, strait, 1e-4, "numpy %g, strait %g", numpy, strait);
+    cr_assert_gt(strait, 1.0, "a loss that tests nothing: %g", strait);
+    proc_result_free(&r);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* `strait export --format llmc`: llm.c's header (magic 20240326, version 3,
+ * maxT, V, L, NH, C, Vp) and its order of tensors grouped across layers. */
+Test(interop, llmc_export_has_llmcs_header_and_tensor_order) {
+    char *dir = harness_tmpdir("llmc"), ckpt[700], out[700], err[ERR_LEN];
+    snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
+    snprintf(out, sizeof out, "%s/model.bin", dir);
+    GPT m = trained_looking(ckpt);
+    ProcResult r = harness_strait("export", ckpt, "--format", "llmc", out);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    char *bytes;
+    size_t len;
+    cr_assert_eq(file_read_all(out, 1 << 26, &bytes, &len, err), 0, "%s", err);
+    cr_assert_eq(len, 1024 + m.n_params * 4);
+    const int32_t *h = (const int32_t *)bytes;
+    const GPTConfig *c = &m.cfg;
+    int32_t want[8] = {20240326, 3, c->T, c->V, c->L, c->NH, c->C, c->Vp};
+    for (int i = 0; i < 8; i++) cr_assert_eq(h[i], want[i], "header[%d] = %d", i, h[i]);
+    const float *p = (const float *)(bytes + 1024);
+    size_t C = (size_t)c->C, L = (size_t)c->L;
+    /* wte, wpe, ln1w (L, C), ln1b (L, C), then qkvw (L, 3C, C): layer 1's */
+    size_t at = (size_t)c->Vp * C + (size_t)c->T * C + 2 * L * C + 3 * C * C;
+    const ParamView *qkv1 = gpt_view(&m, "h.1.attn.qkv.weight");
+    cr_assert_eq(memcmp(p + at, m.params + qkv1->offset, qkv1->numel * 4), 0, "qkvw of layer 1");
+    /* ... and last, lnfw and lnfb */
+    const ParamView *lnfb = gpt_view(&m, "ln_f.bias");
+    cr_assert_eq(memcmp(p + m.n_params - C, m.params + lnfb->offset, C * 4), 0, "lnfb");
+    free(bytes);
     gpt_free(&m);
     harness_rmtree(dir);
     free(dir);
