@@ -24,15 +24,22 @@ static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
-        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
-        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
-        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
-        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
-        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'J'},          {NULL, 0, NULL, 0}};
-    const char *data[64], *preset = "small", *out = NULL, *device = "cpu";
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"out", required_argument, NULL, 'o'},
+                                         {"val-every", required_argument, NULL, 'v'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 'S'},
+                                         {"json", no_argument, NULL, 'J'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {NULL, 0, NULL, 0}};
+    const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0, gpus = 1;
     float lr = 3e-3f;
     unsigned long long seed = 1;
@@ -82,6 +89,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'J':
             json = 1;
             break;
+        case 'I':
+            init_from = optarg;
+            break;
         }
     }
     for (; optind < argc; optind++) { /* paths may follow --data as plain operands */
@@ -99,13 +109,19 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
 #endif
     if (gpus < 1) return cli_usage_error(cmd, "--gpus must be at least 1");
     GPTConfig cfg;
-    if (gpt_config_preset(preset, &cfg) != 0)
+    GPT m;
+    char err[ERR_LEN];
+    if (init_from) { /* the pretrained model's shape, and its weights */
+        if (gpt_import_hf(&m, init_from, err) != 0) return cli_fail(cmd, "%s", err);
+        cfg = m.cfg;
+        preset = init_from;
+    } else if (gpt_config_preset(preset, &cfg) != 0) {
         return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
                                preset);
+    }
     if (T == 0) T = cfg.T;
     if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
     kernels_set_threads(threads);
-    char err[ERR_LEN];
     TokenSet ts;
     if (tokens_load(&ts, data, n_data, err) != 0) return cli_fail(cmd, "%s", err);
     if (ts.vocab > cfg.V) {
@@ -123,8 +139,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         tokens_free(&ts);
         return cli_fail(cmd, "%s", err);
     }
-    GPT m;
-    if (gpt_build(&m, &cfg, seed, err) != 0) {
+    if (!init_from && gpt_build(&m, &cfg, seed, err) != 0) {
         tokens_free(&ts);
         return cli_fail(cmd, "%s", err);
     }

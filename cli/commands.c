@@ -69,13 +69,16 @@ const Command cli_commands[] = {
      "DIR is the federation folder, or an admin kit (then through the Admin API).\n",
      cmd_site_revoke},
     {"train",
-     "--data PATH... [--model PRESET] [--steps N] [--batch B] [--seq T] [--lr X] [--out CKPT]",
+     "--data PATH... [--model PRESET | --init-from HFDIR] [--steps N] [--batch B] [--seq T]\n"
+     "     [--lr X] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards keep their GPT-2\n"
      "tokens (use --model gpt2-124m). The last 10% of the data is held out for validation.\n\n"
      "flags:\n"
      "  --data PATH       training data; repeat for more files (default: none)\n"
      "  --model PRESET    tiny, small, base or gpt2-124m (default small)\n"
+     "  --init-from DIR   start from a Hugging Face GPT-2 folder (config.json and\n"
+     "                    model.safetensors; F32, F16 or BF16) instead of a preset\n"
      "  --steps N         optimizer steps (default 1000)\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"

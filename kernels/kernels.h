@@ -155,11 +155,15 @@ int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const cha
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 
-/* export.c: the model for other tools. Hugging Face: DIR/config.json and
+/* formats.c: the model for other tools. Hugging Face: DIR/config.json and
  * DIR/model.safetensors, loadable as transformers' GPT2LMHeadModel. llm.c:
  * the checkpoint file train_gpt2.c loads (header version 3, fp32). */
 int gpt_export_hf(const GPT *m, const char *dir, char *err);
 int gpt_export_llmc(const GPT *m, const char *path, char *err);
+/* Builds m from a Hugging Face GPT-2 folder (config.json, model.safetensors
+ * in F32, F16 or BF16, with or without the "transformer." prefix); m is
+ * built here and freed on failure, which names the offending tensor. */
+int gpt_import_hf(GPT *m, const char *dir, char *err);
 
 /* ---- data ------------------------------------------------------------------- */
 

@@ -140,3 +140,68 @@ Test(interop, llmc_export_has_llmcs_header_and_tensor_order) {
     harness_rmtree(dir);
     free(dir);
 }
+
+/* Export to Hugging Face and import back: every parameter, bit for bit
+ * (the embedding's padded rows are zero in both). */
+Test(interop, hf_import_reads_back_the_export_bit_for_bit) {
+    char *dir = harness_tmpdir("hfround"), ckpt[700], out[700], err[ERR_LEN];
+    snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
+    snprintf(out, sizeof out, "%s/hf", dir);
+    GPT m = trained_looking(ckpt), back;
+    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(back.table_hash, m.table_hash, "another layout");
+    cr_assert_eq(back.n_params, m.n_params);
+    size_t differ = 0;
+    for (size_t i = 0; i < m.n_params; i++) differ += memcmp(&m.params[i], &back.params[i], 4) != 0;
+    cr_assert_eq(differ, 0, "%zu parameters differ", differ);
+    gpt_free(&m), gpt_free(&back);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* fp16 tensors without the "transformer." prefix (as older GPT-2 files
+ * are) load within fp16's rounding; a checkpoint missing a tensor, or
+ * with one mis-shaped, is refused naming it. */
+Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .timeout = 120) {
+    const char *py = getenv("STRAIT_PYTHON");
+    cr_assert(py, "run through make test (it builds build/venv with numpy)");
+    char *dir = harness_tmpdir("hfin"), ckpt[700], out[700], err[ERR_LEN];
+    snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
+    snprintf(out, sizeof out, "%s/hf", dir);
+    GPT m = trained_looking(ckpt), back;
+    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    static const char script[] =
+        "import sys, numpy as np\n"
+        "from safetensors.numpy import load_file, save_file\n"
+        "d, mode = sys.argv[1], sys.argv[2]\n"
+        "t = {k.removeprefix('transformer.'): v for k, v in "
+        "load_file(d + '/model.safetensors').items()}\n"
+        "if mode == 'fp16': t = {k: v.astype(np.float16) for k, v in t.items()}\n"
+        "if mode == 'missing': del t['h.1.mlp.c_fc.bias']\n"
+        "if mode == 'shape': t['h.0.attn.c_proj.weight'] = t['h.0.attn.c_proj.weight'][:5]\n"
+        "save_file(t, d + '/model.safetensors')\n";
+    char *argv[] = {(char *)py, "-c", (char *)script, out, "fp16", NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "python said: %s", r.err);
+    proc_result_free(&r);
+    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++)
+        cr_assert_float_eq(back.params[i], m.params[i], 1e-3f * fabsf(m.params[i]) + 1e-7f,
+                           "parameter %zu", i);
+    gpt_free(&back);
+    const char *modes[2] = {"missing", "shape"},
+               *said[2] = {"h.1.mlp.c_fc.bias", "h.0.attn.c_proj.weight has shape"};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+        argv[4] = (char *)modes[k];
+        r = proc_run(argv);
+        cr_assert_eq(r.status, 0, "python said: %s", r.err);
+        proc_result_free(&r);
+        cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a %s tensor was accepted", modes[k]);
+        cr_assert_not_null(strstr(err, said[k]), "%s", err);
+    }
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
