@@ -110,20 +110,21 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
 }
 
 /* Downloads the current model into the GPT. A site that holds the
- * previous round's model (theta, of round `have`) gets the way from it to
- * the current one: the outer update in the downlink codec, which it adds
- * to theta exactly as the coordinator added it to its own copy (so the two
- * stay bit-identical), or the lossless delta of a lossless downlink. Any
- * other site gets the whole checkpoint (through SITEDIR/model.safetensors). */
-static int get_model(Site *s, GPT *m, const float *theta, int64_t have, char *err) {
+ * previous round's model (theta, of round `have`, whose SHA-256 is
+ * theta_sha) gets the way from it to the current one: the outer update in
+ * the downlink codec, which it adds to theta exactly as the coordinator
+ * added it to its own copy (so the two stay bit-identical), or the lossless
+ * delta of a lossless downlink. Any other site gets the whole checkpoint
+ * (through SITEDIR/model.safetensors). */
+static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
+                     char *err) {
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
     req.have_round = have >= 0 ? (uint64_t)have : 0;
-    uint8_t base_sha[32], buf[96];
+    uint8_t buf[96];
     if (have >= 0) { /* the coordinator serves a delta only onto these very bytes */
-        security_sha256(theta, m->n_params * 4, base_sha);
-        req.have_sha256.data = base_sha;
+        req.have_sha256.data = (uint8_t *)theta_sha;
         req.have_sha256.len = 32;
     }
     size_t n = strait__get_model_request__pack(&req, buf);
@@ -405,20 +406,20 @@ int client_run(const SiteRunOptions *o, char *err) {
         security_sha256(m.params, m.n_params * 4, sha);
         seeded = memcmp(sha, hr->model_sha256.data, 32) == 0;
     }
+    uint8_t theta_sha[32]; /* of the model in theta: what GetModel and updates name */
     while (!finished) {
         if (seeded && round == hr->current_round)
             log_info("site",
                      "round %llu: the model is the federation's seeded one; built here, "
                      "not downloaded",
                      (unsigned long long)round);
-        else if (get_model(&s, &m, theta, have_round, err) != 0)
+        else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
             goto out;
         seeded = 0;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
         /* what the coordinator checks each update against, and what a
          * reader compares with its checkpoint of the round before */
-        uint8_t theta_sha[32];
         char theta_hex[65];
         security_sha256(theta, m.n_params * 4, theta_sha);
         security_hex(theta_sha, 32, theta_hex);

@@ -181,7 +181,7 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     pthread_mutex_lock(&r->lock);
     st->model_params = (int64_t)r->model.n_params;
     st->current_round = r->number;
-    st->total_rounds = r->total;
+    st->total_rounds = r->set.total;
     st->round_opened_at = r->opened_ms;
     st->sites_reported = r->n_reported;
     int finished = r->finished;

@@ -48,19 +48,14 @@ typedef struct Waiter {
 } Waiter;
 
 typedef struct Rounds {
-    GPT model;      /* θ of the current round in model.params; owned */
-    OuterOpt outer; /* owned */
-    RoundSum sum;   /* owned */
-    RoundsSettings set;
-    CodecParams uplink;
-    int robust; /* 0: streaming weighted mean; else kind + 1 */
-    double trim;
+    GPT model;          /* θ of the current round in model.params; owned */
+    OuterOpt outer;     /* owned */
+    RoundSum sum;       /* owned */
+    RoundsSettings set; /* as read at start; never changes while serving */
     /* robust rounds: the updates kept whole, each a file in its site's
      * spool folder ("site-ID"), named kept-rN.blob */
     char kept_owner[MAX_REPORTS][32];
     int n_kept;
-    int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
-    int64_t budget_ms;         /* training time per round at a site; 0: H steps, however long */
     int64_t max_tokens;        /* inner_steps × batch × seq: an update's largest weight */
     uint64_t max_update_bytes; /* the largest blob the federation's codec makes */
     double theta_norm;         /* ‖θ_r‖, for the absolute norm bound */

@@ -145,7 +145,8 @@ static int robust_mean(Coordinator *co, float *mean, char *err) {
         blobs[mapped] = p, lens[mapped] = (size_t)len;
     }
     rc = robust_aggregate(blobs, lens, r->n_kept, r->model.n_params,
-                          r->robust == 1 ? ROBUST_MEDIAN : ROBUST_TRIMMED_MEAN, r->trim, mean, err);
+                          r->set.robust == 1 ? ROBUST_MEDIAN : ROBUST_TRIMMED_MEAN, r->set.trim,
+                          mean, err);
 out:
     for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
     return rc;
@@ -217,7 +218,7 @@ static int commit_round(Coordinator *co, char *err) {
         err_set(err, "out of memory for the outer step");
         goto out;
     }
-    if ((r->robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0 ||
+    if ((r->set.robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0 ||
         outer_clone(&r->outer, &next, err) != 0)
         goto out;
     memcpy(theta, r->model.params, sizeof(float) * n);
@@ -305,9 +306,9 @@ static int commit_round(Coordinator *co, char *err) {
              r->n_reported, eval);
     drop_kept(co);
     r->number++;
-    if (r->number >= r->total) {
+    if (r->number >= r->set.total) {
         r->finished = 1;
-        log_info("rounds", "federation finished after %lld rounds", (long long)r->total);
+        log_info("rounds", "federation finished after %lld rounds", (long long)r->set.total);
     } else if (open_round(co, err) != 0) {
         log_error("rounds", "cannot open round %lld: %s", (long long)r->number, err);
     }
@@ -424,20 +425,20 @@ static void *ticker_main(void *arg) {
             return NULL;
         }
         int64_t now = time_wall_ms();
-        if (!r->finished && now >= r->opened_ms + r->deadline_ms * (r->extensions + 1)) {
+        if (!r->finished && now >= r->opened_ms + r->set.deadline_ms * (r->extensions + 1)) {
             char err[ERR_LEN];
-            if (r->n_reported >= r->min_sites && r->sum.accepted > 0) {
+            if (r->n_reported >= r->set.min_sites && r->sum.accepted > 0) {
                 if (commit_round(co, err) != 0) log_error("rounds", "commit failed: %s", err);
-            } else if (r->extensions < r->max_extensions) {
+            } else if (r->extensions < r->set.max_extensions) {
                 r->extensions++;
                 log_warn("rounds",
                          "round %lld: %d of %lld sites by the deadline; extended (%d/%lld)",
-                         (long long)r->number, r->n_reported, (long long)r->min_sites,
-                         r->extensions, (long long)r->max_extensions);
+                         (long long)r->number, r->n_reported, (long long)r->set.min_sites,
+                         r->extensions, (long long)r->set.max_extensions);
             } else {
                 char reason[160];
                 snprintf(reason, sizeof reason, "no quorum: %d of %lld sites after %d extensions",
-                         r->n_reported, (long long)r->min_sites, r->extensions);
+                         r->n_reported, (long long)r->set.min_sites, r->extensions);
                 fail_round(co, reason);
             }
         }
@@ -506,7 +507,8 @@ static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, con
     u.tokens = meta && meta->tokens <= (uint64_t)co->rounds.max_tokens ? (int64_t)meta->tokens : 0;
     u.train_loss = meta ? meta->train_loss : NAN;
     u.eval_loss = meta ? meta->eval_loss : NAN;
-    u.steps = meta && meta->steps <= (uint64_t)co->rounds.inner_steps ? (int64_t)meta->steps : 0;
+    u.steps =
+        meta && meta->steps <= (uint64_t)co->rounds.set.inner_steps ? (int64_t)meta->steps : 0;
     u.train_ms = meta && meta->train_ms <= (uint64_t)INT32_MAX * 1000 ? (int64_t)meta->train_ms : 0;
     u.upload_ms = upload_ms;
     u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
@@ -546,7 +548,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  "update weight of %llu tokens is over what a round lets a site train: %lld "
                  "(inner_steps %lld x batch %lld x seq %lld in federation.ini)",
                  (unsigned long long)meta->tokens, (long long)r->max_tokens,
-                 (long long)r->inner_steps, (long long)r->set.batch, (long long)r->set.seq);
+                 (long long)r->set.inner_steps, (long long)r->set.batch, (long long)r->set.seq);
         return "bad_weight";
     }
     if (meta->train_ms > (uint64_t)INT32_MAX * 1000) {
@@ -569,9 +571,9 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (long long)r->number);
         return "wrong_base";
     }
-    if (meta->steps > (uint64_t)r->inner_steps) {
+    if (meta->steps > (uint64_t)r->set.inner_steps) {
         snprintf(why, why_len, "update claims %llu inner steps; a round has %lld",
-                 (unsigned long long)meta->steps, (long long)r->inner_steps);
+                 (unsigned long long)meta->steps, (long long)r->set.inner_steps);
         return "malformed";
     }
     if (dup) {
@@ -591,7 +593,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
         snprintf(why, why_len, "%s", reason);
         return "malformed";
     }
-    const CodecParams *want = &r->uplink, *have = &params;
+    const CodecParams *want = &r->set.uplink, *have = &params;
     if (have->id != want->id || have->block != want->block || have->chunk != want->chunk ||
         have->value_bits != want->value_bits || fabs(have->density - want->density) > 1e-6) {
         snprintf(why, why_len,
@@ -655,7 +657,7 @@ static void h_push_update(NetCall *c, void *user) {
     }
     char kept[64];
     kept_name(r->number, kept, sizeof kept);
-    if (code == NULL && r->robust &&
+    if (code == NULL && r->set.robust &&
         net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, err) != 0) {
         code = "internal";
         snprintf(why, sizeof why, "cannot keep the update for robust aggregation: %.200s", err);
@@ -665,23 +667,24 @@ static void h_push_update(NetCall *c, void *user) {
                       code ? why : NULL, &update_id, err) != 0) {
         log_error("rounds", "cannot record the update of %s: %s", site.name, err);
         if (code == NULL) {
-            if (r->robust) net_spool_drop(r->spool, owner, kept);
+            if (r->set.robust) net_spool_drop(r->spool, owner, kept);
             code = "internal";
             snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
         }
     } else if (code == NULL &&
-               round_sum_apply(&r->sum, blob, len, weight, g.norm, !r->robust, err) != 0) {
+               round_sum_apply(&r->sum, blob, len, weight, g.norm, !r->set.robust, err) != 0) {
         /* a gated update fails to apply only for want of memory, before any change */
         code = "internal";
         snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
-        if (r->robust) net_spool_drop(r->spool, owner, kept);
+        if (r->set.robust) net_spool_drop(r->spool, owner, kept);
         pthread_mutex_lock(&co->store_lock);
         store_update_reject(co->store, update_id, code, why, NULL);
         pthread_mutex_unlock(&co->store_lock);
     }
     int accepted = code == NULL, committed = 0;
     if (accepted) {
-        if (r->robust) snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
+        if (r->set.robust)
+            snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
         snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
         if (isfinite(meta->eval_loss)) {
             r->eval_sum += meta->eval_loss * (double)meta->tokens;
@@ -690,7 +693,7 @@ static void h_push_update(NetCall *c, void *user) {
     }
     /* early close: every active site is in, and never below quorum (a site
      * that reports before the others have joined must not make a round) */
-    if (accepted && r->n_reported >= active_sites(co) && r->n_reported >= r->min_sites) {
+    if (accepted && r->n_reported >= active_sites(co) && r->n_reported >= r->set.min_sites) {
         char cerr[ERR_LEN];
         if (commit_round(co, cerr) != 0) log_error("rounds", "commit failed: %s", cerr);
         committed = 1;
@@ -810,17 +813,17 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
     hr->current_round = (uint64_t)r->number;
-    hr->total_rounds = (uint64_t)r->total;
+    hr->total_rounds = (uint64_t)r->set.total;
     hr->table_hash = r->model.table_hash;
-    hr->inner_steps = (uint32_t)r->inner_steps;
-    hr->round_budget_ms = (uint64_t)r->budget_ms;
+    hr->inner_steps = (uint32_t)r->set.inner_steps;
+    hr->round_budget_ms = (uint64_t)r->set.budget_ms;
     hr->finished = r->finished;
     /* static strings: the settings never change while serving */
-    hr->uplink_codec = (char *)codec_params_name(&r->uplink);
+    hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);
     hr->downlink_codec =
         (char *)(r->set.downlink_lossless ? "lossless" : codec_params_name(&r->set.downlink));
     hr->ef_decay = (float)r->set.ef_decay;
-    hr->uplink_density = r->uplink.id == CODEC_TOPK ? r->uplink.density : 0;
+    hr->uplink_density = r->set.uplink.id == CODEC_TOPK ? r->set.uplink.density : 0;
     hr->model_seed = (uint64_t)r->set.seed;
     memcpy(model_sha, r->theta_sha, 32); /* a copy: θ's hash moves when a round commits */
     hr->model_sha256.data = model_sha;
@@ -834,10 +837,6 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     pthread_cond_init(&r->changed, NULL);
     r->delta_from = -1;
     r->set = *set;
-    r->total = set->total, r->min_sites = set->min_sites, r->deadline_ms = set->deadline_ms;
-    r->inner_steps = set->inner_steps, r->max_extensions = set->max_extensions;
-    r->budget_ms = set->budget_ms, r->robust = set->robust, r->trim = set->trim;
-    r->uplink = set->uplink;
     r->max_tokens = set->inner_steps * set->batch * set->seq;
     GPTConfig gc;
     if (gpt_config_preset(co->model, &gc) != 0)
@@ -851,7 +850,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         ef_init(&r->down_ef, r->model.n_params, r->model.table_hash, 1.0f, err) != 0)
         return -1;
     CodecLayout layout = {r->model.table_hash, r->model.n_params, NULL, 0};
-    r->max_update_bytes = codec_blob_max_len(&r->uplink, &layout);
+    r->max_update_bytes = codec_blob_max_len(&r->set.uplink, &layout);
     if (r->max_update_bytes == 0) return err_set(err, "cannot size the federation's updates");
     uint64_t per_site =
         set->spool_site_bytes > 0 ? (uint64_t)set->spool_site_bytes : 3 * r->max_update_bytes;
@@ -880,7 +879,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     if (publish_model(co, initial, NULL, NULL, err) != 0) return -1;
     r->theta_norm = l2_norm(r->model.params, r->model.n_params);
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
-    if (r->number >= r->total) {
+    if (r->number >= r->set.total) {
         r->finished = 1;
     } else if (open_round(co, err) != 0) {
         return -1;

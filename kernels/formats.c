@@ -285,10 +285,12 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     if (cfg_json == NULL) return err_set(err, "%s: not JSON (%s)", path, je.text);
     GPTConfig cfg = {.name = "hf"};
     json_int_t L = 0, H = 0, C = 0, T = 0, V = 0;
-    const char *act = "gelu_new";
+    const char *act_json = "gelu_new";
     int ok = json_unpack(cfg_json, "{s:I,s:I,s:I,s:I,s:I}", "n_layer", &L, "n_head", &H, "n_embd",
                          &C, "n_positions", &T, "vocab_size", &V) == 0;
-    json_unpack(cfg_json, "{s?s}", "activation_function", &act);
+    json_unpack(cfg_json, "{s?s}", "activation_function", &act_json);
+    char act[64]; /* a copy: the string belongs to cfg_json */
+    snprintf(act, sizeof act, "%s", act_json);
     int gelu_ok = strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0;
     json_decref(cfg_json);
     if (!ok || L < 1 || L > 256 || H < 1 || C < 1 || C > 65536 || C % H != 0 || T < 1 ||
@@ -316,7 +318,15 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     }
     HfIn in = {h, (const uint8_t *)text + 8 + hl, len - 8 - (size_t)hl,
                json_object_get(h, "transformer.wte.weight") ? "transformer." : ""};
-    int rc = gpt_build(m, &cfg, 0, err);
+    /* the config's sizes are claims: a file too small for them is refused
+     * before the model they describe is allocated (2 bytes a value at the
+     * least, F16 or BF16) */
+    double want = (double)cfg.V * cfg.C + (double)cfg.T * cfg.C +
+                  (double)cfg.L * (12.0 * cfg.C * cfg.C + 13.0 * cfg.C) + 2.0 * cfg.C;
+    int rc = 2 * want > (double)in.data_len
+                 ? err_set(err, "%s holds %zu bytes of tensors; config.json describes %.0f values",
+                           path, in.data_len, want)
+                 : gpt_build(m, &cfg, 0, err);
     if (rc == 0) {
         memset(m->params, 0, m->n_params * 4); /* padded embedding rows stay zero */
         rc = hf_take(&in, "wte.weight", 2, cfg.V, cfg.C, 0, m->params + gpt_view(m, "wte")->offset,

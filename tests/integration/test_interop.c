@@ -201,6 +201,19 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
         cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a %s tensor was accepted", modes[k]);
         cr_assert_not_null(strstr(err, said[k]), "%s", err);
     }
+    /* a config claiming far more than the file holds is refused before the
+     * model it describes is allocated */
+    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    char cfg[800], *text;
+    snprintf(cfg, sizeof cfg, "%s/config.json", out);
+    cr_assert_eq(file_read_all(cfg, 1 << 20, &text, NULL, err), 0, "%s", err);
+    char *layers = strstr(text, "\"n_layer\": 2");
+    cr_assert_not_null(layers, "%s", text);
+    memcpy(layers, "\"n_layer\": 9", 12);
+    cr_assert_eq(file_write_atomic(cfg, text, strlen(text), 0644, err), 0, "%s", err);
+    free(text);
+    cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a config larger than its file was accepted");
+    cr_assert_not_null(strstr(err, "config.json describes"), "%s", err);
     gpt_free(&m);
     harness_rmtree(dir);
     free(dir);
