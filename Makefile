@@ -77,7 +77,7 @@ say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CPPFLAGS := -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP
 CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lm
+LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lpcre2-8 -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -216,11 +216,11 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-$(VENV)/.ok.2:
-	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client from PyPI)"
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client && touch $@
+$(VENV)/.ok.3:
+	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers && touch $@
 
-test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.2
+test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"
@@ -253,7 +253,7 @@ $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
-	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lm -o $@
+	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lpcre2-8 -lm -o $@
 $(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 

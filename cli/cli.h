@@ -73,6 +73,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv);
 int cmd_train(const Command *cmd, int argc, char **argv);
 int cmd_sample(const Command *cmd, int argc, char **argv);
 int cmd_export(const Command *cmd, int argc, char **argv);
+int cmd_tokenize(const Command *cmd, int argc, char **argv);
 
 /* ---- strait demo (cmd_demo.c, demo_score.c) ---- */
 #define DEMO_FORTUNES "/usr/share/games/fortunes"
@@ -95,10 +96,16 @@ int demo_run_wait(char *const argv[], const char *log_path);
  * writes DIR/summary.json. */
 int demo_score(const DemoRun *d, const struct StoreTotals *tot, int baseline, char *err);
 
-/* Writes prompt and n sampled bytes (temperature 0: the likeliest) to out. */
+/* Writes prompt and n sampled tokens (temperature 0: the likeliest) to out,
+ * decoded by tok, or as bytes when tok is NULL (a byte-level model). */
 struct GPT;
-void cli_sample_text(struct GPT *m, const char *prompt, int n, float temperature, uint64_t seed,
-                     FILE *out);
+struct Tokenizer;
+void cli_sample_text(struct GPT *m, struct Tokenizer *tok, const char *prompt, int n,
+                     float temperature, uint64_t seed, FILE *out);
+/* The tokenizer of --tokenizer DIR (DIR/vocab.json, DIR/merges.txt) or of
+ * --vocab and --merges, which win over DIR's files. NULL with err set. */
+struct Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges,
+                                     char *err);
 
 /* From the generated build/gen/buildinfo.c. */
 extern const char strait_version[];

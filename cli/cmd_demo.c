@@ -400,7 +400,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
     if (gpt_build(&m, &cfg, 1, err) == 0 && gpt_load(&m, ckpt, NULL, err) == 0) {
         printf("\na sample from the final model:\n\n");
-        cli_sample_text(&m, "The ", 240, 0.8f, 7, stdout);
+        cli_sample_text(&m, NULL, "The ", 240, 0.8f, 7, stdout);
     }
     gpt_free(&m);
     printf("\nthe federation, its store and the logs stay in %s\n", dir);

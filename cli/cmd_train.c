@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "kernels/kernels.h"
+#include "kernels/tokenizer.h"
 #include "util/util.h"
 
 static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
@@ -227,48 +228,67 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     return rc;
 }
 
-void cli_sample_text(GPT *m, const char *prompt, int n, float temperature, uint64_t seed,
-                     FILE *out) {
+void cli_sample_text(GPT *m, Tokenizer *tok, const char *prompt, int n, float temperature,
+                     uint64_t seed, FILE *out) {
     const GPTConfig cfg = m->cfg;
     size_t plen = strlen(prompt);
-    int *ctx = mallocCheck(sizeof(int) * (plen + (size_t)n + 1));
+    TokenBuf ctx = {0};
+    char err[ERR_LEN];
+    if (tok != NULL) {
+        if (plen == 0 && tokenizer_eot(tok) >= 0) token_buf_push(&ctx, tokenizer_eot(tok));
+        tokenizer_encode(tok, prompt, plen, &ctx, err);
+    } else {
+        for (size_t i = 0; i < plen; i++) token_buf_push(&ctx, (uint8_t)prompt[i]);
+    }
+    if (ctx.n == 0)
+        token_buf_push(&ctx, tok ? tokenizer_eot(tok) < 0 ? 0 : tokenizer_eot(tok) : '\n');
+    int *ids = mallocCheck(sizeof(int) * (ctx.n + (size_t)n));
     int len = 0;
-    if (plen == 0) ctx[len++] = '\n';
-    for (size_t i = 0; i < plen; i++) ctx[len++] = (uint8_t)prompt[i];
+    for (size_t i = 0; i < ctx.n; i++) ids[len++] = ctx.ids[i];
+    token_buf_free(&ctx);
     float *logits = mallocCheck(sizeof(float) * (size_t)cfg.V);
+    /* only ids the vocabulary has: a padded or larger model's others never come out */
+    int usable = tok ? tokenizer_vocab_size(tok) : 256;
+    if (usable > cfg.V) usable = cfg.V;
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     fputs(prompt, out);
     for (int k = 0; k < n; k++) {
-        gpt_next_logits(m, ctx, len, logits);
+        gpt_next_logits(m, ids, len, logits);
         int next = 0;
         if (temperature == 0) {
-            for (int v = 1; v < cfg.V; v++) next = logits[v] > logits[next] ? v : next;
+            for (int v = 1; v < usable; v++) next = logits[v] > logits[next] ? v : next;
         } else {
             float mx = logits[0];
-            for (int v = 1; v < cfg.V; v++) mx = logits[v] > mx ? logits[v] : mx;
+            for (int v = 1; v < usable; v++) mx = logits[v] > mx ? logits[v] : mx;
             double sum = 0;
-            for (int v = 0; v < cfg.V; v++) sum += exp((logits[v] - mx) / temperature);
+            for (int v = 0; v < usable; v++) sum += exp((logits[v] - mx) / temperature);
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             double u = (double)(s >> 11) / 9007199254740992.0 * sum, acc = 0;
-            for (next = 0; next < cfg.V - 1; next++) {
+            for (next = 0; next < usable - 1; next++) {
                 acc += exp((logits[next] - mx) / temperature);
                 if (acc > u) break;
             }
         }
-        ctx[len++] = next;
-        fputc(next, out);
+        ids[len++] = next;
+        if (tok != NULL) {
+            size_t bl;
+            const uint8_t *bytes = tokenizer_decode(tok, next, &bl);
+            if (bytes) fwrite(bytes, 1, bl, out);
+        } else {
+            fputc(next, out);
+        }
     }
     fputc('\n', out);
-    free(ctx), free(logits);
+    free(ids), free(logits);
 }
 
 int cmd_sample(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"prompt", required_argument, NULL, 'p'},
-                                         {"tokens", required_argument, NULL, 'n'},
-                                         {"temperature", required_argument, NULL, 't'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {NULL, 0, NULL, 0}};
-    const char *prompt = "";
+    static const struct option opts[] = {
+        {"prompt", required_argument, NULL, 'p'},      {"tokens", required_argument, NULL, 'n'},
+        {"temperature", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
+        {"tokenizer", required_argument, NULL, 'T'},   {"vocab", required_argument, NULL, 'v'},
+        {"merges", required_argument, NULL, 'm'},      {NULL, 0, NULL, 0}};
+    const char *prompt = "", *tdir = NULL, *vocab = NULL, *merges = NULL;
     int n = 200;
     float temperature = 1.0f;
     unsigned long long seed = 1;
@@ -290,6 +310,15 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
         case 's':
             if (cli_u64(cmd, "--seed", &seed)) return EXIT_USAGE;
             break;
+        case 'T':
+            tdir = optarg;
+            break;
+        case 'v':
+            vocab = optarg;
+            break;
+        case 'm':
+            merges = optarg;
+            break;
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one checkpoint CKPT");
@@ -298,15 +327,30 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     char err[ERR_LEN];
     GPTConfig cfg;
     if (gpt_read_config(argv[optind], &cfg, NULL, err) != 0) return cli_fail(cmd, "%s", err);
-    if (cfg.V != 256)
+    Tokenizer *tok = NULL;
+    if (tdir || vocab || merges) {
+        if ((tok = cli_tokenizer_open(tdir, vocab, merges, err)) == NULL)
+            return cli_fail(cmd, "%s", err);
+        if (tokenizer_vocab_size(tok) > cfg.V) {
+            int tv = tokenizer_vocab_size(tok);
+            tokenizer_free(tok);
+            return cli_fail(cmd,
+                            "the tokenizer has %d tokens, the model only %d: not its tokenizer", tv,
+                            cfg.V);
+        }
+    } else if (cfg.V != 256) {
         return cli_fail(cmd,
-                        "this checkpoint uses a %d-token vocabulary; sampling text needs a "
-                        "byte-level (256) model",
+                        "this checkpoint uses a %d-token vocabulary: give its BPE tokenizer with "
+                        "--tokenizer DIR (vocab.json, merges.txt)",
                         cfg.V);
+    }
     GPT m;
-    if (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, argv[optind], NULL, err) != 0)
+    if (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, argv[optind], NULL, err) != 0) {
+        tokenizer_free(tok);
         return cli_fail(cmd, "%s", err);
-    cli_sample_text(&m, prompt, n, temperature, seed, stdout);
+    }
+    cli_sample_text(&m, tok, prompt, n, temperature, seed, stdout);
+    tokenizer_free(tok);
     gpt_free(&m);
     return EXIT_OK;
 }

@@ -92,14 +92,30 @@ const Command cli_commands[] = {
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
      "  --json            one JSON object per logged step on stdout\n",
      cmd_train},
-    {"sample", "CKPT [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]",
-     "generate text from a byte-level model checkpoint",
+    {"sample", "CKPT [--tokenizer DIR] [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]",
+     "generate text from a model checkpoint",
+     "A byte-level model (vocabulary 256) needs no tokenizer; a BPE model needs its own\n"
+     "(the vocab.json and merges.txt it was tokenized with).\n\n"
      "flags:\n"
-     "  --prompt TEXT       text to continue (default: a newline)\n"
-     "  --tokens N          bytes to generate (default 200)\n"
-     "  --temperature X     0 picks the likeliest byte; 1 samples as trained (default 1)\n"
+     "  --tokenizer DIR     DIR/vocab.json and DIR/merges.txt (a Hugging Face GPT-2 folder)\n"
+     "  --vocab F, --merges F  the two files by name instead\n"
+     "  --prompt TEXT       text to continue (default: a newline, or <|endoftext|>)\n"
+     "  --tokens N          tokens to generate (default 200)\n"
+     "  --temperature X     0 picks the likeliest token; 1 samples as trained (default 1)\n"
      "  --seed S            sampling seed (default 1)\n",
      cmd_sample},
+    {"tokenize", "--tokenizer DIR | --vocab F --merges F  FILE... --out DIR",
+     "turn text files into GPT-2 BPE token shards (llm.c's .bin) for 'strait train'",
+     "GPT-2's byte-level BPE: its pre-tokenization pattern (PCRE2), then the merges in\n"
+     "rank order, the ids PyPI's tokenizers gives. Each FILE is one document and starts\n"
+     "with <|endoftext|> when the vocabulary has it; text that spells <|endoftext|> stays\n"
+     "text. Writes DIR/tokens_000000.bin, ... (header 20240520, version 1, uint16 ids).\n\n"
+     "flags:\n"
+     "  --tokenizer DIR     DIR/vocab.json and DIR/merges.txt (a Hugging Face GPT-2 folder)\n"
+     "  --vocab F, --merges F  the two files by name instead\n"
+     "  --out DIR           a new or empty folder for the shards\n"
+     "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",
+     cmd_tokenize},
     {"export", "CKPT --format hf|llmc OUT",
      "write a checkpoint in Hugging Face's or llm.c's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"

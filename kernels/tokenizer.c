@@ -1,0 +1,461 @@
+/*
+ * tokenizer.c — GPT-2's byte-level BPE (API and behaviour: tokenizer.h).
+ *
+ * vocab.json keys are written in GPT-2's byte-to-unicode alphabet (printable
+ * bytes stand for themselves, the other 68 are shifted to U+0100..U+0143);
+ * they are turned back into bytes on load, so encoding works on bytes and
+ * ids throughout: a piece starts as its byte tokens and pairs are merged
+ * from a heap ordered by (rank, position), the way `tokenizers` does it.
+ * A key outside that alphabet is a special token: decodable, never merged.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+#include "util/util.h"
+
+/* GPT-2's pre-tokenization pattern (encoder.py, and `tokenizers`' ByteLevel) */
+static const char PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+#define MAX_IDS 65536 /* ids are uint16 in a shard */
+
+typedef struct Str {
+    uint32_t off, len; /* in Tokenizer.arena */
+    int id;            /* -1: empty slot */
+} Str;
+
+typedef struct Pair {
+    uint64_t key; /* (a << 16 | b) + 1; 0: empty slot */
+    int32_t rank;
+    uint16_t merged;
+} Pair;
+
+struct Tokenizer {
+    uint8_t *arena; /* every token's bytes */
+    size_t arena_len;
+    uint32_t *tok_off, *tok_len; /* per id; tok_len UINT32_MAX: no such id */
+    int n_ids, eot, n_merges;
+    int byte_id[256];
+    Str *strs; /* bytes -> id, open addressing */
+    size_t strs_cap;
+    Pair *pairs; /* (a, b) -> rank and merged id */
+    size_t pairs_cap;
+    pcre2_code *re;
+    pcre2_match_data *md;
+    /* scratch for one piece */
+    int *sym, *next, *prev;
+    struct HeapItem {
+        int32_t rank, pos;
+    } * heap;
+    size_t scratch_cap;
+};
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return x;
+}
+
+/* GPT-2's bytes_to_unicode, inverted: code point -> byte, or -1. */
+static int cp_to_byte(uint32_t cp) {
+    static int table[324];
+    static int ready;
+    if (!ready) {
+        for (int i = 0; i < 324; i++) table[i] = -1;
+        int n = 0;
+        for (int b = 0; b < 256; b++) {
+            int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+            table[printable ? b : 256 + n++] = b;
+        }
+        ready = 1;
+    }
+    return cp < 324 ? table[cp] : -1;
+}
+
+/* One UTF-8 code point from s[*i..n); -1 on a malformed sequence. */
+static int64_t utf8_next(const uint8_t *s, size_t n, size_t *i) {
+    uint8_t c = s[*i];
+    int extra = c < 0x80             ? 0
+                : (c & 0xe0) == 0xc0 ? 1
+                : (c & 0xf0) == 0xe0 ? 2
+                : (c & 0xf8) == 0xf0 ? 3
+                                     : -1;
+    if (extra < 0 || *i + (size_t)extra >= n) return -1;
+    uint32_t cp = extra == 0 ? c : (uint32_t)(c & (0x3f >> extra));
+    for (int k = 1; k <= extra; k++) {
+        uint8_t d = s[*i + (size_t)k];
+        if ((d & 0xc0) != 0x80) return -1;
+        cp = cp << 6 | (d & 0x3f);
+    }
+    static const uint32_t least[4] = {0, 0x80, 0x800, 0x10000}; /* no overlong forms */
+    if (cp < least[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000)) return -1;
+    *i += (size_t)extra + 1;
+    return cp;
+}
+
+/* Key text in GPT-2's alphabet -> bytes appended to the arena; 1 when every
+ * code point is in the alphabet, 0 for a special token (its UTF-8 kept),
+ * -1 for malformed UTF-8 or no memory. */
+static int key_to_bytes(Tokenizer *t, const char *key, size_t n, uint32_t *off, uint32_t *len) {
+    uint8_t *grown = realloc(t->arena, t->arena_len + n + 1);
+    if (grown == NULL) return -1;
+    t->arena = grown;
+    *off = (uint32_t)t->arena_len;
+    size_t out = 0, i = 0;
+    int mapped = 1;
+    while (i < n) {
+        int64_t cp = utf8_next((const uint8_t *)key, n, &i);
+        if (cp < 0) return -1;
+        int b = cp_to_byte((uint32_t)cp);
+        if (b < 0) {
+            mapped = 0;
+            break;
+        }
+        t->arena[t->arena_len + out++] = (uint8_t)b;
+    }
+    if (!mapped) { /* keep the key as it is written */
+        memcpy(t->arena + t->arena_len, key, n);
+        out = n;
+    }
+    *len = (uint32_t)out;
+    t->arena_len += out;
+    return mapped;
+}
+
+static Str *str_slot(Tokenizer *t, const uint8_t *p, size_t n) {
+    size_t mask = t->strs_cap - 1;
+    for (size_t i = hash_bytes(p, n) & mask;; i = (i + 1) & mask) {
+        Str *s = &t->strs[i];
+        if (s->id < 0 || (s->len == n && memcmp(t->arena + s->off, p, n) == 0)) return s;
+    }
+}
+
+static int str_find(Tokenizer *t, const uint8_t *p, size_t n) {
+    return str_slot(t, p, n)->id;
+}
+
+static Pair *pair_slot(const Tokenizer *t, int a, int b) {
+    uint64_t key = ((uint64_t)a << 16 | (uint64_t)b) + 1;
+    size_t mask = t->pairs_cap - 1;
+    for (size_t i = hash_u64(key) & mask;; i = (i + 1) & mask)
+        if (t->pairs[i].key == key || t->pairs[i].key == 0) return &t->pairs[i];
+}
+
+static int parse_vocab(Tokenizer *t, const char *text, size_t len, char *err) {
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (root == NULL) return err_set(err, "vocab.json: not JSON (line %d: %s)", je.line, je.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return err_set(err, "vocab.json: expected an object of token: id");
+    }
+    size_t n = json_object_size(root);
+    if (n == 0 || n > MAX_IDS) {
+        json_decref(root);
+        return err_set(err, "vocab.json: %zu tokens; a shard holds ids 0..65535, at least 256", n);
+    }
+    t->tok_off = calloc(MAX_IDS, sizeof *t->tok_off);
+    t->tok_len = malloc(MAX_IDS * sizeof *t->tok_len);
+    for (size_t c = 4; c < 2 * n; c <<= 1) t->strs_cap = c << 1;
+    if (t->strs_cap < 8) t->strs_cap = 8;
+    t->strs = malloc(t->strs_cap * sizeof *t->strs);
+    if (!t->tok_off || !t->tok_len || !t->strs) {
+        json_decref(root);
+        return err_set(err, "out of memory for the vocabulary");
+    }
+    memset(t->tok_len, 0xff, MAX_IDS * sizeof *t->tok_len);
+    for (size_t i = 0; i < t->strs_cap; i++) t->strs[i].id = -1;
+    const char *key;
+    json_t *val;
+    int rc = 0;
+    json_object_foreach(root, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id >= MAX_IDS) {
+            rc = err_set(err, "vocab.json: token \"%.40s\" has id %s; ids are 0..65535", key,
+                         json_is_integer(val) ? "out of range" : "that is not an integer");
+            break;
+        }
+        if (t->tok_len[id] != UINT32_MAX) {
+            rc = err_set(err, "vocab.json: id %d is given to two tokens", (int)id);
+            break;
+        }
+        uint32_t off, blen;
+        int mapped = key_to_bytes(t, key, strlen(key), &off, &blen);
+        if (mapped < 0) {
+            rc = err_set(err, "vocab.json: token \"%.40s\" is not UTF-8 (or out of memory)", key);
+            break;
+        }
+        t->tok_off[id] = off, t->tok_len[id] = blen;
+        if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
+        if (strcmp(key, "<|endoftext|>") == 0) t->eot = (int)id;
+        if (!mapped) continue; /* special: decodable, never merged */
+        Str *s = str_slot(t, t->arena + off, blen);
+        if (s->id >= 0) {
+            rc = err_set(err, "vocab.json: token \"%.40s\" is written twice", key);
+            break;
+        }
+        s->off = off, s->len = blen, s->id = (int)id;
+        if (blen == 1) t->byte_id[t->arena[off]] = (int)id;
+    }
+    json_decref(root);
+    for (int b = 0; rc == 0 && b < 256; b++)
+        if (t->byte_id[b] < 0)
+            rc = err_set(err,
+                         "vocab.json has no token for byte 0x%02x: not a byte-level BPE "
+                         "vocabulary (GPT-2's vocab.json has all 256)",
+                         b);
+    return rc;
+}
+
+/* One line "A B" of merges.txt, numbered for errors. */
+static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, char *err) {
+    const char *sp = memchr(line, ' ', n);
+    if (sp == NULL || sp == line || sp + 1 == line + n ||
+        memchr(sp + 1, ' ', (size_t)(line + n - sp - 1)))
+        return err_set(err, "merges.txt line %d: expected two tokens separated by one space",
+                       lineno);
+    uint32_t oa, la, ob, lb;
+    size_t mark = t->arena_len;
+    if (key_to_bytes(t, line, (size_t)(sp - line), &oa, &la) != 1 ||
+        key_to_bytes(t, sp + 1, (size_t)(line + n - sp - 1), &ob, &lb) != 1) {
+        t->arena_len = mark;
+        return err_set(err, "merges.txt line %d: a token outside GPT-2's byte alphabet", lineno);
+    }
+    int a = str_find(t, t->arena + oa, la), b = str_find(t, t->arena + ob, lb);
+    /* the two halves sit side by side in the arena: their concatenation */
+    int m = oa + la == ob ? str_find(t, t->arena + oa, (size_t)la + lb) : -1;
+    t->arena_len = mark;
+    if (a < 0 || b < 0 || m < 0)
+        return err_set(err, "merges.txt line %d: \"%.*s\" %s", lineno, (int)(n > 60 ? 60 : n), line,
+                       a < 0 || b < 0 ? "names a token vocab.json does not have"
+                                      : "merges into a token vocab.json does not have");
+    Pair *p = pair_slot(t, a, b);
+    if (p->key == 0) t->n_merges++;
+    p->key = ((uint64_t)a << 16 | (uint64_t)b) + 1; /* a later line wins, as in GPT-2's dict */
+    p->rank = lineno;
+    p->merged = (uint16_t)m;
+    return 0;
+}
+
+static int parse_merges(Tokenizer *t, const char *text, size_t len, char *err) {
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    for (t->pairs_cap = 8; t->pairs_cap < 2 * lines; t->pairs_cap <<= 1) {
+    }
+    t->pairs = calloc(t->pairs_cap, sizeof *t->pairs);
+    if (t->pairs == NULL) return err_set(err, "out of memory for %zu merges", lines);
+    int lineno = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
+        lineno++;
+        size_t m = n;
+        if (m > 0 && text[i + m - 1] == '\r') m--;
+        int skip = m == 0 || (lineno == 1 && m >= 9 && memcmp(text + i, "#version:", 9) == 0);
+        if (!skip && add_merge(t, text + i, m, lineno, err) != 0) return -1;
+        i += n + 1;
+    }
+    return 0;
+}
+
+Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
+                           size_t merges_len, char *err) {
+    Tokenizer *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    t->eot = -1;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    if (parse_vocab(t, vocab, vocab_len, err) != 0 ||
+        parse_merges(t, merges, merges_len, err) != 0) {
+        tokenizer_free(t);
+        return NULL;
+    }
+    int code;
+    PCRE2_SIZE at;
+    t->re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
+    if (t->re == NULL) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        err_set(err, "the pre-tokenization pattern does not compile: %s", (char *)msg);
+        tokenizer_free(t);
+        return NULL;
+    }
+    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* faster when the JIT is there */
+    t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (t->md == NULL) {
+        err_set(err, "out of memory");
+        tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char *err) {
+    char *v = NULL, *m = NULL;
+    size_t vl, ml;
+    if (file_read_all(vocab_path, (size_t)1 << 28, &v, &vl, err) != 0) return NULL;
+    if (file_read_all(merges_path, (size_t)1 << 28, &m, &ml, err) != 0) {
+        free(v);
+        return NULL;
+    }
+    Tokenizer *t = tokenizer_parse(v, vl, m, ml, err);
+    free(v), free(m);
+    return t;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (t == NULL) return;
+    pcre2_match_data_free(t->md);
+    pcre2_code_free(t->re);
+    free(t->arena), free(t->tok_off), free(t->tok_len), free(t->strs), free(t->pairs);
+    free(t->sym), free(t->next), free(t->prev), free(t->heap);
+    free(t);
+}
+
+int tokenizer_vocab_size(const Tokenizer *t) {
+    return t->n_ids;
+}
+int tokenizer_eot(const Tokenizer *t) {
+    return t->eot;
+}
+int tokenizer_merges(const Tokenizer *t) {
+    return t->n_merges;
+}
+
+const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->n_ids || t->tok_len[id] == UINT32_MAX) {
+        *len = 0;
+        return NULL;
+    }
+    *len = t->tok_len[id];
+    return t->arena + t->tok_off[id];
+}
+
+void token_buf_free(TokenBuf *b) {
+    free(b->ids);
+    memset(b, 0, sizeof *b);
+}
+
+int token_buf_push(TokenBuf *b, int id) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        uint16_t *g = realloc(b->ids, cap * sizeof *g);
+        if (g == NULL) return -1;
+        b->ids = g, b->cap = cap;
+    }
+    b->ids[b->n++] = (uint16_t)id;
+    return 0;
+}
+
+/* ---- merging one piece: a min-heap of (rank, position) ---- */
+
+static int heap_less(struct HeapItem a, struct HeapItem b) {
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(struct HeapItem *h, size_t *n, struct HeapItem x) {
+    size_t i = (*n)++;
+    while (i > 0 && heap_less(x, h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+static struct HeapItem heap_pop(struct HeapItem *h, size_t *n) {
+    struct HeapItem top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
+        if (!heap_less(h[c], last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+static void push_pair(Tokenizer *t, size_t *hn, int pos) {
+    if (pos < 0 || t->next[pos] < 0) return;
+    const Pair *p = pair_slot(t, t->sym[pos], t->sym[t->next[pos]]);
+    if (p->key != 0) heap_push(t->heap, hn, (struct HeapItem){p->rank, pos});
+}
+
+static int encode_piece(Tokenizer *t, const uint8_t *p, size_t n, TokenBuf *out) {
+    if (n > t->scratch_cap) {
+        size_t cap = n * 2;
+        int *s = realloc(t->sym, cap * sizeof *s);
+        if (s) t->sym = s;
+        int *nx = realloc(t->next, cap * sizeof *nx);
+        if (nx) t->next = nx;
+        int *pv = realloc(t->prev, cap * sizeof *pv);
+        if (pv) t->prev = pv;
+        /* each merge pushes at most two pairs: n - 1 + 2 (n - 1) entries */
+        struct HeapItem *h = realloc(t->heap, 3 * cap * sizeof *h);
+        if (h) t->heap = h;
+        if (!s || !nx || !pv || !h) return -1;
+        t->scratch_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        t->sym[i] = t->byte_id[p[i]];
+        t->next[i] = i + 1 < n ? (int)i + 1 : -1;
+        t->prev[i] = (int)i - 1;
+    }
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < n; i++) push_pair(t, &hn, (int)i);
+    while (hn > 0) {
+        struct HeapItem top = heap_pop(t->heap, &hn);
+        int i = top.pos, j = t->next[i];
+        if (t->sym[i] < 0 || j < 0) continue; /* merged away since */
+        const Pair *pr = pair_slot(t, t->sym[i], t->sym[j]);
+        if (pr->key == 0 || pr->rank != top.rank) continue; /* stale: the pair changed */
+        t->sym[i] = pr->merged;
+        t->sym[j] = -1;
+        t->next[i] = t->next[j];
+        if (t->next[i] >= 0) t->prev[t->next[i]] = i;
+        push_pair(t, &hn, t->prev[i]);
+        push_pair(t, &hn, i);
+    }
+    for (int i = 0; i >= 0; i = t->next[i])
+        if (token_buf_push(out, t->sym[i]) != 0) return -1;
+    return 0;
+}
+
+int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *pos, size_t budget,
+                          TokenBuf *out, char *err) {
+    size_t start = *pos;
+    while (*pos < len && (budget == 0 || *pos - start < budget)) {
+        size_t s = len, e = len;
+        int rc = pcre2_match(t->re, (PCRE2_SPTR)text, len, *pos, 0, t->md, NULL);
+        if (rc > 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
+            s = ov[0], e = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
+        }
+        /* bytes the pattern does not cover (invalid UTF-8) form a piece of their own */
+        if (s > *pos && encode_piece(t, (const uint8_t *)text + *pos, s - *pos, out) != 0)
+            return err_set(err, "out of memory while encoding");
+        if (s < len && encode_piece(t, (const uint8_t *)text + s, e - s, out) != 0)
+            return err_set(err, "out of memory while encoding");
+        *pos = e;
+    }
+    return 0;
+}
+
+int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, char *err) {
+    size_t pos = 0;
+    return tokenizer_encode_some(t, text, len, &pos, 0, out, err);
+}

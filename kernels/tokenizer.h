@@ -1,0 +1,59 @@
+/*
+ * tokenizer.h — the API of kernels/tokenizer.c: GPT-2's byte-level BPE, read
+ * from a Hugging Face vocab.json and merges.txt (what GPT-2's own files and
+ * PyPI's `tokenizers` save), text to token ids and ids back to bytes.
+ *
+ * Encoding splits the text with GPT-2's pre-tokenization pattern (PCRE2,
+ * Unicode properties), maps each piece's bytes to their byte tokens and
+ * applies the merges lowest rank first, leftmost first on a tie — the
+ * order `tokenizers` applies them in. Text is plain text: "<|endoftext|>"
+ * written in a document is encoded as its characters, never as the special
+ * token, so no document can forge a boundary. Any bytes round-trip:
+ * decode(encode(x)) == x, invalid UTF-8 included (it becomes byte tokens).
+ */
+#ifndef STRAIT_TOKENIZER_H
+#define STRAIT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Tokenizer Tokenizer;
+
+/* A growing array of token ids (uint16: the ids a .bin shard holds). */
+typedef struct TokenBuf {
+    uint16_t *ids;
+    size_t n, cap;
+} TokenBuf;
+
+/* Reads vocab.json and merges.txt. Refuses, naming the entry: an id outside
+ * 0..65535 or given twice, a vocabulary without a token for each of the 256
+ * bytes, a merge line that is not two known tokens whose concatenation is
+ * a token. */
+Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char *err);
+/* The same from bytes in memory (what the fuzz target drives). */
+Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
+                           size_t merges_len, char *err);
+void tokenizer_free(Tokenizer *t);
+
+/* One more than the largest id: the model's vocabulary must be at least this. */
+int tokenizer_vocab_size(const Tokenizer *t);
+/* The id of "<|endoftext|>", or -1 when the vocabulary has none. */
+int tokenizer_eot(const Tokenizer *t);
+int tokenizer_merges(const Tokenizer *t);
+
+/* Appends the ids of text[*pos..len) to out, piece by piece, stopping once
+ * budget bytes have been consumed (0: to the end); *pos moves past what was
+ * encoded. The pieces do not depend on where a call stops, so encoding in
+ * steps gives the ids of encoding at once. -1 only when out of memory. */
+int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *pos, size_t budget,
+                          TokenBuf *out, char *err);
+int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, char *err);
+
+/* The bytes of one token; NULL (and *len 0) for an id not in the vocabulary. */
+const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len);
+
+/* Appends one id (0..65535); -1 when out of memory. */
+int token_buf_push(TokenBuf *b, int id);
+void token_buf_free(TokenBuf *b);
+
+#endif /* STRAIT_TOKENIZER_H */
