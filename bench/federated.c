@@ -4,8 +4,9 @@
  * sparseloco: top-k with 2-bit values both ways) and per data split (IID:
  * disjoint English collections; non-IID: one language per site). Each run
  * is one `strait demo --baseline` (site processes over mutual TLS, the
- * coordinator, then a centralized and a data-parallel `strait train` on the
- * same collections and tokens, every model scored on held-out collections
+ * coordinator, then a centralized and a data-parallel run of the one
+ * trainer (kernels/train.h) inside the demo, on the same collections and
+ * tokens, every model scored on held-out collections
  * no site trained on), at fixed seeds; its DIR/summary.json holds the
  * figures. Per case: the mean and spread over seeds of the global model's
  * held-out loss and its ratio to both baselines; bytes up, down and in all

@@ -24,7 +24,10 @@
 #include <omp.h>
 #endif
 
-#include "kernels/kernels.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "kernels/model.h"
+#include "kernels/train.h"
 #include "util/util.h"
 
 #define LLMC_REFERENCE_TOK_S      3900.0
@@ -47,17 +50,16 @@ static double tokens_per_s(const char *preset, int B, int T, int threads, int st
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
         *tg = mallocCheck(sizeof(int) * (size_t)B * T);
     for (int i = 0; i < B * T; i++) in[i] = (i * 31) % 256, tg[i] = (i * 17 + 1) % 256;
-    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    TrainConfig c = train_defaults(1e-3f, steps + 2);
+    Trainer *t = trainer_create(&m, &c, 0, B, T, err); /* the trainer every command uses */
+    if (t == NULL) DIE("%s", err);
     uint64_t t0 = 0;
     for (int s = 0; s < steps + 2; s++) {
         if (s == 2) t0 = time_monotonic_ns(); /* two warm-up steps */
-        gpt_forward(&m, in, tg, B, T);
-        gpt_zero_grad(&m);
-        gpt_backward(&m);
-        gpt_clip_grad_norm(&m, 1.0f);
-        gpt_adamw_step(&m, &o, 1e-3f);
+        trainer_step(t, in, tg, 1e-3f, NULL);
     }
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    trainer_free(t);
     free(in), free(tg);
     gpt_free(&m);
     return (double)steps * B * T / secs;

@@ -24,7 +24,8 @@
 
 #include "cli.h"
 #include "coordinator/coordinator.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "util/util.h"
 
 #define FORTUNES DEMO_FORTUNES
@@ -247,8 +248,16 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     }
     snprintf(fed, sizeof fed, "%s/fed", dir);
     char fp[65];
-    CoordInitOptions io = {"demo", "127.0.0.1:0", NULL,   model, 1,   rounds,
-                           sites,  steps,         recipe, codec, "5m"};
+    CoordInitOptions io = {.name = "demo",
+                           .listen = "127.0.0.1:0",
+                           .model = model,
+                           .force = 1,
+                           .rounds = rounds,
+                           .min_sites = sites,
+                           .inner_steps = steps,
+                           .recipe = recipe,
+                           .uplink = codec,
+                           .deadline = "5m"};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return cli_fail(cmd, "%s", err);
     for (int i = 0; i < n_sets; i++) { /* checked by the coordinator at start, like any edit */
         char section[64], key[64], ini[700];

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "util/util.h"
 
 int cmd_export(const Command *cmd, int argc, char **argv) {

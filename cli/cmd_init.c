@@ -10,13 +10,11 @@
 #include "util/util.h"
 
 int cmd_init(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"advertise", required_argument, NULL, 'a'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"force", no_argument, NULL, 'f'},
-                                         {"recipe", required_argument, NULL, 'r'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"name", required_argument, NULL, 'n'},      {"listen", required_argument, NULL, 'l'},
+        {"advertise", required_argument, NULL, 'a'}, {"model", required_argument, NULL, 'm'},
+        {"force", no_argument, NULL, 'f'},           {"recipe", required_argument, NULL, 'r'},
+        {"init-from", required_argument, NULL, 'I'}, {NULL, 0, NULL, 0}};
     CoordInitOptions o = {0};
     int c;
     optind = 1;
@@ -42,6 +40,9 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         case 'r':
             o.recipe = optarg;
             break;
+        case 'I':
+            o.init_from = optarg;
+            break;
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one folder DIR");
@@ -53,9 +54,16 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
             return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
                                    o.model);
     }
+    if (o.model && o.init_from)
+        return cli_usage_error(cmd,
+                               "--model or --init-from: the pretrained model has its own shape");
     char fp[65], err[ERR_LEN];
     if (coordinator_init_home(argv[optind], &o, fp, err) != 0) return cli_fail(cmd, "%s", err);
     printf("federation created in %s\n", argv[optind]);
+    if (o.init_from)
+        printf("round 0 starts from %s (copied to %s/model/initial.safetensors; its SHA-256 is in "
+               "federation.ini and the audit log)\n",
+               o.init_from, argv[optind]);
     printf("CA fingerprint (sites pin it): %s\n", fp);
     printf("next: strait coordinator start %s\n", argv[optind]);
     printf("      strait site enroll %s SITE-NAME\n", argv[optind]);

@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/data.h"
+#include "kernels/tokenizer.h"
 #include "kernels/tokenizer.h"
 #include "util/util.h"
 

@@ -8,40 +8,67 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
+#include "kernels/data.h"
+#include "kernels/tokenizer.h"
+#include "kernels/train.h"
 #include "kernels/tokenizer.h"
 #include "util/util.h"
 
-static float eval_loss(GPT *m, Loader *ld, int batches, int *in, int *tg) {
-    size_t saved = ld->pos;
-    ld->pos = 0;
-    double s = 0;
-    for (int k = 0; k < batches; k++) {
-        loader_next(ld, in, tg);
-        s += gpt_forward(m, in, tg, ld->B, ld->T);
+/* What strait train prints as it goes: a progress bar, a line per
+ * validation, or JSON lines. */
+typedef struct TrainOut {
+    ProgressBar pb;
+    TokenView val;
+    int B, T, val_every, json, have_val;
+    float val_loss, loss;
+} TrainOut;
+
+static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
+    TrainOut *o = ctx;
+    int last = p->step == p->steps;
+    o->loss = p->loss;
+    if (o->have_val && (p->step % o->val_every == 0 || last)) {
+        trainer_to_host(t, 0); /* validation runs on the CPU copy */
+        o->val_loss = (float)gpt_eval_tokens(trainer_model(t), o->val, o->B, o->T, 8);
     }
-    ld->pos = saved;
-    return (float)(s / batches);
+    if (o->json && (p->step % 10 == 0 || last || p->step % o->val_every == 0)) {
+        json_t *j = json_object();
+        json_object_set_new(j, "step", json_integer(p->step));
+        json_object_set_new(j, "loss", json_real(p->loss));
+        json_object_set_new(j, "val_loss",
+                            isnan(o->val_loss) ? json_null() : json_real(o->val_loss));
+        json_object_set_new(j, "lr", json_real(p->lr));
+        json_object_set_new(j, "grad_norm",
+                            isnan(p->grad_norm) ? json_null() : json_real(p->grad_norm));
+        json_object_set_new(j, "tokens_per_s", json_real(p->tokens_per_s));
+        json_emit_line(stdout, j);
+    }
+    char suffix[96];
+    snprintf(suffix, sizeof suffix, "loss %.3f val %.3f %.0f tok/s", p->loss, o->val_loss,
+             p->tokens_per_s);
+    progress_update(&o->pb, (uint64_t)p->step, suffix);
+    if (!o->json && !o->pb.enabled && (p->step % o->val_every == 0 || last))
+        fprintf(stderr, "step %d/%d loss %.4f val %.4f %.0f tok/s\n", p->step, p->steps, p->loss,
+                o->val_loss, p->tokens_per_s);
+    return 0;
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {"out", required_argument, NULL, 'o'},
-                                         {"val-every", required_argument, NULL, 'v'},
-                                         {"gpus", required_argument, NULL, 'g'},
-                                         {"seed", required_argument, NULL, 'S'},
-                                         {"json", no_argument, NULL, 'J'},
-                                         {"init-from", required_argument, NULL, 'I'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
+        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
+        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
+        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
+        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'J'},          {"init-from", required_argument, NULL, 'I'},
+        {"vocab", required_argument, NULL, 'V'},   {NULL, 0, NULL, 0}};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
-    int n_data = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0, gpus = 1;
+    int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
+        gpus = 1;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -93,6 +120,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'I':
             init_from = optarg;
             break;
+        case 'V':
+            if (cli_int(cmd, "--vocab", &vocab)) return EXIT_USAGE;
+            break;
         }
     }
     for (; optind < argc; optind++) { /* paths may follow --data as plain operands */
@@ -123,97 +153,49 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (T == 0) T = cfg.T;
     if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
     kernels_set_threads(threads);
+    if (vocab < 0 || vocab > 65536 || (vocab && init_from))
+        return cli_usage_error(cmd, "--vocab is 1 to 65536, and not with --init-from (its "
+                                    "config.json has one)");
     TokenSet ts;
-    if (tokens_load(&ts, data, n_data, err) != 0) return cli_fail(cmd, "%s", err);
+    if (tokens_load(&ts, data, n_data, err) != 0) {
+        if (init_from) gpt_free(&m);
+        return cli_fail(cmd, "%s", err);
+    }
+    /* a preset's vocabulary: --vocab, else bytes for text and GPT-2's
+     * for shards (more if their ids go higher) */
+    if (!init_from && (vocab || ts.shards)) {
+        cfg.V = vocab ? vocab : ts.vocab > 50257 ? ts.vocab : 50257;
+        cfg.Vp = (cfg.V + 63) / 64 * 64;
+    }
     if (ts.vocab > cfg.V) {
         tokens_free(&ts);
+        if (init_from) gpt_free(&m);
         return cli_fail(cmd,
-                        "the data has a vocabulary of %d, model %s has %d; use gpt2-124m for "
-                        ".bin shards",
-                        ts.vocab, preset, cfg.V);
+                        "the data holds token ids up to %d, beyond model %s's vocabulary of %d; "
+                        "give --vocab (at least %d) or the model its tokenizer was made for",
+                        ts.vocab - 1, preset, cfg.V, ts.vocab);
     }
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    Loader tl, vl;
-    int have_val = loader_init(&vl, val, B, T, 0, 1, seed + 1, err) == 0;
-    if (loader_init(&tl, train, B, T, 0, 1, seed, err) != 0) {
-        tokens_free(&ts);
-        return cli_fail(cmd, "%s", err);
-    }
     if (!init_from && gpt_build(&m, &cfg, seed, err) != 0) {
         tokens_free(&ts);
         return cli_fail(cmd, "%s", err);
     }
-    int replicas = cuda ? gpus : 1;
-    int *in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
-    int *tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
-    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
-#ifdef STRAIT_HAVE_CUDA
-    GPTCuda *gpu = NULL;
-    if (cuda && (gpu = gpt_cuda_create(&m, gpus, B, T, err)) == NULL) {
-        free(in), free(tg);
+    TrainOut o = {
+        .val = val, .B = B, .T = T, .val_every = val_every, .json = json, .val_loss = NAN};
+    o.have_val = val.n > (size_t)B * T; /* at least one batch of validation */
+    if (!json)
+        fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d%s\n",
+                preset, m.n_params, train.n, steps, B, T, cuda ? " per GPU" : "");
+    progress_init(&o.pb, stderr, "train", (uint64_t)steps);
+    TrainConfig tc = train_defaults(lr, steps);
+    if (train_run(&m, &tc, train, cuda ? gpus : 0, B, T, seed, train_observe, &o, err) != 0) {
+        progress_finish(&o.pb, 0, "failed");
         gpt_free(&m);
         tokens_free(&ts);
-        return cli_fail(cmd, "--device cuda: %s", err);
+        return cli_fail(cmd, "%s%s", cuda ? "--device cuda: " : "", err);
     }
-#endif
-    int warmup = steps / 10 < 100 ? steps / 10 : 100;
-    ProgressBar pb;
-    progress_init(&pb, stderr, "train", (uint64_t)steps);
-    uint64_t t0 = time_monotonic_ns();
-    float loss = 0, val_loss = NAN;
-    if (!json)
-        fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d\n", preset,
-                m.n_params, train.n, steps, B, T);
-    for (int s = 0; s < steps; s++) {
-        float step_lr = lr_schedule(s, steps, warmup, lr, 0.1f), norm = NAN;
-        for (int r = 0; r < replicas; r++)
-            loader_next(&tl, in + (size_t)r * B * T, tg + (size_t)r * B * T);
-#ifdef STRAIT_HAVE_CUDA
-        if (gpu) {
-            loss = gpt_cuda_step(gpu, in, tg, &o, step_lr, 1.0f);
-        } else
-#endif
-        {
-            loss = gpt_forward(&m, in, tg, B, T);
-            gpt_zero_grad(&m);
-            gpt_backward(&m);
-            norm = gpt_clip_grad_norm(&m, 1.0f);
-            gpt_adamw_step(&m, &o, step_lr);
-        }
-        double secs = (double)(time_monotonic_ns() - t0) / 1e9;
-        double tok_s = (double)(s + 1) * B * T * replicas / secs;
-        int last = s == steps - 1;
-        if (have_val && ((s + 1) % val_every == 0 || last)) {
-#ifdef STRAIT_HAVE_CUDA
-            if (gpu) gpt_cuda_params_to_host(gpu, &m); /* validation runs on the CPU copy */
-#endif
-            val_loss = eval_loss(&m, &vl, 8, in, tg);
-        }
-        if (json && ((s + 1) % 10 == 0 || last || (s + 1) % val_every == 0)) {
-            json_t *j = json_object();
-            json_object_set_new(j, "step", json_integer(s + 1));
-            json_object_set_new(j, "loss", json_real(loss));
-            json_object_set_new(j, "val_loss", isnan(val_loss) ? json_null() : json_real(val_loss));
-            json_object_set_new(j, "lr", json_real(step_lr));
-            json_object_set_new(j, "grad_norm", isnan(norm) ? json_null() : json_real(norm));
-            json_object_set_new(j, "tokens_per_s", json_real(tok_s));
-            json_emit_line(stdout, j);
-        }
-        char suffix[96];
-        snprintf(suffix, sizeof suffix, "loss %.3f val %.3f %.0f tok/s", loss, val_loss, tok_s);
-        progress_update(&pb, (uint64_t)s + 1, suffix);
-        if (!json && !pb.enabled && ((s + 1) % val_every == 0 || last))
-            fprintf(stderr, "step %d/%d loss %.4f val %.4f %.0f tok/s\n", s + 1, steps, loss,
-                    val_loss, tok_s);
-    }
-    progress_finish(&pb, (uint64_t)steps, "done");
-#ifdef STRAIT_HAVE_CUDA
-    if (gpu) {
-        gpt_cuda_params_to_host(gpu, &m);
-        gpt_cuda_free(gpu);
-    }
-#endif
+    progress_finish(&o.pb, (uint64_t)steps, "done");
     int rc = EXIT_OK;
     if (out) {
         if (gpt_save(&m, out, steps, err) != 0)
@@ -221,8 +203,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         else if (!json)
             fprintf(stderr, "checkpoint written to %s\n", out);
     }
-    if (!json) printf("final loss %.4f, validation loss %.4f\n", loss, val_loss);
-    free(in), free(tg);
+    if (!json) printf("final loss %.4f, validation loss %.4f\n", o.loss, o.val_loss);
     gpt_free(&m);
     tokens_free(&ts);
     return rc;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
+#include "kernels/device.h"
 #include "net/net.h"
 #include "util/util.h"
 

@@ -9,8 +9,8 @@
 
 const Command cli_commands[] = {
     {"init",
-     "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT] [--model PRESET]\n"
-     "     [--recipe NAME] [--force]",
+     "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT]\n"
+     "     [--model PRESET | --init-from HFDIR] [--recipe NAME] [--force]",
      "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
      "Keys are written 0600. An existing federation is kept unless --force.\n\n"
      "flags:\n"
@@ -19,6 +19,9 @@ const Command cli_commands[] = {
      "  --advertise HOST:PORT  the address sites use (default: the listen address);\n"
      "                         its host goes into the coordinator's certificate\n"
      "  --model PRESET         tiny, small, base or gpt2-124m (default small)\n"
+     "  --init-from HFDIR      round 0 starts from a pretrained Hugging Face GPT-2 folder\n"
+     "                         (config.json, model.safetensors): its shapes are checked, it\n"
+     "                         is copied into DIR/model/ and its SHA-256 recorded\n"
      "  --recipe NAME          diloco (default), sparseloco, fedavg or fedadam: codecs and\n"
      "                         outer optimizer together (federation.ini [recipe])\n"
      "  --force                replace an existing federation in DIR\n",
@@ -72,13 +75,16 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR] [--steps N] [--batch B] [--seq T]\n"
      "     [--lr X] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
-     "Text files become byte tokens (vocabulary 256); llm.c .bin shards keep their GPT-2\n"
-     "tokens (use --model gpt2-124m). The last 10% of the data is held out for validation.\n\n"
+     "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
+     "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
+     "says. The last 10% of the data is held out for validation.\n\n"
      "flags:\n"
      "  --data PATH       training data; repeat for more files (default: none)\n"
      "  --model PRESET    tiny, small, base or gpt2-124m (default small)\n"
      "  --init-from DIR   start from a Hugging Face GPT-2 folder (config.json and\n"
      "                    model.safetensors; F32, F16 or BF16) instead of a preset\n"
+     "  --vocab N         the model's vocabulary: the tokenizer's size for shards made\n"
+     "                    with a BPE other than GPT-2's (default 256 text, 50257 shards)\n"
      "  --steps N         optimizer steps (default 1000)\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"

@@ -21,7 +21,11 @@
 
 #include "client.h"
 #include "compress/compress.h"
-#include "kernels/kernels.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
+#include "kernels/data.h"
+#include "kernels/train.h"
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
@@ -177,17 +181,9 @@ static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sh
     return gpt_load(m, path, NULL, err);
 }
 
-/* The site's held-out loss of the model in m: the same 4 batches from the
+/* The site's held-out score of the model in m: the same 4 batches from the
  * start of its validation split every time, so rounds compare. */
-static double held_out(GPT *m, Loader *vl, int *in, int *tg, int B, int T) {
-    double loss = 0;
-    vl->pos = 0;
-    for (int k = 0; k < 4; k++) {
-        loader_next(vl, in, tg);
-        loss += gpt_forward(m, in, tg, B, T) / 4;
-    }
-    return loss;
-}
+#define HELD_OUT_BATCHES 4
 
 /* One Heartbeat, never retried: the federation's current round, or 0 when
  * the coordinator did not answer (no news is not a reason to stop). */
@@ -330,13 +326,19 @@ int client_run(const SiteRunOptions *o, char *err) {
     float *theta = NULL, *delta = NULL;
     int *in = NULL, *tg = NULL, rc = -1;
     Strait__HelloResponse *hr = NULL;
-#ifdef STRAIT_HAVE_CUDA
-    GPTCuda *gpu = NULL;
-#endif
+    Trainer *trainer = NULL;
     if (site_read(&s, err) != 0) goto out;
     if ((hr = hello(&s, err)) == NULL) goto out;
     GPTConfig cfg;
-    if (gpt_config_preset(hr->model, &cfg) != 0) {
+    const Strait__ModelShape *sh = hr->model_shape;
+    if (sh && sh->layers > 0) { /* the shape itself: a preset or a pretrained model */
+        char why[ERR_LEN];
+        if (gpt_config_shape(&cfg, hr->model, sh->layers, sh->channels, sh->heads, sh->context,
+                             sh->vocab, why) != 0) {
+            err_set(err, "the coordinator sent a model shape this strait cannot build: %s", why);
+            goto out;
+        }
+    } else if (gpt_config_preset(hr->model, &cfg) != 0) {
         err_set(err, "the federation trains model '%s', unknown to this strait; upgrade",
                 hr->model);
         goto out;
@@ -355,10 +357,17 @@ int client_run(const SiteRunOptions *o, char *err) {
     int H = (int)hr->inner_steps, B = o->batch > 0 ? o->batch : 8;
     int T = o->seq > 0 ? o->seq : (cfg.T < 128 ? cfg.T : 128);
     if (tokens_load(&ts, o->data, o->n_data, err) != 0) goto out;
+    if (ts.vocab > cfg.V) {
+        err_set(err,
+                "the site's data holds token ids up to %d; the federation's model has a "
+                "vocabulary of %d: tokenize with the federation's tokenizer",
+                ts.vocab - 1, cfg.V);
+        goto out;
+    }
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    Loader tl, vl;
-    int have_val = loader_init(&vl, val, B, T, 0, 1, 2, NULL) == 0;
+    Loader tl;
+    int have_val = val.n > (size_t)B * T; /* at least one batch */
     uint64_t seed = o->seed ? o->seed : (uint64_t)time_wall_ms();
     if (loader_init(&tl, train, B, T, 0, 1, seed, err) != 0) goto out;
     /* the federation's error feedback decay (an older coordinator sends none: 1) */
@@ -377,21 +386,17 @@ int client_run(const SiteRunOptions *o, char *err) {
                  s.name, (unsigned long long)saved_round);
     }
     int replicas = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 1;
-#ifdef STRAIT_HAVE_CUDA
-    if (o->cuda && (gpu = gpt_cuda_create(&m, replicas, B, T, err)) == NULL) goto out;
-#else
-    if (o->cuda) {
-        err_set(err, "--device cuda: this strait was built without CUDA; use --device cpu");
-        goto out;
-    }
-#endif
+    float lr = o->lr > 0 ? o->lr : 3e-3f;
+    /* the schedule runs over every inner step of the federation, as the
+     * centralized trainer schedules its steps (set each round: an open-ended
+     * federation's length grows) */
+    TrainConfig tc = train_defaults(lr, H);
+    if ((trainer = trainer_create(&m, &tc, o->cuda ? replicas : 0, B, T, err)) == NULL) goto out;
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
     tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
     kernels_set_threads(o->threads);
-    AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f};
-    float lr = o->lr > 0 ? o->lr : 3e-3f;
     uint64_t round = hr->current_round;
     int finished = hr->finished;
     int64_t have_round = -1; /* the round of the model in theta; -1: none yet */
@@ -426,13 +431,13 @@ int client_run(const SiteRunOptions *o, char *err) {
         log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
                  (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
         /* the global model as received, before this site's steps move it */
-        double start_eval = have_val ? held_out(&m, &vl, in, tg, B, T) : NAN;
+        double start_eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
         double loss_sum = 0;
         int steps_done = 0;
-#ifdef STRAIT_HAVE_CUDA
-        if (gpu) gpt_cuda_load_from_host(gpu, &m); /* the round's θ and the kept moments */
-#endif
+        trainer_from_host(trainer); /* on GPUs: the round's θ and the kept moments */
+        int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
+        tc = train_defaults(lr, total_steps);
         for (int step = 0; step < H; step++) {
             uint64_t now = time_monotonic_ns();
             /* the federation's time budget: a slow site sends fewer steps */
@@ -446,33 +451,15 @@ int client_run(const SiteRunOptions *o, char *err) {
                     break;
                 }
             }
-            /* warmup then cosine over every inner step of the federation, as
-             * the centralized trainer schedules its steps */
-            int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
-            int g = (int)round * H + step;
-            float step_lr = lr_schedule(g, total_steps,
-                                        total_steps / 10 < 100 ? total_steps / 10 : 100, lr, 0.1f);
             for (int k = 0; k < replicas; k++)
                 loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
             steps_done++;
-#ifdef STRAIT_HAVE_CUDA
-            if (gpu) {
-                loss_sum += gpt_cuda_step(gpu, in, tg, &adam, step_lr, 1.0f);
-                continue;
-            }
-#endif
-            loss_sum += gpt_forward(&m, in, tg, B, T);
-            gpt_zero_grad(&m);
-            gpt_backward(&m);
-            gpt_clip_grad_norm(&m, 1.0f);
-            gpt_adamw_step(&m, &adam, step_lr);
+            loss_sum += trainer_step(trainer, in, tg, train_lr(&tc, (int)round * H + step), NULL);
         }
         double train_loss = loss_sum / steps_done;
-#ifdef STRAIT_HAVE_CUDA
-        if (gpu) gpt_cuda_state_to_host(gpu, &m); /* θ_local and the moments, for Δ and the state */
-#endif
+        trainer_to_host(trainer, 1); /* θ_local and the moments, for Δ and the state */
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
-        double eval = have_val ? held_out(&m, &vl, in, tg, B, T) : NAN;
+        double eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
@@ -525,9 +512,7 @@ int client_run(const SiteRunOptions *o, char *err) {
     log_info("site", "%s: the federation has finished", s.name);
     rc = 0;
 out:
-#ifdef STRAIT_HAVE_CUDA
-    if (gpu) gpt_cuda_free(gpu);
-#endif
+    trainer_free(trainer);
     if (hr) strait__hello_response__free_unpacked(hr, NULL);
     net_channel_destroy(s.ch);
     free(s.key), free(s.cert), free(s.ca);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "compress_internal.h"
-#include "kernels/kernels.h"
+#include "kernels/cuda.h"
 #include "util/util.h"
 
 #ifdef STRAIT_HAVE_CUDA

@@ -218,7 +218,9 @@ static int status_from_store(Admin *a, AdminStatus *st, char *err) {
              config_get_str(cfg, "federation", "name", "strait"));
     snprintf(st->address, sizeof st->address, "%s",
              config_get_str(cfg, "federation", "listen", ""));
-    snprintf(st->model, sizeof st->model, "%s", config_get_str(cfg, "model", "preset", "small"));
+    snprintf(st->model, sizeof st->model, "%s",
+             config_get(cfg, "model", "init") ? "pretrained"
+                                              : config_get_str(cfg, "model", "preset", "small"));
     int rc = config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &st->total_rounds, err);
     config_free(cfg);
     if (rc != 0 || admin_query_status(a->store, time_wall_ms(), st, err) != 0) return -1;

@@ -27,6 +27,7 @@ typedef struct CoordInitOptions {
     const char *listen;    /* default 0.0.0.0:7700 */
     const char *advertise; /* HOST:PORT sites use; default the listen address */
     const char *model;     /* model preset, default "small" */
+    const char *init_from; /* a Hugging Face GPT-2 folder round 0 starts from, or NULL */
     int force;             /* replace an existing federation */
     /* round settings written to federation.ini; 0 or NULL: the defaults */
     int rounds, min_sites, inner_steps;

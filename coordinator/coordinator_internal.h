@@ -10,7 +10,8 @@
 
 #include "compress/compress.h"
 #include "coordinator.h"
-#include "kernels/kernels.h"
+#include "kernels/formats.h"
+#include "kernels/model.h"
 #include "net/net.h"
 #include "util/util.h"
 
@@ -89,10 +90,15 @@ typedef struct Rounds {
     int stop;
 } Rounds;
 
+/* the pretrained initial model in a home (strait init --init-from) */
+#define COORD_INIT_MODEL "model/initial.safetensors"
+
 typedef struct Coordinator {
     char dir[1024];
     char name[128];
-    char model[32];
+    char model[32];                                /* the preset's name, or "pretrained" */
+    GPTConfig model_cfg;                           /* the model's shape */
+    char model_init[1200];                         /* the pretrained initial model's file, or "" */
     char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
     char admin_sha[65];
     char address[256]; /* where it is bound: host:port */
@@ -144,7 +150,12 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site);
 /* settings.c */
 const char *rounds_recipe_names(void); /* for messages: "diloco, sparseloco, …" */
 int rounds_recipe_known(const char *name);
-int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *out, char *err);
+/* [model]: a preset (and the seed its initial model is drawn from) or, after
+ * strait init --init-from, the initial model's file in the home, checked
+ * against the SHA-256 init recorded. Fills co's model, model_cfg and
+ * model_init. */
+int model_settings_read(const Config *cfg, Coordinator *co, char *err);
+int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *out, char *err);
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err);
 /* Answers every parked WaitRound (before the server stops). */
 void rounds_release_waiters(Coordinator *co);

@@ -64,10 +64,7 @@ static const char ini_template[] =
     "advertise = %s\n"
     "\n"
     "[model]\n"
-    "; tiny, small, base or gpt2-124m\n"
-    "preset = %s\n"
-    "; the initial model is drawn from this seed\n"
-    "seed = 1\n"
+    "%s"
     "\n"
     "[rounds]\n"
     "; rounds to train, then the federation is finished\n"
@@ -153,6 +150,14 @@ static const char ini_template[] =
     "; for this machine only; empty: off\n"
     "listen =\n";
 
+/* The folder part of path, in buf. */
+static const char *dirname_of(const char *path, char *buf, size_t len) {
+    snprintf(buf, len, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = '\0';
+    return buf;
+}
+
 /* Adds the host of "host:port" to a SAN list as IP or DNS, once. */
 static void san_add(char *san, size_t len, const char *addr) {
     char host[256], entry[300], padded[1200];
@@ -170,6 +175,35 @@ static void san_add(char *san, size_t len, const char *addr) {
     snprintf(san + n, len - n, ",%s", entry);
 }
 
+/* The [model] section: a preset drawn from a seed, or the pretrained model
+ * strait init wrote into the home, with the SHA-256s that tie it to its
+ * source. */
+static void model_section(char *out, size_t len, const CoordInitOptions *o, const GPT *m,
+                          const char *init_sha, const char *source_sha) {
+    if (o->init_from == NULL) {
+        snprintf(out, len,
+                 "; tiny, small, base or gpt2-124m\n"
+                 "preset = %s\n"
+                 "; the initial model is drawn from this seed\n"
+                 "seed = 1\n",
+                 o->model ? o->model : "small");
+        return;
+    }
+    snprintf(out, len,
+             "; round 0 starts from a pretrained model (strait init --init-from): %d layers,\n"
+             "; %d channels, %d heads, context %d, vocabulary %d. init is its file here, which\n"
+             "; the coordinator checks against init_sha256 at every start; source is the folder\n"
+             "; it was read from and source_sha256 that folder's model.safetensors\n"
+             "init = %s\n"
+             "init_sha256 = %s\n"
+             "source = %s\n"
+             "source_sha256 = %s\n"
+             "; the seed only draws nothing here: the model is the pretrained one\n"
+             "seed = 1\n",
+             m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.T, m->cfg.V, COORD_INIT_MODEL, init_sha,
+             o->init_from, source_sha);
+}
+
 int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sha256[65],
                           char *err) {
     char path[1024];
@@ -179,7 +213,6 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
                        "%s already holds a federation; pass --force to replace it (its CA "
                        "and every site's enrollment are lost)",
                        dir);
-    if (file_mkdir_p(dir, 0700, err) != 0) return -1;
     const char *listen = o->listen ? o->listen : "0.0.0.0:7700";
     const char *advertise = o->advertise ? o->advertise : listen;
     char name[128];
@@ -195,6 +228,25 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     if (o->advertise && coordinator_check_listen(advertise, err) != 0) return -1;
     if (o->recipe && !rounds_recipe_known(o->recipe))
         return err_set(err, "unknown recipe '%s'; use %s", o->recipe, rounds_recipe_names());
+    if (o->init_from && strchr(o->init_from, '\n'))
+        return err_set(err, "the --init-from path must be one line");
+    /* the pretrained model is read and checked before anything is written */
+    GPT pre;
+    memset(&pre, 0, sizeof pre);
+    char init_sha[65] = "", source_sha[65] = "";
+    if (o->init_from) {
+        int64_t bytes;
+        snprintf(path, sizeof path, "%s/model.safetensors", o->init_from);
+        if (gpt_import_hf(&pre, o->init_from, err) != 0 ||
+            security_sha256_file(path, source_sha, &bytes, err) != 0) {
+            gpt_free(&pre);
+            return -1;
+        }
+    }
+    if (file_mkdir_p(dir, 0700, err) != 0) {
+        gpt_free(&pre);
+        return -1;
+    }
     char *ca = NULL, *ca_key = NULL, *srv = NULL, *srv_key = NULL, *adm = NULL, *adm_key = NULL;
     int rc = -1;
     long year = 365L * 86400;
@@ -218,8 +270,20 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         goto out;
     }
     snprintf(chain, chain_len, "%s%s", srv, ca);
-    char ini[4096];
-    snprintf(ini, sizeof ini, ini_template, name, listen, advertise, o->model ? o->model : "small",
+    char sub[1100], parent[1100], model_ini[2048];
+    if (o->init_from) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, COORD_INIT_MODEL);
+        int64_t bytes;
+        if (file_mkdir_p(dirname_of(sub, parent, sizeof parent), 0700, err) != 0 ||
+            gpt_save(&pre, sub, 0, err) != 0 ||
+            security_sha256_file(sub, init_sha, &bytes, err) != 0) {
+            free(chain);
+            goto out;
+        }
+    }
+    model_section(model_ini, sizeof model_ini, o, &pre, init_sha, source_sha);
+    char ini[6144];
+    snprintf(ini, sizeof ini, ini_template, name, listen, advertise, model_ini,
              o->rounds > 0 ? o->rounds : 100, o->min_sites > 0 ? o->min_sites : 1,
              o->deadline ? o->deadline : "10m", o->inner_steps > 0 ? o->inner_steps : 50,
              o->recipe ? o->recipe : "diloco", o->uplink ? "" : "; ",
@@ -244,9 +308,17 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     Store *st = store_open(path, STORE_READWRITE, err);
     if (st == NULL) goto out;
     store_event_add(st, "strait init", "federation.init", name, time_wall_ms(), NULL);
+    if (o->init_from) { /* where round 0 came from, in the audit log */
+        char detail[1800];
+        snprintf(detail, sizeof detail,
+                 "pretrained from %s (model.safetensors sha256 %s): %d layers, %d channels, %d "
+                 "heads, context %d, vocabulary %d; %s sha256 %s",
+                 o->init_from, source_sha, pre.cfg.L, pre.cfg.C, pre.cfg.NH, pre.cfg.T, pre.cfg.V,
+                 COORD_INIT_MODEL, init_sha);
+        store_event_add(st, "strait init", "model.init", detail, time_wall_ms(), NULL);
+    }
     store_close(st);
     chmod(path, 0600);
-    char sub[1100];
     snprintf(sub, sizeof sub, "%s/%s", dir, STORE_CHECKPOINT_DIR);
     if (file_mkdir_p(sub, 0700, err) != 0) goto out;
     /* federation.ini last: its presence marks a complete federation */
@@ -257,6 +329,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     rc = 0;
 out:
     free(ca), free(ca_key), free(srv), free(srv_key), free(adm), free(adm_key);
+    gpt_free(&pre);
     return rc;
 }
 

@@ -838,10 +838,9 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->delta_from = -1;
     r->set = *set;
     r->max_tokens = set->inner_steps * set->batch * set->seq;
-    GPTConfig gc;
-    if (gpt_config_preset(co->model, &gc) != 0)
-        return err_set(err, "federation.ini: unknown model preset %s", co->model);
-    if (gpt_build(&r->model, &gc, (uint64_t)set->seed, err) != 0) return -1;
+    if (gpt_build(&r->model, &co->model_cfg, (uint64_t)set->seed, err) != 0) return -1;
+    /* a pretrained start replaces the seeded draw (a resume replaces both) */
+    if (co->model_init[0] && gpt_load(&r->model, co->model_init, NULL, err) != 0) return -1;
     if (outer_init(&r->outer, set->outer, r->model.n_params, (float)set->outer_lr,
                    (float)set->momentum, err) != 0)
         return -1;

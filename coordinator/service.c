@@ -268,6 +268,11 @@ static void h_hello(NetCall *c, void *user) {
         resp.federation = co->name;
         resp.site_name = site.name;
         resp.model = co->model;
+        Strait__ModelShape shape = STRAIT__MODEL_SHAPE__INIT;
+        shape.layers = (uint32_t)co->model_cfg.L, shape.channels = (uint32_t)co->model_cfg.C;
+        shape.heads = (uint32_t)co->model_cfg.NH, shape.context = (uint32_t)co->model_cfg.T;
+        shape.vocab = (uint32_t)co->model_cfg.V;
+        resp.model_shape = &shape;
         uint8_t model_sha[32];
         rounds_describe(co, &resp, model_sha);
         SEND_RESPONSE(c, strait__hello_response, resp);
@@ -294,7 +299,8 @@ static void coordinator_free(Coordinator *co) {
  * ("inner_step") is an error naming it, not a setting silently ignored. */
 static int check_keys(const Config *cfg, char *err) {
     static const char *const federation[] = {"name", "listen", "advertise", NULL};
-    static const char *const model[] = {"preset", "seed", NULL};
+    static const char *const model[] = {"preset", "seed",          "init", "init_sha256",
+                                        "source", "source_sha256", NULL};
     static const char *const rounds[] = {
         "total",     "min_sites", "deadline",         "max_extensions",
         "aggregate", "trim",      "inner_steps",      "time_budget",
@@ -357,7 +363,6 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
     snprintf(co.name, sizeof co.name, "%s", config_get_str(cfg, "federation", "name", "strait"));
-    snprintf(co.model, sizeof co.model, "%s", config_get_str(cfg, "model", "preset", "small"));
     /* every setting read and checked before anything changes (the store
      * marks an open round failed at start: not for a typo) */
     RoundsSettings rs;
@@ -369,7 +374,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                              &per_site, err) ||
               config_get_int(cfg, "limits", "admin_reserve", 2, 0, 64, &reserve, err) ||
               config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
-              rounds_settings_read(cfg, co.model, &rs, err);
+              model_settings_read(cfg, &co, err) ||
+              rounds_settings_read(cfg, &co.model_cfg, &rs, err);
     if (!bad && reserve >= workers)
         bad = err_set(err,
                       "federation.ini: [limits] admin_reserve = %lld; use fewer than workers "

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coordinator_internal.h"
+#include "security/security.h"
 #include "util/util.h"
 
 typedef struct Recipe {
@@ -129,12 +130,43 @@ static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
-int rounds_settings_read(const Config *cfg, const char *model, RoundsSettings *o, char *err) {
+int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
+    const char *init = config_get(cfg, "model", "init");
+    co->model_init[0] = '\0';
+    if (init == NULL || init[0] == '\0') {
+        const char *preset = config_get_str(cfg, "model", "preset", "small");
+        snprintf(co->model, sizeof co->model, "%s", preset);
+        if (gpt_config_preset(preset, &co->model_cfg) != 0)
+            return err_set(err,
+                           "federation.ini: [model] preset = %s is not a model this strait "
+                           "knows; use tiny, small, base or gpt2-124m",
+                           preset);
+        return 0;
+    }
+    /* a pretrained start: the file strait init wrote, exactly */
+    if (init[0] == '/' || strstr(init, ".."))
+        return err_set(err,
+                       "federation.ini: [model] init = %s; give a path inside the federation "
+                       "folder",
+                       init);
+    snprintf(co->model_init, sizeof co->model_init, "%s/%s", co->dir, init);
+    snprintf(co->model, sizeof co->model, "pretrained");
+    const char *want = config_get_str(cfg, "model", "init_sha256", "");
+    char have[65];
+    int64_t bytes;
+    if (security_sha256_file(co->model_init, have, &bytes, err) != 0) return -1;
+    if (strcmp(have, want) != 0)
+        return err_set(err,
+                       "%s has SHA-256 %s, not the %s strait init recorded in federation.ini "
+                       "([model] init_sha256): the initial model changed; restore it or run "
+                       "strait init --init-from again",
+                       co->model_init, have, want[0] ? want : "(none)");
+    return gpt_read_config(co->model_init, &co->model_cfg, NULL, err);
+}
+
+int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {
     memset(o, 0, sizeof *o);
-    GPTConfig gc;
-    if (gpt_config_preset(model, &gc) != 0)
-        return err_set(err, "federation.ini: [model] preset = %s is not a model this strait knows",
-                       model);
+    GPTConfig gc = *model;
     const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
     const int64_t DAY = 24LL * 3600 * 1000;
     if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||

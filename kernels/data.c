@@ -1,14 +1,15 @@
 /*
  * data.c — training data: plain text as byte tokens (vocabulary 256), and
  * llm.c's token shards (.bin: a 256-int32 header with magic 20240520,
- * version 1 and the token count, then uint16 GPT-2 tokens), validated on
- * open; a train/validation split; and a loader of (B, T) batches.
+ * version 1 and the token count, then uint16 token ids), validated on
+ * open, with the largest id seen, so no model reads past its vocabulary; a train/validation split;
+ * and a loader of (B, T) batches.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/data.h"
 #include "util/util.h"
 
 #define BIN_MAGIC       20240520
@@ -42,8 +43,11 @@ static int load_bin(TokenSet *ts, const char *path, const char *data, size_t len
     if (t == NULL) return err_set(err, "out of memory");
     memcpy(t, data + BIN_HEADER_INTS * 4, n * 2);
     int rc = append(ts, t, n, err);
+    uint16_t top = 0;
+    for (size_t i = 0; i < n; i++) top = t[i] > top ? t[i] : top;
     free(t);
-    ts->vocab = 50257;
+    if ((int)top + 1 > ts->vocab) ts->vocab = (int)top + 1;
+    ts->shards = 1;
     return rc;
 }
 
@@ -140,44 +144,4 @@ void loader_next(Loader *ld, int *inputs, int *targets) {
         targets[i] = t[i + 1];
     }
     ld->pos += need - 1;
-}
-
-double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
-    size_t span = (size_t)B * T;
-    int fit = v.n > span ? (int)((v.n - 1) / span) : 0;
-    if (fit < batches) batches = fit;
-    if (batches <= 0) return NAN;
-    int *in = mallocCheck(sizeof(int) * span), *tg = mallocCheck(sizeof(int) * span);
-    double sum = 0;
-    for (int k = 0; k < batches; k++) {
-        const uint16_t *t = v.tokens + (size_t)k * span;
-        for (size_t i = 0; i < span; i++) in[i] = t[i], tg[i] = t[i + 1];
-        sum += gpt_forward(m, in, tg, B, T);
-    }
-    free(in), free(tg);
-    return sum / batches;
-}
-
-int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
-                        int batches, double *loss, char *err) {
-    GPTConfig cfg;
-    GPT m;
-    TokenSet ts;
-    if (gpt_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
-    if (T > cfg.T) T = cfg.T;
-    if (gpt_build(&m, &cfg, 0, err) != 0) return -1;
-    int rc = gpt_load(&m, ckpt, NULL, err);
-    if (rc == 0) rc = tokens_load(&ts, paths, n_paths, err);
-    if (rc == 0) {
-        if (ts.vocab > cfg.V)
-            rc = err_set(err, "the data's vocabulary (%d) is larger than the model's (%d)",
-                         ts.vocab, cfg.V);
-        TokenView v = {ts.tokens, ts.n};
-        if (rc == 0) *loss = gpt_eval_tokens(&m, v, B, T, batches);
-        if (rc == 0 && isnan(*loss))
-            rc = err_set(err, "%zu tokens are too few for one batch of %d x %d", ts.n, B, T);
-        tokens_free(&ts);
-    }
-    gpt_free(&m);
-    return rc;
 }

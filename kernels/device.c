@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "kernels.h"
+#include "kernels/device.h"
 
 KernelsBuildCaps kernels_build_caps(void) {
     KernelsBuildCaps caps = {0, 0, 0, 0};

@@ -25,7 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "util/util.h"
 
 #define LLMC_MAGIC   20240326
@@ -283,7 +284,7 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     json_t *cfg_json = json_loads(text, 0, &je);
     free(text);
     if (cfg_json == NULL) return err_set(err, "%s: not JSON (%s)", path, je.text);
-    GPTConfig cfg = {.name = "hf"};
+    GPTConfig cfg;
     json_int_t L = 0, H = 0, C = 0, T = 0, V = 0;
     const char *act_json = "gelu_new";
     int ok = json_unpack(cfg_json, "{s:I,s:I,s:I,s:I,s:I}", "n_layer", &L, "n_head", &H, "n_embd",
@@ -293,16 +294,16 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     snprintf(act, sizeof act, "%s", act_json);
     int gelu_ok = strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0;
     json_decref(cfg_json);
-    if (!ok || L < 1 || L > 256 || H < 1 || C < 1 || C > 65536 || C % H != 0 || T < 1 ||
-        T > (1 << 20) || V < 2 || V > (1 << 22))
+    if (!ok)
         return err_set(err,
-                       "%s: not a GPT-2 config (n_layer, n_head, n_embd, n_positions, "
-                       "vocab_size in range, n_embd a multiple of n_head)",
+                       "%s: not a GPT-2 config (it needs n_layer, n_head, n_embd, n_positions "
+                       "and vocab_size)",
                        path);
     if (!gelu_ok)
         return err_set(err, "%s: activation %s; Strait computes gelu_new (tanh)", path, act);
-    cfg.L = (int)L, cfg.NH = (int)H, cfg.C = (int)C, cfg.T = (int)T, cfg.V = (int)V;
-    cfg.Vp = (cfg.V + 63) / 64 * 64;
+    char why[ERR_LEN];
+    if (gpt_config_shape(&cfg, "hf", L, C, H, T, V, why) != 0)
+        return err_set(err, "%s: %s", path, why);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     size_t len;
     if (file_read_all(path, (size_t)1 << 36, &text, &len, err) != 0) return -1;

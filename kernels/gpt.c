@@ -1,159 +1,22 @@
 /*
- * gpt.c — the GPT-2 style model on the CPU ops: presets, the parameter
- * table (one contiguous buffer of named views, which checkpoints, codecs and
- * aggregation all walk), seeded initialisation, forward and backward with
- * the fused classifier, AdamW, gradient clipping and the learning-rate
- * schedule.
- *
- * Ownership: a GPT owns params, grads, m, v and its activation buffers.
- * Activations are sized for the (B, T) of the first forward and regrown if
- * a larger one comes.
+ * gpt.c — the GPT-2 style model's compute on the CPU ops (API: model.h):
+ * forward and backward with the fused classifier, gradient clipping and
+ * next-token logits. Activations are sized for the (B, T) of the first
+ * forward and regrown if a larger one comes.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/model.h"
+#include "kernels/ops.h"
 #include "util/util.h"
-
-/* ---- presets and the parameter table ---------------------------------------- */
-
-int gpt_config_preset(const char *name, GPTConfig *cfg) {
-    static const struct {
-        const char *name;
-        int L, C, NH, T, V;
-    } presets[] = {{"tiny", 2, 64, 2, 64, 256},
-                   {"small", 4, 128, 4, 128, 256},
-                   {"base", 6, 384, 6, 256, 256},
-                   {"gpt2-124m", 12, 768, 12, 1024, 50257}};
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        if (strcmp(presets[i].name, name) != 0) continue;
-        cfg->L = presets[i].L, cfg->C = presets[i].C, cfg->NH = presets[i].NH;
-        cfg->T = presets[i].T, cfg->V = presets[i].V;
-        cfg->Vp = (cfg->V + 63) / 64 * 64;
-        snprintf(cfg->name, sizeof cfg->name, "%s", name);
-        return 0;
-    }
-    return -1;
-}
-
-static void add_view(GPT *m, const char *name, int ndim, int d0, int d1, size_t *off) {
-    ParamView *v = &m->views[m->n_views++];
-    snprintf(v->name, sizeof v->name, "%s", name);
-    v->ndim = ndim;
-    v->shape[0] = d0;
-    v->shape[1] = ndim > 1 ? d1 : 1;
-    v->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
-    v->offset = *off;
-    *off += v->numel;
-}
-
-static void build_table(GPT *m) {
-    const GPTConfig *c = &m->cfg;
-    int C = c->C;
-    m->views = callocCheck((size_t)(4 + 12 * c->L), sizeof(ParamView));
-    size_t off = 0;
-    char n[64];
-    add_view(m, "wte", 2, c->Vp, C, &off);
-    add_view(m, "wpe", 2, c->T, C, &off);
-    for (int l = 0; l < c->L; l++) {
-#define V1(suffix, d0) snprintf(n, sizeof n, "h.%d.%s", l, suffix), add_view(m, n, 1, d0, 0, &off)
-#define V2(suffix, d0, d1)                                                                         \
-    snprintf(n, sizeof n, "h.%d.%s", l, suffix), add_view(m, n, 2, d0, d1, &off)
-        V1("ln_1.weight", C);
-        V1("ln_1.bias", C);
-        V2("attn.qkv.weight", 3 * C, C);
-        V1("attn.qkv.bias", 3 * C);
-        V2("attn.proj.weight", C, C);
-        V1("attn.proj.bias", C);
-        V1("ln_2.weight", C);
-        V1("ln_2.bias", C);
-        V2("mlp.fc.weight", 4 * C, C);
-        V1("mlp.fc.bias", 4 * C);
-        V2("mlp.proj.weight", C, 4 * C);
-        V1("mlp.proj.bias", C);
-#undef V1
-#undef V2
-    }
-    add_view(m, "ln_f.weight", 1, C, 0, &off);
-    add_view(m, "ln_f.bias", 1, C, 0, &off);
-    m->n_params = off;
-    /* FNV-1a over names, shapes and order: the federation's table identity */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < m->n_views; i++) {
-        const ParamView *v = &m->views[i];
-        char rec[128];
-        int len =
-            snprintf(rec, sizeof rec, "%s:%d:%d:%d;", v->name, v->ndim, v->shape[0], v->shape[1]);
-        for (int k = 0; k < len; k++) h = (h ^ (uint8_t)rec[k]) * 0x100000001b3ull;
-    }
-    m->table_hash = h;
-}
-
-const ParamView *gpt_view(const GPT *m, const char *name) {
-    for (int i = 0; i < m->n_views; i++)
-        if (strcmp(m->views[i].name, name) == 0) return &m->views[i];
-    return NULL;
-}
 
 /* the views of one layer, by position in the table */
 enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB };
 static float *lp(const GPT *m, float *base, int l, int which) {
     return base + m->views[2 + 12 * l + which].offset;
-}
-
-/* ---- seeded initialisation ------------------------------------------------------ */
-
-/* splitmix64: the same stream on every machine */
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A standard normal from twelve uniforms (Irwin-Hall): only integer and
- * exactly rounded float arithmetic, so no libm difference can change a bit
- * between machines. */
-static float normal(uint64_t *s) {
-    int64_t acc = 0;
-    for (int i = 0; i < 12; i++) acc += (int64_t)(rng_next(s) >> 40); /* 24-bit uniforms */
-    return (float)((double)acc / 16777216.0 - 6.0);
-}
-
-int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    if (cfg->C % cfg->NH != 0 || cfg->L < 1 || cfg->V < 2 || cfg->Vp < cfg->V || cfg->T < 1)
-        return err_set(err, "inconsistent model shape (C must divide by NH, Vp >= V)");
-    build_table(m);
-    m->params = callocCheck(m->n_params, sizeof(float));
-    m->grads = callocCheck(m->n_params, sizeof(float));
-    uint64_t s = seed;
-    float resid_scale = 1.0f / sqrtf(2.0f * (float)cfg->L);
-    for (int i = 0; i < m->n_views; i++) {
-        const ParamView *v = &m->views[i];
-        float *p = m->params + v->offset;
-        size_t n = strlen(v->name);
-        int is_ln_w = strstr(v->name, "ln_") && strcmp(v->name + n - 6, "weight") == 0;
-        if (v->ndim == 1) {
-            for (size_t k = 0; k < v->numel; k++) p[k] = is_ln_w ? 1.0f : 0.0f;
-            continue;
-        }
-        float std = 0.02f;
-        if (strstr(v->name, "proj.weight")) std *= resid_scale; /* residual projections */
-        size_t rows = (size_t)v->shape[0];
-        if (strcmp(v->name, "wte") == 0) rows = (size_t)cfg->V; /* padded rows stay zero */
-        for (size_t k = 0; k < rows * (size_t)v->shape[1]; k++) p[k] = std * normal(&s);
-    }
-    return 0;
-}
-
-void gpt_free(GPT *m) {
-    free(m->views), free(m->params), free(m->grads), free(m->m), free(m->v);
-    free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
-    memset(m, 0, sizeof *m);
 }
 
 /* ---- activations --------------------------------------------------------------------- */
@@ -309,37 +172,6 @@ float gpt_clip_grad_norm(GPT *m, float max_norm) {
         for (size_t i = 0; i < m->n_params; i++) m->grads[i] *= scale;
     }
     return norm;
-}
-
-void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr) {
-    if (m->m == NULL) {
-        m->m = callocCheck(m->n_params, sizeof(float));
-        m->v = callocCheck(m->n_params, sizeof(float));
-    }
-    m->step++;
-    float bc1 = 1.0f - powf(o->beta1, (float)m->step), bc2 = 1.0f - powf(o->beta2, (float)m->step);
-    for (int i = 0; i < m->n_views; i++) {
-        const ParamView *v = &m->views[i];
-        float wd = v->ndim >= 2 ? o->weight_decay : 0.0f; /* no decay on biases and norms */
-        float *p = m->params + v->offset, *g = m->grads + v->offset;
-        float *mm = m->m + v->offset, *vv = m->v + v->offset;
-#pragma omp parallel for
-        for (size_t k = 0; k < v->numel; k++) {
-            mm[k] = o->beta1 * mm[k] + (1.0f - o->beta1) * g[k];
-            vv[k] = o->beta2 * vv[k] + (1.0f - o->beta2) * g[k] * g[k];
-            float mhat = mm[k] / bc1, vhat = vv[k] / bc2;
-            p[k] -= lr * (mhat / (sqrtf(vhat) + o->eps) + wd * p[k]);
-        }
-    }
-}
-
-float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac) {
-    if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
-    if (total <= warmup) return max_lr;
-    float progress = (float)(step - warmup) / (float)(total - warmup);
-    if (progress > 1) progress = 1;
-    float min_lr = max_lr * min_lr_frac;
-    return min_lr + 0.5f * (max_lr - min_lr) * (1.0f + cosf(3.14159265358979f * progress));
 }
 
 void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits) {

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "util/util.h"
 
 #define ST_MAX_HEADER (64u << 20)

@@ -12,7 +12,7 @@
 
 #include <cblas.h>
 
-#include "../kernels.h"
+#include "kernels/ops.h"
 #include "util/util.h"
 
 #define ROWS   256

@@ -19,7 +19,9 @@
 #include <omp.h>
 #endif
 
-#include "../kernels.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "kernels/model.h"
 
 void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
 

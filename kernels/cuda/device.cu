@@ -12,7 +12,7 @@
 #endif
 
 extern "C" {
-#include "../kernels.h"
+#include "kernels/device.h"
 }
 
 extern "C" int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len) {

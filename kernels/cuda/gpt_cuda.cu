@@ -18,7 +18,9 @@
 #endif
 
 extern "C" {
-#include "../kernels.h"
+#include "kernels/model.h"
+#include "kernels/train.h"
+#include "kernels/cuda.h"
 #include "util/util.h"
 }
 #include "cuda_common.h"

@@ -21,7 +21,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../kernels.h"
+#include "kernels/cuda.h"
 }
 #include "cuda_common.h"
 

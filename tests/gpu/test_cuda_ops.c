@@ -11,7 +11,11 @@
 
 #include <criterion/criterion.h>
 
-#include "kernels/kernels.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "kernels/model.h"
+#include "kernels/train.h"
+#include "kernels/cuda.h"
 #include "util/util.h"
 
 static void need_gpu(void) {

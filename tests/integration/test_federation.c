@@ -21,7 +21,9 @@
 #include <jansson.h>
 
 #include "coordinator/store.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
+#include "kernels/train.h"
 #include "security/security.h"
 #include "tests/harness.h"
 #include "util/util.h"

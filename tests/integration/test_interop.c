@@ -11,7 +11,8 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "tests/harness.h"
 #include "util/util.h"
 

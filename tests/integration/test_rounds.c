@@ -25,7 +25,8 @@
 
 #include "compress/compress.h"
 #include "coordinator/store.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"

@@ -14,7 +14,9 @@
 
 #include <criterion/criterion.h>
 
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/data.h"
+#include "kernels/tokenizer.h"
 #include "kernels/tokenizer.h"
 #include "tests/harness.h"
 #include "util/util.h"

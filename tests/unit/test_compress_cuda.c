@@ -11,7 +11,8 @@
 #include <criterion/criterion.h>
 
 #include "compress/compress.h"
-#include "kernels/kernels.h"
+#include "kernels/device.h"
+#include "kernels/cuda.h"
 #include "util/util.h"
 
 #ifdef STRAIT_HAVE_CUDA

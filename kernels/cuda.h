@@ -1,0 +1,93 @@
+/*
+ * cuda.h — the CUDA kernels (kernels/cuda/), only in builds with
+ * STRAIT_HAVE_CUDA: the twins of the CPU ops, AdamW and clipping, the GPT
+ * on the site's GPUs with NCCL, and the kernels behind compress/'s GPU
+ * paths.
+ */
+#ifndef STRAIT_KERNELS_CUDA_H
+#define STRAIT_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/train.h"
+
+/* ---- CUDA kernels (kernels/cuda/; only in builds with STRAIT_HAVE_CUDA) -
+ * Pointers without h_ are device memory; stream is a cudaStream_t (NULL:
+ * the default stream), passed as void * so this header stays plain C.
+ * Each produces the same bytes or floats as its CPU twin in compress/;
+ * functions returning int give -1 when the input holds a non-finite value. */
+#ifdef STRAIT_HAVE_CUDA
+void *kernels_cuda_alloc(size_t bytes);
+void kernels_cuda_free(void *p);
+void kernels_cuda_to_device(void *d, const void *h, size_t bytes);
+void kernels_cuda_to_host(void *h, const void *d, size_t bytes);
+
+/* The CUDA twins of the CPU ops (kernels/cuda/ops.cu): same arguments on
+ * device pointers, plus the stream. Results match the CPU within the
+ * tolerances make test-gpu states. */
+void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                          int T, int C, void *stream);
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C, void *stream);
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                            const float *bias, int N, int C, void *stream);
+void layernorm_backward_cuda(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C,
+                             void *stream);
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                         int N, int C, int OC, void *stream);
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int C, int OC,
+                          void *stream);
+void attention_forward_cuda(float *out, float *preatt, float *att, const float *inp, int B, int T,
+                            int C, int NH, void *stream);
+void attention_backward_cuda(float *dinp, float *dpreatt, float *datt, const float *dout,
+                             const float *inp, const float *att, int B, int T, int C, int NH,
+                             void *stream);
+void gelu_forward_cuda(float *out, const float *inp, size_t N, void *stream);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N, void *stream);
+void residual_forward_cuda(float *out, const float *a, const float *b, size_t N, void *stream);
+void residual_backward_cuda(float *da, float *db, const float *dout, size_t N, void *stream);
+float classifier_forward_backward_cuda(float *losses, float *dh, float *dwte, const float *h,
+                                       const float *wte, const int *targets, int N, int C, int V,
+                                       void *stream);
+void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
+/* global L2 norm of grads, scaled down to max_norm if above */
+float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream);
+
+/* The GPT on the site's GPUs (kernels/cuda/gpt_cuda.cu): one replica per
+ * device, gradients averaged with NCCL. host gives the table, the initial
+ * parameters and the layout for batches of (B, T) per GPU. */
+typedef struct GPTCuda GPTCuda;
+GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err);
+void gpt_cuda_free(GPTCuda *g);
+/* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
+float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
+                    float lr, float max_norm);
+void gpt_cuda_params_to_host(GPTCuda *g, GPT *host);
+/* Every replica takes host's parameters and AdamW state (m, v, step; zeros
+ * when host has taken no step yet): a site's new round. */
+void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host);
+/* Replica 0's parameters and AdamW state into host (m, v allocated when
+ * absent): what a site encodes and saves after its inner steps. */
+void gpt_cuda_state_to_host(GPTCuda *g, GPT *host);
+
+/* fp32 section payload: x copied to h_out after a finite check */
+int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream);
+/* fp16 (bf16 = 0) or bf16 payload of x[0..n) into h_out */
+int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint16_t *h_out, void *stream);
+/* int8 payload of a section (tables and codes, codec_int8.c's layout) */
+int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block, uint8_t *h_raw,
+                             void *stream);
+/* sum[0..count) += w * decoded int8 payload h_raw */
+void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t count, uint32_t block, float w,
+                                  float *sum, void *stream);
+/* exact top-k of every chunk of a section: indices (ascending per chunk)
+ * and values, total_k of each, chunk after chunk */
+int kernels_cuda_topk_select(const float *x, uint32_t count, uint32_t chunk, uint32_t ppm,
+                             uint64_t total_k, uint16_t *h_sel, float *h_vals, void *stream);
+#endif
+
+#endif /* STRAIT_KERNELS_CUDA_H */

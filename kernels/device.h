@@ -1,0 +1,34 @@
+/*
+ * device.h — what this build of kernels/ can run on: the capabilities the
+ * Makefile's probes compiled in, the machine's GPUs and NCCL, and the CPU
+ * threads the ops use (kernels/device.c, kernels/cuda/device.cu).
+ */
+#ifndef STRAIT_KERNELS_DEVICE_H
+#define STRAIT_KERNELS_DEVICE_H
+
+#include <stddef.h>
+
+/* What this binary was built with, as the Makefile's probes found it. */
+typedef struct KernelsBuildCaps {
+    int cuda;     /* CUDA kernels compiled in (nvcc, cudart, cuBLAS) */
+    int nccl;     /* NCCL linked for multi-GPU data parallelism */
+    int openblas; /* OpenBLAS for CPU matrix products */
+    int openmp;   /* OpenMP for CPU threads */
+} KernelsBuildCaps;
+
+KernelsBuildCaps kernels_build_caps(void);
+
+/* The machine's GPUs as the CUDA runtime sees them.
+ * Returns the device count (0 when there is no GPU or no driver, with the
+ * runtime's reason in `why`), and the first device's name in `name`.
+ * Both buffers may be NULL. Never fails hard: no GPU is a normal state. */
+int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len);
+
+/* NCCL's version as "2.27.7", or "" when NCCL is not linked. */
+const char *kernels_nccl_version(void);
+
+/* n OpenMP threads for the ops (0: keep the default), OpenBLAS on one: the
+ * ops split their products across the OpenMP threads themselves. */
+void kernels_set_threads(int n);
+
+#endif /* STRAIT_KERNELS_DEVICE_H */

@@ -1,0 +1,203 @@
+/*
+ * train.c — the one trainer (API: train.h): AdamW, the schedule, a step on
+ * the CPU or the site's GPUs, a whole run, and the held-out evaluator.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "kernels/formats.h"
+#include "kernels/train.h"
+#include "util/util.h"
+#ifdef STRAIT_HAVE_CUDA
+#include "kernels/cuda.h"
+#endif
+
+void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr) {
+    if (m->m == NULL) {
+        m->m = callocCheck(m->n_params, sizeof(float));
+        m->v = callocCheck(m->n_params, sizeof(float));
+    }
+    m->step++;
+    float bc1 = 1.0f - powf(o->beta1, (float)m->step), bc2 = 1.0f - powf(o->beta2, (float)m->step);
+    for (int i = 0; i < m->n_views; i++) {
+        const ParamView *v = &m->views[i];
+        float wd = v->ndim >= 2 ? o->weight_decay : 0.0f; /* no decay on biases and norms */
+        float *p = m->params + v->offset, *g = m->grads + v->offset;
+        float *mm = m->m + v->offset, *vv = m->v + v->offset;
+#pragma omp parallel for
+        for (size_t k = 0; k < v->numel; k++) {
+            mm[k] = o->beta1 * mm[k] + (1.0f - o->beta1) * g[k];
+            vv[k] = o->beta2 * vv[k] + (1.0f - o->beta2) * g[k] * g[k];
+            float mhat = mm[k] / bc1, vhat = vv[k] / bc2;
+            p[k] -= lr * (mhat / (sqrtf(vhat) + o->eps) + wd * p[k]);
+        }
+    }
+}
+
+float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac) {
+    if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
+    if (total <= warmup) return max_lr;
+    float progress = (float)(step - warmup) / (float)(total - warmup);
+    if (progress > 1) progress = 1;
+    float min_lr = max_lr * min_lr_frac;
+    return min_lr + 0.5f * (max_lr - min_lr) * (1.0f + cosf(3.14159265358979f * progress));
+}
+
+TrainConfig train_defaults(float lr, int total_steps) {
+    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps};
+    c.warmup = total_steps / 10 < 100 ? total_steps / 10 : 100;
+    return c;
+}
+
+float train_lr(const TrainConfig *c, int step) {
+    return lr_schedule(step, c->total_steps, c->warmup, c->lr, c->min_lr_frac);
+}
+
+/* ---- the trainer ---------------------------------------------------------------------- */
+
+struct Trainer {
+    GPT *m;
+    TrainConfig c;
+    int B, T, replicas;
+#ifdef STRAIT_HAVE_CUDA
+    GPTCuda *gpu;
+#endif
+};
+
+Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err) {
+    if (B < 1 || T < 1 || T > m->cfg.T || gpus < 0) {
+        err_set(err, "batches of %d x %d do not fit a model of context %d", B, T, m->cfg.T);
+        return NULL;
+    }
+#ifndef STRAIT_HAVE_CUDA
+    if (gpus > 0) {
+        err_set(err, "this strait was built without CUDA; train on the CPU");
+        return NULL;
+    }
+#endif
+    Trainer *t = callocCheck(1, sizeof *t);
+    t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
+#ifdef STRAIT_HAVE_CUDA
+    if (gpus > 0 && (t->gpu = gpt_cuda_create(m, gpus, B, T, err)) == NULL) {
+        free(t);
+        return NULL;
+    }
+#endif
+    return t;
+}
+
+void trainer_free(Trainer *t) {
+    if (t == NULL) return;
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) gpt_cuda_free(t->gpu);
+#endif
+    free(t);
+}
+
+int trainer_replicas(const Trainer *t) {
+    return t->replicas;
+}
+GPT *trainer_model(Trainer *t) {
+    return t->m;
+}
+
+float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *grad_norm) {
+    if (grad_norm) *grad_norm = NAN;
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) return gpt_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
+#endif
+    GPT *m = t->m;
+    float loss = gpt_forward(m, in, tg, t->B, t->T);
+    gpt_zero_grad(m);
+    gpt_backward(m);
+    float norm = gpt_clip_grad_norm(m, t->c.max_grad_norm);
+    if (grad_norm) *grad_norm = norm;
+    gpt_adamw_step(m, &t->c.adamw, lr);
+    return loss;
+}
+
+void trainer_to_host(Trainer *t, int optimizer) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu && optimizer) gpt_cuda_state_to_host(t->gpu, t->m);
+    if (t->gpu && !optimizer) gpt_cuda_params_to_host(t->gpu, t->m);
+#else
+    (void)t, (void)optimizer;
+#endif
+}
+
+void trainer_from_host(Trainer *t) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) gpt_cuda_load_from_host(t->gpu, t->m);
+#else
+    (void)t;
+#endif
+}
+
+int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
+              TrainObserver obs, void *ctx, char *err) {
+    Loader ld;
+    if (loader_init(&ld, data, B, T, 0, 1, seed, err) != 0) return -1;
+    Trainer *t = trainer_create(m, c, gpus, B, T, err);
+    if (t == NULL) return -1;
+    size_t span = (size_t)B * T * (size_t)t->replicas;
+    int *in = mallocCheck(sizeof(int) * span), *tg = mallocCheck(sizeof(int) * span);
+    uint64_t t0 = time_monotonic_ns();
+    int rc = 0;
+    for (int s = 0; s < c->total_steps && rc == 0; s++) {
+        for (int r = 0; r < t->replicas; r++)
+            loader_next(&ld, in + (size_t)r * B * T, tg + (size_t)r * B * T);
+        TrainProgress p = {s + 1, c->total_steps, 0, train_lr(c, s), NAN, 0};
+        p.loss = trainer_step(t, in, tg, p.lr, &p.grad_norm);
+        double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+        p.tokens_per_s = secs > 0 ? (double)(s + 1) * (double)span / secs : 0;
+        if (obs && obs(ctx, t, &p) != 0) rc = err_set(err, "training stopped at step %d", s + 1);
+    }
+    trainer_to_host(t, 1);
+    free(in), free(tg);
+    trainer_free(t);
+    return rc;
+}
+
+/* ---- the held-out evaluator ------------------------------------------------------------ */
+
+double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
+    size_t span = (size_t)B * T;
+    int fit = v.n > span ? (int)((v.n - 1) / span) : 0;
+    if (fit < batches) batches = fit;
+    if (batches <= 0) return NAN;
+    int *in = mallocCheck(sizeof(int) * span), *tg = mallocCheck(sizeof(int) * span);
+    double sum = 0;
+    for (int k = 0; k < batches; k++) {
+        const uint16_t *t = v.tokens + (size_t)k * span;
+        for (size_t i = 0; i < span; i++) in[i] = t[i], tg[i] = t[i + 1];
+        sum += gpt_forward(m, in, tg, B, T);
+    }
+    free(in), free(tg);
+    return sum / batches;
+}
+
+int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
+                        int batches, double *loss, char *err) {
+    GPTConfig cfg;
+    GPT m;
+    TokenSet ts;
+    if (gpt_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
+    if (T > cfg.T) T = cfg.T;
+    if (gpt_build(&m, &cfg, 0, err) != 0) return -1;
+    int rc = gpt_load(&m, ckpt, NULL, err);
+    if (rc == 0) rc = tokens_load(&ts, paths, n_paths, err);
+    if (rc == 0) {
+        if (ts.vocab > cfg.V)
+            rc = err_set(err, "the data's vocabulary (%d) is larger than the model's (%d)",
+                         ts.vocab, cfg.V);
+        TokenView v = {ts.tokens, ts.n};
+        if (rc == 0) *loss = gpt_eval_tokens(&m, v, B, T, batches);
+        if (rc == 0 && isnan(*loss))
+            rc = err_set(err, "%zu tokens are too few for one batch of %d x %d", ts.n, B, T);
+        tokens_free(&ts);
+    }
+    gpt_free(&m);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/*
+ * train.h — the one trainer (kernels/train.c): AdamW and its defaults, the
+ * learning-rate schedule, one optimizer step on the CPU or the site's GPUs,
+ * a whole run over token data, and the one held-out evaluator. `strait
+ * train`, `strait site run`, the demo's baselines and bench/ all train
+ * through it.
+ */
+#ifndef STRAIT_KERNELS_TRAIN_H
+#define STRAIT_KERNELS_TRAIN_H
+
+#include "kernels/data.h"
+#include "kernels/model.h"
+
+typedef struct AdamWConfig {
+    float beta1, beta2, eps, weight_decay; /* decay applies to matrices only */
+} AdamWConfig;
+
+/* One AdamW step on m's gradients (moments allocated at the first). */
+void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr);
+/* linear warmup then cosine decay to max_lr * min_lr_frac */
+float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac);
+
+/* How Strait trains, in one place. train_defaults gives AdamW β (0.9,
+ * 0.95), ε 1e-8, weight decay 0.1 on matrices; gradients clipped to norm 1;
+ * linear warmup over min(total/10, 100) steps, then cosine to 10% of lr. */
+typedef struct TrainConfig {
+    AdamWConfig adamw;
+    float lr;            /* peak learning rate */
+    float min_lr_frac;   /* the cosine's floor, as a fraction of lr */
+    float max_grad_norm; /* 0: no clipping */
+    int warmup, total_steps;
+} TrainConfig;
+
+TrainConfig train_defaults(float lr, int total_steps);
+/* the learning rate of step (0-based) under c's schedule */
+float train_lr(const TrainConfig *c, int step);
+
+/* A held-out score: the mean loss of the model over the first `batches`
+ * consecutive (B, T) batches of v (fewer when v is shorter), the same
+ * tokens for every model scored; NAN when not even one batch fits. */
+double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches);
+/* The same score for a checkpoint file over text files or shards. */
+int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
+                        int batches, double *loss, char *err);
+
+/* A trainer of one model: on the CPU (gpus 0), or with one replica on each
+ * of gpus GPUs, gradients averaged with NCCL (CUDA builds). A GPU trainer
+ * works on its own copy: trainer_to_host and trainer_from_host move the
+ * parameters and AdamW state between it and m (no-ops on the CPU). */
+typedef struct Trainer Trainer;
+
+Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err);
+void trainer_free(Trainer *t);
+/* batches a step takes: 1 on the CPU, gpus on GPUs */
+int trainer_replicas(const Trainer *t);
+GPT *trainer_model(Trainer *t);
+/* One optimizer step at learning rate lr on trainer_replicas() batches of
+ * (B, T) laid one after another in in and tg; the mean loss. *grad_norm
+ * (may be NULL): the norm before clipping, NAN on GPUs. */
+float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *grad_norm);
+/* m takes the GPUs' parameters (and, with optimizer, AdamW's state) */
+void trainer_to_host(Trainer *t, int optimizer);
+/* the GPUs take m's parameters and AdamW state: a site's new round */
+void trainer_from_host(Trainer *t);
+
+/* What train_run reports after every step. */
+typedef struct TrainProgress {
+    int step, steps; /* 1-based: steps done of steps */
+    float loss, lr, grad_norm;
+    double tokens_per_s;
+} TrainProgress;
+
+/* Called after each step; the model is on the host only after
+ * trainer_to_host. Nonzero stops the run. */
+typedef int (*TrainObserver)(void *ctx, Trainer *t, const TrainProgress *p);
+
+/* c->total_steps steps on (B, T) batches read from data from a seeded
+ * start, on the CPU or gpus GPUs; m holds the result. obs may be NULL. */
+int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
+              TrainObserver obs, void *ctx, char *err);
+
+#endif /* STRAIT_KERNELS_TRAIN_H */

@@ -1,0 +1,198 @@
+/*
+ * test_pretrained.c — a federation that starts from a pretrained model:
+ * `strait init --init-from HFDIR` checks the folder, copies the model into
+ * the home and records both SHA-256s (federation.ini and the audit log);
+ * the coordinator refuses to start when the copy changed; a site that joins
+ * gets the pretrained shape in Hello and the model in round 0, and its
+ * round-0 start loss is the pretrained model's held-out loss on its data.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "coordinator/store.h"
+#include "kernels/data.h"
+#include "kernels/formats.h"
+#include "kernels/model.h"
+#include "kernels/train.h"
+#include "net/net.h"
+#include "security/security.h"
+#include "tests/harness.h"
+#include "tests/store_fixture.h"
+#include "util/util.h"
+
+#define S(...)    harness_strait(__VA_ARGS__)
+#define SITE_DATA "/usr/share/games/fortunes/wisdom"
+
+static char *root, fed[600], hf[600], addr[64];
+static int coord = -1, site_pid = -1;
+
+static void teardown(void) {
+    if (root == NULL) return;
+    if (site_pid > 0) proc_stop(site_pid, 5000), site_pid = -1;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(pretrained, .fini = teardown, .timeout = 240);
+
+/* A tiny model moved off its seeded init (no site could build it from a
+ * seed), exported as a Hugging Face folder. */
+static GPT make_pretrained(void) {
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&m, &cfg, 77, err), 0, "%s", err);
+    uint64_t s = 5;
+    for (size_t i = 0; i < m.n_params; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        m.params[i] += 0.03f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
+    }
+    const ParamView *wte = gpt_view(&m, "wte");
+    for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
+    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    return m;
+}
+
+static int start_coordinator(char *line, size_t len) {
+    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
+    int fd;
+    coord = proc_spawn(argv, &fd);
+    int n = proc_read_line(fd, line, len, 30000);
+    close(fd);
+    return n;
+}
+
+Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
+    net_global_init();
+    root = harness_tmpdir("pretrained");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(hf, sizeof hf, "%s/hf", root);
+    GPT pre = make_pretrained();
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hf);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    /* the source's SHA-256, in federation.ini and in the audit log */
+    char path[800], src_sha[65], err[ERR_LEN], *ini;
+    int64_t bytes;
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    cr_assert_eq(security_sha256_file(path, src_sha, &bytes, err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    cr_assert_eq(file_read_all(path, 1 << 20, &ini, NULL, err), 0, "%s", err);
+    char want[120];
+    snprintf(want, sizeof want, "source_sha256 = %s", src_sha);
+    cr_assert_not_null(strstr(ini, want), "%s", ini);
+    cr_assert_not_null(strstr(ini, "init = model/initial.safetensors"), "%s", ini);
+    free(ini);
+    r = S("events", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "model.init"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, src_sha), "%s", r.out);
+    proc_result_free(&r);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    harness_ini_set(path, "rounds", "total", "1");
+    harness_ini_set(path, "rounds", "inner_steps", "3");
+    harness_ini_set(path, "rounds", "deadline", "2m");
+
+    char line[256];
+    cr_assert_gt(start_coordinator(line, sizeof line), 0, "coordinator did not start");
+    const char *p = strstr(line, "port ");
+    cr_assert_not_null(p, "%s", line);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", atoi(p + 5));
+    char sdir[700];
+    snprintf(sdir, sizeof sdir, "%s/site", root);
+    r = S("site", "enroll", fed, "s0");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char token[65], fp[65];
+    memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
+    memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
+    proc_result_free(&r);
+    r = S("site", "join", sdir, "--name", "s0", "--coordinator", addr, "--token", token,
+          "--ca-sha256", fp);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "site",
+                    "run",
+                    sdir,
+                    "--data",
+                    SITE_DATA,
+                    "--threads",
+                    "1",
+                    NULL};
+    int fd;
+    site_pid = proc_spawn(argv, &fd);
+    close(fd);
+    StoreRound rd = store_fixture_wait_committed(fed, 0, 180);
+
+    /* round 0 was the pretrained model, downloaded whole (no seed builds it) */
+    cr_assert_gt(rd.bytes_down, (int64_t)pre.n_params * 2, "round 0 sent %lld bytes down",
+                 (long long)rd.bytes_down);
+    TokenSet ts;
+    const char *paths[1] = {SITE_DATA};
+    cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
+    TokenView train, val;
+    tokens_split(&ts, 0.1, &train, &val);
+    double expect = gpt_eval_tokens(&pre, val, 8, 64, 4); /* the site's held-out batches */
+    tokens_free(&ts);
+    snprintf(path, sizeof path, "%s/%s", fed, STORE_DB_FILE);
+    Store *st = store_open(path, STORE_READONLY, err);
+    cr_assert_not_null(st, "%s", err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(st, rd.id, &ups, &nu, err), 0, "%s", err);
+    cr_assert_eq(nu, 1);
+    cr_assert_float_eq(ups[0].start_eval_loss, expect, 1e-5,
+                       "round 0 started at %.6f; the pretrained model scores %.6f",
+                       ups[0].start_eval_loss, expect);
+    free(ups);
+    store_close(st);
+    gpt_free(&pre);
+}
+
+Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
+    net_global_init();
+    root = harness_tmpdir("pretrained");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(hf, sizeof hf, "%s/hf", root);
+    GPT pre = make_pretrained();
+    gpt_free(&pre);
+    /* a folder with no model in it: refused before anything is written */
+    char empty[700];
+    snprintf(empty, sizeof empty, "%s/empty", root);
+    char err[ERR_LEN];
+    cr_assert_eq(file_mkdir_p(empty, 0755, err), 0);
+    ProcResult r = S("init", fed, "--init-from", empty);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "config.json"), "%s", r.err);
+    cr_assert_eq(access(fed, F_OK), -1, "a refused init left %s behind", fed);
+    proc_result_free(&r);
+    r = S("init", fed, "--init-from", hf, "--model", "tiny");
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    proc_result_free(&r);
+    r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hf);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    /* one flipped byte in the copy: the coordinator names it and does not start */
+    char path[800];
+    snprintf(path, sizeof path, "%s/model/initial.safetensors", fed);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, -3, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -3, SEEK_END);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+    r = S("coordinator", "start", fed);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert_not_null(strstr(r.err, "init_sha256"), "%s", r.err);
+    proc_result_free(&r);
+}
