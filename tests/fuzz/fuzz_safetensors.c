@@ -13,7 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/formats.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,18 +3,22 @@
  * every codec (with and without zstd, several tensor layouts), checkpoint
  * blobs (plain and XOR delta) and error-feedback states, so the fuzzer
  * starts deep inside the decoders instead of at the magic number.
+ * Also safetensors checkpoints and states of fuzz_safetensors' small
+ * table, a tokenizer (every byte and a few merges) with text, a token
+ * shard, and a small Hugging Face GPT-2 folder.
  *
- * and safetensors checkpoints and states of fuzz_safetensors' small table.
- *
- *   seed BLOB_DIR STATE_DIR JOIN_DIR SAFETENSORS_DIR
+ *   seed CORPUS_ROOT      (writes CORPUS_ROOT/fuzz_<target>/)
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compress/compress.h"
-#include "kernels/kernels.h"
+#include "kernels/model.h"
+#include "kernels/data.h"
+#include "kernels/formats.h"
 #include "security/security.h"
 
 static void put(const char *dir, const char *name, const uint8_t *prefix, size_t plen,
@@ -31,11 +35,62 @@ static void put(const char *dir, const char *name, const uint8_t *prefix, size_t
     fclose(f);
 }
 
+static char *dir_of(const char *root, const char *target) {
+    static char dirs[8][1024];
+    static int next;
+    char *d = dirs[next++ % 8];
+    snprintf(d, sizeof dirs[0], "%s/%s", root, target);
+    mkdir(root, 0755);
+    mkdir(d, 0755); /* may exist */
+    return d;
+}
+
+static char *read_whole(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc(*len + 1);
+    if (p && fread(p, 1, *len, f) != *len) *len = 0;
+    fclose(f);
+    return p;
+}
+
+/* fuzz_tokenizer: vocab.json of the 256 bytes in GPT-2's alphabet plus
+ * "he", "ll", "hell", then NUL, merges, NUL, text. */
+static void seed_tokenizer(const char *dir) {
+    char v[8192];
+    size_t n = (size_t)snprintf(v, sizeof v, "{");
+    int shift = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)shift++;
+        char u[8];
+        if (cp == '"' || cp == '\\')
+            snprintf(u, sizeof u, "\\%c", cp);
+        else if (cp < 0x80)
+            snprintf(u, sizeof u, "%c", cp);
+        else
+            snprintf(u, sizeof u, "%c%c", 0xc0 | (cp >> 6), 0x80 | (cp & 0x3f));
+        n += (size_t)snprintf(v + n, sizeof v - n, "%s\"%s\":%d", b ? "," : "", u, b);
+    }
+    n += (size_t)snprintf(v + n, sizeof v - n, ",\"he\":256,\"ll\":257,\"hell\":258}");
+    static const char rest[] = "#version: 0.2\nh e\nl l\nhe ll\n\0hello hell's  world\n\xff\xfe "
+                               "caf\xc3\xa9 \xe4\xb8\xad 123";
+    v[n++] = '\0';
+    put(dir, "hand", (const uint8_t *)v, n, (const uint8_t *)rest, sizeof rest - 1);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: seed BLOB_DIR STATE_DIR JOIN_DIR SAFETENSORS_DIR\n");
+    if (argc != 2) {
+        fprintf(stderr, "usage: seed CORPUS_ROOT\n");
         return 2;
     }
+    const char *root = argv[1];
+    argv[1] = dir_of(root, "fuzz_blob");
+    char *state_dir = dir_of(root, "fuzz_state"), *join_dir = dir_of(root, "fuzz_join");
+    char *st_dir = dir_of(root, "fuzz_safetensors");
     enum { N = 3000 };
     float x[N];
     for (int i = 0; i < N; i++) x[i] = (float)sin(i * 0.37) * (i % 17 ? 0.01f : 0.5f);
@@ -64,10 +119,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 1024; i++) prev[i] = x[i] * 0.99f;
     uint8_t sel = 0; /* even first byte: checkpoint; prev_len = (byte >> 1) * 512 */
     ckpt_encode(x, 4096, 4, NULL, 1, &ck, err);
-    put(argv[2], "ckpt", &sel, 1, ck.data, ck.len);
+    put(state_dir, "ckpt", &sel, 1, ck.data, ck.len);
     sel = 16; /* 8 * 512 = 4096 bytes of prev */
     ckpt_encode(x, 4096, 4, prev, 1, &ck, err);
-    put(argv[2], "ckpt-xor", &sel, 1, ck.data, ck.len);
+    put(state_dir, "ckpt-xor", &sel, 1, ck.data, ck.len);
     blob_free(&ck);
     ErrorFeedback ef;
     ef_init(&ef, 100, 42, 0.9f, err);
@@ -75,7 +130,7 @@ int main(int argc, char **argv) {
     Blob s = {0};
     ef_serialize(&ef, &s, err);
     sel = 1;
-    put(argv[2], "ef", &sel, 1, s.data, s.len);
+    put(state_dir, "ef", &sel, 1, s.data, s.len);
     blob_free(&s);
     ef_free(&ef);
     /* fuzz_safetensors' table: wte [4, 3] and ln_f.bias [3] */
@@ -85,16 +140,47 @@ int main(int argc, char **argv) {
     m.cfg = (GPTConfig){.name = "fuzz", .L = 1, .C = 3, .NH = 1, .T = 4, .V = 4, .Vp = 4};
     m.views = views, m.n_views = 2, m.n_params = 15, m.table_hash = 0x1234, m.params = x;
     char path[1024];
-    snprintf(path, sizeof path, "%s/model.safetensors", argv[4]);
+    snprintf(path, sizeof path, "%s/model.safetensors", st_dir);
     const float *bases[1] = {x + 100};
     const char *prefixes[1] = {"outer_b."};
     if (gpt_save(&m, path, 3, err) != 0) fprintf(stderr, "%s\n", err);
-    snprintf(path, sizeof path, "%s/state.safetensors", argv[4]);
+    snprintf(path, sizeof path, "%s/state.safetensors", st_dir);
     if (gpt_save_state(&m, path, bases, prefixes, 1, 3, err) != 0) fprintf(stderr, "%s\n", err);
     char *csr, *key;
     if (security_csr_create("seed-site", &csr, &key, err) == 0) {
-        put(argv[3], "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
+        put(join_dir, "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
         free(csr), free(key);
+    }
+    seed_tokenizer(dir_of(root, "fuzz_tokenizer"));
+    /* fuzz_shard: a shard of 100 ids */
+    uint16_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (uint16_t)(i * 37 % 500);
+    snprintf(path, sizeof path, "%s/ids.bin", dir_of(root, "fuzz_shard"));
+    if (tokens_write_bin(path, ids, 100, err) != 0) fprintf(stderr, "%s\n", err);
+    /* fuzz_hf: a small GPT-2 as Hugging Face writes it, config.json NUL model.safetensors */
+    GPTConfig hc = {.name = "custom", .L = 1, .C = 8, .NH = 2, .T = 8, .V = 16, .Vp = 64};
+    GPT hm;
+    char hdir[900];
+    snprintf(hdir, sizeof hdir, "%s/hf-tmp", root);
+    if (gpt_build(&hm, &hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, err) == 0) {
+        size_t cl, ml;
+        snprintf(path, sizeof path, "%s/config.json", hdir);
+        char *cj = read_whole(path, &cl);
+        snprintf(path, sizeof path, "%s/model.safetensors", hdir);
+        char *mb = read_whole(path, &ml);
+        if (cj && mb) {
+            cj[cl] = '\0';
+            put(dir_of(root, "fuzz_hf"), "gpt2", (const uint8_t *)cj, cl + 1, (const uint8_t *)mb,
+                ml);
+        }
+        free(cj), free(mb);
+        remove(path);
+        snprintf(path, sizeof path, "%s/config.json", hdir);
+        remove(path);
+        remove(hdir);
+        gpt_free(&hm);
+    } else {
+        fprintf(stderr, "%s\n", err);
     }
     return 0;
 }
