@@ -185,17 +185,14 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {"gpus", required_argument, NULL, 'g'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},      {"threads", required_argument, NULL, 'j'},
+        {"batch", required_argument, NULL, 'b'},     {"seq", required_argument, NULL, 't'},
+        {"lr", required_argument, NULL, 'l'},        {"device", required_argument, NULL, 'D'},
+        {"gpus", required_argument, NULL, 'g'},      {"seed", required_argument, NULL, 's'},
+        {"init-from", required_argument, NULL, 'I'}, {NULL, 0, NULL, 0}};
     const char *data[64];
-    SiteRunOptions o = {NULL, data, 0, 0, 0, 0, 0, 0, 0, 0};
+    SiteRunOptions o = {.data = data};
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -222,6 +219,8 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (cli_int(cmd, "--seed", &seed)) return EXIT_USAGE;
             if (seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
             o.seed = (uint64_t)seed;
+        } else if (c == 'I') {
+            o.init_from = optarg;
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one site folder SITEDIR");

@@ -46,7 +46,7 @@ const Command cli_commands[] = {
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
-     "[--gpus N] [--seed S]",
+     "[--gpus N] [--seed S] [--init-from HFDIR]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -59,6 +59,8 @@ const Command cli_commands[] = {
      "  --device D    cpu (default) or cuda (a build with CUDA)\n"
      "  --gpus N      with cuda: data-parallel replicas over N GPUs (NCCL), each taking\n"
      "                its own batch of B x T (default 1)\n"
+     "  --init-from HFDIR  the pretrained folder the federation started from, held here:\n"
+     "                round 0 is built from it when its SHA-256 matches, not downloaded\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},

@@ -50,6 +50,9 @@ typedef struct SiteRunOptions {
     float lr;       /* inner AdamW peak rate; 0: 3e-3 */
     int cuda, gpus; /* train on gpus GPUs (NCCL data parallel), each with its own batch */
     uint64_t seed;  /* the data order; 0: from the clock */
+    /* a Hugging Face GPT-2 folder the site holds: when the federation
+     * started from the same model, round 0 is built from it, not downloaded */
+    const char *init_from;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

@@ -350,6 +350,17 @@ int client_run(const SiteRunOptions *o, char *err) {
         err_set(err, "the federation's parameter table differs from this strait's; upgrade");
         goto out;
     }
+    if (o->init_from) { /* the pretrained start, held here: maybe no round-0 download */
+        GPT pre;
+        if (gpt_import_hf(&pre, o->init_from, err) != 0) goto out;
+        int same = pre.table_hash == m.table_hash;
+        if (same) memcpy(m.params, pre.params, m.n_params * sizeof(float));
+        gpt_free(&pre);
+        if (!same) {
+            err_set(err, "--init-from %s: its shape is not the federation's model's", o->init_from);
+            goto out;
+        }
+    }
     CodecParams codec;
     if (codec_params_parse(hr->uplink_codec, &codec, err) != 0) goto out;
     if (codec.id == CODEC_TOPK && hr->uplink_density > 0) codec.density = hr->uplink_density;
@@ -410,14 +421,18 @@ int client_run(const SiteRunOptions *o, char *err) {
         uint8_t sha[32];
         security_sha256(m.params, m.n_params * 4, sha);
         seeded = memcmp(sha, hr->model_sha256.data, 32) == 0;
+        if (!seeded && o->init_from)
+            log_warn("site",
+                     "--init-from %s is not the federation's current model (another "
+                     "checkpoint, or rounds have passed): downloading it",
+                     o->init_from);
     }
     uint8_t theta_sha[32]; /* of the model in theta: what GetModel and updates name */
     while (!finished) {
         if (seeded && round == hr->current_round)
             log_info("site",
-                     "round %llu: the model is the federation's seeded one; built here, "
-                     "not downloaded",
-                     (unsigned long long)round);
+                     "round %llu: the model is the federation's %s; built here, not downloaded",
+                     (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
         else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
             goto out;
         seeded = 0;

@@ -71,7 +71,10 @@ static int start_coordinator(char *line, size_t len) {
     return n;
 }
 
-Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
+/* A federation from the pretrained folder, one site on SITE_DATA (holding
+ * the folder too when site_has_it), until round 0 commits; checks round 0
+ * started from the pretrained model. */
+static void round_zero(int site_has_it) {
     net_global_init();
     root = harness_tmpdir("pretrained");
     snprintf(fed, sizeof fed, "%s/fed", root);
@@ -127,15 +130,22 @@ Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
                     SITE_DATA,
                     "--threads",
                     "1",
+                    site_has_it ? "--init-from" : NULL,
+                    hf,
                     NULL};
     int fd;
     site_pid = proc_spawn(argv, &fd);
     close(fd);
     StoreRound rd = store_fixture_wait_committed(fed, 0, 180);
 
-    /* round 0 was the pretrained model, downloaded whole (no seed builds it) */
-    cr_assert_gt(rd.bytes_down, (int64_t)pre.n_params * 2, "round 0 sent %lld bytes down",
-                 (long long)rd.bytes_down);
+    /* round 0 was the pretrained model: downloaded whole (no seed builds
+     * it), unless the site holds the same folder */
+    if (site_has_it)
+        cr_assert_eq(rd.bytes_down, 0, "round 0 sent %lld bytes down to a site holding it",
+                     (long long)rd.bytes_down);
+    else
+        cr_assert_gt(rd.bytes_down, (int64_t)pre.n_params * 2, "round 0 sent %lld bytes down",
+                     (long long)rd.bytes_down);
     TokenSet ts;
     const char *paths[1] = {SITE_DATA};
     cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
@@ -156,6 +166,14 @@ Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
     free(ups);
     store_close(st);
     gpt_free(&pre);
+}
+
+Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
+    round_zero(0);
+}
+
+Test(pretrained, a_site_holding_the_folder_builds_round_zero_without_a_download) {
+    round_zero(1);
 }
 
 Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
