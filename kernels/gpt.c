@@ -48,6 +48,7 @@ static void acts_layout(GPT *m, int B, int T) {
     A(lnf_mean, BT);
     A(lnf_rstd, BT);
     A(losses, BT);
+    A(lse, BT); /* each row's log-sum-exp of the logits, for the classifier's backward */
 #undef A
     m->acts_len = off;
 }
@@ -108,8 +109,8 @@ float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T) {
     m->fwd_B = B, m->fwd_T = T, m->has_targets = targets != NULL;
     if (targets == NULL) return -1.0f;
     memcpy(m->targets, targets, sizeof(int) * (size_t)BT);
-    m->loss = classifier_forward_backward(a + m->a.losses, NULL, NULL, a + m->a.lnf,
-                                          p + m->views[0].offset, targets, BT, C, c->V);
+    m->loss = classifier_forward(a + m->a.losses, a + m->a.lse, a + m->a.lnf,
+                                 p + m->views[0].offset, targets, BT, C, c->V);
     return m->loss;
 }
 
@@ -124,8 +125,8 @@ void gpt_backward(GPT *m) {
     float *a = m->acts, *d = m->dacts, *p = m->params, *g = m->grads;
     size_t sBTC = (size_t)BT * C, sBT = (size_t)BT, sATT = (size_t)B * NH * T * T;
     memset(d, 0, m->acts_len * sizeof(float));
-    classifier_forward_backward(NULL, d + m->a.lnf, g + m->views[0].offset, a + m->a.lnf,
-                                p + m->views[0].offset, m->targets, BT, C, c->V);
+    classifier_backward(d + m->a.lnf, g + m->views[0].offset, a + m->a.lnf, p + m->views[0].offset,
+                        m->targets, a + m->a.lse, BT, C, c->V);
     const ParamView *lnfw = &m->views[m->n_views - 2], *lnfb = &m->views[m->n_views - 1];
     layernorm_backward(d + m->a.residual3 + (L - 1) * sBTC, g + lnfw->offset, g + lnfb->offset,
                        d + m->a.lnf, a + m->a.residual3 + (L - 1) * sBTC, p + lnfw->offset,
@@ -163,13 +164,34 @@ void gpt_backward(GPT *m) {
 
 /* ---- optimisation ---------------------------------------------------------------------- */
 
-float gpt_clip_grad_norm(GPT *m, float max_norm) {
+float gpt_grad_norm(const GPT *m) {
+    /* blocks summed in float over 8 lanes (vectorised), the blocks in
+     * double: the threads split the blocks, so the order of the sum is
+     * fixed for a given thread count */
+    enum { BLOCK = 4096 };
+    const float *g = m->grads;
+    size_t n = m->n_params, blocks = (n + BLOCK - 1) / BLOCK;
     double s = 0;
-    for (size_t i = 0; i < m->n_params; i++) s += (double)m->grads[i] * m->grads[i];
-    float norm = (float)sqrt(s);
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t i = b * BLOCK, end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+        float lane[8] = {0};
+        for (; i + 8 <= end; i += 8)
+            for (int k = 0; k < 8; k++) lane[k] += g[i + k] * g[i + k];
+        float part = 0;
+        for (; i < end; i++) part += g[i] * g[i];
+        for (int k = 0; k < 8; k++) part += lane[k];
+        s += part;
+    }
+    return (float)sqrt(s);
+}
+
+float gpt_clip_grad_norm(GPT *m, float max_norm) {
+    float norm = gpt_grad_norm(m);
     if (max_norm > 0 && norm > max_norm) {
-        float scale = max_norm / norm;
-        for (size_t i = 0; i < m->n_params; i++) m->grads[i] *= scale;
+        float scale = max_norm / norm, *g = m->grads;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < m->n_params; i++) g[i] *= scale;
     }
     return norm;
 }

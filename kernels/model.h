@@ -36,7 +36,7 @@ typedef struct ParamView {
 /* Activation offsets (in floats) inside GPT.acts for the current (B, T). */
 typedef struct GPTActs {
     size_t encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, preatt, att, attproj, residual2, ln2,
-        ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, losses;
+        ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, losses, lse;
 } GPTActs;
 
 typedef struct GPT {
@@ -68,6 +68,8 @@ float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T);
 void gpt_zero_grad(GPT *m);
 void gpt_backward(GPT *m);
 /* global L2 norm of the gradients, scaled down to max_norm if above (0: never) */
+/* global L2 norm of the gradients */
+float gpt_grad_norm(const GPT *m);
 float gpt_clip_grad_norm(GPT *m, float max_norm);
 /* logits (V) for the token after ctx[0..n) (the last T of them), for sampling */
 void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits);

@@ -32,8 +32,14 @@ void residual_forward(float *out, const float *a, const float *b, size_t N);
 void residual_backward(float *da, float *db, const float *dout, size_t N);
 /* The fused classifier: logits = h (N,C) · wte (V,C)ᵀ and cross-entropy
  * against targets, by tiles with an online softmax — the (N,V) logits are
- * never held. Returns the mean loss; losses (N) may be NULL; with dh and
- * dwte non-NULL also accumulates their gradients of the mean loss. */
+ * never held. classifier_forward returns the mean loss; losses (N) and lse
+ * (N, each row's log-sum-exp) may be NULL. classifier_backward accumulates
+ * dh and dwte of the mean loss from the forward's lse. */
+float classifier_forward(float *losses, float *lse, const float *h, const float *wte,
+                         const int *targets, int N, int C, int V);
+void classifier_backward(float *dh, float *dwte, const float *h, const float *wte,
+                         const int *targets, const float *lse, int N, int C, int V);
+/* Both in one call (dh and dwte NULL: the forward only). */
 float classifier_forward_backward(float *losses, float *dh, float *dwte, const float *h,
                                   const float *wte, const int *targets, int N, int C, int V);
 /* logits (V) of one row h (C), for sampling */

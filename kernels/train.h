@@ -15,8 +15,10 @@ typedef struct AdamWConfig {
     float beta1, beta2, eps, weight_decay; /* decay applies to matrices only */
 } AdamWConfig;
 
-/* One AdamW step on m's gradients (moments allocated at the first). */
+/* One AdamW step on m's gradients (moments allocated at the first); the
+ * scaled one takes the gradients times grad_scale (clipping, in the pass). */
 void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr);
+void gpt_adamw_step_scaled(GPT *m, const AdamWConfig *o, float lr, float grad_scale);
 /* linear warmup then cosine decay to max_lr * min_lr_frac */
 float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac);
 

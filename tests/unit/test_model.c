@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
@@ -138,8 +139,12 @@ Test(ops, gelu_backward_matches_finite_differences) {
 
 /* ---- fused classifier ---------------------------------------------------------- */
 
-Test(classifier, fused_equals_a_naive_softmax_cross_entropy) {
-    int N = 37, C = 24, V = 700; /* V spans two vocabulary chunks, unevenly */
+/* The vocabulary's chunks are split over the threads and their partial
+ * softmax sums merged: every thread count, one with a thread that gets no
+ * chunk at all, must give the naive result. */
+static void classifier_against_naive(int threads) {
+    kernels_set_threads(threads);
+    int N = 300, C = 24, V = 1800; /* two blocks of rows, four chunks, the last uneven */
     float *h = rvec((size_t)N * C, 1), *wte = rvec((size_t)V * C, 0.5f);
     int *tg = malloc(N * sizeof *tg);
     for (int i = 0; i < N; i++) tg[i] = (int)((unsigned)(i * 7919) % (unsigned)V);
@@ -170,6 +175,18 @@ Test(classifier, fused_equals_a_naive_softmax_cross_entropy) {
         cr_assert_float_eq(dh[i], ndh[i], 1e-5 + 1e-3 * fabs(ndh[i]), "dh[%zu]", i);
     for (size_t i = 0; i < (size_t)V * C; i++)
         cr_assert_float_eq(dw[i], ndw[i], 1e-5 + 1e-3 * fabs(ndw[i]), "dwte[%zu]", i);
+    free(h), free(wte), free(tg), free(losses), free(dh), free(dw), free(ndh), free(ndw);
+    free(logits);
+    kernels_set_threads(1);
+}
+
+Test(classifier, fused_equals_a_naive_softmax_cross_entropy) {
+    classifier_against_naive(1);
+}
+
+Test(classifier, fused_is_the_same_on_two_and_five_threads) {
+    classifier_against_naive(2);
+    classifier_against_naive(5);
 }
 
 /* ---- the whole model ------------------------------------------------------------- */
