@@ -224,6 +224,7 @@ typedef struct HfIn {
     const uint8_t *data;
     size_t data_len;
     const char *prefix; /* "transformer." or "" */
+    int flax;           /* Flax's names (kernel, scale, embedding) and Dense layout [out, in] */
 } HfIn;
 
 /* Copies HF tensor `name` (want_rows x want_cols of the source layout, or
@@ -234,6 +235,15 @@ static int hf_take(const HfIn *in, const char *name, int ndim, int rows, int col
                    float *dst, char *err) {
     char full[128];
     snprintf(full, sizeof full, "%s%s", in->prefix, name);
+    char *dot = strrchr(full, '.');
+    if (in->flax && dot && strcmp(dot, ".weight") == 0) {
+        int embedding = strstr(full, "wte.") != NULL || strstr(full, "wpe.") != NULL;
+        snprintf(dot + 1, sizeof full - (size_t)(dot + 1 - full), "%s",
+                 embedding   ? "embedding"
+                 : ndim == 1 ? "scale"
+                             : "kernel");
+        transpose = 0; /* a Flax kernel is [out, in], Strait's layout already */
+    }
     json_t *t = json_object_get(in->header, full);
     if (!json_is_object(t)) return err_set(err, "the checkpoint has no tensor %s", full);
     const char *dtype = json_string_value(json_object_get(t, "dtype"));
@@ -317,8 +327,12 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
         free(text);
         return err_set(err, "%s: not a safetensors file", path);
     }
+    int flax = json_object_get(h, "transformer.wte.embedding") != NULL ||
+               json_object_get(h, "wte.embedding") != NULL;
+    int prefixed = json_object_get(h, "transformer.wte.weight") != NULL ||
+                   json_object_get(h, "transformer.wte.embedding") != NULL;
     HfIn in = {h, (const uint8_t *)text + 8 + hl, len - 8 - (size_t)hl,
-               json_object_get(h, "transformer.wte.weight") ? "transformer." : ""};
+               prefixed ? "transformer." : "", flax};
     /* the config's sizes are claims: a file too small for them is refused
      * before the model they describe is allocated (2 bytes a value at the
      * least, F16 or BF16) */

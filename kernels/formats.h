@@ -31,8 +31,10 @@ int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 int gpt_export_hf(const GPT *m, const char *dir, char *err);
 int gpt_export_llmc(const GPT *m, const char *path, char *err);
 /* Builds m from a Hugging Face GPT-2 folder (config.json, model.safetensors
- * in F32, F16 or BF16, with or without the "transformer." prefix); m is
- * built here and freed on failure, which names the offending tensor. */
+ * in F32, F16 or BF16, with or without the "transformer." prefix, in
+ * PyTorch's layout — Conv1D [in, out], "weight" — or Flax's — Dense
+ * [out, in], "kernel", "scale", "embedding"); m is built here and freed on
+ * failure, which names the offending tensor. */
 int gpt_import_hf(GPT *m, const char *dir, char *err);
 
 #endif /* STRAIT_KERNELS_FORMATS_H */

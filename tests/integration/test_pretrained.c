@@ -3,8 +3,10 @@
  * `strait init --init-from HFDIR` checks the folder, copies the model into
  * the home and records both SHA-256s (federation.ini and the audit log);
  * the coordinator refuses to start when the copy changed; a site that joins
- * gets the pretrained shape in Hello and the model in round 0, and its
- * round-0 start loss is the pretrained model's held-out loss on its data.
+ * gets the pretrained shape in Hello and the model in round 0 (no download
+ * when it holds the folder itself), and its round-0 start loss is the
+ * pretrained model's held-out loss on its data. Then the whole path of
+ * docs/models.md: tokenize, init --init-from, train, export, sample.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "kernels/data.h"
 #include "kernels/formats.h"
 #include "kernels/model.h"
+#include "kernels/tokenizer.h"
 #include "kernels/train.h"
 #include "net/net.h"
 #include "security/security.h"
@@ -71,40 +74,17 @@ static int start_coordinator(char *line, size_t len) {
     return n;
 }
 
-/* A federation from the pretrained folder, one site on SITE_DATA (holding
- * the folder too when site_has_it), until round 0 commits; checks round 0
- * started from the pretrained model. */
-static void round_zero(int site_has_it) {
-    net_global_init();
-    root = harness_tmpdir("pretrained");
-    snprintf(fed, sizeof fed, "%s/fed", root);
-    snprintf(hf, sizeof hf, "%s/hf", root);
-    GPT pre = make_pretrained();
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hf);
+/* A federation of one round of 3 steps from the folder hfdir, its
+ * coordinator started, and site s0 enrolled and joined in ROOT/site. */
+static void federation_from(const char *hfdir) {
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hfdir);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
-    /* the source's SHA-256, in federation.ini and in the audit log */
-    char path[800], src_sha[65], err[ERR_LEN], *ini;
-    int64_t bytes;
-    snprintf(path, sizeof path, "%s/model.safetensors", hf);
-    cr_assert_eq(security_sha256_file(path, src_sha, &bytes, err), 0, "%s", err);
-    snprintf(path, sizeof path, "%s/federation.ini", fed);
-    cr_assert_eq(file_read_all(path, 1 << 20, &ini, NULL, err), 0, "%s", err);
-    char want[120];
-    snprintf(want, sizeof want, "source_sha256 = %s", src_sha);
-    cr_assert_not_null(strstr(ini, want), "%s", ini);
-    cr_assert_not_null(strstr(ini, "init = model/initial.safetensors"), "%s", ini);
-    free(ini);
-    r = S("events", fed, "--json");
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert_not_null(strstr(r.out, "model.init"), "%s", r.out);
-    cr_assert_not_null(strstr(r.out, src_sha), "%s", r.out);
-    proc_result_free(&r);
+    char path[800];
     snprintf(path, sizeof path, "%s/federation.ini", fed);
     harness_ini_set(path, "rounds", "total", "1");
     harness_ini_set(path, "rounds", "inner_steps", "3");
     harness_ini_set(path, "rounds", "deadline", "2m");
-
     char line[256];
     cr_assert_gt(start_coordinator(line, sizeof line), 0, "coordinator did not start");
     const char *p = strstr(line, "port ");
@@ -122,20 +102,56 @@ static void round_zero(int site_has_it) {
           "--ca-sha256", fp);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
+}
+
+/* strait site run for s0 on data, holding init_from (may be NULL). */
+static void run_site(const char *data, const char *init_from) {
+    char sdir[700];
+    snprintf(sdir, sizeof sdir, "%s/site", root);
     char *argv[] = {(char *)harness_strait_bin(),
                     "site",
                     "run",
                     sdir,
                     "--data",
-                    SITE_DATA,
+                    (char *)data,
                     "--threads",
                     "1",
-                    site_has_it ? "--init-from" : NULL,
-                    hf,
+                    init_from ? "--init-from" : NULL,
+                    (char *)init_from,
                     NULL};
     int fd;
     site_pid = proc_spawn(argv, &fd);
     close(fd);
+}
+
+/* A federation from the pretrained folder, one site on SITE_DATA (holding
+ * the folder too when site_has_it), until round 0 commits; checks round 0
+ * started from the pretrained model. */
+static void round_zero(int site_has_it) {
+    net_global_init();
+    root = harness_tmpdir("pretrained");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(hf, sizeof hf, "%s/hf", root);
+    GPT pre = make_pretrained();
+    federation_from(hf);
+    /* the source's SHA-256, in federation.ini and in the audit log */
+    char path[800], src_sha[65], err[ERR_LEN], *ini;
+    int64_t bytes;
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    cr_assert_eq(security_sha256_file(path, src_sha, &bytes, err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    cr_assert_eq(file_read_all(path, 1 << 20, &ini, NULL, err), 0, "%s", err);
+    char want[120];
+    snprintf(want, sizeof want, "source_sha256 = %s", src_sha);
+    cr_assert_not_null(strstr(ini, want), "%s", ini);
+    cr_assert_not_null(strstr(ini, "init = model/initial.safetensors"), "%s", ini);
+    free(ini);
+    ProcResult r = S("events", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "model.init"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, src_sha), "%s", r.out);
+    proc_result_free(&r);
+    run_site(SITE_DATA, site_has_it ? hf : NULL);
     StoreRound rd = store_fixture_wait_committed(fed, 0, 180);
 
     /* round 0 was the pretrained model: downloaded whole (no seed builds
@@ -212,5 +228,74 @@ Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
     r = S("coordinator", "start", fed);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert_not_null(strstr(r.err, "init_sha256"), "%s", r.err);
+    proc_result_free(&r);
+}
+
+/* The whole path of docs/models.md with real parts: a BPE trained by PyPI's
+ * tokenizers, a GPT-2 of that vocabulary as a Hugging Face folder with its
+ * vocab.json and merges.txt, the site's text tokenized by strait tokenize,
+ * a federation from the folder training on the shards, the round's model
+ * exported for transformers and sampled through the tokenizer. */
+Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
+    net_global_init();
+    root = harness_tmpdir("pretrained");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(hf, sizeof hf, "%s/hf", root);
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "run through make test (it builds build/venv with tokenizers)");
+    char script[700];
+    snprintf(script, sizeof script, "%s/tests/python/bpe_reference.py", src);
+    const char *texts[] = {"/usr/share/games/fortunes/wisdom",
+                           "/usr/share/games/fortunes/literature"};
+    char *targv[] = {(char *)py, script,           "train",          hf,
+                     "500",      (char *)texts[0], (char *)texts[1], NULL};
+    ProcResult r = proc_run(targv);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    char err[ERR_LEN], vocab[800], merges[800];
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", hf);
+    snprintf(merges, sizeof merges, "%s/merges.txt", hf);
+    Tokenizer *tok = tokenizer_load(vocab, merges, err);
+    cr_assert_not_null(tok, "%s", err);
+    int V = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    /* the "pretrained" model: a GPT-2 of that vocabulary, in the same folder */
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
+    GPT m;
+    cr_assert_eq(gpt_build(&m, &cfg, 9, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    gpt_free(&m);
+    char shards[700], shard0[800];
+    snprintf(shards, sizeof shards, "%s/shards", root);
+    r = S("tokenize", "--tokenizer", hf, "--out", shards, texts[0], texts[1]);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    snprintf(shard0, sizeof shard0, "%s/tokens_000000.bin", shards);
+
+    federation_from(hf);
+    run_site(shard0, NULL);
+    StoreRound rd = store_fixture_wait_committed(fed, 0, 180);
+    cr_assert_eq(rd.participants, 1);
+    cr_assert(isfinite(rd.eval_loss));
+
+    char ckpt[800], out[800];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-000000.safetensors", fed);
+    snprintf(out, sizeof out, "%s/export", root);
+    r = S("export", ckpt, "--format", "hf", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    GPT back;
+    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(back.cfg.V, V);
+    cr_assert_eq(back.cfg.L, 2);
+    gpt_free(&back);
+    r = S("sample", ckpt, "--tokenizer", hf, "--tokens", "12", "--prompt", "The ", "--seed", "3");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strncmp(r.out, "The ", 4) == 0 && strlen(r.out) > 6, "%s", r.out);
+    proc_result_free(&r);
+    r = S("sample", ckpt); /* a BPE model without its tokenizer: told what to give */
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "--tokenizer"), "%s", r.err);
     proc_result_free(&r);
 }

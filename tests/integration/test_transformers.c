@@ -5,7 +5,9 @@
  * the same layout is test_interop.c's independent numpy forward pass).
  * A 2-layer, width-64 GPT-2 with a BPE-sized vocabulary: transformers'
  * logits on the same tokens agree with Strait's to 1e-4, before and after
- * Strait trains it, and after a round trip through the importer.
+ * Strait trains it, and after a round trip through the importer; and a
+ * random GPT-2 made and saved by transformers itself, read by Strait, gives
+ * transformers' logits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,28 +31,10 @@ static float *strait_logits(GPT *m, const int *ids, int n) {
     return out;
 }
 
-/* The largest difference between transformers' logits of m's export and
- * Strait's own. */
-static double max_diff_against_transformers(GPT *m, const char *dir, const char *tag) {
-    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
-    char out[800], ids_path[800], logits_path[800], script[800], err[ERR_LEN];
-    snprintf(out, sizeof out, "%s/%s", dir, tag);
-    cr_assert_eq(gpt_export_hf(m, out, err), 0, "%s", err);
-    int ids[T_IDS];
-    uint64_t s = 17;
-    for (int i = 0; i < T_IDS; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        ids[i] = (int)((s >> 33) % (uint64_t)m->cfg.V);
-    }
-    snprintf(ids_path, sizeof ids_path, "%s/%s.ids", dir, tag);
-    snprintf(logits_path, sizeof logits_path, "%s/%s.logits", dir, tag);
-    cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
-    snprintf(script, sizeof script, "%s/tests/python/transformers_logits.py", src);
-    char *argv[] = {(char *)py, script, out, ids_path, logits_path, NULL};
-    ProcResult r = proc_run(argv);
-    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
-    proc_result_free(&r);
-    char *theirs;
+/* The largest difference between logits from transformers (a file of
+ * T_IDS x V floats) and Strait's on the same ids. */
+static double max_diff(GPT *m, const int *ids, const char *logits_path) {
+    char *theirs, err[ERR_LEN];
     size_t len;
     cr_assert_eq(file_read_all(logits_path, 1 << 28, &theirs, &len, err), 0, "%s", err);
     cr_assert_eq(len, sizeof(float) * T_IDS * (size_t)m->cfg.V);
@@ -64,6 +48,34 @@ static double max_diff_against_transformers(GPT *m, const char *dir, const char 
     }
     free(ours), free(theirs);
     return worst;
+}
+
+static void some_ids(int *ids, int V) {
+    uint64_t s = 17;
+    for (int i = 0; i < T_IDS; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int)((s >> 33) % (uint64_t)V);
+    }
+}
+
+/* The largest difference between transformers' logits of m's export and
+ * Strait's own. */
+static double max_diff_against_transformers(GPT *m, const char *dir, const char *tag) {
+    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
+    char out[800], ids_path[800], logits_path[800], script[800], err[ERR_LEN];
+    snprintf(out, sizeof out, "%s/%s", dir, tag);
+    cr_assert_eq(gpt_export_hf(m, out, err), 0, "%s", err);
+    int ids[T_IDS];
+    some_ids(ids, m->cfg.V);
+    snprintf(ids_path, sizeof ids_path, "%s/%s.ids", dir, tag);
+    snprintf(logits_path, sizeof logits_path, "%s/%s.logits", dir, tag);
+    cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
+    snprintf(script, sizeof script, "%s/tests/python/transformers_logits.py", src);
+    char *argv[] = {(char *)py, script, "logits", out, ids_path, logits_path, NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    return max_diff(m, ids, logits_path);
 }
 
 Test(transformers, loads_the_export_with_the_same_logits_before_and_after_training,
@@ -96,6 +108,34 @@ Test(transformers, loads_the_export_with_the_same_logits_before_and_after_traini
     cr_assert_eq(gpt_import_hf(&back, path, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * 4), 0);
     gpt_free(&back);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(transformers, a_model_transformers_saves_loads_with_the_same_logits, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
+    char *dir = harness_tmpdir("transformers"), err[ERR_LEN];
+    char saved[700], ids_path[700], logits_path[700], script[700];
+    snprintf(saved, sizeof saved, "%s/saved", dir);
+    snprintf(ids_path, sizeof ids_path, "%s/ids", dir);
+    snprintf(logits_path, sizeof logits_path, "%s/logits", dir);
+    snprintf(script, sizeof script, "%s/tests/python/transformers_logits.py", src);
+    int ids[T_IDS];
+    some_ids(ids, 2257);
+    cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
+    /* a random GPT-2 made and saved by transformers (its own safetensors layout) */
+    char *argv[] = {(char *)py, script, "make", saved, "2257", ids_path, logits_path, NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    GPT m;
+    cr_assert_eq(gpt_import_hf(&m, saved, err), 0, "%s", err);
+    cr_assert_eq(m.cfg.V, 2257);
+    double d = max_diff(&m, ids, logits_path);
+    cr_assert_lt(d, 1e-4, "logits differ by %g", d);
+    fprintf(stderr, "transformers' own save read by Strait, largest logit difference: %.2e\n", d);
     gpt_free(&m);
     harness_rmtree(dir);
     free(dir);
