@@ -45,6 +45,15 @@ int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C,
                        "heads, context %lld, vocabulary %lld (1-256 layers, channels to 65536 "
                        "and a multiple of heads, context to 2^20, vocabulary 2 to 2^22)",
                        L, C, NH, T, V);
+    /* the table's size, before anything is allocated: a claimed shape must
+     * not be able to exhaust memory (GPT-2 XL has 1.6 billion) */
+    double params =
+        (V + 63.0) / 64 * 64 * C + (double)T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (params > 4e9)
+        return err_set(err,
+                       "a shape of %.2f billion parameters; this strait builds at most 4 billion "
+                       "(16 GB in fp32)",
+                       params / 1e9);
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->name, sizeof cfg->name, "%s", name);
     cfg->L = (int)L, cfg->C = (int)C, cfg->NH = (int)NH, cfg->T = (int)T, cfg->V = (int)V;

@@ -21,7 +21,8 @@ typedef struct GPTConfig {
 int gpt_config_preset(const char *name, GPTConfig *cfg);
 /* A shape given by someone else (a config.json, a coordinator): checked to
  * be a GPT-2 this code can build — 1..256 layers, channels 1..65536 a
- * multiple of heads, context 1..2^20, vocabulary 2..2^22 — and padded. */
+ * multiple of heads, context 1..2^20, vocabulary 2..2^22, at most 4
+ * billion parameters — and padded. */
 int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
                      long long T, long long V, char *err);
 

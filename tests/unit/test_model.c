@@ -259,6 +259,20 @@ Test(model, loss_gradient_matches_finite_differences_in_every_tensor, .timeout =
     gpt_free(&m);
 }
 
+Test(model, a_shape_from_outside_is_checked_before_anything_is_allocated) {
+    GPTConfig c;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_config_shape(&c, "custom", 2, 64, 2, 64, 2257, err), 0, "%s", err);
+    cr_assert_eq(c.Vp, 2304, "the vocabulary is padded to a multiple of 64");
+    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 3, 64, 300, err), -1, "64 channels, 3 heads");
+    cr_assert_eq(gpt_config_shape(&c, "x", 0, 64, 2, 64, 300, err), -1);
+    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 2, 64, 1, err), -1);
+    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 2, 0, 300, err), -1);
+    /* in range one by one, too large together: 96 layers of 12288 channels */
+    cr_assert_eq(gpt_config_shape(&c, "x", 96, 12288, 96, 2048, 50257, err), -1);
+    cr_assert_not_null(strstr(err, "billion"), "%s", err);
+}
+
 Test(model, the_table_hash_names_the_layout) {
     GPT a = tiny(1), b = tiny(2);
     cr_assert_eq(a.table_hash, b.table_hash, "the seed must not change the table");
