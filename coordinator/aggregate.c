@@ -5,6 +5,7 @@
  * median and trimmed mean, block by block over spooled updates), and the
  * outer optimizers.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,40 @@ int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
     return 0;
 }
 
+/* ---- the rules ------------------------------------------------------------------------ */
+
+static const struct {
+    AggregateRule rule;
+    const char *name;
+    int keeps_updates;
+} RULES[] = {
+    {AGG_MEAN, "mean", 0}, {AGG_MEDIAN, "median", 1}, {AGG_TRIMMED_MEAN, "trimmed_mean", 1}};
+
+#define N_RULES ((int)(sizeof RULES / sizeof RULES[0]))
+
+int aggregate_rule_parse(const char *name, AggregateRule *out) {
+    for (int i = 0; i < N_RULES; i++)
+        if (strcmp(RULES[i].name, name) == 0) {
+            *out = RULES[i].rule;
+            return 0;
+        }
+    return -1;
+}
+
+const char *aggregate_rule_name(AggregateRule rule) {
+    assert((int)rule >= 0 && (int)rule < N_RULES && RULES[rule].rule == rule);
+    return RULES[rule].name;
+}
+
+const char *aggregate_rule_names(void) {
+    return "mean, median or trimmed_mean";
+}
+
+int aggregate_rule_keeps_updates(AggregateRule rule) {
+    assert((int)rule >= 0 && (int)rule < N_RULES && RULES[rule].rule == rule);
+    return RULES[rule].keeps_updates;
+}
+
 /* ---- robust aggregation ------------------------------------------------------------- */
 
 static int cmp_float(const void *a, const void *b) {
@@ -149,10 +184,12 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
-                     RobustKind kind, double trim, float *out, char *err) {
+                     AggregateRule rule, double trim, float *out, char *err) {
     enum { BLOCK = 1 << 16 };
     if (n_updates < 1) return err_set(err, "no updates to aggregate");
-    if (kind == ROBUST_TRIMMED_MEAN && !(trim >= 0 && trim < 0.5))
+    if (rule != AGG_MEDIAN && rule != AGG_TRIMMED_MEAN)
+        return err_set(err, "%s is not a coordinate-wise rule", aggregate_rule_name(rule));
+    if (rule == AGG_TRIMMED_MEAN && !(trim >= 0 && trim < 0.5))
         return err_set(err, "trim fraction %g must be in [0, 0.5)", trim);
     for (int u = 0; u < n_updates; u++) {
         char why[ERR_LEN];
@@ -165,7 +202,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
         free(block), free(col);
         return err_set(err, "out of memory for a %d-update block", n_updates);
     }
-    int drop = kind == ROBUST_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
+    int drop = rule == AGG_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
     int rc = 0;
     for (uint64_t lo = 0; lo < n && rc == 0; lo += BLOCK) {
         uint64_t hi = lo + BLOCK < n ? lo + BLOCK : n;
@@ -175,7 +212,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
         for (uint64_t i = lo; i < hi && rc == 0; i++) {
             for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
             qsort(col, (size_t)n_updates, sizeof *col, cmp_float);
-            if (kind == ROBUST_MEDIAN) {
+            if (rule == AGG_MEDIAN) {
                 out[i] = n_updates % 2 ? col[n_updates / 2]
                                        : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
             } else {

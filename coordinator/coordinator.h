@@ -182,12 +182,26 @@ int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight
 /* mean (n) = Σ w_i Δ_i / Σ w_i; -1 when nothing was accepted. */
 int round_sum_mean(const RoundSum *rs, float *mean, char *err);
 
+/* How a round's updates combine ([rounds] aggregate): one table in
+ * aggregate.c names each rule and says how it runs. The mean streams (each
+ * update decode-accumulated as it arrives, then dropped); the robust rules
+ * keep the updates whole until the round closes and combine them
+ * coordinate-wise (robust_aggregate). */
+typedef enum AggregateRule { AGG_MEAN, AGG_MEDIAN, AGG_TRIMMED_MEAN } AggregateRule;
+/* -1 for an unknown name */
+int aggregate_rule_parse(const char *name, AggregateRule *out);
+const char *aggregate_rule_name(AggregateRule rule);
+/* "mean, median or trimmed_mean", for messages */
+const char *aggregate_rule_names(void);
+/* 1 when the rule keeps the updates whole until the round closes */
+int aggregate_rule_keeps_updates(AggregateRule rule);
+
 /* Coordinate-wise robust aggregation over spooled updates (untrusted silos),
- * block by block so memory stays O(block × updates): the median, or the
- * mean after dropping the trim fraction from each end. */
-typedef enum RobustKind { ROBUST_MEDIAN, ROBUST_TRIMMED_MEAN } RobustKind;
+ * block by block so memory stays O(block × updates): AGG_MEDIAN, or
+ * AGG_TRIMMED_MEAN (the mean after dropping the trim fraction from each
+ * end). AGG_MEAN streams instead (RoundSum) and is refused here. */
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
-                     RobustKind kind, double trim, float *out, char *err);
+                     AggregateRule rule, double trim, float *out, char *err);
 
 /* The outer optimizer applied to θ with the round's mean pseudo-gradient Δ̄
  * (DESIGN.md §1): Nesterov SGD (DiLoCo: b ← μb + Δ̄; θ ← θ − η(Δ̄ + μb)),

@@ -30,7 +30,8 @@ typedef struct RoundsSettings {
     double outer_lr, momentum, trim;
     double adam_eps;         /* [optimizer] eps: FedAdam's adaptivity τ */
     double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_r‖ from the first update (0: off) */
-    int robust;              /* 0: streaming weighted mean; else kind + 1 */
+    AggregateRule rule;      /* [rounds] aggregate */
+    int keeps_updates;       /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
     char recipe[16];         /* [recipe] name: the defaults below came from it */
     CodecParams uplink;
     CodecParams downlink;  /* the outer update sent down, with error feedback here */

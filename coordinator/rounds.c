@@ -144,9 +144,8 @@ static int robust_mean(Coordinator *co, float *mean, char *err) {
         }
         blobs[mapped] = p, lens[mapped] = (size_t)len;
     }
-    rc = robust_aggregate(blobs, lens, r->n_kept, r->model.n_params,
-                          r->set.robust == 1 ? ROBUST_MEDIAN : ROBUST_TRIMMED_MEAN, r->set.trim,
-                          mean, err);
+    rc = robust_aggregate(blobs, lens, r->n_kept, r->model.n_params, r->set.rule, r->set.trim, mean,
+                          err);
 out:
     for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
     return rc;
@@ -218,7 +217,8 @@ static int commit_round(Coordinator *co, char *err) {
         err_set(err, "out of memory for the outer step");
         goto out;
     }
-    if ((r->set.robust ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) != 0 ||
+    if ((r->set.keeps_updates ? robust_mean(co, mean, err) : round_sum_mean(&r->sum, mean, err)) !=
+            0 ||
         outer_clone(&r->outer, &next, err) != 0)
         goto out;
     memcpy(theta, r->model.params, sizeof(float) * n);
@@ -657,7 +657,7 @@ static void h_push_update(NetCall *c, void *user) {
     }
     char kept[64];
     kept_name(r->number, kept, sizeof kept);
-    if (code == NULL && r->set.robust &&
+    if (code == NULL && r->set.keeps_updates &&
         net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, err) != 0) {
         code = "internal";
         snprintf(why, sizeof why, "cannot keep the update for robust aggregation: %.200s", err);
@@ -667,23 +667,23 @@ static void h_push_update(NetCall *c, void *user) {
                       code ? why : NULL, &update_id, err) != 0) {
         log_error("rounds", "cannot record the update of %s: %s", site.name, err);
         if (code == NULL) {
-            if (r->set.robust) net_spool_drop(r->spool, owner, kept);
+            if (r->set.keeps_updates) net_spool_drop(r->spool, owner, kept);
             code = "internal";
             snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
         }
-    } else if (code == NULL &&
-               round_sum_apply(&r->sum, blob, len, weight, g.norm, !r->set.robust, err) != 0) {
+    } else if (code == NULL && round_sum_apply(&r->sum, blob, len, weight, g.norm,
+                                               !r->set.keeps_updates, err) != 0) {
         /* a gated update fails to apply only for want of memory, before any change */
         code = "internal";
         snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
-        if (r->set.robust) net_spool_drop(r->spool, owner, kept);
+        if (r->set.keeps_updates) net_spool_drop(r->spool, owner, kept);
         pthread_mutex_lock(&co->store_lock);
         store_update_reject(co->store, update_id, code, why, NULL);
         pthread_mutex_unlock(&co->store_lock);
     }
     int accepted = code == NULL, committed = 0;
     if (accepted) {
-        if (r->set.robust)
+        if (r->set.keeps_updates)
             snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
         snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
         if (isfinite(meta->eval_loss)) {

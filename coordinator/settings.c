@@ -210,17 +210,10 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
                        "federation.ini: [rounds] max_update_ratio = %g; use 0 (off) or a positive "
                        "bound on |update| / |model|",
                        o->max_update_ratio);
-    if (strcmp(agg, "mean") == 0)
-        o->robust = 0;
-    else if (strcmp(agg, "median") == 0)
-        o->robust = 1;
-    else if (strcmp(agg, "trimmed_mean") == 0)
-        o->robust = 2;
-    else
-        return err_set(err,
-                       "federation.ini: [rounds] aggregate = %s; use mean, median or "
-                       "trimmed_mean",
-                       agg);
+    if (aggregate_rule_parse(agg, &o->rule) != 0)
+        return err_set(err, "federation.ini: [rounds] aggregate = %s; use %s", agg,
+                       aggregate_rule_names());
+    o->keeps_updates = aggregate_rule_keeps_updates(o->rule);
     if (!(o->trim >= 0 && o->trim < 0.5))
         return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
     return 0;

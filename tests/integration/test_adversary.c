@@ -116,9 +116,8 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
         const uint8_t *blobs[8];
         size_t lens[8];
         for (int i = 0; i < n_honest; i++) blobs[i] = honest[i].data, lens[i] = honest[i].len;
-        cr_assert_eq(
-            robust_aggregate(blobs, lens, n_honest, m.n_params, ROBUST_MEDIAN, 0, mean, err), 0,
-            "%s", err);
+        cr_assert_eq(robust_aggregate(blobs, lens, n_honest, m.n_params, AGG_MEDIAN, 0, mean, err),
+                     0, "%s", err);
     } else {
         RoundSum rs;
         cr_assert_eq(round_sum_init(&rs, m.n_params, m.table_hash, 0, err), 0);

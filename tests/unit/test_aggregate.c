@@ -98,8 +98,8 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
     }
     float *med = malloc(n * 4), *trim = malloc(n * 4);
     char err[ERR_LEN];
-    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_MEDIAN, 0, med, err), 0, "%s", err);
-    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_TRIMMED_MEAN, 0.2, trim, err), 0, "%s",
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.2, trim, err), 0, "%s",
                  err);
     for (uint64_t i = 0; i < n; i += 997) {
         float col[U];
@@ -116,7 +116,7 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
                            (unsigned long long)i);
         cr_assert_lt(trim[i], 1e5f, "the outlier leaked into the trimmed mean");
     }
-    cr_assert_eq(robust_aggregate(blobs, lens, U, n, ROBUST_TRIMMED_MEAN, 0.5, trim, err), -1);
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.5, trim, err), -1);
     for (int u = 0; u < U; u++) blob_free(&b[u]), free(x[u]);
     free(med), free(trim);
 }
@@ -152,4 +152,26 @@ Test(aggregate, outer_optimizers) {
     cr_assert_eq(k, OUTER_NESTEROV);
     cr_assert_eq(outer_kind_parse("sgd-ish", &k), -1);
     cr_assert_eq(outer_init(&o, OUTER_AVG, 2, 0, 0, err), -1);
+}
+
+Test(aggregate_rules, one_table_names_every_rule_and_how_it_runs) {
+    const char *names[] = {"mean", "median", "trimmed_mean"};
+    for (int i = 0; i < 3; i++) {
+        AggregateRule r;
+        cr_assert_eq(aggregate_rule_parse(names[i], &r), 0, "%s", names[i]);
+        cr_assert_str_eq(aggregate_rule_name(r), names[i]);
+        cr_assert_eq(aggregate_rule_keeps_updates(r), r != AGG_MEAN, "%s", names[i]);
+        cr_assert_not_null(strstr(aggregate_rule_names(), names[i]));
+    }
+    AggregateRule r;
+    cr_assert_eq(aggregate_rule_parse("krum", &r), -1);
+    cr_assert_eq(aggregate_rule_parse("Mean", &r), -1);
+    /* the mean streams: asked to run coordinate-wise, it is refused, not
+     * silently run as another rule */
+    char err[ERR_LEN];
+    float out[4];
+    const uint8_t *blobs[1] = {(const uint8_t *)"x"};
+    size_t lens[1] = {1};
+    cr_assert_eq(robust_aggregate(blobs, lens, 1, 4, AGG_MEAN, 0, out, err), -1);
+    cr_assert_not_null(strstr(err, "mean"), "%s", err);
 }
