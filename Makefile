@@ -97,18 +97,26 @@ LDFLAGS += -fopenmp
 endif
 
 CUDA_LIBDIR := $(if $(wildcard $(CUDA_HOME)/lib64),$(CUDA_HOME)/lib64,$(CUDA_HOME)/lib)
+# The CUDA code is a plugin, build/libstrait-cuda.so, with cuBLAS, the
+# runtime and NCCL behind it; the binaries load it on first GPU use
+# (kernels/cuda_loader.c), so a coordinator or a CPU site never maps cuBLAS
+# (about 210 MB resident). -rdynamic lets the plugin call back into the
+# binary; -Bsymbolic keeps its own calls inside it.
 CU_SRC :=
+CUDA_PLUGIN :=
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS += -DSTRAIT_HAVE_CUDA
 CU_SRC := $(wildcard kernels/cuda/*.cu)
-LDFLAGS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
-LDLIBS += -lcublas -lcudart -lstdc++
+CUDA_PLUGIN := $(BUILD)/libstrait-cuda.so
+CUDA_LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++ -lm
+LDFLAGS += -rdynamic
+LDLIBS += -ldl
 NVCCFLAGS := -std=c++17 -O2 -g -arch=sm_$(CUDA_ARCH) -Werror all-warnings \
-  -Xcompiler -Wall,-Wextra,-Werror -D_GNU_SOURCE -DSTRAIT_HAVE_CUDA -I.
+  -Xcompiler -Wall,-Wextra,-Werror,-fPIC -D_GNU_SOURCE -DSTRAIT_HAVE_CUDA -I.
 ifeq ($(HAVE_NCCL),1)
 CPPFLAGS += -DSTRAIT_HAVE_NCCL
 NVCCFLAGS += -DSTRAIT_HAVE_NCCL
-LDLIBS += -lnccl
+CUDA_LDLIBS += -lnccl
 endif
 endif
 
@@ -126,8 +134,8 @@ SQL_OBJ := $(SCHEMA_SQL:schema/%.sql=$(BUILD)/obj/gen/sql_%.o)
 # schema/strait.proto becomes build/gen/schema/strait.pb-c.{c,h} (messages only).
 PROTO_C := $(BUILD)/gen/schema/strait.pb-c.c
 PROTO_H := $(BUILD)/gen/schema/strait.pb-c.h
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(SQL_OBJ) \
-  $(BUILD)/obj/gen/schema/strait.pb-c.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(SQL_OBJ) $(BUILD)/obj/gen/schema/strait.pb-c.o
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/buildinfo.o
 LIB := $(BUILD)/libstrait.a
 BIN := $(BUILD)/strait
@@ -138,7 +146,7 @@ GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 GPU_BIN := $(BUILD)/tests/gpu_ops
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/helpers/*.c))
 
-all: $(BIN) $(LIB) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
+all: $(BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
 
 $(PROTO_C) $(PROTO_H) &: schema/strait.proto
 	@mkdir -p $(BUILD)/gen
@@ -148,13 +156,17 @@ $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(@D)
 	$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+# (the Makefile too: objects built before the plugin were not -fPIC)
+$(BUILD)/obj/%.cu.o: %.cu Makefile
 	@mkdir -p $(@D)
 	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(call say,AR,$@)$(AR) rcs $@ $^
+
+$(CUDA_PLUGIN): $(CU_OBJ)
+	$(call say,LINK,$@)$(CC) -shared -Wl,-Bsymbolic $^ $(CUDA_LDLIBS) -o $@
 
 # Version and commit, rewritten only when they change so a commit relinks
 # the binary without recompiling the rest.
@@ -176,7 +188,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 .SECONDARY:
 FORCE:
 
-$(BIN): $(CLI_OBJ) $(LIB)
+$(BIN): $(CLI_OBJ) $(LIB) | $(CUDA_PLUGIN)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 TEST_LDLIBS := -lcriterion -lutil
@@ -193,7 +205,7 @@ $(GPU_BIN): $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 
 # The CUDA ops against the CPU, and GPU training against the CPU trainer; run on
 # a machine with a GPU (the tests report SKIP elsewhere). Not part of make test.
-test-gpu: $(GPU_BIN)
+test-gpu: $(GPU_BIN) $(CUDA_PLUGIN)
 	$(Q)STRAIT_LOG=error $(GPU_BIN) --short-filename --verbose
 
 # helper programs the integration tests run as separate processes
@@ -288,6 +300,7 @@ fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
 
 install: $(BIN)
 	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/strait
+	$(if $(CUDA_PLUGIN),install -Dm755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/strait/libstrait-cuda.so)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 endif

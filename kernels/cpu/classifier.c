@@ -89,7 +89,8 @@ float classifier_forward(float *losses, float *lse, const float *h, const float 
                 if (m[ROWS + r] > 0) sum += m[ROWS + r] * expf(m[r] - mx);
                 z += m[2 * ROWS + r]; /* one thread saw the target; the others hold 0 */
             }
-            float l = logf(sum) + mx, loss = l - z;
+            /* the row's largest logit adds exp(0) = 1: sum >= 1 */
+            float l = logf(fmaxf(sum, 1.0f)) + mx, loss = l - z;
             if (lse) lse[r0 + r] = l;
             if (losses) losses[r0 + r] = loss;
             total += loss;

@@ -1,0 +1,208 @@
+/*
+ * cuda_loader.c — the CUDA kernels as a plugin. In a CUDA build the .cu
+ * code, cuBLAS, the CUDA runtime and NCCL live in libstrait-cuda.so, not in
+ * the strait binary: linking cuBLAS alone costs a process about 210 MB of
+ * resident memory at start, which a coordinator or a CPU site would pay
+ * for nothing. Every function of cuda.h (and the device query of device.h)
+ * is defined here as a forwarder that loads the plugin on first use and
+ * calls the plugin's function of the same name.
+ *
+ * The plugin is looked for in $STRAIT_CUDA_PLUGIN, then beside the
+ * executable, one folder up (build/tests/ → build/), and in ../lib/strait/
+ * (make install). It is linked -Bsymbolic, so its own calls stay inside it;
+ * the one host function it calls (gpt_forward) comes from the executable,
+ * which is linked -rdynamic.
+ */
+#ifdef STRAIT_HAVE_CUDA
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cuda.h"
+#include "kernels/device.h"
+#include "util/util.h"
+
+#define PLUGIN "libstrait-cuda.so"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void *handle;
+static char why_not[PATH_MAX + 1200];
+
+static void *try_open(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(why_not, sizeof why_not, "cannot load the CUDA plugin %s: %s", path,
+                 e ? e : "unknown error");
+    }
+    return h;
+}
+
+static void load(void) {
+    const char *env = getenv("STRAIT_CUDA_PLUGIN");
+    if (env && env[0]) {
+        handle = try_open(env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(why_not, sizeof why_not, "cannot find the executable to find %s beside it",
+                 PLUGIN);
+        return;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    static const char *const places[] = {"/", "/../", "/../lib/strait/"};
+    snprintf(why_not, sizeof why_not, "%s is not beside %s nor in ../lib/strait/", PLUGIN, exe);
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s%s%s", exe, places[i], PLUGIN);
+        if (access(path, F_OK) != 0) continue;
+        if ((handle = try_open(path)) != NULL) return;
+    }
+}
+
+/* The plugin's function `name`, or NULL with the reason in why_not. */
+static void *plugin_sym(const char *name) {
+    pthread_once(&once, load);
+    if (handle == NULL) return NULL;
+    void *f = dlsym(handle, name);
+    if (f == NULL) snprintf(why_not, sizeof why_not, "the CUDA plugin has no %s", name);
+    return f;
+}
+
+/* For functions only reachable after the plugin answered (a GPTCuda exists,
+ * device memory was allocated): a missing one is a broken install. */
+static void *need_sym(const char *name) {
+    void *f = plugin_sym(name);
+    if (f == NULL) DIE("%s", why_not);
+    return f;
+}
+
+#define FORWARD(ret, name, params, args)                                                           \
+    ret name params {                                                                              \
+        static ret(*fn) params;                                                                    \
+        if (fn == NULL) *(void **)&fn = need_sym(#name);                                           \
+        return fn args;                                                                            \
+    }
+#define FORWARD_VOID(name, params, args)                                                           \
+    void name params {                                                                             \
+        static void(*fn) params;                                                                   \
+        if (fn == NULL) *(void **)&fn = need_sym(#name);                                           \
+        fn args;                                                                                   \
+    }
+
+int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len) {
+    static int (*fn)(char *, size_t, char *, size_t);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("kernels_gpu_count")) == NULL) {
+        if (name && name_len) name[0] = '\0';
+        if (why && why_len) snprintf(why, why_len, "%s", why_not);
+        return 0;
+    }
+    return fn(name, name_len, why, why_len);
+}
+
+const char *kernels_nccl_version(void) {
+    static const char *(*fn)(void);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("kernels_nccl_version")) == NULL) return "";
+    return fn();
+}
+
+GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
+    static GPTCuda *(*fn)(GPT *, int, int, int, char *);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_create")) == NULL) {
+        err_set(err, "%s", why_not);
+        return NULL;
+    }
+    return fn(host, n_gpus, B, T, err);
+}
+
+FORWARD(void *, kernels_cuda_alloc, (size_t bytes), (bytes))
+FORWARD_VOID(kernels_cuda_free, (void *p), (p))
+FORWARD_VOID(kernels_cuda_to_device, (void *d, const void *h, size_t bytes), (d, h, bytes))
+FORWARD_VOID(kernels_cuda_to_host, (void *h, const void *d, size_t bytes), (h, d, bytes))
+FORWARD_VOID(encoder_forward_cuda,
+             (float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
+              void *stream),
+             (out, inp, wte, wpe, B, T, C, stream))
+FORWARD_VOID(encoder_backward_cuda,
+             (float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+              void *stream),
+             (dwte, dwpe, dout, inp, B, T, C, stream))
+FORWARD_VOID(layernorm_forward_cuda,
+             (float *out, float *mean, float *rstd, const float *inp, const float *w,
+              const float *bias, int N, int C, void *stream),
+             (out, mean, rstd, inp, w, bias, N, C, stream))
+FORWARD_VOID(layernorm_backward_cuda,
+             (float *dinp, float *dw, float *db, const float *dout, const float *inp,
+              const float *w, const float *mean, const float *rstd, int N, int C, void *stream),
+             (dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream))
+FORWARD_VOID(matmul_forward_cuda,
+             (float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+              int OC, void *stream),
+             (out, inp, weight, bias, N, C, OC, stream))
+FORWARD_VOID(matmul_backward_cuda,
+             (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+              const float *weight, int N, int C, int OC, void *stream),
+             (dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream))
+FORWARD_VOID(attention_forward_cuda,
+             (float *out, float *preatt, float *att, const float *inp, int B, int T, int C, int NH,
+              void *stream),
+             (out, preatt, att, inp, B, T, C, NH, stream))
+FORWARD_VOID(attention_backward_cuda,
+             (float *dinp, float *dpreatt, float *datt, const float *dout, const float *inp,
+              const float *att, int B, int T, int C, int NH, void *stream),
+             (dinp, dpreatt, datt, dout, inp, att, B, T, C, NH, stream))
+FORWARD_VOID(gelu_forward_cuda, (float *out, const float *inp, size_t N, void *stream),
+             (out, inp, N, stream))
+FORWARD_VOID(gelu_backward_cuda,
+             (float *dinp, const float *inp, const float *dout, size_t N, void *stream),
+             (dinp, inp, dout, N, stream))
+FORWARD_VOID(residual_forward_cuda,
+             (float *out, const float *a, const float *b, size_t N, void *stream),
+             (out, a, b, N, stream))
+FORWARD_VOID(residual_backward_cuda,
+             (float *da, float *db, const float *dout, size_t N, void *stream),
+             (da, db, dout, N, stream))
+FORWARD(float, classifier_forward_backward_cuda,
+        (float *losses, float *dh, float *dwte, const float *h, const float *wte,
+         const int *targets, int N, int C, int V, void *stream),
+        (losses, dh, dwte, h, wte, targets, N, C, V, stream))
+FORWARD_VOID(adamw_cuda,
+             (float *params, const float *grads, float *m, float *v, size_t n, float lr,
+              float beta1, float beta2, float eps, float weight_decay, int step, void *stream),
+             (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, stream))
+FORWARD(float, clip_grad_norm_cuda, (float *grads, size_t n, float max_norm, void *stream),
+        (grads, n, max_norm, stream))
+FORWARD_VOID(gpt_cuda_free, (GPTCuda * g), (g))
+FORWARD(float, gpt_cuda_step,
+        (GPTCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,
+         float max_norm),
+        (g, inputs, targets, o, lr, max_norm))
+FORWARD_VOID(gpt_cuda_params_to_host, (GPTCuda * g, GPT *host), (g, host))
+FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host), (g, host))
+FORWARD_VOID(gpt_cuda_state_to_host, (GPTCuda * g, GPT *host), (g, host))
+FORWARD(int, kernels_cuda_copy_checked, (const float *x, uint64_t n, float *h_out, void *stream),
+        (x, n, h_out, stream))
+FORWARD(int, kernels_cuda_cast_half,
+        (const float *x, uint64_t n, int bf16, uint16_t *h_out, void *stream),
+        (x, n, bf16, h_out, stream))
+FORWARD(int, kernels_cuda_int8_encode,
+        (const float *x, uint32_t count, uint32_t block, uint8_t *h_raw, void *stream),
+        (x, count, block, h_raw, stream))
+FORWARD_VOID(kernels_cuda_int8_accumulate,
+             (const uint8_t *h_raw, uint32_t count, uint32_t block, float w, float *sum,
+              void *stream),
+             (h_raw, count, block, w, sum, stream))
+FORWARD(int, kernels_cuda_topk_select,
+        (const float *x, uint32_t count, uint32_t chunk, uint32_t ppm, uint64_t total_k,
+         uint16_t *h_sel, float *h_vals, void *stream),
+        (x, count, chunk, ppm, total_k, h_sel, h_vals, stream))
+#else
+typedef int cuda_loader_unused; /* a CPU-only build has no plugin to load */
+#endif
