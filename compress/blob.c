@@ -558,39 +558,93 @@ int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *er
     return walk(blob, len, 0, n, 2, 0.0f, x, NULL, err);
 }
 
-typedef struct RangeDecode {
-    uint64_t lo, hi;
-    float *out; /* hi - lo floats */
-} RangeDecode;
+/* ---- sequential range reads: each section decoded once ---------------------------------- */
 
-/* Decodes the part of a section that falls in [lo, hi). */
-static int decode_range_section(void *ctx, const CodecParams *p, const uint8_t *raw,
-                                uint64_t offset, uint32_t count, char *err) {
-    RangeDecode *r = ctx;
-    if (offset >= r->hi || offset + count <= r->lo) return 0;
-    float *tmp = malloc(sizeof(float) * count);
-    if (tmp == NULL) return err_set(err, "out of memory");
+struct CodecCursor {
+    const uint8_t *blob;
+    size_t len, pos; /* pos: the next section header */
+    CodecParams p;
+    uint64_t n, next; /* next: the offset of the next section */
+    uint32_t n_sec, read;
+    uint64_t sec_offset; /* the decoded section: [sec_offset, sec_offset + sec_count) */
+    uint32_t sec_count;
+    float *values; /* CODEC_SECTION_MAX floats at most */
+    uint8_t *scratch;
+    size_t scratch_cap;
+    ZSTD_DCtx *dz;
+};
+
+CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char *err) {
+    CodecCursor *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        err_set(err, "out of memory");
+        return NULL;
+    }
+    uint64_t hash, count;
+    if (read_header(blob, len, &c->p, &hash, &count, &c->n_sec, err) != 0) {
+        free(c);
+        return NULL;
+    }
+    if (count != n) {
+        err_set(err, "blob has %llu values, expected %llu", (unsigned long long)count,
+                (unsigned long long)n);
+        free(c);
+        return NULL;
+    }
+    c->blob = blob, c->len = len, c->pos = BLOB_HEADER_LEN, c->n = n;
+    c->dz = ZSTD_createDCtx();
+    c->values = malloc(sizeof(float) * CODEC_SECTION_MAX);
+    if (c->dz == NULL || c->values == NULL) {
+        err_set(err, "out of memory for a section");
+        codec_cursor_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+void codec_cursor_close(CodecCursor *c) {
+    if (c == NULL) return;
+    ZSTD_freeDCtx(c->dz);
+    free(c->values), free(c->scratch), free(c);
+}
+
+/* Decodes the next section into c->values. */
+static int cursor_advance(CodecCursor *c, char *err) {
+    if (c->read == c->n_sec)
+        return err_set(err, "blob ends before value %llu", (unsigned long long)c->next);
+    Section s;
+    const uint8_t *raw;
+    if (read_section(&c->p, c->blob, c->len, &c->pos, c->next, c->n, &s, err) != 0 ||
+        (raw = section_raw(&s, c->dz, &c->scratch, &c->scratch_cap, err)) == NULL)
+        return -1;
     char why[ERR_LEN];
     double norm2;
     uint64_t nnz;
-    if (codec_ops(p->id)->check(p, raw, count, &norm2, &nnz, why) != 0) {
-        free(tmp);
-        return err_set(err, "%s", why);
-    }
-    codec_ops(p->id)->apply(p, raw, count, 0.0f, tmp, 0);
-    uint64_t a = offset > r->lo ? offset : r->lo;
-    uint64_t b = offset + count < r->hi ? offset + count : r->hi;
-    memcpy(r->out + (a - r->lo), tmp + (a - offset), sizeof(float) * (size_t)(b - a));
-    free(tmp);
+    const CodecOps *ops = codec_ops(c->p.id);
+    if (ops->check(&c->p, raw, s.count, &norm2, &nnz, why) != 0) return err_set(err, "%s", why);
+    ops->apply(&c->p, raw, s.count, 0.0f, c->values, 0);
+    c->sec_offset = s.offset, c->sec_count = s.count;
+    c->next = s.offset + s.count;
+    c->read++;
     return 0;
 }
 
-int codec_decode_range(const uint8_t *blob, size_t len, uint64_t n, uint64_t lo, uint64_t hi,
-                       float *out, char *err) {
-    if (lo > hi || hi > n)
+int codec_cursor_read(CodecCursor *c, uint64_t lo, uint64_t hi, float *out, char *err) {
+    if (lo > hi || hi > c->n)
         return err_set(err, "range [%llu, %llu) outside %llu values", (unsigned long long)lo,
-                       (unsigned long long)hi, (unsigned long long)n);
-    RangeDecode r = {lo, hi, out};
-    memset(out, 0, sizeof(float) * (size_t)(hi - lo));
-    return codec_for_each_section(blob, len, n, decode_range_section, &r, err);
+                       (unsigned long long)hi, (unsigned long long)c->n);
+    if (c->read > 0 && lo < c->sec_offset)
+        return err_set(err, "cursor reads forward only: value %llu is behind it",
+                       (unsigned long long)lo);
+    for (uint64_t at = lo; at < hi;) {
+        if (c->read == 0 || at >= c->sec_offset + c->sec_count) {
+            if (cursor_advance(c, err) != 0) return -1;
+            continue;
+        }
+        uint64_t end = c->sec_offset + c->sec_count < hi ? c->sec_offset + c->sec_count : hi;
+        memcpy(out + (at - lo), c->values + (at - c->sec_offset),
+               sizeof(float) * (size_t)(end - at));
+        at = end;
+    }
+    return 0;
 }

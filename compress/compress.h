@@ -131,10 +131,15 @@ int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float
                             char *err);
 /* x = decoded (n floats). */
 int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err);
-/* out[0 .. hi-lo) = decoded values lo .. hi-1, touching only the sections
- * that overlap them (robust aggregation reads updates block by block). */
-int codec_decode_range(const uint8_t *blob, size_t len, uint64_t n, uint64_t lo, uint64_t hi,
-                       float *out, char *err);
+/* Sequential reads of a blob's values, each section decoded (and checked)
+ * once, holding one section (at most CODEC_SECTION_MAX floats): robust
+ * aggregation reads every update block by block through one each, so it
+ * reads each update once. Ranges must not go backwards. */
+typedef struct CodecCursor CodecCursor;
+CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char *err);
+/* out[0 .. hi-lo) = decoded values lo .. hi-1 */
+int codec_cursor_read(CodecCursor *c, uint64_t lo, uint64_t hi, float *out, char *err);
+void codec_cursor_close(CodecCursor *c);
 
 /* ---- GPU paths ------------------------------------------------------------ */
 

@@ -183,6 +183,21 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A column of one value per update, sorted: insertion sort for the few
+ * updates a round has (no call per comparison), qsort beyond. */
+static void sort_column(float *col, int n) {
+    if (n > 32) {
+        qsort(col, (size_t)n, sizeof *col, cmp_float);
+        return;
+    }
+    for (int i = 1; i < n; i++) {
+        float v = col[i];
+        int j = i - 1;
+        for (; j >= 0 && col[j] > v; j--) col[j + 1] = col[j];
+        col[j + 1] = v;
+    }
+}
+
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
                      AggregateRule rule, double trim, float *out, char *err) {
     enum { BLOCK = 1 << 16 };
@@ -198,20 +213,30 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
     }
     float *block = malloc(sizeof(float) * (size_t)BLOCK * (size_t)n_updates);
     float *col = malloc(sizeof(float) * (size_t)n_updates);
-    if (block == NULL || col == NULL) {
-        free(block), free(col);
+    /* one cursor per update: each section decoded once, one held at a time */
+    CodecCursor **cur = calloc((size_t)n_updates, sizeof *cur);
+    if (block == NULL || col == NULL || cur == NULL) {
+        free(block), free(col), free(cur);
         return err_set(err, "out of memory for a %d-update block", n_updates);
+    }
+    for (int u = 0; u < n_updates; u++) {
+        char why[ERR_LEN];
+        if ((cur[u] = codec_cursor_open(blobs[u], lens[u], n, why)) == NULL) {
+            for (int k = 0; k < u; k++) codec_cursor_close(cur[k]);
+            free(block), free(col), free(cur);
+            return err_set(err, "update %d: %s", u, why);
+        }
     }
     int drop = rule == AGG_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
     int rc = 0;
     for (uint64_t lo = 0; lo < n && rc == 0; lo += BLOCK) {
         uint64_t hi = lo + BLOCK < n ? lo + BLOCK : n;
         for (int u = 0; u < n_updates && rc == 0; u++) {
-            rc = codec_decode_range(blobs[u], lens[u], n, lo, hi, block + (size_t)u * BLOCK, err);
+            rc = codec_cursor_read(cur[u], lo, hi, block + (size_t)u * BLOCK, err);
         }
         for (uint64_t i = lo; i < hi && rc == 0; i++) {
             for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
-            qsort(col, (size_t)n_updates, sizeof *col, cmp_float);
+            sort_column(col, n_updates);
             if (rule == AGG_MEDIAN) {
                 out[i] = n_updates % 2 ? col[n_updates / 2]
                                        : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
@@ -222,7 +247,8 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             }
         }
     }
-    free(block), free(col);
+    for (int u = 0; u < n_updates; u++) codec_cursor_close(cur[u]);
+    free(block), free(col), free(cur);
     return rc;
 }
 

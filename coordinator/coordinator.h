@@ -197,7 +197,8 @@ const char *aggregate_rule_names(void);
 int aggregate_rule_keeps_updates(AggregateRule rule);
 
 /* Coordinate-wise robust aggregation over spooled updates (untrusted silos),
- * block by block so memory stays O(block × updates): AGG_MEDIAN, or
+ * block by block through one CodecCursor per update, so each update is
+ * read once and memory stays O((block + section) × updates): AGG_MEDIAN, or
  * AGG_TRIMMED_MEAN (the mean after dropping the trim fraction from each
  * end). AGG_MEAN streams instead (RoundSum) and is refused here. */
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,

@@ -83,7 +83,9 @@ Test(aggregate, refused_updates_leave_the_sum_untouched) {
 }
 
 Test(aggregate, median_and_trimmed_mean_across_blocks) {
-    uint64_t n = 70000; /* two blocks of 64 Ki */
+    /* 34 blocks of 64 Ki over three sections: the tensor cut at n/3 falls
+     * inside a block and the second tensor is cut again at CODEC_SECTION_MAX */
+    uint64_t n = 2 * CODEC_SECTION_MAX + 70000;
     enum { U = 5 };
     float *x[U];
     Blob b[U];
@@ -101,7 +103,7 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
     cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
     cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.2, trim, err), 0, "%s",
                  err);
-    for (uint64_t i = 0; i < n; i += 997) {
+    for (uint64_t i = 0; i < n; i += 97) {
         float col[U];
         for (int u = 0; u < U; u++) col[u] = x[u][i];
         for (int p = 0; p < U; p++) /* sort */

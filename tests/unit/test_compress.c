@@ -374,6 +374,45 @@ Test(codec, decode_accumulate_equals_decode_then_axpy_bit_for_bit) {
     free(x);
 }
 
+/* A cursor reads any forward sequence of ranges with the values of a whole
+ * decode: across tensor boundaries and CODEC_SECTION_MAX cuts, with zstd
+ * and without, one value at a time or many; going back is refused. */
+Test(codec, cursor_reads_forward_ranges_as_a_whole_decode) {
+    uint64_t n = 2 * CODEC_SECTION_MAX + 70001; /* three cuts of the last tensor */
+    float *x = make_vec(n, 1, 0.02f);
+    uint64_t sizes[] = {4096, 64, n - 4096 - 64};
+    CodecLayout L = {HASH, n, sizes, 3};
+    const char *codecs[] = {"fp32", "int8", "topk2"};
+    char err[ERR_LEN];
+    for (size_t c = 0; c < 3; c++)
+        for (int z = 0; z < 2; z++) {
+            CodecParams p;
+            codec_params_parse(codecs[c], &p, NULL);
+            p.zstd_level = z;
+            Blob b = {0};
+            float *dec = roundtrip(&p, &L, x, &b), *got = malloc(n * 4);
+            CodecCursor *cur = codec_cursor_open(b.data, b.len, n, err);
+            cr_assert_not_null(cur, "%s", err);
+            uint64_t at = 0, step = 1, s = 7;
+            while (at < n) {
+                uint64_t hi = at + step < n ? at + step : n;
+                cr_assert_eq(codec_cursor_read(cur, at, hi, got + at, err), 0, "%s", err);
+                at = hi;
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                step = 1 + (s >> 33) % 300000; /* ranges that start and end anywhere */
+            }
+            cr_assert_eq(memcmp(got, dec, n * 4), 0, "%s z%d: cursor differs from decode",
+                         codecs[c], z);
+            cr_assert_eq(codec_cursor_read(cur, 0, 10, got, err), -1, "a read backwards");
+            cr_assert_not_null(strstr(err, "forward"), "%s", err);
+            codec_cursor_close(cur);
+            cr_assert_null(codec_cursor_open(b.data, b.len, n + 1, err), "a wrong length");
+            free(dec), free(got);
+            blob_free(&b);
+        }
+    free(x);
+}
+
 Test(codec, encoding_is_the_same_for_any_thread_count) {
 #ifndef STRAIT_HAVE_OPENMP
     cr_skip_test("built without OpenMP");
