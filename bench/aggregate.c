@@ -6,7 +6,8 @@
  * Python federated frameworks aggregate (Flower's aggregate(): each array
  * times its weight, reduced with np.add, divided by the total).
  *
- * The mean is the streaming path (codec_decode_accumulate, as each update
+ * The mean is the coordinator's streaming path (RoundSum: each update gated
+ * — checksums, finite values, norm — then decode-accumulated as it
  * arrives); median and trimmed mean are robust_aggregate over the N blobs,
  * as the coordinator runs them over the kept files. The N updates are four
  * distinct encoded updates taken in turn (memory stays four blobs).
@@ -93,7 +94,7 @@ int main(int argc, char **argv) {
     log_set_level(LOG_ERROR);
     uint64_t n = full ? 124439808ull : (1ull << 24);
     int sites[3] = {4, 16, 64}, n_sites = full ? 3 : 2;
-    float *x = mallocCheck(n * 4), *sum = mallocCheck(n * 4), *out = mallocCheck(n * 4);
+    float *x = mallocCheck(n * 4), *out = mallocCheck(n * 4);
     char err[ERR_LEN];
     double numpy_s[3];
     char why[3][300] = {"", "", ""};
@@ -118,18 +119,20 @@ int main(int argc, char **argv) {
             size_t *lens = mallocCheck(sizeof *lens * (size_t)N);
             for (int u = 0; u < N; u++)
                 bp[u] = blobs[u % DISTINCT].data, lens[u] = blobs[u % DISTINCT].len;
-            /* the streaming mean: each update decode-accumulated as it arrives */
-            memset(sum, 0, n * 4);
+            /* the streaming mean as the coordinator runs it: each update gated
+             * (inspected whole: checksums, finite values, norms) then
+             * decode-accumulated as it arrives */
+            RoundSum rs;
+            if (round_sum_init(&rs, n, 0x5eed, 0, err) != 0) DIE("%s", err);
             uint64_t t0 = time_monotonic_ns();
-            double total = 0;
             for (int u = 0; u < N; u++) {
-                float w = (float)(1 + u % 3);
-                if (codec_decode_accumulate(bp[u], lens[u], w, sum, n, err) != 0) DIE("%s", err);
-                total += w;
+                char why[ERR_LEN];
+                if (round_sum_add(&rs, bp[u], lens[u], (double)(1 + u % 3), why) != 0)
+                    DIE("update %d refused: %s", u, why);
             }
-            float inv = (float)(1.0 / total);
-            for (uint64_t i = 0; i < n; i++) out[i] = sum[i] * inv;
+            if (round_sum_mean(&rs, out, err) != 0) DIE("%s", err);
             double mean_s = (double)(time_monotonic_ns() - t0) / 1e9;
+            round_sum_free(&rs);
             emit(codecs[c], N, n, "mean", mean_s, numpy_s[k], why[k]);
             const AggregateRule rules[] = {AGG_MEDIAN, AGG_TRIMMED_MEAN};
             for (int r = 0; r < 2; r++) {
@@ -142,6 +145,6 @@ int main(int argc, char **argv) {
         }
         for (int d = 0; d < DISTINCT; d++) blob_free(&blobs[d]);
     }
-    free(x), free(sum), free(out);
+    free(x), free(out);
     return 0;
 }
