@@ -396,13 +396,14 @@ int client_run(const SiteRunOptions *o, char *err) {
                  "optimizer moments, data position)",
                  s.name, (unsigned long long)saved_round);
     }
-    int replicas = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 1;
     float lr = o->lr > 0 ? o->lr : 3e-3f;
     /* the schedule runs over every inner step of the federation, as the
      * centralized trainer schedules its steps (set each round: an open-ended
      * federation's length grows) */
     TrainConfig tc = train_defaults(lr, H);
-    if ((trainer = trainer_create(&m, &tc, o->cuda ? replicas : 0, B, T, err)) == NULL) goto out;
+    int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
+    if ((trainer = trainer_create(&m, &tc, gpus, B, T, err)) == NULL) goto out;
+    int replicas = trainer_replicas(trainer); /* batches a step takes */
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
@@ -417,19 +418,19 @@ int client_run(const SiteRunOptions *o, char *err) {
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */
     int seeded = 0;
+    uint8_t theta_sha[32]; /* of the model in theta: what GetModel and updates name */
     if (!resumed && hr->model_sha256.len == 32) {
-        uint8_t sha[32];
-        security_sha256(m.params, m.n_params * 4, sha);
-        seeded = memcmp(sha, hr->model_sha256.data, 32) == 0;
+        security_sha256(m.params, m.n_params * 4, theta_sha);
+        seeded = memcmp(theta_sha, hr->model_sha256.data, 32) == 0;
         if (!seeded && o->init_from)
             log_warn("site",
                      "--init-from %s is not the federation's current model (another "
                      "checkpoint, or rounds have passed): downloading it",
                      o->init_from);
     }
-    uint8_t theta_sha[32]; /* of the model in theta: what GetModel and updates name */
     while (!finished) {
-        if (seeded && round == hr->current_round)
+        int built_here = seeded && round == hr->current_round; /* theta_sha is its hash */
+        if (built_here)
             log_info("site",
                      "round %llu: the model is the federation's %s; built here, not downloaded",
                      (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
@@ -441,7 +442,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         /* what the coordinator checks each update against, and what a
          * reader compares with its checkpoint of the round before */
         char theta_hex[65];
-        security_sha256(theta, m.n_params * 4, theta_sha);
+        if (!built_here) security_sha256(theta, m.n_params * 4, theta_sha);
         security_hex(theta_sha, 32, theta_hex);
         log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
                  (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);

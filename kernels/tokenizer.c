@@ -21,7 +21,8 @@
 static const char PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-#define MAX_IDS 65536 /* ids are uint16 in a shard */
+#define MAX_IDS         65536 /* ids are uint16 in a shard */
+#define MAX_MERGE_LINES (1 << 20)
 
 typedef struct Str {
     uint32_t off, len; /* in Tokenizer.arena */
@@ -249,6 +250,11 @@ static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, char 
 static int parse_merges(Tokenizer *t, const char *text, size_t len, char *err) {
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    /* the table is sized by the file's claim: bound it first (GPT-2 has
+     * 50 000 merges; every merge makes one of at most 65 536 tokens) */
+    if (lines > MAX_MERGE_LINES)
+        return err_set(err, "merges.txt has %zu lines; a byte-level BPE has at most %d merges",
+                       lines, MAX_MERGE_LINES);
     for (t->pairs_cap = 8; t->pairs_cap < 2 * lines; t->pairs_cap <<= 1) {
     }
     t->pairs = calloc(t->pairs_cap, sizeof *t->pairs);

@@ -251,6 +251,12 @@ Test(tokenize, hand_made_merges_apply_by_rank_and_bad_files_are_refused_by_name)
     cr_assert_not_null(strstr(e, "merges into a token vocab.json does not have"), "%s", e);
     cr_assert_not_null(e = refusal(v, "h  e\n"));
     cr_assert_not_null(strstr(e, "two tokens"), "%s", e);
+    char *blank = malloc((1 << 20) + 2); /* a merges.txt sized to make a huge table */
+    memset(blank, '\n', (1 << 20) + 1);
+    blank[(1 << 20) + 1] = '\0';
+    cr_assert_not_null(e = refusal(v, blank));
+    cr_assert_not_null(strstr(e, "lines"), "%s", e);
+    free(blank);
     cr_assert_not_null(e = refusal("{\"a\":0}", ""));
     cr_assert_not_null(strstr(e, "no token for byte"), "%s", e);
     cr_assert_not_null(e = refusal("[1,2]", ""));
