@@ -15,129 +15,105 @@
  * scale, in a separate sum) — so their order does not matter.
  * kernels/cuda/compress.cu follows the same steps.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "compress_internal.h"
 #include "util/util.h"
 
-#define LANES    256
-#define FIX_MID  16777216.0f /* 2^24: offsets from a bin centre, |d| <= 1/2 */
-#define FIX_EDGE 1048576.0   /* 2^20: values clamped into bin 0 or 255 */
+#define FIX_EDGE   1048576.0 /* 2^20: values clamped into bin 0 or 255 */
+#define FOLD_EVERY 65536u    /* values between folds of the packed histogram */
 
 static size_t int8_raw_len(const CodecParams *p, uint32_t count) {
     size_t blocks = (count + p->block - 1) / p->block;
     return blocks * 1024 + count;
 }
 
-/* ‖x‖² in the fixed lane order. Not finite iff some x is not finite: the
- * squares of finite floats cannot overflow a double sum of 2^20 terms. */
-static double sumsq_fixed(const float *x, uint32_t n) {
-    double lane[LANES] = {0};
-    uint32_t full = n - n % LANES;
-    for (uint32_t i0 = 0; i0 < full; i0 += LANES)
-        for (int j = 0; j < LANES; j++) lane[j] += (double)x[i0 + j] * (double)x[i0 + j];
-    for (uint32_t j = 0; full + j < n; j++) lane[j] += (double)x[full + j] * (double)x[full + j];
-    for (int s = LANES / 2; s > 0; s >>= 1)
-        for (int j = 0; j < s; j++) lane[j] += lane[j + s];
-    return lane[0];
-}
-
+/* The scale of a block. Below the smallest normal float (0 included) its
+ * reciprocal could overflow, so such blocks use 1. */
 static float block_scale(double sumsq, uint32_t n) {
     double sigma = sqrt(sumsq / (double)n);
     float scale = (float)(6.0 * sigma / 256.0);
-    return scale > 0 && isfinite(scale) ? scale : 1.0f;
+    return scale >= FLT_MIN && isfinite(scale) ? scale : 1.0f;
 }
 
-/* rint for |f| <= 2^22 under round-to-nearest-even, without SSE4.1 */
-static inline float rint_small(float f) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    return (f + magic) - magic;
+/* Four packed histograms (SIMD_TERM_ONE in compress_internal.h) into the
+ * bins' counts and offset sums. Each holds at most FOLD_EVERY / 4 terms, so
+ * its offset sum is below 2^37 in magnitude and the split is exact. */
+static void fold(int64_t (*h)[256], int64_t *mid_sum, uint32_t *mid_count) {
+    for (int q = 0; q < 256; q++)
+        for (int s = 0; s < 4; s++) {
+            int64_t a = h[s][q];
+            int64_t c = (a + (SIMD_TERM_ONE >> 1)) >> 40;
+            mid_count[q] += (uint32_t)c;
+            mid_sum[q] += a - c * SIMD_TERM_ONE;
+            h[s][q] = 0;
+        }
 }
 
-/* One block: codes, then the bin-mean table. Two passes: a branch-free one
- * that the compiler vectorizes (codes and each value's offset from its bin
- * centre), then the bin sums, which are scalar scatters. */
-static void int8_encode_block(const float *restrict x, uint32_t n, float scale,
+/* One block: codes (from the kernel, a tile at a time), then the bin-mean
+ * table from the histogram terms; values clamped into the edge bins are
+ * summed apart, measured from zero in a coarser unit. */
+static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint32_t n, float scale,
                               uint8_t *restrict table, uint8_t *restrict codes,
-                              int32_t *restrict offset) {
+                              int64_t *restrict term, int64_t (*h)[256]) {
     float inv = 1.0f / scale;
-    uint32_t clamped = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        float f = x[i] * inv;
-        float fc = f < -129.0f ? -129.0f : f; /* one clamp per line: no branches */
-        fc = fc > 129.0f ? 129.0f : fc;
-        float r = rint_small(fc);
-        float rq = r < -128.0f ? -128.0f : r;
-        rq = rq > 127.0f ? 127.0f : rq;
-        codes[i] = (uint8_t)(int32_t)(rq + 128.0f);
-        offset[i] = (int32_t)lrintf((f - rq) * FIX_MID); /* exact f - rq unless clamped */
-        clamped += r != rq;
-    }
     int64_t mid_sum[256] = {0}, edge_sum[2] = {0, 0};
     uint32_t mid_count[256] = {0}, edge_count[2] = {0, 0};
-    int64_t sum2[256] = {0};
-    uint32_t count2[256] = {0}, i = 0;
-    for (; i + 1 < n; i += 2) { /* two histograms: neighbours often share a bin */
-        mid_sum[codes[i]] += offset[i];
-        mid_count[codes[i]]++;
-        sum2[codes[i + 1]] += offset[i + 1];
-        count2[codes[i + 1]]++;
-    }
-    if (i < n) {
-        mid_sum[codes[i]] += offset[i];
-        mid_count[codes[i]]++;
-    }
-    for (int q = 0; q < 256; q++) {
-        mid_sum[q] += sum2[q];
-        mid_count[q] += count2[q];
-    }
-    if (clamped) {
-        /* values beyond the edge bins: move them from the offset sums to
-         * the edge sums, measured from zero in a coarser unit */
-        for (uint32_t i = 0; i < n; i++) {
-            if (codes[i] != 0 && codes[i] != 255) continue; /* only edge bins clamp */
-            float f = x[i] * inv;
-            float r = rint_small(f < -129.0f ? -129.0f : f > 129.0f ? 129.0f : f);
-            if (r >= -128.0f && r <= 127.0f) continue;
-            int hi = r > 0;
-            mid_sum[codes[i]] -= offset[i];
-            mid_count[codes[i]]--;
+    memset(h, 0, 4 * sizeof h[0]);
+    for (uint32_t t0 = 0; t0 < n; t0 += SIMD_TERM_TILE) {
+        uint32_t m = n - t0 < SIMD_TERM_TILE ? n - t0 : SIMD_TERM_TILE, i = 0;
+        const uint8_t *c = codes + t0;
+        uint32_t clamped = k->int8_codes(x + t0, m, inv, codes + t0, term);
+        for (; i + 4 <= m; i += 4) { /* neighbours often share a bin: four histograms */
+            h[0][c[i]] += term[i];
+            h[1][c[i + 1]] += term[i + 1];
+            h[2][c[i + 2]] += term[i + 2];
+            h[3][c[i + 3]] += term[i + 3];
+        }
+        for (; i < m; i++) h[0][c[i]] += term[i];
+        for (i = 0; clamped && i < m; i++) {
+            if (term[i] != 0) continue; /* a kept value's term is never 0 */
+            float f = x[t0 + i] * inv;
+            int hi = f > 0;
             edge_sum[hi] += llrint((double)f * FIX_EDGE);
             edge_count[hi]++;
         }
+        if ((t0 + m) % FOLD_EVERY == 0 || t0 + m == n) fold(h, mid_sum, mid_count);
     }
     for (int q = 0; q < 256; q++) {
         /* edge bins also hold the values clamped into them */
         int edge = q == 0 ? 0 : q == 255 ? 1 : -1;
         double centre = (double)(q - 128);
-        double total = (double)mid_count[q] * centre + (double)mid_sum[q] / FIX_MID;
-        uint32_t c = mid_count[q];
+        double total = (double)mid_count[q] * centre + (double)mid_sum[q] / SIMD_FIX_MID;
+        uint32_t cnt = mid_count[q];
         if (edge >= 0) {
             total += (double)edge_sum[edge] / FIX_EDGE;
-            c += edge_count[edge];
+            cnt += edge_count[edge];
         }
-        double mean = c ? total / (double)c : centre;
+        double mean = cnt ? total / (double)cnt : centre;
         stf(table + 4 * q, (float)(mean * (double)scale));
     }
 }
 
 static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
-    uint32_t span = count < p->block ? count : p->block;
-    int32_t *offset = malloc(sizeof(int32_t) * span);
-    if (offset == NULL) return err_set(err, "out of memory encoding int8");
+    const CodecSimd *k = codec_simd();
+    int64_t *term = malloc(sizeof(int64_t) * SIMD_TERM_TILE + 4 * 256 * sizeof(int64_t));
+    if (term == NULL) return err_set(err, "out of memory encoding int8");
+    int64_t(*h)[256] = (int64_t(*)[256])(void *)(term + SIMD_TERM_TILE);
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
-        double sumsq = sumsq_fixed(x + b0, n);
+        double sumsq = k->sumsq(x + b0, n);
         if (!isfinite(sumsq)) {
-            free(offset);
+            free(term);
             return err_set(err, "update value near %u is not finite", b0);
         }
-        int8_encode_block(x + b0, n, block_scale(sumsq, n), out, out + 1024, offset);
+        int8_encode_block(k, x + b0, n, block_scale(sumsq, n), out, out + 1024, term, h);
         out += 1024 + n;
     }
-    free(offset);
+    free(term);
     return 0;
 }
 
@@ -151,10 +127,17 @@ static int int8_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
         for (int q = 0; q < 256; q++)
             if (!isfinite(table[q]))
                 return err_set(err, "int8 table holds a non-finite value"), CODEC_NON_FINITE;
-        uint32_t hist[256] = {0};
+        uint32_t hist[4][256] = {{0}}, i = 0;
         const uint8_t *codes = raw + 1024;
-        for (uint32_t i = 0; i < n; i++) hist[codes[i]]++;
-        for (int q = 0; q < 256; q++) s += (double)hist[q] * table[q] * table[q];
+        for (; i + 4 <= n; i += 4) {
+            hist[0][codes[i]]++;
+            hist[1][codes[i + 1]]++;
+            hist[2][codes[i + 2]]++;
+            hist[3][codes[i + 3]]++;
+        }
+        for (; i < n; i++) hist[0][codes[i]]++;
+        for (int q = 0; q < 256; q++)
+            s += (double)(hist[0][q] + hist[1][q] + hist[2][q] + hist[3][q]) * table[q] * table[q];
         raw += 1024 + n;
     }
     *norm2 = s;
@@ -164,17 +147,17 @@ static int int8_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
 
 static void int8_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                        float *dst, int accumulate) {
+    const CodecSimd *k = codec_simd();
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
         float table[256];
         memcpy(table, raw, 1024);
         const uint8_t *codes = raw + 1024;
         float *d = dst + b0;
-        if (accumulate) {
-            for (uint32_t i = 0; i < n; i++) d[i] = d[i] + w * table[codes[i]];
-        } else {
-            for (uint32_t i = 0; i < n; i++) d[i] = table[codes[i]];
-        }
+        if (accumulate)
+            k->lookup_acc(table, codes, n, w, d);
+        else
+            k->lookup(table, codes, n, d);
         raw += 1024 + n;
     }
 }

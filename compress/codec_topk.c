@@ -16,6 +16,7 @@
  * ascending u16 indices; then K codes (bytes, or 2-bit fields packed four
  * to a byte, first in the low bits).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -47,55 +48,52 @@ static size_t topk_raw_len(const CodecParams *p, uint32_t count) {
 
 /* ---- selection ---------------------------------------------------------- */
 
-/* a before b in the selection order: larger magnitude, then lower index */
-static inline int before(const float *mag, uint32_t a, uint32_t b) {
-    // cppcheck-suppress arrayIndexThenCheck ; a < b orders ties, it is no bounds check
-    return mag[a] > mag[b] || (mag[a] == mag[b] && a < b);
-}
-
-/* Reorders idx[0..n) so its first k are the k first in selection order
- * (quickselect; the order is total, so the set is unique). */
-static void select_first_k(const float *mag, uint32_t *idx, uint32_t n, uint32_t k) {
-    if (k == 0 || k >= n) return;
-    int64_t lo = 0, hi = (int64_t)n - 1, target = (int64_t)k - 1;
-    while (lo < hi) {
-        uint32_t a = idx[lo], b = idx[lo + (hi - lo) / 2], c = idx[hi], pivot;
-        if (before(mag, a, b))
-            pivot = before(mag, b, c) ? b : (before(mag, a, c) ? c : a);
+/* The k-th largest of v[0..n) (1 <= k <= n), counting repeats; reorders v.
+ * Quickselect with branch-free partitions (magnitudes of a random update
+ * defeat any branch predictor): [lo, hi) is cut into the values above the
+ * pivot, then those equal to it, then the rest. */
+static float kth_largest(float *v, uint32_t n, uint32_t k) {
+    assert(k >= 1 && k <= n);
+    uint32_t lo = 0, hi = n, target = k - 1;
+    for (;;) {
+        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi - 1], pivot;
+        if (a > b)
+            pivot = b > c ? b : (a > c ? c : a);
         else
-            pivot = before(mag, a, c) ? a : (before(mag, b, c) ? c : b);
-        int64_t i = lo, j = hi;
-        while (i <= j) {
-            while (before(mag, idx[i], pivot)) i++;
-            while (before(mag, pivot, idx[j])) j--;
-            if (i <= j) {
-                uint32_t t = idx[i];
-                idx[i] = idx[j];
-                idx[j] = t;
-                i++;
-                j--;
-            }
+            pivot = a > c ? a : (b > c ? c : b);
+        uint32_t gt = lo;
+        for (uint32_t i = lo; i < hi; i++) {
+            float t = v[i];
+            v[i] = v[gt];
+            v[gt] = t;
+            gt += t > pivot;
         }
-        if (target <= j)
-            hi = j;
-        else if (target >= i)
-            lo = i;
-        else
-            break; /* target sits on the pivot */
+        if (target < gt) {
+            hi = gt; /* the pivot itself is not above: the range shrank */
+            continue;
+        }
+        uint32_t eq = gt;
+        for (uint32_t i = gt; i < hi; i++) {
+            float t = v[i];
+            v[i] = v[eq];
+            v[eq] = t;
+            eq += t == pivot;
+        }
+        if (target < eq) return pivot; /* eq > gt: the pivot is in the range */
+        lo = eq;
     }
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The k indices of x[0..len) first in selection order, ascending, into out.
- * cmag, cand and jbuf are scratch of len entries. Candidates are kept in
- * index order, so a candidate's position orders ties as its index does. */
-static void topk_select(const float *x, uint32_t len, uint32_t k, float *cmag, uint32_t *cand,
-                        uint32_t *jbuf, uint16_t *out) {
+/* The k indices of x[0..len) first in selection order, ascending, into out;
+ * -1 if some x is not finite (checked before anything is ordered: NaN has
+ * no order). cmag and tmp are scratch of len floats, cand of len +
+ * SIMD_COLLECT_SLACK. With v the k-th largest magnitude among the
+ * candidates, the selection is every candidate above v and the first ones
+ * equal to v, in index order. */
+static int topk_select(const CodecSimd *ks, const float *x, uint32_t len, uint32_t k, float *cmag,
+                       float *tmp, uint32_t *cand, uint16_t *out) {
     uint32_t n_cand = 0;
+    int checked = 0;
     if (k < len) {
         /* estimate a threshold with about 2k + 16 values above it */
         uint32_t s = len < SAMPLE ? len : SAMPLE, stride = len / s;
@@ -103,56 +101,46 @@ static void topk_select(const float *x, uint32_t len, uint32_t k, float *cmag, u
         uint32_t r = (uint32_t)((uint64_t)s * want / len);
         if (r < s) {
             float sample[SAMPLE];
-            uint32_t sidx[SAMPLE];
-            for (uint32_t i = 0; i < s; i++) {
-                sample[i] = fabsf(x[i * stride]);
-                sidx[i] = i;
-            }
-            select_first_k(sample, sidx, s, r + 1);
-            float t = sample[sidx[0]];
-            for (uint32_t i = 1; i <= r; i++)
-                if (sample[sidx[i]] < t) t = sample[sidx[i]];
-            for (uint32_t i = 0; i < len; i++) { /* branch-free collection */
-                cand[n_cand] = i;
-                n_cand += fabsf(x[i]) >= t;
-            }
+            for (uint32_t i = 0; i < s; i++) sample[i] = fabsf(x[i * stride]);
+            int bad;
+            if (!ks->finite(sample, s)) return -1;
+            n_cand = ks->collect(x, len, kth_largest(sample, s, r + 1), cand, &bad);
+            if (bad) return -1;
+            checked = 1;
         }
     }
     if (n_cand < k) { /* estimate too high (or k == len): every index */
+        if (!checked && !ks->finite(x, len)) return -1;
         n_cand = len;
         for (uint32_t i = 0; i < len; i++) cand[i] = i;
     }
-    for (uint32_t j = 0; j < n_cand; j++) cmag[j] = fabsf(x[cand[j]]);
-    /* select positions j, then map them back to indices */
-    for (uint32_t j = 0; j < n_cand; j++) jbuf[j] = j;
-    if (k < n_cand) select_first_k(cmag, jbuf, n_cand, k);
-    qsort(jbuf, k, sizeof *jbuf, cmp_u32);
-    for (uint32_t i = 0; i < k; i++) out[i] = (uint16_t)cand[jbuf[i]];
+    for (uint32_t j = 0; j < n_cand; j++) cmag[j] = tmp[j] = fabsf(x[cand[j]]);
+    float v = kth_largest(tmp, n_cand, k);
+    uint32_t above = 0, o = 0;
+    for (uint32_t j = 0; j < n_cand; j++) above += cmag[j] > v;
+    for (uint32_t j = 0, ties = k - above; j < n_cand; j++)
+        if (cmag[j] > v || (cmag[j] == v && ties > 0 && ties--)) out[o++] = (uint16_t)cand[j];
+    assert(o == k);
+    return 0;
 }
 
 /* ---- value quantization ------------------------------------------------- */
 
-static float lower_median_mag(const float *v, uint64_t n, float *scratch, uint32_t *idx) {
-    for (uint64_t i = 0; i < n; i++) {
-        scratch[i] = fabsf(v[i]);
-        idx[i] = (uint32_t)i;
-    }
+static float lower_median_mag(const float *v, uint64_t n, float *scratch) {
+    for (uint64_t i = 0; i < n; i++) scratch[i] = fabsf(v[i]);
     /* the element of rank floor((n-1)/2) ascending is rank n-1-that descending */
-    uint32_t rank_desc = (uint32_t)(n - 1 - (n - 1) / 2);
-    select_first_k(scratch, idx, (uint32_t)n, rank_desc + 1);
-    float m = scratch[idx[0]];
-    for (uint32_t i = 1; i <= rank_desc; i++)
-        if (scratch[idx[i]] < m) m = scratch[idx[i]];
-    return m;
+    return kth_largest(scratch, (uint32_t)n, (uint32_t)(n - (n - 1) / 2));
 }
 
 static void quantize_values(const CodecParams *p, const float *v, uint64_t n, uint8_t *table,
-                            uint8_t *codes, float *scratch, uint32_t *idx) {
+                            uint8_t *codes, float *scratch) {
     float amax = 0;
     for (uint64_t i = 0; i < n; i++)
         if (fabsf(v[i]) > amax) amax = fabsf(v[i]);
     if (!(amax > 0)) amax = 1.0f;
     if (p->value_bits == 8) {
+        /* below 2^-120, 127 / amax would overflow (and once made codes of inf) */
+        if (amax < 0x1p-120f) amax = 1.0f;
         float inv = 127.0f / amax;
         int64_t sum[256] = {0};
         uint32_t cnt[256] = {0};
@@ -172,7 +160,7 @@ static void quantize_values(const CodecParams *p, const float *v, uint64_t n, ui
         }
         return;
     }
-    float m = n ? lower_median_mag(v, n, scratch, idx) : 0.0f;
+    float m = n ? lower_median_mag(v, n, scratch) : 0.0f;
     int64_t sum[4] = {0};
     uint32_t cnt[4] = {0};
     memset(codes, 0, codes_len(p, n));
@@ -198,11 +186,7 @@ int topk_encode_selected(const CodecParams *p, uint32_t count, const uint16_t *s
     uint64_t K = total_k(p, count);
     uint32_t ppm = codec_density_ppm(p);
     float *scratch = malloc(sizeof(float) * (K ? K : 1));
-    uint32_t *idx = malloc(sizeof(uint32_t) * (K ? K : 1));
-    if (scratch == NULL || idx == NULL) {
-        free(scratch), free(idx);
-        return err_set(err, "out of memory quantizing top-k values");
-    }
+    if (scratch == NULL) return err_set(err, "out of memory quantizing top-k values");
     size_t table_len = 4 * ((size_t)1 << p->value_bits);
     st32(out, (uint32_t)K);
     uint8_t *table = out + 4, *w = table + table_len;
@@ -214,40 +198,37 @@ int topk_encode_selected(const CodecParams *p, uint32_t count, const uint16_t *s
         w += 2 + 2 * (size_t)k;
         kv += k;
     }
-    quantize_values(p, vals, K, table, w, scratch, idx);
-    free(scratch), free(idx);
+    quantize_values(p, vals, K, table, w, scratch);
+    free(scratch);
     return 0;
 }
 
 static int topk_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
-    uint32_t bad = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    if (bad) return err_set(err, "update holds a value that is not finite");
+    const CodecSimd *ks = codec_simd();
     uint64_t K = total_k(p, count);
     uint32_t ppm = codec_density_ppm(p), span = count < p->chunk ? count : p->chunk;
-    float *cmag = malloc(sizeof(float) * span), *vals = malloc(sizeof(float) * (K ? K : 1));
-    uint32_t *cand = malloc(sizeof(uint32_t) * span), *jbuf = malloc(sizeof(uint32_t) * span);
+    float *cmag = malloc(sizeof(float) * 2 * span), *vals = malloc(sizeof(float) * (K ? K : 1));
+    uint32_t *cand = malloc(sizeof(uint32_t) * (span + SIMD_COLLECT_SLACK));
     uint16_t *sel = malloc(sizeof(uint16_t) * (K ? K : 1));
     int rc = -1;
-    if (cmag == NULL || cand == NULL || jbuf == NULL || vals == NULL || sel == NULL) {
+    if (cmag == NULL || cand == NULL || vals == NULL || sel == NULL) {
         err_set(err, "out of memory selecting top-k");
         goto out;
     }
     uint64_t kv = 0;
     for (uint32_t c0 = 0; c0 < count; c0 += p->chunk) {
         uint32_t len = count - c0 < p->chunk ? count - c0 : p->chunk, k = topk_k(ppm, len);
-        topk_select(x + c0, len, k, cmag, cand, jbuf, sel + kv);
+        if (topk_select(ks, x + c0, len, k, cmag, cmag + span, cand, sel + kv) != 0) {
+            err_set(err, "update holds a value that is not finite");
+            goto out;
+        }
         for (uint32_t i = 0; i < k; i++) vals[kv + i] = x[c0 + sel[kv + i]];
         kv += k;
     }
     rc = topk_encode_selected(p, count, sel, vals, out, err);
 out:
-    free(cmag), free(cand), free(jbuf), free(vals), free(sel);
+    free(cmag), free(cand), free(vals), free(sel);
     return rc;
 }
 

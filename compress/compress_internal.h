@@ -113,6 +113,54 @@ float codec_bf16_to_f32(uint16_t h);
 
 int blob_reserve(Blob *b, size_t need, char *err);
 
+/* ---- the codecs' inner loops, per instruction set (simd.c) --------------- */
+
+#define SIMD_LANES   256         /* int8's sum of squares: lane j adds j, j+256, … */
+#define SIMD_FIX_MID 16777216.0f /* 2^24: an int8 value's offset from its bin centre */
+/* An int8 histogram term: the offset plus one count in bit 40. Offsets are at
+ * most 2^23 in magnitude, so a bin's sum of up to 2^15 terms splits back into
+ * count (the high bits, rounded) and offset sum (the rest) exactly. */
+#define SIMD_TERM_ONE      ((int64_t)1 << 40)
+#define SIMD_TERM_TILE     4096 /* values a caller passes int8_codes at once */
+#define SIMD_COLLECT_SLACK 16   /* a collect kernel stores whole vectors */
+
+/* Every kernel gives the scalar reference's results exactly, for every
+ * input (see simd.c for why). */
+typedef struct CodecSimd {
+    const char *name; /* "scalar", "avx2", "avx512" */
+    /* ‖x‖² in double, in SIMD_LANES lanes reduced by simd_lanes_reduce */
+    double (*sumsq)(const float *x, uint32_t n);
+    /* int8 codes of x·inv (FORMATS.md) and each value's histogram term
+     * (offset·2^24 + SIMD_TERM_ONE; 0 for a value clamped into an edge bin);
+     * returns how many were clamped. n <= SIMD_TERM_TILE; x finite. */
+    uint32_t (*int8_codes)(const float *x, uint32_t n, float inv, uint8_t *codes, int64_t *term);
+    /* d[i] = d[i] + w·table[codes[i]] (a multiply, then an add: the same
+     * floats as d[i] + wt[codes[i]] with wt[q] = w·table[q]) */
+    void (*lookup_acc)(const float *table, const uint8_t *codes, uint32_t n, float w, float *d);
+    /* d[i] = table[codes[i]] */
+    void (*lookup)(const float *table, const uint8_t *codes, uint32_t n, float *d);
+    /* The indices i < len with |x[i]| >= t, ascending, into cand (room for
+     * len + SIMD_COLLECT_SLACK); *bad = whether some x is not finite.
+     * Returns how many. */
+    uint32_t (*collect)(const float *x, uint32_t len, float t, uint32_t *cand, int *bad);
+    /* whether every x[0..n) is finite */
+    int (*finite)(const float *x, uint32_t n);
+} CodecSimd;
+
+/* The table for this CPU (or STRAIT_CODEC_ISA), chosen once. */
+const CodecSimd *codec_simd(void);
+/* Makes every codec use k from now on (tests compare the tables' blobs);
+ * not safe while another thread encodes or decodes. */
+void codec_simd_use(const CodecSimd *k);
+/* A table by name; NULL where this CPU or build lacks it. */
+const CodecSimd *codec_simd_named(const char *name);
+extern const CodecSimd codec_simd_scalar; /* the reference */
+/* The reference's tree over SIMD_LANES lanes (lane is overwritten). */
+double simd_lanes_reduce(double *lane);
+#if defined(__x86_64__)
+extern const CodecSimd codec_simd_avx2, codec_simd_avx512;
+#endif
+
 /* Writes the raw payload of section [offset, offset + count) into out. */
 typedef int (*SectionEncoder)(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
                               uint8_t *out, char *err);

@@ -173,7 +173,8 @@ __global__ void int8_encode_kernel(const float *x, uint32_t count, uint32_t bloc
         if (!isfinite(sumsq)) atomicOr(bad, 1);
         double sigma = __dsqrt_rn(__ddiv_rn(sumsq, (double)n));
         float scale = __double2float_rn(__ddiv_rn(__dmul_rn(6.0, sigma), 256.0));
-        scale_s = scale > 0 && isfinite(scale) ? scale : 1.0f;
+        /* as the CPU: below the smallest normal float its reciprocal could overflow */
+        scale_s = scale >= 1.17549435e-38f && isfinite(scale) ? scale : 1.0f;
     }
     __syncthreads();
     float scale = scale_s, inv = __fdiv_rn(1.0f, scale);

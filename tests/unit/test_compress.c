@@ -413,6 +413,179 @@ Test(codec, cursor_reads_forward_ranges_as_a_whole_decode) {
     free(x);
 }
 
+/* ---- the instruction-set tables against the scalar reference ----------- */
+
+/* Inputs that reach every branch of the kernels: Gaussian, heavy tails,
+ * spikes that clamp into the edge bins, exact halves (rounding ties), ties
+ * of magnitude, signed zeros, subnormals, huge values, and lengths that are
+ * not a multiple of any vector width. */
+static float edge_value(int kind, uint64_t i) {
+    switch (kind) {
+    case 0:
+        return 0.01f * gaussian();
+    case 1:
+        return 0.01f * heavy();
+    case 2:
+        return 0.01f * gaussian() * (rng_next() % 500 == 0 ? 1e4f : 1.0f);
+    case 3:
+        return (float)((int)(rng_next() % 9) - 4) * 0.5f;
+    case 4:
+        return (i % 3 == 0) ? -0.0f : (i % 3 == 1 ? 0.0f : 1e-3f);
+    case 5:
+        return 1e-39f * gaussian();
+    case 6:
+        return 1e30f * gaussian();
+    default:
+        return (float)(2 * uniform() - 1) * (float)(1u << (rng_next() % 24));
+    }
+}
+#define EDGE_KINDS 8
+
+static const char *ISAS[] = {"avx2", "avx512"};
+
+Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
+    const CodecSimd *ref = codec_simd_named("scalar");
+    cr_assert_not_null(ref);
+    uint32_t lens[] = {1, 5, 8, 15, 16, 17, 255, 256, 257, 1023, 1024, 1025, 4095, 4096};
+    int ran = 0;
+    for (size_t t = 0; t < sizeof ISAS / sizeof *ISAS; t++) {
+        const CodecSimd *k = codec_simd_named(ISAS[t]);
+        if (k == NULL) continue; /* this CPU lacks it */
+        ran++;
+        for (int kind = 0; kind < EDGE_KINDS; kind++)
+            for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+                uint32_t n = lens[li];
+                float x[4096], d1[4096], d2[4096], table[256];
+                uint8_t c1[4096], c2[4096];
+                int64_t t1[4096], t2[4096];
+                uint32_t k1[4096 + SIMD_COLLECT_SLACK], k2[4096 + SIMD_COLLECT_SLACK];
+                for (uint32_t i = 0; i < n; i++) x[i] = edge_value(kind, i);
+                double s1 = ref->sumsq(x, n), s2 = k->sumsq(x, n);
+                cr_assert(memcmp(&s1, &s2, sizeof s1) == 0, "%s sumsq kind %d n %u: %a vs %a",
+                          k->name, kind, n, s1, s2);
+                /* the scale int8 would pick, and a few that clamp or tie */
+                float invs[] = {(float)(256.0 / (6.0 * sqrt(s1 / n))), 1.0f, 2.0f, 1e6f};
+                for (size_t v = 0; v < 4; v++) {
+                    if (!isfinite(invs[v]) || invs[v] > 1e30f) continue;
+                    uint32_t m1 = ref->int8_codes(x, n, invs[v], c1, t1);
+                    uint32_t m2 = k->int8_codes(x, n, invs[v], c2, t2);
+                    cr_assert_eq(m1, m2, "%s clamped count kind %d n %u", k->name, kind, n);
+                    cr_assert(memcmp(c1, c2, n) == 0, "%s codes kind %d n %u", k->name, kind, n);
+                    cr_assert(memcmp(t1, t2, 8 * (size_t)n) == 0, "%s terms kind %d n %u", k->name,
+                              kind, n);
+                }
+                for (int q = 0; q < 256; q++) table[q] = edge_value(kind, (uint64_t)q);
+                for (uint32_t i = 0; i < n; i++) {
+                    c1[i] = (uint8_t)rng_next();
+                    d1[i] = d2[i] = edge_value(0, i);
+                }
+                ref->lookup_acc(table, c1, n, 0.37f, d1);
+                k->lookup_acc(table, c1, n, 0.37f, d2);
+                cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s lookup_acc kind %d n %u", k->name,
+                          kind, n);
+                ref->lookup(table, c1, n, d1);
+                k->lookup(table, c1, n, d2);
+                cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s lookup kind %d n %u", k->name,
+                          kind, n);
+                float th = fabsf(x[n / 2]);
+                int b1, b2;
+                uint32_t n1 = ref->collect(x, n, th, k1, &b1), n2 = k->collect(x, n, th, k2, &b2);
+                cr_assert_eq(n1, n2, "%s collect count kind %d n %u", k->name, kind, n);
+                cr_assert(memcmp(k1, k2, 4 * (size_t)n1) == 0, "%s collect kind %d n %u", k->name,
+                          kind, n);
+                cr_assert_eq(b1, 0);
+                cr_assert_eq(b2, 0);
+                cr_assert_eq(k->finite(x, n), 1);
+                /* one value that is not finite, at the last place or the first */
+                float keep = x[n - 1];
+                x[n - 1] = kind % 2 ? NAN : -INFINITY;
+                cr_assert_eq(k->finite(x, n), 0, "%s misses a non-finite value, n %u", k->name, n);
+                k->collect(x, n, th, k2, &b2);
+                cr_assert_eq(b2, 1, "%s collect misses a non-finite value, n %u", k->name, n);
+                x[n - 1] = keep;
+            }
+    }
+    cr_log_info("instruction-set tables checked against scalar: %d", ran);
+}
+
+/* Whole blobs, every codec the tables serve, with section, block and chunk
+ * cuts: the same bytes from every table (the CUDA kernels are held to the
+ * same bytes by codec_cuda on a GPU machine). */
+Test(codec_simd, every_table_makes_the_reference_blobs) {
+    const CodecSimd *ref = codec_simd_named("scalar");
+    uint64_t sizes[] = {1, 17, 4097, 70001, CODEC_SECTION_MAX + 4097};
+    struct {
+        const char *codec;
+        uint32_t block, chunk;
+        double density;
+    } cases[] = {{"int8", 0, 0, 0},       {"int8", 1000, 0, 0},  {"int8", 3, 0, 0},
+                 {"topk", 0, 0, 0},       {"topk", 0, 333, 0.1}, {"topk2", 0, 0, 0},
+                 {"topk2", 0, 65536, 0.3}};
+    for (int kind = 0; kind < EDGE_KINDS; kind++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            uint64_t n = sizes[si];
+            float *x = malloc(n * sizeof *x), *sum_ref = malloc(n * sizeof *x),
+                  *sum = malloc(n * sizeof *x);
+            for (uint64_t i = 0; i < n; i++) x[i] = edge_value(kind, i);
+            CodecLayout L = flat(n);
+            for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                if (n > 100000 && c % 3 != 0) continue; /* the big size once per codec */
+                CodecParams p;
+                codec_params_parse(cases[c].codec, &p, NULL);
+                if (cases[c].block) p.block = cases[c].block;
+                if (cases[c].chunk) p.chunk = cases[c].chunk, p.density = cases[c].density;
+                char err[ERR_LEN];
+                Blob want = {0};
+                codec_simd_use(ref);
+                cr_assert_eq(codec_encode(&p, &L, x, &want, err), 0, "%s", err);
+                memset(sum_ref, 0, n * sizeof *x);
+                cr_assert_eq(codec_decode_accumulate(want.data, want.len, 0.5f, sum_ref, n, err),
+                             0);
+                for (size_t t = 0; t < sizeof ISAS / sizeof *ISAS; t++) {
+                    const CodecSimd *k = codec_simd_named(ISAS[t]);
+                    if (k == NULL) continue;
+                    codec_simd_use(k);
+                    Blob got = {0};
+                    cr_assert_eq(codec_encode(&p, &L, x, &got, err), 0, "%s", err);
+                    cr_assert_eq(got.len, want.len, "%s %s kind %d n %llu", k->name, cases[c].codec,
+                                 kind, (unsigned long long)n);
+                    cr_assert(memcmp(got.data, want.data, got.len) == 0,
+                              "%s %s (block %u chunk %u) kind %d n %llu: other bytes", k->name,
+                              cases[c].codec, p.block, p.chunk, kind, (unsigned long long)n);
+                    memset(sum, 0, n * sizeof *x);
+                    cr_assert_eq(codec_decode_accumulate(got.data, got.len, 0.5f, sum, n, err), 0);
+                    cr_assert(memcmp(sum, sum_ref, n * sizeof *x) == 0, "%s decode differs",
+                              k->name);
+                    blob_free(&got);
+                }
+                blob_free(&want);
+            }
+            free(x), free(sum_ref), free(sum);
+        }
+    codec_simd_use(codec_simd_named("scalar"));
+}
+
+/* A block of subnormal values has a scale below the smallest normal float,
+ * whose reciprocal overflows (the encoder once made codes of inf·x): it is
+ * encoded with scale 1, every code the centre bin, and decodes to finite
+ * values no larger than the block's. */
+Test(codec, int8_tiny_values_use_unit_scale) {
+    uint64_t n = 5000;
+    float x[5000], y[5000];
+    for (uint64_t i = 0; i < n; i++) x[i] = 1e-39f * (1.0f + (float)(i % 7));
+    CodecParams p = codec_params_default(CODEC_INT8);
+    CodecLayout L = flat(n);
+    Blob b = {0};
+    char err[ERR_LEN];
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+    const uint8_t *codes = b.data + BLOB_HEADER_LEN + SECTION_HEADER_LEN + 1024;
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert_eq(codes[i], 128, "code %llu", (unsigned long long)i);
+    cr_assert_eq(codec_decode(b.data, b.len, y, n, err), 0, "%s", err);
+    for (uint64_t i = 0; i < n; i++) cr_assert(isfinite(y[i]) && fabsf(y[i]) <= 7e-39f);
+    blob_free(&b);
+}
+
 Test(codec, encoding_is_the_same_for_any_thread_count) {
 #ifndef STRAIT_HAVE_OPENMP
     cr_skip_test("built without OpenMP");

@@ -1,0 +1,146 @@
+/*
+ * simd.c — the inner loops of the int8 and top-k codecs, one table of
+ * kernels per instruction set, chosen once at run time: AVX-512 or AVX2
+ * where the CPU has them (simd_x86.c), else the scalar code here, which is
+ * the reference every other table must equal byte for byte (test_compress
+ * runs each table this CPU has against it, on random and edge inputs).
+ * STRAIT_CODEC_ISA=scalar|avx2|avx512 forces one (refused, with a warning,
+ * where the CPU lacks it).
+ *
+ * Why it is exact: every kernel does the same IEEE operations per value in
+ * the same order (no fused multiply-add where the reference has a multiply
+ * and an add, rounding to nearest even), and the only reductions are the
+ * int8 sum of squares, which keeps the reference's 256 lanes and their tree,
+ * and integer sums, whose order does not matter.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress_internal.h"
+#include "util/util.h"
+
+/* ---- the scalar reference ------------------------------------------------ */
+
+static double scalar_sumsq(const float *x, uint32_t n) {
+    double lane[SIMD_LANES] = {0};
+    uint32_t full = n - n % SIMD_LANES;
+    for (uint32_t i0 = 0; i0 < full; i0 += SIMD_LANES)
+        for (int j = 0; j < SIMD_LANES; j++) lane[j] += (double)x[i0 + j] * (double)x[i0 + j];
+    for (uint32_t j = 0; full + j < n; j++) lane[j] += (double)x[full + j] * (double)x[full + j];
+    return simd_lanes_reduce(lane);
+}
+
+/* rint for |f| <= 2^22 under round-to-nearest-even, without SSE4.1 */
+static inline float rint_small(float f) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    return (f + magic) - magic;
+}
+
+static uint32_t scalar_int8_codes(const float *restrict x, uint32_t n, float inv,
+                                  uint8_t *restrict codes, int64_t *restrict term) {
+    uint32_t clamped = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float f = x[i] * inv;
+        float fc = f < -129.0f ? -129.0f : f; /* one clamp per line: no branches */
+        fc = fc > 129.0f ? 129.0f : fc;
+        float r = rint_small(fc);
+        float rq = r < -128.0f ? -128.0f : r;
+        rq = rq > 127.0f ? 127.0f : rq;
+        codes[i] = (uint8_t)(int32_t)(rq + 128.0f);
+        int keep = r == rq;
+        /* f - rq is exact and at most 1/2 when kept; a clamped value's term
+         * is 0 and its offset is never converted (it could overflow) */
+        float d = keep ? f - rq : 0.0f;
+        term[i] = keep ? (int64_t)lrintf(d * SIMD_FIX_MID) + SIMD_TERM_ONE : 0;
+        clamped += !keep;
+    }
+    return clamped;
+}
+
+/* w·table[q] is the same float whether it is computed per value or once per
+ * bin, so the bins are weighted first: a load and an add per value. */
+static void scalar_lookup_acc(const float *restrict table, const uint8_t *restrict codes,
+                              uint32_t n, float w, float *restrict d) {
+    float wt[256];
+    for (int q = 0; q < 256; q++) wt[q] = w * table[q];
+    for (uint32_t i = 0; i < n; i++) d[i] = d[i] + wt[codes[i]];
+}
+
+static void scalar_lookup(const float *restrict table, const uint8_t *restrict codes, uint32_t n,
+                          float *restrict d) {
+    for (uint32_t i = 0; i < n; i++) d[i] = table[codes[i]];
+}
+
+static uint32_t scalar_collect(const float *restrict x, uint32_t len, float t,
+                               uint32_t *restrict cand, int *bad) {
+    uint32_t n = 0, nonfinite = 0;
+    for (uint32_t i = 0; i < len; i++) { /* branch-free collection */
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        nonfinite |= (u & 0x7f800000u) == 0x7f800000u;
+        cand[n] = i;
+        n += fabsf(x[i]) >= t;
+    }
+    *bad = nonfinite != 0;
+    return n;
+}
+
+static int scalar_finite(const float *x, uint32_t n) {
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+const CodecSimd codec_simd_scalar = {"scalar",          scalar_sumsq,  scalar_int8_codes,
+                                     scalar_lookup_acc, scalar_lookup, scalar_collect,
+                                     scalar_finite};
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+double simd_lanes_reduce(double *lane) {
+    for (int s = SIMD_LANES / 2; s > 0; s >>= 1)
+        for (int j = 0; j < s; j++) lane[j] += lane[j + s];
+    return lane[0];
+}
+
+const CodecSimd *codec_simd_named(const char *name) {
+    if (strcmp(name, "scalar") == 0) return &codec_simd_scalar;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2")) return &codec_simd_avx2;
+    if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) return &codec_simd_avx512;
+#endif
+    return NULL;
+}
+
+static const CodecSimd *chosen;
+static void choose(void) {
+    const char *want = getenv("STRAIT_CODEC_ISA");
+    if (want != NULL && *want != '\0') {
+        chosen = codec_simd_named(want);
+        if (chosen != NULL) return;
+        log_warn("compress",
+                 "STRAIT_CODEC_ISA=%s: this CPU or build lacks it (use scalar, avx2 or avx512); "
+                 "choosing for this CPU",
+                 want);
+    }
+    const char *order[] = {"avx512", "avx2", "scalar"};
+    for (size_t i = 0; chosen == NULL; i++) chosen = codec_simd_named(order[i]);
+}
+
+const CodecSimd *codec_simd(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, choose);
+    return chosen;
+}
+
+void codec_simd_use(const CodecSimd *k) {
+    (void)codec_simd(); /* past the one-time choice, so it cannot override k */
+    chosen = k;
+}
