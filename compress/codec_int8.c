@@ -57,7 +57,8 @@ static void fold(int64_t (*h)[256], int64_t *mid_sum, uint32_t *mid_count) {
  * summed apart, measured from zero in a coarser unit. */
 static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint32_t n, float scale,
                               uint8_t *restrict table, uint8_t *restrict codes,
-                              int64_t *restrict term, int64_t (*h)[256]) {
+                              int64_t *restrict term, uint32_t *restrict clamped,
+                              int64_t (*h)[256]) {
     float inv = 1.0f / scale;
     int64_t mid_sum[256] = {0}, edge_sum[2] = {0, 0};
     uint32_t mid_count[256] = {0}, edge_count[2] = {0, 0};
@@ -65,17 +66,17 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
     for (uint32_t t0 = 0; t0 < n; t0 += SIMD_TERM_TILE) {
         uint32_t m = n - t0 < SIMD_TERM_TILE ? n - t0 : SIMD_TERM_TILE, i = 0;
         const uint8_t *c = codes + t0;
-        uint32_t clamped = k->int8_codes(x + t0, m, inv, codes + t0, term);
-        for (; i + 4 <= m; i += 4) { /* neighbours often share a bin: four histograms */
-            h[0][c[i]] += term[i];
-            h[1][c[i + 1]] += term[i + 1];
-            h[2][c[i + 2]] += term[i + 2];
-            h[3][c[i + 3]] += term[i + 3];
+        uint32_t n_clamped = k->int8_codes(x + t0, m, inv, codes + t0, term, clamped);
+        for (; i + 4 <= m; i += 4) {   /* neighbours often share a bin: four histograms */
+            uint32_t q4 = ld32(c + i); /* one load for four codes */
+            h[0][q4 & 255] += term[i];
+            h[1][(q4 >> 8) & 255] += term[i + 1];
+            h[2][(q4 >> 16) & 255] += term[i + 2];
+            h[3][q4 >> 24] += term[i + 3];
         }
         for (; i < m; i++) h[0][c[i]] += term[i];
-        for (i = 0; clamped && i < m; i++) {
-            if (term[i] != 0) continue; /* a kept value's term is never 0 */
-            float f = x[t0 + i] * inv;
+        for (uint32_t j = 0; j < n_clamped; j++) { /* their terms were 0 */
+            float f = x[t0 + clamped[j]] * inv;
             int hi = f > 0;
             edge_sum[hi] += llrint((double)f * FIX_EDGE);
             edge_count[hi]++;
@@ -100,9 +101,12 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
 static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
     const CodecSimd *k = codec_simd();
-    int64_t *term = malloc(sizeof(int64_t) * SIMD_TERM_TILE + 4 * 256 * sizeof(int64_t));
+    /* scratch: the tile's terms, the four histograms, the clamped indices */
+    int64_t *term = malloc(sizeof(int64_t) * (SIMD_TERM_TILE + 4 * 256) +
+                           sizeof(uint32_t) * (SIMD_TERM_TILE + SIMD_COLLECT_SLACK));
     if (term == NULL) return err_set(err, "out of memory encoding int8");
     int64_t(*h)[256] = (int64_t(*)[256])(void *)(term + SIMD_TERM_TILE);
+    uint32_t *clamped = (uint32_t *)(void *)(term + SIMD_TERM_TILE + 4 * 256);
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
         double sumsq = k->sumsq(x + b0, n);
@@ -110,7 +114,7 @@ static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uin
             free(term);
             return err_set(err, "update value near %u is not finite", b0);
         }
-        int8_encode_block(k, x + b0, n, block_scale(sumsq, n), out, out + 1024, term, h);
+        int8_encode_block(k, x + b0, n, block_scale(sumsq, n), out, out + 1024, term, clamped, h);
         out += 1024 + n;
     }
     free(term);

@@ -131,9 +131,12 @@ typedef struct CodecSimd {
     /* ‖x‖² in double, in SIMD_LANES lanes reduced by simd_lanes_reduce */
     double (*sumsq)(const float *x, uint32_t n);
     /* int8 codes of x·inv (FORMATS.md) and each value's histogram term
-     * (offset·2^24 + SIMD_TERM_ONE; 0 for a value clamped into an edge bin);
-     * returns how many were clamped. n <= SIMD_TERM_TILE; x finite. */
-    uint32_t (*int8_codes)(const float *x, uint32_t n, float inv, uint8_t *codes, int64_t *term);
+     * (offset·2^24 + SIMD_TERM_ONE; 0 for a value clamped into an edge bin),
+     * and the indices of the clamped ones, ascending, into clamped (room for
+     * n + SIMD_COLLECT_SLACK); returns how many. n <= SIMD_TERM_TILE; x
+     * finite. */
+    uint32_t (*int8_codes)(const float *x, uint32_t n, float inv, uint8_t *codes, int64_t *term,
+                           uint32_t *clamped);
     /* d[i] = d[i] + w·table[codes[i]] (a multiply, then an add: the same
      * floats as d[i] + wt[codes[i]] with wt[q] = w·table[q]) */
     void (*lookup_acc)(const float *table, const uint8_t *codes, uint32_t n, float w, float *d);

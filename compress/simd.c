@@ -39,8 +39,9 @@ static inline float rint_small(float f) {
 }
 
 static uint32_t scalar_int8_codes(const float *restrict x, uint32_t n, float inv,
-                                  uint8_t *restrict codes, int64_t *restrict term) {
-    uint32_t clamped = 0;
+                                  uint8_t *restrict codes, int64_t *restrict term,
+                                  uint32_t *restrict clamped) {
+    uint32_t c = 0;
     for (uint32_t i = 0; i < n; i++) {
         float f = x[i] * inv;
         float fc = f < -129.0f ? -129.0f : f; /* one clamp per line: no branches */
@@ -54,9 +55,10 @@ static uint32_t scalar_int8_codes(const float *restrict x, uint32_t n, float inv
          * is 0 and its offset is never converted (it could overflow) */
         float d = keep ? f - rq : 0.0f;
         term[i] = keep ? (int64_t)lrintf(d * SIMD_FIX_MID) + SIMD_TERM_ONE : 0;
-        clamped += !keep;
+        clamped[c] = i;
+        c += !keep;
     }
-    return clamped;
+    return c;
 }
 
 /* w·table[q] is the same float whether it is computed per value or once per

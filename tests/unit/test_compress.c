@@ -467,9 +467,12 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                 float invs[] = {(float)(256.0 / (6.0 * sqrt(s1 / n))), 1.0f, 2.0f, 1e6f};
                 for (size_t v = 0; v < 4; v++) {
                     if (!isfinite(invs[v]) || invs[v] > 1e30f) continue;
-                    uint32_t m1 = ref->int8_codes(x, n, invs[v], c1, t1);
-                    uint32_t m2 = k->int8_codes(x, n, invs[v], c2, t2);
+                    uint32_t m1 = ref->int8_codes(x, n, invs[v], c1, t1, k1);
+                    uint32_t m2 = k->int8_codes(x, n, invs[v], c2, t2, k2);
                     cr_assert_eq(m1, m2, "%s clamped count kind %d n %u", k->name, kind, n);
+                    cr_assert(memcmp(k1, k2, 4 * (size_t)m1) == 0, "%s clamped kind %d n %u",
+                              k->name, kind, n);
+                    for (uint32_t j = 0; j < m1; j++) cr_assert_eq(t1[k1[j]], 0);
                     cr_assert(memcmp(c1, c2, n) == 0, "%s codes kind %d n %u", k->name, kind, n);
                     cr_assert(memcmp(t1, t2, 8 * (size_t)n) == 0, "%s terms kind %d n %u", k->name,
                               kind, n);
