@@ -113,9 +113,11 @@ T2 static int avx2_finite(const float *x, uint32_t n) {
 }
 
 /* The lookups stay the reference's in both tables: measured on Zen 5, an
- * 8-wide gather lost to scalar loads (0.50 against 0.29 ns a value from L1)
- * and a 16-wide table of permutes and blends lost from memory (5.4 against
- * 7.5 GB/s), once the bins are weighted before the loop. */
+ * 8-wide gather lost to scalar loads (0.50 against 0.29 ns a value from L1),
+ * and from memory a 16-wide lookup by permutes and blends (5.4 against 7.5
+ * GB/s) and a 64-wide one by VBMI byte planes (10.7 against 11.8 GB/s) did
+ * not beat them once the bins are weighted before the loop: decode-
+ * accumulate is bound by one core's memory traffic, not by its lookups. */
 static void ref_lookup_acc(const float *table, const uint8_t *codes, uint32_t n, float w,
                            float *d) {
     codec_simd_scalar.lookup_acc(table, codes, n, w, d);
