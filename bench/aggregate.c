@@ -7,8 +7,8 @@
  * times its weight, reduced with np.add, divided by the total).
  *
  * The mean is the coordinator's streaming path (RoundSum: each update gated
- * — checksums, finite values, norm — then decode-accumulated as it
- * arrives); median and trimmed mean are robust_aggregate over the N blobs,
+ * — checksums, finite values, norm — then accumulated from what its
+ * inspection kept, as it arrives); median and trimmed mean are robust_aggregate over the N blobs,
  * as the coordinator runs them over the kept files. The N updates are four
  * distinct encoded updates taken in turn (memory stays four blobs).
  *

@@ -424,10 +424,32 @@ static const uint8_t *section_raw(const Section *s, ZSTD_DCtx *dz, uint8_t **scr
     return *scratch;
 }
 
+struct CodecChecked {
+    CodecParams p;
+    uint32_t n_sec;
+    Section *secs;
+    const uint8_t **raw; /* each section's raw payload: in the blob, or own[i] */
+    uint8_t **own;       /* the decompressed payloads; owned */
+};
+
+void codec_checked_free(CodecChecked *c) {
+    if (c == NULL) return;
+    for (uint32_t i = 0; c->own && i < c->n_sec; i++) free(c->own[i]);
+    free(c->own), free(c->raw), free(c->secs), free(c);
+}
+
+void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum) {
+    const CodecOps *ops = codec_ops(c->p.id);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (uint32_t i = 0; i < c->n_sec; i++)
+        ops->apply(&c->p, c->raw[i], c->secs[i].count, weight, sum + c->secs[i].offset, 1);
+}
+
 /* Walks all sections: reads and checks headers serially (cheap), then runs
- * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set. */
+ * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set.
+ * With keep (mode 0), what was checked is kept in *keep for an apply. */
 static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t expect_n, int mode,
-                float w, float *dst, BlobInfo *info, char *err) {
+                float w, float *dst, BlobInfo *info, CodecChecked **keep, char *err) {
     CodecParams p;
     uint64_t hash = 0, n = 0;
     uint32_t n_sec = 0;
@@ -457,23 +479,34 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     const CodecOps *ops = codec_ops(p.id);
     double *norms = calloc(n_sec ? n_sec : 1, sizeof *norms);
     uint64_t *nnz = calloc(n_sec ? n_sec : 1, sizeof *nnz);
+    CodecChecked *kept = keep ? calloc(1, sizeof *kept) : NULL;
+    if (kept) {
+        kept->p = p, kept->n_sec = n_sec, kept->secs = secs;
+        kept->raw = calloc(n_sec ? n_sec : 1, sizeof *kept->raw);
+        kept->own = calloc(n_sec ? n_sec : 1, sizeof *kept->own);
+    }
     int failed = 0;
     uint32_t first_bad = n_sec;
     int bad_rc = -1; /* the first bad section's: CODEC_NON_FINITE or -1 */
     char bad_err[ERR_LEN] = "";
-    if (norms == NULL || nnz == NULL) {
+    if (norms == NULL || nnz == NULL || (keep && (!kept || !kept->raw || !kept->own))) {
         failed = 1;
         err_set(bad_err, "out of memory");
     }
-#pragma omp parallel if (!failed)
+    uint32_t n_run = failed ? 0 : n_sec; /* out of memory already: no section is run */
+#pragma omp parallel if (n_run > 0)
     {
         ZSTD_DCtx *dz = ZSTD_createDCtx();
         uint8_t *scratch = NULL;
         size_t scratch_cap = 0;
         char e[ERR_LEN];
 #pragma omp for schedule(dynamic, 1)
-        for (uint32_t i = 0; i < n_sec; i++) {
+        for (uint32_t i = 0; i < n_run; i++) {
             const uint8_t *raw = dz ? section_raw(&secs[i], dz, &scratch, &scratch_cap, e) : NULL;
+            if (raw != NULL && kept != NULL) { /* kept: a decompressed payload stays */
+                if (raw == scratch) kept->own[i] = scratch, scratch = NULL, scratch_cap = 0;
+                kept->raw[i] = raw;
+            }
             int bad = raw == NULL ? -1 : 0;
             if (!bad && mode == 0) bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
             if (!bad && mode != 0)
@@ -508,7 +541,13 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     }
     free(norms);
     free(nnz);
-    free(secs);
+    if (kept && !failed) {
+        *keep = kept; /* it owns secs now */
+    } else {
+        if (kept) kept->secs = NULL; /* freed below */
+        codec_checked_free(kept);
+        free(secs);
+    }
     if (failed) return err_set(err, "%s", bad_err), bad_rc;
     return 0;
 }
@@ -546,16 +585,23 @@ int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, Sect
 int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                        BlobInfo *info, char *err) {
     BlobInfo local;
-    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, err);
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, NULL, err);
+}
+
+int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
+                     BlobInfo *info, CodecChecked **out, char *err) {
+    BlobInfo local;
+    *out = NULL;
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, out, err);
 }
 
 int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,
                             char *err) {
-    return walk(blob, len, 0, n, 1, weight, sum, NULL, err);
+    return walk(blob, len, 0, n, 1, weight, sum, NULL, NULL, err);
 }
 
 int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err) {
-    return walk(blob, len, 0, n, 2, 0.0f, x, NULL, err);
+    return walk(blob, len, 0, n, 2, 0.0f, x, NULL, NULL, err);
 }
 
 /* ---- sequential range reads: each section decoded once ---------------------------------- */

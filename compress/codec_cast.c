@@ -94,13 +94,8 @@ static int fp32_encode(const CodecParams *p, const float *x, uint32_t count, uin
 static int fp32_check(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
                       uint64_t *nonzeros, char *err) {
     (void)p;
-    double s = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        float v = ldf(raw + 4 * (size_t)i);
-        if (!isfinite(v))
-            return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
-        s += (double)v * v;
-    }
+    double s = codec_simd()->sumsq(raw, count); /* not finite iff a value is not */
+    if (!isfinite(s)) return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
     *norm2 = s;
     *nonzeros = count;
     return 0;
@@ -113,7 +108,7 @@ static void fp32_apply(const CodecParams *p, const uint8_t *raw, uint32_t count,
         memcpy(dst, raw, (size_t)count * 4);
         return;
     }
-    for (uint32_t i = 0; i < count; i++) dst[i] = dst[i] + w * ldf(raw + 4 * (size_t)i);
+    codec_simd()->axpy(raw, count, w, dst);
 }
 
 const CodecOps codec_fp32_ops = {.id = CODEC_FP32,

@@ -124,6 +124,19 @@ int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *e
  * CODEC_NON_FINITE, with the reason in err. */
 int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                        BlobInfo *info, char *err);
+/* An inspected blob, ready to apply without decompressing or checksumming
+ * it again: what codec_blob_check keeps of it (the decompressed payloads of
+ * its zstd sections; the rest it reads in the blob, which must outlive it).
+ * A receiver inspects once and accumulates from this. */
+typedef struct CodecChecked CodecChecked;
+/* codec_blob_inspect, keeping *out on success (NULL otherwise). */
+int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
+                     BlobInfo *info, CodecChecked **out, char *err);
+/* sum[i] += weight * decoded[i], as codec_decode_accumulate, in parallel
+ * over sections. */
+void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum);
+void codec_checked_free(CodecChecked *c); /* NULL is fine */
+
 /* sum[i] += weight * decoded[i], section by section, with no dense
  * temporary. Gives exactly the floats of codec_decode followed by
  * sum[i] = sum[i] + weight * x[i]. */

@@ -128,8 +128,10 @@ int blob_reserve(Blob *b, size_t need, char *err);
  * input (see simd.c for why). */
 typedef struct CodecSimd {
     const char *name; /* "scalar", "avx2", "avx512" */
-    /* ‖x‖² in double, in SIMD_LANES lanes reduced by simd_lanes_reduce */
-    double (*sumsq)(const float *x, uint32_t n);
+    /* ‖x‖² in double, in SIMD_LANES lanes reduced by simd_lanes_reduce; x
+     * is n floats at any alignment (a blob's payload). Not finite iff some x
+     * is not: the squares of finite floats cannot overflow the sum. */
+    double (*sumsq)(const void *x, uint32_t n);
     /* int8 codes of x·inv (FORMATS.md) and each value's histogram term
      * (offset·2^24 + SIMD_TERM_ONE; 0 for a value clamped into an edge bin),
      * and the indices of the clamped ones, ascending, into clamped (room for
@@ -140,6 +142,8 @@ typedef struct CodecSimd {
     /* d[i] = d[i] + w·table[codes[i]] (a multiply, then an add: the same
      * floats as d[i] + wt[codes[i]] with wt[q] = w·table[q]) */
     void (*lookup_acc)(const float *table, const uint8_t *codes, uint32_t n, float w, float *d);
+    /* d[i] = d[i] + w·x[i] (a multiply, then an add); x at any alignment */
+    void (*axpy)(const void *x, uint32_t n, float w, float *d);
     /* d[i] = table[codes[i]] */
     void (*lookup)(const float *table, const uint8_t *codes, uint32_t n, float *d);
     /* The indices i < len with |x[i]| >= t, ascending, into cand (room for

@@ -23,13 +23,27 @@
 
 /* ---- the scalar reference ------------------------------------------------ */
 
-static double scalar_sumsq(const float *x, uint32_t n) {
+static inline double sq_at(const void *x, uint32_t i) {
+    float v;
+    memcpy(&v, (const uint8_t *)x + 4 * (size_t)i, 4);
+    return (double)v * (double)v;
+}
+
+static double scalar_sumsq(const void *x, uint32_t n) {
     double lane[SIMD_LANES] = {0};
     uint32_t full = n - n % SIMD_LANES;
     for (uint32_t i0 = 0; i0 < full; i0 += SIMD_LANES)
-        for (int j = 0; j < SIMD_LANES; j++) lane[j] += (double)x[i0 + j] * (double)x[i0 + j];
-    for (uint32_t j = 0; full + j < n; j++) lane[j] += (double)x[full + j] * (double)x[full + j];
+        for (uint32_t j = 0; j < SIMD_LANES; j++) lane[j] += sq_at(x, i0 + j);
+    for (uint32_t j = 0; full + j < n; j++) lane[j] += sq_at(x, full + j);
     return simd_lanes_reduce(lane);
+}
+
+static void scalar_axpy(const void *restrict x, uint32_t n, float w, float *restrict d) {
+    for (uint32_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, (const uint8_t *)x + 4 * (size_t)i, 4);
+        d[i] = d[i] + w * v;
+    }
 }
 
 /* rint for |f| <= 2^22 under round-to-nearest-even, without SSE4.1 */
@@ -99,9 +113,14 @@ static int scalar_finite(const float *x, uint32_t n) {
     return !bad;
 }
 
-const CodecSimd codec_simd_scalar = {"scalar",          scalar_sumsq,  scalar_int8_codes,
-                                     scalar_lookup_acc, scalar_lookup, scalar_collect,
-                                     scalar_finite};
+const CodecSimd codec_simd_scalar = {.name = "scalar",
+                                     .sumsq = scalar_sumsq,
+                                     .int8_codes = scalar_int8_codes,
+                                     .lookup_acc = scalar_lookup_acc,
+                                     .axpy = scalar_axpy,
+                                     .lookup = scalar_lookup,
+                                     .collect = scalar_collect,
+                                     .finite = scalar_finite};
 
 /* ---- dispatch ------------------------------------------------------------ */
 

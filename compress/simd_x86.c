@@ -20,9 +20,19 @@
 
 static const float MAGIC = 12582912.0f; /* 1.5 * 2^23: rint for |f| <= 2^22 */
 
+/* The values past the last whole row go to lanes 0, 1, … (the reference's order). */
+static void tail_sumsq(const float *x, uint32_t full, uint32_t n, double *lane) {
+    for (uint32_t j = 0; full + j < n; j++) {
+        float v;
+        memcpy(&v, x + full + j, 4);
+        lane[j] += (double)v * (double)v;
+    }
+}
+
 /* ---- AVX2 ------------------------------------------------------------------ */
 
-T2 static double avx2_sumsq(const float *x, uint32_t n) {
+T2 static double avx2_sumsq(const void *xv, uint32_t n) {
+    const float *x = xv; /* read only through unaligned loads */
     double lane[SIMD_LANES] __attribute__((aligned(32))) = {0};
     uint32_t full = n - n % SIMD_LANES;
     for (uint32_t i0 = 0; i0 < full; i0 += SIMD_LANES)
@@ -30,8 +40,18 @@ T2 static double avx2_sumsq(const float *x, uint32_t n) {
             __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i0 + j));
             _mm256_store_pd(lane + j, _mm256_add_pd(_mm256_load_pd(lane + j), _mm256_mul_pd(v, v)));
         }
-    for (uint32_t j = 0; full + j < n; j++) lane[j] += (double)x[full + j] * (double)x[full + j];
+    tail_sumsq(x, full, n, lane);
     return simd_lanes_reduce(lane);
+}
+
+T2 static void avx2_axpy(const void *xv, uint32_t n, float w, float *restrict d) {
+    const float *x = xv;
+    const __m256 vw = _mm256_set1_ps(w);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i),
+                                              _mm256_mul_ps(vw, _mm256_loadu_ps(x + i))));
+    if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
 T2 static uint32_t avx2_int8_codes(const float *restrict x, uint32_t n, float inv,
@@ -126,12 +146,19 @@ static void ref_lookup(const float *table, const uint8_t *codes, uint32_t n, flo
     codec_simd_scalar.lookup(table, codes, n, d);
 }
 
-const CodecSimd codec_simd_avx2 = {"avx2",     avx2_sumsq,   avx2_int8_codes, ref_lookup_acc,
-                                   ref_lookup, avx2_collect, avx2_finite};
+const CodecSimd codec_simd_avx2 = {.name = "avx2",
+                                   .sumsq = avx2_sumsq,
+                                   .int8_codes = avx2_int8_codes,
+                                   .lookup_acc = ref_lookup_acc,
+                                   .axpy = avx2_axpy,
+                                   .lookup = ref_lookup,
+                                   .collect = avx2_collect,
+                                   .finite = avx2_finite};
 
 /* ---- AVX-512 ------------------------------------------------------------------ */
 
-T512 static double avx512_sumsq(const float *x, uint32_t n) {
+T512 static double avx512_sumsq(const void *xv, uint32_t n) {
+    const float *x = xv; /* read only through unaligned loads */
     double lane[SIMD_LANES] __attribute__((aligned(64))) = {0};
     uint32_t full = n - n % SIMD_LANES, i0 = 0;
     /* four rows at a time: lane j still adds its values in row order */
@@ -153,8 +180,18 @@ T512 static double avx512_sumsq(const float *x, uint32_t n) {
             __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i0 + j));
             _mm512_store_pd(lane + j, _mm512_fmadd_pd(v, v, _mm512_load_pd(lane + j)));
         }
-    for (uint32_t j = 0; full + j < n; j++) lane[j] += (double)x[full + j] * (double)x[full + j];
+    tail_sumsq(x, full, n, lane);
     return simd_lanes_reduce(lane);
+}
+
+T512 static void avx512_axpy(const void *xv, uint32_t n, float w, float *restrict d) {
+    const float *x = xv;
+    const __m512 vw = _mm512_set1_ps(w);
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i),
+                                              _mm512_mul_ps(vw, _mm512_loadu_ps(x + i))));
+    if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
 T512 static uint32_t avx512_int8_codes(const float *restrict x, uint32_t n, float inv,
@@ -225,6 +262,12 @@ T512 static int avx512_finite(const float *x, uint32_t n) {
     return bad == 0;
 }
 
-const CodecSimd codec_simd_avx512 = {"avx512",   avx512_sumsq,   avx512_int8_codes, ref_lookup_acc,
-                                     ref_lookup, avx512_collect, avx512_finite};
+const CodecSimd codec_simd_avx512 = {.name = "avx512",
+                                     .sumsq = avx512_sumsq,
+                                     .int8_codes = avx512_int8_codes,
+                                     .lookup_acc = ref_lookup_acc,
+                                     .axpy = avx512_axpy,
+                                     .lookup = ref_lookup,
+                                     .collect = avx512_collect,
+                                     .finite = avx512_finite};
 #endif

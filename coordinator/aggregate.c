@@ -51,61 +51,73 @@ static double median_of(const double *v, int n) {
     return m;
 }
 
-/* The gates, changing nothing: the weight, the blob whole (codec_blob_inspect:
- * header, sections, checksums, finite values), the model it is for, the
- * absolute norm bound (from the first update on), and the norm against the
- * median of the updates accepted before it (never counting itself). */
-int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
-                   RoundGate *g) {
-    g->norm = 0;
-    g->code = NULL;
-    g->why[0] = '\0';
-    if (!(weight > 0) || !isfinite(weight)) {
-        g->code = "bad_weight";
-        snprintf(g->why, sizeof g->why, "update weight %g (tokens trained) must be positive",
-                 weight);
-        return 1;
-    }
+/* The update's own checks (codec_blob_check: header, sections, checksums,
+ * finite values; then the model it is for), keeping what was checked. */
+int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, size_t len,
+                       RoundGate *g) {
+    memset(g, 0, sizeof *g);
     BlobInfo info;
     char reason[ERR_LEN];
-    int rc = codec_blob_inspect(blob, len, 0, 0, &info, reason);
+    int rc = codec_blob_check(blob, len, 0, 0, &info, &g->checked, reason);
     if (rc != 0) {
         g->code = rc == CODEC_NON_FINITE ? "non_finite" : "malformed";
         snprintf(g->why, sizeof g->why, "%.250s", reason);
         return 1;
     }
-    if (info.table_hash != rs->table_hash || info.n != rs->n) {
+    g->norm = sqrt(info.norm2);
+    if (info.table_hash != table_hash || info.n != n) {
         g->code = "wrong_model";
         snprintf(g->why, sizeof g->why,
                  "blob is for parameter table %016llx with %llu values; this model's is %016llx "
                  "with %llu",
                  (unsigned long long)info.table_hash, (unsigned long long)info.n,
-                 (unsigned long long)rs->table_hash, (unsigned long long)rs->n);
+                 (unsigned long long)table_hash, (unsigned long long)n);
+        round_gate_free(g);
         return 1;
     }
-    double norm = sqrt(info.norm2);
-    g->norm = norm;
-    if (rs->max_norm > 0 && !(norm <= rs->max_norm)) {
+    return 0;
+}
+
+void round_gate_free(RoundGate *g) {
+    codec_checked_free(g->checked);
+    g->checked = NULL;
+}
+
+/* The round's gates on an inspected update: the weight, the absolute norm
+ * bound (from the first update on), and the norm against the median of the
+ * updates accepted before it (never counting itself). */
+int round_sum_judge(const RoundSum *rs, double weight, RoundGate *g) {
+    assert(g->code != NULL || g->checked != NULL); /* inspected, and it passed */
+    if (g->code != NULL) return 1;
+    double norm = g->norm;
+    if (!(weight > 0) || !isfinite(weight)) {
+        g->code = "bad_weight";
+        snprintf(g->why, sizeof g->why, "update weight %g (tokens trained) must be positive",
+                 weight);
+    } else if (rs->max_norm > 0 && !(norm <= rs->max_norm)) {
         g->code = "norm_gate";
         snprintf(g->why, sizeof g->why, "update norm %.4g is over the federation's bound %.4g",
                  norm, rs->max_norm);
-        return 1;
-    }
-    if (rs->norm_gate > 0 && rs->accepted >= rs->gate_min) {
+    } else if (rs->norm_gate > 0 && rs->accepted >= rs->gate_min) {
         double med = median_of(rs->norms, rs->accepted);
         if (med > 0 && norm > rs->norm_gate * med) {
             g->code = "norm_gate";
             snprintf(g->why, sizeof g->why,
                      "update norm %.4g is over %.3g x the round's median %.4g", norm, rs->norm_gate,
                      med);
-            return 1;
         }
     }
-    return 0;
+    return g->code != NULL;
 }
 
-int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight, double norm,
-                    int accumulate, char *err) {
+int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                   RoundGate *g) {
+    if (round_gate_inspect(rs->n, rs->table_hash, blob, len, g) != 0) return 1;
+    return round_sum_judge(rs, weight, g);
+}
+
+int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumulate, char *err) {
+    assert(g->code == NULL && g->checked != NULL);
     if (rs->accepted == rs->norms_cap) {
         int cap = rs->norms_cap ? 2 * rs->norms_cap : 16;
         double *grown = realloc(rs->norms, sizeof(double) * (size_t)cap);
@@ -113,9 +125,8 @@ int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight
         rs->norms = grown;
         rs->norms_cap = cap;
     }
-    if (accumulate && codec_decode_accumulate(blob, len, (float)weight, rs->sum, rs->n, err) != 0)
-        return -1; /* gated: cannot happen but for memory */
-    rs->norms[rs->accepted++] = norm;
+    if (accumulate) codec_checked_accumulate(g->checked, (float)weight, rs->sum);
+    rs->norms[rs->accepted++] = g->norm;
     rs->weight += weight;
     return 0;
 }
@@ -123,8 +134,10 @@ int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight
 static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
                            int accumulate, char *why) {
     RoundGate g;
-    if (round_sum_gate(rs, blob, len, weight, &g) != 0) return err_set(why, "%s", g.why), 1;
-    return round_sum_apply(rs, blob, len, weight, g.norm, accumulate, why);
+    int rc = round_sum_gate(rs, blob, len, weight, &g) != 0 ? err_set(why, "%s", g.why),
+        1 : round_sum_apply(rs, &g, weight, accumulate, why);
+    round_gate_free(&g);
+    return rc;
 }
 
 int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why) {

@@ -157,22 +157,34 @@ typedef struct RoundSum {
 } RoundSum;
 
 /* What the gates made of an update: its norm, or why it is refused (code:
- * one of store.h's STORE_REASON_CODES). */
+ * one of store.h's STORE_REASON_CODES), and what its inspection checked,
+ * so that an apply neither decompresses nor checksums it again. */
 typedef struct RoundGate {
     double norm;
     const char *code; /* NULL: passed */
     char why[256];
+    CodecChecked *checked; /* owned (round_gate_free); the blob must outlive it */
 } RoundGate;
 
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err);
 void round_sum_free(RoundSum *rs);
-/* The gates alone, changing nothing: 0 passed (g->norm set), 1 refused. */
+/* The update's own checks, needing nothing of a round (so no lock): header,
+ * sections, checksums, finite values, the model it is for (n values of
+ * table_hash); its norm. 0 passed (g->norm, g->checked set), 1 refused. */
+int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, size_t len,
+                       RoundGate *g);
+/* The round's gates on an inspected update: its weight, the absolute norm
+ * bound, the norm against the median of those accepted. 0 passed, 1 refused
+ * (g->code set; also when the inspection refused it). */
+int round_sum_judge(const RoundSum *rs, double weight, RoundGate *g);
+/* Both, changing nothing: 0 passed, 1 refused. */
 int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
                    RoundGate *g);
+void round_gate_free(RoundGate *g);
 /* Counts a gated update (its norm joins the relative gate's median) and,
- * when accumulate, adds weight × update to the sum. -1: out of memory. */
-int round_sum_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight, double norm,
-                    int accumulate, char *err);
+ * when accumulate, adds weight × update to the sum from what its inspection
+ * kept. -1: out of memory. */
+int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumulate, char *err);
 /* Gate then apply; 0 added, 1 refused (reason in why, nothing added), -1 on
  * an internal failure. */
 int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why);

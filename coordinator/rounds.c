@@ -671,8 +671,8 @@ static void h_push_update(NetCall *c, void *user) {
             code = "internal";
             snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
         }
-    } else if (code == NULL && round_sum_apply(&r->sum, blob, len, weight, g.norm,
-                                               !r->set.keeps_updates, err) != 0) {
+    } else if (code == NULL &&
+               round_sum_apply(&r->sum, &g, weight, !r->set.keeps_updates, err) != 0) {
         /* a gated update fails to apply only for want of memory, before any change */
         code = "internal";
         snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
@@ -710,6 +710,7 @@ static void h_push_update(NetCall *c, void *user) {
                         strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
                         "%s", why);
     }
+    round_gate_free(&g);
     if (meta) strait__update_meta__free_unpacked(meta, NULL);
     net_received_free(&got);
 }

@@ -366,6 +366,31 @@ Test(codec, decode_accumulate_equals_decode_then_axpy_bit_for_bit) {
         for (uint64_t i = 0; i < n; i++) s2[i] = s2[i] + w * dec[i];
         cr_assert_eq(memcmp(s1, s2, n * 4), 0, "%s: decode_accumulate differs from decode+axpy",
                      codecs[c]);
+        /* what an inspection kept (decompressed sections included) adds the
+         * same floats, with the lossless stage and without */
+        for (int z = 0; z < 2; z++) {
+            CodecParams pz = p;
+            pz.zstd_level = z;
+            Blob bz = {0};
+            cr_assert_eq(codec_encode(&pz, &L, x, &bz, err), 0, "%s", err);
+            CodecChecked *ck;
+            BlobInfo info;
+            cr_assert_eq(codec_blob_check(bz.data, bz.len, HASH, n, &info, &ck, err), 0, "%s", err);
+            cr_assert_not_null(ck);
+            float *s3 = malloc(n * 4);
+            for (uint64_t i = 0; i < n; i++) s3[i] = 0.5f + (float)(i % 97) * 1e-3f;
+            codec_checked_accumulate(ck, w, s3);
+            cr_assert_eq(memcmp(s1, s3, n * 4), 0, "%s (zstd %d): the checked blob adds otherwise",
+                         codecs[c], z);
+            codec_checked_free(ck);
+            free(s3);
+            blob_free(&bz);
+        }
+        /* a refused blob keeps nothing */
+        CodecChecked *none = (CodecChecked *)&none;
+        b.data[b.len - 1] ^= 1;
+        cr_assert_neq(codec_blob_check(b.data, b.len, HASH, n, NULL, &none, err), 0);
+        cr_assert_null(none);
         free(s1);
         free(s2);
         free(dec);
@@ -486,6 +511,16 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                 k->lookup_acc(table, c1, n, 0.37f, d2);
                 cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s lookup_acc kind %d n %u", k->name,
                           kind, n);
+                /* a blob's payload may sit at any byte: the same at an odd address */
+                uint8_t odd[4 * 4096 + 1];
+                memcpy(odd + 1, x, 4 * (size_t)n);
+                double o1 = ref->sumsq(odd + 1, n), o2 = k->sumsq(odd + 1, n);
+                cr_assert(memcmp(&o1, &s1, sizeof s1) == 0 && memcmp(&o2, &s1, sizeof s1) == 0,
+                          "%s sumsq at an odd address, kind %d n %u", k->name, kind, n);
+                ref->axpy(odd + 1, n, -1.25f, d1);
+                k->axpy(odd + 1, n, -1.25f, d2);
+                cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s axpy kind %d n %u", k->name, kind,
+                          n);
                 ref->lookup(table, c1, n, d1);
                 k->lookup(table, c1, n, d2);
                 cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s lookup kind %d n %u", k->name,
