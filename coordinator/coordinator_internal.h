@@ -1,6 +1,7 @@
 /*
  * coordinator_internal.h — the running coordinator's state, shared by
- * service.c (identity, Join, Hello, Admin) and rounds.c (the round loop).
+ * service.c (identity, Join, Hello, Admin) and the round loop (rounds.c,
+ * round_calls.c, publish.c).
  * Nothing outside coordinator/ includes it.
  */
 #ifndef STRAIT_COORDINATOR_INTERNAL_H
@@ -89,7 +90,66 @@ typedef struct Rounds {
     pthread_cond_t changed;     /* a round committed or the federation finished */
     pthread_t ticker;
     int stop;
+    int closing; /* the round has closed and is being committed (one commit at a time) */
 } Rounds;
+
+typedef struct Coordinator Coordinator; /* below */
+
+/* ---- the round loop: rounds.c (the state machine), round_calls.c (the
+ * Federation calls), publish.c (building and installing the next model) */
+
+/* A round on its way to commit: what closing it took from Rounds (under
+ * rounds.lock), for a commit that runs outside the lock. */
+typedef struct RoundClosing {
+    int64_t number, round_id;
+    RoundSum sum; /* owned: moved out of Rounds */
+    char kept_owner[MAX_REPORTS][32];
+    int n_kept, n_reported;
+    double eval; /* token-weighted eval loss of the round, NaN if none */
+} RoundClosing;
+
+/* What a commit makes and an install puts in place; owned. */
+typedef struct RoundNext {
+    float *theta;          /* θ_{r+1} */
+    OuterOpt outer;        /* the outer optimizer after the step */
+    ErrorFeedback next_ef; /* the downlink's residual after it (e only) */
+    uint8_t *ckpt;         /* the checkpoint's bytes, as served */
+    size_t ckpt_len;
+    uint8_t ckpt_sha[32], theta_sha[32], delta_sha[32];
+    Blob delta; /* the way from θ_r (empty: none) */
+    double theta_norm;
+    int64_t bytes_down; /* served in the round, as recorded by the commit */
+} RoundNext;
+
+/* Takes the open round for its commit (under rounds.lock): NULL when it is
+ * finished or already closing. Updates for it are refused from here on. */
+RoundClosing *rounds_close(Coordinator *co);
+/* Commits a closed round outside rounds.lock (the calls go on meanwhile),
+ * installs its successor or fails it, opens the next round, answers the
+ * waiters; frees c. */
+void rounds_commit(Coordinator *co, RoundClosing *c);
+int64_t rounds_active_sites(Coordinator *co);
+/* Answers the parked WaitRounds whose round has moved, whose poll has
+ * expired, or (all) every one; outside rounds.lock. */
+void rounds_answer_waiters(Coordinator *co, int all);
+
+/* Builds c's successor — aggregate, outer step, downlink, checkpoint and
+ * state files, their hashes — and commits it in the store, outside
+ * rounds.lock; 0, or -1 with every file it wrote removed. */
+int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *next, char *err);
+/* Under rounds.lock, after a build: the successor becomes the served model. */
+void round_next_install(Coordinator *co, RoundNext *next);
+void round_next_free(RoundNext *next);
+/* Writes θ as the checkpoint `rel` (under the home) and reads it back to
+ * serve: at start. */
+int round_publish_model(Coordinator *co, const char *rel, char *err);
+/* The outer optimizer's state of the round resumed from: 1 restored, 0
+ * none, -1 error. */
+int round_outer_load(Coordinator *co, const StoreRound *last, char *err);
+/* A kept update's name in its site's spool folder, and their removal. */
+void round_kept_name(int64_t round, char *out, size_t len);
+void round_drop_kept(Rounds *r, int64_t round, char (*owners)[32], int n);
+double round_l2_norm(const float *x, size_t n);
 
 /* the pretrained initial model in a home (strait init --init-from) */
 #define COORD_INIT_MODEL "model/initial.safetensors"

@@ -166,6 +166,11 @@ int net_call_send(NetCall *c, const void *data, size_t len);
 /* The status the call ends with (printf-style message). */
 void net_call_status(NetCall *c, NetStatus code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Ends the call now with its status (OK unless one was set): the client has
+ * its answer while the handler goes on with work of its own (a commit). The
+ * handler sends nothing on the call after this; it still holds its worker
+ * and its certificate's call slot until it returns. */
+void net_call_end(NetCall *c);
 
 typedef struct NetPeer {
     char addr[64]; /* the peer's IP address, without the port */

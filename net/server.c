@@ -65,6 +65,7 @@ struct NetCall {
     int sent_initial_md;
     int close_done, cancelled; /* RECV_CLOSE_ON_SERVER */
     int status_set;
+    int ended; /* net_call_end sent the status already */
     NetStatus status;
     char details[512];
     NetPeer peer;
@@ -325,10 +326,16 @@ static void live_remove(NetCall *c) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Sends the final status, waits for the close, frees everything. */
-static void call_finish(NetCall *c) {
+void net_call_end(NetCall *c) {
+    if (c->ended) return;
     if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
     send_status(c, c->status, c->details);
+    c->ended = 1;
+}
+
+/* Sends the final status, waits for the close, frees everything. */
+static void call_finish(NetCall *c) {
+    net_call_end(c);
     close_check(c, -1);
     live_remove(c);
     free(c->answer);

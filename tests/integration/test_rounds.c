@@ -308,6 +308,86 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     free(delta);
 }
 
+/* A commit (outer step, checkpoint and state files, hashes, the store)
+ * runs outside the round lock: held in the middle, the coordinator still
+ * answers Heartbeat and GetModel with the round that is closing, refuses an
+ * update for it as stale, and the uploader that closed it has its answer
+ * already; let go, the round commits. Under a commit that held the lock,
+ * every call below would wait for it and time out. */
+Test(rounds, calls_are_answered_while_a_round_commits) {
+    setup_federation("2", "1", "600s", 1); /* one site: its update closes the round */
+    proc_stop(coord, 10000);
+    char ini[700], hold[700];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "codec", "uplink", "fp32");
+    snprintf(hold, sizeof hold, "%s/hold", root);
+    FILE *hf = fopen(hold, "w");
+    cr_assert_not_null(hf);
+    fclose(hf);
+    setenv("STRAIT_TEST_COMMIT_HOLD", hold, 1);
+    start_coordinator();
+    unsetenv("STRAIT_TEST_COMMIT_HOLD");
+    GPT m;
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    char err[ERR_LEN], details[256] = "";
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    float *delta = malloc(m.n_params * 4);
+    for (uint64_t i = 0; i < m.n_params; i++) delta[i] = 1e-3f * (float)((int)(i % 5) - 2);
+    CodecParams p = codec_params_default(CODEC_FP32);
+    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+    Blob good = {0};
+    cr_assert_eq(codec_encode(&p, &L, delta, &good, err), 0, "%s", err);
+    NetChannel *ch = site_channel("s0");
+    /* the update that closes round 0 is answered before the commit */
+    cr_assert_eq(push(ch, 0, "closes", &good, details), NET_OK, "%s", details);
+    /* held: Heartbeat says round 0 still, ... */
+    Strait__HeartbeatRequest hb = STRAIT__HEARTBEAT_REQUEST__INIT;
+    hb.round = 0;
+    hb.state = "training";
+    uint8_t buf[128];
+    size_t blen = strait__heartbeat_request__pack(&hb, buf);
+    NetBuf resp;
+    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, blen, &resp, 10000, details,
+                           sizeof details),
+                 NET_OK, "Heartbeat during a commit: %s", details);
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    cr_assert_not_null(hr);
+    cr_assert_eq(hr->current_round, 0);
+    strait__heartbeat_response__free_unpacked(hr, NULL);
+    net_buf_free(&resp);
+    /* ... GetModel serves θ0, ... */
+    Strait__GetModelRequest gm = STRAIT__GET_MODEL_REQUEST__INIT;
+    blen = strait__get_model_request__pack(&gm, buf);
+    NetLimits lim = {.max_total = 1ull << 30};
+    NetBuf model;
+    cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, blen, &lim, 10000, &model,
+                              details, sizeof details),
+                 NET_OK, "GetModel during a commit: %s", details);
+    cr_assert_gt(model.len, 0);
+    net_buf_free(&model);
+    /* ... an update for the closing round is refused as stale, ... */
+    cr_assert_eq(push(ch, 0, "late", &good, details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "being committed"), "%s", details);
+    /* ... and nothing is committed yet */
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound last;
+    cr_assert_neq(store_round_last_committed(s, &last, err), 0, "round %lld committed while held",
+                  (long long)last.number);
+    store_close(s);
+    /* let go: the round commits with the one update */
+    cr_assert_eq(unlink(hold), 0);
+    StoreRound r0 = wait_committed(0, 60);
+    cr_assert_eq(r0.participants, 1);
+    net_channel_destroy(ch);
+    blob_free(&good);
+    free(delta);
+    gpt_free(&m);
+}
+
 Test(rounds, a_site_killed_mid_run_resumes_its_saved_state) {
     setup_federation("4", "2", "120s", 2);
     run_site(0);

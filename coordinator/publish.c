@@ -1,0 +1,286 @@
+/*
+ * publish.c — publishing a round's model: θ_{r+1} built from the closed
+ * round (its mean or robust aggregate, the outer step, the compressed
+ * downlink), written as the checkpoint and the optimizer's state beside it
+ * (each fsynced and renamed into place), committed in the store, and only
+ * then installed as the model the coordinator serves (DESIGN.md §5).
+ *
+ * Threading: the build runs outside rounds.lock, so the calls go on being
+ * answered while files are written and hashed. It reads θ_r, the outer
+ * optimizer and the downlink's residual, which only an install changes, and
+ * one commit runs at a time (Rounds.closing). The install runs under
+ * rounds.lock and cannot fail. A coordinator killed anywhere in between
+ * restarts at the last round the store committed.
+ */
+#include <assert.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "coordinator_internal.h"
+#include "security/security.h"
+#include "util/util.h"
+
+/* ---- the current model's checkpoint -------------------------------------------- */
+
+int round_publish_model(Coordinator *co, const char *rel, char *err) {
+    Rounds *r = &co->rounds;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+    if (gpt_save(&r->model, path, (int)r->number, err) != 0) return -1;
+    uint8_t *data;
+    size_t len;
+    if (file_read_all(path, (size_t)1 << 34, (char **)&data, &len, err) != 0) return -1;
+    free(r->ckpt);
+    r->ckpt = data;
+    r->ckpt_len = len;
+    security_sha256(data, len, r->ckpt_sha);
+    return 0;
+}
+
+/* The outer optimizer's state beside a checkpoint: "<round file>.outer.safetensors"
+ * (momentum for Nesterov, both moments for Adam), written before the round's
+ * commit like the checkpoint itself, and pinned in the store by its size
+ * and SHA-256 (rel_out, sha, bytes; rel_out "" for FedAvg, which has none). */
+static void outer_rel(const char *rel, char *out, size_t len) {
+    size_t n = strlen(rel);
+    int cut = n > 12 && strcmp(rel + n - 12, ".safetensors") == 0 ? (int)(n - 12) : (int)n;
+    snprintf(out, len, "%.*s.outer.safetensors", cut, rel);
+}
+
+/* The state of the round resumed from: the pinned file (verified with the
+ * checkpoint by store_resume_point), or for rounds committed before states
+ * were pinned, the file beside the checkpoint if there is one. The
+ * optimizer's moments must be there; the downlink's residual may not be (a
+ * federation that used another downlink): it then starts at zero. 1
+ * restored, 0 none, -1 error. */
+int round_outer_load(Coordinator *co, const StoreRound *last, char *err) {
+    Rounds *r = &co->rounds;
+    if (r->outer.b == NULL && r->down_ef.e == NULL) return 0;
+    char rel[600], path[1700];
+    if (last->state_path[0]) {
+        snprintf(rel, sizeof rel, "%s", last->state_path);
+    } else {
+        outer_rel(last->checkpoint_path, rel, sizeof rel);
+        snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+        if (access(path, F_OK) != 0) return 0;
+        log_warn("rounds",
+                 "round %lld's outer state %s is not pinned in the store (an older "
+                 "schema); loading it unverified",
+                 (long long)last->number, rel);
+    }
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+    float *dsts[2] = {r->outer.b, r->outer.v};
+    const char *prefixes[2] = {"outer_b.", "outer_v."};
+    int n_opt = r->outer.v ? 2 : r->outer.b ? 1 : 0;
+    if (n_opt && gpt_load_state(&r->model, path, dsts, prefixes, n_opt, err) != 0) return -1;
+    r->outer.step = (int)r->number;
+    if (r->down_ef.e) {
+        const char *down[1] = {"down_e."};
+        char why[ERR_LEN];
+        if (gpt_load_state(&r->model, path, &r->down_ef.e, down, 1, why) != 0) {
+            memset(r->down_ef.e, 0, sizeof(float) * r->down_ef.n);
+            log_warn("rounds", "no downlink residual to resume (%s); it starts at zero", why);
+        }
+    }
+    return 1;
+}
+
+void round_kept_name(int64_t round, char *out, size_t len) {
+    snprintf(out, len, "kept-r%lld.blob", (long long)round);
+}
+
+void round_drop_kept(Rounds *r, int64_t round, char (*owners)[32], int n) {
+    char name[64];
+    round_kept_name(round, name, sizeof name);
+    for (int i = 0; i < n; i++) net_spool_drop(r->spool, owners[i], name);
+}
+
+/* The robust mean of the kept updates, read through mmap block by block.
+ * A kept file is written once, whole, from bytes already verified and
+ * gated (net_spool_keep, O_EXCL); no site can write into it. */
+static int robust_mean(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
+    Rounds *r = &co->rounds;
+    const uint8_t *blobs[MAX_REPORTS];
+    size_t lens[MAX_REPORTS];
+    int mapped = 0, rc = -1;
+    char name[64];
+    round_kept_name(c->number, name, sizeof name);
+    for (; mapped < c->n_kept; mapped++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/spool/%s/%s", co->dir, c->kept_owner[mapped], name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        off_t len = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+        void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        if (fd >= 0) close(fd);
+        if (p == MAP_FAILED) {
+            err_set_errno(err, "cannot map kept update %s", path);
+            goto out;
+        }
+        blobs[mapped] = p, lens[mapped] = (size_t)len;
+    }
+    rc = robust_aggregate(blobs, lens, c->n_kept, r->model.n_params, r->set.rule, r->set.trim, mean,
+                          err);
+out:
+    for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
+    return rc;
+}
+
+double round_l2_norm(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* ---- the next round's model ----------------------------------------------------- */
+
+/* STRAIT_TEST_COMMIT_HOLD=PATH holds every commit here, its model built and
+ * nothing written, while PATH exists: test_rounds checks that the calls are
+ * answered meanwhile. Unset, it costs one getenv a round. */
+static void test_hold(void) {
+    const char *hold = getenv("STRAIT_TEST_COMMIT_HOLD");
+    while (hold && *hold && access(hold, F_OK) == 0) usleep(10000);
+}
+
+void round_next_free(RoundNext *nx) {
+    free(nx->theta), free(nx->ckpt), free(nx->next_ef.e);
+    outer_free(&nx->outer);
+    blob_free(&nx->delta);
+    memset(nx, 0, sizeof *nx);
+}
+
+/* Aggregate, outer step, downlink, checkpoint and state files, store
+ * commit — all or nothing: on any failure the files are removed and
+ * nothing of Rounds has changed. */
+int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char *err) {
+    Rounds *r = &co->rounds;
+    size_t n = r->model.n_params;
+    memset(nx, 0, sizeof *nx);
+    nx->next_ef = r->down_ef;
+    nx->next_ef.e = NULL;
+    float *mean = malloc(sizeof(float) * n);
+    nx->theta = malloc(sizeof(float) * n);
+    char rel[128], path[1300], sha[65], state_rel[160] = "", state_path[1400] = "", state_sha[65];
+    int64_t state_bytes = 0;
+    int rc = -1;
+    snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
+             (long long)c->number);
+    snprintf(path, sizeof path, "%s/%s", co->dir, rel);
+    if (mean == NULL || nx->theta == NULL) {
+        err_set(err, "out of memory for the outer step");
+        goto out;
+    }
+    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err)
+                              : round_sum_mean(&c->sum, mean, err)) != 0 ||
+        outer_clone(&r->outer, &nx->outer, err) != 0)
+        goto out;
+    float *theta = nx->theta;
+    memcpy(theta, r->model.params, sizeof(float) * n);
+    outer_step(&nx->outer, theta, mean);
+    if (r->down_ef.e) {
+        /* the downlink: the outer update θ' − θ_r, compressed with the
+         * error feedback kept here; θ_{r+1} = θ_r + decoded, the very floats
+         * every site adds to its copy, so every copy stays identical */
+        float *u = mean; /* the mean is spent */
+        for (size_t i = 0; i < n; i++) u[i] = theta[i] - r->model.params[i];
+        CodecLayout L = {r->model.table_hash, n, NULL, 0};
+        nx->next_ef.e = malloc(sizeof(float) * n);
+        if (nx->next_ef.e == NULL) {
+            err_set(err, "out of memory for the downlink's error feedback");
+            goto out;
+        }
+        memcpy(nx->next_ef.e, r->down_ef.e, sizeof(float) * n);
+        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, u, &nx->delta, err) != 0 ||
+            codec_decode(nx->delta.data, nx->delta.len, u, n, err) != 0)
+            goto out;
+        for (size_t i = 0; i < n; i++) theta[i] = r->model.params[i] + u[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(theta[i])) {
+            err_set(err, "the outer step made parameter %zu non-finite", i);
+            goto out;
+        }
+    test_hold();
+    /* the checkpoint holds the model the next round starts from */
+    GPT view = r->model;
+    view.params = theta;
+    if (gpt_save(&view, path, (int)c->number + 1, err) != 0 ||
+        file_read_all(path, (size_t)1 << 34, (char **)&nx->ckpt, &nx->ckpt_len, err) != 0)
+        goto out;
+    security_sha256(nx->ckpt, nx->ckpt_len, nx->ckpt_sha);
+    security_hex(nx->ckpt_sha, 32, sha);
+    /* the optimizer's state and the downlink's residual beside it */
+    const float *bases[3];
+    const char *prefixes[3];
+    int n_bases = 0;
+    if (nx->outer.b) bases[n_bases] = nx->outer.b, prefixes[n_bases++] = "outer_b.";
+    if (nx->outer.v) bases[n_bases] = nx->outer.v, prefixes[n_bases++] = "outer_v.";
+    if (nx->next_ef.e) bases[n_bases] = nx->next_ef.e, prefixes[n_bases++] = "down_e.";
+    if (n_bases > 0) {
+        outer_rel(rel, state_rel, sizeof state_rel);
+        snprintf(state_path, sizeof state_path, "%s/%s", co->dir, state_rel);
+        if (gpt_save_state(&view, state_path, bases, prefixes, n_bases, nx->outer.step, err) != 0 ||
+            security_sha256_file(state_path, state_sha, &state_bytes, err) != 0)
+            goto out;
+    }
+    /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites
+     * that hold θ_r (best effort: without it they take the checkpoint) */
+    char derr[ERR_LEN];
+    if (r->down_ef.e == NULL &&
+        ckpt_encode(theta, n * 4, 4, r->model.params, 1, &nx->delta, derr) != 0)
+        blob_free(&nx->delta);
+    if (nx->delta.data) security_sha256(nx->delta.data, nx->delta.len, nx->delta_sha);
+    security_sha256(theta, n * 4, nx->theta_sha);
+    nx->theta_norm = round_l2_norm(theta, n);
+    StoreCheckpoint ck = {
+        rel, (int64_t)nx->ckpt_len, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
+    /* the bytes served so far: those served from here to the install count
+     * toward the next round */
+    pthread_mutex_lock(&r->lock);
+    nx->bytes_down = r->bytes_down;
+    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_lock(&co->store_lock);
+    int stored = store_round_commit(co->store, c->round_id, &ck, c->eval, nx->bytes_down,
+                                    time_wall_ms(), err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (stored == 0) rc = 0;
+out:
+    if (rc != 0) { /* nothing of a failed commit stays */
+        unlink(path);
+        if (state_path[0]) unlink(state_path);
+        round_next_free(nx);
+    }
+    free(mean);
+    return rc;
+}
+
+void round_next_install(Coordinator *co, RoundNext *nx) {
+    Rounds *r = &co->rounds;
+    size_t n = r->model.n_params;
+    memcpy(r->delta_base_sha, r->theta_sha, 32);
+    memcpy(r->model.params, nx->theta, sizeof(float) * n);
+    memcpy(r->theta_sha, nx->theta_sha, 32);
+    outer_free(&r->outer);
+    r->outer = nx->outer;
+    memset(&nx->outer, 0, sizeof nx->outer);
+    if (nx->next_ef.e) {
+        free(r->down_ef.e);
+        r->down_ef.e = nx->next_ef.e;
+        nx->next_ef.e = NULL;
+    }
+    free(r->ckpt);
+    r->ckpt = nx->ckpt, r->ckpt_len = nx->ckpt_len;
+    memcpy(r->ckpt_sha, nx->ckpt_sha, 32);
+    nx->ckpt = NULL;
+    free(r->delta);
+    r->delta = nx->delta.data, r->delta_len = nx->delta.len;
+    r->delta_from = nx->delta.data ? r->number : -1;
+    memcpy(r->delta_sha, nx->delta_sha, 32);
+    nx->delta.data = NULL;
+    r->theta_norm = nx->theta_norm;
+    r->bytes_down -= nx->bytes_down;
+}

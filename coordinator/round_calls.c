@@ -1,0 +1,412 @@
+/*
+ * round_calls.c — the Federation calls of the round loop: GetModel (the
+ * current model, whole or as the delta from the site's copy), PushUpdate
+ * (a site's pseudo-gradient: inspected outside the round lock, then checked
+ * against the round, recorded, and added to its sum), QueryUpload (where a
+ * resumed upload stands), Heartbeat and WaitRound (a long poll, parked
+ * without holding a worker).
+ *
+ * A site is authenticated, never trusted (DESIGN.md §6): its uploads live
+ * in its own spool folder, its weight (tokens) is bounded by what a round
+ * lets it train, its update must be in the federation's codec and pass the
+ * gates from the first one on, and it is recorded in the store before it
+ * touches the sum.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator_internal.h"
+#include "schema/strait.pb-c.h"
+#include "util/util.h"
+
+#define WAIT_POLL_MS 20000
+
+static void h_get_model(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    NetBuf m;
+    Strait__GetModelRequest *req = NULL;
+    if (net_call_recv(c, &m) == NET_RECV_MESSAGE) {
+        req = strait__get_model_request__unpack(NULL, m.len, m.data);
+        net_buf_free(&m);
+    }
+    Rounds *r = &co->rounds;
+    pthread_mutex_lock(&r->lock);
+    /* the delta when the site holds the model it applies to, else the whole
+     * checkpoint; a private copy, as the round may commit meanwhile */
+    /* a delta only onto exactly the model it was made from: the same round
+     * number and the same bytes (after a restore from a backup, a round
+     * number may name another history's model) */
+    int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from &&
+                req->have_sha256.len == 32 &&
+                memcmp(req->have_sha256.data, r->delta_base_sha, 32) == 0;
+    const uint8_t *src = delta ? r->delta : r->ckpt;
+    size_t len = delta ? r->delta_len : r->ckpt_len;
+    uint8_t *copy = malloc(len ? len : 1), sha[32];
+    if (copy) memcpy(copy, src, len);
+    memcpy(sha, delta ? r->delta_sha : r->ckpt_sha, 32);
+    uint64_t number = (uint64_t)r->number;
+    if (copy) r->bytes_down += (int64_t)len;
+    pthread_mutex_unlock(&r->lock);
+    if (req) strait__get_model_request__free_unpacked(req, NULL);
+    if (copy == NULL) {
+        net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sha};
+    char err[ERR_LEN];
+    if (net_download_send(c, &spec, copy, len, err) != 0)
+        net_call_status(c, NET_UNAVAILABLE, "%s", err);
+    free(copy);
+}
+
+/* The update's row in the ledger; -1 (err set) when the store refused it. */
+static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
+                         const Strait__UpdateMeta *meta, int64_t wire, int64_t upload_ms,
+                         const char *code, const char *reason, int64_t *update_id, char *err) {
+    StoreUpdate u;
+    memset(&u, 0, sizeof u);
+    u.round_id = round_id, u.site_id = site_id;
+    snprintf(u.codec, sizeof u.codec, "%s", codec);
+    u.raw_bytes = 4 * (int64_t)co->rounds.model.n_params;
+    u.wire_bytes = wire;
+    /* claims, bounded before they reach the ledger: a refused update may
+     * carry any; one past its bound is recorded as 0 */
+    u.tokens = meta && meta->tokens <= (uint64_t)co->rounds.max_tokens ? (int64_t)meta->tokens : 0;
+    u.train_loss = meta ? meta->train_loss : NAN;
+    u.eval_loss = meta ? meta->eval_loss : NAN;
+    u.steps =
+        meta && meta->steps <= (uint64_t)co->rounds.set.inner_steps ? (int64_t)meta->steps : 0;
+    u.train_ms = meta && meta->train_ms <= (uint64_t)INT32_MAX * 1000 ? (int64_t)meta->train_ms : 0;
+    u.upload_ms = upload_ms;
+    u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
+    snprintf(u.state, sizeof u.state, "%s", code ? "rejected" : "received");
+    snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
+    snprintf(u.reason_code, sizeof u.reason_code, "%s", code ? code : "");
+    u.received_at = time_wall_ms();
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_update_record(co->store, &u, update_id, err);
+    pthread_mutex_unlock(&co->store_lock);
+    return rc;
+}
+
+/* A loss a site reports: a finite, non-negative number of plausible size,
+ * or not measured. */
+static double claimed_loss(double x) {
+    return isfinite(x) && x >= 0 && x < 1e4 ? x : NAN;
+}
+
+/* Why an update from `site` is refused before the gates (code and text), or
+ * NULL. Under r->lock. */
+static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
+                            const Strait__UpdateMeta *meta, char *why, size_t why_len) {
+    int dup = 0;
+    for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site) == 0;
+    const uint8_t *b = got->data;
+    if (r->finished) {
+        snprintf(why, why_len, "the federation has finished");
+        return "finished";
+    }
+    if (meta == NULL || meta->tokens == 0) {
+        snprintf(why, why_len, "update without its metadata (tokens trained)");
+        return "no_metadata";
+    }
+    if (meta->tokens > (uint64_t)r->max_tokens) {
+        snprintf(why, why_len,
+                 "update weight of %llu tokens is over what a round lets a site train: %lld "
+                 "(inner_steps %lld x batch %lld x seq %lld in federation.ini)",
+                 (unsigned long long)meta->tokens, (long long)r->max_tokens,
+                 (long long)r->set.inner_steps, (long long)r->set.batch, (long long)r->set.seq);
+        return "bad_weight";
+    }
+    if (meta->train_ms > (uint64_t)INT32_MAX * 1000) {
+        snprintf(why, why_len, "update metadata claims %llu ms of training",
+                 (unsigned long long)meta->train_ms);
+        return "malformed";
+    }
+    if (r->closing) {
+        snprintf(why, why_len, "round %lld has closed and is being committed; train the next",
+                 (long long)r->number);
+        return "stale_round";
+    }
+    if (got->round != (uint64_t)r->number) {
+        snprintf(why, why_len, "update for round %llu; the federation is at round %lld",
+                 (unsigned long long)got->round, (long long)r->number);
+        return "stale_round";
+    }
+    /* the model it trained from must be this round's, to the bit: what
+     * keeps every copy of the model identical (an older site sends none) */
+    if (meta->base_sha256.len != 0 &&
+        (meta->base_sha256.len != 32 || memcmp(meta->base_sha256.data, r->theta_sha, 32) != 0)) {
+        snprintf(why, why_len,
+                 "update trained from another model than round %lld's (its SHA-256 differs); "
+                 "the site must download the model again",
+                 (long long)r->number);
+        return "wrong_base";
+    }
+    if (meta->steps > (uint64_t)r->set.inner_steps) {
+        snprintf(why, why_len, "update claims %llu inner steps; a round has %lld",
+                 (unsigned long long)meta->steps, (long long)r->set.inner_steps);
+        return "malformed";
+    }
+    if (dup) {
+        snprintf(why, why_len, "duplicate update: site %s already reported round %lld", site,
+                 (long long)r->number);
+        return "duplicate";
+    }
+    if (r->n_reported == MAX_REPORTS) {
+        snprintf(why, why_len, "too many sites in one round");
+        return "too_many_sites";
+    }
+    /* the federation's codec and its parameters, nothing else: the size
+     * bound and the robust rules assume them */
+    CodecParams params;
+    char reason[ERR_LEN];
+    if (codec_blob_params(b, got->length, &params, reason) != 0) {
+        snprintf(why, why_len, "%s", reason);
+        return "malformed";
+    }
+    const CodecParams *want = &r->set.uplink, *have = &params;
+    if (have->id != want->id || have->block != want->block || have->chunk != want->chunk ||
+        have->value_bits != want->value_bits || fabs(have->density - want->density) > 1e-6) {
+        snprintf(why, why_len,
+                 "update in codec %s (block %u, chunk %u, density %g); this federation takes %s "
+                 "(block %u, chunk %u, density %g: [codec] in federation.ini, sent in Hello)",
+                 codec_params_name(have) ? codec_params_name(have) : "?", have->block, have->chunk,
+                 have->density, codec_params_name(want), want->block, want->chunk, want->density);
+        return "wrong_codec";
+    }
+    return NULL;
+}
+
+static void h_push_update(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    char owner[32], err[ERR_LEN];
+    snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
+    /* fixed at start: read without the lock */
+    NetLimits lim = {.max_total = r->max_update_bytes,
+                     .purpose = "update",
+                     .header_ms = r->set.upload_header_ms,
+                     .idle_ms = r->set.upload_idle_ms,
+                     .life_ms = r->set.upload_life_ms};
+    NetReceived got;
+    uint64_t t0 = time_monotonic_ns();
+    NetStatus st = net_upload_receive(c, r->spool, owner, &lim, &got, err);
+    /* the last stream's time: a resumed upload's earlier streams are not counted */
+    int64_t upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
+    if (st != NET_OK) {
+        log_info("rounds", "upload from %s ended (%s): %s", site.name, net_status_name(st), err);
+        net_call_status(c, st, "%s", err);
+        return;
+    }
+    /* revoked while it uploaded: refused like any call of a revoked site */
+    if (coordinator_authorize_site(co, c, &site) != 0) {
+        net_received_free(&got);
+        return;
+    }
+    Strait__UpdateMeta *meta = strait__update_meta__unpack(NULL, got.meta_len, got.meta);
+    if (meta) {
+        meta->train_loss = claimed_loss(meta->train_loss);
+        meta->eval_loss = claimed_loss(meta->eval_loss);
+        meta->start_eval_loss = claimed_loss(meta->start_eval_loss);
+    }
+    const uint8_t *blob = got.data;
+    size_t len = got.length;
+    double weight = meta ? (double)meta->tokens : 0;
+    /* the update alone, outside the lock: its structure, checksums, finite
+     * values, model and norm (the model's table never changes) */
+    RoundGate g;
+    round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, &g);
+    /* a robust round keeps the update whole: written now, outside the lock,
+     * and dropped if the round refuses it (O_EXCL: a second update of the
+     * same site and round is not written over the first) */
+    char kept[64];
+    round_kept_name((int64_t)got.round, kept, sizeof kept);
+    int kept_here = 0;
+    char keep_err[ERR_LEN] = "";
+    if (g.code == NULL && r->set.keeps_updates)
+        kept_here = net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, keep_err) == 0;
+    pthread_mutex_lock(&r->lock);
+    int64_t round_id = r->round_id, update_id = 0;
+    char why[ERR_LEN] = "";
+    CodecParams sent;
+    const char *codec =
+        codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
+    const char *code = precheck(r, site.name, &got, meta, why, sizeof why);
+    if (code == NULL && round_sum_judge(&r->sum, weight, &g) != 0) {
+        code = g.code;
+        snprintf(why, sizeof why, "%s", g.why);
+    }
+    if (code == NULL && r->set.keeps_updates && !kept_here) {
+        code = "internal";
+        snprintf(why, sizeof why, "cannot keep the update for robust aggregation: %.200s",
+                 keep_err);
+    }
+    /* the ledger first: an update the store cannot record is not applied */
+    if (record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms, code,
+                      code ? why : NULL, &update_id, err) != 0) {
+        log_error("rounds", "cannot record the update of %s: %s", site.name, err);
+        if (code == NULL) {
+            code = "internal";
+            snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
+        }
+    } else if (code == NULL &&
+               round_sum_apply(&r->sum, &g, weight, !r->set.keeps_updates, err) != 0) {
+        /* a gated update fails to apply only for want of memory, before any change */
+        code = "internal";
+        snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
+        pthread_mutex_lock(&co->store_lock);
+        store_update_reject(co->store, update_id, code, why, NULL);
+        pthread_mutex_unlock(&co->store_lock);
+    }
+    int accepted = code == NULL;
+    if (accepted) {
+        if (r->set.keeps_updates)
+            snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
+        snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
+        if (isfinite(meta->eval_loss)) {
+            r->eval_sum += meta->eval_loss * (double)meta->tokens;
+            r->eval_weight += (double)meta->tokens;
+        }
+    }
+    /* early close: every active site is in, and never below quorum (a site
+     * that reports before the others have joined must not make a round) */
+    RoundClosing *closing = NULL;
+    if (accepted && r->n_reported >= rounds_active_sites(co) && r->n_reported >= r->set.min_sites)
+        closing = rounds_close(co);
+    pthread_mutex_unlock(&r->lock);
+    if (kept_here && !accepted) net_spool_drop(r->spool, owner, kept);
+    round_gate_free(&g);
+    /* the site hears first; the commit (files, hashes, the store) follows
+     * on this worker, outside the lock */
+    if (accepted) {
+        log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
+                 (unsigned long long)got.round, site.name, len);
+        net_upload_answer(c, got.upload_id, got.length, 1);
+    } else {
+        log_warn("rounds", "update from %s refused (%s): %s", site.name, code, why);
+        net_call_status(c,
+                        strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
+                        "%s", why);
+    }
+    if (meta) strait__update_meta__free_unpacked(meta, NULL);
+    net_received_free(&got);
+    if (closing) {
+        net_call_end(c);
+        rounds_commit(co, closing);
+    }
+}
+
+static void h_query_upload(NetCall *c, void *user) {
+    Coordinator *co = user;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    char owner[32];
+    snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
+    net_upload_query_handle(c, co->rounds.spool, owner);
+}
+
+/* A site's sign of life while it trains (its last_seen moves with the
+ * call), answered with where the federation is, so a site whose round has
+ * closed without it stops training for nothing. */
+static void h_heartbeat(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    Strait__HeartbeatRequest *req;
+    READ_REQUEST(c, HeartbeatRequest, strait__heartbeat_request, req);
+    log_debug("rounds", "heartbeat from %s: round %llu, %s", site.name,
+              (unsigned long long)req->round, req->state);
+    strait__heartbeat_request__free_unpacked(req, NULL);
+    Strait__HeartbeatResponse resp = STRAIT__HEARTBEAT_RESPONSE__INIT;
+    pthread_mutex_lock(&r->lock);
+    resp.current_round = (uint64_t)r->number;
+    resp.finished = r->finished;
+    pthread_mutex_unlock(&r->lock);
+    SEND_RESPONSE(c, strait__heartbeat_response, resp);
+}
+
+/* Long-polls for the round after req.after_round. The call is parked (no
+ * worker is held) until the round moves or WAIT_POLL_MS pass; when parking
+ * is refused (too many parked) it waits on its worker as before. */
+static void h_wait_round(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    Strait__WaitRoundRequest *req = strait__wait_round_request__unpack(NULL, m.len, m.data);
+    net_buf_free(&m);
+    if (req == NULL) {
+        net_call_status(c, NET_INVALID_ARGUMENT, "malformed WaitRoundRequest");
+        return;
+    }
+    int64_t after = req->after_round > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)req->after_round;
+    strait__wait_round_request__free_unpacked(req, NULL);
+    int64_t left = net_call_deadline_ms(c);
+    int64_t wait = left < WAIT_POLL_MS ? left - 500 : WAIT_POLL_MS;
+    pthread_mutex_lock(&r->lock);
+    int reported = 0;
+    for (int i = 0; i < r->n_reported; i++) reported |= strcmp(r->reported[i], site.name) == 0;
+    /* a round reopened (a restart, no quorum) without this site's update
+     * answers at once, so the site sends it again */
+    int must_wait = (reported || r->number != after) && !r->finished && !r->stop &&
+                    r->number <= after && wait > 0;
+    if (must_wait && r->n_waiters < MAX_WAITERS) {
+        if (r->n_waiters == r->cap_waiters) {
+            int cap = r->cap_waiters ? 2 * r->cap_waiters : 64;
+            Waiter *grown = realloc(r->waiters, sizeof *grown * (size_t)cap);
+            if (grown) r->waiters = grown, r->cap_waiters = cap;
+        }
+        if (r->n_waiters < r->cap_waiters && net_call_park(c) == 0) {
+            Waiter *w = &r->waiters[r->n_waiters++];
+            w->call = c;
+            w->after_round = after;
+            w->expires_ms = time_wall_ms() + wait;
+            snprintf(w->site, sizeof w->site, "%s", site.name);
+            pthread_mutex_unlock(&r->lock); /* answered by rounds_answer_waiters */
+            return;
+        }
+    }
+    if (must_wait) { /* not parked: wait here */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += wait / 1000;
+        until.tv_nsec += (wait % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        while (!r->finished && !r->stop && r->number <= after)
+            if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    }
+    Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
+    resp.current_round = (uint64_t)r->number;
+    resp.finished = r->finished;
+    resp.reported = 0;
+    for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
+    pthread_mutex_unlock(&r->lock);
+    uint8_t buf[64];
+    size_t n = strait__wait_round_response__pack(&resp, buf);
+    net_call_send(c, buf, n);
+}
+
+int rounds_add_methods(Coordinator *co, NetServer *srv, char *err) {
+    return net_server_add_method(srv, "/strait.Federation/GetModel", NET_SERVER_STREAM, 1,
+                                 h_get_model, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/PushUpdate", NET_CLIENT_STREAM, 1,
+                                         h_push_update, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/QueryUpload", NET_UNARY, 1,
+                                         h_query_upload, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/WaitRound", NET_UNARY, 1,
+                                         h_wait_round, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/Heartbeat", NET_UNARY, 1,
+                                         h_heartbeat, co, err)
+               ? -1
+               : 0;
+}
