@@ -493,7 +493,9 @@ int client_run(const SiteRunOptions *o, char *err) {
         size_t mlen = strait__update_meta__pack(&meta, mbuf);
         char id[96], details[256];
         snprintf(id, sizeof id, "%s-r%llu", s.name, (unsigned long long)round);
-        NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, NULL};
+        uint8_t blob_sha[32]; /* once: a retried or resumed upload does not hash it again */
+        security_sha256(blob.data, blob.len, blob_sha);
+        NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, blob_sha};
         int resend = 1, refused = 0;
         while (resend) {
             for (int attempt = 0;; attempt++) {

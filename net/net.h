@@ -284,9 +284,13 @@ typedef struct NetReceived {
     char purpose[32];
     uint64_t round;
     uint64_t length;
-    uint8_t *data; /* the payload, exactly the bytes whose SHA-256 was verified; owned */
+    /* the payload, exactly the bytes whose SHA-256 was verified: a read-only
+     * map of the spooled file (unlinked, so no one else reaches it), so it
+     * costs page cache, not the heap, and only as it is read; owned */
+    uint8_t *data;
     uint8_t *meta; /* owned; free both with net_received_free */
     size_t meta_len;
+    size_t mapped; /* data's mapping length (0: data is on the heap) */
 } NetReceived;
 void net_received_free(NetReceived *r);
 

@@ -7,9 +7,10 @@
  * when its length and SHA-256 match the header. Uploads are spooled to disk
  * by owner (the authenticated sender) and upload id, one live stream per
  * upload, so a sender that died resumes where its file ends (QueryUpload)
- * and no sender reaches another's files; the payload is also kept in memory
- * and hashed as it arrives, so the bytes handed on are the bytes verified.
- * Downloads go to memory, bounded by the limit.
+ * and no sender reaches another's files. Chunks are hashed as they arrive
+ * and the payload handed on is a read-only map of that spool file, so the
+ * bytes handed on are the bytes verified, written once and never on the
+ * heap. Downloads go to memory, bounded by the limit, hashed as they arrive.
  *
  * Chunk frames are written and read by hand — the exact protobuf encoding
  * of StreamFrame{chunk: Chunk{offset, data}} — so 1 MiB of data is never
@@ -23,6 +24,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -401,9 +403,13 @@ void net_spool_drop_all_kept(NetSpool *sp) {
 
 void net_received_free(NetReceived *r) {
     free(r->meta);
-    free(r->data);
+    if (r->mapped)
+        munmap(r->data, r->mapped);
+    else
+        free(r->data);
     r->meta = NULL;
     r->data = NULL;
+    r->mapped = 0;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -417,42 +423,6 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
         n -= (size_t)w;
     }
     return 0;
-}
-
-static int read_all_at(int fd, uint8_t *p, uint64_t len) {
-    uint64_t at = 0;
-    while (at < len) {
-        ssize_t r = pread(fd, p + at, len - at, (off_t)at);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        at += (uint64_t)r;
-    }
-    return 0;
-}
-
-/* The payload in memory as it arrives, hashed as it is appended: the
- * bytes handed on are the bytes hashed, with no second pass over the
- * spool file. It grows with what arrives (never past the declared total,
- * itself checked against the limit), not with what a header claims. */
-typedef struct Payload {
-    uint8_t *data;
-    uint64_t len, cap, total;
-    EVP_MD_CTX *sha;
-} Payload;
-
-static int payload_append(Payload *p, const uint8_t *bytes, uint64_t n) {
-    assert(p->len + n <= p->total);
-    if (p->len + n > p->cap) {
-        uint64_t cap = p->cap ? p->cap : 1u << 20;
-        while (cap < p->len + n) cap *= 2;
-        if (cap > p->total) cap = p->total;
-        uint8_t *grown = realloc(p->data, cap ? cap : 1);
-        if (grown == NULL) return -1;
-        p->data = grown, p->cap = cap;
-    }
-    memcpy(p->data + p->len, bytes, n);
-    p->len += n;
-    return EVP_DigestUpdate(p->sha, bytes, n) == 1 ? 0 : -1;
 }
 
 NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
@@ -488,7 +458,8 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     NetStatus st = NET_INVALID_ARGUMENT;
     int fd = -1, claimed = 0;
     char claimed_id[NET_UPLOAD_ID_MAX + 1] = "";
-    Payload pay = {0};
+    uint8_t *map = NULL; /* the spool file, read-only, `total` bytes long */
+    EVP_MD_CTX *md = NULL;
     uint8_t sha[32];
     uint64_t total = h->total_length, expected = h->offset;
     char path[1200] = "";
@@ -540,17 +511,25 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_INTERNAL;
         goto out;
     }
+    /* the payload is the spool file itself, mapped for reading: chunks are
+     * written once (into the page cache) and hashed from the frame, and
+     * the map is what is handed on; it reserves addresses for the declared
+     * total (itself under the limit), never memory */
+    if (total > 0) {
+        map = mmap(NULL, total, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            map = NULL;
+            err_set_errno(err, "cannot map upload %s", h->upload_id);
+            st = NET_INTERNAL;
+            goto out;
+        }
+    }
     /* what this sender spooled before (its own, under its own id) comes first */
-    pay.total = total;
-    pay.sha = EVP_MD_CTX_new();
-    uint8_t *prefix = h->offset ? malloc(h->offset) : NULL;
-    int ok = pay.sha && EVP_DigestInit_ex(pay.sha, EVP_sha256(), NULL) == 1 &&
-             (h->offset == 0 || (prefix && read_all_at(fd, prefix, h->offset) == 0 &&
-                                 payload_append(&pay, prefix, h->offset) == 0));
-    free(prefix);
-    if (!ok) {
-        err_set(err, "cannot read back the %llu bytes held of upload %s",
-                (unsigned long long)h->offset, h->upload_id);
+    md = EVP_MD_CTX_new();
+    if (md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1 ||
+        (h->offset > 0 && EVP_DigestUpdate(md, map, h->offset) != 1)) {
+        err_set(err, "cannot hash the %llu bytes held of upload %s", (unsigned long long)h->offset,
+                h->upload_id);
         st = NET_INTERNAL;
         goto out;
     }
@@ -595,9 +574,9 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
             st = NET_INTERNAL;
             goto out;
         }
-        if (payload_append(&pay, f.data, f.len) != 0) {
-            err_set(err, "out of memory receiving upload %s", out->upload_id);
-            st = NET_RESOURCE_EXHAUSTED;
+        if (EVP_DigestUpdate(md, f.data, f.len) != 1) {
+            err_set(err, "cannot hash upload %s", out->upload_id);
+            st = NET_INTERNAL;
             goto out;
         }
         expected += f.len;
@@ -612,7 +591,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     }
     uint8_t got[32];
     unsigned int glen = 0;
-    EVP_DigestFinal_ex(pay.sha, got, &glen);
+    EVP_DigestFinal_ex(md, got, &glen);
     close(fd);
     fd = -1;
     unlink(path); /* used or wrong: in either case kept by no one */
@@ -625,16 +604,17 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         goto out;
     }
     out->length = total;
-    out->data = pay.data ? pay.data : malloc(1), pay.data = NULL; /* never NULL on success */
-    if (out->data == NULL) {
+    if (map != NULL) {
+        out->data = map, out->mapped = total, map = NULL;
+    } else if ((out->data = malloc(1)) == NULL) { /* never NULL on success */
         err_set(err, "out of memory");
         st = NET_RESOURCE_EXHAUSTED;
         goto out;
     }
     st = NET_OK;
 out:
-    free(pay.data);
-    EVP_MD_CTX_free(pay.sha);
+    if (map != NULL) munmap(map, total);
+    EVP_MD_CTX_free(md);
     if (fd >= 0) close(fd);
     if (claimed) spool_unclaim(sp, owner, claimed_id);
     frame_free(&f);
@@ -784,7 +764,12 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
     uint64_t total = 0, at = 0;
     uint32_t chunk = 0;
     uint8_t sha[32];
-    NetRecv r = net_client_recv(c, &m);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        bad = NET_RESOURCE_EXHAUSTED;
+        err_set(err, "out of memory for a hash");
+    }
+    NetRecv r = bad == NET_OK ? net_client_recv(c, &m) : NET_RECV_BROKEN;
     if (r == NET_RECV_MESSAGE) {
         if (frame_parse(&m, &f) != 0 || f.is_chunk) {
             bad = NET_INTERNAL;
@@ -819,8 +804,9 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
                 bad = NET_INTERNAL;
                 err_set(err, "download chunk out of order or out of bounds at %llu",
                         (unsigned long long)at);
-            } else {
+            } else { /* hashed as it arrives: no pass over the whole after the stream */
                 memcpy(payload->data + at, f.data, f.len);
+                EVP_DigestUpdate(md, f.data, f.len);
                 at += f.len;
             }
             frame_free(&f);
@@ -834,7 +820,8 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
         if (details) snprintf(details, details_len, "%s", err);
     } else if (st == NET_OK) {
         uint8_t got[32] = {0};
-        if (payload->data) security_sha256(payload->data, at, got);
+        unsigned int glen = 0;
+        if (payload->data) EVP_DigestFinal_ex(md, got, &glen);
         if (payload->data == NULL || at != total || memcmp(got, sha, 32) != 0) {
             st = NET_DATA_LOSS;
             if (details)
@@ -843,6 +830,7 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
                          (unsigned long long)total);
         }
     }
+    EVP_MD_CTX_free(md);
     if (st != NET_OK)
         net_buf_free(payload);
     else

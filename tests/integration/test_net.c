@@ -41,7 +41,8 @@ static struct {
     char last_sha[SHA256_HEX_LEN];
     atomic_int running;
     atomic_int release;
-} seen = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NET_OK, "", 0, 0};
+    size_t last_mapped; /* the accepted payload's map of the spool file */
+} seen = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NET_OK, "", 0, 0, 0};
 
 /* ---- handlers -------------------------------------------------------------- */
 
@@ -116,6 +117,7 @@ static void h_upload(NetCall *c, void *u) {
         uint8_t sha[32];
         security_sha256(got.data, got.length, sha);
         security_hex(sha, 32, seen.last_sha);
+        seen.last_mapped = got.mapped;
     }
     pthread_mutex_unlock(&seen.lock);
     if (st != NET_OK) {
@@ -315,6 +317,10 @@ Test(net, upload_and_download_of_256_mib_arrive_intact) {
     cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
     cr_assert_eq(seen.accepted, 1);
     cr_assert_str_eq(seen.last_sha, want, "the server's copy has another hash");
+    /* handed on as a map of the spooled file (page cache, not a heap copy),
+     * and the file is gone from the spool */
+    cr_assert_eq(seen.last_mapped, n);
+    cr_assert_eq(net_spool_committed(spool, OWNER, "big-1"), 0);
     NetBuf got;
     NetLimits lim = {.max_total = n};
     char req[64];
