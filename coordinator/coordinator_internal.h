@@ -91,6 +91,11 @@ typedef struct Rounds {
     pthread_t ticker;
     int stop;
     int closing; /* the round has closed and is being committed (one commit at a time) */
+    /* One update is read at a time, from its inspection to its apply: a read
+     * uses every core already, and an update's pages (a map of its spool
+     * file) are resident only while it is read, so memory does not grow with
+     * the uploads in flight. Taken before lock. */
+    pthread_mutex_t reading;
 } Rounds;
 
 typedef struct Coordinator Coordinator; /* below */

@@ -221,6 +221,7 @@ static void h_push_update(NetCall *c, void *user) {
     double weight = meta ? (double)meta->tokens : 0;
     /* the update alone, outside the lock: its structure, checksums, finite
      * values, model and norm (the model's table never changes) */
+    pthread_mutex_lock(&r->reading);
     RoundGate g;
     round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, &g);
     /* a robust round keeps the update whole: written now, outside the lock,
@@ -283,6 +284,8 @@ static void h_push_update(NetCall *c, void *user) {
     pthread_mutex_unlock(&r->lock);
     if (kept_here && !accepted) net_spool_drop(r->spool, owner, kept);
     round_gate_free(&g);
+    net_received_drop_data(&got); /* read: its pages go, the fields below stay */
+    pthread_mutex_unlock(&r->reading);
     /* the site hears first; the commit (files, hashes, the store) follows
      * on this worker, outside the lock */
     if (accepted) {

@@ -282,6 +282,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->reading, NULL);
     pthread_cond_init(&r->changed, NULL);
     r->delta_from = -1;
     r->set = *set;
@@ -360,5 +361,6 @@ void rounds_stop(Coordinator *co) {
     free(r->ckpt);
     free(r->delta);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->reading);
     pthread_cond_destroy(&r->changed);
 }

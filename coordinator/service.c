@@ -309,9 +309,17 @@ static int check_keys(const Config *cfg, char *err) {
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};
     static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
-    static const char *const limits[] = {
-        "workers",       "calls_per_site", "admin_reserve", "spool",         "spool_per_site",
-        "upload_header", "upload_idle",    "upload_life",   "join_failures", NULL};
+    static const char *const limits[] = {"workers",
+                                         "calls_per_site",
+                                         "admin_reserve",
+                                         "spool",
+                                         "spool_per_site",
+                                         "upload_header",
+                                         "upload_idle",
+                                         "upload_life",
+                                         "join_failures",
+                                         "stream_window",
+                                         NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const struct {
         const char *section;
@@ -358,7 +366,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         coordinator_free(&co);
         return -1;
     }
-    int64_t days, workers, per_site, reserve, ttl_unused;
+    int64_t days, workers, per_site, reserve, ttl_unused, window;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
@@ -374,6 +382,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                              &per_site, err) ||
               config_get_int(cfg, "limits", "admin_reserve", 2, 0, 64, &reserve, err) ||
               config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
+              config_get_int(cfg, "limits", "stream_window", NET_STREAM_WINDOW_DEFAULT, 65536,
+                             1LL << 30, &window, err) ||
               model_settings_read(cfg, &co, err) ||
               rounds_settings_read(cfg, &co.model_cfg, &rs, err);
     if (!bad && reserve >= workers)
@@ -414,7 +424,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                           .tls = {co.ca, co.server_chain, co.server_key},
                           .workers = (int)workers,
                           .per_peer = (int)per_site,
-                          .reserve = (int)reserve};
+                          .reserve = (int)reserve,
+                          .stream_window = (uint32_t)window};
     NetServer *srv = net_server_create(&sc, err);
     int port = 0;
     int rc = srv ? 0 : -1;

@@ -617,8 +617,14 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     s->cfg.listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:0");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_ready, NULL);
-    grpc_arg args[NET_COMMON_ARGS];
+    if (s->cfg.stream_window == 0) s->cfg.stream_window = NET_STREAM_WINDOW_DEFAULT;
+    grpc_arg args[NET_COMMON_ARGS + 2];
     int n = net_common_args(args, s->cfg.max_message, s->cfg.keepalive_ms);
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_HTTP2_BDP_PROBE;
+    args[n++].value.integer = 0;
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+    args[n++].value.integer =
+        (int)(s->cfg.stream_window > INT32_MAX ? INT32_MAX : s->cfg.stream_window);
     grpc_channel_args ca = {(size_t)n, args};
     s->server = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);

@@ -401,15 +401,19 @@ void net_spool_drop_all_kept(NetSpool *sp) {
 
 /* ---- upload: receiver ----------------------------------------------------- */
 
-void net_received_free(NetReceived *r) {
-    free(r->meta);
+void net_received_drop_data(NetReceived *r) {
     if (r->mapped)
         munmap(r->data, r->mapped);
     else
         free(r->data);
-    r->meta = NULL;
     r->data = NULL;
     r->mapped = 0;
+}
+
+void net_received_free(NetReceived *r) {
+    free(r->meta);
+    r->meta = NULL;
+    net_received_drop_data(r);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
