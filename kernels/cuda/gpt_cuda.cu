@@ -2,12 +2,16 @@
  * gpt_cuda.cu — the GPT trained on the site's GPUs: one replica per device
  * in one process, the forward and backward passes of kernels/gpt.c built
  * from the CUDA ops, gradients averaged across the replicas with NCCL
- * (ncclCommInitAll, ncclAllReduce with ncclAvg on a dedicated stream per
- * device), and AdamW on every replica so their parameters stay identical.
+ * (ncclCommInitAll, ncclAllReduce with ncclAvg on each replica's stream),
+ * and AdamW on every replica so their parameters stay identical. Each
+ * replica steps on a host thread of its own (NCCL's one thread per
+ * communicator), so the synchronizations inside a step (the loss, the
+ * clipping norm) hold up only their own GPU. Never run on a GPU yet.
  *
  * The host GPT (gpt_build) supplies the table, the initial parameters and
  * the activation layout; this file mirrors gpt.c's orchestration op for op.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +45,7 @@ extern "C" {
 
 typedef struct Replica {
     int device;
-    cudaStream_t stream, comm_stream;
-    cudaEvent_t grads_ready;
+    cudaStream_t stream;
     float *params, *grads, *m, *v, *acts, *dacts; /* device, owned */
     int *inputs, *targets;                        /* device, owned */
 } Replica;
@@ -86,8 +89,6 @@ extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *e
         r->device = i;
         cudaCheck(cudaSetDevice(i));
         cudaCheck(cudaStreamCreate(&r->stream));
-        cudaCheck(cudaStreamCreate(&r->comm_stream));
-        cudaCheck(cudaEventCreateWithFlags(&r->grads_ready, cudaEventDisableTiming));
         cudaCheck(cudaMalloc((void **)&r->params, np));
         cudaCheck(cudaMalloc((void **)&r->grads, np));
         cudaCheck(cudaMalloc((void **)&r->m, np));
@@ -117,8 +118,7 @@ extern "C" void gpt_cuda_free(GPTCuda *g) {
         cudaCheck(cudaSetDevice(r->device));
         cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
-        cudaStreamDestroy(r->stream), cudaStreamDestroy(r->comm_stream);
-        cudaEventDestroy(r->grads_ready);
+        cudaStreamDestroy(r->stream);
 #ifdef STRAIT_HAVE_NCCL
         if (g->n > 1) ncclCommDestroy(g->comms[i]);
 #endif
@@ -215,58 +215,67 @@ static void replica_backward(const GPT *m, Replica *r, int B, int T) {
 #undef LP
 }
 
+/* One replica's whole step, on its own host thread: its batch up, forward,
+ * backward, the gradients averaged with the others (its own communicator:
+ * NCCL takes one thread per communicator from ncclCommInitAll), clipping
+ * and AdamW. The loss and the clipping norm synchronize only this thread,
+ * so N GPUs step side by side instead of one after another. */
+typedef struct ReplicaStep {
+    GPTCuda *g;
+    int i;
+    const int *inputs, *targets;
+    const AdamWConfig *o;
+    float lr, max_norm, loss;
+} ReplicaStep;
+
+static void *replica_step(void *arg) {
+    ReplicaStep *rs = (ReplicaStep *)arg;
+    GPTCuda *g = rs->g;
+    const GPT *m = g->host;
+    Replica *r = &g->r[rs->i];
+    size_t bt = (size_t)g->B * g->T;
+    cudaCheck(cudaSetDevice(r->device));
+    cudaCheck(cudaMemcpyAsync(r->inputs, rs->inputs + rs->i * bt, bt * sizeof(int),
+                              cudaMemcpyHostToDevice, r->stream));
+    cudaCheck(cudaMemcpyAsync(r->targets, rs->targets + rs->i * bt, bt * sizeof(int),
+                              cudaMemcpyHostToDevice, r->stream));
+    rs->loss = replica_forward(m, r, g->B, g->T, 1);
+    replica_backward(m, r, g->B, g->T);
+#ifdef STRAIT_HAVE_NCCL
+    if (g->n > 1) /* in order on the replica's stream: after its backward, before its step */
+        ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
+                                g->comms[rs->i], r->stream));
+#endif
+    clip_grad_norm_cuda(r->grads, m->n_params, rs->max_norm, r->stream);
+    /* decay on matrices only, as on the CPU: per view */
+    for (int v = 0; v < m->n_views; v++) {
+        const ParamView *pv = &m->views[v];
+        adamw_cuda(r->params + pv->offset, r->grads + pv->offset, r->m + pv->offset,
+                   r->v + pv->offset, pv->numel, rs->lr, rs->o->beta1, rs->o->beta2, rs->o->eps,
+                   pv->ndim >= 2 ? rs->o->weight_decay : 0.0f, g->step + 1, r->stream);
+    }
+    cudaCheck(cudaStreamSynchronize(r->stream));
+    return NULL;
+}
+
 /* One step on every replica: inputs/targets hold n_gpus batches of (B, T),
  * replica i takes the i-th. Returns the mean loss over all replicas. */
 extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets,
                                const AdamWConfig *o, float lr, float max_norm) {
-    const GPT *m = g->host;
-    size_t bt = (size_t)g->B * g->T;
-    float loss = 0;
-    for (int i = 0; i < g->n; i++) {
-        Replica *r = &g->r[i];
-        cudaCheck(cudaSetDevice(r->device));
-        cudaCheck(cudaMemcpyAsync(r->inputs, inputs + i * bt, bt * sizeof(int),
-                                  cudaMemcpyHostToDevice, r->stream));
-        cudaCheck(cudaMemcpyAsync(r->targets, targets + i * bt, bt * sizeof(int),
-                                  cudaMemcpyHostToDevice, r->stream));
-        loss += replica_forward(m, r, g->B, g->T, 1) / g->n;
-        replica_backward(m, r, g->B, g->T);
-        cudaCheck(cudaEventRecord(r->grads_ready, r->stream));
+    ReplicaStep rs[MAX_GPUS];
+    pthread_t th[MAX_GPUS];
+    for (int i = 0; i < g->n; i++) rs[i] = ReplicaStep{g, i, inputs, targets, o, lr, max_norm, 0};
+    if (g->n == 1) {
+        replica_step(&rs[0]);
+    } else {
+        for (int i = 0; i < g->n; i++)
+            if (pthread_create(&th[i], NULL, replica_step, &rs[i]) != 0)
+                DIE("cannot start a thread for GPU %d", i);
+        for (int i = 0; i < g->n; i++) pthread_join(th[i], NULL);
     }
-#ifdef STRAIT_HAVE_NCCL
-    if (g->n > 1) { /* average the gradients on the communication streams */
-        ncclCheck(ncclGroupStart());
-        for (int i = 0; i < g->n; i++) {
-            Replica *r = &g->r[i];
-            cudaCheck(cudaSetDevice(r->device));
-            cudaCheck(cudaStreamWaitEvent(r->comm_stream, r->grads_ready, 0));
-            ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
-                                    g->comms[i], r->comm_stream));
-        }
-        ncclCheck(ncclGroupEnd());
-        for (int i = 0; i < g->n; i++) {
-            cudaCheck(cudaSetDevice(g->r[i].device));
-            cudaCheck(cudaStreamSynchronize(g->r[i].comm_stream));
-        }
-    }
-#endif
     g->step++;
-    for (int i = 0; i < g->n; i++) {
-        Replica *r = &g->r[i];
-        cudaCheck(cudaSetDevice(r->device));
-        clip_grad_norm_cuda(r->grads, m->n_params, max_norm, r->stream);
-        /* decay on matrices only, as on the CPU: per view */
-        for (int v = 0; v < m->n_views; v++) {
-            const ParamView *pv = &m->views[v];
-            adamw_cuda(r->params + pv->offset, r->grads + pv->offset, r->m + pv->offset,
-                       r->v + pv->offset, pv->numel, lr, o->beta1, o->beta2, o->eps,
-                       pv->ndim >= 2 ? o->weight_decay : 0.0f, g->step, r->stream);
-        }
-    }
-    for (int i = 0; i < g->n; i++) {
-        cudaCheck(cudaSetDevice(g->r[i].device));
-        cudaCheck(cudaStreamSynchronize(g->r[i].stream));
-    }
+    float loss = 0;
+    for (int i = 0; i < g->n; i++) loss += rs[i].loss / g->n;
     return loss;
 }
 
