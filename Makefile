@@ -25,7 +25,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: all test test-hf test-gpu demo bench install clean deps format lint fuzz help
+.PHONY: all test test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help
 .DEFAULT_GOAL := all
 
 deps:
@@ -255,6 +255,12 @@ test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.1
 
 demo: $(BIN)
 	$(BIN) demo $(DEMO_ARGS)
+
+# make bench-gpu: the GPU figures (the codec kernels against the device's
+# memcpy, byte-identical to the CPU or not; GPT-2 124M tokens/s on 1 and on
+# every GPU); one line saying why where there is no GPU.
+bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
+	$(Q)$(BUILD)/bench/gpu $(BENCH_ARGS)
 
 bench: $(BENCH_BINS)
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \

@@ -22,6 +22,8 @@ void *kernels_cuda_alloc(size_t bytes);
 void kernels_cuda_free(void *p);
 void kernels_cuda_to_device(void *d, const void *h, size_t bytes);
 void kernels_cuda_to_host(void *h, const void *d, size_t bytes);
+/* device to device, synchronous: the baseline of the codec kernels' speed */
+void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes);
 
 /* The CUDA twins of the CPU ops (kernels/cuda/ops.cu): same arguments on
  * device pointers, plus the stream. Results match the CPU within the

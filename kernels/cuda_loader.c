@@ -126,6 +126,8 @@ FORWARD(void *, kernels_cuda_alloc, (size_t bytes), (bytes))
 FORWARD_VOID(kernels_cuda_free, (void *p), (p))
 FORWARD_VOID(kernels_cuda_to_device, (void *d, const void *h, size_t bytes), (d, h, bytes))
 FORWARD_VOID(kernels_cuda_to_host, (void *h, const void *d, size_t bytes), (h, d, bytes))
+FORWARD_VOID(kernels_cuda_copy, (void *d_dst, const void *d_src, size_t bytes),
+             (d_dst, d_src, bytes))
 FORWARD_VOID(encoder_forward_cuda,
              (float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
               void *stream),

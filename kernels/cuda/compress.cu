@@ -46,6 +46,9 @@ extern "C" void kernels_cuda_to_device(void *d, const void *h, size_t bytes) {
 extern "C" void kernels_cuda_to_host(void *h, const void *d, size_t bytes) {
     cudaCheck(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
+extern "C" void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes) {
+    cudaCheck(cudaMemcpy(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice));
+}
 
 /* ---- finite check and casts ------------------------------------------- */
 

@@ -1,0 +1,157 @@
+/*
+ * gpu.c — the GPU figures, for a machine with one (`make bench-gpu`): the
+ * codec kernels' throughput (codec_encode_cuda, the site's path: kernels,
+ * the compressed bytes to the host, zstd and checksums there) in GB/s of
+ * fp32 input beside the device's own memcpy (device to device) in the same
+ * run, whether each blob is byte for byte the CPU's, and training tokens/s
+ * of GPT-2 124M with 1 GPU and with every GPU (NCCL), the scaling beside.
+ * Without a GPU (or without a CUDA build) it prints one line saying why and
+ * exits 0, so `make bench` runs everywhere. Never run on a GPU yet.
+ *
+ *   build/bench/gpu [--full]     64 Mi values (256 Mi with --full)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compress.h"
+#include "kernels/cuda.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "kernels/train.h"
+#include "util/util.h"
+
+#define REPEAT 3
+
+static void emit_none(const char *why) {
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("gpu"));
+    json_object_set_new(o, "case", json_string("no_device"));
+    json_object_set_new(o, "reason", json_string(why));
+    json_emit_line(stdout, o);
+}
+
+#ifdef STRAIT_HAVE_CUDA
+static double median3(double a, double b, double c) {
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+static double tokens_per_s(int gpus, int B, int T, int steps) {
+    GPTConfig cfg;
+    gpt_config_preset("gpt2-124m", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    size_t bt = (size_t)B * T * (size_t)gpus;
+    int *in = mallocCheck(sizeof(int) * bt), *tg = mallocCheck(sizeof(int) * bt);
+    for (size_t i = 0; i < bt; i++)
+        in[i] = (int)((i * 31) % 50257), tg[i] = (int)((i * 17 + 1) % 50257);
+    TrainConfig c = train_defaults(3e-4f, steps + 2);
+    Trainer *t = trainer_create(&m, &c, gpus, B, T, err);
+    if (t == NULL) DIE("%s", err);
+    uint64_t t0 = 0;
+    for (int s = 0; s < steps + 2; s++) {
+        if (s == 2) t0 = time_monotonic_ns(); /* two warm-up steps */
+        trainer_step(t, in, tg, 3e-4f, NULL);
+    }
+    double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    trainer_free(t);
+    gpt_free(&m);
+    free(in), free(tg);
+    return (double)bt * steps / secs;
+}
+#endif
+
+int main(int argc, char **argv) {
+    int full = argc > 1 && strcmp(argv[1], "--full") == 0;
+    if (argc > 1 && !full) {
+        fprintf(stderr, "usage: %s [--full]\n", argv[0]);
+        return 2;
+    }
+    log_set_level(LOG_ERROR);
+#ifndef STRAIT_HAVE_CUDA
+    emit_none("this build has no CUDA (make CUDA=0, or no nvcc found)");
+    return 0;
+#else
+    char name[256] = "", why[512] = "";
+    int gpus = kernels_gpu_count(name, sizeof name, why, sizeof why);
+    if (gpus == 0) {
+        emit_none(why);
+        return 0;
+    }
+    uint64_t n = full ? 256ull << 20 : 64ull << 20;
+    float *x = mallocCheck(n * 4);
+    uint64_t s = 0x243f6a8885a308d3ull;
+    for (uint64_t i = 0; i < n; i += 2) { /* Box-Muller pairs, σ 0.01: a pseudo-gradient */
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double u2 = ((s >> 11) + 0.5) / 9007199254740992.0, r = sqrt(-2 * log(u1)) * 0.01;
+        x[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < n) x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+    float *d_x = kernels_cuda_alloc(n * 4), *d_y = kernels_cuda_alloc(n * 4);
+    kernels_cuda_to_device(d_x, x, n * 4);
+    double t[REPEAT];
+    for (int r = 0; r < REPEAT; r++) {
+        uint64_t t0 = time_monotonic_ns();
+        kernels_cuda_copy(d_y, d_x, n * 4);
+        t[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+    }
+    double memcpy_gbps = 4.0 * (double)n / median3(t[0], t[1], t[2]) / 1e9;
+    const char *codecs[] = {"fp16", "bf16", "int8", "topk", "topk2"};
+    CodecLayout L = {0x1234, n, NULL, 0};
+    char err[ERR_LEN];
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+        CodecParams p;
+        if (codec_params_parse(codecs[c], &p, err) != 0) DIE("%s", err);
+        int levels[2] = {0, p.zstd_level};
+        for (int li = 0; li < 2; li++) {
+            p.zstd_level = levels[li];
+            Blob gpu = {0}, cpu = {0};
+            for (int r = 0; r < REPEAT; r++) {
+                uint64_t t0 = time_monotonic_ns();
+                if (codec_encode_cuda(&p, &L, d_x, &gpu, err) != 0) DIE("%s: %s", codecs[c], err);
+                t[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+            }
+            double gbps = 4.0 * (double)n / median3(t[0], t[1], t[2]) / 1e9;
+            if (codec_encode(&p, &L, x, &cpu, err) != 0) DIE("%s", err);
+            int same = gpu.len == cpu.len && memcmp(gpu.data, cpu.data, gpu.len) == 0;
+            json_t *o = json_object();
+            json_object_set_new(o, "bench", json_string("gpu"));
+            json_object_set_new(o, "case", json_string("codec"));
+            json_object_set_new(o, "device", json_string(name));
+            json_object_set_new(o, "codec", json_string(codecs[c]));
+            json_object_set_new(o, "zstd", json_integer(p.zstd_level));
+            json_object_set_new(o, "n", json_integer((json_int_t)n));
+            json_object_set_new(o, "encode_gbps", json_real(gbps));
+            json_object_set_new(o, "device_memcpy_gbps", json_real(memcpy_gbps));
+            json_object_set_new(o, "ratio", json_real(gbps / memcpy_gbps));
+            json_object_set_new(o, "same_bytes_as_cpu", json_boolean(same));
+            json_emit_line(stdout, o);
+            blob_free(&gpu), blob_free(&cpu);
+        }
+    }
+    kernels_cuda_free(d_x), kernels_cuda_free(d_y);
+    free(x);
+    int steps = full ? 20 : 5, B = 4, T = 1024;
+    double one = tokens_per_s(1, B, T, steps);
+    for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
+        double tps = g == 1 ? one : tokens_per_s(g, B, T, steps);
+        json_t *o = json_object();
+        json_object_set_new(o, "bench", json_string("gpu"));
+        json_object_set_new(o, "case", json_string("train"));
+        json_object_set_new(o, "device", json_string(name));
+        json_object_set_new(o, "model", json_string("gpt2-124m"));
+        json_object_set_new(o, "B", json_integer(B));
+        json_object_set_new(o, "T", json_integer(T));
+        json_object_set_new(o, "gpus", json_integer(g));
+        json_object_set_new(o, "tokens_per_s", json_real(tps));
+        json_object_set_new(o, "scaling_vs_1_gpu", json_real(tps / one));
+        json_emit_line(stdout, o);
+        if (g == gpus) break;
+    }
+    return 0;
+#endif
+}
