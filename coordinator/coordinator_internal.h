@@ -43,6 +43,17 @@ typedef struct RoundsSettings {
     int64_t upload_header_ms, upload_idle_ms, upload_life_ms;
 } RoundsSettings;
 
+/* A model as GetModel serves it: the checkpoint file mapped read-only (page
+ * cache, resident only while read) or a delta blob on the heap, with its
+ * SHA-256. Downloads in flight share it instead of copying it: refs, under
+ * rounds.lock, and the last one frees it. */
+typedef struct Served {
+    int refs;
+    uint8_t *data;
+    size_t len, mapped; /* mapped: data is a map of that length; else on the heap */
+    uint8_t sha[32];
+} Served;
+
 /* A WaitRound parked until its round moves (or its poll expires). */
 typedef struct Waiter {
     NetCall *call;
@@ -70,17 +81,13 @@ typedef struct Rounds {
     char reported[MAX_REPORTS][65];
     int n_reported;
     double eval_sum, eval_weight; /* token-weighted eval loss of the round */
-    uint8_t *ckpt; /* the current model's checkpoint bytes, served by GetModel; owned */
-    size_t ckpt_len;
-    uint8_t ckpt_sha[32];
-    uint8_t theta_sha[32]; /* SHA-256 of θ_r's parameters: an update's base must be it */
+    Served *ckpt;                 /* the current model's checkpoint, served by GetModel; a ref */
+    uint8_t theta_sha[32];        /* SHA-256 of θ_r's parameters: an update's base must be it */
     /* the way from the previous round's model to the current one, for sites
      * that hold the previous: the outer update in the downlink codec (an
      * update blob; θ_r = θ_{r-1} + decoded, here as at every site) or the
-     * lossless delta (XOR byte planes, zstd); owned */
-    uint8_t *delta;
-    size_t delta_len;
-    uint8_t delta_sha[32];
+     * lossless delta (XOR byte planes, zstd); a ref, NULL: none */
+    Served *delta;
     int64_t delta_from;         /* the round whose model the delta applies to; -1: none */
     uint8_t delta_base_sha[32]; /* SHA-256 of that model's parameters */
     int64_t bytes_down;         /* sent by GetModel this round */
@@ -118,10 +125,10 @@ typedef struct RoundNext {
     float *theta;          /* θ_{r+1} */
     OuterOpt outer;        /* the outer optimizer after the step */
     ErrorFeedback next_ef; /* the downlink's residual after it (e only) */
-    uint8_t *ckpt;         /* the checkpoint's bytes, as served */
-    size_t ckpt_len;
-    uint8_t ckpt_sha[32], theta_sha[32], delta_sha[32];
-    Blob delta; /* the way from θ_r (empty: none) */
+    Served *ckpt;          /* the checkpoint, as it will be served */
+    uint8_t theta_sha[32];
+    Blob delta;           /* the way from θ_r, as it is built (empty: none) */
+    Served *delta_served; /* and as it will be served (NULL: none) */
     double theta_norm;
     int64_t bytes_down; /* served in the round, as recorded by the commit */
 } RoundNext;
@@ -155,6 +162,12 @@ int round_outer_load(Coordinator *co, const StoreRound *last, char *err);
 void round_kept_name(int64_t round, char *out, size_t len);
 void round_drop_kept(Rounds *r, int64_t round, char (*owners)[32], int n);
 double round_l2_norm(const float *x, size_t n);
+/* A checkpoint file as served (mapped, hashed, its pages let go); NULL with
+ * err set. A delta blob as served (takes b's bytes). */
+Served *served_map_file(const char *path, char *err);
+Served *served_from_blob(Blob *b);
+/* Under rounds.lock (or before anyone else can see s). NULL is fine. */
+void served_unref(Served *s);
 
 /* the pretrained initial model in a home (strait init --init-from) */
 #define COORD_INIT_MODEL "model/initial.safetensors"

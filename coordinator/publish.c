@@ -27,18 +27,52 @@
 
 /* ---- the current model's checkpoint -------------------------------------------- */
 
+Served *served_map_file(const char *path, char *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    off_t len = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+    void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    Served *s = p != MAP_FAILED ? calloc(1, sizeof *s) : NULL;
+    if (s == NULL) {
+        if (p != MAP_FAILED) munmap(p, (size_t)len);
+        err_set_errno(err, "cannot map checkpoint %s", path);
+        return NULL;
+    }
+    s->refs = 1, s->data = p, s->len = s->mapped = (size_t)len;
+    security_sha256(s->data, s->len, s->sha);
+    /* read once to hash: let its pages go until a download reads them (a
+     * checkpoint is replaced by rename, never rewritten in place) */
+    madvise(s->data, s->len, MADV_DONTNEED);
+    return s;
+}
+
+Served *served_from_blob(Blob *b) {
+    Served *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->refs = 1, s->data = b->data, s->len = b->len;
+    security_sha256(s->data, s->len, s->sha);
+    memset(b, 0, sizeof *b);
+    return s;
+}
+
+void served_unref(Served *s) {
+    if (s == NULL || --s->refs > 0) return;
+    if (s->mapped)
+        munmap(s->data, s->mapped);
+    else
+        free(s->data);
+    free(s);
+}
+
 int round_publish_model(Coordinator *co, const char *rel, char *err) {
     Rounds *r = &co->rounds;
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", co->dir, rel);
     if (gpt_save(&r->model, path, (int)r->number, err) != 0) return -1;
-    uint8_t *data;
-    size_t len;
-    if (file_read_all(path, (size_t)1 << 34, (char **)&data, &len, err) != 0) return -1;
-    free(r->ckpt);
-    r->ckpt = data;
-    r->ckpt_len = len;
-    security_sha256(data, len, r->ckpt_sha);
+    Served *s = served_map_file(path, err);
+    if (s == NULL) return -1;
+    served_unref(r->ckpt);
+    r->ckpt = s;
     return 0;
 }
 
@@ -147,7 +181,9 @@ static void test_hold(void) {
 }
 
 void round_next_free(RoundNext *nx) {
-    free(nx->theta), free(nx->ckpt), free(nx->next_ef.e);
+    free(nx->theta), free(nx->next_ef.e);
+    served_unref(nx->ckpt); /* not installed: no one else holds them */
+    served_unref(nx->delta_served);
     outer_free(&nx->outer);
     blob_free(&nx->delta);
     memset(nx, 0, sizeof *nx);
@@ -209,10 +245,9 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
     GPT view = r->model;
     view.params = theta;
     if (gpt_save(&view, path, (int)c->number + 1, err) != 0 ||
-        file_read_all(path, (size_t)1 << 34, (char **)&nx->ckpt, &nx->ckpt_len, err) != 0)
+        (nx->ckpt = served_map_file(path, err)) == NULL)
         goto out;
-    security_sha256(nx->ckpt, nx->ckpt_len, nx->ckpt_sha);
-    security_hex(nx->ckpt_sha, 32, sha);
+    security_hex(nx->ckpt->sha, 32, sha);
     /* the optimizer's state and the downlink's residual beside it */
     const float *bases[3];
     const char *prefixes[3];
@@ -233,11 +268,13 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
     if (r->down_ef.e == NULL &&
         ckpt_encode(theta, n * 4, 4, r->model.params, 1, &nx->delta, derr) != 0)
         blob_free(&nx->delta);
-    if (nx->delta.data) security_sha256(nx->delta.data, nx->delta.len, nx->delta_sha);
+    /* hashed here, outside the lock; without memory for it, sites take the
+     * checkpoint */
+    if (nx->delta.data) nx->delta_served = served_from_blob(&nx->delta);
     security_sha256(theta, n * 4, nx->theta_sha);
     nx->theta_norm = round_l2_norm(theta, n);
     StoreCheckpoint ck = {
-        rel, (int64_t)nx->ckpt_len, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
+        rel, (int64_t)nx->ckpt->len, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
     /* the bytes served so far: those served from here to the install count
      * toward the next round */
     pthread_mutex_lock(&r->lock);
@@ -272,15 +309,13 @@ void round_next_install(Coordinator *co, RoundNext *nx) {
         r->down_ef.e = nx->next_ef.e;
         nx->next_ef.e = NULL;
     }
-    free(r->ckpt);
-    r->ckpt = nx->ckpt, r->ckpt_len = nx->ckpt_len;
-    memcpy(r->ckpt_sha, nx->ckpt_sha, 32);
+    served_unref(r->ckpt); /* downloads in flight keep theirs */
+    r->ckpt = nx->ckpt;
     nx->ckpt = NULL;
-    free(r->delta);
-    r->delta = nx->delta.data, r->delta_len = nx->delta.len;
-    r->delta_from = nx->delta.data ? r->number : -1;
-    memcpy(r->delta_sha, nx->delta_sha, 32);
-    nx->delta.data = NULL;
+    served_unref(r->delta);
+    r->delta = nx->delta_served;
+    nx->delta_served = NULL;
+    r->delta_from = r->delta ? r->number : -1;
     r->theta_norm = nx->theta_norm;
     r->bytes_down -= nx->bytes_down;
 }

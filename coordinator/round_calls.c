@@ -36,31 +36,27 @@ static void h_get_model(NetCall *c, void *user) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
     /* the delta when the site holds the model it applies to, else the whole
-     * checkpoint; a private copy, as the round may commit meanwhile */
+     * checkpoint; a reference, not a copy: a round that commits meanwhile
+     * installs another, and the last download of this one frees it */
     /* a delta only onto exactly the model it was made from: the same round
      * number and the same bytes (after a restore from a backup, a round
      * number may name another history's model) */
     int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from &&
                 req->have_sha256.len == 32 &&
                 memcmp(req->have_sha256.data, r->delta_base_sha, 32) == 0;
-    const uint8_t *src = delta ? r->delta : r->ckpt;
-    size_t len = delta ? r->delta_len : r->ckpt_len;
-    uint8_t *copy = malloc(len ? len : 1), sha[32];
-    if (copy) memcpy(copy, src, len);
-    memcpy(sha, delta ? r->delta_sha : r->ckpt_sha, 32);
+    Served *sv = delta ? r->delta : r->ckpt;
+    sv->refs++;
     uint64_t number = (uint64_t)r->number;
-    if (copy) r->bytes_down += (int64_t)len;
+    r->bytes_down += (int64_t)sv->len;
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
-    if (copy == NULL) {
-        net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sha};
+    NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
     char err[ERR_LEN];
-    if (net_download_send(c, &spec, copy, len, err) != 0)
+    if (net_download_send(c, &spec, sv->data, sv->len, err) != 0)
         net_call_status(c, NET_UNAVAILABLE, "%s", err);
-    free(copy);
+    pthread_mutex_lock(&r->lock);
+    served_unref(sv);
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* The update's row in the ledger; -1 (err set) when the store refused it. */

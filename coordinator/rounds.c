@@ -358,8 +358,8 @@ void rounds_stop(Coordinator *co) {
     ef_free(&r->down_ef);
     gpt_free(&r->model);
     net_spool_close(r->spool);
-    free(r->ckpt);
-    free(r->delta);
+    served_unref(r->ckpt);
+    served_unref(r->delta);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->reading);
     pthread_cond_destroy(&r->changed);

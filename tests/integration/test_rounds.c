@@ -438,7 +438,8 @@ static double peak_rss_mib(int pid) {
 /* The coordinator's peak memory over one round of n sites pushing their
  * fp32 updates of the `base` model all at once: each update its own
  * incompressible bytes (random, no lossless stage), so neither holding
- * updates in memory nor reading them whole side by side can hide. */
+ * updates in memory nor reading them whole side by side can hide; then the
+ * n sites download the new model at once (a copy each would show). */
 typedef struct Pusher {
     pthread_barrier_t *go;
     const Blob *update;
@@ -452,6 +453,23 @@ static void *pusher_main(void *arg) {
     NetChannel *ch = site_channel(p->name);
     pthread_barrier_wait(p->go);
     p->st = push(ch, 0, p->name, p->update, p->details);
+    net_channel_destroy(ch);
+    return NULL;
+}
+
+/* ... and then downloading the new model all at once */
+static void *getter_main(void *arg) {
+    Pusher *p = arg;
+    NetChannel *ch = site_channel(p->name);
+    Strait__GetModelRequest gm = STRAIT__GET_MODEL_REQUEST__INIT;
+    uint8_t buf[64];
+    size_t blen = strait__get_model_request__pack(&gm, buf);
+    NetLimits lim = {.max_total = 1ull << 30};
+    NetBuf model = {0};
+    pthread_barrier_wait(p->go);
+    p->st = net_download(ch, "/strait.Federation/GetModel", buf, blen, &lim, 60000, &model,
+                         p->details, sizeof p->details);
+    net_buf_free(&model);
     net_channel_destroy(ch);
     return NULL;
 }
@@ -477,10 +495,14 @@ static double round_peak(int n_sites, const Blob *updates) {
     for (int i = 0; i < n_sites; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < n_sites; i++)
         cr_assert_eq(ps[i].st, NET_OK, "%s: %s", ps[i].name, ps[i].details);
-    pthread_barrier_destroy(&go);
-    free(ps), free(th);
     StoreRound r = wait_committed(0, 120);
     cr_assert_eq(r.participants, n_sites);
+    for (int i = 0; i < n_sites; i++) pthread_create(&th[i], NULL, getter_main, &ps[i]);
+    for (int i = 0; i < n_sites; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < n_sites; i++)
+        cr_assert_eq(ps[i].st, NET_OK, "GetModel %s: %s", ps[i].name, ps[i].details);
+    pthread_barrier_destroy(&go);
+    free(ps), free(th);
     double peak = peak_rss_mib(coord);
     teardown();
     return peak;
