@@ -17,7 +17,7 @@ CUDA ?= auto
 CUDA_ARCH ?= 90
 SAN ?= 0
 # Separate trees for builds whose objects differ, so switching never mixes them.
-BUILD := build$(if $(filter 1,$(SAN)),/san)$(if $(filter 0,$(CUDA)),/cpu)
+BUILD := build$(if $(filter 1,$(SAN)),/san)$(if $(filter 0,$(CUDA)),/cpu)$(if $(filter 0,$(MPI)),/nompi)
 
 # The reference safetensors package from PyPI, for the interoperability test.
 VENV := build/venv
@@ -65,7 +65,10 @@ HAVE_NCCL := 0
 endif
 
 yesno = $(if $(filter 1,$(1)),found,not found)
-$(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
+ifeq ($(MPI),0)
+HAVE_MPI := 0
+endif
+$(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
 ifneq ($(HAVE_GRPC_TLS13),1)
 $(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (DESIGN.md asks for 1.3 only))
 endif
@@ -89,6 +92,10 @@ endif
 ifeq ($(HAVE_OPENBLAS),1)
 CPPFLAGS += -DSTRAIT_HAVE_OPENBLAS
 LDLIBS += -lopenblas
+endif
+ifeq ($(HAVE_MPI),1)
+CPPFLAGS += -DSTRAIT_HAVE_MPI $(MPI_CFLAGS)
+LDLIBS += $(MPI_LIBS)
 endif
 ifeq ($(HAVE_OPENMP),1)
 CPPFLAGS += -DSTRAIT_HAVE_OPENMP

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "kernels/device.h"
+#include "kernels/ranks.h"
 #include "net/net.h"
 #include "util/util.h"
 
@@ -30,6 +31,8 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "nccl_version", json_string(nccl));
         json_object_set_new(o, "openblas", json_boolean(caps.openblas));
         json_object_set_new(o, "openmp", json_boolean(caps.openmp));
+        json_object_set_new(o, "mpi", json_boolean(caps.mpi));
+        json_object_set_new(o, "mpi_library", json_string(ranks_library()));
         json_object_set_new(o, "tls13_only", json_boolean(net_tls13_only()));
         json_object_set_new(o, "gpus", json_integer(gpus));
         json_object_set_new(o, "gpu_name", json_string(gpus > 0 ? gpu_name : ""));
@@ -37,9 +40,12 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
         return json_emit_line(stdout, o) == 0 ? EXIT_OK : EXIT_FAILED;
     }
     printf("strait %s (commit %s)\n", strait_version, strait_git_commit);
-    printf("build: CUDA %s, NCCL %s%s%s%s, OpenBLAS %s, OpenMP %s\n", caps.cuda ? "yes" : "no",
-           caps.nccl ? "yes" : "no", *nccl ? " (" : "", nccl, *nccl ? ")" : "",
-           caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no");
+    const char *mpi = ranks_library();
+    printf("build: CUDA %s, NCCL %s%s%s%s, OpenBLAS %s, OpenMP %s, MPI %s%s%s%s\n",
+           caps.cuda ? "yes" : "no", caps.nccl ? "yes" : "no", *nccl ? " (" : "", nccl,
+           *nccl ? ")" : "", caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no",
+           caps.mpi ? "yes" : "no (sites run as one process)", *mpi ? " (" : "", mpi,
+           *mpi ? ")" : "");
     printf("tls: %s\n",
            net_tls13_only() ? "1.3 only" : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
     if (gpus > 0)

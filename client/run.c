@@ -9,6 +9,19 @@
  * from what the coordinator holds, and a site that finds the round moved on
  * starts over with the new model. The inner optimizer's moments live in the
  * model across rounds, as in DiLoCo.
+ *
+ * A site of several ranks (mpirun or srun; docs/sites.md): rank 0 is the
+ * site — it holds the certificate, talks to the coordinator, encodes,
+ * uploads and saves the state — and broadcasts the federation's answer to
+ * Hello, each round's θ and, step by step, whether to go on. Every rank
+ * reads the same data in the same order: each step takes a global batch of
+ * size × B sequences, rank r the r-th B of them, and the gradients are
+ * averaged over the ranks (trainer_set_collectives), so every rank holds the
+ * same θ after each step (checked each round) and the site trains as one
+ * process with size × B would. Only rank 0 needs the site folder; every
+ * rank needs the data. A rank that fails ends the job (MPI_Abort; a rank
+ * that dies, the launcher ends it), and the site restarted resumes from
+ * rank 0's saved state.
  */
 #include <assert.h>
 #include <math.h>
@@ -19,12 +32,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "client.h"
 #include "compress/compress.h"
 #include "kernels/device.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "kernels/data.h"
+#include "kernels/ranks.h"
 #include "kernels/train.h"
 #include "net/net.h"
 #include "schema/strait.pb-c.h"
@@ -310,14 +326,93 @@ static void *signal_watch(void *arg) {
     return NULL;
 }
 
+/* ---- a site of several ranks ------------------------------------------------------ */
+
+static void coll_mean(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    ranks_mean(x, n);
+}
+static void coll_root(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    ranks_bcast(x, n * sizeof *x);
+}
+
+/* What rank 0 tells the others at the start of each round. */
+typedef struct RoundOrder {
+    uint64_t round;
+    int32_t finished, total_steps;
+} RoundOrder;
+
+/* The HelloResponse, packed by rank 0 and unpacked by every other rank. */
+static Strait__HelloResponse *share_hello(const Ranks *rk, Strait__HelloResponse *hr, char *err) {
+    if (rk->size == 1) return hr;
+    uint64_t len = rk->rank == 0 ? strait__hello_response__get_packed_size(hr) : 0;
+    ranks_bcast(&len, sizeof len);
+    uint8_t *buf = mallocCheck(len ? len : 1);
+    if (rk->rank == 0) strait__hello_response__pack(hr, buf);
+    ranks_bcast(buf, len);
+    if (rk->rank != 0) hr = strait__hello_response__unpack(NULL, len, buf);
+    free(buf);
+    if (hr == NULL)
+        err_set(err, "rank %d: the federation's answer from rank 0 does not parse", rk->rank);
+    return hr;
+}
+
+/* The inner optimizer's state and the data position, rank 0's to all. */
+static void share_state(const Ranks *rk, GPT *m, size_t *pos) {
+    if (rk->size == 1) return;
+    int64_t head[3] = {m->m != NULL, m->step, (int64_t)*pos};
+    ranks_bcast(head, sizeof head);
+    if (head[0] && m->m == NULL) {
+        m->m = callocCheck(m->n_params, sizeof(float));
+        m->v = callocCheck(m->n_params, sizeof(float));
+    }
+    if (head[0]) {
+        ranks_bcast(m->m, m->n_params * sizeof(float));
+        ranks_bcast(m->v, m->n_params * sizeof(float));
+    }
+    m->step = (int)head[1];
+    *pos = (size_t)head[2];
+}
+
+/* Every rank must hold rank 0's θ after a round's steps: the mean gradient
+ * and rank 0's clip factor make it so; this checks it did. */
+static int check_same_model(const Ranks *rk, const GPT *m, char *err) {
+    if (rk->size == 1) return 0;
+    uint64_t mine = XXH64(m->params, m->n_params * sizeof(float), 0), root = mine;
+    ranks_bcast(&root, sizeof root);
+    int differs = mine != root;
+    float any = (float)differs;
+    ranks_mean(&any, 1);
+    if (any > 0)
+        return err_set(err,
+                       "the ranks' models differ after the round's steps (rank %d %s): the ranks "
+                       "must run the same strait with the same options",
+                       rk->rank, differs ? "differs from rank 0" : "agrees");
+    return 0;
+}
+
 int client_run(const SiteRunOptions *o, char *err) {
+    Ranks rk;
+    if (ranks_init(&rk, err) != 0) return -1;
+    if (rk.size > 1 && o->cuda) {
+        err_set(err,
+                "a site of %d ranks trains on the CPU in this version; on GPUs run one process "
+                "per machine with --gpus N",
+                rk.size);
+        if (rk.rank == 0) fprintf(stderr, "strait site run: %s\n", err);
+        ranks_abort(2);
+    }
     Site s;
     memset(&s, 0, sizeof s);
     s.o = *o;
     s.rng = (uint64_t)time_wall_ms() | 1;
-    net_global_init();
-    pthread_t watcher;
-    if (pthread_create(&watcher, NULL, signal_watch, NULL) == 0) pthread_detach(watcher);
+    if (rk.rank == 0) { /* the other ranks never touch the network */
+        net_global_init();
+        pthread_t watcher;
+        if (pthread_create(&watcher, NULL, signal_watch, NULL) == 0) pthread_detach(watcher);
+    }
+    if (rk.size > 1) log_info("site", "rank %d of %d (pid %d)", rk.rank, rk.size, (int)getpid());
     GPT m;
     memset(&m, 0, sizeof m);
     TokenSet ts = {0};
@@ -327,8 +422,9 @@ int client_run(const SiteRunOptions *o, char *err) {
     int *in = NULL, *tg = NULL, rc = -1;
     Strait__HelloResponse *hr = NULL;
     Trainer *trainer = NULL;
-    if (site_read(&s, err) != 0) goto out;
-    if ((hr = hello(&s, err)) == NULL) goto out;
+    if (rk.rank == 0 && site_read(&s, err) != 0) goto out;
+    if (rk.rank == 0 && (hr = hello(&s, err)) == NULL) goto out;
+    if ((hr = share_hello(&rk, hr, err)) == NULL) goto out;
     GPTConfig cfg;
     const Strait__ModelShape *sh = hr->model_shape;
     if (sh && sh->layers > 0) { /* the shape itself: a preset or a pretrained model */
@@ -350,7 +446,8 @@ int client_run(const SiteRunOptions *o, char *err) {
         err_set(err, "the federation's parameter table differs from this strait's; upgrade");
         goto out;
     }
-    if (o->init_from) { /* the pretrained start, held here: maybe no round-0 download */
+    if (o->init_from &&
+        rk.rank == 0) { /* the pretrained start, held here: maybe no round-0 download */
         GPT pre;
         if (gpt_import_hf(&pre, o->init_from, err) != 0) goto out;
         int same = pre.table_hash == m.table_hash;
@@ -378,19 +475,23 @@ int client_run(const SiteRunOptions *o, char *err) {
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
     Loader tl;
-    int have_val = val.n > (size_t)B * T; /* at least one batch */
+    int have_val = rk.rank == 0 && val.n > (size_t)B * T; /* at least one batch; rank 0 scores */
     uint64_t seed = o->seed ? o->seed : (uint64_t)time_wall_ms();
-    if (loader_init(&tl, train, B, T, 0, 1, seed, err) != 0) goto out;
+    ranks_bcast(&seed, sizeof seed); /* one data order for every rank */
+    /* the global batch of every rank's B: rank r trains on the r-th B */
+    if (loader_init(&tl, train, B * rk.size, T, 0, 1, seed, err) != 0) goto out;
     /* the federation's error feedback decay (an older coordinator sends none: 1) */
     float decay = hr->ef_decay > 0 && hr->ef_decay <= 1 ? hr->ef_decay : 1.0f;
     if (ef_init(&ef, m.n_params, m.table_hash, decay, err) != 0) goto out;
     uint64_t saved_round = 0;
     size_t saved_pos = 0;
-    int resumed = state_load(&s, &m, &ef, &saved_round, &saved_pos, err);
+    int resumed = rk.rank == 0 ? state_load(&s, &m, &ef, &saved_round, &saved_pos, err) : 0;
     if (resumed < 0) goto out;
+    share_state(&rk, &m, &saved_pos);
+    ranks_bcast(&resumed, sizeof resumed);
     ef.beta = decay; /* the federation's, whatever the saved state had */
-    if (resumed) {
-        tl.pos = saved_pos < tl.data.n ? saved_pos : 0;
+    if (resumed) tl.pos = saved_pos < tl.data.n ? saved_pos : 0;
+    if (resumed && rk.rank == 0) {
         log_info("site",
                  "%s resumed its saved state (after round %llu: error feedback, "
                  "optimizer moments, data position)",
@@ -403,18 +504,23 @@ int client_run(const SiteRunOptions *o, char *err) {
     TrainConfig tc = train_defaults(lr, H);
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
     if ((trainer = trainer_create(&m, &tc, gpus, B, T, err)) == NULL) goto out;
+    TrainCollectives coll = {coll_mean, coll_root, NULL};
+    if (rk.size > 1 && trainer_set_collectives(trainer, &coll, err) != 0) goto out;
     int replicas = trainer_replicas(trainer); /* batches a step takes */
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
-    in = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
-    tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas);
+    in = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
+    tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
     kernels_set_threads(o->threads);
     uint64_t round = hr->current_round;
     int finished = hr->finished;
     int64_t have_round = -1; /* the round of the model in theta; -1: none yet */
-    log_info("site", "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink)",
-             s.name, hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec,
-             hr->downlink_codec[0] ? hr->downlink_codec : "lossless");
+    if (rk.rank == 0)
+        log_info("site",
+                 "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink%s)",
+                 s.name, hr->federation, (unsigned long long)round, hr->model, H, hr->uplink_codec,
+                 hr->downlink_codec[0] ? hr->downlink_codec : "lossless",
+                 rk.size > 1 ? ", several ranks" : "");
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */
     int seeded = 0;
@@ -428,7 +534,27 @@ int client_run(const SiteRunOptions *o, char *err) {
                      "checkpoint, or rounds have passed): downloading it",
                      o->init_from);
     }
-    while (!finished) {
+    for (;;) {
+        /* rank 0's order for the round: which, and whether the federation is over */
+        RoundOrder order = {round, finished, 0};
+        ranks_bcast(&order, sizeof order);
+        if (order.finished) break;
+        round = order.round;
+        if (rk.rank != 0) { /* θ from rank 0, then the round's steps */
+            ranks_bcast(m.params, m.n_params * sizeof(float));
+            int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
+            tc = train_defaults(lr, total_steps);
+            for (int step = 0; step < H; step++) {
+                int go = 0;
+                ranks_bcast(&go, sizeof go);
+                if (!go) break;
+                loader_next(&tl, in, tg);
+                trainer_step(trainer, in + (size_t)rk.rank * B * T, tg + (size_t)rk.rank * B * T,
+                             train_lr(&tc, (int)round * H + step), NULL);
+            }
+            if (check_same_model(&rk, &m, err) != 0) goto out;
+            continue;
+        }
         int built_here = seeded && round == hr->current_round; /* theta_sha is its hash */
         if (built_here)
             log_info("site",
@@ -436,6 +562,7 @@ int client_run(const SiteRunOptions *o, char *err) {
                      (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
         else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
             goto out;
+        ranks_bcast(m.params, m.n_params * sizeof(float));
         seeded = 0;
         memcpy(theta, m.params, sizeof(float) * m.n_params);
         have_round = (int64_t)round;
@@ -456,22 +583,30 @@ int client_run(const SiteRunOptions *o, char *err) {
         tc = train_defaults(lr, total_steps);
         for (int step = 0; step < H; step++) {
             uint64_t now = time_monotonic_ns();
+            int go = 1;
             /* the federation's time budget: a slow site sends fewer steps */
             if (step > 0 && hr->round_budget_ms && (now - t0) / 1000000 >= hr->round_budget_ms)
-                break;
-            if ((now - last_beat) / 1000000 >= HEARTBEAT_MS) {
+                go = 0;
+            if (go && (now - last_beat) / 1000000 >= HEARTBEAT_MS) {
                 last_beat = now;
                 if (heartbeat(&s, round) > round) {
                     log_warn("site", "round %llu closed without this site; stopping its training",
                              (unsigned long long)round);
-                    break;
+                    go = 0;
                 }
             }
-            for (int k = 0; k < replicas; k++)
-                loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
+            ranks_bcast(&go, sizeof go); /* the other ranks step when this one does */
+            if (!go) break;
+            if (rk.size > 1) { /* the global batch; this rank's is the first B */
+                loader_next(&tl, in, tg);
+            } else {
+                for (int k = 0; k < replicas; k++)
+                    loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
+            }
             steps_done++;
             loss_sum += trainer_step(trainer, in, tg, train_lr(&tc, (int)round * H + step), NULL);
         }
+        if (check_same_model(&rk, &m, err) != 0) goto out;
         double train_loss = loss_sum / steps_done;
         trainer_to_host(trainer, 1); /* θ_local and the moments, for Δ and the state */
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
@@ -480,7 +615,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
-        meta.tokens = (uint64_t)steps_done * B * T * replicas;
+        meta.tokens = (uint64_t)steps_done * B * T * replicas * rk.size; /* every rank's */
         meta.train_loss = train_loss;
         meta.eval_loss = eval;
         meta.start_eval_loss = start_eval;
@@ -527,9 +662,14 @@ int client_run(const SiteRunOptions *o, char *err) {
                          (unsigned long long)at);
         }
     }
-    log_info("site", "%s: the federation has finished", s.name);
+    if (rk.rank == 0) log_info("site", "%s: the federation has finished", s.name);
     rc = 0;
 out:
+    if (rc != 0 && rk.size > 1) { /* the other ranks wait on this one: end them all */
+        fprintf(stderr, "strait site run: rank %d of %d: %s\n", rk.rank, rk.size, err);
+        ranks_abort(1);
+    }
+    ranks_finalize();
     trainer_free(trainer);
     if (hr) strait__hello_response__free_unpacked(hr, NULL);
     net_channel_destroy(s.ch);

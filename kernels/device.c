@@ -9,7 +9,7 @@
 #include "kernels/device.h"
 
 KernelsBuildCaps kernels_build_caps(void) {
-    KernelsBuildCaps caps = {0, 0, 0, 0};
+    KernelsBuildCaps caps = {0, 0, 0, 0, 0};
 #ifdef STRAIT_HAVE_CUDA
     caps.cuda = 1;
 #endif
@@ -21,6 +21,9 @@ KernelsBuildCaps kernels_build_caps(void) {
 #endif
 #ifdef STRAIT_HAVE_OPENMP
     caps.openmp = 1;
+#endif
+#ifdef STRAIT_HAVE_MPI
+    caps.mpi = 1;
 #endif
     return caps;
 }

@@ -14,6 +14,7 @@ typedef struct KernelsBuildCaps {
     int nccl;     /* NCCL linked for multi-GPU data parallelism */
     int openblas; /* OpenBLAS for CPU matrix products */
     int openmp;   /* OpenMP for CPU threads */
+    int mpi;      /* MPI for sites of several ranks (mpirun, srun) */
 } KernelsBuildCaps;
 
 KernelsBuildCaps kernels_build_caps(void);

@@ -66,6 +66,7 @@ struct Trainer {
     GPT *m;
     TrainConfig c;
     int B, T, replicas;
+    TrainCollectives coll; /* mean NULL: one process */
 #ifdef STRAIT_HAVE_CUDA
     GPTCuda *gpu;
 #endif
@@ -117,11 +118,29 @@ float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *gr
     float loss = gpt_forward(m, in, tg, t->B, t->T);
     gpt_zero_grad(m);
     gpt_backward(m);
+    if (t->coll.mean) t->coll.mean(t->coll.ctx, m->grads, m->n_params);
     /* clipping folded into AdamW: one pass over the gradients fewer */
     float norm = gpt_grad_norm(m), max = t->c.max_grad_norm;
-    if (grad_norm) *grad_norm = norm;
-    gpt_adamw_step_scaled(m, &t->c.adamw, lr, max > 0 && norm > max ? max / norm : 1.0f);
-    return loss;
+    float scale[3] = {max > 0 && norm > max ? max / norm : 1.0f, norm, loss};
+    if (t->coll.mean) {
+        t->coll.mean(t->coll.ctx, &scale[2], 1); /* the loss over every rank's batch */
+        t->coll.root(t->coll.ctx, scale, 2);
+    }
+    if (grad_norm) *grad_norm = scale[1];
+    gpt_adamw_step_scaled(m, &t->c.adamw, lr, scale[0]);
+    return scale[2];
+}
+
+int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu && c) return err_set(err, "a GPU trainer does not take part in ranks yet");
+#endif
+    (void)err;
+    if (c)
+        t->coll = *c;
+    else
+        memset(&t->coll, 0, sizeof t->coll);
+    return 0;
 }
 
 void trainer_to_host(Trainer *t, int optimizer) {

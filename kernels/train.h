@@ -60,6 +60,18 @@ GPT *trainer_model(Trainer *t);
  * (B, T) laid one after another in in and tg; the mean loss. *grad_norm
  * (may be NULL): the norm before clipping, NAN on GPUs. */
 float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *grad_norm);
+/* Data parallelism across processes (a site's ranks, kernels/ranks.h): a
+ * CPU step calls mean(ctx, x, n) on its gradients right after the backward
+ * pass, so every rank steps on the mean of them all, and root(ctx, x, 1) on
+ * the clip factor and the loss, so every rank takes rank 0's (the norm's
+ * sum depends on the thread count; the ranks' parameters must stay equal
+ * to the bit). NULL: none. GPU trainers refuse it (-1). */
+typedef struct TrainCollectives {
+    void (*mean)(void *ctx, float *x, size_t n);
+    void (*root)(void *ctx, float *x, size_t n);
+    void *ctx;
+} TrainCollectives;
+int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
 /* m takes the GPUs' parameters (and, with optimizer, AdamW's state) */
 void trainer_to_host(Trainer *t, int optimizer);
 /* the GPUs take m's parameters and AdamW state: a site's new round */

@@ -13,6 +13,7 @@ packages=(
   libjansson-dev libinih-dev libcriterion-dev libmicrohttpd-dev libpcre2-dev
   fortunes fortunes-de fortunes-es fortunes-it
   python3 python3-venv openssl
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

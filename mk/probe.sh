@@ -10,7 +10,7 @@ set -u
 build=$1 cc=$2 nvcc=$3 cuda=$4
 out="$build/config.mk"
 pkgstamp=$(stat -c %Y /var/lib/dpkg/status 2>/dev/null || echo 0)
-key="2|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
+key="3|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
 if [[ -f "$out" ]] && head -n 1 "$out" | grep -qxF "# key: $key"; then exit 0; fi
 
 dir="$build/probe"
@@ -23,6 +23,7 @@ try_c() { # try_c NAME FLAGS... < program
 }
 
 openblas=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""; grpc_tls13=0
+mpi=0; mpi_cflags=""; mpi_libs=""
 
 printf '#include <cblas.h>\nint main(void){float x=1;return (int)cblas_sdot(1,&x,1,&x,1)-1;}\n' \
   | try_c openblas -lopenblas && openblas=1
@@ -34,6 +35,16 @@ printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reductio
 # the build says so: without it the coordinator also accepts TLS 1.2.
 printf 'struct c;extern void f(struct c*,int) __asm__("_ZN27grpc_ssl_server_credentials19set_min_tls_versionE16grpc_tls_version");extern void g(struct c*,int) __asm__("_ZN20grpc_ssl_credentials19set_min_tls_versionE16grpc_tls_version");int main(int n,char**v){(void)v;if(n>5){f(0,1);g(0,1);}return 0;}\n' \
   | try_c grpc_tls13 -lgrpc -lgpr && grpc_tls13=1
+
+# MPI (Open MPI from Debian) for sites on several ranks: its compiler
+# wrapper says where it is; its headers go in as system headers.
+if command -v mpicc >/dev/null 2>&1; then
+  mpi_cflags=$(mpicc --showme:compile 2>/dev/null | sed 's/-I/-isystem /g')
+  mpi_libs=$(mpicc --showme:link 2>/dev/null)
+  # shellcheck disable=SC2086
+  printf '#include <mpi.h>\nint main(void){int f=0;MPI_Initialized(&f);return f;}\n' \
+    | try_c mpi $mpi_cflags $mpi_libs && mpi=1
+fi
 
 if [[ "$cuda" != 0 && -n "$nvcc" && -x "$nvcc" ]]; then
   cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd -P)
@@ -55,4 +66,7 @@ fi
   echo "HAVE_NCCL := $nccl"
   echo "CUDA_HOME := $cuda_home"
   echo "HAVE_GRPC_TLS13 := $grpc_tls13"
+  echo "HAVE_MPI := $mpi"
+  echo "MPI_CFLAGS := $mpi_cflags"
+  echo "MPI_LIBS := $mpi_libs"
 } > "$out.tmp" && mv "$out.tmp" "$out"

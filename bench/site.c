@@ -1,0 +1,134 @@
+/*
+ * site.c — a site on several ranks against one process (docs/sites.md):
+ * training tokens/s of `small` on one process of 2 threads, beside 2 ranks
+ * of 1 thread each under mpirun on the same total batch (16 × 128), and the
+ * gradient all-reduce's share of the ranks' step time. Without MPI or
+ * mpirun it says so on the ranks' line and measures the one process only.
+ * On a GPU machine the GPU scaling is bench/gpu's (1 and N GPUs).
+ *
+ *   build/bench/site [--full]      10 steps (30 with --full)
+ *   (it runs itself under mpirun with --rank for the ranks' half)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "kernels/ranks.h"
+#include "kernels/train.h"
+#include "util/util.h"
+
+#define B_TOTAL 16
+#define T_SEQ   128
+
+static uint64_t reduce_ns;
+
+static void timed_mean(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    uint64_t t0 = time_monotonic_ns();
+    ranks_mean(x, n);
+    reduce_ns += time_monotonic_ns() - t0;
+}
+static void root(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    ranks_bcast(x, n * sizeof *x);
+}
+
+/* tokens/s of this process's share (B of the global batch), with its step
+ * time's all-reduce share in *share */
+static double run(const Ranks *rk, int threads, int steps, double *share) {
+    GPTConfig cfg;
+    gpt_config_preset("small", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    kernels_set_threads(threads);
+    int B = B_TOTAL / rk->size;
+    int *in = mallocCheck(sizeof(int) * B_TOTAL * T_SEQ),
+        *tg = mallocCheck(sizeof(int) * B_TOTAL * T_SEQ);
+    for (int i = 0; i < B_TOTAL * T_SEQ; i++) in[i] = (i * 31) % 256, tg[i] = (i * 17 + 1) % 256;
+    TrainConfig c = train_defaults(1e-3f, steps + 2);
+    Trainer *t = trainer_create(&m, &c, 0, B, T_SEQ, err);
+    if (t == NULL) DIE("%s", err);
+    TrainCollectives coll = {timed_mean, root, NULL};
+    if (rk->size > 1 && trainer_set_collectives(t, &coll, err) != 0) DIE("%s", err);
+    uint64_t t0 = 0;
+    for (int s = 0; s < steps + 2; s++) {
+        if (s == 2) t0 = time_monotonic_ns(), reduce_ns = 0; /* two warm-up steps */
+        size_t off = (size_t)rk->rank * B * T_SEQ;
+        trainer_step(t, in + off, tg + off, 1e-3f, NULL);
+    }
+    double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    *share = (double)reduce_ns / 1e9 / secs;
+    trainer_free(t);
+    gpt_free(&m);
+    free(in), free(tg);
+    return (double)B_TOTAL * T_SEQ * steps / secs; /* the whole site's tokens */
+}
+
+static void emit(const char *kase, int ranks, int threads, double tps, double share, double base,
+                 const char *note) {
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("site"));
+    json_object_set_new(o, "case", json_string(kase));
+    json_object_set_new(o, "model", json_string("small"));
+    json_object_set_new(o, "batch_total", json_integer(B_TOTAL));
+    json_object_set_new(o, "T", json_integer(T_SEQ));
+    json_object_set_new(o, "ranks", json_integer(ranks));
+    json_object_set_new(o, "threads_per_rank", json_integer(threads));
+    if (tps > 0) json_object_set_new(o, "tokens_per_s", json_real(tps));
+    if (ranks > 1 && tps > 0) json_object_set_new(o, "allreduce_share", json_real(share));
+    if (base > 0 && tps > 0) {
+        json_object_set_new(o, "baseline", json_string("1 process x 2 threads, same batch"));
+        json_object_set_new(o, "baseline_tokens_per_s", json_real(base));
+        json_object_set_new(o, "ratio", json_real(tps / base));
+    }
+    if (note) json_object_set_new(o, "note", json_string(note));
+    json_emit_line(stdout, o);
+}
+
+int main(int argc, char **argv) {
+    int full = 0, as_rank = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--full") == 0)
+            full = 1;
+        else if (strcmp(argv[i], "--rank") == 0)
+            as_rank = 1;
+        else {
+            fprintf(stderr, "usage: %s [--full]\n", argv[0]);
+            return 2;
+        }
+    }
+    log_set_level(LOG_ERROR);
+    int steps = full ? 30 : 10;
+    char err[ERR_LEN];
+    Ranks rk;
+    if (ranks_init(&rk, err) != 0) DIE("%s", err);
+    if (as_rank) { /* one of the ranks mpirun started: rank 0 reports */
+        double share, tps = run(&rk, 1, steps, &share);
+        if (rk.rank == 0) printf("%.6f %.6f\n", tps, share);
+        ranks_finalize();
+        return 0;
+    }
+    double share, one = run(&rk, 2, steps, &share);
+    emit("one_process", 1, 2, one, 0, 0, NULL);
+    if (!kernels_build_caps().mpi) {
+        emit("ranks", 2, 1, 0, 0, 0, "this strait is built without MPI");
+        return 0;
+    }
+    char cmd[1400], exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    snprintf(cmd, sizeof cmd,
+             "mpirun --allow-run-as-root --oversubscribe -np 2 '%s' --rank%s 2>/dev/null", exe,
+             full ? " --full" : "");
+    FILE *p = popen(cmd, "r");
+    double tps = 0, rshare = 0;
+    int got = p && fscanf(p, "%lf %lf", &tps, &rshare) == 2;
+    if (p) pclose(p);
+    emit("ranks", 2, 1, got ? tps : 0, rshare, one,
+         got ? NULL : "mpirun did not run (not on PATH?)");
+    return 0;
+}
