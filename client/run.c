@@ -328,15 +328,6 @@ static void *signal_watch(void *arg) {
 
 /* ---- a site of several ranks ------------------------------------------------------ */
 
-static void coll_mean(void *ctx, float *x, size_t n) {
-    (void)ctx;
-    ranks_mean(x, n);
-}
-static void coll_root(void *ctx, float *x, size_t n) {
-    (void)ctx;
-    ranks_bcast(x, n * sizeof *x);
-}
-
 /* What rank 0 tells the others at the start of each round. */
 typedef struct RoundOrder {
     uint64_t round;
@@ -395,14 +386,6 @@ static int check_same_model(const Ranks *rk, const GPT *m, char *err) {
 int client_run(const SiteRunOptions *o, char *err) {
     Ranks rk;
     if (ranks_init(&rk, err) != 0) return -1;
-    if (rk.size > 1 && o->cuda) {
-        err_set(err,
-                "a site of %d ranks trains on the CPU in this version; on GPUs run one process "
-                "per machine with --gpus N",
-                rk.size);
-        if (rk.rank == 0) fprintf(stderr, "strait site run: %s\n", err);
-        ranks_abort(2);
-    }
     Site s;
     memset(&s, 0, sizeof s);
     s.o = *o;
@@ -478,8 +461,11 @@ int client_run(const SiteRunOptions *o, char *err) {
     int have_val = rk.rank == 0 && val.n > (size_t)B * T; /* at least one batch; rank 0 scores */
     uint64_t seed = o->seed ? o->seed : (uint64_t)time_wall_ms();
     ranks_bcast(&seed, sizeof seed); /* one data order for every rank */
-    /* the global batch of every rank's B: rank r trains on the r-th B */
-    if (loader_init(&tl, train, B * rk.size, T, 0, 1, seed, err) != 0) goto out;
+    /* the global batch of every rank's B (each of its GPUs'): rank r trains
+     * on the r-th share */
+    int per_rank = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 1;
+    if (loader_init(&tl, train, rk.size > 1 ? B * rk.size * per_rank : B, T, 0, 1, seed, err) != 0)
+        goto out;
     /* the federation's error feedback decay (an older coordinator sends none: 1) */
     float decay = hr->ef_decay > 0 && hr->ef_decay <= 1 ? hr->ef_decay : 1.0f;
     if (ef_init(&ef, m.n_params, m.table_hash, decay, err) != 0) goto out;
@@ -503,10 +489,10 @@ int client_run(const SiteRunOptions *o, char *err) {
      * federation's length grows) */
     TrainConfig tc = train_defaults(lr, H);
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
-    if ((trainer = trainer_create(&m, &tc, gpus, B, T, err)) == NULL) goto out;
-    TrainCollectives coll = {coll_mean, coll_root, NULL};
-    if (rk.size > 1 && trainer_set_collectives(trainer, &coll, err) != 0) goto out;
-    int replicas = trainer_replicas(trainer); /* batches a step takes */
+    if ((trainer = trainer_create_ranks(&m, &tc, gpus, B, T, &rk, err)) == NULL) goto out;
+    int replicas = trainer_replicas(trainer); /* batches a step takes, on this rank */
+    assert(replicas == per_rank);
+    size_t share = (size_t)rk.rank * replicas * B * T; /* this rank's in a global batch */
     theta = mallocCheck(sizeof(float) * m.n_params);
     delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
@@ -542,6 +528,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         round = order.round;
         if (rk.rank != 0) { /* θ from rank 0, then the round's steps */
             ranks_bcast(m.params, m.n_params * sizeof(float));
+            trainer_from_host(trainer);
             int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
             tc = train_defaults(lr, total_steps);
             for (int step = 0; step < H; step++) {
@@ -549,9 +536,10 @@ int client_run(const SiteRunOptions *o, char *err) {
                 ranks_bcast(&go, sizeof go);
                 if (!go) break;
                 loader_next(&tl, in, tg);
-                trainer_step(trainer, in + (size_t)rk.rank * B * T, tg + (size_t)rk.rank * B * T,
-                             train_lr(&tc, (int)round * H + step), NULL);
+                trainer_step(trainer, in + share, tg + share, train_lr(&tc, (int)round * H + step),
+                             NULL);
             }
+            trainer_to_host(trainer, 0);
             if (check_same_model(&rk, &m, err) != 0) goto out;
             continue;
         }
@@ -597,7 +585,7 @@ int client_run(const SiteRunOptions *o, char *err) {
             }
             ranks_bcast(&go, sizeof go); /* the other ranks step when this one does */
             if (!go) break;
-            if (rk.size > 1) { /* the global batch; this rank's is the first B */
+            if (rk.size > 1) { /* the global batch; rank 0's share is its first */
                 loader_next(&tl, in, tg);
             } else {
                 for (int k = 0; k < replicas; k++)
@@ -606,9 +594,9 @@ int client_run(const SiteRunOptions *o, char *err) {
             steps_done++;
             loss_sum += trainer_step(trainer, in, tg, train_lr(&tc, (int)round * H + step), NULL);
         }
-        if (check_same_model(&rk, &m, err) != 0) goto out;
         double train_loss = loss_sum / steps_done;
         trainer_to_host(trainer, 1); /* θ_local and the moments, for Δ and the state */
+        if (check_same_model(&rk, &m, err) != 0) goto out;
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
         double eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];

@@ -64,6 +64,14 @@ float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream);
  * parameters and the layout for batches of (B, T) per GPU. */
 typedef struct GPTCuda GPTCuda;
 GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err);
+/* The same on one of `ranks` processes (a site under mpirun): every GPU of
+ * every rank in one NCCL communicator (global rank rank × n_gpus + i),
+ * bootstrapped by rank 0's id (gpt_cuda_nccl_id), which the caller has
+ * broadcast. Never run on a GPU yet. */
+#define GPT_CUDA_NCCL_ID_BYTES 128
+int gpt_cuda_nccl_id(void *id);
+GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
+                               const void *nccl_id, char *err);
 void gpt_cuda_free(GPTCuda *g);
 /* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
 float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,

@@ -122,6 +122,22 @@ GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
     return fn(host, n_gpus, B, T, err);
 }
 
+GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
+                               const void *nccl_id, char *err) {
+    static GPTCuda *(*fn)(GPT *, int, int, int, int, int, const void *, char *);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_create_world")) == NULL) {
+        err_set(err, "%s", why_not);
+        return NULL;
+    }
+    return fn(host, n_gpus, B, T, rank, ranks, nccl_id, err);
+}
+
+int gpt_cuda_nccl_id(void *id) {
+    static int (*fn)(void *);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_nccl_id")) == NULL) return -1;
+    return fn(id);
+}
+
 FORWARD(void *, kernels_cuda_alloc, (size_t bytes), (bytes))
 FORWARD_VOID(kernels_cuda_free, (void *p), (p))
 FORWARD_VOID(kernels_cuda_to_device, (void *d, const void *h, size_t bytes), (d, h, bytes))

@@ -8,6 +8,7 @@
 
 #include "kernels/device.h"
 #include "kernels/formats.h"
+#include "kernels/ranks.h"
 #include "kernels/train.h"
 #include "util/util.h"
 #ifdef STRAIT_HAVE_CUDA
@@ -72,7 +73,22 @@ struct Trainer {
 #endif
 };
 
+static void ranks_coll_mean(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    ranks_mean(x, n);
+}
+static void ranks_coll_root(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    ranks_bcast(x, n * sizeof *x);
+}
+
 Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err) {
+    return trainer_create_ranks(m, c, gpus, B, T, NULL, err);
+}
+
+Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int T, const Ranks *rk,
+                              char *err) {
+    int ranks = rk ? rk->size : 1;
     if (B < 1 || T < 1 || T > m->cfg.T || gpus < 0) {
         err_set(err, "batches of %d x %d do not fit a model of context %d", B, T, m->cfg.T);
         return NULL;
@@ -85,8 +101,23 @@ Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, ch
 #endif
     Trainer *t = callocCheck(1, sizeof *t);
     t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
+    if (ranks > 1 && gpus == 0)
+        t->coll = (TrainCollectives){ranks_coll_mean, ranks_coll_root, NULL};
 #ifdef STRAIT_HAVE_CUDA
-    if (gpus > 0 && (t->gpu = gpt_cuda_create(m, gpus, B, T, err)) == NULL) {
+    uint8_t id[GPT_CUDA_NCCL_ID_BYTES] = {0};
+    int id_ok = 1;
+    if (ranks > 1 && gpus > 0) { /* rank 0's NCCL id to every rank; all fail together */
+        if (rk->rank == 0) id_ok = gpt_cuda_nccl_id(id) == 0;
+        ranks_bcast(&id_ok, sizeof id_ok);
+        ranks_bcast(id, sizeof id);
+    }
+    if (!id_ok) {
+        err_set(err, "rank 0 could not make an NCCL id for the site's GPUs");
+        free(t);
+        return NULL;
+    }
+    if (gpus > 0 && (t->gpu = gpt_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
+                                                    ranks > 1 ? id : NULL, err)) == NULL) {
         free(t);
         return NULL;
     }

@@ -52,6 +52,15 @@ int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths,
 typedef struct Trainer Trainer;
 
 Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err);
+/* The same as one of the ranks of a site (kernels/ranks.h; every rank calls
+ * it): on the CPU the gradients are averaged over the ranks with MPI and
+ * every rank takes rank 0's clip factor; on GPUs every GPU of every rank is
+ * in one NCCL communicator bootstrapped over MPI (never run on a GPU yet).
+ * A step takes trainer_replicas() batches; the ranks' steps together are
+ * one step on all their batches. rk NULL or of size 1: trainer_create. */
+struct Ranks;
+Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int T,
+                              const struct Ranks *rk, char *err);
 void trainer_free(Trainer *t);
 /* batches a step takes: 1 on the CPU, gpus on GPUs */
 int trainer_replicas(const Trainer *t);

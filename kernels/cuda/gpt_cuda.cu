@@ -58,9 +58,25 @@ struct GPTCuda {
     ncclComm_t comms[MAX_GPUS];
 #endif
     int B, T, step;
+    int world; /* replicas in the communicator: this process's GPUs x the ranks */
 };
 
+extern "C" int gpt_cuda_nccl_id(void *id) {
+#ifdef STRAIT_HAVE_NCCL
+    static_assert(sizeof(ncclUniqueId) == GPT_CUDA_NCCL_ID_BYTES, "NCCL's id size");
+    return ncclGetUniqueId((ncclUniqueId *)id) == ncclSuccess ? 0 : -1;
+#else
+    (void)id;
+    return -1;
+#endif
+}
+
 extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
+    return gpt_cuda_create_world(host, n_gpus, B, T, 0, 1, NULL, err);
+}
+
+extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
+                                          const void *nccl_id, char *err) {
     int have = 0;
     if (cudaGetDeviceCount(&have) != cudaSuccess || have == 0) {
         cudaGetLastError();
@@ -72,17 +88,21 @@ extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *e
         return NULL;
     }
 #ifndef STRAIT_HAVE_NCCL
-    if (n_gpus > 1) {
+    if (n_gpus > 1 || ranks > 1) {
         snprintf(err, 512, "more than one GPU needs NCCL, which this build lacks");
         return NULL;
     }
 #endif
+    if (ranks > 1 && nccl_id == NULL) {
+        snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
+        return NULL;
+    }
     /* the host model lays out activations for (B, T) */
     int *tmp = (int *)calloc((size_t)B * T, sizeof(int));
     gpt_forward(host, tmp, NULL, B, T);
     free(tmp);
     GPTCuda *g = (GPTCuda *)calloc(1, sizeof *g);
-    g->host = host, g->n = n_gpus, g->B = B, g->T = T;
+    g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
     size_t np = host->n_params * sizeof(float), na = host->acts_len * sizeof(float);
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
@@ -102,7 +122,16 @@ extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *e
         cudaCheck(cudaMemset(r->v, 0, np));
     }
 #ifdef STRAIT_HAVE_NCCL
-    if (n_gpus > 1) {
+    if (ranks > 1) { /* every GPU of every rank in one communicator, bootstrapped by rank 0's id */
+        ncclUniqueId id;
+        memcpy(&id, nccl_id, sizeof id);
+        ncclCheck(ncclGroupStart());
+        for (int i = 0; i < n_gpus; i++) {
+            cudaCheck(cudaSetDevice(i));
+            ncclCheck(ncclCommInitRank(&g->comms[i], g->world, id, rank * n_gpus + i));
+        }
+        ncclCheck(ncclGroupEnd());
+    } else if (n_gpus > 1) {
         int devs[MAX_GPUS];
         for (int i = 0; i < n_gpus; i++) devs[i] = i;
         ncclCheck(ncclCommInitAll(g->comms, n_gpus, devs));
@@ -120,7 +149,7 @@ extern "C" void gpt_cuda_free(GPTCuda *g) {
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
         cudaStreamDestroy(r->stream);
 #ifdef STRAIT_HAVE_NCCL
-        if (g->n > 1) ncclCommDestroy(g->comms[i]);
+        if (g->world > 1) ncclCommDestroy(g->comms[i]);
 #endif
     }
     free(g);
@@ -242,7 +271,7 @@ static void *replica_step(void *arg) {
     rs->loss = replica_forward(m, r, g->B, g->T, 1);
     replica_backward(m, r, g->B, g->T);
 #ifdef STRAIT_HAVE_NCCL
-    if (g->n > 1) /* in order on the replica's stream: after its backward, before its step */
+    if (g->world > 1) /* in order on the replica's stream: after its backward, before its step */
         ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
                                 g->comms[rs->i], r->stream));
 #endif
