@@ -164,6 +164,22 @@ int harness_count_lines(const char *s) {
     return n;
 }
 
+int harness_start_coordinator(const char *fed, char *addr) {
+    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", (char *)fed, NULL};
+    int fd;
+    int pid = proc_spawn(argv, &fd);
+    char line[256];
+    int got = proc_read_line(fd, line, sizeof line, 30000);
+    close(fd);
+    const char *p = got > 0 ? strstr(line, "port ") : NULL;
+    if (p == NULL) {
+        proc_stop(pid, 5000);
+        return -1;
+    }
+    snprintf(addr, 64, "127.0.0.1:%d", atoi(p + 5));
+    return pid;
+}
+
 int harness_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};

@@ -51,6 +51,11 @@ const char *harness_strait_bin(void);
 char *harness_tmpdir(const char *tag);
 void harness_rmtree(const char *path);
 
+/* `strait coordinator start FED` in the background: its pid, with the
+ * address it bound ("127.0.0.1:PORT", from its first line) in addr (64
+ * bytes); -1 when it did not say within 30 s. */
+int harness_start_coordinator(const char *fed, char *addr);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int harness_free_port(void);
 /* Replaces the line "key = …" of [section] in an INI file with "key =

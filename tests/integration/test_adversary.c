@@ -45,15 +45,8 @@ static void ini_set(const char *section, const char *key, const char *value) {
 
 /* Starts the coordinator on port 0 and reads the bound port from its first line. */
 static void start_coordinator(void) {
-    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
-    int fd;
-    coord = proc_spawn(argv, &fd);
-    char line[256];
-    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
-    close(fd);
-    const char *p = strstr(line, "port ");
-    cr_assert_not_null(p, "%s", line);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", atoi(p + 5));
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "coordinator did not start");
 }
 
 static void init_federation(void) {

@@ -67,15 +67,8 @@ static char *federation(const char *name, const char *recipe, const char *total,
     harness_ini_set(ini, "rounds", "inner_steps", inner_steps);
     /* long rounds of a tiny model move it far: no norm bound refuses them */
     harness_ini_set(ini, "rounds", "max_update_ratio", "0");
-    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
-    int fd;
-    coord = proc_spawn(argv, &fd);
-    char line[256];
-    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
-    close(fd);
-    const char *p = strstr(line, "port ");
-    cr_assert_not_null(p, "%s", line);
-    snprintf(addr, 64, "127.0.0.1:%d", atoi(p + 5));
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "the coordinator of %s did not start", fed);
     return fed;
 }
 
