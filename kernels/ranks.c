@@ -19,8 +19,10 @@
 static int initialized, n_ranks = 1;
 
 int ranks_launched(int *size) {
-    /* Open MPI's mpirun, then PMIx and PMI launchers (srun among them) */
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    /* Open MPI's mpirun, then PMIx and PMI launchers, then a Slurm job step
+     * (srun sets SLURM_STEP_NUM_TASKS; a batch script's SLURM_NTASKS alone
+     * does not make this process one of several) */
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && atoi(v) > 1) {
