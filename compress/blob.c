@@ -426,16 +426,39 @@ static const uint8_t *section_raw(const Section *s, ZSTD_DCtx *dz, uint8_t **scr
 
 struct CodecChecked {
     CodecParams p;
-    uint32_t n_sec;
-    Section *secs;
+    uint32_t n_sec;      /* of the blob checked last; 0: empty */
+    Section *secs;       /* owned, n_sec */
     const uint8_t **raw; /* each section's raw payload: in the blob, or own[i] */
-    uint8_t **own;       /* the decompressed payloads; owned */
+    /* buffers for decompressed payloads, kept from one blob to the next (a
+     * receiver checking update after update pays no fresh pages); owned */
+    uint8_t **own;
+    size_t *own_cap;
+    uint32_t cap; /* entries of raw, own and own_cap */
 };
+
+CodecChecked *codec_checked_new(void) {
+    return calloc(1, sizeof(CodecChecked));
+}
 
 void codec_checked_free(CodecChecked *c) {
     if (c == NULL) return;
-    for (uint32_t i = 0; c->own && i < c->n_sec; i++) free(c->own[i]);
-    free(c->own), free(c->raw), free(c->secs), free(c);
+    for (uint32_t i = 0; i < c->cap; i++) free(c->own[i]);
+    free(c->own), free(c->own_cap), free(c->raw), free(c->secs), free(c);
+}
+
+/* Room for n sections (buffers kept); -1 out of memory. */
+static int checked_reserve(CodecChecked *c, uint32_t n) {
+    if (n <= c->cap) return 0;
+    const uint8_t **raw = realloc(c->raw, sizeof *raw * n);
+    if (raw) c->raw = raw;
+    uint8_t **own = raw ? realloc(c->own, sizeof *own * n) : NULL;
+    if (own) c->own = own;
+    size_t *caps = own ? realloc(c->own_cap, sizeof *caps * n) : NULL;
+    if (caps == NULL) return -1;
+    c->own_cap = caps;
+    for (uint32_t i = c->cap; i < n; i++) c->own[i] = NULL, c->own_cap[i] = 0;
+    c->cap = n;
+    return 0;
 }
 
 void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum) {
@@ -447,9 +470,14 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum) {
 
 /* Walks all sections: reads and checks headers serially (cheap), then runs
  * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set.
- * With keep (mode 0), what was checked is kept in *keep for an apply. */
+ * With kept (mode 0), what was checked is kept there for an apply. */
 static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t expect_n, int mode,
-                float w, float *dst, BlobInfo *info, CodecChecked **keep, char *err) {
+                float w, float *dst, BlobInfo *info, CodecChecked *kept, char *err) {
+    if (kept) { /* empty until this blob passes, whatever it held */
+        kept->n_sec = 0;
+        free(kept->secs);
+        kept->secs = NULL;
+    }
     CodecParams p;
     uint64_t hash = 0, n = 0;
     uint32_t n_sec = 0;
@@ -479,17 +507,11 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     const CodecOps *ops = codec_ops(p.id);
     double *norms = calloc(n_sec ? n_sec : 1, sizeof *norms);
     uint64_t *nnz = calloc(n_sec ? n_sec : 1, sizeof *nnz);
-    CodecChecked *kept = keep ? calloc(1, sizeof *kept) : NULL;
-    if (kept) {
-        kept->p = p, kept->n_sec = n_sec, kept->secs = secs;
-        kept->raw = calloc(n_sec ? n_sec : 1, sizeof *kept->raw);
-        kept->own = calloc(n_sec ? n_sec : 1, sizeof *kept->own);
-    }
     int failed = 0;
     uint32_t first_bad = n_sec;
     int bad_rc = -1; /* the first bad section's: CODEC_NON_FINITE or -1 */
     char bad_err[ERR_LEN] = "";
-    if (norms == NULL || nnz == NULL || (keep && (!kept || !kept->raw || !kept->own))) {
+    if (norms == NULL || nnz == NULL || (kept && checked_reserve(kept, n_sec ? n_sec : 1) != 0)) {
         failed = 1;
         err_set(bad_err, "out of memory");
     }
@@ -502,11 +524,11 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         char e[ERR_LEN];
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_run; i++) {
-            const uint8_t *raw = dz ? section_raw(&secs[i], dz, &scratch, &scratch_cap, e) : NULL;
-            if (raw != NULL && kept != NULL) { /* kept: a decompressed payload stays */
-                if (raw == scratch) kept->own[i] = scratch, scratch = NULL, scratch_cap = 0;
-                kept->raw[i] = raw;
-            }
+            /* kept: a decompressed payload stays, in that section's buffer */
+            uint8_t **buf = kept ? &kept->own[i] : &scratch;
+            size_t *cap = kept ? &kept->own_cap[i] : &scratch_cap;
+            const uint8_t *raw = dz ? section_raw(&secs[i], dz, buf, cap, e) : NULL;
+            if (raw != NULL && kept != NULL) kept->raw[i] = raw;
             int bad = raw == NULL ? -1 : 0;
             if (!bad && mode == 0) bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
             if (!bad && mode != 0)
@@ -542,10 +564,8 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     free(norms);
     free(nnz);
     if (kept && !failed) {
-        *keep = kept; /* it owns secs now */
+        kept->p = p, kept->n_sec = n_sec, kept->secs = secs; /* it owns secs now */
     } else {
-        if (kept) kept->secs = NULL; /* freed below */
-        codec_checked_free(kept);
         free(secs);
     }
     if (failed) return err_set(err, "%s", bad_err), bad_rc;
@@ -589,10 +609,9 @@ int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, ui
 }
 
 int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
-                     BlobInfo *info, CodecChecked **out, char *err) {
+                     BlobInfo *info, CodecChecked *c, char *err) {
     BlobInfo local;
-    *out = NULL;
-    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, out, err);
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, c, err);
 }
 
 int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,

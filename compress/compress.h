@@ -127,13 +127,16 @@ int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, ui
 /* An inspected blob, ready to apply without decompressing or checksumming
  * it again: what codec_blob_check keeps of it (the decompressed payloads of
  * its zstd sections; the rest it reads in the blob, which must outlive it).
- * A receiver inspects once and accumulates from this. */
+ * A receiver inspects once and accumulates from this, and refills the same
+ * one for the next blob: its buffers stay, so no new pages are paid. */
 typedef struct CodecChecked CodecChecked;
-/* codec_blob_inspect, keeping *out on success (NULL otherwise). */
+CodecChecked *codec_checked_new(void); /* empty; NULL: out of memory */
+/* codec_blob_inspect, keeping what it checked in c (what c held before is
+ * gone; on failure c is empty). */
 int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
-                     BlobInfo *info, CodecChecked **out, char *err);
+                     BlobInfo *info, CodecChecked *c, char *err);
 /* sum[i] += weight * decoded[i], as codec_decode_accumulate, in parallel
- * over sections. */
+ * over sections; c must hold a blob that passed. */
 void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum);
 void codec_checked_free(CodecChecked *c); /* NULL is fine */
 

@@ -22,7 +22,11 @@ int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_ga
     if (n == 0 || n > CODEC_MAX_ELEMENTS)
         return err_set(err, "bad model size %llu", (unsigned long long)n);
     rs->sum = calloc(n, sizeof(float));
-    if (rs->sum == NULL) return err_set(err, "out of memory for the round's sum");
+    rs->pool = codec_checked_new();
+    if (rs->sum == NULL || rs->pool == NULL) {
+        round_sum_free(rs);
+        return err_set(err, "out of memory for the round's sum");
+    }
     rs->n = n;
     rs->table_hash = table_hash;
     rs->norm_gate = norm_gate;
@@ -33,6 +37,7 @@ int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_ga
 void round_sum_free(RoundSum *rs) {
     free(rs->sum);
     free(rs->norms);
+    codec_checked_free(rs->pool);
     memset(rs, 0, sizeof *rs);
 }
 
@@ -54,14 +59,22 @@ static double median_of(const double *v, int n) {
 /* The update's own checks (codec_blob_check: header, sections, checksums,
  * finite values; then the model it is for), keeping what was checked. */
 int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, size_t len,
-                       RoundGate *g) {
+                       CodecChecked *pool, RoundGate *g) {
     memset(g, 0, sizeof *g);
+    g->checked = pool ? pool : codec_checked_new();
+    g->owns_checked = pool == NULL;
+    if (g->checked == NULL) {
+        g->code = "internal";
+        snprintf(g->why, sizeof g->why, "out of memory inspecting the update");
+        return 1;
+    }
     BlobInfo info;
     char reason[ERR_LEN];
-    int rc = codec_blob_check(blob, len, 0, 0, &info, &g->checked, reason);
+    int rc = codec_blob_check(blob, len, 0, 0, &info, g->checked, reason);
     if (rc != 0) {
         g->code = rc == CODEC_NON_FINITE ? "non_finite" : "malformed";
         snprintf(g->why, sizeof g->why, "%.250s", reason);
+        round_gate_free(g);
         return 1;
     }
     g->norm = sqrt(info.norm2);
@@ -79,8 +92,9 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
 }
 
 void round_gate_free(RoundGate *g) {
-    codec_checked_free(g->checked);
+    if (g->owns_checked) codec_checked_free(g->checked);
     g->checked = NULL;
+    g->owns_checked = 0;
 }
 
 /* The round's gates on an inspected update: the weight, the absolute norm
@@ -112,7 +126,7 @@ int round_sum_judge(const RoundSum *rs, double weight, RoundGate *g) {
 
 int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double weight,
                    RoundGate *g) {
-    if (round_gate_inspect(rs->n, rs->table_hash, blob, len, g) != 0) return 1;
+    if (round_gate_inspect(rs->n, rs->table_hash, blob, len, rs->pool, g) != 0) return 1;
     return round_sum_judge(rs, weight, g);
 }
 

@@ -151,9 +151,10 @@ typedef struct RoundSum {
     int accepted;
     double *norms; /* owned: the accepted updates' norms, for the gate */
     int norms_cap;
-    double norm_gate; /* refuse norms above gate × median of the accepted (0: off) */
-    int gate_min;     /* the gate applies once this many updates are in */
-    double max_norm;  /* refuse norms above this, from the first update on (0: off) */
+    double norm_gate;   /* refuse norms above gate × median of the accepted (0: off) */
+    int gate_min;       /* the gate applies once this many updates are in */
+    double max_norm;    /* refuse norms above this, from the first update on (0: off) */
+    CodecChecked *pool; /* owned: round_sum_gate's inspections, refilled */
 } RoundSum;
 
 /* What the gates made of an update: its norm, or why it is refused (code:
@@ -163,16 +164,19 @@ typedef struct RoundGate {
     double norm;
     const char *code; /* NULL: passed */
     char why[256];
-    CodecChecked *checked; /* owned (round_gate_free); the blob must outlive it */
+    CodecChecked *checked; /* what was checked; the blob must outlive it */
+    int owns_checked;      /* round_gate_free frees it (it was not a caller's pool) */
 } RoundGate;
 
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err);
 void round_sum_free(RoundSum *rs);
 /* The update's own checks, needing nothing of a round (so no lock): header,
  * sections, checksums, finite values, the model it is for (n values of
- * table_hash); its norm. 0 passed (g->norm, g->checked set), 1 refused. */
+ * table_hash); its norm. What was checked goes into pool (refilled update
+ * after update by one caller at a time; NULL: a new one). 0 passed
+ * (g->norm, g->checked set), 1 refused. */
 int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, size_t len,
-                       RoundGate *g);
+                       CodecChecked *pool, RoundGate *g);
 /* The round's gates on an inspected update: its weight, the absolute norm
  * bound, the norm against the median of those accepted. 0 passed, 1 refused
  * (g->code set; also when the inspection refused it). */

@@ -103,6 +103,7 @@ typedef struct Rounds {
      * file) are resident only while it is read, so memory does not grow with
      * the uploads in flight. Taken before lock. */
     pthread_mutex_t reading;
+    CodecChecked *pool; /* owned, under reading: each inspection refills it */
 } Rounds;
 
 typedef struct Coordinator Coordinator; /* below */

@@ -219,7 +219,7 @@ static void h_push_update(NetCall *c, void *user) {
      * values, model and norm (the model's table never changes) */
     pthread_mutex_lock(&r->reading);
     RoundGate g;
-    round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, &g);
+    round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, r->pool, &g);
     /* a robust round keeps the update whole: written now, outside the lock,
      * and dropped if the round refuses it (O_EXCL: a second update of the
      * same site and round is not written over the first) */

@@ -124,6 +124,12 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
         fail_round(co, reason);
     }
     pthread_mutex_unlock(&r->lock);
+    /* the inspections' buffers go between rounds: an idle coordinator holds
+     * none (the next round's first update pays them again) */
+    pthread_mutex_lock(&r->reading);
+    CodecChecked *fresh = codec_checked_new();
+    if (fresh) codec_checked_free(r->pool), r->pool = fresh;
+    pthread_mutex_unlock(&r->reading);
     round_next_free(&nx);
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
     round_sum_free(&c->sum);
@@ -283,6 +289,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->reading, NULL);
+    if ((r->pool = codec_checked_new()) == NULL) return err_set(err, "out of memory");
     pthread_cond_init(&r->changed, NULL);
     r->delta_from = -1;
     r->set = *set;
@@ -354,6 +361,7 @@ void rounds_stop(Coordinator *co) {
     free(r->waiters);
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     round_sum_free(&r->sum);
+    codec_checked_free(r->pool);
     outer_free(&r->outer);
     ef_free(&r->down_ef);
     gpt_free(&r->model);
