@@ -110,6 +110,7 @@ int main(int argc, char **argv) {
                 json_object_set_new(o, "codec", json_string(codecs[c]));
                 json_object_set_new(o, "n", json_integer((json_int_t)n));
                 json_object_set_new(o, "threads", json_integer(threads));
+                json_object_set_new(o, "isa", json_string(codec_isa()));
                 json_object_set_new(o, "zstd", json_integer(p.zstd_level));
                 json_object_set_new(o, "encode_gbps", json_real(enc));
                 json_object_set_new(o, "decode_acc_gbps", json_real(dec));

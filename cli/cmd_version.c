@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compress/compress.h"
 #include "kernels/device.h"
 #include "kernels/ranks.h"
 #include "net/net.h"
@@ -34,6 +35,7 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "mpi", json_boolean(caps.mpi));
         json_object_set_new(o, "mpi_library", json_string(ranks_library()));
         json_object_set_new(o, "tls13_only", json_boolean(net_tls13_only()));
+        json_object_set_new(o, "codec_isa", json_string(codec_isa()));
         json_object_set_new(o, "gpus", json_integer(gpus));
         json_object_set_new(o, "gpu_name", json_string(gpus > 0 ? gpu_name : ""));
         json_object_set_new(o, "no_gpu_reason", json_string(gpus > 0 ? "" : why));
@@ -46,6 +48,7 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
            *nccl ? ")" : "", caps.openblas ? "yes" : "no", caps.openmp ? "yes" : "no",
            caps.mpi ? "yes" : "no (sites run as one process)", *mpi ? " (" : "", mpi,
            *mpi ? ")" : "");
+    printf("codecs: %s inner loops\n", codec_isa());
     printf("tls: %s\n",
            net_tls13_only() ? "1.3 only" : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
     if (gpus > 0)

@@ -64,6 +64,10 @@ const char *codec_names(void);
 /* The name codec_params_parse takes back for these parameters' family:
  * "topk2" for top-k with 2-bit values, else codec_name. */
 const char *codec_params_name(const CodecParams *p);
+/* The instruction set the codecs' inner loops run with on this machine:
+ * "avx512", "avx2" or "scalar" (STRAIT_CODEC_ISA may force one); every one
+ * makes the same bytes. */
+const char *codec_isa(void);
 /* Parses a name (and "topk2" for 2-bit values) into defaults; -1 if unknown. */
 int codec_params_parse(const char *name, CodecParams *out, char *err);
 int codec_params_check(const CodecParams *p, char *err);

@@ -165,3 +165,7 @@ void codec_simd_use(const CodecSimd *k) {
     (void)codec_simd(); /* past the one-time choice, so it cannot override k */
     chosen = k;
 }
+
+const char *codec_isa(void) {
+    return codec_simd()->name;
+}
