@@ -16,7 +16,7 @@
  * Hello, each round's θ and, step by step, whether to go on. Every rank
  * reads the same data in the same order: each step takes a global batch of
  * size × B sequences, rank r the r-th B of them, and the gradients are
- * averaged over the ranks (trainer_set_collectives), so every rank holds the
+ * averaged over the ranks (trainer_create_ranks), so every rank holds the
  * same θ after each step (checked each round) and the site trains as one
  * process with size × B would. Only rank 0 needs the site folder; every
  * rank needs the data. A rank that fails ends the job (MPI_Abort; a rank
@@ -331,7 +331,7 @@ static void *signal_watch(void *arg) {
 /* What rank 0 tells the others at the start of each round. */
 typedef struct RoundOrder {
     uint64_t round;
-    int32_t finished, total_steps;
+    int64_t finished;
 } RoundOrder;
 
 /* The HelloResponse, packed by rank 0 and unpacked by every other rank. */
@@ -461,11 +461,10 @@ int client_run(const SiteRunOptions *o, char *err) {
     int have_val = rk.rank == 0 && val.n > (size_t)B * T; /* at least one batch; rank 0 scores */
     uint64_t seed = o->seed ? o->seed : (uint64_t)time_wall_ms();
     ranks_bcast(&seed, sizeof seed); /* one data order for every rank */
-    /* the global batch of every rank's B (each of its GPUs'): rank r trains
-     * on the r-th share */
+    /* each step reads one global batch: B for every GPU (or the CPU) of every
+     * rank; rank r trains on the r-th share */
     int per_rank = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 1;
-    if (loader_init(&tl, train, rk.size > 1 ? B * rk.size * per_rank : B, T, 0, 1, seed, err) != 0)
-        goto out;
+    if (loader_init(&tl, train, B * rk.size * per_rank, T, 0, 1, seed, err) != 0) goto out;
     /* the federation's error feedback decay (an older coordinator sends none: 1) */
     float decay = hr->ef_decay > 0 && hr->ef_decay <= 1 ? hr->ef_decay : 1.0f;
     if (ef_init(&ef, m.n_params, m.table_hash, decay, err) != 0) goto out;
@@ -522,45 +521,33 @@ int client_run(const SiteRunOptions *o, char *err) {
     }
     for (;;) {
         /* rank 0's order for the round: which, and whether the federation is over */
-        RoundOrder order = {round, finished, 0};
+        RoundOrder order = {round, finished};
         ranks_bcast(&order, sizeof order);
         if (order.finished) break;
         round = order.round;
-        if (rk.rank != 0) { /* θ from rank 0, then the round's steps */
-            ranks_bcast(m.params, m.n_params * sizeof(float));
-            trainer_from_host(trainer);
-            int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
-            tc = train_defaults(lr, total_steps);
-            for (int step = 0; step < H; step++) {
-                int go = 0;
-                ranks_bcast(&go, sizeof go);
-                if (!go) break;
-                loader_next(&tl, in, tg);
-                trainer_step(trainer, in + share, tg + share, train_lr(&tc, (int)round * H + step),
-                             NULL);
-            }
-            trainer_to_host(trainer, 0);
-            if (check_same_model(&rk, &m, err) != 0) goto out;
-            continue;
+        int built_here = 0;
+        if (rk.rank == 0) {
+            built_here = seeded && round == hr->current_round; /* theta_sha is its hash */
+            if (built_here)
+                log_info("site",
+                         "round %llu: the model is the federation's %s; built here, not downloaded",
+                         (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
+            else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
+                goto out;
         }
-        int built_here = seeded && round == hr->current_round; /* theta_sha is its hash */
-        if (built_here)
-            log_info("site",
-                     "round %llu: the model is the federation's %s; built here, not downloaded",
-                     (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
-        else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
-            goto out;
-        ranks_bcast(m.params, m.n_params * sizeof(float));
-        seeded = 0;
-        memcpy(theta, m.params, sizeof(float) * m.n_params);
-        have_round = (int64_t)round;
-        /* what the coordinator checks each update against, and what a
-         * reader compares with its checkpoint of the round before */
-        char theta_hex[65];
-        if (!built_here) security_sha256(theta, m.n_params * 4, theta_sha);
-        security_hex(theta_sha, 32, theta_hex);
-        log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
-                 (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
+        ranks_bcast(m.params, m.n_params * sizeof(float)); /* θ from rank 0 */
+        if (rk.rank == 0) {
+            seeded = 0;
+            memcpy(theta, m.params, sizeof(float) * m.n_params);
+            have_round = (int64_t)round;
+            /* what the coordinator checks each update against, and what a
+             * reader compares with its checkpoint of the round before */
+            char theta_hex[65];
+            if (!built_here) security_sha256(theta, m.n_params * 4, theta_sha);
+            security_hex(theta_sha, 32, theta_hex);
+            log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
+                     (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
+        }
         /* the global model as received, before this site's steps move it */
         double start_eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
@@ -573,9 +560,10 @@ int client_run(const SiteRunOptions *o, char *err) {
             uint64_t now = time_monotonic_ns();
             int go = 1;
             /* the federation's time budget: a slow site sends fewer steps */
-            if (step > 0 && hr->round_budget_ms && (now - t0) / 1000000 >= hr->round_budget_ms)
+            if (rk.rank == 0 && step > 0 && hr->round_budget_ms &&
+                (now - t0) / 1000000 >= hr->round_budget_ms)
                 go = 0;
-            if (go && (now - last_beat) / 1000000 >= HEARTBEAT_MS) {
+            if (rk.rank == 0 && go && (now - last_beat) / 1000000 >= HEARTBEAT_MS) {
                 last_beat = now;
                 if (heartbeat(&s, round) > round) {
                     log_warn("site", "round %llu closed without this site; stopping its training",
@@ -583,20 +571,18 @@ int client_run(const SiteRunOptions *o, char *err) {
                     go = 0;
                 }
             }
-            ranks_bcast(&go, sizeof go); /* the other ranks step when this one does */
+            ranks_bcast(&go, sizeof go); /* the other ranks step when rank 0 does */
             if (!go) break;
-            if (rk.size > 1) { /* the global batch; rank 0's share is its first */
-                loader_next(&tl, in, tg);
-            } else {
-                for (int k = 0; k < replicas; k++)
-                    loader_next(&tl, in + (size_t)k * B * T, tg + (size_t)k * B * T);
-            }
+            loader_next(&tl, in, tg); /* the global batch: every rank's, every GPU's */
             steps_done++;
-            loss_sum += trainer_step(trainer, in, tg, train_lr(&tc, (int)round * H + step), NULL);
+            loss_sum += trainer_step(trainer, in + share, tg + share,
+                                     train_lr(&tc, (int)round * H + step), NULL);
         }
-        double train_loss = loss_sum / steps_done;
-        trainer_to_host(trainer, 1); /* θ_local and the moments, for Δ and the state */
+        /* θ_local (and, at rank 0, the moments: for Δ and the state) */
+        trainer_to_host(trainer, rk.rank == 0);
         if (check_same_model(&rk, &m, err) != 0) goto out;
+        if (rk.rank != 0) continue; /* rank 0 sends the update */
+        double train_loss = loss_sum / steps_done;
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
         double eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];

@@ -80,13 +80,8 @@ static size_t fp32_raw_len(const CodecParams *p, uint32_t count) {
 static int fp32_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
     (void)p;
-    uint32_t bad = 0; /* a bit test the compiler vectorizes, unlike isfinite */
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    if (bad) return err_set(err, "update holds a value that is not finite");
+    if (!codec_simd()->finite(x, count))
+        return err_set(err, "update holds a value that is not finite");
     memcpy(out, x, (size_t)count * 4);
     return 0;
 }

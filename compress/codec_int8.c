@@ -39,8 +39,9 @@ static float block_scale(double sumsq, uint32_t n) {
 }
 
 /* Four packed histograms (SIMD_TERM_ONE in compress_internal.h) into the
- * bins' counts and offset sums. Each holds at most FOLD_EVERY / 4 terms, so
- * its offset sum is below 2^37 in magnitude and the split is exact. */
+ * bins' counts and offset sums, leaving them zero. Each holds at most
+ * FOLD_EVERY / 4 terms, so its offset sum is at most 2^37 in magnitude and
+ * the split is exact. */
 static void fold(int64_t (*h)[256], int64_t *mid_sum, uint32_t *mid_count) {
     for (int q = 0; q < 256; q++)
         for (int s = 0; s < 4; s++) {
@@ -62,7 +63,6 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
     float inv = 1.0f / scale;
     int64_t mid_sum[256] = {0}, edge_sum[2] = {0, 0};
     uint32_t mid_count[256] = {0}, edge_count[2] = {0, 0};
-    memset(h, 0, 4 * sizeof h[0]);
     for (uint32_t t0 = 0; t0 < n; t0 += SIMD_TERM_TILE) {
         uint32_t m = n - t0 < SIMD_TERM_TILE ? n - t0 : SIMD_TERM_TILE, i = 0;
         const uint8_t *c = codes + t0;
@@ -107,6 +107,7 @@ static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uin
     if (term == NULL) return err_set(err, "out of memory encoding int8");
     int64_t(*h)[256] = (int64_t(*)[256])(void *)(term + SIMD_TERM_TILE);
     uint32_t *clamped = (uint32_t *)(void *)(term + SIMD_TERM_TILE + 4 * 256);
+    memset(h, 0, 4 * sizeof h[0]); /* zero from here on: every fold leaves it so */
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
         double sumsq = k->sumsq(x + b0, n);

@@ -297,9 +297,10 @@ out:
 
 void round_next_install(Coordinator *co, RoundNext *nx) {
     Rounds *r = &co->rounds;
-    size_t n = r->model.n_params;
     memcpy(r->delta_base_sha, r->theta_sha, 32);
-    memcpy(r->model.params, nx->theta, sizeof(float) * n);
+    float *old = r->model.params; /* a swap, not a copy of the model under the lock */
+    r->model.params = nx->theta;
+    nx->theta = old; /* freed with nx */
     memcpy(r->theta_sha, nx->theta_sha, 32);
     outer_free(&r->outer);
     r->outer = nx->outer;

@@ -222,13 +222,20 @@ static void h_push_update(NetCall *c, void *user) {
     round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, r->pool, &g);
     /* a robust round keeps the update whole: written now, outside the lock,
      * and dropped if the round refuses it (O_EXCL: a second update of the
-     * same site and round is not written over the first) */
-    char kept[64];
-    round_kept_name((int64_t)got.round, kept, sizeof kept);
+     * same site and round is not written over the first). Only an update
+     * for the open round is written: the round it claims is checked first. */
+    char kept[64] = "";
     int kept_here = 0;
-    char keep_err[ERR_LEN] = "";
-    if (g.code == NULL && r->set.keeps_updates)
-        kept_here = net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, keep_err) == 0;
+    char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
+    if (g.code == NULL && r->set.keeps_updates) {
+        pthread_mutex_lock(&r->lock);
+        int64_t open =
+            !r->closing && !r->finished && got.round == (uint64_t)r->number ? r->number : -1;
+        pthread_mutex_unlock(&r->lock);
+        round_kept_name(open, kept, sizeof kept);
+        if (open >= 0)
+            kept_here = net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, keep_err) == 0;
+    }
     pthread_mutex_lock(&r->lock);
     int64_t round_id = r->round_id, update_id = 0;
     char why[ERR_LEN] = "";

@@ -39,9 +39,9 @@
 #include "security/security.h"
 #include "util/util.h"
 
-/* Opens round r->number (its store row, an empty sum); bytes_down starts at
- * what was served since the last round was recorded. Under r->lock. */
-static int open_round(Coordinator *co, int64_t bytes_down, char *err) {
+/* Opens round r->number (its store row, an empty sum); r->bytes_down goes
+ * on counting from what the last record left of it. Under r->lock. */
+static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&co->store_lock);
     int rc = store_round_open(co->store, r->number, time_wall_ms(), &r->round_id, err);
@@ -53,7 +53,6 @@ static int open_round(Coordinator *co, int64_t bytes_down, char *err) {
     r->n_kept = 0;
     r->n_reported = 0;
     r->eval_sum = r->eval_weight = 0;
-    r->bytes_down = bytes_down;
     r->closing = 0;
     round_sum_free(&r->sum);
     if (round_sum_init(&r->sum, r->model.n_params, r->model.table_hash, 10.0, err) != 0) return -1;
@@ -73,7 +72,8 @@ static void fail_round(Coordinator *co, const char *reason) {
         log_error("rounds", "cannot record round %lld as failed: %s", (long long)r->number, err);
     pthread_mutex_unlock(&co->store_lock);
     log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);
-    if (open_round(co, 0, err) != 0) log_error("rounds", "cannot reopen: %s", err);
+    r->bytes_down = 0; /* recorded with the failed attempt */
+    if (open_round(co, err) != 0) log_error("rounds", "cannot reopen: %s", err);
     pthread_cond_broadcast(&r->changed);
 }
 
@@ -113,7 +113,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
             r->finished = 1;
             r->closing = 0;
             log_info("rounds", "federation finished after %lld rounds", (long long)r->set.total);
-        } else if (open_round(co, r->bytes_down, err) != 0) {
+        } else if (open_round(co, err) != 0) { /* the install left what the commit did not record */
             log_error("rounds", "cannot open round %lld: %s", (long long)r->number, err);
         }
         pthread_cond_broadcast(&r->changed);
@@ -336,7 +336,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
     if (r->number >= r->set.total) {
         r->finished = 1;
-    } else if (open_round(co, 0, err) != 0) {
+    } else if (open_round(co, err) != 0) {
         return -1;
     }
     pthread_create(&r->ticker, NULL, ticker_main, co);

@@ -227,6 +227,28 @@ static NetStatus push(NetChannel *ch, uint64_t round, const char *id, const Blob
                       b->data, b->len, 30000, NULL, details, 256);
 }
 
+/* A Heartbeat for round 0 answered within 10 s, with round 0 current and
+ * the federation not finished; `when` names the moment for the messages. */
+static void heartbeat_says_round_0(NetChannel *ch, const char *when) {
+    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
+    req.round = 0;
+    req.state = "training";
+    uint8_t buf[64];
+    size_t n = strait__heartbeat_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256];
+    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 10000, details,
+                           sizeof details),
+                 NET_OK, "Heartbeat %s: %s", when, details);
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    cr_assert_not_null(hr);
+    cr_assert_eq(hr->current_round, 0, "Heartbeat %s: round %llu", when,
+                 (unsigned long long)hr->current_round);
+    cr_assert(!hr->finished);
+    strait__heartbeat_response__free_unpacked(hr, NULL);
+    net_buf_free(&resp);
+}
+
 Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     setup_federation("1", "1", "6s", 2); /* s1 never runs: the round waits for the deadline */
     proc_stop(coord, 10000);
@@ -343,23 +365,11 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
     /* the update that closes round 0 is answered before the commit */
     cr_assert_eq(push(ch, 0, "closes", &good, details), NET_OK, "%s", details);
     /* held: Heartbeat says round 0 still, ... */
-    Strait__HeartbeatRequest hb = STRAIT__HEARTBEAT_REQUEST__INIT;
-    hb.round = 0;
-    hb.state = "training";
-    uint8_t buf[128];
-    size_t blen = strait__heartbeat_request__pack(&hb, buf);
-    NetBuf resp;
-    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, blen, &resp, 10000, details,
-                           sizeof details),
-                 NET_OK, "Heartbeat during a commit: %s", details);
-    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
-    cr_assert_not_null(hr);
-    cr_assert_eq(hr->current_round, 0);
-    strait__heartbeat_response__free_unpacked(hr, NULL);
-    net_buf_free(&resp);
+    heartbeat_says_round_0(ch, "during a commit");
     /* ... GetModel serves θ0, ... */
     Strait__GetModelRequest gm = STRAIT__GET_MODEL_REQUEST__INIT;
-    blen = strait__get_model_request__pack(&gm, buf);
+    uint8_t buf[64];
+    size_t blen = strait__get_model_request__pack(&gm, buf);
     NetLimits lim = {.max_total = 1ull << 30};
     NetBuf model;
     cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, blen, &lim, 10000, &model,
@@ -601,22 +611,8 @@ Test(rounds, a_time_budget_bounds_the_inner_steps_and_heartbeats_answer) {
     setup_federation("2", "2", "120s", 2);
     int64_t before = time_wall_ms();
     NetChannel *ch = site_channel("s1");
-    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
-    req.round = 0;
-    req.state = "training";
-    uint8_t buf[64];
-    size_t n = strait__heartbeat_request__pack(&req, buf);
-    NetBuf resp;
-    char details[256], err[ERR_LEN], db[800];
-    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 10000, details,
-                           sizeof details),
-                 NET_OK, "%s", details);
-    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
-    cr_assert_not_null(hr);
-    cr_assert_eq(hr->current_round, 0);
-    cr_assert(!hr->finished);
-    strait__heartbeat_response__free_unpacked(hr, NULL);
-    net_buf_free(&resp);
+    heartbeat_says_round_0(ch, "while the sites train");
+    char err[ERR_LEN], db[800];
     net_channel_destroy(ch);
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
     Store *s = store_open(db, STORE_READONLY, err);
