@@ -132,8 +132,9 @@ typedef struct SectionOut {
     uint64_t offset;
     uint32_t count;
     size_t raw_len;
-    size_t at;  /* where its raw payload was encoded, in the output */
-    uint8_t *z; /* zstd form when smaller (owned), else NULL */
+    size_t at;      /* where its raw payload was encoded, in the output */
+    uint8_t *z;     /* the lossless stage's form when smaller (owned), else NULL */
+    uint32_t flags; /* of z: SECTION_FLAG_ZSTD or SECTION_FLAG_PLANES */
     size_t stored_len;
     uint64_t checksum;
     char err[ERR_LEN];
@@ -185,17 +186,58 @@ static void section_header(uint8_t *h, const SectionOut *s) {
     st32(h + 8, s->count);
     st32(h + 12, (uint32_t)s->raw_len);
     st32(h + 16, (uint32_t)s->stored_len);
-    st32(h + 20, s->z ? SECTION_FLAG_ZSTD : 0);
+    st32(h + 20, s->z ? s->flags : 0);
 }
 
 static uint64_t section_checksum(const uint8_t *header, const uint8_t *payload, size_t len) {
     return XXH64(payload, len, XXH64(header, 24, 0));
 }
 
+/* The lossless stage of one section's raw payload: the form kept when it
+ * is smaller than raw (owned, into s->z, s->flags, s->stored_len), else
+ * nothing. Words go plane by plane: w u32 plane lengths, then the planes
+ * (FORMATS.md), each plane zstd-compressed when that saves an eighth of it
+ * at least: a plane zstd barely shrinks (a float's mantissa bytes) would
+ * cost the receiver a decompression pass to save a few bytes. Other
+ * payloads go as one zstd frame. planes: room for raw_len bytes. */
+static void section_compress(ZSTD_CCtx *zc, int level, int w, const uint8_t *raw, uint8_t *planes,
+                             SectionOut *s) {
+    size_t bound = w ? 4 * (size_t)w + (size_t)w * ZSTD_compressBound(s->count)
+                     : ZSTD_compressBound(s->raw_len);
+    uint8_t *z = malloc(bound);
+    if (z == NULL) return; /* kept raw: a valid blob, only larger */
+    size_t len;
+    if (w == 0) {
+        len = ZSTD_compressCCtx(zc, z, bound, raw, s->raw_len, level);
+        if (ZSTD_isError(len)) len = SIZE_MAX;
+    } else {
+        planes_split(raw, s->count, w, planes);
+        len = 4 * (size_t)w;
+        for (int j = 0; j < w; j++) {
+            const uint8_t *plane = planes + (size_t)j * s->count;
+            size_t zl = ZSTD_compressCCtx(zc, z + len, bound - len, plane, s->count, level);
+            if (ZSTD_isError(zl) || zl > s->count - s->count / 8) {
+                memcpy(z + len, plane, s->count);
+                zl = s->count;
+            }
+            st32(z + 4 * (size_t)j, (uint32_t)zl);
+            len += zl;
+        }
+    }
+    if (len >= s->raw_len) {
+        free(z);
+        return;
+    }
+    s->z = z;
+    s->flags = w ? SECTION_FLAG_PLANES : SECTION_FLAG_ZSTD;
+    s->stored_len = len;
+}
+
 /* Every section's raw payload is encoded straight into the output at the
  * place it would have uncompressed, in parallel; then the sections that
- * zstd shrinks are compressed (in parallel), and one serial pass slides the
- * payloads left into their final places and writes the section headers. */
+ * the lossless stage shrinks are compressed (in parallel), and one serial
+ * pass slides the payloads left into their final places and writes the
+ * section headers. */
 static int cpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
                        uint8_t *out, char *err) {
     return codec_ops(p->id)->encode(p, (const float *)ctx + offset, count, out, err);
@@ -230,6 +272,7 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
 #pragma omp parallel reduction(| : failed) if (parallel)
     {
         ZSTD_CCtx *zc = p->zstd_level > 0 ? ZSTD_createCCtx() : NULL;
+        uint8_t *planes = zc && ops->word ? malloc((size_t)ops->word * CODEC_SECTION_MAX) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < n_sec; i++) {
             SectionOut *s = &secs[i];
@@ -239,22 +282,13 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
                 continue;
             }
             s->stored_len = s->raw_len;
-            if (zc != NULL) {
-                size_t bound = ZSTD_compressBound(s->raw_len);
-                uint8_t *z = malloc(bound);
-                size_t zlen =
-                    z ? ZSTD_compressCCtx(zc, z, bound, raw, s->raw_len, p->zstd_level) : 0;
-                if (z != NULL && !ZSTD_isError(zlen) && zlen < s->raw_len) {
-                    s->z = z;
-                    s->stored_len = zlen;
-                } else {
-                    free(z);
-                }
-            }
+            if (zc != NULL && (ops->word == 0 || planes != NULL))
+                section_compress(zc, p->zstd_level, ops->word, raw, planes, s);
             uint8_t h[SECTION_HEADER_LEN];
             section_header(h, s);
             s->checksum = section_checksum(h, s->z ? s->z : raw, s->stored_len);
         }
+        free(planes);
         ZSTD_freeCCtx(zc);
     }
     if (failed) {
@@ -378,13 +412,17 @@ static int read_section(const CodecParams *p, const uint8_t *b, size_t len, size
     if (s->count == 0 || s->count > CODEC_SECTION_MAX || s->count > n - s->offset)
         return err_set(err, "section of %u values at %llu does not fit %llu", s->count,
                        (unsigned long long)s->offset, (unsigned long long)n);
-    if (s->flags & ~SECTION_FLAG_ZSTD) return err_set(err, "section has unknown flags");
-    size_t want = codec_ops(p->id)->raw_len(p, s->count);
+    const CodecOps *ops = codec_ops(p->id);
+    if ((s->flags & ~(SECTION_FLAG_ZSTD | SECTION_FLAG_PLANES)) ||
+        s->flags == (SECTION_FLAG_ZSTD | SECTION_FLAG_PLANES))
+        return err_set(err, "section has unknown flags");
+    if ((s->flags & SECTION_FLAG_PLANES) && ops->word == 0)
+        return err_set(err, "section claims byte planes; %s payloads have no words", ops->name);
+    size_t want = ops->raw_len(p, s->count);
     if (s->raw_len != want)
         return err_set(err, "section raw length %u, the codec needs %zu for %u values", s->raw_len,
                        want, s->count);
-    int z = s->flags & SECTION_FLAG_ZSTD;
-    if (z ? s->stored_len >= s->raw_len : s->stored_len != s->raw_len)
+    if (s->flags ? s->stored_len >= s->raw_len : s->stored_len != s->raw_len)
         return err_set(err, "section stored length %u is inconsistent", s->stored_len);
     if (len - *pos - SECTION_HEADER_LEN < s->stored_len)
         return err_set(err, "blob truncated in a section payload");
@@ -396,32 +434,89 @@ static int read_section(const CodecParams *p, const uint8_t *b, size_t len, size
     return 0;
 }
 
-/* The raw payload of a section: in place, or decompressed into *scratch. */
-static const uint8_t *section_raw(const Section *s, ZSTD_DCtx *dz, uint8_t **scratch,
-                                  size_t *scratch_cap, char *err) {
-    if (!(s->flags & SECTION_FLAG_ZSTD)) return s->stored;
-    unsigned long long fcs = ZSTD_getFrameContentSize(s->stored, s->stored_len);
-    if (fcs != s->raw_len) {
-        err_set(err, "section at value %llu: compressed frame size does not match",
-                (unsigned long long)s->offset);
+/* Room for need bytes in *buf; -1 out of memory. */
+static int scratch_reserve(uint8_t **buf, size_t *cap, size_t need) {
+    if (*cap >= need) return 0;
+    uint8_t *grown = realloc(*buf, need);
+    if (grown == NULL) return -1;
+    *buf = grown;
+    *cap = need;
+    return 0;
+}
+
+/* A section's buffers for decoding: the raw payload when it is not in the
+ * blob itself (kept by a CodecChecked, or reused), and zstd planes. */
+typedef struct SectionScratch {
+    ZSTD_DCtx *dz;
+    uint8_t **raw; /* where the raw payload goes */
+    size_t *raw_cap;
+    uint8_t *planes; /* decompressed planes (owned by the caller) */
+    size_t planes_cap;
+} SectionScratch;
+
+/* Decompresses one zstd frame of exactly want bytes into dst. */
+static int unzstd(ZSTD_DCtx *dz, const Section *s, const uint8_t *src, size_t len, uint8_t *dst,
+                  size_t want, char *err) {
+    if (ZSTD_getFrameContentSize(src, len) != want)
+        return err_set(err, "section at value %llu: compressed frame size does not match",
+                       (unsigned long long)s->offset);
+    size_t got = ZSTD_decompressDCtx(dz, dst, want, src, len);
+    if (ZSTD_isError(got) || got != want)
+        return err_set(err, "section at value %llu: corrupt compressed data",
+                       (unsigned long long)s->offset);
+    return 0;
+}
+
+/* The raw payload of a section: in place, or decoded into *x->raw. */
+static const uint8_t *section_raw(const Section *s, int word, SectionScratch *x, char *err) {
+    if (s->flags == 0) return s->stored;
+    if (scratch_reserve(x->raw, x->raw_cap, s->raw_len) != 0) {
+        err_set(err, "out of memory decompressing a section");
         return NULL;
     }
-    if (*scratch_cap < s->raw_len) {
-        uint8_t *grown = realloc(*scratch, s->raw_len);
-        if (grown == NULL) {
-            err_set(err, "out of memory decompressing a section");
+    if (s->flags & SECTION_FLAG_ZSTD)
+        return unzstd(x->dz, s, s->stored, s->stored_len, *x->raw, s->raw_len, err) ? NULL
+                                                                                    : *x->raw;
+    /* byte planes: w lengths, then the planes; each is count bytes, raw, or
+     * a zstd frame of count bytes when shorter */
+    assert(word == 2 || word == 4);
+    size_t head = 4 * (size_t)word, count = s->count;
+    if (s->stored_len < head) {
+        err_set(err, "section at value %llu: byte planes truncated", (unsigned long long)s->offset);
+        return NULL;
+    }
+    const uint8_t *plane[4];
+    size_t at = head, packed = 0;
+    for (int j = 0; j < word; j++) {
+        size_t len = ld32(s->stored + 4 * (size_t)j);
+        if (len > count || len > s->stored_len - at) {
+            err_set(err, "section at value %llu: byte plane %d of %zu bytes is inconsistent",
+                    (unsigned long long)s->offset, j, len);
             return NULL;
         }
-        *scratch = grown;
-        *scratch_cap = s->raw_len;
+        plane[j] = s->stored + at;
+        if (len < count) packed++;
+        at += len;
     }
-    size_t got = ZSTD_decompressDCtx(dz, *scratch, s->raw_len, s->stored, s->stored_len);
-    if (ZSTD_isError(got) || got != s->raw_len) {
-        err_set(err, "section at value %llu: corrupt compressed data",
+    if (at != s->stored_len) {
+        err_set(err, "section at value %llu: byte planes do not fill the payload",
                 (unsigned long long)s->offset);
         return NULL;
     }
-    return *scratch;
+    if (scratch_reserve(&x->planes, &x->planes_cap, packed * count) != 0) {
+        err_set(err, "out of memory decompressing a section");
+        return NULL;
+    }
+    packed = 0;
+    for (int j = 0; j < word; j++) {
+        size_t len = ld32(s->stored + 4 * (size_t)j);
+        if (len == count) continue;
+        uint8_t *dst = x->planes + packed++ * count;
+        if (unzstd(x->dz, s, plane[j], len, dst, count, err) != 0) return NULL;
+        plane[j] = dst;
+    }
+    planes_join(plane, count, word, *x->raw);
+    return *x->raw;
 }
 
 struct CodecChecked {
@@ -521,13 +616,14 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         ZSTD_DCtx *dz = ZSTD_createDCtx();
         uint8_t *scratch = NULL;
         size_t scratch_cap = 0;
+        SectionScratch x = {dz, &scratch, &scratch_cap, NULL, 0};
         char e[ERR_LEN];
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_run; i++) {
             /* kept: a decompressed payload stays, in that section's buffer */
-            uint8_t **buf = kept ? &kept->own[i] : &scratch;
-            size_t *cap = kept ? &kept->own_cap[i] : &scratch_cap;
-            const uint8_t *raw = dz ? section_raw(&secs[i], dz, buf, cap, e) : NULL;
+            x.raw = kept ? &kept->own[i] : &scratch;
+            x.raw_cap = kept ? &kept->own_cap[i] : &scratch_cap;
+            const uint8_t *raw = dz ? section_raw(&secs[i], ops->word, &x, e) : NULL;
             if (raw != NULL && kept != NULL) kept->raw[i] = raw;
             int bad = raw == NULL ? -1 : 0;
             if (!bad && mode == 0) bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
@@ -546,6 +642,7 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
             }
         }
         free(scratch);
+        free(x.planes);
         ZSTD_freeDCtx(dz);
     }
     if (!failed && info) {
@@ -584,13 +681,14 @@ int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, Sect
     ZSTD_DCtx *dz = ZSTD_createDCtx();
     uint8_t *scratch = NULL;
     size_t cap = 0, pos = BLOB_HEADER_LEN;
+    SectionScratch x = {dz, &scratch, &cap, NULL, 0};
     uint64_t off = 0;
     int rc = dz ? 0 : err_set(err, "out of memory");
     for (uint32_t i = 0; rc == 0 && i < n_sec; i++) {
         Section s;
         const uint8_t *raw;
         if (read_section(&p, b, len, &pos, off, n, &s, err) != 0 ||
-            (raw = section_raw(&s, dz, &scratch, &cap, err)) == NULL ||
+            (raw = section_raw(&s, codec_ops(p.id)->word, &x, err)) == NULL ||
             fn(ctx, &p, raw, s.offset, s.count, err) != 0)
             rc = -1;
         off += s.count;
@@ -598,6 +696,7 @@ int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, Sect
     if (rc == 0 && (off != n || pos != len))
         rc = err_set(err, "blob sections do not cover it exactly");
     free(scratch);
+    free(x.planes);
     ZSTD_freeDCtx(dz);
     return rc;
 }
@@ -636,7 +735,7 @@ struct CodecCursor {
     float *values; /* CODEC_SECTION_MAX floats at most */
     uint8_t *scratch;
     size_t scratch_cap;
-    ZSTD_DCtx *dz;
+    SectionScratch x; /* its dz owned; raw: scratch */
 };
 
 CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char *err) {
@@ -657,9 +756,9 @@ CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char
         return NULL;
     }
     c->blob = blob, c->len = len, c->pos = BLOB_HEADER_LEN, c->n = n;
-    c->dz = ZSTD_createDCtx();
+    c->x = (SectionScratch){ZSTD_createDCtx(), &c->scratch, &c->scratch_cap, NULL, 0};
     c->values = malloc(sizeof(float) * CODEC_SECTION_MAX);
-    if (c->dz == NULL || c->values == NULL) {
+    if (c->x.dz == NULL || c->values == NULL) {
         err_set(err, "out of memory for a section");
         codec_cursor_close(c);
         return NULL;
@@ -669,8 +768,8 @@ CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char
 
 void codec_cursor_close(CodecCursor *c) {
     if (c == NULL) return;
-    ZSTD_freeDCtx(c->dz);
-    free(c->values), free(c->scratch), free(c);
+    ZSTD_freeDCtx(c->x.dz);
+    free(c->values), free(c->scratch), free(c->x.planes), free(c);
 }
 
 /* Decodes the next section into c->values. */
@@ -680,7 +779,7 @@ static int cursor_advance(CodecCursor *c, char *err) {
     Section s;
     const uint8_t *raw;
     if (read_section(&c->p, c->blob, c->len, &c->pos, c->next, c->n, &s, err) != 0 ||
-        (raw = section_raw(&s, c->dz, &c->scratch, &c->scratch_cap, err)) == NULL)
+        (raw = section_raw(&s, codec_ops(c->p.id)->word, &c->x, err)) == NULL)
         return -1;
     char why[ERR_LEN];
     double norm2;

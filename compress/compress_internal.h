@@ -6,16 +6,18 @@
 #ifndef STRAIT_COMPRESS_INTERNAL_H
 #define STRAIT_COMPRESS_INTERNAL_H
 
+#include <assert.h>
 #include <string.h>
 
 #include "compress.h"
 
-#define BLOB_MAGIC         0x42525453u /* "STRB" */
-#define CKPT_MAGIC         0x4b435453u /* "STCK" */
-#define BLOB_VERSION       1
-#define BLOB_HEADER_LEN    48
-#define SECTION_HEADER_LEN 32
-#define SECTION_FLAG_ZSTD  1u
+#define BLOB_MAGIC          0x42525453u /* "STRB" */
+#define CKPT_MAGIC          0x4b435453u /* "STCK" */
+#define BLOB_VERSION        1
+#define BLOB_HEADER_LEN     48
+#define SECTION_HEADER_LEN  32
+#define SECTION_FLAG_ZSTD   1u /* the payload is one zstd frame of the raw payload */
+#define SECTION_FLAG_PLANES 2u /* the raw payload's words as byte planes, each maybe zstd */
 
 /* The parameter fields a codec keeps in the blob header (FORMATS.md):
  * the byte at offset 7 and the words at 28 and 32; zero where unused. */
@@ -32,6 +34,10 @@ typedef struct CodecHeader {
 typedef struct CodecOps {
     CodecId id;
     const char *name;
+    /* Bytes per value when the raw payload is a plain array of words, which
+     * the lossless stage compresses as byte planes (fp32: 4; fp16, bf16: 2);
+     * 0: a payload of codes and tables, compressed whole. */
+    int word;
     /* Sets the codec's own fields of p to their defaults; NULL: none. */
     void (*defaults)(CodecParams *p);
     /* Checks the codec's own fields of p; NULL: it has none. */
@@ -112,6 +118,12 @@ uint16_t codec_f32_to_bf16(float f);
 float codec_bf16_to_f32(uint16_t h);
 
 int blob_reserve(Blob *b, size_t need, char *err);
+
+/* Byte planes (planes.c) of n words of w bytes (2 or 4): split writes plane
+ * j, byte j of every word, at planes + j·n; join is its inverse, from w
+ * planes anywhere. */
+void planes_split(const uint8_t *words, size_t n, int w, uint8_t *planes);
+void planes_join(const uint8_t *const *plane, size_t n, int w, uint8_t *words);
 
 /* ---- the codecs' inner loops, per instruction set (simd.c) --------------- */
 

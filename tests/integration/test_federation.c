@@ -168,9 +168,11 @@ Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
     cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
     cr_assert_eq(nu, 2);
     cr_assert_str_eq(ups[0].codec, "fp32");
-    cr_assert_gt(ups[0].wire_bytes * 10, ups[0].raw_bytes * 8,
-                 "fp32 (with zstd) shrank to %lld of %lld bytes", (long long)ups[0].wire_bytes,
-                 (long long)ups[0].raw_bytes);
+    /* lossless: the byte planes' zstd shrinks sign and exponent, and the two
+     * low mantissa bytes of a pseudo-gradient do not shrink */
+    cr_assert(ups[0].wire_bytes < ups[0].raw_bytes && ups[0].wire_bytes * 2 > ups[0].raw_bytes,
+              "fp32 (byte planes, zstd) came to %lld of %lld bytes", (long long)ups[0].wire_bytes,
+              (long long)ups[0].raw_bytes);
     /* the lossless delta: smaller than the two whole models, never empty */
     cr_assert(rd.bytes_down > 0 && rd.bytes_down < 2 * ups[0].raw_bytes, "%lld bytes down",
               (long long)rd.bytes_down);

@@ -12,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <xxhash.h>
+#include <zstd.h>
 #ifdef STRAIT_HAVE_OPENMP
 #include <omp.h>
 #endif
@@ -137,6 +138,70 @@ Test(codec, fp32_is_bit_exact_with_and_without_zstd) {
         blob_free(&b);
     }
     free(x);
+}
+
+/* The lossless stage of a float payload is byte planes (FORMATS.md): the
+ * sign-and-exponent plane shrinks, the mantissa planes go as they are, and
+ * the result is smaller than the same payload compressed whole. int8 and
+ * top-k payloads are codes and tables: they are compressed whole. */
+Test(codec, float_payloads_go_as_byte_planes_smaller_than_whole) {
+    uint64_t n = 300000;
+    float *x = make_vec(n, 0, 1e-3f);
+    uint64_t sizes[] = {1000, n - 1000 - 5, 5};
+    CodecLayout L = {HASH, n, sizes, 3};
+    const char *codecs[] = {"fp32", "fp16", "bf16", "int8", "topk"};
+    ZSTD_CCtx *zc = ZSTD_createCCtx();
+    for (int c = 0; c < 5; c++) {
+        CodecParams p, p0;
+        codec_params_parse(codecs[c], &p, NULL);
+        p0 = p, p0.zstd_level = 0;
+        cr_assert_eq(p.zstd_level, 1, "zstd 1 is the default");
+        Blob b = {0}, raw = {0};
+        float *y = roundtrip(&p, &L, x, &b), *y0 = roundtrip(&p0, &L, x, &raw);
+        cr_assert_eq(memcmp(y, y0, n * 4), 0, "%s: the lossless stage changed values", codecs[c]);
+        int word = codec_ops(p.id)->word;
+        size_t whole = 0, planes = 0, pos = BLOB_HEADER_LEN, pos0 = BLOB_HEADER_LEN;
+        for (int i = 0; i < 3; i++) {
+            const uint8_t *s = b.data + pos, *s0 = raw.data + pos0;
+            uint32_t flags = ld32(s + 20), stored = ld32(s + 16), raw_len = ld32(s0 + 16);
+            if (word && ld32(s + 8) > 100) /* a handful of values is not worth a table */
+                cr_assert_eq(flags, SECTION_FLAG_PLANES, "%s section %d: flags %u", codecs[c], i,
+                             flags);
+            if (!word) cr_assert_neq(flags, SECTION_FLAG_PLANES, "%s has no words", codecs[c]);
+            planes += stored;
+            uint8_t *z = malloc(ZSTD_compressBound(raw_len));
+            size_t zl = ZSTD_compressCCtx(zc, z, ZSTD_compressBound(raw_len),
+                                          s0 + SECTION_HEADER_LEN, raw_len, 1);
+            whole += zl < raw_len ? zl : raw_len;
+            free(z);
+            pos += SECTION_HEADER_LEN + stored, pos0 += SECTION_HEADER_LEN + raw_len;
+        }
+        if (word)
+            cr_assert_lt(planes, whole, "%s: planes %zu, whole %zu", codecs[c], planes, whole);
+        free(y), free(y0);
+        blob_free(&b), blob_free(&raw);
+    }
+    ZSTD_freeCCtx(zc);
+    free(x);
+}
+
+Test(codec, byte_planes_split_and_join_back) {
+    size_t lens[] = {0, 1, 15, 16, 17, 33, 1000};
+    for (int w = 2; w <= 4; w += 2)
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            size_t n = lens[k];
+            uint8_t *words = malloc(n * 4 + 1), *planes = malloc(n * 4 + 1),
+                    *back = malloc(n * 4 + 1);
+            for (size_t i = 0; i < n * (size_t)w; i++) words[i] = (uint8_t)rng_next();
+            planes_split(words, n, w, planes);
+            for (size_t i = 0; i < n; i++)
+                for (int j = 0; j < w; j++)
+                    cr_assert_eq(planes[(size_t)j * n + i], words[i * (size_t)w + (size_t)j]);
+            const uint8_t *pl[4] = {planes, planes + n, planes + 2 * n, planes + 3 * n};
+            planes_join(pl, n, w, back);
+            cr_assert_eq(memcmp(back, words, n * (size_t)w), 0, "w %d n %zu", w, n);
+            free(words), free(planes), free(back);
+        }
 }
 
 Test(codec, fp16_rounds_like_the_compiler_for_every_half_and_many_floats) {
@@ -859,6 +924,67 @@ Test(codec_malformed, sealed_but_invalid_payloads_are_refused) {
     st16(first_chunk, 3), reseal_section(s);
     expect_refused(raw.data, raw.len, HASH, 8192, "expected 41");
     blob_free(&raw);
+}
+
+/* Byte planes are checked like any payload a peer sends: plane lengths
+ * against the section, each zstd plane's frame against its plane; and the
+ * plane form only for payloads of words. A float section compressed whole,
+ * as strait wrote it before planes, still reads. */
+Test(codec_malformed, byte_plane_faults_are_named) {
+    float *x = make_vec(5000, 0, 1e-3f);
+    CodecParams p = codec_params_default(CODEC_FP32);
+    CodecLayout L = flat(5000);
+    Blob b = {0};
+    cr_assert_eq(codec_encode(&p, &L, x, &b, NULL), 0);
+    uint8_t *c = malloc(b.len), *s = c + BLOB_HEADER_LEN, *pl = s + SECTION_HEADER_LEN;
+    FRESH();
+    cr_assert_eq(ld32(s + 20), SECTION_FLAG_PLANES);
+    cr_assert_eq(ld32(pl), 5000, "plane 0, mantissa, goes raw");
+    cr_assert_lt(ld32(pl + 12), 5000, "plane 3, sign and exponent, is zstd");
+    cr_assert_eq(codec_blob_inspect(c, b.len, HASH, 5000, NULL, NULL), 0);
+    st32(pl, 5001), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "byte plane 0 of 5001 bytes");
+    FRESH();
+    st32(pl, 4999), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "do not fill");
+    FRESH();
+    st32(pl, 4999), st32(pl + 12, ld32(pl + 12) + 1), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "compressed"); /* plane 0's bytes as a frame */
+    FRESH();
+    pl[16 + 3 * 5000 + 12] ^= 0x5a, reseal_section(s); /* inside plane 3's frame */
+    expect_refused(c, b.len, HASH, 5000, "compressed");
+    FRESH();
+    st32(s + 20, SECTION_FLAG_PLANES | SECTION_FLAG_ZSTD), reseal_section(s);
+    expect_refused(c, b.len, HASH, 5000, "unknown flags");
+    FRESH();
+    st32(s + 16, 8), reseal_section(s); /* a payload shorter than its 4 lengths */
+    expect_refused(c, BLOB_HEADER_LEN + SECTION_HEADER_LEN + 8, HASH, 5000, "truncated");
+    free(c);
+    blob_free(&b);
+
+    Blob q = valid_blob("int8", 5000); /* codes and tables: no words */
+    s = q.data + BLOB_HEADER_LEN;
+    st32(s + 20, SECTION_FLAG_PLANES), reseal_section(s);
+    expect_refused(q.data, q.len, HASH, 5000, "no words");
+    blob_free(&q);
+
+    p.zstd_level = 0; /* fp32 compressed whole: the form before planes */
+    cr_assert_eq(codec_encode(&p, &L, x, &b, NULL), 0);
+    size_t bound = ZSTD_compressBound(20000);
+    uint8_t *old = malloc(BLOB_HEADER_LEN + SECTION_HEADER_LEN + bound);
+    memcpy(old, b.data, BLOB_HEADER_LEN + SECTION_HEADER_LEN);
+    s = old + BLOB_HEADER_LEN;
+    size_t zl = ZSTD_compress(s + SECTION_HEADER_LEN, bound,
+                              b.data + BLOB_HEADER_LEN + SECTION_HEADER_LEN, 20000, 1);
+    cr_assert_lt(zl, 20000);
+    st32(s + 16, (uint32_t)zl), st32(s + 20, SECTION_FLAG_ZSTD), reseal_section(s);
+    float *y = malloc(5000 * 4);
+    char err[ERR_LEN];
+    cr_assert_eq(codec_decode(old, BLOB_HEADER_LEN + SECTION_HEADER_LEN + zl, y, 5000, err), 0,
+                 "%s", err);
+    cr_assert_eq(memcmp(x, y, 5000 * 4), 0);
+    free(y), free(old), free(x);
+    blob_free(&b);
 }
 
 Test(codec_malformed, refused_blobs_never_touch_the_sum) {

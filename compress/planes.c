@@ -1,0 +1,72 @@
+/*
+ * planes.c — byte planes: an array of w-byte words regrouped so that plane j
+ * holds byte j of every word. Floats keep their sign and exponent in the top
+ * byte, which zstd shrinks to a third, and their low mantissa bytes, which
+ * it cannot shrink at all: compressed plane by plane, an fp32 update is
+ * smaller than compressed whole, and decodes several times faster (zstd
+ * runs on one plane of four; the others are copied). FORMATS.md, "Sections".
+ */
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "compress_internal.h"
+
+void planes_split(const uint8_t *words, size_t n, int w, uint8_t *planes) {
+    assert(w == 2 || w == 4);
+    if (w == 4) {
+        uint8_t *p0 = planes, *p1 = planes + n, *p2 = planes + 2 * n, *p3 = planes + 3 * n;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = ld32(words + 4 * i);
+            p0[i] = (uint8_t)v, p1[i] = (uint8_t)(v >> 8), p2[i] = (uint8_t)(v >> 16),
+            p3[i] = (uint8_t)(v >> 24);
+        }
+        return;
+    }
+    uint8_t *p0 = planes, *p1 = planes + n;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = ld16(words + 2 * i);
+        p0[i] = (uint8_t)v, p1[i] = (uint8_t)(v >> 8);
+    }
+}
+
+void planes_join(const uint8_t *const *plane, size_t n, int w, uint8_t *words) {
+    assert(w == 2 || w == 4);
+    size_t i = 0;
+    if (w == 4) {
+        const uint8_t *a = plane[0], *b = plane[1], *c = plane[2], *d = plane[3];
+#if defined(__SSE2__)
+        for (; i + 16 <= n; i += 16) {
+            __m128i A = _mm_loadu_si128((const __m128i *)(a + i));
+            __m128i B = _mm_loadu_si128((const __m128i *)(b + i));
+            __m128i C = _mm_loadu_si128((const __m128i *)(c + i));
+            __m128i D = _mm_loadu_si128((const __m128i *)(d + i));
+            __m128i ab0 = _mm_unpacklo_epi8(A, B), ab1 = _mm_unpackhi_epi8(A, B);
+            __m128i cd0 = _mm_unpacklo_epi8(C, D), cd1 = _mm_unpackhi_epi8(C, D);
+            __m128i *o = (__m128i *)(words + 4 * i);
+            _mm_storeu_si128(o, _mm_unpacklo_epi16(ab0, cd0));
+            _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab0, cd0));
+            _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab1, cd1));
+            _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab1, cd1));
+        }
+#endif
+        for (; i < n; i++)
+            st32(words + 4 * i, (uint32_t)a[i] | (uint32_t)b[i] << 8 | (uint32_t)c[i] << 16 |
+                                    (uint32_t)d[i] << 24);
+        return;
+    }
+    const uint8_t *a = plane[0], *b = plane[1];
+#if defined(__SSE2__)
+    for (; i + 16 <= n; i += 16) {
+        __m128i A = _mm_loadu_si128((const __m128i *)(a + i));
+        __m128i B = _mm_loadu_si128((const __m128i *)(b + i));
+        __m128i *o = (__m128i *)(words + 2 * i);
+        _mm_storeu_si128(o, _mm_unpacklo_epi8(A, B));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi8(A, B));
+    }
+#endif
+    for (; i < n; i++) st16(words + 2 * i, (uint16_t)(a[i] | (uint32_t)b[i] << 8));
+}
