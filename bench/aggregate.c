@@ -6,6 +6,10 @@
  * Python federated frameworks aggregate (Flower's aggregate(): each array
  * times its weight, reduced with np.add, divided by the total).
  *
+ * peak_rss_mb is the process's, which holds the bench's own inputs (the
+ * blobs, the source vector and the result): inputs_rss_mb is that peak once
+ * they are built, so the aggregation's own memory is the difference.
+ *
  * The mean is the coordinator's streaming path (RoundSum: each update gated
  * — checksums, finite values, norm — then accumulated from what its
  * inspection kept, as it arrives); median and trimmed mean are robust_aggregate over the N blobs,
@@ -67,6 +71,8 @@ static double numpy_mean_s(uint64_t n, int N, char *why, size_t why_len) {
     return s;
 }
 
+static double inputs_rss_mb; /* peak RSS once a codec's inputs are built, before it runs */
+
 static void emit(const char *codec, int N, uint64_t n, const char *rule, double secs,
                  double baseline_s, const char *why) {
     json_t *o = json_object();
@@ -78,6 +84,7 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, double 
     json_object_set_new(o, "seconds", json_real(secs));
     json_object_set_new(o, "values_per_s", json_real((double)N * (double)n / secs));
     json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
+    json_object_set_new(o, "inputs_rss_mb", json_real(inputs_rss_mb));
     json_object_set_new(o, "model_mb", json_real(4.0 * (double)n / 1048576.0));
     if (!isnan(baseline_s)) {
         json_object_set_new(o, "baseline", json_string("numpy weighted mean of N fp32 arrays"));
@@ -113,6 +120,8 @@ int main(int argc, char **argv) {
             }
             if (codec_encode(&p, &L, x, &blobs[d], err) != 0) DIE("%s", err);
         }
+        memset(out, 0, n * 4); /* the result's pages are the bench's, not the aggregation's */
+        inputs_rss_mb = peak_rss_mb();
         for (int k = 0; k < n_sites; k++) {
             int N = sites[k];
             const uint8_t **bp = mallocCheck(sizeof *bp * (size_t)N);

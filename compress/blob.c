@@ -556,11 +556,14 @@ static int checked_reserve(CodecChecked *c, uint32_t n) {
     return 0;
 }
 
-void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum) {
+void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, int fresh) {
     const CodecOps *ops = codec_ops(c->p.id);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (uint32_t i = 0; i < c->n_sec; i++)
-        ops->apply(&c->p, c->raw[i], c->secs[i].count, weight, sum + c->secs[i].offset, 1);
+    for (uint32_t i = 0; i < c->n_sec; i++) {
+        float *dst = sum + c->secs[i].offset;
+        if (fresh) memset(dst, 0, sizeof(float) * c->secs[i].count);
+        ops->apply(&c->p, c->raw[i], c->secs[i].count, weight, dst, 1);
+    }
 }
 
 /* Walks all sections: reads and checks headers serially (cheap), then runs

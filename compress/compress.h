@@ -140,8 +140,12 @@ CodecChecked *codec_checked_new(void); /* empty; NULL: out of memory */
 int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                      BlobInfo *info, CodecChecked *c, char *err);
 /* sum[i] += weight * decoded[i], as codec_decode_accumulate, in parallel
- * over sections; c must hold a blob that passed. */
-void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum);
+ * over sections; c must hold a blob that passed. fresh: sum is zeros never
+ * touched (calloc's pages); each section zeroes its span before adding, so
+ * every page is first touched by a write. Read first, a page maps the
+ * shared zero page, and the write after it costs a copy-on-write fault
+ * and a TLB shootdown across all the process's threads. */
+void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, int fresh);
 void codec_checked_free(CodecChecked *c); /* NULL is fine */
 
 /* sum[i] += weight * decoded[i], section by section, with no dense

@@ -139,7 +139,8 @@ int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumul
         rs->norms = grown;
         rs->norms_cap = cap;
     }
-    if (accumulate) codec_checked_accumulate(g->checked, (float)weight, rs->sum);
+    if (accumulate) codec_checked_accumulate(g->checked, (float)weight, rs->sum, !rs->touched);
+    rs->touched |= accumulate;
     rs->norms[rs->accepted++] = g->norm;
     rs->weight += weight;
     return 0;

@@ -147,6 +147,7 @@ int admin_export(const char *home, const char *out_dir, const char *address, cha
 typedef struct RoundSum {
     uint64_t n, table_hash;
     float *sum;    /* owned, n floats: Σ w_i Δ_i */
+    int touched;   /* sum has been written (calloc's pages untouched until then) */
     double weight; /* Σ w_i */
     int accepted;
     double *norms; /* owned: the accepted updates' norms, for the gate */

@@ -443,12 +443,25 @@ Test(codec, decode_accumulate_equals_decode_then_axpy_bit_for_bit) {
             cr_assert_eq(codec_blob_check(bz.data, bz.len, HASH, n, &info, ck, err), 0, "%s", err);
             float *s3 = malloc(n * 4);
             for (uint64_t i = 0; i < n; i++) s3[i] = 0.5f + (float)(i % 97) * 1e-3f;
-            codec_checked_accumulate(ck, w, s3);
+            codec_checked_accumulate(ck, w, s3, 0);
             cr_assert_eq(memcmp(s1, s3, n * 4), 0, "%s (zstd %d): the checked blob adds otherwise",
                          codecs[c], z);
             codec_checked_free(ck);
             free(s3);
             blob_free(&bz);
+        }
+        /* fresh: whatever the pages held, the sum starts from zeros */
+        {
+            CodecChecked *ck = codec_checked_new();
+            cr_assert_eq(codec_blob_check(b.data, b.len, HASH, n, NULL, ck, err), 0, "%s", err);
+            float *s5 = malloc(n * 4);
+            for (uint64_t i = 0; i < n; i++) s5[i] = NAN;
+            codec_checked_accumulate(ck, w, s5, 1);
+            for (uint64_t i = 0; i < n; i++)
+                cr_assert_eq(s5[i], 0.0f + w * dec[i], "%s: fresh sum at %llu", codecs[c],
+                             (unsigned long long)i);
+            codec_checked_free(ck);
+            free(s5);
         }
         /* a refused blob keeps nothing: refilled with it, the check adds no value */
         CodecChecked *ck = codec_checked_new();
@@ -456,7 +469,7 @@ Test(codec, decode_accumulate_equals_decode_then_axpy_bit_for_bit) {
         b.data[b.len - 1] ^= 1;
         cr_assert_neq(codec_blob_check(b.data, b.len, HASH, n, NULL, ck, err), 0);
         float *s4 = calloc(n, 4);
-        codec_checked_accumulate(ck, w, s4);
+        codec_checked_accumulate(ck, w, s4, 0);
         for (uint64_t i = 0; i < n; i++) cr_assert_eq(s4[i], 0.0f);
         codec_checked_free(ck);
         free(s4);
