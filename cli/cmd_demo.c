@@ -169,16 +169,23 @@ static int dead_site(pid_t *pids, int sites, const char *dir, char *why, size_t 
 }
 
 int cmd_demo(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"sites", required_argument, NULL, 's'},  {"rounds", required_argument, NULL, 'r'},
-        {"model", required_argument, NULL, 'm'},  {"steps", required_argument, NULL, 'H'},
-        {"codec", required_argument, NULL, 'c'},  {"dir", required_argument, NULL, 'd'},
-        {"non-iid", no_argument, NULL, 'n'},      {"baseline", no_argument, NULL, 'b'},
-        {"recipe", required_argument, NULL, 'R'}, {"seed", required_argument, NULL, 'S'},
-        {"set", required_argument, NULL, 'X'},    {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"sites", required_argument, NULL, 's'},
+                                         {"rounds", required_argument, NULL, 'r'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 'H'},
+                                         {"codec", required_argument, NULL, 'c'},
+                                         {"dir", required_argument, NULL, 'd'},
+                                         {"non-iid", no_argument, NULL, 'n'},
+                                         {"baseline", no_argument, NULL, 'b'},
+                                         {"recipe", required_argument, NULL, 'R'},
+                                         {"seed", required_argument, NULL, 'S'},
+                                         {"set", required_argument, NULL, 'X'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {NULL, 0, NULL, 0}};
     int sites = 3, rounds = 20, steps = 50, non_iid = 0, baseline = 0, seed = 0, n_sets = 0, c;
     const char *sets[32];
-    const char *model = "small", *codec = NULL, *recipe = "diloco", *dir_arg = NULL;
+    const char *model = "small", *codec = NULL, *recipe = "diloco", *dir_arg = NULL,
+               *device = "cpu";
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         switch (c) {
@@ -217,6 +224,11 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
                 strchr(optarg, '.') > strchr(optarg, '='))
                 return cli_usage_error(cmd, "--set takes SECTION.KEY=VALUE, not '%s'", optarg);
             sets[n_sets++] = optarg;
+            break;
+        case 'D':
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                return cli_usage_error(cmd, "--device is cpu or cuda, not '%s'", optarg);
+            device = optarg;
             break;
         case 'S':
             if (cli_int(cmd, "--seed", &seed)) return EXIT_USAGE;
@@ -307,8 +319,8 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         int nf = site_files(i, sites, non_iid, files, 16);
         char seed_s[16];
         snprintf(seed_s, sizeof seed_s, "%d", seed + i);
-        char *rargv[48] = {exe, "site", "run", sdir, "--threads", "1"};
-        int a = 6;
+        char *rargv[48] = {exe, "site", "run", sdir, "--threads", "1", "--device", (char *)device};
+        int a = 8;
         if (seed) rargv[a++] = "--seed", rargv[a++] = seed_s;
         for (int f = 0; f < nf && a < 44; f++) rargv[a++] = "--data", rargv[a++] = files[f];
         rargv[a] = NULL;

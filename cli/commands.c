@@ -136,7 +136,8 @@ const Command cli_commands[] = {
      cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"
-     "     [--non-iid] [--baseline] [--seed S] [--set SECTION.KEY=VALUE]... [--dir DIR]",
+     "     [--non-iid] [--baseline] [--seed S] [--set SECTION.KEY=VALUE]... [--device D]\n"
+     "     [--dir DIR]",
      "a whole federation on this machine: coordinator and sites over mutual TLS",
      "Creates a federation, enrolls and joins the sites, trains them on Debian's fortune\n"
      "collections (disjoint parts; --non-iid: English, German, Spanish, Italian), shows each\n"
@@ -156,6 +157,8 @@ const Command cli_commands[] = {
      "  --seed S       the sites read their data in a fixed order (site i: S + i)\n"
      "  --set S.K=V    write K = V in federation.ini's [S] before the coordinator starts\n"
      "                 (e.g. --set optimizer.lr=0.5 --set codec.downlink=lossless)\n"
+     "  --device D     where the sites train: cpu (default) or cuda (every site on GPU 0;\n"
+     "                 the CUDA path has not run on a GPU yet)\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
      cmd_demo},
     {"version", "[--json]",

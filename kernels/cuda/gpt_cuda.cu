@@ -78,9 +78,11 @@ extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *e
 extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
                                           const void *nccl_id, char *err) {
     int have = 0;
-    if (cudaGetDeviceCount(&have) != cudaSuccess || have == 0) {
+    cudaError_t ce = cudaGetDeviceCount(&have);
+    if (ce != cudaSuccess || have == 0) {
         cudaGetLastError();
-        snprintf(err, 512, "no CUDA device here");
+        snprintf(err, 512, "no CUDA device here (%s); train with --device cpu",
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
         return NULL;
     }
     if (n_gpus < 1 || n_gpus > have || n_gpus > MAX_GPUS) {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# device.sh — the GPU checks of a session lent a GPU machine, prepared here
+# and run there in one call (the machine is bare: no Debian packages, no
+# network, CUDA 13 and its libraries present).
+#
+#   bash mk/device.sh pack     here: build, then bundle the binaries, the
+#                              shared libraries they need that are not glibc's
+#                              or CUDA's, and a few fortune collections into
+#                              build/device/bundle.tar.xz (carry build/device)
+#   bash mk/device.sh check    there: unpack, find CUDA's libraries, and run
+#                              each check under its own time limit, one log
+#                              per check under $OUT (at most 8 files come back)
+#
+# The device tool's call, from the repository root:
+#   run(command="bash mk/device.sh check", carry=["build/device"], timeout_s=600)
+# Its checks' limits add up to under 600 s; each ends far sooner when it works.
+# The checks: nvidia-smi and `strait version`; the GPU tests (make test-gpu's
+# binary); the unit tests' CPU-against-GPU codec checks; bench/gpu; a short
+# `strait train --device cuda` beside the same run on the CPU; a two-site
+# `strait demo --device cuda`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+
+pack() {
+    set -e
+    make -j"$(nproc)" all >/dev/null
+    local d=build/device/stage
+    rm -rf build/device && mkdir -p "$d/bin" "$d/lib" "$d/fortunes"
+    cp build/strait build/libstrait-cuda.so build/tests/gpu_ops build/tests/unit "$d/bin/"
+    cp build/bench/gpu "$d/bin/bench-gpu"
+    # every library the binaries load, but glibc's own, the compiler's
+    # runtime (the machine's is newer, and CUDA's libraries need it) and
+    # CUDA's (the machine's match its driver)
+    for b in "$d"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+        grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu|/libnccl' |
+        while read -r lib; do cp -L "$lib" "$d/lib/"; done
+    for f in fortunes literature riddles science linuxcookie humorists art; do
+        [ -r "/usr/share/games/fortunes/$f" ] && cp "/usr/share/games/fortunes/$f" "$d/fortunes/"
+    done
+    git rev-parse --short HEAD > "$d/commit"
+    tar -C "$d" -cJf build/device/bundle.tar.xz .
+    rm -rf "$d"
+    echo "device.sh: build/device/bundle.tar.xz, $(du -h build/device/bundle.tar.xz | cut -f1)" \
+        "(carry build/device; the limit is 64 MiB with the working tree)"
+}
+
+# step NAME SECONDS COMMAND...: runs it, its output into $OUT/NAME.txt, and
+# one line of the summary
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout -k 5 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" | tee -a "$OUT/summary.txt"
+}
+
+check() {
+    : "${OUT:?device.sh check runs on the device machine, where \$OUT is set}"
+    local s=/tmp/strait-device
+    rm -rf "$s" && mkdir -p "$s" && tar -C "$s" -xJf build/device/bundle.tar.xz || {
+        echo "no bundle: run 'bash mk/device.sh pack' here and carry build/device" | tee "$OUT/summary.txt"
+        exit 2
+    }
+    # CUDA's libraries: the toolkit's, or those of the Python wheels
+    local cudalibs
+    cudalibs=$(find /usr/local /opt /usr/lib -maxdepth 8 \( -name 'libcublas.so.13' -o -name 'libnccl.so.2' -o -name 'libcudart.so.13' \) 2>/dev/null |
+        xargs -r -n1 dirname | sort -u | paste -sd:)
+    export LD_LIBRARY_PATH="$s/lib${cudalibs:+:$cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export STRAIT_CUDA_PLUGIN="$s/bin/libstrait-cuda.so" STRAIT_LOG=${STRAIT_LOG:-info}
+    if [ ! -r /usr/share/games/fortunes/fortunes ]; then # where strait demo reads them
+        mkdir -p /usr/share/games && cp -r "$s/fortunes" /usr/share/games/fortunes
+    fi
+    local bin=$s/bin
+    {
+        echo "commit $(cat "$s/commit"); cuda libraries: ${cudalibs:-none found}"
+        nvidia-smi 2>&1
+        ldd --version 2>&1 | head -1
+        ldd "$bin/strait" "$bin/libstrait-cuda.so" 2>&1 | grep -E 'not found|=>' | grep -E 'not found|cu|nccl'
+        "$bin/strait" version 2>&1
+    } > "$OUT/system.txt" 2>&1
+    : > "$OUT/summary.txt"
+    step test-gpu 180 env STRAIT_LOG=error "$bin/gpu_ops" --short-filename --verbose
+    step codec-cuda 60 env STRAIT_LOG=error "$bin/unit" --filter 'codec_cuda/*' --verbose
+    step bench-gpu 120 "$bin/bench-gpu"
+    # the same run on the GPU and on the CPU (same seed, data and steps):
+    # their losses should track each other
+    local f=/usr/share/games/fortunes
+    local data=(--model small --steps 60 --val-every 20 --data "$f/fortunes" --data "$f/literature")
+    step train 45 "$bin/strait" train --device cuda "${data[@]}"
+    step train-cpu 60 "$bin/strait" train --device cpu "${data[@]}"
+    rm -rf /tmp/strait-device-demo
+    step demo 120 "$bin/strait" demo --device cuda --sites 2 --rounds 3 --model small --steps 20 \
+        --dir /tmp/strait-device-demo
+    for l in /tmp/strait-device-demo/site-*.log; do
+        [ -r "$l" ] && { echo "== $l"; tail -n 20 "$l"; } >> "$OUT/demo.txt"
+    done
+    cat "$OUT/summary.txt"
+}
+
+case "$mode" in
+pack) pack ;;
+check) check ;;
+*)
+    echo "usage: bash mk/device.sh pack (here) | check (on the device machine)" >&2
+    exit 2
+    ;;
+esac
