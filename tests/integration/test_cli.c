@@ -90,7 +90,12 @@ Test(cli, numeric_flag_with_junk_is_a_usage_error_naming_the_flag) {
 }
 
 Test(cli, site_run_device_flags_are_checked_before_anything_runs) {
-    ProcResult r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--device", "tpu");
+    ProcResult r = harness_strait("demo", "--device", "tpu");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err,
+                     "strait demo: --device is cpu or cuda, not 'tpu'; see 'strait help demo'\n");
+    proc_result_free(&r);
+    r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--device", "tpu");
     cr_assert_eq(r.status, 2, "stderr: %s", r.err);
     cr_assert_not_null(strstr(r.err, "--device is cpu or cuda, not 'tpu'"), "stderr: %s", r.err);
     proc_result_free(&r);
