@@ -548,12 +548,13 @@ int client_run(const SiteRunOptions *o, char *err) {
             log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
                      (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
         }
-        /* the global model as received, before this site's steps move it */
-        double start_eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
+        trainer_from_host(trainer); /* on GPUs: the round's θ and the kept moments */
+        /* the global model as received, before this site's steps move it;
+         * scored where it trains (a GPU site's forward runs on its GPU) */
+        double start_eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
         double loss_sum = 0;
         int steps_done = 0;
-        trainer_from_host(trainer); /* on GPUs: the round's θ and the kept moments */
         int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
         tc = train_defaults(lr, total_steps);
         for (int step = 0; step < H; step++) {
@@ -578,13 +579,13 @@ int client_run(const SiteRunOptions *o, char *err) {
             loss_sum += trainer_step(trainer, in + share, tg + share,
                                      train_lr(&tc, (int)round * H + step), NULL);
         }
+        uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000; /* the steps alone */
+        double eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;
         /* θ_local (and, at rank 0, the moments: for Δ and the state) */
         trainer_to_host(trainer, rk.rank == 0);
         if (check_same_model(&rk, &m, err) != 0) goto out;
         if (rk.rank != 0) continue; /* rank 0 sends the update */
         double train_loss = loss_sum / steps_done;
-        uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000;
-        double eval = have_val ? gpt_eval_tokens(&m, val, B, T, HELD_OUT_BATCHES) : NAN;
         for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
         if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;

@@ -77,6 +77,9 @@ void gpt_cuda_free(GPTCuda *g);
 float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
                     float lr, float max_norm);
 void gpt_cuda_params_to_host(GPTCuda *g, GPT *host);
+/* The mean loss of replica 0's parameters on one (B, T) batch: forward only,
+ * nothing updated (the held-out evaluator on a GPU site). */
+float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets);
 /* Every replica takes host's parameters and AdamW state (m, v, step; zeros
  * when host has taken no step yet): a site's new round. */
 void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host);

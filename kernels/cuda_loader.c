@@ -203,6 +203,8 @@ FORWARD(float, gpt_cuda_step,
          float max_norm),
         (g, inputs, targets, o, lr, max_norm))
 FORWARD_VOID(gpt_cuda_params_to_host, (GPTCuda * g, GPT *host), (g, host))
+FORWARD(float, gpt_cuda_loss, (GPTCuda * g, const int *inputs, const int *targets),
+        (g, inputs, targets))
 FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host), (g, host))
 FORWARD_VOID(gpt_cuda_state_to_host, (GPTCuda * g, GPT *host), (g, host))
 FORWARD(int, kernels_cuda_copy_checked, (const float *x, uint64_t n, float *h_out, void *stream),

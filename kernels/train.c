@@ -218,7 +218,11 @@ int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int
 
 /* ---- the held-out evaluator ------------------------------------------------------------ */
 
-double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
+/* The held-out score over the first `batches` consecutive (B, T) spans of
+ * v, each batch's loss from loss(ctx, inputs, targets). */
+typedef float (*BatchLoss)(void *ctx, const int *in, const int *tg, int B, int T);
+
+static double eval_batches(TokenView v, int B, int T, int batches, BatchLoss loss, void *ctx) {
     size_t span = (size_t)B * T;
     int fit = v.n > span ? (int)((v.n - 1) / span) : 0;
     if (fit < batches) batches = fit;
@@ -228,10 +232,32 @@ double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
     for (int k = 0; k < batches; k++) {
         const uint16_t *t = v.tokens + (size_t)k * span;
         for (size_t i = 0; i < span; i++) in[i] = t[i], tg[i] = t[i + 1];
-        sum += gpt_forward(m, in, tg, B, T);
+        sum += loss(ctx, in, tg, B, T);
     }
     free(in), free(tg);
     return sum / batches;
+}
+
+static float cpu_loss(void *m, const int *in, const int *tg, int B, int T) {
+    return gpt_forward(m, in, tg, B, T);
+}
+
+double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
+    return eval_batches(v, B, T, batches, cpu_loss, m);
+}
+
+#ifdef STRAIT_HAVE_CUDA
+static float gpu_loss(void *g, const int *in, const int *tg, int B, int T) {
+    (void)B, (void)T; /* the replicas' own */
+    return gpt_cuda_loss(g, in, tg);
+}
+#endif
+
+double trainer_eval_tokens(Trainer *t, TokenView v, int batches) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) return eval_batches(v, t->B, t->T, batches, gpu_loss, t->gpu);
+#endif
+    return gpt_eval_tokens(t->m, v, t->B, t->T, batches);
 }
 
 int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,

@@ -85,6 +85,10 @@ int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
 void trainer_to_host(Trainer *t, int optimizer);
 /* the GPUs take m's parameters and AdamW state: a site's new round */
 void trainer_from_host(Trainer *t);
+/* gpt_eval_tokens of the trainer's model on its (B, T) batches where it
+ * trains: on the CPU, the host model; on GPUs, replica 0's parameters (no
+ * copy to the host; the forward on the GPU, never run on one yet). */
+double trainer_eval_tokens(Trainer *t, TokenView v, int batches);
 
 /* What train_run reports after every step. */
 typedef struct TrainProgress {

@@ -310,6 +310,18 @@ extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets
     return loss;
 }
 
+extern "C" float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets) {
+    const GPT *m = g->host;
+    Replica *r = &g->r[0];
+    size_t bt = (size_t)g->B * g->T;
+    cudaCheck(cudaSetDevice(r->device));
+    cudaCheck(
+        cudaMemcpyAsync(r->inputs, inputs, bt * sizeof(int), cudaMemcpyHostToDevice, r->stream));
+    cudaCheck(
+        cudaMemcpyAsync(r->targets, targets, bt * sizeof(int), cudaMemcpyHostToDevice, r->stream));
+    return replica_forward(m, r, g->B, g->T, 1); /* the loss comes back to the host: in order */
+}
+
 extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host) {
     size_t np = host->n_params * sizeof(float);
     for (int i = 0; i < g->n; i++) {

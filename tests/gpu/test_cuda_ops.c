@@ -1,9 +1,10 @@
 /*
  * test_cuda_ops.c — `make test-gpu`: every CUDA op against its CPU twin on
  * random inputs, and 50 training steps of `small` on the GPU against the
- * CPU trainer. Tolerances: forward ops 1e-4 relative (5e-4 for attention),
- * backward ops 2e-3, losses within 2e-2 nats over 50 steps (the sums run in
- * other orders). Skipped, and reported as skipped, without a GPU.
+ * CPU trainer, and the held-out evaluator on both. Tolerances: forward ops
+ * 1e-4 relative (5e-4 for attention), backward ops 2e-3, losses within 2e-2
+ * nats over 50 steps, a held-out score 1e-3 relative (the sums run in other
+ * orders). Skipped, and reported as skipped, without a GPU.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -209,5 +210,39 @@ Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
     gpt_cuda_free(g);
     free(in), free(tg);
     gpt_free(&cpu), gpt_free(&site);
+#endif
+}
+
+/* The held-out evaluator where a GPU site trains: trainer_eval_tokens on the
+ * GPU scores the same batches as gpt_eval_tokens on the CPU, within the
+ * forward's tolerance, and leaves the parameters where they were. */
+Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    GPTConfig cfg;
+    gpt_config_preset("small", &cfg);
+    GPT m;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&m, &cfg, 11, err), 0);
+    int B = 4, T = 64;
+    size_t n = (size_t)B * T * 3 + 1;
+    uint16_t *tok = malloc(n * sizeof *tok);
+    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 37 + i / 7) % 256);
+    TokenView v = {tok, n};
+    double cpu = gpt_eval_tokens(&m, v, B, T, 4); /* 3 batches fit */
+    TrainConfig c = train_defaults(1e-3f, 10);
+    Trainer *t = trainer_create(&m, &c, 1, B, T, err);
+    cr_assert_not_null(t, "%s", err);
+    trainer_from_host(t);
+    double gpu = trainer_eval_tokens(t, v, 4);
+    cr_assert(isfinite(cpu) && fabs(gpu - cpu) <= 1e-3 * (1 + fabs(cpu)), "GPU %g, CPU %g", gpu,
+              cpu);
+    float *before = malloc(m.n_params * 4);
+    memcpy(before, m.params, m.n_params * 4);
+    trainer_to_host(t, 0);
+    cr_assert_eq(memcmp(before, m.params, m.n_params * 4), 0, "the evaluator moved parameters");
+    trainer_free(t);
+    free(before), free(tok);
+    gpt_free(&m);
 #endif
 }

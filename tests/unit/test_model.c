@@ -488,5 +488,11 @@ Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
     cr_assert_float_eq(gpt_eval_tokens(&m, v, B, T, 50), want / 3, 1e-6);
     TokenView short_view = {tokens, (size_t)B * T}; /* one token short of a batch */
     cr_assert(isnan(gpt_eval_tokens(&m, short_view, B, T, 1)));
+    /* a site scores through its trainer, on that trainer's (B, T) batches */
+    TrainConfig c = train_defaults(1e-3f, 10);
+    Trainer *t = trainer_create(&m, &c, 0, B, T, NULL);
+    cr_assert_not_null(t);
+    cr_assert_eq(trainer_eval_tokens(t, v, 3), gpt_eval_tokens(&m, v, B, T, 3));
+    trainer_free(t);
     gpt_free(&m);
 }
