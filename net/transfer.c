@@ -508,8 +508,16 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_INTERNAL;
         goto out;
     }
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 || ftruncate(fd, (off_t)h->offset) != 0 ||
+    /* from the start: a new file, never one truncated to 0 (ext4 flushes a
+     * file truncated to 0 when it is closed, and the upload's release then
+     * waits on that write-back: 0.1 s of a 256 MiB upload's 0.5 s);
+     * resumed: cut to what is kept */
+    struct stat sb;
+    if (h->offset == 0) (void)unlink(path); /* what it held is refused below if it stays */
+    fd =
+        open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (h->offset == 0 ? O_EXCL : 0), 0600);
+    if (fd < 0 || fstat(fd, &sb) != 0 ||
+        (sb.st_size != (off_t)h->offset && ftruncate(fd, (off_t)h->offset) != 0) ||
         lseek(fd, (off_t)h->offset, SEEK_SET) < 0) {
         err_set_errno(err, "cannot spool upload %s", h->upload_id);
         st = NET_INTERNAL;

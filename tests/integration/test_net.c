@@ -536,6 +536,42 @@ Test(net, a_killed_uploader_resumes_in_a_new_process) {
     free(data);
 }
 
+/* An upload that starts from the beginning (it did not ask what is held)
+ * replaces what an earlier attempt of the same id left in the spool: the
+ * file is made anew, and the payload is the new bytes, whole. */
+Test(net, an_upload_from_the_start_replaces_what_was_held) {
+    size_t n = 48u << 20;
+    pid_t pid = spawn_peer("again", n, -1);
+    uint64_t held = 0;
+    for (int i = 0; i < 6000 && held < (4u << 20); i++) {
+        usleep(5000);
+        held = net_spool_committed(spool, OWNER, "again");
+    }
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFSIGNALED(st), "the uploader finished before it could be killed");
+    cr_assert_gt(net_spool_committed(spool, OWNER, "again"), 0);
+    for (int i = 0; i < 400 && seen.last_upload == NET_OK; i++) usleep(5000);
+    size_t m = 5u << 20; /* shorter, and other bytes */
+    uint8_t *data = malloc(m), md[32];
+    harness_fill(data, m, 7);
+    security_sha256(data, m, md);
+    char want[SHA256_HEX_LEN], details[256];
+    security_hex(md, 32, want);
+    NetChannel *ch = site_channel();
+    NetTransferSpec spec = {"update", 7, "again", 0, NULL, 0, NULL};
+    NetStatus ns = net_upload(ch, "/strait.Test/Upload", NULL, &spec, data, m, 60000, NULL, details,
+                              sizeof details);
+    cr_assert_eq(ns, NET_OK, "%s: %s", net_status_name(ns), details);
+    cr_assert_eq(seen.accepted, 1);
+    cr_assert_str_eq(seen.last_sha, want, "the server kept bytes of the earlier attempt");
+    cr_assert_eq(seen.last_mapped, m);
+    cr_assert_eq(net_spool_committed(spool, OWNER, "again"), 0);
+    net_channel_destroy(ch);
+    free(data);
+}
+
 /* ---- deadlines, cancellation, the pool -------------------------------------------- */
 
 Test(net, a_deadline_is_seen_by_both_sides) {
