@@ -413,6 +413,7 @@ typedef struct Waiting {
     NetStatus st;
     int finished;
     int64_t asked_at; /* when the call that was answered began */
+    int in_call;      /* a call is out (atomic: the test reads it while it runs) */
 } Waiting;
 
 static void *wait_round(void *arg) {
@@ -423,11 +424,18 @@ static void *wait_round(void *arg) {
     size_t n = strait__wait_round_request__pack(&req, buf);
     NetBuf resp;
     char details[256];
+    /* a site asks a busy coordinator again, with backoff, for as long as
+     * its round lasts: here up to 30 s (a loaded CI machine answers a
+     * burst of 256 over 16 workers slowly; 100 tries were once too few) */
+    int64_t first = time_wall_ms();
     for (int attempt = 0;; attempt++) {
-        w->asked_at = time_wall_ms();
+        __atomic_store_n(&w->asked_at, time_wall_ms(), __ATOMIC_RELEASE);
+        __atomic_store_n(&w->in_call, 1, __ATOMIC_RELEASE);
         w->st = net_unary(w->ch, "/strait.Federation/WaitRound", buf, n, &resp, 60000, details,
                           sizeof details);
-        if (!(w->retry_busy && w->st == NET_RESOURCE_EXHAUSTED && attempt < 100)) break;
+        __atomic_store_n(&w->in_call, 0, __ATOMIC_RELEASE);
+        if (!(w->retry_busy && w->st == NET_RESOURCE_EXHAUSTED && time_wall_ms() - first < 30000))
+            break;
         usleep(20000 + 1000 * (attempt % 50));
     }
     if (w->st == NET_OK) {
@@ -509,7 +517,17 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
         w[i].retry_busy = 1; /* a burst of 256 over 16 workers and a backlog: some are told busy */
         pthread_create(&th[i], NULL, wait_round, &w[i]);
     }
-    sleep(2);
+    /* until every site's call has been out for half a second (parked, not
+     * being told busy): a loaded machine takes longer than 2 s to seat 256 */
+    for (int64_t t0 = time_wall_ms(); time_wall_ms() - t0 < 30000;) {
+        sleep(1);
+        int seated = 0;
+        int64_t now = time_wall_ms();
+        for (int i = 0; i < SITES; i++)
+            seated += __atomic_load_n(&w[i].in_call, __ATOMIC_ACQUIRE) &&
+                      now - __atomic_load_n(&w[i].asked_at, __ATOMIC_ACQUIRE) > 500;
+        if (seated == SITES) break;
+    }
     /* 256 calls parked on 16 workers: the admin and another site are answered meanwhile */
     ProcResult r = S("status", fed);
     cr_assert_eq(r.status, 0, "status with %d sites waiting: %s", SITES, r.err);
@@ -526,14 +544,17 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     wait_committed(0, 60);
     int ok = 0, finished = 0, waiting_before = 0;
+    NetStatus other = NET_OK;
     for (int i = 0; i < SITES; i++) {
         pthread_join(th[i], NULL);
         ok += w[i].st == NET_OK;
+        if (w[i].st != NET_OK) other = w[i].st;
         finished += w[i].finished;
         waiting_before += w[i].asked_at < pushed_at;
         net_channel_destroy(w[i].ch);
     }
-    cr_assert_eq(ok, SITES, "%d of %d waiting sites were answered", ok, SITES);
+    cr_assert_eq(ok, SITES, "%d of %d waiting sites were answered (another got %s)", ok, SITES,
+                 net_status_name(other));
     cr_assert_eq(finished, SITES, "%d of %d heard the federation finish", finished, SITES);
     /* all at once: every answered call had been waiting before the round's update came */
     cr_assert_eq(waiting_before, SITES, "only %d of %d were waiting together", waiting_before,
