@@ -483,20 +483,27 @@ static pid_t spawn_peer(const char *id, size_t bytes, int out_fd) {
     return pid;
 }
 
-Test(net, a_killed_uploader_resumes_in_a_new_process) {
-    size_t n = 96u << 20;
-    pid_t pid = spawn_peer("resume-me", n, -1);
-    /* wait until part of it is spooled, then kill it */
+/* An uploader of n bytes under id, in its own process, killed once the
+ * spool holds at least `part` of them; what the spool holds then. */
+static uint64_t kill_uploader_partway(const char *id, size_t n, uint64_t part) {
+    pid_t pid = spawn_peer(id, n, -1);
     uint64_t held = 0;
-    for (int i = 0; i < 6000 && held < (8u << 20); i++) {
+    for (int i = 0; i < 6000 && held < part; i++) {
         usleep(5000);
-        held = net_spool_committed(spool, OWNER, "resume-me");
+        held = net_spool_committed(spool, OWNER, id);
     }
     kill(pid, SIGKILL);
     int st;
     waitpid(pid, &st, 0);
     cr_assert(WIFSIGNALED(st), "the uploader finished before it could be killed");
-    held = net_spool_committed(spool, OWNER, "resume-me");
+    return net_spool_committed(spool, OWNER, id);
+}
+
+Test(net, a_killed_uploader_resumes_in_a_new_process) {
+    size_t n = 96u << 20;
+    uint64_t held = kill_uploader_partway("resume-me", n, 8u << 20);
+    int st;
+    pid_t pid;
     cr_assert_gt(held, 0, "nothing was spooled before the kill");
     cr_assert_lt(held, n);
     /* the server saw a broken stream and accepted nothing */
@@ -540,18 +547,7 @@ Test(net, a_killed_uploader_resumes_in_a_new_process) {
  * replaces what an earlier attempt of the same id left in the spool: the
  * file is made anew, and the payload is the new bytes, whole. */
 Test(net, an_upload_from_the_start_replaces_what_was_held) {
-    size_t n = 48u << 20;
-    pid_t pid = spawn_peer("again", n, -1);
-    uint64_t held = 0;
-    for (int i = 0; i < 6000 && held < (4u << 20); i++) {
-        usleep(5000);
-        held = net_spool_committed(spool, OWNER, "again");
-    }
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
-    cr_assert(WIFSIGNALED(st), "the uploader finished before it could be killed");
-    cr_assert_gt(net_spool_committed(spool, OWNER, "again"), 0);
+    cr_assert_gt(kill_uploader_partway("again", 48u << 20, 4u << 20), 0);
     for (int i = 0; i < 400 && seen.last_upload == NET_OK; i++) usleep(5000);
     size_t m = 5u << 20; /* shorter, and other bytes */
     uint8_t *data = malloc(m), md[32];
