@@ -240,43 +240,64 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             return err_set(err, "update %d: %s", u, why);
     }
     float *block = malloc(sizeof(float) * (size_t)BLOCK * (size_t)n_updates);
-    float *col = malloc(sizeof(float) * (size_t)n_updates);
     /* one cursor per update: each section decoded once, one held at a time */
     CodecCursor **cur = calloc((size_t)n_updates, sizeof *cur);
-    if (block == NULL || col == NULL || cur == NULL) {
-        free(block), free(col), free(cur);
+    char(*why)[ERR_LEN] = calloc((size_t)n_updates, ERR_LEN); /* each cursor's failure */
+    if (block == NULL || cur == NULL || why == NULL) {
+        free(block), free(cur), free(why);
         return err_set(err, "out of memory for a %d-update block", n_updates);
     }
     for (int u = 0; u < n_updates; u++) {
-        char why[ERR_LEN];
-        if ((cur[u] = codec_cursor_open(blobs[u], lens[u], n, why)) == NULL) {
+        if ((cur[u] = codec_cursor_open(blobs[u], lens[u], n, why[u])) == NULL) {
             for (int k = 0; k < u; k++) codec_cursor_close(cur[k]);
-            free(block), free(col), free(cur);
-            return err_set(err, "update %d: %s", u, why);
+            err_set(err, "update %d: %s", u, why[u]);
+            free(block), free(cur), free(why);
+            return -1;
         }
     }
     int drop = rule == AGG_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
     int rc = 0;
+    /* block by block, with every core: the updates' cursors decode side by
+     * side, then each coordinate's column is sorted on its own (a column is
+     * one coordinate's values: the result does not depend on the threads) */
     for (uint64_t lo = 0; lo < n && rc == 0; lo += BLOCK) {
         uint64_t hi = lo + BLOCK < n ? lo + BLOCK : n;
-        for (int u = 0; u < n_updates && rc == 0; u++) {
-            rc = codec_cursor_read(cur[u], lo, hi, block + (size_t)u * BLOCK, err);
+        int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+        for (int u = 0; u < n_updates; u++)
+            failed |= codec_cursor_read(cur[u], lo, hi, block + (size_t)u * BLOCK, why[u]) != 0;
+        if (failed) {
+            for (int u = 0; u < n_updates; u++)
+                if (why[u][0]) {
+                    rc = err_set(err, "update %d: %s", u, why[u]);
+                    break;
+                }
+            break;
         }
-        for (uint64_t i = lo; i < hi && rc == 0; i++) {
-            for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
-            sort_column(col, n_updates);
-            if (rule == AGG_MEDIAN) {
-                out[i] = n_updates % 2 ? col[n_updates / 2]
-                                       : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
-            } else {
-                double s = 0;
-                for (int u = drop; u < n_updates - drop; u++) s += col[u];
-                out[i] = (float)(s / (n_updates - 2 * drop));
+#pragma omp parallel reduction(| : failed)
+        {
+            float *col = malloc(sizeof(float) * (size_t)n_updates);
+            failed |= col == NULL;
+#pragma omp for schedule(static)
+            for (uint64_t i = lo; i < hi; i++) {
+                if (col == NULL) continue;
+                for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
+                sort_column(col, n_updates);
+                if (rule == AGG_MEDIAN) {
+                    out[i] = n_updates % 2 ? col[n_updates / 2]
+                                           : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
+                } else {
+                    double s = 0;
+                    for (int u = drop; u < n_updates - drop; u++) s += col[u];
+                    out[i] = (float)(s / (n_updates - 2 * drop));
+                }
             }
+            free(col);
         }
+        if (failed) rc = err_set(err, "out of memory for a %d-update column", n_updates);
     }
     for (int u = 0; u < n_updates; u++) codec_cursor_close(cur[u]);
-    free(block), free(col), free(cur);
+    free(block), free(cur), free(why);
     return rc;
 }
 

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
+#ifdef STRAIT_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #include "compress/compress.h"
 #include "coordinator/coordinator.h"
@@ -118,6 +121,22 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
                            (unsigned long long)i);
         cr_assert_lt(trim[i], 1e5f, "the outlier leaked into the trimmed mean");
     }
+#ifdef STRAIT_HAVE_OPENMP
+    /* the same floats on one thread and on several: a column is one
+     * coordinate's, sorted by whichever thread takes it */
+    int threads = omp_get_max_threads();
+    for (int t = 1; t <= 3; t += 2) {
+        float *m2 = malloc(n * 4), *t2 = malloc(n * 4);
+        omp_set_num_threads(t);
+        cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, m2, err), 0, "%s", err);
+        cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.2, t2, err), 0, "%s",
+                     err);
+        cr_assert_eq(memcmp(m2, med, n * 4), 0, "the median differs on %d threads", t);
+        cr_assert_eq(memcmp(t2, trim, n * 4), 0, "the trimmed mean differs on %d threads", t);
+        free(m2), free(t2);
+    }
+    omp_set_num_threads(threads);
+#endif
     cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.5, trim, err), -1);
     for (int u = 0; u < U; u++) blob_free(&b[u]), free(x[u]);
     free(med), free(trim);
