@@ -124,28 +124,34 @@ static size_t half_raw_len(const CodecParams *p, uint32_t count) {
 static int half_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
     int bf = p->id == CODEC_BF16;
-    for (uint32_t i = 0; i < count; i++) {
+    if (codec_simd()->to_half(x, count, bf, out)) return 0;
+    for (uint32_t i = 0; i < count; i++) { /* which value, and why */
         if (!isfinite(x[i])) return err_set(err, "update value %u is not finite", i);
         uint16_t h = bf ? codec_f32_to_bf16(x[i]) : codec_f32_to_f16(x[i]);
         if ((h & 0x7fffu) >= (bf ? 0x7f80u : 0x7c00u))
             return err_set(err, "update value %g is beyond %s range; use bf16 or fp32",
                            (double)x[i], bf ? "bf16" : "fp16");
-        st16(out + 2 * (size_t)i, h);
     }
-    return 0;
+    return err_set(err, "update could not be cast to %s", bf ? "bf16" : "fp16");
 }
+
+/* Halves go through floats a tile at a time (kept in L1), so the checks and
+ * sums are the fp32 kernels': ‖v‖² is the sum over tiles of each tile's
+ * sumsq, the same on every table. */
+#define HALF_TILE 4096
 
 static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
                       uint64_t *nonzeros, char *err) {
-    uint16_t inf = p->id == CODEC_BF16 ? 0x7f80u : 0x7c00u;
+    const CodecSimd *k = codec_simd();
+    int bf = p->id == CODEC_BF16;
+    float tile[HALF_TILE];
     double s = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        uint16_t h = ld16(raw + 2 * (size_t)i);
-        if ((h & inf) == inf)
-            return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
-        float v = p->id == CODEC_BF16 ? codec_bf16_to_f32(h) : codec_f16_to_f32(h);
-        s += (double)v * v;
+    for (uint32_t t0 = 0; t0 < count; t0 += HALF_TILE) {
+        uint32_t m = count - t0 < HALF_TILE ? count - t0 : HALF_TILE;
+        k->from_half(raw + 2 * (size_t)t0, m, bf, tile);
+        s += k->sumsq(tile, m); /* not finite iff a value is not */
     }
+    if (!isfinite(s)) return err_set(err, "update carries a non-finite value"), CODEC_NON_FINITE;
     *norm2 = s;
     *nonzeros = count;
     return 0;
@@ -153,18 +159,17 @@ static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
 
 static void half_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                        float *dst, int accumulate) {
-    if (p->id == CODEC_BF16) {
-        for (uint32_t i = 0; i < count; i++) {
-            float v = codec_bf16_to_f32(ld16(raw + 2 * (size_t)i));
-            dst[i] = accumulate ? dst[i] + w * v : v;
-        }
+    const CodecSimd *k = codec_simd();
+    int bf = p->id == CODEC_BF16;
+    if (!accumulate) {
+        k->from_half(raw, count, bf, dst);
         return;
     }
-    /* fp16 through a 64 Ki table would cost 256 KiB per call; the bit
-     * conversion is branch-light enough for the common normal range. */
-    for (uint32_t i = 0; i < count; i++) {
-        float v = codec_f16_to_f32(ld16(raw + 2 * (size_t)i));
-        dst[i] = accumulate ? dst[i] + w * v : v;
+    float tile[HALF_TILE];
+    for (uint32_t t0 = 0; t0 < count; t0 += HALF_TILE) {
+        uint32_t m = count - t0 < HALF_TILE ? count - t0 : HALF_TILE;
+        k->from_half(raw + 2 * (size_t)t0, m, bf, tile);
+        k->axpy(tile, m, w, dst + t0);
     }
 }
 

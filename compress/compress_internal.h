@@ -164,6 +164,14 @@ typedef struct CodecSimd {
     uint32_t (*collect)(const float *x, uint32_t len, float t, uint32_t *cand, int *bad);
     /* whether every x[0..n) is finite */
     int (*finite)(const float *x, uint32_t n);
+    /* h[i] = x[i] as fp16 (bf 0) or bf16 (bf 1), rounded to nearest even,
+     * stored little-endian at any alignment (codec_f32_to_f16 and _bf16);
+     * 0 when some x is not finite or becomes infinite (h is then
+     * unspecified: the caller names the value), else 1 */
+    int (*to_half)(const float *x, uint32_t n, int bf, void *h);
+    /* x[i] = the fp16 or bf16 h[i] (any alignment) as a float, exactly for
+     * every half but NaN (a NaN stays a NaN, its payload unspecified) */
+    void (*from_half)(const void *h, uint32_t n, int bf, float *x);
 } CodecSimd;
 
 /* The table for this CPU (or STRAIT_CODEC_ISA), chosen once. */

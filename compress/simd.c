@@ -113,6 +113,26 @@ static int scalar_finite(const float *x, uint32_t n) {
     return !bad;
 }
 
+static int scalar_to_half(const float *x, uint32_t n, int bf, void *h) {
+    uint8_t *o = h;
+    uint16_t inf = bf ? 0x7f80u : 0x7c00u;
+    int ok = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint16_t v = bf ? codec_f32_to_bf16(x[i]) : codec_f32_to_f16(x[i]);
+        ok &= isfinite(x[i]) && (v & 0x7fffu) < inf;
+        st16(o + 2 * (size_t)i, v);
+    }
+    return ok;
+}
+
+static void scalar_from_half(const void *h, uint32_t n, int bf, float *x) {
+    const uint8_t *b = h;
+    for (uint32_t i = 0; i < n; i++) {
+        uint16_t v = ld16(b + 2 * (size_t)i);
+        x[i] = bf ? codec_bf16_to_f32(v) : codec_f16_to_f32(v);
+    }
+}
+
 const CodecSimd codec_simd_scalar = {.name = "scalar",
                                      .sumsq = scalar_sumsq,
                                      .int8_codes = scalar_int8_codes,
@@ -120,7 +140,9 @@ const CodecSimd codec_simd_scalar = {.name = "scalar",
                                      .axpy = scalar_axpy,
                                      .lookup = scalar_lookup,
                                      .collect = scalar_collect,
-                                     .finite = scalar_finite};
+                                     .finite = scalar_finite,
+                                     .to_half = scalar_to_half,
+                                     .from_half = scalar_from_half};
 
 /* ---- dispatch ------------------------------------------------------------ */
 
@@ -134,6 +156,7 @@ const CodecSimd *codec_simd_named(const char *name) {
     if (strcmp(name, "scalar") == 0) return &codec_simd_scalar;
 #if defined(__x86_64__)
     __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c")) return NULL; /* the half casts of both tables */
     if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2")) return &codec_simd_avx2;
     if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) return &codec_simd_avx512;
 #endif

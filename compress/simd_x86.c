@@ -146,6 +146,53 @@ static void ref_lookup(const float *table, const uint8_t *codes, uint32_t n, flo
     codec_simd_scalar.lookup(table, codes, n, d);
 }
 
+/* Half casts, in both tables: F16C's conversions round to nearest even
+ * as the reference does (with the rounding in the instruction, not
+ * MXCSR's), and bf16's is the reference's integer rounding, eight at a
+ * time. A bad value anywhere is found by the flags; the caller names it. */
+#define TH __attribute__((target("avx2,f16c")))
+
+TH static int x86_to_half(const float *x, uint32_t n, int bf, void *h) {
+    uint8_t *o = h;
+    const __m256i expo = _mm256_set1_epi32(0x7f800000), one = _mm256_set1_epi32(1),
+                  round = _mm256_set1_epi32(0x7fff);
+    const __m128i mag = _mm_set1_epi16(0x7fff), inf1 = _mm_set1_epi16(bf ? 0x7f7f : 0x7bff);
+    __m256i bad_in = _mm256_setzero_si256();
+    __m128i bad_out = _mm_setzero_si128();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+        bad_in = _mm256_or_si256(bad_in, _mm256_cmpeq_epi32(_mm256_and_si256(u, expo), expo));
+        __m128i v;
+        if (bf) {
+            __m256i r = _mm256_add_epi32(
+                u, _mm256_add_epi32(round, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+            r = _mm256_srli_epi32(r, 16);
+            v = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        } else {
+            v = _mm256_cvtps_ph(_mm256_castsi256_ps(u),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        }
+        bad_out = _mm_or_si128(bad_out, _mm_cmpgt_epi16(_mm_and_si128(v, mag), inf1));
+        _mm_storeu_si128((__m128i *)(void *)(o + 2 * (size_t)i), v);
+    }
+    int ok = _mm256_testz_si256(bad_in, bad_in) && _mm_testz_si128(bad_out, bad_out);
+    if (i < n) ok &= codec_simd_scalar.to_half(x + i, n - i, bf, o + 2 * (size_t)i);
+    return ok;
+}
+
+TH static void x86_from_half(const void *h, uint32_t n, int bf, float *x) {
+    const uint8_t *b = h;
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b + 2 * (size_t)i));
+        __m256 f = bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+                      : _mm256_cvtph_ps(v);
+        _mm256_storeu_ps(x + i, f);
+    }
+    if (i < n) codec_simd_scalar.from_half(b + 2 * (size_t)i, n - i, bf, x + i);
+}
+
 const CodecSimd codec_simd_avx2 = {.name = "avx2",
                                    .sumsq = avx2_sumsq,
                                    .int8_codes = avx2_int8_codes,
@@ -153,7 +200,9 @@ const CodecSimd codec_simd_avx2 = {.name = "avx2",
                                    .axpy = avx2_axpy,
                                    .lookup = ref_lookup,
                                    .collect = avx2_collect,
-                                   .finite = avx2_finite};
+                                   .finite = avx2_finite,
+                                   .to_half = x86_to_half,
+                                   .from_half = x86_from_half};
 
 /* ---- AVX-512 ------------------------------------------------------------------ */
 
@@ -269,5 +318,7 @@ const CodecSimd codec_simd_avx512 = {.name = "avx512",
                                      .axpy = avx512_axpy,
                                      .lookup = ref_lookup,
                                      .collect = avx512_collect,
-                                     .finite = avx512_finite};
+                                     .finite = avx512_finite,
+                                     .to_half = x86_to_half,
+                                     .from_half = x86_from_half};
 #endif
