@@ -14,6 +14,9 @@
  * and integer sums, whose order does not matter.
  */
 #include <math.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +159,9 @@ const CodecSimd *codec_simd_named(const char *name) {
     if (strcmp(name, "scalar") == 0) return &codec_simd_scalar;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("f16c")) return NULL; /* the half casts of both tables */
+    unsigned a, b, c, d; /* F16C, for the half casts of both tables (CPUID 1, ECX bit 29;
+                            clang's __builtin_cpu_supports does not know it) */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return NULL;
     if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2")) return &codec_simd_avx2;
     if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) return &codec_simd_avx512;
 #endif
