@@ -98,6 +98,15 @@ typedef struct Rounds {
     pthread_t ticker;
     int stop;
     int closing; /* the round has closed and is being committed (one commit at a time) */
+    /* Round `number` could not be opened (its store row: the database busy
+     * or failing); closing stays set, so no update is taken, and the ticker
+     * tries again every second from reopen_at_ms. */
+    int unopened;
+    int64_t reopen_at_ms, reopen_logged_ms;
+    /* An attempt whose failure the store did not take yet (0: none): it is
+     * recorded before the next attempt opens. */
+    int64_t stale_id, stale_bytes_down;
+    char stale_reason[300];
     /* One update is read at a time, from its inspection to its apply: a read
      * uses every core already, and an update's pages (a map of its spool
      * file) are resident only while it is read, so memory does not grow with

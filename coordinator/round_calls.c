@@ -123,6 +123,13 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (unsigned long long)meta->train_ms);
         return "malformed";
     }
+    if (r->unopened) { /* a store that failed to open it: the site sends it again */
+        snprintf(why, why_len,
+                 "round %lld is not open yet (the coordinator's store failed to open it); "
+                 "send it again",
+                 (long long)r->number);
+        return "internal";
+    }
     if (r->closing) {
         snprintf(why, why_len, "round %lld has closed and is being committed; train the next",
                  (long long)r->number);

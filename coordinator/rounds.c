@@ -40,13 +40,29 @@
 #include "util/util.h"
 
 /* Opens round r->number (its store row, an empty sum); r->bytes_down goes
- * on counting from what the last record left of it. Under r->lock. */
+ * on counting from what the last record left of it. An attempt whose
+ * failure the store has not taken yet is recorded first. When the store
+ * cannot (busy, full, failing), the round stays closed and unopened: no
+ * update is taken, and the ticker tries again every second. Under r->lock. */
 static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&co->store_lock);
-    int rc = store_round_open(co->store, r->number, time_wall_ms(), &r->round_id, err);
-    pthread_mutex_unlock(&co->store_lock);
-    if (rc != 0) return -1;
+    RoundSum sum;
+    int64_t now = time_wall_ms();
+    int rc = round_sum_init(&sum, r->model.n_params, r->model.table_hash, 10.0, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&co->store_lock);
+        if (r->stale_id > 0 && (rc = store_round_fail(co->store, r->stale_id, r->stale_reason,
+                                                      r->stale_bytes_down, now, err)) == 0)
+            r->stale_id = 0;
+        if (rc == 0) rc = store_round_open(co->store, r->number, now, &r->round_id, err);
+        pthread_mutex_unlock(&co->store_lock);
+        if (rc != 0) round_sum_free(&sum);
+    }
+    if (rc != 0) {
+        r->closing = 1, r->unopened = 1, r->reopen_at_ms = now + 1000;
+        return -1;
+    }
+    r->unopened = 0;
     r->opened_ms = time_wall_ms();
     r->extensions = 0;
     round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
@@ -55,7 +71,7 @@ static int open_round(Coordinator *co, char *err) {
     r->eval_sum = r->eval_weight = 0;
     r->closing = 0;
     round_sum_free(&r->sum);
-    if (round_sum_init(&r->sum, r->model.n_params, r->model.table_hash, 10.0, err) != 0) return -1;
+    r->sum = sum;
     r->sum.max_norm = r->set.max_update_ratio * r->theta_norm;
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
@@ -68,12 +84,18 @@ static void fail_round(Coordinator *co, const char *reason) {
     Rounds *r = &co->rounds;
     char err[ERR_LEN];
     pthread_mutex_lock(&co->store_lock);
-    if (store_round_fail(co->store, r->round_id, reason, r->bytes_down, time_wall_ms(), err) != 0)
-        log_error("rounds", "cannot record round %lld as failed: %s", (long long)r->number, err);
+    if (store_round_fail(co->store, r->round_id, reason, r->bytes_down, time_wall_ms(), err) != 0) {
+        log_error("rounds", "cannot record round %lld as failed: %s (recorded before it reopens)",
+                  (long long)r->number, err);
+        r->stale_id = r->round_id, r->stale_bytes_down = r->bytes_down;
+        snprintf(r->stale_reason, sizeof r->stale_reason, "%s", reason);
+    }
     pthread_mutex_unlock(&co->store_lock);
     log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);
     r->bytes_down = 0; /* recorded with the failed attempt */
-    if (open_round(co, err) != 0) log_error("rounds", "cannot reopen: %s", err);
+    if (open_round(co, err) != 0)
+        log_error("rounds", "cannot reopen round %lld: %s; trying again every second",
+                  (long long)r->number, err);
     pthread_cond_broadcast(&r->changed);
 }
 
@@ -114,7 +136,8 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
             r->closing = 0;
             log_info("rounds", "federation finished after %lld rounds", (long long)r->set.total);
         } else if (open_round(co, err) != 0) { /* the install left what the commit did not record */
-            log_error("rounds", "cannot open round %lld: %s", (long long)r->number, err);
+            log_error("rounds", "cannot open round %lld: %s; trying again every second",
+                      (long long)r->number, err);
         }
         pthread_cond_broadcast(&r->changed);
     } else { /* the round fails, θ and the state are what they were */
@@ -235,6 +258,17 @@ static void *ticker_main(void *arg) {
         }
         int64_t now = time_wall_ms();
         RoundClosing *closing = NULL;
+        if (r->unopened && !r->finished && now >= r->reopen_at_ms) {
+            char err[ERR_LEN];
+            if (open_round(co, err) == 0) {
+                log_info("rounds", "round %lld opened after the store came back",
+                         (long long)r->number);
+                pthread_cond_broadcast(&r->changed);
+            } else if (now >= r->reopen_logged_ms) {
+                log_error("rounds", "round %lld still cannot open: %s", (long long)r->number, err);
+                r->reopen_logged_ms = now + 30000; /* a line every 30 s while it lasts */
+            }
+        }
         if (!r->finished && !r->closing &&
             now >= r->opened_ms + r->set.deadline_ms * (r->extensions + 1)) {
             if (r->n_reported >= r->set.min_sites && r->sum.accepted > 0) {

@@ -22,6 +22,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <sqlite3.h>
 #include <xxhash.h>
 
 #include "compress/compress.h"
@@ -393,6 +394,86 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
     cr_assert_eq(unlink(hold), 0);
     StoreRound r0 = wait_committed(0, 60);
     cr_assert_eq(r0.participants, 1);
+    net_channel_destroy(ch);
+    blob_free(&good);
+    free(delta);
+    gpt_free(&m);
+}
+
+/* The store busy through a commit (an operator's sqlite3 holding its write
+ * lock past every busy timeout): the commit fails, its failure cannot be
+ * recorded, and the round cannot reopen. Once the lock goes, the ticker
+ * records the failed attempt and opens the next one; the site's update is
+ * taken again and the round commits. Before, the round stayed closed until
+ * the coordinator restarted. */
+Test(rounds, a_round_reopens_when_its_store_comes_back, .timeout = 200) {
+    setup_federation("1", "1", "600s", 1);
+    proc_stop(coord, 10000);
+    char ini[700], hold[700], db[800];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "codec", "uplink", "fp32");
+    snprintf(hold, sizeof hold, "%s/hold", root);
+    FILE *hf = fopen(hold, "w");
+    cr_assert_not_null(hf);
+    fclose(hf);
+    setenv("STRAIT_TEST_COMMIT_HOLD", hold, 1);
+    start_coordinator();
+    unsetenv("STRAIT_TEST_COMMIT_HOLD");
+    GPT m;
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    char err[ERR_LEN], details[256] = "";
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    float *delta = malloc(m.n_params * 4);
+    for (uint64_t i = 0; i < m.n_params; i++) delta[i] = 1e-3f * (float)((int)(i % 5) - 2);
+    CodecParams p = codec_params_default(CODEC_FP32);
+    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+    Blob good = {0};
+    cr_assert_eq(codec_encode(&p, &L, delta, &good, err), 0, "%s", err);
+    NetChannel *ch = site_channel("s0");
+    cr_assert_eq(push(ch, 0, "first", &good, details), NET_OK, "%s", details); /* closes it */
+    /* the lock, then the commit: its write, the failure's record and the
+     * reopening each wait out the store's 10 s busy timeout */
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    sqlite3 *lock;
+    cr_assert_eq(sqlite3_open_v2(db, &lock, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(lock, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(unlink(hold), 0);
+    sleep(36);
+    cr_assert_eq(sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(lock);
+    /* the site sends it again, as sites do when told to */
+    NetStatus st = NET_UNAVAILABLE;
+    for (int i = 0; i < 60 && st != NET_OK; i++) {
+        st = push(ch, 0, "again", &good, details);
+        if (st != NET_OK) sleep(1);
+    }
+    cr_assert_eq(st, NET_OK, "the round did not reopen: %s", details);
+    StoreRound r0 = wait_committed(0, 60);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound *rs;
+    size_t n;
+    cr_assert_eq(store_rounds_list(s, 10, 0, &rs, &n, err), 0, "%s", err);
+    char seen[1200] = "";
+    for (size_t i = 0, at = 0; i < n && at < sizeof seen - 200; i++)
+        at += (size_t)snprintf(seen + at, sizeof seen - at, "[%lld/%lld %s %.100s] ",
+                               (long long)rs[i].number, (long long)rs[i].attempt, rs[i].state,
+                               rs[i].failed_reason);
+    cr_assert_eq(r0.participants, 1);
+    /* the attempt before (the one whose commit failed; the restart above
+     * made one of its own) is recorded as failed with its reason, though
+     * the store refused that record when the commit failed */
+    int failed = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].number == 0 && rs[i].attempt == r0.attempt - 1) {
+            failed = 1;
+            cr_assert_str_eq(rs[i].state, "failed", "%s", seen);
+            cr_assert_not_null(strstr(rs[i].failed_reason, "commit failed"), "%s", seen);
+        }
+    cr_assert(failed, "no failed attempt before the committed one: %s", seen);
+    free(rs);
+    store_close(s);
     net_channel_destroy(ch);
     blob_free(&good);
     free(delta);
