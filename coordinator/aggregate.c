@@ -206,24 +206,76 @@ int aggregate_rule_keeps_updates(AggregateRule rule) {
 
 /* ---- robust aggregation ------------------------------------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* A column of one value per update, sorted: insertion sort for the few
- * updates a round has (no call per comparison), qsort beyond. */
+/* A column of one value per update, sorted, for the few updates a round
+ * usually has: insertion sort, no call per comparison. */
 static void sort_column(float *col, int n) {
-    if (n > 32) {
-        qsort(col, (size_t)n, sizeof *col, cmp_float);
-        return;
-    }
     for (int i = 1; i < n; i++) {
         float v = col[i];
         int j = i - 1;
         for (; j >= 0 && col[j] > v; j--) col[j + 1] = col[j];
         col[j + 1] = v;
     }
+}
+
+/* Rearranges v[0..n) so that v[k] is its k-th smallest, with nothing
+ * larger before it and nothing smaller after it (Hoare's selection with a
+ * median-of-three pivot: deterministic, O(n) on average). v is finite. */
+static void select_kth(float *v, int n, int k) {
+    assert(k >= 0 && k < n);
+    int lo = 0, hi = n - 1;
+    while (hi > lo) {
+        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+        float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return; /* between: equal to the pivot */
+    }
+}
+
+/* Above this many updates a column is selected, not sorted: a sort's
+ * n²/4 moves grow past selection's few passes (64 updates: 5x). */
+#define SORT_MAX 24
+
+/* The median of col (reordered): the middle value, or the mean of the two. */
+static float column_median(float *col, int n) {
+    if (n <= SORT_MAX) {
+        sort_column(col, n);
+        return n % 2 ? col[n / 2] : 0.5f * (col[n / 2 - 1] + col[n / 2]);
+    }
+    int k = n / 2;
+    select_kth(col, n, k);
+    if (n % 2) return col[k];
+    float below = col[0]; /* the largest of the lower half */
+    for (int i = 1; i < k; i++) below = col[i] > below ? col[i] : below;
+    return 0.5f * (below + col[k]);
+}
+
+/* The mean of col without its drop smallest and drop largest (reordered),
+ * summed in double. */
+static float column_trimmed_mean(float *col, int n, int drop) {
+    int keep = n - 2 * drop;
+    if (n <= SORT_MAX) {
+        sort_column(col, n);
+    } else if (drop > 0) {
+        select_kth(col, n, drop);               /* the drop smallest before it */
+        select_kth(col + drop, n - drop, keep); /* the drop largest after the kept */
+    }
+    double s = 0;
+    for (int u = drop; u < drop + keep; u++) s += col[u];
+    return (float)(s / keep);
 }
 
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
@@ -282,15 +334,8 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             for (uint64_t i = lo; i < hi; i++) {
                 if (col == NULL) continue;
                 for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
-                sort_column(col, n_updates);
-                if (rule == AGG_MEDIAN) {
-                    out[i] = n_updates % 2 ? col[n_updates / 2]
-                                           : 0.5f * (col[n_updates / 2 - 1] + col[n_updates / 2]);
-                } else {
-                    double s = 0;
-                    for (int u = drop; u < n_updates - drop; u++) s += col[u];
-                    out[i] = (float)(s / (n_updates - 2 * drop));
-                }
+                out[i] = rule == AGG_MEDIAN ? column_median(col, n_updates)
+                                            : column_trimmed_mean(col, n_updates, drop);
             }
             free(col);
         }

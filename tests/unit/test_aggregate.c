@@ -142,6 +142,56 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
     free(med), free(trim);
 }
 
+/* Past a few dozen updates a column is selected, not sorted: the median is
+ * the very value a sort gives (ties, an even count and hostile outliers
+ * included), the trimmed mean the same within the sum's rounding. */
+Test(aggregate, many_updates_are_selected_as_a_sort_would) {
+    uint64_t n = 3000;
+    for (int U = 40; U <= 41; U++) {
+        float **x = malloc(sizeof *x * U);
+        Blob *b = malloc(sizeof *b * U);
+        const uint8_t **blobs = malloc(sizeof *blobs * U);
+        size_t *lens = malloc(sizeof *lens * U);
+        uint64_t r = 12345;
+        for (int u = 0; u < U; u++) {
+            x[u] = malloc(n * 4);
+            for (uint64_t i = 0; i < n; i++) {
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                x[u][i] = i % 3 == 0 ? (float)(r % 5)        /* many ties */
+                          : u < 4    ? 1e6f * (float)(u + 1) /* outliers */
+                                     : (float)((int64_t)(r >> 40) - (1 << 23)) * 1e-7f;
+            }
+            b[u] = encode(x[u], n, HASH);
+            blobs[u] = b[u].data, lens[u] = b[u].len;
+        }
+        float *med = malloc(n * 4), *trim = malloc(n * 4), *col = malloc(sizeof *col * U);
+        char err[ERR_LEN];
+        cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
+        cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.1, trim, err), 0, "%s",
+                     err);
+        int drop = (int)floor(0.1 * U);
+        for (uint64_t i = 0; i < n; i++) {
+            for (int u = 0; u < U; u++) col[u] = x[u][i];
+            for (int p = 1; p < U; p++) /* insertion sort, the reference */
+                for (int q = p; q > 0 && col[q - 1] > col[q]; q--) {
+                    float t = col[q];
+                    col[q] = col[q - 1];
+                    col[q - 1] = t;
+                }
+            float want = U % 2 ? col[U / 2] : 0.5f * (col[U / 2 - 1] + col[U / 2]);
+            cr_assert(memcmp(&med[i], &want, 4) == 0, "U %d median at %llu: %a, sorted %a", U,
+                      (unsigned long long)i, med[i], want);
+            double s = 0;
+            for (int u = drop; u < U - drop; u++) s += col[u];
+            float tw = (float)(s / (U - 2 * drop));
+            cr_assert_float_eq(trim[i], tw, 1e-6 * (1 + fabs(tw)), "U %d trimmed at %llu", U,
+                               (unsigned long long)i);
+        }
+        for (int u = 0; u < U; u++) blob_free(&b[u]), free(x[u]);
+        free(x), free(b), free(blobs), free(lens), free(med), free(trim), free(col);
+    }
+}
+
 Test(aggregate, outer_optimizers) {
     char err[ERR_LEN];
     OuterOpt o;
