@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 
+#include "bench/bench.h"
 #include "compress/compress.h"
 #include "util/util.h"
 
@@ -53,15 +54,7 @@ int main(int argc, char **argv) {
     uint64_t n = full ? 100000000ull : 25000000ull;
     log_set_level(LOG_ERROR);
     float *x = mallocCheck(n * 4), *sum = mallocCheck(n * 4), *y = mallocCheck(n * 4);
-    uint64_t s = 0x243f6a8885a308d3ull;
-    for (uint64_t i = 0; i < n; i += 2) { /* Box-Muller pairs */
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u2 = ((s >> 11) + 0.5) / 9007199254740992.0, r = sqrt(-2 * log(u1)) * 0.01;
-        x[i] = (float)(r * cos(6.283185307179586 * u2));
-        if (i + 1 < n) x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
-    }
+    bench_pseudo_gradient(x, n);
     memset(sum, 0, n * 4);
     memset(y, 0, n * 4);
     double mcpy = memcpy_gbps(x, y, n);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "compress/compress.h"
 #include "kernels/cuda.h"
 #include "kernels/device.h"
@@ -82,15 +83,7 @@ int main(int argc, char **argv) {
     }
     uint64_t n = full ? 256ull << 20 : 64ull << 20;
     float *x = mallocCheck(n * 4);
-    uint64_t s = 0x243f6a8885a308d3ull;
-    for (uint64_t i = 0; i < n; i += 2) { /* Box-Muller pairs, σ 0.01: a pseudo-gradient */
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u2 = ((s >> 11) + 0.5) / 9007199254740992.0, r = sqrt(-2 * log(u1)) * 0.01;
-        x[i] = (float)(r * cos(6.283185307179586 * u2));
-        if (i + 1 < n) x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
-    }
+    bench_pseudo_gradient(x, n);
     float *d_x = kernels_cuda_alloc(n * 4), *d_y = kernels_cuda_alloc(n * 4);
     kernels_cuda_to_device(d_x, x, n * 4);
     double t[REPEAT];

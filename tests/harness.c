@@ -180,6 +180,23 @@ int harness_start_coordinator(const char *fed, char *addr) {
     return pid;
 }
 
+void harness_enroll_join(const char *fed, const char *addr, const char *name, const char *dir) {
+    ProcResult r = harness_strait("site", "enroll", fed, name);
+    cr_assert_eq(r.status, 0, "enroll %s: %s", name, r.err);
+    /* the token on the line after the first; the fingerprint after its flag */
+    const char *nl = strchr(r.out, '\n'), *ca = strstr(r.out, "--ca-sha256 ");
+    cr_assert(nl && strlen(nl + 1) >= 64 && ca && strlen(ca + 12) >= 64,
+              "enroll %s printed no token and fingerprint: %s", name, r.out);
+    char token[65], fp[65];
+    memcpy(token, nl + 1, 64), token[64] = 0;
+    memcpy(fp, ca + 12, 64), fp[64] = 0;
+    proc_result_free(&r);
+    r = harness_strait("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
+                       "--ca-sha256", fp);
+    cr_assert_eq(r.status, 0, "join %s: %s", name, r.err);
+    proc_result_free(&r);
+}
+
 int harness_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};

@@ -56,6 +56,11 @@ void harness_rmtree(const char *path);
  * bytes); -1 when it did not say within 30 s. */
 int harness_start_coordinator(const char *fed, char *addr);
 
+/* `strait site enroll FED NAME` then `strait site join DIR` with the token
+ * and CA fingerprint it printed, as an operator would: the site's folder
+ * DIR, joined to the coordinator at addr. */
+void harness_enroll_join(const char *fed, const char *addr, const char *name, const char *dir);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int harness_free_port(void);
 /* Replaces the line "key = …" of [section] in an INI file with "key =

@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 
+#include "kernels/formats.h"
 #include "tests/harness.h"
 #include "tests/store_fixture.h"
 #include "util/util.h"
@@ -118,4 +119,13 @@ StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout
     }
     cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
     return r;
+}
+
+void store_fixture_load_tiny(const char *home, const char *rel, GPT *m) {
+    char path[1200], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", home, rel);
+    GPTConfig cfg;
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(m, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(gpt_load(m, path, NULL, err), 0, "%s", err);
 }

@@ -7,6 +7,7 @@
 #define STRAIT_TESTS_STORE_FIXTURE_H
 
 #include "coordinator/store.h"
+#include "kernels/model.h"
 #include "security/security.h"
 
 #define FIXTURE_CKPT_BYTES (48 * 1024 + 7)
@@ -37,5 +38,8 @@ void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset);
 /* Waits until round n of the federation in home (a running coordinator's)
  * is committed and returns its row; fails the test after timeout_s. */
 StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout_s);
+/* m (built here) holds the `tiny` checkpoint at HOME/rel: a federation's
+ * round, or its current model. */
+void store_fixture_load_tiny(const char *home, const char *rel, GPT *m);
 
 #endif

@@ -62,18 +62,10 @@ static void start_federation(void) {
     snprintf(metrics_addr, sizeof metrics_addr, "%s", text);
     free(text);
     for (int i = 0; i < N_SITES; i++) {
-        char name[16], dir[700], token[65], fp[65];
+        char name[16], dir[700];
         snprintf(name, sizeof name, "s%d", i);
         snprintf(dir, sizeof dir, "%s/%s", root, name);
-        r = S("site", "enroll", fed, name);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
-        memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
-        proc_result_free(&r);
-        r = S("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
-              "--ca-sha256", fp);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        proc_result_free(&r);
+        harness_enroll_join(fed, addr, name, dir);
         char *sargv[] = {(char *)harness_strait_bin(),
                          "site",
                          "run",

@@ -92,16 +92,7 @@ static void federation_from(const char *hfdir) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", atoi(p + 5));
     char sdir[700];
     snprintf(sdir, sizeof sdir, "%s/site", root);
-    r = S("site", "enroll", fed, "s0");
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    char token[65], fp[65];
-    memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
-    memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
-    proc_result_free(&r);
-    r = S("site", "join", sdir, "--name", "s0", "--coordinator", addr, "--token", token,
-          "--ca-sha256", fp);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    proc_result_free(&r);
+    harness_enroll_join(fed, addr, "s0", sdir);
 }
 
 /* strait site run for s0 on data, holding init_from (may be NULL). */

@@ -91,16 +91,7 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
         char name[16], dir[700];
         snprintf(name, sizeof name, "s%d", i);
         snprintf(dir, sizeof dir, "%s/%s", root, name);
-        r = S("site", "enroll", fed, name);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        char token[65], fp[65];
-        memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
-        memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
-        proc_result_free(&r);
-        r = S("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
-              "--ca-sha256", fp);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        proc_result_free(&r);
+        harness_enroll_join(fed, addr, name, dir);
     }
 }
 
@@ -143,12 +134,7 @@ static StoreRound wait_committed(int64_t n, int timeout_s) {
 }
 
 static void load_params(const char *rel, GPT *m) {
-    char path[800], err[ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", fed, rel);
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(m, &cfg, 0, err), 0);
-    cr_assert_eq(gpt_load(m, path, NULL, err), 0, "%s", err);
+    store_fixture_load_tiny(fed, rel, m);
 }
 
 Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
@@ -332,19 +318,16 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     free(delta);
 }
 
-/* A commit (outer step, checkpoint and state files, hashes, the store)
- * runs outside the round lock: held in the middle, the coordinator still
- * answers Heartbeat and GetModel with the round that is closing, refuses an
- * update for it as stale, and the uploader that closed it has its answer
- * already; let go, the round commits. Under a commit that held the lock,
- * every call below would wait for it and time out. */
-Test(rounds, calls_are_answered_while_a_round_commits) {
-    setup_federation("2", "1", "600s", 1); /* one site: its update closes the round */
+/* The federation of setup_federation (rounds, one site s0, quorum 1),
+ * restarted with fp32 uplinks and its commits held while the file `hold`
+ * (ROOT/hold, created here) exists; good is an fp32 update s0 may send. */
+static void held_commit_federation(const char *rounds, char hold[700], Blob *good) {
+    setup_federation(rounds, "1", "600s", 1);
     proc_stop(coord, 10000);
-    char ini[700], hold[700];
+    char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     harness_ini_set(ini, "codec", "uplink", "fp32");
-    snprintf(hold, sizeof hold, "%s/hold", root);
+    snprintf(hold, 700, "%s/hold", root);
     FILE *hf = fopen(hold, "w");
     cr_assert_not_null(hf);
     fclose(hf);
@@ -354,14 +337,28 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
     GPT m;
     GPTConfig cfg;
     gpt_config_preset("tiny", &cfg);
-    char err[ERR_LEN], details[256] = "";
+    char err[ERR_LEN];
     cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
     float *delta = malloc(m.n_params * 4);
     for (uint64_t i = 0; i < m.n_params; i++) delta[i] = 1e-3f * (float)((int)(i % 5) - 2);
     CodecParams p = codec_params_default(CODEC_FP32);
     CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
-    Blob good = {0};
-    cr_assert_eq(codec_encode(&p, &L, delta, &good, err), 0, "%s", err);
+    *good = (Blob){0};
+    cr_assert_eq(codec_encode(&p, &L, delta, good, err), 0, "%s", err);
+    free(delta);
+    gpt_free(&m);
+}
+
+/* A commit (outer step, checkpoint and state files, hashes, the store)
+ * runs outside the round lock: held in the middle, the coordinator still
+ * answers Heartbeat and GetModel with the round that is closing, refuses an
+ * update for it as stale, and the uploader that closed it has its answer
+ * already; let go, the round commits. Under a commit that held the lock,
+ * every call below would wait for it and time out. */
+Test(rounds, calls_are_answered_while_a_round_commits) {
+    char hold[700], err[ERR_LEN], details[256] = "";
+    Blob good;
+    held_commit_federation("2", hold, &good); /* one site: its update closes the round */
     NetChannel *ch = site_channel("s0");
     /* the update that closes round 0 is answered before the commit */
     cr_assert_eq(push(ch, 0, "closes", &good, details), NET_OK, "%s", details);
@@ -396,8 +393,6 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
     cr_assert_eq(r0.participants, 1);
     net_channel_destroy(ch);
     blob_free(&good);
-    free(delta);
-    gpt_free(&m);
 }
 
 /* The store busy through a commit (an operator's sqlite3 holding its write
@@ -407,29 +402,9 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
  * taken again and the round commits. Before, the round stayed closed until
  * the coordinator restarted. */
 Test(rounds, a_round_reopens_when_its_store_comes_back, .timeout = 200) {
-    setup_federation("1", "1", "600s", 1);
-    proc_stop(coord, 10000);
-    char ini[700], hold[700], db[800];
-    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
-    harness_ini_set(ini, "codec", "uplink", "fp32");
-    snprintf(hold, sizeof hold, "%s/hold", root);
-    FILE *hf = fopen(hold, "w");
-    cr_assert_not_null(hf);
-    fclose(hf);
-    setenv("STRAIT_TEST_COMMIT_HOLD", hold, 1);
-    start_coordinator();
-    unsetenv("STRAIT_TEST_COMMIT_HOLD");
-    GPT m;
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    char err[ERR_LEN], details[256] = "";
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
-    float *delta = malloc(m.n_params * 4);
-    for (uint64_t i = 0; i < m.n_params; i++) delta[i] = 1e-3f * (float)((int)(i % 5) - 2);
-    CodecParams p = codec_params_default(CODEC_FP32);
-    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
-    Blob good = {0};
-    cr_assert_eq(codec_encode(&p, &L, delta, &good, err), 0, "%s", err);
+    char hold[700], db[800], err[ERR_LEN], details[256] = "";
+    Blob good;
+    held_commit_federation("1", hold, &good);
     NetChannel *ch = site_channel("s0");
     cr_assert_eq(push(ch, 0, "first", &good, details), NET_OK, "%s", details); /* closes it */
     /* the lock, then the commit: its write, the failure's record and the
@@ -476,8 +451,6 @@ Test(rounds, a_round_reopens_when_its_store_comes_back, .timeout = 200) {
     store_close(s);
     net_channel_destroy(ch);
     blob_free(&good);
-    free(delta);
-    gpt_free(&m);
 }
 
 Test(rounds, a_site_killed_mid_run_resumes_its_saved_state) {

@@ -74,16 +74,7 @@ static char *federation(const char *name, const char *recipe, const char *total,
 
 static void enroll_join(const char *fed, const char *addr, const char *name, char *dir) {
     snprintf(dir, 800, "%s/%s", root, name);
-    ProcResult r = harness_strait("site", "enroll", fed, name);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    char token[65], fp[65];
-    memcpy(token, strchr(r.out, '\n') + 1, 64), token[64] = 0;
-    memcpy(fp, strstr(r.out, "--ca-sha256 ") + 12, 64), fp[64] = 0;
-    proc_result_free(&r);
-    r = harness_strait("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
-                       "--ca-sha256", fp);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    proc_result_free(&r);
+    harness_enroll_join(fed, addr, name, dir);
 }
 
 /* `strait site run DIR` on `ranks` ranks (1: no launcher) with batch B,
@@ -96,15 +87,6 @@ static ProcResult run_site(const char *dir, int ranks, int batch) {
              harness_strait_bin(), dir, batch);
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     return proc_run(argv);
-}
-
-static void load(const char *fed, const char *rel, GPT *m) {
-    char path[1200], err[ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", fed, rel);
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(m, &cfg, 0, err), 0);
-    cr_assert_eq(gpt_load(m, path, NULL, err), 0, "%s", err);
 }
 
 /* The site's pseudo-gradient of round 0 through FedAvg (fp32 up, outer lr 1:
@@ -133,8 +115,8 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     cr_assert_eq(ra.tokens, rb.tokens, "2 ranks of 4 trained %lld tokens, 1 of 8 %lld",
                  (long long)ra.tokens, (long long)rb.tokens);
     GPT a, b, m0;
-    load(fed_a, ra.checkpoint_path, &a);
-    load(fed_b, rb.checkpoint_path, &b);
+    store_fixture_load_tiny(fed_a, ra.checkpoint_path, &a);
+    store_fixture_load_tiny(fed_b, rb.checkpoint_path, &b);
     GPTConfig cfg;
     gpt_config_preset("tiny", &cfg);
     char err[ERR_LEN];
