@@ -58,7 +58,7 @@ static void fold(int64_t (*h)[256], int64_t *mid_sum, uint32_t *mid_count) {
  * summed apart, measured from zero in a coarser unit. */
 static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint32_t n, float scale,
                               uint8_t *restrict table, uint8_t *restrict codes,
-                              int64_t *restrict term, uint32_t *restrict clamped,
+                              int32_t *restrict off, uint32_t *restrict clamped,
                               int64_t (*h)[256]) {
     float inv = 1.0f / scale;
     int64_t mid_sum[256] = {0}, edge_sum[2] = {0, 0};
@@ -66,17 +66,19 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
     for (uint32_t t0 = 0; t0 < n; t0 += SIMD_TERM_TILE) {
         uint32_t m = n - t0 < SIMD_TERM_TILE ? n - t0 : SIMD_TERM_TILE, i = 0;
         const uint8_t *c = codes + t0;
-        uint32_t n_clamped = k->int8_codes(x + t0, m, inv, codes + t0, term, clamped);
+        uint32_t n_clamped = k->int8_codes(x + t0, m, inv, codes + t0, off, clamped);
         for (; i + 4 <= m; i += 4) {   /* neighbours often share a bin: four histograms */
             uint32_t q4 = ld32(c + i); /* one load for four codes */
-            h[0][q4 & 255] += term[i];
-            h[1][(q4 >> 8) & 255] += term[i + 1];
-            h[2][(q4 >> 16) & 255] += term[i + 2];
-            h[3][q4 >> 24] += term[i + 3];
+            h[0][q4 & 255] += off[i] + SIMD_TERM_ONE;
+            h[1][(q4 >> 8) & 255] += off[i + 1] + SIMD_TERM_ONE;
+            h[2][(q4 >> 16) & 255] += off[i + 2] + SIMD_TERM_ONE;
+            h[3][q4 >> 24] += off[i + 3] + SIMD_TERM_ONE;
         }
-        for (; i < m; i++) h[0][c[i]] += term[i];
-        for (uint32_t j = 0; j < n_clamped; j++) { /* their terms were 0 */
-            float f = x[t0 + clamped[j]] * inv;
+        for (; i < m; i++) h[0][c[i]] += off[i] + SIMD_TERM_ONE;
+        for (uint32_t j = 0; j < n_clamped; j++) { /* counted in the edge sums instead */
+            uint32_t at = clamped[j];
+            h[at < (m & ~3u) ? at & 3 : 0][c[at]] -= SIMD_TERM_ONE; /* the one added above */
+            float f = x[t0 + at] * inv;
             int hi = f > 0;
             edge_sum[hi] += llrint((double)f * FIX_EDGE);
             edge_count[hi]++;
@@ -101,24 +103,24 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
 static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
     const CodecSimd *k = codec_simd();
-    /* scratch: the tile's terms, the four histograms, the clamped indices */
-    int64_t *term = malloc(sizeof(int64_t) * (SIMD_TERM_TILE + 4 * 256) +
-                           sizeof(uint32_t) * (SIMD_TERM_TILE + SIMD_COLLECT_SLACK));
-    if (term == NULL) return err_set(err, "out of memory encoding int8");
-    int64_t(*h)[256] = (int64_t(*)[256])(void *)(term + SIMD_TERM_TILE);
-    uint32_t *clamped = (uint32_t *)(void *)(term + SIMD_TERM_TILE + 4 * 256);
+    /* scratch: the four histograms, the tile's offsets, the clamped indices */
+    int64_t(*h)[256] = malloc(sizeof(int64_t) * 4 * 256 +
+                              sizeof(uint32_t) * (2 * SIMD_TERM_TILE + SIMD_COLLECT_SLACK));
+    if (h == NULL) return err_set(err, "out of memory encoding int8");
+    int32_t *off = (int32_t *)(void *)(h + 4);
+    uint32_t *clamped = (uint32_t *)(off + SIMD_TERM_TILE);
     memset(h, 0, 4 * sizeof h[0]); /* zero from here on: every fold leaves it so */
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
         double sumsq = k->sumsq(x + b0, n);
         if (!isfinite(sumsq)) {
-            free(term);
+            free(h);
             return err_set(err, "update value near %u is not finite", b0);
         }
-        int8_encode_block(k, x + b0, n, block_scale(sumsq, n), out, out + 1024, term, clamped, h);
+        int8_encode_block(k, x + b0, n, block_scale(sumsq, n), out, out + 1024, off, clamped, h);
         out += 1024 + n;
     }
-    free(term);
+    free(h);
     return 0;
 }
 

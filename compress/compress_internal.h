@@ -129,9 +129,11 @@ void planes_join(const uint8_t *const *plane, size_t n, int w, uint8_t *words);
 
 #define SIMD_LANES   256         /* int8's sum of squares: lane j adds j, j+256, … */
 #define SIMD_FIX_MID 16777216.0f /* 2^24: an int8 value's offset from its bin centre */
-/* An int8 histogram term: the offset plus one count in bit 40. Offsets are at
- * most 2^23 in magnitude, so a bin's sum of up to 2^15 terms splits back into
- * count (the high bits, rounded) and offset sum (the rest) exactly. */
+/* An int8 histogram term: a value's offset from its bin centre (·2^24, at
+ * most 2^23 in magnitude) plus one count in bit 40, so a bin's sum of up to
+ * 2^15 terms splits back into count (the high bits, rounded) and offset sum
+ * (the rest) exactly. The kernels give the offset alone, as an int32 (half
+ * the stores of the packed term); the histogram adds the count. */
 #define SIMD_TERM_ONE      ((int64_t)1 << 40)
 #define SIMD_TERM_TILE     4096 /* values a caller passes int8_codes at once */
 #define SIMD_COLLECT_SLACK 16   /* a collect kernel stores whole vectors */
@@ -144,12 +146,12 @@ typedef struct CodecSimd {
      * is n floats at any alignment (a blob's payload). Not finite iff some x
      * is not: the squares of finite floats cannot overflow the sum. */
     double (*sumsq)(const void *x, uint32_t n);
-    /* int8 codes of x·inv (FORMATS.md) and each value's histogram term
-     * (offset·2^24 + SIMD_TERM_ONE; 0 for a value clamped into an edge bin),
+    /* int8 codes of x·inv (FORMATS.md) and each value's offset from its bin
+     * centre ·2^24 (0 for a value clamped into an edge bin),
      * and the indices of the clamped ones, ascending, into clamped (room for
      * n + SIMD_COLLECT_SLACK); returns how many. n <= SIMD_TERM_TILE; x
      * finite. */
-    uint32_t (*int8_codes)(const float *x, uint32_t n, float inv, uint8_t *codes, int64_t *term,
+    uint32_t (*int8_codes)(const float *x, uint32_t n, float inv, uint8_t *codes, int32_t *off,
                            uint32_t *clamped);
     /* d[i] = d[i] + w·table[codes[i]] (a multiply, then an add: the same
      * floats as d[i] + wt[codes[i]] with wt[q] = w·table[q]) */

@@ -56,7 +56,7 @@ static inline float rint_small(float f) {
 }
 
 static uint32_t scalar_int8_codes(const float *restrict x, uint32_t n, float inv,
-                                  uint8_t *restrict codes, int64_t *restrict term,
+                                  uint8_t *restrict codes, int32_t *restrict off,
                                   uint32_t *restrict clamped) {
     uint32_t c = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -68,10 +68,10 @@ static uint32_t scalar_int8_codes(const float *restrict x, uint32_t n, float inv
         rq = rq > 127.0f ? 127.0f : rq;
         codes[i] = (uint8_t)(int32_t)(rq + 128.0f);
         int keep = r == rq;
-        /* f - rq is exact and at most 1/2 when kept; a clamped value's term
-         * is 0 and its offset is never converted (it could overflow) */
+        /* f - rq is exact and at most 1/2 when kept; a clamped value's
+         * offset is 0, never converted (it could overflow) */
         float d = keep ? f - rq : 0.0f;
-        term[i] = keep ? (int64_t)lrintf(d * SIMD_FIX_MID) + SIMD_TERM_ONE : 0;
+        off[i] = (int32_t)lrintf(d * SIMD_FIX_MID);
         clamped[c] = i;
         c += !keep;
     }

@@ -55,13 +55,12 @@ T2 static void avx2_axpy(const void *xv, uint32_t n, float w, float *restrict d)
 }
 
 T2 static uint32_t avx2_int8_codes(const float *restrict x, uint32_t n, float inv,
-                                   uint8_t *restrict codes, int64_t *restrict term,
+                                   uint8_t *restrict codes, int32_t *restrict off,
                                    uint32_t *restrict clamped) {
     const __m256 vinv = _mm256_set1_ps(inv), m129 = _mm256_set1_ps(-129.0f),
                  p129 = _mm256_set1_ps(129.0f), m128 = _mm256_set1_ps(-128.0f),
                  p127 = _mm256_set1_ps(127.0f), c128 = _mm256_set1_ps(128.0f),
                  magic = _mm256_set1_ps(MAGIC), fix = _mm256_set1_ps(SIMD_FIX_MID);
-    const __m256i one = _mm256_set1_epi64x(SIMD_TERM_ONE);
     /* byte 0 of each dword, per 128-bit half */
     const __m256i pick =
         _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
@@ -78,20 +77,13 @@ T2 static uint32_t avx2_int8_codes(const float *restrict x, uint32_t n, float in
                          (uint64_t)(uint32_t)_mm256_extract_epi32(code, 4) << 32;
         memcpy(codes + i, &bytes, 8);
         __m256 d = _mm256_and_ps(_mm256_sub_ps(f, rq), keep);
-        __m256i off = _mm256_cvtps_epi32(_mm256_mul_ps(d, fix));
-        __m256i k32 = _mm256_castps_si256(keep);
-        __m256i lo = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(off)), one);
-        __m256i hi = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(off, 1)), one);
-        lo = _mm256_and_si256(lo, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(k32)));
-        hi = _mm256_and_si256(hi, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(k32, 1)));
-        _mm256_storeu_si256((__m256i *)(void *)(term + i), lo);
-        _mm256_storeu_si256((__m256i *)(void *)(term + i + 4), hi);
+        _mm256_storeu_si256((__m256i *)(void *)(off + i), _mm256_cvtps_epi32(_mm256_mul_ps(d, fix)));
         for (unsigned m = ~(unsigned)_mm256_movemask_ps(keep) & 0xffu; m; m &= m - 1)
             clamped[c++] = i + (uint32_t)__builtin_ctz(m);
     }
     if (i < n) {
         uint32_t got =
-            codec_simd_scalar.int8_codes(x + i, n - i, inv, codes + i, term + i, clamped + c);
+            codec_simd_scalar.int8_codes(x + i, n - i, inv, codes + i, off + i, clamped + c);
         for (uint32_t j = 0; j < got; j++) clamped[c + j] += i;
         c += got;
     }
@@ -243,34 +235,42 @@ T512 static void avx512_axpy(const void *xv, uint32_t n, float w, float *restric
     if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
+/* One vector of int8_codes: the codes of live lanes, their offsets from the
+ * bin centre, and the mask of the clamped ones. Whole vectors store through
+ * registers: masked stores cost Zen 5 several times a plain one. */
+T512 static inline __mmask16 avx512_codes16(const float *restrict x, __mmask16 live, __m512 vinv,
+                                            uint8_t *restrict codes, int32_t *restrict off) {
+    const __m512 m129 = _mm512_set1_ps(-129.0f), p129 = _mm512_set1_ps(129.0f),
+                 m128 = _mm512_set1_ps(-128.0f), p127 = _mm512_set1_ps(127.0f),
+                 c128 = _mm512_set1_ps(128.0f), magic = _mm512_set1_ps(MAGIC),
+                 fix = _mm512_set1_ps(SIMD_FIX_MID);
+    __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x), vinv);
+    __m512 fc = _mm512_min_ps(_mm512_max_ps(f, m129), p129);
+    __m512 r = _mm512_sub_ps(_mm512_add_ps(fc, magic), magic);
+    __m512 rq = _mm512_min_ps(_mm512_max_ps(r, m128), p127);
+    __mmask16 keep = _mm512_cmp_ps_mask(r, rq, _CMP_EQ_OQ);
+    __m512i code = _mm512_cvttps_epi32(_mm512_add_ps(rq, c128));
+    __m512i o = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix));
+    if (live == 0xffff) {
+        _mm_storeu_si128((__m128i *)(void *)codes, _mm512_cvtepi32_epi8(code));
+        _mm512_storeu_si512(off, o);
+    } else {
+        _mm512_mask_cvtepi32_storeu_epi8(codes, live, code);
+        _mm512_mask_storeu_epi32(off, live, o);
+    }
+    return live & (__mmask16)~keep;
+}
+
 T512 static uint32_t avx512_int8_codes(const float *restrict x, uint32_t n, float inv,
-                                       uint8_t *restrict codes, int64_t *restrict term,
+                                       uint8_t *restrict codes, int32_t *restrict off,
                                        uint32_t *restrict clamped) {
-    const __m512 vinv = _mm512_set1_ps(inv), m129 = _mm512_set1_ps(-129.0f),
-                 p129 = _mm512_set1_ps(129.0f), m128 = _mm512_set1_ps(-128.0f),
-                 p127 = _mm512_set1_ps(127.0f), c128 = _mm512_set1_ps(128.0f),
-                 magic = _mm512_set1_ps(MAGIC), fix = _mm512_set1_ps(SIMD_FIX_MID);
-    const __m512i one = _mm512_set1_epi64(SIMD_TERM_ONE);
+    const __m512 vinv = _mm512_set1_ps(inv);
     const __m512i step = _mm512_set1_epi32(16);
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     uint32_t c = 0;
     for (uint32_t i = 0; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
         __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), vinv);
-        __m512 fc = _mm512_min_ps(_mm512_max_ps(f, m129), p129);
-        __m512 r = _mm512_sub_ps(_mm512_add_ps(fc, magic), magic);
-        __m512 rq = _mm512_min_ps(_mm512_max_ps(r, m128), p127);
-        __mmask16 keep = _mm512_cmp_ps_mask(r, rq, _CMP_EQ_OQ);
-        __m512i code = _mm512_cvttps_epi32(_mm512_add_ps(rq, c128));
-        _mm512_mask_cvtepi32_storeu_epi8(codes + i, live, code);
-        __m512i off = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix));
-        __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(off));
-        __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(off, 1));
-        lo = _mm512_maskz_add_epi64((__mmask8)keep, lo, one);
-        hi = _mm512_maskz_add_epi64((__mmask8)(keep >> 8), hi, one);
-        _mm512_mask_storeu_epi64(term + i, (__mmask8)live, lo);
-        _mm512_mask_storeu_epi64(term + i + 8, (__mmask8)(live >> 8), hi);
-        __mmask16 cm = live & (__mmask16)~keep;
+        __mmask16 cm = avx512_codes16(x + i, live, vinv, codes + i, off + i);
         if (cm) { /* rare (a normal update clamps 0.3%): a branch that predicts */
             _mm512_storeu_si512(clamped + c, _mm512_maskz_compress_epi32(cm, idx));
             c += (uint32_t)__builtin_popcount((unsigned)cm);
