@@ -133,8 +133,8 @@ typedef struct SectionOut {
     uint32_t count;
     size_t raw_len;
     size_t at;      /* where its raw payload was encoded, in the output */
-    uint8_t *z;     /* the lossless stage's form when smaller (owned), else NULL */
-    uint32_t flags; /* of z: SECTION_FLAG_ZSTD or SECTION_FLAG_PLANES */
+    uint32_t flags; /* 0: raw; SECTION_FLAG_ZSTD or _PLANES: the lossless stage's form,
+                     * written over the raw payload at `at` (it is shorter) */
     size_t stored_len;
     uint64_t checksum;
     char err[ERR_LEN];
@@ -186,7 +186,7 @@ static void section_header(uint8_t *h, const SectionOut *s) {
     st32(h + 8, s->count);
     st32(h + 12, (uint32_t)s->raw_len);
     st32(h + 16, (uint32_t)s->stored_len);
-    st32(h + 20, s->z ? s->flags : 0);
+    st32(h + 20, s->flags);
 }
 
 static uint64_t section_checksum(const uint8_t *header, const uint8_t *payload, size_t len) {
@@ -194,42 +194,70 @@ static uint64_t section_checksum(const uint8_t *header, const uint8_t *payload, 
 }
 
 /* The lossless stage of one section's raw payload: the form kept when it
- * is smaller than raw (owned, into s->z, s->flags, s->stored_len), else
+ * is smaller than raw (written over raw, and s->flags, s->stored_len), else
  * nothing. Words go plane by plane: w u32 plane lengths, then the planes
  * (FORMATS.md), each plane zstd-compressed when that saves an eighth of it
  * at least: a plane zstd barely shrinks (a float's mantissa bytes) would
  * cost the receiver a decompression pass to save a few bytes. Other
  * payloads go as one zstd frame. planes: room for raw_len bytes. */
-static void section_compress(ZSTD_CCtx *zc, int level, int w, const uint8_t *raw, uint8_t *planes,
-                             SectionOut *s) {
-    size_t bound = w ? 4 * (size_t)w + (size_t)w * ZSTD_compressBound(s->count)
-                     : ZSTD_compressBound(s->raw_len);
-    uint8_t *z = malloc(bound);
-    if (z == NULL) return; /* kept raw: a valid blob, only larger */
-    size_t len;
-    if (w == 0) {
-        len = ZSTD_compressCCtx(zc, z, bound, raw, s->raw_len, level);
-        if (ZSTD_isError(len)) len = SIZE_MAX;
-    } else {
-        planes_split(raw, s->count, w, planes);
-        len = 4 * (size_t)w;
-        for (int j = 0; j < w; j++) {
-            const uint8_t *plane = planes + (size_t)j * s->count;
-            size_t zl = ZSTD_compressCCtx(zc, z + len, bound - len, plane, s->count, level);
-            if (ZSTD_isError(zl) || zl > s->count - s->count / 8) {
-                memcpy(z + len, plane, s->count);
-                zl = s->count;
-            }
-            st32(z + 4 * (size_t)j, (uint32_t)zl);
-            len += zl;
-        }
+/* A thread's scratch for the lossless stage, kept from section to section:
+ * a fresh buffer per section costs a page fault per page (a quarter of an
+ * fp32 encode's time). */
+typedef struct Scratch {
+    uint8_t *z, *planes;
+    size_t z_cap, planes_cap;
+} Scratch;
+
+static uint8_t *scratch_get(uint8_t **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        free(*buf);
+        *buf = malloc(need);
+        *cap = *buf ? need : 0;
     }
-    if (len >= s->raw_len) {
-        free(z);
+    return *buf;
+}
+
+static void section_compress(ZSTD_CCtx *zc, int level, int w, uint8_t *raw, Scratch *sc,
+                             SectionOut *s) {
+    if (w == 0) {
+        size_t bound = ZSTD_compressBound(s->raw_len);
+        uint8_t *z = scratch_get(&sc->z, &sc->z_cap, bound);
+        if (z == NULL) return; /* kept raw: a valid blob, only larger */
+        size_t len = ZSTD_compressCCtx(zc, z, bound, raw, s->raw_len, level);
+        if (ZSTD_isError(len) || len >= s->raw_len) return;
+        memcpy(raw, z, len);
+        s->flags = SECTION_FLAG_ZSTD;
+        s->stored_len = len;
         return;
     }
-    s->z = z;
-    s->flags = w ? SECTION_FLAG_PLANES : SECTION_FLAG_ZSTD;
+    /* planes: split out of raw, then written back over it, each plane
+     * compressed straight into its place; put back together should the
+     * lengths and planes not fit in less than raw */
+    assert(s->raw_len == (size_t)w * s->count);
+    uint8_t *planes = scratch_get(&sc->planes, &sc->planes_cap, s->raw_len);
+    if (planes == NULL) return;
+    planes_split(raw, s->count, w, planes);
+    size_t len = 4 * (size_t)w;
+    int fits = 1;
+    for (int j = 0; j < w && fits; j++) {
+        const uint8_t *plane = planes + (size_t)j * s->count;
+        size_t room = s->raw_len - len;
+        size_t zl = ZSTD_compressCCtx(zc, raw + len, room, plane, s->count, level);
+        if (ZSTD_isError(zl) || zl > s->count - s->count / 8) {
+            fits = s->count <= room;
+            if (fits) memcpy(raw + len, plane, s->count);
+            zl = s->count;
+        }
+        st32(raw + 4 * (size_t)j, (uint32_t)zl);
+        len += zl;
+    }
+    if (!fits || len >= s->raw_len) {
+        const uint8_t *pl[4] = {planes, planes + s->count, planes + 2 * (size_t)s->count,
+                                planes + 3 * (size_t)s->count};
+        planes_join(pl, s->count, w, raw);
+        return;
+    }
+    s->flags = SECTION_FLAG_PLANES;
     s->stored_len = len;
 }
 
@@ -272,7 +300,7 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
 #pragma omp parallel reduction(| : failed) if (parallel)
     {
         ZSTD_CCtx *zc = p->zstd_level > 0 ? ZSTD_createCCtx() : NULL;
-        uint8_t *planes = zc && ops->word ? malloc((size_t)ops->word * CODEC_SECTION_MAX) : NULL;
+        Scratch sc = {0};
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < n_sec; i++) {
             SectionOut *s = &secs[i];
@@ -282,13 +310,12 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
                 continue;
             }
             s->stored_len = s->raw_len;
-            if (zc != NULL && (ops->word == 0 || planes != NULL))
-                section_compress(zc, p->zstd_level, ops->word, raw, planes, s);
+            if (zc != NULL) section_compress(zc, p->zstd_level, ops->word, raw, &sc, s);
             uint8_t h[SECTION_HEADER_LEN];
             section_header(h, s);
-            s->checksum = section_checksum(h, s->z ? s->z : raw, s->stored_len);
+            s->checksum = section_checksum(h, raw, s->stored_len);
         }
-        free(planes);
+        free(sc.z), free(sc.planes);
         ZSTD_freeCCtx(zc);
     }
     if (failed) {
@@ -317,16 +344,13 @@ int codec_encode_sections(const CodecParams *p, const CodecLayout *layout, Secti
         SectionOut *s = &secs[i];
         section_header(o + pos, s);
         st64(o + pos + 24, s->checksum);
-        if (s->z)
-            memcpy(o + pos + SECTION_HEADER_LEN, s->z, s->stored_len);
-        else if (s->at != pos + SECTION_HEADER_LEN)
+        if (s->at != pos + SECTION_HEADER_LEN)
             memmove(o + pos + SECTION_HEADER_LEN, o + s->at, s->stored_len);
         pos += SECTION_HEADER_LEN + s->stored_len;
     }
     out->len = pos;
     rc = 0;
 out:
-    for (size_t i = 0; i < n_sec; i++) free(secs[i].z);
     free(secs);
     return rc;
 }
