@@ -103,14 +103,14 @@ static int topk_select(const CodecSimd *ks, const float *x, uint32_t len, uint32
             float sample[SAMPLE];
             for (uint32_t i = 0; i < s; i++) sample[i] = fabsf(x[i * stride]);
             int bad;
-            if (!ks->finite(sample, s)) return -1;
+            if (!ks->finite(sample, s, NULL)) return -1;
             n_cand = ks->collect(x, len, kth_largest(sample, s, r + 1), cand, &bad);
             if (bad) return -1;
             checked = 1;
         }
     }
     if (n_cand < k) { /* estimate too high (or k == len): every index */
-        if (!checked && !ks->finite(x, len)) return -1;
+        if (!checked && !ks->finite(x, len, NULL)) return -1;
         n_cand = len;
         for (uint32_t i = 0; i < len; i++) cand[i] = i;
     }

@@ -164,8 +164,9 @@ typedef struct CodecSimd {
      * len + SIMD_COLLECT_SLACK); *bad = whether some x is not finite.
      * Returns how many. */
     uint32_t (*collect)(const float *x, uint32_t len, float t, uint32_t *cand, int *bad);
-    /* whether every x[0..n) is finite */
-    int (*finite)(const float *x, uint32_t n);
+    /* whether every x[0..n) is finite; copy (may be NULL, any alignment)
+     * takes x as it is read, so a copy costs no pass of its own */
+    int (*finite)(const float *x, uint32_t n, void *copy);
     /* h[i] = x[i] as fp16 (bf 0) or bf16 (bf 1), rounded to nearest even,
      * stored little-endian at any alignment (codec_f32_to_f16 and _bf16);
      * 0 when some x is not finite or becomes infinite (h is then

@@ -106,13 +106,14 @@ static uint32_t scalar_collect(const float *restrict x, uint32_t len, float t,
     return n;
 }
 
-static int scalar_finite(const float *x, uint32_t n) {
+static int scalar_finite(const float *x, uint32_t n, void *copy) {
     uint32_t bad = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &x[i], 4);
         bad |= (u & 0x7f800000u) == 0x7f800000u;
     }
+    if (copy) memcpy(copy, x, 4 * (size_t)n);
     return !bad;
 }
 

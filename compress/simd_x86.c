@@ -113,15 +113,19 @@ T2 static uint32_t avx2_collect(const float *restrict x, uint32_t len, float t,
     return n;
 }
 
-T2 static int avx2_finite(const float *x, uint32_t n) {
+T2 static int avx2_finite(const float *x, uint32_t n, void *copy) {
     const __m256 inf = _mm256_set1_ps(__builtin_inff());
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 bad = _mm256_setzero_ps();
+    float *c = copy;
     uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        bad = _mm256_or_ps(
-            bad, _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), inf, _CMP_NLT_UQ));
-    return _mm256_movemask_ps(bad) == 0 && codec_simd_scalar.finite(x + i, n - i);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (c) _mm256_storeu_ps(c + i, v);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, absmask), inf, _CMP_NLT_UQ));
+    }
+    return codec_simd_scalar.finite(x + i, n - i, c ? c + i : NULL) &&
+           _mm256_movemask_ps(bad) == 0;
 }
 
 /* The lookups stay the reference's in both tables: measured on Zen 5, an
@@ -300,13 +304,21 @@ T512 static uint32_t avx512_collect(const float *restrict x, uint32_t len, float
     return n;
 }
 
-T512 static int avx512_finite(const float *x, uint32_t n) {
+T512 static int avx512_finite(const float *x, uint32_t n, void *copy) {
     const __m512 inf = _mm512_set1_ps(__builtin_inff());
     __mmask16 bad = 0;
-    for (uint32_t i = 0; i < n; i += 16) {
-        __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(_mm512_maskz_loadu_ps(live, x + i)), inf,
-                                       _CMP_NLT_UQ);
+    float *c = copy;
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        if (c) _mm512_storeu_ps(c + i, v);
+        bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_NLT_UQ);
+    }
+    if (i < n) {
+        __mmask16 live = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+        if (c) _mm512_mask_storeu_ps(c + i, live, v);
+        bad |= _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(v), inf, _CMP_NLT_UQ);
     }
     return bad == 0;
 }

@@ -615,11 +615,21 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                           kind, n);
                 cr_assert_eq(b1, 0);
                 cr_assert_eq(b2, 0);
-                cr_assert_eq(k->finite(x, n), 1);
+                cr_assert_eq(k->finite(x, n, NULL), 1);
+                /* the copy it makes as it checks, at an odd address */
+                uint8_t copy[4 * 4096 + 2];
+                memset(copy, 0xa5, sizeof copy);
+                cr_assert_eq(k->finite(x, n, copy + 1), 1);
+                cr_assert(memcmp(copy + 1, x, 4 * (size_t)n) == 0, "%s copy, n %u", k->name, n);
+                cr_assert_eq(copy[0], 0xa5);
+                cr_assert_eq(copy[4 * (size_t)n + 1], 0xa5, "%s writes past the copy", k->name);
                 /* one value that is not finite, at the last place or the first */
                 float keep = x[n - 1];
                 x[n - 1] = kind % 2 ? NAN : -INFINITY;
-                cr_assert_eq(k->finite(x, n), 0, "%s misses a non-finite value, n %u", k->name, n);
+                cr_assert_eq(k->finite(x, n, NULL), 0, "%s misses a non-finite value, n %u", k->name,
+                             n);
+                cr_assert_eq(k->finite(x, n, copy), 0, "%s misses a non-finite value, n %u", k->name,
+                             n);
                 k->collect(x, n, th, k2, &b2);
                 cr_assert_eq(b2, 1, "%s collect misses a non-finite value, n %u", k->name, n);
                 x[n - 1] = keep;
