@@ -2,7 +2,8 @@
  * codec.c — benchmark of the update codecs on a 25 M-value update (Gaussian,
  * σ = 0.01, like a pseudo-gradient), one JSON line per codec and thread
  * count: encode and decode-accumulate throughput in GB/s of fp32 input,
- * beside single-thread memcpy bandwidth measured in the same run, the ratio
+ * beside single-thread memcpy bandwidth measured right before each row (the
+ * machine's bandwidth drifts by a third over a run on a shared host), the ratio
  * per thread (throughput / threads / memcpy), bytes on the wire relative to
  * fp32, and the relative L2 error of the decoded update.
  *
@@ -57,7 +58,6 @@ int main(int argc, char **argv) {
     bench_pseudo_gradient(x, n);
     memset(sum, 0, n * 4);
     memset(y, 0, n * 4);
-    double mcpy = memcpy_gbps(x, y, n);
     int max_threads = 1;
 #ifdef STRAIT_HAVE_OPENMP
     max_threads = omp_get_max_threads();
@@ -77,6 +77,7 @@ int main(int argc, char **argv) {
 #ifdef STRAIT_HAVE_OPENMP
                 omp_set_num_threads(threads);
 #endif
+                double mcpy = memcpy_gbps(x, y, n);
                 Blob b = {0};
                 double te[REPEAT], td[REPEAT];
                 for (int r = 0; r < REPEAT; r++) {
