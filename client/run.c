@@ -24,6 +24,7 @@
  * rank 0's saved state.
  */
 #include <assert.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -251,16 +252,23 @@ static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round
 
 /* ---- the site's state, written atomically after each round ---------------------- */
 
-/* SITEDIR/state/: inner.safetensors (+ inner.opt.safetensors: AdamW's
- * moments, kept across rounds as in DiLoCo), ef.bin (the error-feedback
- * residual) and state.ini (the round it belongs to and the data position). */
+/* SITEDIR/state/: inner.opt.safetensors (AdamW's moments, kept across
+ * rounds as in DiLoCo), ef.bin (the error-feedback residual) and state.ini
+ * (the round it belongs to and the data position). Not θ_local: a resumed
+ * site starts from the federation's model of its round, so the trained
+ * parameters would be a model's size written and synced each round for
+ * nothing (earlier versions wrote them to inner.safetensors; it is
+ * removed). */
 static int state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
                       size_t pos, char *err) {
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/state", s->o.site_dir);
     if (file_mkdir_p(dir, 0700, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/inner.safetensors", dir);
-    if (gpt_save(m, path, m->step, err) != 0) return -1;
+    if (unlink(path) != 0 && errno != ENOENT)
+        return err_set(err, "cannot remove %s: %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/inner.opt.safetensors", dir);
+    if (gpt_save_optimizer(m, path, err) != 0) return -1;
     Blob b = {0};
     if (ef_serialize(ef, &b, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/ef.bin", dir);

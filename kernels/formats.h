@@ -22,6 +22,9 @@ int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
                    const char *const *prefixes, int n_bases, int step, char *err);
 int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
                    int n_bases, char *err);
+/* Writes AdamW's moments and step alone, atomically (an error before the
+ * first step: there are none); gpt_load_optimizer reads them back. */
+int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err);
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 

@@ -100,9 +100,15 @@ int gpt_save(const GPT *m, const char *path, int step, char *err) {
                        ? strlen(path) - 12
                        : strlen(path)),
              path);
-    const float *obases[2] = {m->m, m->v};
-    const char *oprefixes[2] = {"adam_m.", "adam_v."};
-    return write_file(opt, m, obases, oprefixes, 2, m->step, err);
+    return gpt_save_optimizer(m, opt, err);
+}
+
+int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err) {
+    if (m->m == NULL || m->v == NULL)
+        return err_set(err, "%s: no optimizer state to save (no step has run)", opt_path);
+    const float *bases[2] = {m->m, m->v};
+    const char *prefixes[2] = {"adam_m.", "adam_v."};
+    return write_file(opt_path, m, bases, prefixes, 2, m->step, err);
 }
 
 /* Parses and checks a file's header; *data points at the tensor bytes. */

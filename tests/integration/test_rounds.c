@@ -463,6 +463,18 @@ Test(rounds, a_site_killed_mid_run_resumes_its_saved_state) {
     char state[800];
     snprintf(state, sizeof state, "%s/s1/state/ef.bin", root);
     cr_assert_eq(access(state, F_OK), 0, "the site saved no state before the kill");
+    /* what it reads back (the moments), not its trained parameters, which a
+     * resumed site never uses; the file an older version wrote them to is
+     * removed by the next save */
+    char opt[800], params[800];
+    snprintf(opt, sizeof opt, "%s/s1/state/inner.opt.safetensors", root);
+    snprintf(params, sizeof params, "%s/s1/state/inner.safetensors", root);
+    cr_assert_eq(access(opt, F_OK), 0, "the state lacks the optimizer's moments");
+    cr_assert_neq(access(params, F_OK), 0, "the state holds the trained parameters");
+    FILE *stale = fopen(params, "w");
+    cr_assert_not_null(stale);
+    fputs("an older version's parameters", stale);
+    fclose(stale);
     /* restart it, with its log on the pipe */
     char cmd[2000];
     snprintf(cmd, sizeof cmd,
@@ -485,6 +497,8 @@ Test(rounds, a_site_killed_mid_run_resumes_its_saved_state) {
     out[got] = '\0';
     close(fd);
     cr_assert_not_null(strstr(out, "resumed its saved state"), "the restarted site said: %s", out);
+    cr_assert_neq(access(params, F_OK), 0, "the older version's parameters were kept");
+    cr_assert_eq(access(opt, F_OK), 0);
 }
 
 /* VmHWM of a process, in MiB */
