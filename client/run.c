@@ -180,14 +180,10 @@ static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sh
         for (size_t i = 0; i < m->n_params; i++) m->params[i] = theta[i] + m->params[i];
         return 0;
     }
-    if (kind == BLOB_KIND_CHECKPOINT) {
-        void *out = NULL;
-        size_t len = 0;
-        int rc = ckpt_decode(payload.data, payload.len, theta, m->n_params * 4, &out, &len, err);
+    if (kind == BLOB_KIND_CHECKPOINT) { /* straight into the model: a failure ends the site */
+        int rc = ckpt_decode_into(payload.data, payload.len, theta, m->n_params * 4, m->params,
+                                  m->n_params * 4, err);
         net_buf_free(&payload);
-        if (rc == 0 && len != m->n_params * 4) rc = err_set(err, "model delta of the wrong size");
-        if (rc == 0) memcpy(m->params, out, len);
-        free(out);
         return rc;
     }
     char path[1200];

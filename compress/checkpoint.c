@@ -84,9 +84,53 @@ out:
 }
 
 #define ZSTD_MAX_RATIO 32768
+#define CK_CHUNK       65536 /* words a decode joins at a time */
 
-int ckpt_decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev_len, void **out,
-                size_t *len_out, char *err) {
+/* One plane being read: in place when stored raw, through its own zstd
+ * stream otherwise. */
+typedef struct PlaneIn {
+    const uint8_t *payload;
+    uint64_t stored, sum;
+    ZSTD_DCtx *dz; /* NULL: stored raw */
+    ZSTD_inBuffer src;
+    uint8_t *buf; /* CK_CHUNK bytes: a compressed plane's next chunk */
+    XXH64_state_t *h;
+    int ended; /* the zstd frame has ended */
+} PlaneIn;
+
+/* The plane's bytes [at, at + m): NULL when its stream is corrupt or ends
+ * before them. */
+static const uint8_t *plane_next(PlaneIn *p, uint64_t at, size_t m) {
+    if (p->dz == NULL) return p->payload + at;
+    ZSTD_outBuffer o = {p->buf, m, 0};
+    while (o.pos < m) {
+        size_t in0 = p->src.pos, out0 = o.pos;
+        size_t r = ZSTD_decompressStream(p->dz, &o, &p->src);
+        if (ZSTD_isError(r) || (r == 0 && o.pos < m)) return NULL;
+        p->ended = r == 0;
+        if (p->src.pos == in0 && o.pos == out0) return NULL; /* its bytes ran out */
+    }
+    return p->buf;
+}
+
+/* Whether a plane's stream ended exactly at its last byte, with nothing
+ * after it (a raw plane always has). */
+static int plane_finished(PlaneIn *p) {
+    if (p->dz == NULL) return 1;
+    uint8_t extra;
+    while (!p->ended) { /* the frame's end may follow the last output byte */
+        ZSTD_outBuffer o = {&extra, 1, 0};
+        size_t in0 = p->src.pos;
+        size_t r = ZSTD_decompressStream(p->dz, &o, &p->src);
+        if (ZSTD_isError(r) || o.pos != 0 || (r != 0 && p->src.pos == in0)) return 0;
+        p->ended = r == 0;
+    }
+    return p->src.pos == p->src.size;
+}
+
+/* into: the caller's buffer of into_len bytes, or NULL for a new one */
+static int decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev_len, void *into,
+                  size_t into_len, void **out, size_t *len_out, char *err) {
     *out = NULL;
     if (blob_len < CK_HEADER_LEN) return err_set(err, "checkpoint blob is truncated");
     if (ld32(b) != CKPT_MAGIC) return err_set(err, "not a checkpoint blob (wrong magic)");
@@ -124,46 +168,80 @@ int ckpt_decode(const uint8_t *b, size_t blob_len, const void *prev, size_t prev
         pos += CK_PLANE_HEADER_LEN + stored;
     }
     if (pos != blob_len) return err_set(err, "checkpoint blob has trailing bytes");
-    uint8_t *dst = malloc(len ? len : 1), *plane = malloc(n ? n : 1);
-    ZSTD_DCtx *dz = ZSTD_createDCtx();
-    if (dst == NULL || plane == NULL || dz == NULL) {
-        free(dst);
-        free(plane);
-        ZSTD_freeDCtx(dz);
-        return err_set(err, "out of memory decoding a checkpoint");
-    }
-    const uint8_t *old = prev;
+    if (into && into_len != len)
+        return err_set(err, "checkpoint holds %llu bytes where %zu were expected",
+                       (unsigned long long)len, into_len);
+    assert(into == NULL || into != prev);
+    /* the planes are read side by side, CK_CHUNK words at a time, and joined
+     * into whole words in one pass (not one strided pass per plane) */
+    uint8_t *dst = into ? into : malloc(len ? len : 1);
+    PlaneIn in[4];
+    memset(in, 0, sizeof in);
+    int rc = dst ? 0 : err_set(err, "out of memory decoding a checkpoint");
     pos = CK_HEADER_LEN;
     for (int p = 0; p < word; p++) {
-        const uint8_t *ph = b + pos, *payload = ph + CK_PLANE_HEADER_LEN;
-        uint64_t stored = ld64(ph + 8);
+        const uint8_t *ph = b + pos;
+        in[p].payload = ph + CK_PLANE_HEADER_LEN;
+        in[p].stored = ld64(ph + 8);
+        in[p].sum = ld64(ph + 24);
+        in[p].h = XXH64_createState();
+        if (in[p].h == NULL || XXH64_reset(in[p].h, 0) != XXH_OK) rc = -1;
         if (ld32(ph + 16)) {
-            size_t got = ZSTD_decompressDCtx(dz, plane, n, payload, stored);
-            if (ZSTD_isError(got) || got != n) {
-                free(dst);
-                free(plane);
-                ZSTD_freeDCtx(dz);
-                return err_set(err, "checkpoint plane %d: corrupt compressed data", p);
-            }
-        } else {
-            memcpy(plane, payload, n);
+            in[p].dz = ZSTD_createDCtx();
+            in[p].buf = malloc(CK_CHUNK);
+            in[p].src = (ZSTD_inBuffer){in[p].payload, in[p].stored, 0};
+            if (in[p].dz == NULL || in[p].buf == NULL) rc = -1;
         }
-        if (ld64(ph + 24) != XXH64(plane, n, 0)) {
-            free(dst);
-            free(plane);
-            ZSTD_freeDCtx(dz);
-            return err_set(err, "checkpoint plane %d: checksum mismatch", p);
-        }
-        for (uint64_t i = 0; i < n; i++) {
-            uint8_t v = plane[i];
-            dst[i * (uint64_t)word + (uint64_t)p] =
-                xor? v ^ old[i * (uint64_t)word + (uint64_t)p] : v;
-        }
-        pos += CK_PLANE_HEADER_LEN + stored;
+        pos += CK_PLANE_HEADER_LEN + in[p].stored;
     }
-    free(plane);
-    ZSTD_freeDCtx(dz);
+    if (rc != 0 && dst) rc = err_set(err, "out of memory decoding a checkpoint");
+    const uint8_t *old = prev;
+    for (uint64_t i0 = 0; rc == 0 && i0 < n; i0 += CK_CHUNK) {
+        size_t m = n - i0 < CK_CHUNK ? (size_t)(n - i0) : CK_CHUNK;
+        const uint8_t *pl[4];
+        for (int p = 0; rc == 0 && p < word; p++) {
+            pl[p] = plane_next(&in[p], i0, m);
+            if (pl[p] == NULL)
+                rc = err_set(err, "checkpoint plane %d: corrupt compressed data", p);
+            else
+                XXH64_update(in[p].h, pl[p], m);
+        }
+        if (rc != 0) break;
+        uint8_t *d = dst + i0 * (uint64_t)word;
+        planes_join(pl, m, word, d);
+        if (xor) {
+            const uint8_t *o = old + i0 * (uint64_t)word;
+            for (size_t i = 0; i < m * (size_t)word; i++) d[i] ^= o[i];
+        }
+    }
+    for (int p = 0; rc == 0 && p < word; p++) {
+        if (!plane_finished(&in[p]))
+            rc = err_set(err, "checkpoint plane %d: corrupt compressed data", p);
+        else if (XXH64_digest(in[p].h) != in[p].sum)
+            rc = err_set(err, "checkpoint plane %d: checksum mismatch", p);
+    }
+    for (int p = 0; p < word; p++) {
+        ZSTD_freeDCtx(in[p].dz);
+        free(in[p].buf);
+        XXH64_freeState(in[p].h);
+    }
+    if (rc != 0) {
+        if (into == NULL) free(dst);
+        return -1;
+    }
     *out = dst;
     *len_out = len;
     return 0;
+}
+
+int ckpt_decode(const uint8_t *blob, size_t blob_len, const void *prev, size_t prev_len, void **out,
+                size_t *len_out, char *err) {
+    return decode(blob, blob_len, prev, prev_len, NULL, 0, out, len_out, err);
+}
+
+int ckpt_decode_into(const uint8_t *blob, size_t blob_len, const void *prev, size_t prev_len,
+                     void *dst, size_t dst_len, char *err) {
+    void *out;
+    size_t len;
+    return decode(blob, blob_len, prev, prev_len, dst, dst_len, &out, &len, err);
 }

@@ -208,5 +208,9 @@ int ckpt_encode(const void *words, size_t len, int word, const void *prev, int z
  * must be given iff the blob was encoded against one. */
 int ckpt_decode(const uint8_t *blob, size_t blob_len, const void *prev, size_t prev_len, void **out,
                 size_t *len_out, char *err);
+/* The same into dst, which must hold exactly the blob's bytes and is not
+ * prev; after a failure its bytes are unspecified. */
+int ckpt_decode_into(const uint8_t *blob, size_t blob_len, const void *prev, size_t prev_len,
+                     void *dst, size_t dst_len, char *err);
 
 #endif /* STRAIT_COMPRESS_H */

@@ -1101,6 +1101,49 @@ Test(codec_malformed, refused_blobs_never_touch_the_sum) {
 
 /* ---- checkpoints --------------------------------------------------------- */
 
+/* The planes are read side by side a chunk at a time (65 536 words): a
+ * length off the chunks, into the caller's buffer, and the faults a
+ * stream can hide — bytes after its frame, a frame cut short — refused. */
+Test(checkpoint, decodes_across_chunks_into_a_buffer_and_refuses_hidden_faults) {
+    size_t n = 2 * 65536 + 77;
+    float *a = make_vec(n, 0, 0.02f), *b = malloc(n * 4), *got = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) b[i] = a[i] + 1e-5f * gaussian();
+    char err[ERR_LEN];
+    Blob d = {0};
+    cr_assert_eq(ckpt_encode(b, n * 4, 4, a, 1, &d, err), 0, "%s", err);
+    cr_assert_eq(ckpt_decode_into(d.data, d.len, a, n * 4, got, n * 4, err), 0, "%s", err);
+    cr_assert_eq(memcmp(got, b, n * 4), 0);
+    cr_assert_eq(ckpt_decode_into(d.data, d.len, a, n * 4, got, n * 4 - 4, err), -1);
+    cr_assert_not_null(strstr(err, "expected"), "%s", err);
+    /* the last plane (sign and exponent, XORed: it compresses) */
+    size_t pos = 32, last = 0;
+    for (int p = 0; p < 4; p++) {
+        last = pos;
+        pos += 32 + ld64(d.data + pos + 8);
+    }
+    cr_assert_eq(ld32(d.data + last + 16), 1u, "the top plane was not compressed");
+    uint64_t stored = ld64(d.data + last + 8);
+    /* four bytes after its frame, counted in its length */
+    uint8_t *longer = malloc(d.len + 4);
+    memcpy(longer, d.data, d.len);
+    memset(longer + d.len, 0, 4);
+    st64(longer + last + 8, stored + 4);
+    cr_assert_eq(ckpt_decode_into(longer, d.len + 4, a, n * 4, got, n * 4, err), -1);
+    cr_assert_not_null(strstr(err, "plane 3"), "%s", err);
+    /* its frame cut short by as much */
+    memcpy(longer, d.data, d.len);
+    st64(longer + last + 8, stored - 4);
+    cr_assert_eq(ckpt_decode_into(longer, d.len - 4, a, n * 4, got, n * 4, err), -1);
+    /* one flipped byte in the middle of its frame */
+    memcpy(longer, d.data, d.len);
+    longer[last + 32 + stored / 2] ^= 0x40;
+    cr_assert_eq(ckpt_decode_into(longer, d.len, a, n * 4, got, n * 4, err), -1);
+    cr_assert_not_null(strstr(err, "plane 3"), "%s", err);
+    free(longer);
+    free(a), free(b), free(got);
+    blob_free(&d);
+}
+
 Test(checkpoint, byte_grouping_round_trips_exactly_and_xor_helps) {
     size_t n = 1 << 18;
     float *a = make_vec(n, 0, 0.02f), *b = malloc(n * 4);
