@@ -22,6 +22,59 @@
 #define CK_FLAG_XOR         1u
 #define CK_PLANE_ZSTD       1u
 
+#define CK_CHUNK 65536 /* words split (encode) or joined (decode) at a time */
+
+/* d = a ^ b over n bytes, eight at a time (d may be a) */
+static void xor_bytes(uint8_t *d, const uint8_t *a, const uint8_t *b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) st64(d + i, ld64(a + i) ^ ld64(b + i));
+    for (; i < n; i++) d[i] = a[i] ^ b[i];
+}
+
+/* Words [i0, i0 + m) XORed with the previous checkpoint's (when given) into
+ * tmp, then split into m-byte planes. */
+static void chunk_planes(const uint8_t *src, const uint8_t *old, uint64_t i0, size_t m, int word,
+                         uint8_t *tmp, uint8_t *planes) {
+    const uint8_t *w = src + i0 * (uint64_t)word;
+    if (old) {
+        xor_bytes(tmp, w, old + i0 * (uint64_t)word, m * (size_t)word);
+        w = tmp;
+    }
+    planes_split(w, m, word, planes);
+}
+
+/* One plane being written: its checksum, and its zstd stream while that
+ * stays shorter than the plane (past that it is stored raw). */
+typedef struct PlaneOut {
+    XXH64_state_t *h;
+    ZSTD_CCtx *zc;     /* NULL: stored raw */
+    ZSTD_outBuffer zo; /* at most n - 1 bytes, in the plane's region of the output */
+} PlaneOut;
+
+static void plane_give_up(PlaneOut *p) { /* stored raw after all */
+    ZSTD_freeCCtx(p->zc);
+    p->zc = NULL;
+}
+
+/* Feeds the plane's next bytes (end: its last) to its stream; gives up on
+ * zstd when the output would not be shorter than the plane. */
+static void plane_feed(PlaneOut *p, const uint8_t *bytes, size_t m, int end) {
+    if (p->zc == NULL) return;
+    ZSTD_inBuffer in = {bytes, m, 0};
+    for (;;) {
+        size_t left = ZSTD_compressStream2(p->zc, &p->zo, &in, end ? ZSTD_e_end : ZSTD_e_continue);
+        if (ZSTD_isError(left)) return plane_give_up(p);
+        if (end ? left == 0 : in.pos == in.size) return;
+        if (p->zo.pos == p->zo.size) return plane_give_up(p); /* not shorter */
+    }
+}
+
+/* Sign and exponent apart from the mantissa: one pass over the words (and
+ * the previous checkpoint) feeds every plane's checksum and zstd stream a
+ * chunk at a time, each stream writing into the output where its plane
+ * would lie stored raw; then the streams slide left into place, and a
+ * second pass writes the planes stored raw, if any. The output's pages are
+ * touched only where bytes land, and its tail is given back. */
 int ckpt_encode(const void *words, size_t len, int word, const void *prev, int zstd_level,
                 Blob *out, char *err) {
     if (word != 2 && word != 4) return err_set(err, "checkpoint word size %d; use 2 or 4", word);
@@ -29,17 +82,37 @@ int ckpt_encode(const void *words, size_t len, int word, const void *prev, int z
     if (zstd_level < 0 || zstd_level > 19) return err_set(err, "bad zstd level %d", zstd_level);
     size_t n = len / (size_t)word;
     const uint8_t *src = words, *old = prev;
-    uint8_t *plane = malloc(n ? n : 1);
-    size_t bound = ZSTD_compressBound(n);
-    uint8_t *z = malloc(bound);
-    ZSTD_CCtx *zc = ZSTD_createCCtx();
-    int rc = -1;
+    uint8_t *tmp = malloc((size_t)word * CK_CHUNK), *planes = malloc((size_t)word * CK_CHUNK);
+    PlaneOut po[4];
+    memset(po, 0, sizeof po);
+    /* plane p's region: where it would lie were every plane stored raw */
+    size_t region = CK_PLANE_HEADER_LEN + n, total = CK_HEADER_LEN + (size_t)word * region;
     out->len = 0;
-    if (plane == NULL || z == NULL || zc == NULL) {
+    int rc = tmp && planes && blob_reserve(out, total, err) == 0 ? 0 : -1;
+    for (int p = 0; rc == 0 && p < word; p++) {
+        po[p].h = XXH64_createState();
+        if (po[p].h == NULL || XXH64_reset(po[p].h, 0) != XXH_OK) rc = -1;
+        if (zstd_level == 0 || n < 2) continue;
+        po[p].zc = ZSTD_createCCtx();
+        if (po[p].zc == NULL ||
+            ZSTD_isError(ZSTD_CCtx_setParameter(po[p].zc, ZSTD_c_compressionLevel, zstd_level)) ||
+            ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(po[p].zc, n)))
+            rc = -1;
+        uint8_t *at = out->data + CK_HEADER_LEN + (size_t)p * region + CK_PLANE_HEADER_LEN;
+        po[p].zo = (ZSTD_outBuffer){at, n - 1, 0};
+    }
+    if (rc != 0) {
         err_set(err, "out of memory compressing a checkpoint");
         goto out;
     }
-    if (blob_reserve(out, CK_HEADER_LEN, err) != 0) goto out;
+    for (uint64_t i0 = 0; i0 < n; i0 += CK_CHUNK) {
+        size_t m = n - i0 < CK_CHUNK ? (size_t)(n - i0) : CK_CHUNK;
+        chunk_planes(src, old, i0, m, word, tmp, planes);
+        for (int p = 0; p < word; p++) {
+            XXH64_update(po[p].h, planes + (size_t)p * m, m);
+            plane_feed(&po[p], planes + (size_t)p * m, m, i0 + m == n);
+        }
+    }
     uint8_t *h = out->data;
     memset(h, 0, CK_HEADER_LEN);
     st32(h, CKPT_MAGIC);
@@ -48,43 +121,44 @@ int ckpt_encode(const void *words, size_t len, int word, const void *prev, int z
     h[7] = old ? CK_FLAG_XOR : 0;
     st64(h + 8, len);
     st64(h + 24, XXH64(h, 24, 0));
-    out->len = CK_HEADER_LEN;
-    for (int b = 0; b < word; b++) {
-        for (size_t i = 0; i < n; i++) {
-            uint8_t v = src[i * (size_t)word + (size_t)b];
-            plane[i] = old ? v ^ old[i * (size_t)word + (size_t)b] : v;
-        }
-        const uint8_t *payload = plane;
-        size_t stored = n;
-        uint32_t flags = 0;
-        if (zstd_level > 0) {
-            size_t zl = ZSTD_compressCCtx(zc, z, bound, plane, n, zstd_level);
-            if (!ZSTD_isError(zl) && zl < n) {
-                payload = z;
-                stored = zl;
-                flags = CK_PLANE_ZSTD;
-            }
-        }
-        if (blob_reserve(out, out->len + CK_PLANE_HEADER_LEN + stored, err) != 0) goto out;
-        uint8_t *ph = out->data + out->len;
+    /* in plane order, each stream slides left to just after the plane
+     * before it (never onto a later plane's region), then its header */
+    size_t at[4], end = CK_HEADER_LEN;
+    int raw = 0;
+    for (int p = 0; p < word; p++) {
+        at[p] = end + CK_PLANE_HEADER_LEN;
+        size_t stored = po[p].zc ? po[p].zo.pos : n;
+        assert(at[p] <= CK_HEADER_LEN + (size_t)p * region + CK_PLANE_HEADER_LEN);
+        if (po[p].zc) memmove(out->data + at[p], po[p].zo.dst, stored);
+        raw |= po[p].zc == NULL;
+        uint8_t *ph = out->data + at[p] - CK_PLANE_HEADER_LEN;
         memset(ph, 0, CK_PLANE_HEADER_LEN);
         st64(ph, n);
         st64(ph + 8, stored);
-        st32(ph + 16, flags);
-        st64(ph + 24, XXH64(plane, n, 0)); /* of the plane itself: checks zstd too */
-        memcpy(ph + CK_PLANE_HEADER_LEN, payload, stored);
-        out->len += CK_PLANE_HEADER_LEN + stored;
+        st32(ph + 16, po[p].zc ? CK_PLANE_ZSTD : 0);
+        st64(ph + 24, XXH64_digest(po[p].h)); /* of the plane itself: checks zstd too */
+        end = at[p] + stored;
     }
-    rc = 0;
+    for (uint64_t i0 = 0; raw && i0 < n; i0 += CK_CHUNK) {
+        size_t m = n - i0 < CK_CHUNK ? (size_t)(n - i0) : CK_CHUNK;
+        chunk_planes(src, old, i0, m, word, tmp, planes);
+        for (int p = 0; p < word; p++)
+            if (po[p].zc == NULL) memcpy(out->data + at[p] + i0, planes + (size_t)p * m, m);
+    }
+    out->len = end;
+    uint8_t *fit = realloc(out->data, end); /* the regions' tails were touched */
+    if (fit) out->data = fit, out->cap = end;
 out:
-    ZSTD_freeCCtx(zc);
-    free(z);
-    free(plane);
+    for (int p = 0; p < word; p++) {
+        XXH64_freeState(po[p].h);
+        ZSTD_freeCCtx(po[p].zc);
+    }
+    free(tmp);
+    free(planes);
     return rc;
 }
 
 #define ZSTD_MAX_RATIO 32768
-#define CK_CHUNK       65536 /* words a decode joins at a time */
 
 /* One plane being read: in place when stored raw, through its own zstd
  * stream otherwise. */
@@ -209,10 +283,7 @@ static int decode(const uint8_t *b, size_t blob_len, const void *prev, size_t pr
         if (rc != 0) break;
         uint8_t *d = dst + i0 * (uint64_t)word;
         planes_join(pl, m, word, d);
-        if (xor) {
-            const uint8_t *o = old + i0 * (uint64_t)word;
-            for (size_t i = 0; i < m * (size_t)word; i++) d[i] ^= o[i];
-        }
+        if (xor) xor_bytes(d, d, old + i0 * (uint64_t)word, m * (size_t)word);
     }
     for (int p = 0; rc == 0 && p < word; p++) {
         if (!plane_finished(&in[p]))
