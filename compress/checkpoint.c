@@ -108,6 +108,8 @@ int ckpt_encode(const void *words, size_t len, int word, const void *prev, int z
     for (uint64_t i0 = 0; i0 < n; i0 += CK_CHUNK) {
         size_t m = n - i0 < CK_CHUNK ? (size_t)(n - i0) : CK_CHUNK;
         chunk_planes(src, old, i0, m, word, tmp, planes);
+        /* the planes' streams are independent: side by side on the cores */
+#pragma omp parallel for schedule(dynamic, 1) if (zstd_level > 0)
         for (int p = 0; p < word; p++) {
             XXH64_update(po[p].h, planes + (size_t)p * m, m);
             plane_feed(&po[p], planes + (size_t)p * m, m, i0 + m == n);
@@ -251,7 +253,7 @@ static int decode(const uint8_t *b, size_t blob_len, const void *prev, size_t pr
     uint8_t *dst = into ? into : malloc(len ? len : 1);
     PlaneIn in[4];
     memset(in, 0, sizeof in);
-    int rc = dst ? 0 : err_set(err, "out of memory decoding a checkpoint");
+    int rc = dst ? 0 : err_set(err, "out of memory decoding a checkpoint"), compressed = 0;
     pos = CK_HEADER_LEN;
     for (int p = 0; p < word; p++) {
         const uint8_t *ph = b + pos;
@@ -261,6 +263,7 @@ static int decode(const uint8_t *b, size_t blob_len, const void *prev, size_t pr
         in[p].h = XXH64_createState();
         if (in[p].h == NULL || XXH64_reset(in[p].h, 0) != XXH_OK) rc = -1;
         if (ld32(ph + 16)) {
+            compressed++;
             in[p].dz = ZSTD_createDCtx();
             in[p].buf = malloc(CK_CHUNK);
             in[p].src = (ZSTD_inBuffer){in[p].payload, in[p].stored, 0};
@@ -273,13 +276,14 @@ static int decode(const uint8_t *b, size_t blob_len, const void *prev, size_t pr
     for (uint64_t i0 = 0; rc == 0 && i0 < n; i0 += CK_CHUNK) {
         size_t m = n - i0 < CK_CHUNK ? (size_t)(n - i0) : CK_CHUNK;
         const uint8_t *pl[4];
-        for (int p = 0; rc == 0 && p < word; p++) {
+        /* the planes' streams are independent: side by side on the cores */
+#pragma omp parallel for schedule(dynamic, 1) if (compressed > 1)
+        for (int p = 0; p < word; p++) {
             pl[p] = plane_next(&in[p], i0, m);
-            if (pl[p] == NULL)
-                rc = err_set(err, "checkpoint plane %d: corrupt compressed data", p);
-            else
-                XXH64_update(in[p].h, pl[p], m);
+            if (pl[p]) XXH64_update(in[p].h, pl[p], m);
         }
+        for (int p = 0; rc == 0 && p < word; p++)
+            if (pl[p] == NULL) rc = err_set(err, "checkpoint plane %d: corrupt compressed data", p);
         if (rc != 0) break;
         uint8_t *d = dst + i0 * (uint64_t)word;
         planes_join(pl, m, word, d);
