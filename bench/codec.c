@@ -7,6 +7,12 @@
  * per thread (throughput / threads / memcpy), bytes on the wire relative to
  * fp32, and the relative L2 error of the decoded update.
  *
+ * Then the lossless model delta the coordinator serves each round
+ * (ckpt_encode of θ' against θ, θ' = θ + a round's step of the same scale
+ * as the pseudo-gradient), encode and decode into a resident model, against
+ * zstd level 1 of θ' whole (what a plain compressed download costs), same
+ * data, same run.
+ *
  *   build/bench/codec [--full] [--zstd LEVEL]
  *     25 M values (100 M with --full); each codec without the lossless stage
  *     and at its default zstd level, or only at LEVEL (0: off)
@@ -19,6 +25,8 @@
 #include <omp.h>
 #endif
 
+#include <zstd.h>
+
 #include "bench/bench.h"
 #include "compress/compress.h"
 #include "util/util.h"
@@ -27,6 +35,54 @@
 
 static double median3(double a, double b, double c) {
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+static double secs_since(uint64_t t0) {
+    return (double)(time_monotonic_ns() - t0) / 1e9;
+}
+
+/* ckpt_encode / ckpt_decode_into of theta2 against theta beside zstd -1 of
+ * theta2 whole: one JSON line */
+static void checkpoint_delta(const float *theta, const float *theta2, float *back, uint64_t n,
+                             int threads) {
+    char err[ERR_LEN];
+    size_t len = n * 4, bound = ZSTD_compressBound(len);
+    uint8_t *z = mallocCheck(bound);
+    Blob d = {0};
+    double te[REPEAT], td[REPEAT], ze[REPEAT], zd[REPEAT];
+    size_t zlen = 0;
+    for (int r = 0; r < REPEAT; r++) {
+        uint64_t t0 = time_monotonic_ns();
+        if (ckpt_encode(theta2, len, 4, theta, 1, &d, err) != 0) DIE("%s", err);
+        te[r] = secs_since(t0);
+        t0 = time_monotonic_ns();
+        if (ckpt_decode_into(d.data, d.len, theta, len, back, len, err) != 0) DIE("%s", err);
+        td[r] = secs_since(t0);
+        if (memcmp(back, theta2, len) != 0) DIE("checkpoint delta did not round-trip");
+        t0 = time_monotonic_ns();
+        zlen = ZSTD_compress(z, bound, theta2, len, 1);
+        ze[r] = secs_since(t0);
+        if (ZSTD_isError(zlen)) DIE("zstd: %s", ZSTD_getErrorName(zlen));
+        t0 = time_monotonic_ns();
+        size_t got = ZSTD_decompress(back, len, z, zlen);
+        zd[r] = secs_since(t0);
+        if (got != len) DIE("zstd did not round-trip");
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("codec"));
+    json_object_set_new(o, "case", json_string("checkpoint_delta"));
+    json_object_set_new(o, "n", json_integer((json_int_t)n));
+    json_object_set_new(o, "threads", json_integer(threads));
+    json_object_set_new(o, "encode_s", json_real(median3(te[0], te[1], te[2])));
+    json_object_set_new(o, "decode_s", json_real(median3(td[0], td[1], td[2])));
+    json_object_set_new(o, "bytes_ratio", json_real((double)d.len / (double)len));
+    json_object_set_new(o, "baseline", json_string("zstd -1 of the whole new model, 1 thread"));
+    json_object_set_new(o, "baseline_encode_s", json_real(median3(ze[0], ze[1], ze[2])));
+    json_object_set_new(o, "baseline_decode_s", json_real(median3(zd[0], zd[1], zd[2])));
+    json_object_set_new(o, "baseline_bytes_ratio", json_real((double)zlen / (double)len));
+    json_emit_line(stdout, o);
+    blob_free(&d);
+    free(z);
 }
 
 static double memcpy_gbps(const float *src, float *dst, uint64_t n) {
@@ -118,6 +174,17 @@ int main(int argc, char **argv) {
                 blob_free(&b);
             }
         }
+    }
+    /* θ from a wider pseudo-gradient (weights of scale 0.1), θ' = θ + x */
+    float *theta = sum;
+    for (uint64_t i = 0; i < n; i++) theta[i] = 10.0f * x[(i * 7919) % n] + x[i] * 0.5f;
+    for (uint64_t i = 0; i < n; i++) x[i] = theta[i] + 0.01f * x[i];
+    for (int threads = 1; threads <= max_threads;
+         threads = threads == 1 && max_threads > 1 ? max_threads : threads + max_threads) {
+#ifdef STRAIT_HAVE_OPENMP
+        omp_set_num_threads(threads);
+#endif
+        checkpoint_delta(theta, x, y, n, threads);
     }
     free(x);
     free(y);
