@@ -124,12 +124,14 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     Rounds *r = &co->rounds;
     RoundNext nx;
     char err[ERR_LEN];
+    uint64_t t0 = time_monotonic_ns();
     int rc = round_next_build(co, c, &nx, err);
+    double took = (double)(time_monotonic_ns() - t0) / 1e9;
     pthread_mutex_lock(&r->lock);
     if (rc == 0) { /* committed: publish, nothing below can fail */
         round_next_install(co, &nx);
-        log_info("rounds", "round %lld committed: %d sites, eval loss %.4f", (long long)c->number,
-                 c->n_reported, c->eval);
+        log_info("rounds", "round %lld committed in %.2f s: %d sites, eval loss %.4f",
+                 (long long)c->number, took, c->n_reported, c->eval);
         r->number++;
         if (r->number >= r->set.total) {
             r->finished = 1;
