@@ -241,14 +241,9 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
             goto out;
         }
     test_hold();
-    /* the checkpoint holds the model the next round starts from */
     GPT view = r->model;
     view.params = theta;
-    if (gpt_save(&view, path, (int)c->number + 1, err) != 0 ||
-        (nx->ckpt = served_map_file(path, err)) == NULL)
-        goto out;
-    security_hex(nx->ckpt->sha, 32, sha);
-    /* the optimizer's state and the downlink's residual beside it */
+    /* the optimizer's state and the downlink's residual beside the checkpoint */
     const float *bases[3];
     const char *prefixes[3];
     int n_bases = 0;
@@ -258,21 +253,43 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
     if (n_bases > 0) {
         outer_rel(rel, state_rel, sizeof state_rel);
         snprintf(state_path, sizeof state_path, "%s/%s", co->dir, state_rel);
-        if (gpt_save_state(&view, state_path, bases, prefixes, n_bases, nx->outer.step, err) != 0 ||
-            security_sha256_file(state_path, state_sha, &state_bytes, err) != 0)
-            goto out;
     }
-    /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites
-     * that hold θ_r (best effort: without it they take the checkpoint) */
-    char derr[ERR_LEN];
-    if (r->down_ef.e == NULL &&
-        ckpt_encode(theta, n * 4, 4, r->model.params, 1, &nx->delta, derr) != 0)
-        blob_free(&nx->delta);
-    /* hashed here, outside the lock; without memory for it, sites take the
-     * checkpoint */
-    if (nx->delta.data) nx->delta_served = served_from_blob(&nx->delta);
-    security_sha256(theta, n * 4, nx->theta_sha);
-    nx->theta_norm = round_l2_norm(theta, n);
+    /* Four pieces of work that share only their inputs, side by side on the
+     * cores (each written and fsynced file, or hash, is a model's size): */
+    char ck_err[ERR_LEN] = "", state_err[ERR_LEN] = "";
+    int ck_failed = 0, state_failed = 0;
+#pragma omp parallel sections
+    {
+#pragma omp section
+        /* the checkpoint: the model the next round starts from */
+        ck_failed = gpt_save(&view, path, (int)c->number + 1, ck_err) != 0 ||
+                    (nx->ckpt = served_map_file(path, ck_err)) == NULL;
+#pragma omp section
+        state_failed = n_bases > 0 &&
+                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases,
+                                       nx->outer.step, state_err) != 0 ||
+                        security_sha256_file(state_path, state_sha, &state_bytes, state_err) != 0);
+#pragma omp section
+        { /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites
+           * that hold θ_r, hashed (best effort: without it they take the
+           * checkpoint) */
+            char derr[ERR_LEN];
+            if (r->down_ef.e == NULL &&
+                ckpt_encode(theta, n * 4, 4, r->model.params, 1, &nx->delta, derr) != 0)
+                blob_free(&nx->delta);
+            if (nx->delta.data) nx->delta_served = served_from_blob(&nx->delta);
+        }
+#pragma omp section
+        { /* what updates name as their base, and the norm that bounds theirs */
+            security_sha256(theta, n * 4, nx->theta_sha);
+            nx->theta_norm = round_l2_norm(theta, n);
+        }
+    }
+    if (ck_failed || state_failed) {
+        err_set(err, "%s", ck_failed ? ck_err : state_err);
+        goto out;
+    }
+    security_hex(nx->ckpt->sha, 32, sha);
     StoreCheckpoint ck = {
         rel, (int64_t)nx->ckpt->len, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
     /* the bytes served so far: those served from here to the install count
