@@ -184,6 +184,7 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     st->total_rounds = r->set.total;
     st->round_opened_at = r->opened_ms;
     st->sites_reported = r->n_reported;
+    st->last_commit_s = r->last_commit_s;
     int finished = r->finished;
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_lock(&co->store_lock);

@@ -81,6 +81,7 @@ typedef struct AdminStatus {
     int64_t sites_total, sites_online, sites_offline, sites_revoked;
     int64_t last_commit_round, last_commit_at; /* -1, 0: none yet */
     double last_eval_loss;                     /* NAN: unknown */
+    double last_commit_s; /* the last commit's duration in this process; NAN: none yet */
     StoreTotals totals;
 } AdminStatus;
 

@@ -73,6 +73,7 @@ typedef struct Rounds {
     int64_t max_tokens;        /* inner_steps × batch × seq: an update's largest weight */
     uint64_t max_update_bytes; /* the largest blob the federation's codec makes */
     double theta_norm;         /* ‖θ_r‖, for the absolute norm bound */
+    double last_commit_s;      /* how long the last commit took; NAN: none since the start */
     Waiter *waiters;           /* owned */
     int n_waiters, cap_waiters;
     int64_t revocation_check_ms;

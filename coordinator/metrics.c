@@ -103,6 +103,10 @@ static int render(Coordinator *co, Text *t, char *err) {
            "Validation loss of the last committed round (nats per token).", st.last_eval_loss);
     metric(t, "strait_last_commit_timestamp_seconds", "gauge", "When the last round committed.",
            st.last_commit_at / 1000.0);
+    metric(t, "strait_last_commit_duration_seconds", "gauge",
+           "How long the last commit took: aggregation, outer step, files, hashes, store "
+           "(NaN before this process's first).",
+           st.last_commit_s);
     metric(t, "strait_resident_memory_bytes", "gauge", "The coordinator's resident memory.",
            (double)st.rss_bytes);
     metric(t, "strait_uptime_seconds", "gauge", "Since the coordinator started.",

@@ -130,6 +130,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     pthread_mutex_lock(&r->lock);
     if (rc == 0) { /* committed: publish, nothing below can fail */
         round_next_install(co, &nx);
+        r->last_commit_s = took;
         log_info("rounds", "round %lld committed in %.2f s: %d sites, eval loss %.4f",
                  (long long)c->number, took, c->n_reported, c->eval);
         r->number++;
@@ -369,6 +370,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
     if (round_publish_model(co, initial, err) != 0) return -1;
     r->theta_norm = round_l2_norm(r->model.params, r->model.n_params);
+    r->last_commit_s = NAN;
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
     if (r->number >= r->set.total) {
         r->finished = 1;

@@ -463,6 +463,8 @@ Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
     cr_assert(json_object_get(m, "strait_update_rejections_total{reason=non_finite}"),
               "every reason has its series, zero or not");
     cr_assert_gt(SAMPLE("strait_resident_memory_bytes{}"), 1 << 20);
+    double took = SAMPLE("strait_last_commit_duration_seconds{}");
+    cr_assert(took > 0 && took < 600, "last commit took %g s", took);
 #undef SAMPLE
     json_decref(o);
     proc_result_free(&r);
