@@ -117,7 +117,7 @@ void blob_free(Blob *b) {
 
 int blob_reserve(Blob *b, size_t need, char *err) {
     if (need <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 4096;
+    size_t cap = b->cap ? b->cap : need; /* a new blob: exactly (the sanitizers see past it) */
     while (cap < need) cap *= 2;
     uint8_t *grown = realloc(b->data, cap);
     if (grown == NULL) return err_set(err, "out of memory for a %zu-byte blob", need);
@@ -193,13 +193,6 @@ static uint64_t section_checksum(const uint8_t *header, const uint8_t *payload, 
     return XXH64(payload, len, XXH64(header, 24, 0));
 }
 
-/* The lossless stage of one section's raw payload: the form kept when it
- * is smaller than raw (written over raw, and s->flags, s->stored_len), else
- * nothing. Words go plane by plane: w u32 plane lengths, then the planes
- * (FORMATS.md), each plane zstd-compressed when that saves an eighth of it
- * at least: a plane zstd barely shrinks (a float's mantissa bytes) would
- * cost the receiver a decompression pass to save a few bytes. Other
- * payloads go as one zstd frame. planes: room for raw_len bytes. */
 /* A thread's scratch for the lossless stage, kept from section to section:
  * a fresh buffer per section costs a page fault per page (a quarter of an
  * fp32 encode's time). */
@@ -217,6 +210,13 @@ static uint8_t *scratch_get(uint8_t **buf, size_t *cap, size_t need) {
     return *buf;
 }
 
+/* The lossless stage of one section's raw payload: the form kept when it
+ * is smaller than raw (written over raw, and s->flags, s->stored_len), else
+ * nothing. Words go plane by plane: w u32 plane lengths, then the planes
+ * (FORMATS.md), each plane zstd-compressed when that saves an eighth of it
+ * at least: a plane zstd barely shrinks (a float's mantissa bytes) would
+ * cost the receiver a decompression pass to save a few bytes. Other
+ * payloads go as one zstd frame. */
 static void section_compress(ZSTD_CCtx *zc, int level, int w, uint8_t *raw, Scratch *sc,
                              SectionOut *s) {
     if (w == 0) {
@@ -234,6 +234,7 @@ static void section_compress(ZSTD_CCtx *zc, int level, int w, uint8_t *raw, Scra
      * compressed straight into its place; put back together should the
      * lengths and planes not fit in less than raw */
     assert(s->raw_len == (size_t)w * s->count);
+    if (s->raw_len <= 4 * (size_t)w) return; /* the lengths alone would not be shorter */
     uint8_t *planes = scratch_get(&sc->planes, &sc->planes_cap, s->raw_len);
     if (planes == NULL) return;
     planes_split(raw, s->count, w, planes);
@@ -241,6 +242,7 @@ static void section_compress(ZSTD_CCtx *zc, int level, int w, uint8_t *raw, Scra
     int fits = 1;
     for (int j = 0; j < w && fits; j++) {
         const uint8_t *plane = planes + (size_t)j * s->count;
+        assert(len <= s->raw_len);
         size_t room = s->raw_len - len;
         size_t zl = ZSTD_compressCCtx(zc, raw + len, room, plane, s->count, level);
         if (ZSTD_isError(zl) || zl > s->count - s->count / 8) {
