@@ -9,9 +9,13 @@
  * The reader checks the header length, every offset, dtype and shape against
  * the model before it touches tensor data.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/model.h"
 #include "kernels/formats.h"
@@ -111,43 +115,87 @@ int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err) {
     return write_file(opt_path, m, bases, prefixes, 2, m->step, err);
 }
 
-/* Parses and checks a file's header; *data points at the tensor bytes. */
-static json_t *read_header(const char *path, char **file, size_t *file_len, const uint8_t **data,
-                           size_t *data_len, char *err) {
-    if (file_read_all(path, (size_t)1 << 36, file, file_len, err) != 0) return NULL;
-    if (*file_len < 8) {
+/* An open checkpoint: its parsed header, and where its tensor bytes lie.
+ * Tensors are read straight into their destination: the file is never
+ * held whole (a model's size of memory, and for the config alone a whole
+ * model read to parse a few kilobytes). */
+typedef struct StFile {
+    int fd;
+    json_t *h;
+    uint64_t data_at, data_len; /* the tensor bytes: [data_at, data_at + data_len) */
+} StFile;
+
+/* len bytes at off, or an error naming path (a file cut short included) */
+static int read_at(const char *path, int fd, void *buf, size_t len, uint64_t off, char *err) {
+    uint8_t *b = buf;
+    while (len > 0) {
+        ssize_t got = pread(fd, b, len, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return err_set(err, "%s: read failed: %s", path, strerror(errno));
+        if (got == 0) return err_set(err, "%s: the file ends early", path);
+        b += got, len -= (size_t)got, off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static void st_close(StFile *f) {
+    if (f->fd >= 0) close(f->fd);
+    json_decref(f->h);
+    f->fd = -1, f->h = NULL;
+}
+
+/* Opens and checks a file's header. */
+static int st_open(const char *path, StFile *f, char *err) {
+    f->h = NULL;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return err_set(err, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    uint64_t hl;
+    if (fstat(f->fd, &sb) != 0) {
+        err_set(err, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < 8) {
         err_set(err, "%s: too short for a safetensors file", path);
         goto fail;
     }
-    uint64_t hl;
-    memcpy(&hl, *file, 8);
-    if (hl > ST_MAX_HEADER || hl > *file_len - 8) {
-        err_set(err, "%s: header length %llu does not fit the file of %zu bytes", path,
-                (unsigned long long)hl, *file_len);
+    uint8_t lb[8];
+    if (read_at(path, f->fd, lb, 8, 0, err) != 0) goto fail;
+    memcpy(&hl, lb, 8);
+    if (hl > ST_MAX_HEADER || hl > size - 8) {
+        err_set(err, "%s: header length %llu does not fit the file of %llu bytes", path,
+                (unsigned long long)hl, (unsigned long long)size);
+        goto fail;
+    }
+    char *text = malloc(hl ? hl : 1);
+    if (text == NULL) {
+        err_set(err, "%s: out of memory for its header", path);
+        goto fail;
+    }
+    if (read_at(path, f->fd, text, hl, 8, err) != 0) {
+        free(text);
         goto fail;
     }
     json_error_t je;
-    json_t *h = json_loadb(*file + 8, hl, 0, &je);
-    if (h == NULL || !json_is_object(h)) {
-        err_set(err, "%s: header is not a JSON object (%s)", path, h ? "" : je.text);
-        json_decref(h);
+    f->h = json_loadb(text, hl, 0, &je);
+    free(text);
+    if (f->h == NULL || !json_is_object(f->h)) {
+        err_set(err, "%s: header is not a JSON object (%s)", path, f->h ? "" : je.text);
         goto fail;
     }
-    *data = (const uint8_t *)*file + 8 + hl;
-    *data_len = *file_len - 8 - hl;
-    return h;
+    f->data_at = 8 + hl;
+    f->data_len = size - 8 - hl;
+    return 0;
 fail:
-    free(*file);
-    *file = NULL;
-    return NULL;
+    st_close(f);
+    return -1;
 }
 
 int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
-    char *file;
-    size_t flen, dlen;
-    const uint8_t *data;
-    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
-    if (h == NULL) return -1;
+    StFile f;
+    if (st_open(path, &f, err) != 0) return -1;
+    json_t *h = f.h;
     json_t *meta = json_object_get(h, "__metadata__");
     const char *cs = json_string_value(json_object_get(meta, "config"));
     json_t *c = cs ? json_loads(cs, 0, NULL) : NULL;
@@ -170,14 +218,15 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
         err_set(err, "%s: no valid Strait model config in __metadata__", path);
     }
     json_decref(c);
-    json_decref(h);
-    free(file);
+    st_close(&f);
     return rc;
 }
 
-/* Copies each view's tensor (prefix + name) into dst after checking it. */
-static int load_tensors(const char *path, json_t *h, const uint8_t *data, size_t dlen, const GPT *m,
-                        float *dst, const char *prefix, char *err) {
+/* Reads each view's tensor (prefix + name) into dst after checking it. */
+static int load_tensors(const char *path, const StFile *f, const GPT *m, float *dst,
+                        const char *prefix, char *err) {
+    json_t *h = f->h;
+    uint64_t dlen = f->data_len;
     for (int i = 0; i < m->n_views; i++) {
         const ParamView *v = &m->views[i];
         char name[96];
@@ -202,17 +251,16 @@ static int load_tensors(const char *path, json_t *h, const uint8_t *data, size_t
         if (b < 0 || e < b || (uint64_t)e > dlen || (uint64_t)(e - b) != v->numel * 4)
             return err_set(err, "%s: tensor %s's bytes [%lld, %lld) do not fit the file or shape",
                            path, name, (long long)b, (long long)e);
-        memcpy(dst + v->offset, data + b, v->numel * 4);
+        if (read_at(path, f->fd, dst + v->offset, v->numel * 4, f->data_at + (uint64_t)b, err) != 0)
+            return -1;
     }
     return 0;
 }
 
 int gpt_load(GPT *m, const char *path, int *step, char *err) {
-    char *file;
-    size_t flen, dlen;
-    const uint8_t *data;
-    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
-    if (h == NULL) return -1;
+    StFile f;
+    if (st_open(path, &f, err) != 0) return -1;
+    json_t *h = f.h;
     const char *hash =
         json_string_value(json_object_get(json_object_get(h, "__metadata__"), "table_hash"));
     char want[32];
@@ -220,37 +268,33 @@ int gpt_load(GPT *m, const char *path, int *step, char *err) {
     int rc = -1;
     if (hash && strcmp(hash, want) != 0) {
         err_set(err, "%s: parameter table %s differs from this model's %s", path, hash, want);
-    } else if (load_tensors(path, h, data, dlen, m, m->params, "", err) == 0) {
+    } else if (load_tensors(path, &f, m, m->params, "", err) == 0) {
         const char *st =
             json_string_value(json_object_get(json_object_get(h, "__metadata__"), "step"));
         if (step) *step = st ? atoi(st) : 0;
         rc = 0;
     }
-    json_decref(h);
-    free(file);
+    st_close(&f);
     return rc;
 }
 
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
-    char *file;
-    size_t flen, dlen;
-    const uint8_t *data;
-    json_t *h = read_header(opt_path, &file, &flen, &data, &dlen, err);
-    if (h == NULL) return -1;
+    StFile f;
+    if (st_open(opt_path, &f, err) != 0) return -1;
+    json_t *h = f.h;
     if (m->m == NULL) {
         m->m = callocCheck(m->n_params, sizeof(float));
         m->v = callocCheck(m->n_params, sizeof(float));
     }
     int rc = -1;
-    if (load_tensors(opt_path, h, data, dlen, m, m->m, "adam_m.", err) == 0 &&
-        load_tensors(opt_path, h, data, dlen, m, m->v, "adam_v.", err) == 0) {
+    if (load_tensors(opt_path, &f, m, m->m, "adam_m.", err) == 0 &&
+        load_tensors(opt_path, &f, m, m->v, "adam_v.", err) == 0) {
         const char *st =
             json_string_value(json_object_get(json_object_get(h, "__metadata__"), "step"));
         m->step = st ? atoi(st) : 0;
         rc = 0;
     }
-    json_decref(h);
-    free(file);
+    st_close(&f);
     return rc;
 }
 
@@ -261,15 +305,11 @@ int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
 
 int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
                    int n_bases, char *err) {
-    char *file;
-    size_t flen, dlen;
-    const uint8_t *data;
-    json_t *h = read_header(path, &file, &flen, &data, &dlen, err);
-    if (h == NULL) return -1;
+    StFile f;
+    if (st_open(path, &f, err) != 0) return -1;
     int rc = 0;
     for (int b = 0; b < n_bases && rc == 0; b++)
-        rc = load_tensors(path, h, data, dlen, m, dsts[b], prefixes[b], err);
-    json_decref(h);
-    free(file);
+        rc = load_tensors(path, &f, m, dsts[b], prefixes[b], err);
+    st_close(&f);
     return rc;
 }
