@@ -27,11 +27,26 @@
 
 /* ---- the current model's checkpoint -------------------------------------------- */
 
+/* Hashed with reads, then mapped: no page of the mapping is resident until
+ * a download reads it (hashing through the mapping made the coordinator's
+ * peak a second model's size). A checkpoint is replaced by rename, never
+ * rewritten in place. */
 Served *served_map_file(const char *path, char *err) {
+    uint8_t sha[32];
+    int64_t hashed = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    off_t len = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
-    void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-    if (fd >= 0) close(fd);
+    if (fd < 0) {
+        err_set_errno(err, "cannot open checkpoint %s", path);
+        return NULL;
+    }
+    if (security_sha256_fd(fd, path, sha, &hashed, err) != 0) {
+        close(fd);
+        return NULL;
+    }
+    off_t len = lseek(fd, 0, SEEK_END);
+    void *p = len > 0 && len == hashed ? mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0)
+                                       : MAP_FAILED;
+    close(fd);
     Served *s = p != MAP_FAILED ? calloc(1, sizeof *s) : NULL;
     if (s == NULL) {
         if (p != MAP_FAILED) munmap(p, (size_t)len);
@@ -39,10 +54,7 @@ Served *served_map_file(const char *path, char *err) {
         return NULL;
     }
     s->refs = 1, s->data = p, s->len = s->mapped = (size_t)len;
-    security_sha256(s->data, s->len, s->sha);
-    /* read once to hash: let its pages go until a download reads them (a
-     * checkpoint is replaced by rename, never rewritten in place) */
-    madvise(s->data, s->len, MADV_DONTNEED);
+    memcpy(s->sha, sha, 32);
     return s;
 }
 

@@ -29,41 +29,47 @@ char *security_hex(const uint8_t *bytes, size_t len, char *hex) {
     return hex;
 }
 
-int security_sha256_file(const char *path, char hex[SHA256_HEX_LEN], int64_t *bytes, char *err) {
+int security_sha256_fd(int fd, const char *name, uint8_t out[SHA256_LEN], int64_t *bytes,
+                       char *err) {
     enum { PIECE = 1 << 20 };
     int rc = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err_set_errno(err, "cannot open %s", path);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char *buf = malloc(PIECE);
     int64_t total = 0;
     if (ctx == NULL || buf == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        err_set(err, "cannot start SHA-256 of %s", path);
+        err_set(err, "cannot start SHA-256 of %s", name);
         goto out;
     }
     for (;;) {
-        ssize_t r = read(fd, buf, PIECE);
+        ssize_t r = pread(fd, buf, PIECE, (off_t)total);
         if (r < 0) {
             if (errno == EINTR) continue;
-            err_set_errno(err, "cannot read %s", path);
+            err_set_errno(err, "cannot read %s", name);
             goto out;
         }
         if (r == 0) break;
         EVP_DigestUpdate(ctx, buf, (size_t)r);
         total += r;
     }
-    uint8_t md[SHA256_LEN];
     unsigned int n = 0;
-    if (EVP_DigestFinal_ex(ctx, md, &n) != 1 || n != SHA256_LEN) {
-        err_set(err, "SHA-256 of %s failed", path);
+    if (EVP_DigestFinal_ex(ctx, out, &n) != 1 || n != SHA256_LEN) {
+        err_set(err, "SHA-256 of %s failed", name);
         goto out;
     }
-    security_hex(md, SHA256_LEN, hex);
     if (bytes) *bytes = total;
     rc = 0;
 out:
     free(buf);
     EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int security_sha256_file(const char *path, char hex[SHA256_HEX_LEN], int64_t *bytes, char *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_set_errno(err, "cannot open %s", path);
+    uint8_t md[SHA256_LEN];
+    int rc = security_sha256_fd(fd, path, md, bytes, err);
+    if (rc == 0) security_hex(md, SHA256_LEN, hex);
     close(fd);
     return rc;
 }

@@ -22,6 +22,10 @@ char *security_hex(const uint8_t *bytes, size_t len, char *hex);
 /* SHA-256 of a whole file, streamed; its size in *bytes (may be NULL).
  * Returns 0, or -1 with a message in err. */
 int security_sha256_file(const char *path, char hex[SHA256_HEX_LEN], int64_t *bytes, char *err);
+/* The same of an open file from its first byte (name: for messages), into
+ * out; the file's position is left alone. */
+int security_sha256_fd(int fd, const char *name, uint8_t out[SHA256_LEN], int64_t *bytes,
+                       char *err);
 
 /* ---- keys and certificates ----------------------------------------------- */
 
