@@ -239,42 +239,28 @@ T512 static void avx512_axpy(const void *xv, uint32_t n, float w, float *restric
     if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
-/* One vector of int8_codes: the codes of live lanes, their offsets from the
- * bin centre, and the mask of the clamped ones. Whole vectors store through
- * registers: masked stores cost Zen 5 several times a plain one. */
-T512 static inline __mmask16 avx512_codes16(const float *restrict x, __mmask16 live, __m512 vinv,
-                                            uint8_t *restrict codes, int32_t *restrict off) {
-    const __m512 m129 = _mm512_set1_ps(-129.0f), p129 = _mm512_set1_ps(129.0f),
-                 m128 = _mm512_set1_ps(-128.0f), p127 = _mm512_set1_ps(127.0f),
-                 c128 = _mm512_set1_ps(128.0f), magic = _mm512_set1_ps(MAGIC),
-                 fix = _mm512_set1_ps(SIMD_FIX_MID);
-    __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x), vinv);
-    __m512 fc = _mm512_min_ps(_mm512_max_ps(f, m129), p129);
-    __m512 r = _mm512_sub_ps(_mm512_add_ps(fc, magic), magic);
-    __m512 rq = _mm512_min_ps(_mm512_max_ps(r, m128), p127);
-    __mmask16 keep = _mm512_cmp_ps_mask(r, rq, _CMP_EQ_OQ);
-    __m512i code = _mm512_cvttps_epi32(_mm512_add_ps(rq, c128));
-    __m512i o = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix));
-    if (live == 0xffff) {
-        _mm_storeu_si128((__m128i *)(void *)codes, _mm512_cvtepi32_epi8(code));
-        _mm512_storeu_si512(off, o);
-    } else {
-        _mm512_mask_cvtepi32_storeu_epi8(codes, live, code);
-        _mm512_mask_storeu_epi32(off, live, o);
-    }
-    return live & (__mmask16)~keep;
-}
-
 T512 static uint32_t avx512_int8_codes(const float *restrict x, uint32_t n, float inv,
                                        uint8_t *restrict codes, int32_t *restrict off,
                                        uint32_t *restrict clamped) {
-    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m512 vinv = _mm512_set1_ps(inv), m129 = _mm512_set1_ps(-129.0f),
+                 p129 = _mm512_set1_ps(129.0f), m128 = _mm512_set1_ps(-128.0f),
+                 p127 = _mm512_set1_ps(127.0f), c128 = _mm512_set1_ps(128.0f),
+                 magic = _mm512_set1_ps(MAGIC), fix = _mm512_set1_ps(SIMD_FIX_MID);
     const __m512i step = _mm512_set1_epi32(16);
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     uint32_t c = 0;
     for (uint32_t i = 0; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
         __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __mmask16 cm = avx512_codes16(x + i, live, vinv, codes + i, off + i);
+        __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), vinv);
+        __m512 fc = _mm512_min_ps(_mm512_max_ps(f, m129), p129);
+        __m512 r = _mm512_sub_ps(_mm512_add_ps(fc, magic), magic);
+        __m512 rq = _mm512_min_ps(_mm512_max_ps(r, m128), p127);
+        __mmask16 keep = _mm512_cmp_ps_mask(r, rq, _CMP_EQ_OQ);
+        __m512i code = _mm512_cvttps_epi32(_mm512_add_ps(rq, c128));
+        _mm512_mask_cvtepi32_storeu_epi8(codes + i, live, code);
+        _mm512_mask_storeu_epi32(
+            off + i, live, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix)));
+        __mmask16 cm = live & (__mmask16)~keep;
         if (cm) { /* rare (a normal update clamps 0.3%): a branch that predicts */
             _mm512_storeu_si512(clamped + c, _mm512_maskz_compress_epi32(cm, idx));
             c += (uint32_t)__builtin_popcount((unsigned)cm);

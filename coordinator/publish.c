@@ -32,7 +32,7 @@
  * peak a second model's size). A checkpoint is replaced by rename, never
  * rewritten in place. */
 Served *served_map_file(const char *path, char *err) {
-    uint8_t sha[32];
+    uint8_t sha[SHA256_LEN];
     int64_t hashed = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -54,7 +54,7 @@ Served *served_map_file(const char *path, char *err) {
         return NULL;
     }
     s->refs = 1, s->data = p, s->len = s->mapped = (size_t)len;
-    memcpy(s->sha, sha, 32);
+    memcpy(s->sha, sha, SHA256_LEN);
     return s;
 }
 
