@@ -4,7 +4,9 @@
  * the compressed bytes to the host, zstd and checksums there) in GB/s of
  * fp32 input beside the device's own memcpy (device to device) in the same
  * run, whether each blob is byte for byte the CPU's, and training tokens/s
- * of GPT-2 124M with 1 GPU and with every GPU (NCCL), the scaling beside.
+ * of GPT-2 124M with 1 GPU and with every GPU (NCCL), the scaling beside;
+ * and a GPU site's end of round (Δ, error feedback, encode) on the host
+ * against on the device, same blobs checked.
  * Without a GPU (or without a CUDA build) it prints one line saying why and
  * exits 0, so `make bench` runs everywhere. Never run on a GPU yet.
  *
@@ -61,6 +63,58 @@ static double tokens_per_s(int gpus, int B, int T, int steps) {
     gpt_free(&m);
     free(in), free(tg);
     return (double)bt * steps / secs;
+}
+
+/* A GPU site's end of round with codec `name`: θ_local to the host, Δ and
+ * error feedback there (the path a site takes with several ranks), against
+ * Δ and error feedback on the device with only the payloads and the
+ * residual (for the state) coming to the host. Both start from a zero
+ * residual; their blobs must be the same bytes. */
+static void site_round_row(const char *dev, const char *name, uint64_t n, const float *base,
+                           const float *d_base) {
+    char err[ERR_LEN];
+    CodecParams p;
+    if (codec_params_parse(name, &p, err) != 0) DIE("%s", err);
+    CodecLayout L = {0x1234, n, NULL, 0};
+    float *local = mallocCheck(n * 4), *delta = mallocCheck(n * 4);
+    for (uint64_t i = 0; i < n; i++) local[i] = base[i] * 0.5f + 1e-3f;
+    float *d_local = kernels_cuda_alloc(n * 4);
+    kernels_cuda_to_device(d_local, local, n * 4);
+    double host_s[REPEAT], dev_s[REPEAT];
+    int same = 1;
+    for (int r = 0; r < REPEAT; r++) {
+        ErrorFeedback eh, ed;
+        if (ef_init(&eh, n, 0x1234, 1.0f, err) != 0 || ef_init(&ed, n, 0x1234, 1.0f, err) != 0)
+            DIE("%s", err);
+        Blob bh = {0}, bd = {0};
+        uint64_t t0 = time_monotonic_ns();
+        kernels_cuda_to_host(local, d_local, n * 4);
+        for (uint64_t i = 0; i < n; i++) delta[i] = base[i] - local[i];
+        if (ef_encode(&eh, &p, &L, delta, &bh, err) != 0) DIE("%s", err);
+        host_s[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+        t0 = time_monotonic_ns();
+        if (ef_encode_cuda(&ed, &p, &L, d_base, d_local, &bd, err) != 0) DIE("%s", err);
+        ef_to_host(&ed);
+        dev_s[r] = (double)(time_monotonic_ns() - t0) / 1e9;
+        same = same && bh.len == bd.len && memcmp(bh.data, bd.data, bh.len) == 0 &&
+               memcmp(eh.e, ed.e, n * 4) == 0;
+        blob_free(&bh), blob_free(&bd);
+        ef_free(&eh), ef_free(&ed);
+    }
+    double h = median3(host_s[0], host_s[1], host_s[2]), d = median3(dev_s[0], dev_s[1], dev_s[2]);
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("gpu"));
+    json_object_set_new(o, "case", json_string("site_round_codec"));
+    json_object_set_new(o, "device", json_string(dev));
+    json_object_set_new(o, "codec", json_string(name));
+    json_object_set_new(o, "n", json_integer((json_int_t)n));
+    json_object_set_new(o, "host_path_s", json_real(h));
+    json_object_set_new(o, "device_path_s", json_real(d));
+    json_object_set_new(o, "speedup", json_real(h / d));
+    json_object_set_new(o, "same_bytes_and_residual", json_boolean(same));
+    json_emit_line(stdout, o);
+    kernels_cuda_free(d_local);
+    free(local), free(delta);
 }
 #endif
 
@@ -126,6 +180,8 @@ int main(int argc, char **argv) {
             blob_free(&gpu), blob_free(&cpu);
         }
     }
+    site_round_row(name, "int8", n, x, d_x);
+    site_round_row(name, "topk", n, x, d_x);
     kernels_cuda_free(d_x), kernels_cuda_free(d_y);
     free(x);
     int steps = full ? 20 : 5, B = 4, T = 1024;

@@ -31,7 +31,7 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
     int last = p->step == p->steps;
     o->loss = p->loss;
     if (o->have_val && (p->step % o->val_every == 0 || last)) {
-        trainer_to_host(t, 0); /* validation runs on the CPU copy */
+        trainer_to_host(t, TRAINER_PARAMS); /* validation runs on the CPU copy */
         o->val_loss = (float)gpt_eval_tokens(trainer_model(t), o->val, o->B, o->T, 8);
     }
     if (o->json && (p->step % 10 == 0 || last || p->step % o->val_every == 0)) {

@@ -496,8 +496,16 @@ int client_run(const SiteRunOptions *o, char *err) {
     int replicas = trainer_replicas(trainer); /* batches a step takes, on this rank */
     assert(replicas == per_rank);
     size_t share = (size_t)rk.rank * replicas * B * T; /* this rank's in a global batch */
+    /* A GPU site makes its Δ and error feedback on its GPU: of the model only
+     * the moments and the residual, for the state, and the payloads come to
+     * the host. (With several ranks, each compares its host model with rank
+     * 0's, so they bring θ_local to the host and encode there.) */
+    int on_gpu = gpus > 0 && rk.size == 1 && trainer_keep_base(trainer) == 0;
+    if (on_gpu && rk.rank == 0)
+        log_info("site", "the update's error feedback and codec run on the GPU (never run on one "
+                         "before this build: report what you see)");
     theta = mallocCheck(sizeof(float) * m.n_params);
-    delta = mallocCheck(sizeof(float) * m.n_params);
+    if (!on_gpu) delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
     tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
     kernels_set_threads(o->threads);
@@ -585,14 +593,26 @@ int client_run(const SiteRunOptions *o, char *err) {
         }
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000; /* the steps alone */
         double eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;
-        /* θ_local (and, at rank 0, the moments: for Δ and the state) */
-        trainer_to_host(trainer, rk.rank == 0);
+        /* θ_local for Δ, unless the GPU makes it, and at rank 0 the moments
+         * for the state */
+        trainer_to_host(trainer,
+                        (on_gpu ? 0 : TRAINER_PARAMS) | (rk.rank == 0 ? TRAINER_MOMENTS : 0));
         if (check_same_model(&rk, &m, err) != 0) goto out;
         if (rk.rank != 0) continue; /* rank 0 sends the update */
         double train_loss = loss_sum / steps_done;
-        for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
-        if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
+        if (on_gpu) {
+            const float *d_local, *d_base;
+            if (trainer_device_params(trainer, &d_local, &d_base) != 0) {
+                err_set(err, "the GPU trainer kept no copy of the round's model");
+                goto out;
+            }
+            if (ef_encode_cuda(&ef, &codec, &L, d_base, d_local, &blob, err) != 0) goto out;
+            ef_to_host(&ef); /* the residual, for the state */
+        } else {
+            for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
+            if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
+        }
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
         meta.tokens = (uint64_t)steps_done * B * T * replicas * rk.size; /* every rank's */
         meta.train_loss = train_loss;

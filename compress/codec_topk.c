@@ -275,27 +275,64 @@ static int topk_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
     return 0;
 }
 
-static void topk_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
-                       float *dst, int accumulate) {
+/* The one reader of a checked payload's carried values: fn(ctx, index in
+ * the section, value) for each, in order; returns how many. Always inlined,
+ * so fn is too: called through a pointer, decode ran at 0.7 of the speed. */
+typedef void (*TopkVisit)(void *ctx, uint64_t nth, uint32_t idx, float v);
+
+__attribute__((always_inline)) static inline uint64_t topk_each(const CodecParams *p, const uint8_t *raw, uint32_t count, TopkVisit fn,
+                          void *ctx) {
     uint64_t K = ld32(raw);
     size_t n_table = (size_t)1 << p->value_bits;
     float table[256];
     memcpy(table, raw + 4, 4 * n_table);
     const uint8_t *r = raw + 4 + 4 * n_table;
     const uint8_t *codes = r + 2 * (size_t)n_chunks(p, count) + 2 * K;
-    if (!accumulate) memset(dst, 0, sizeof(float) * count);
     uint64_t kv = 0;
     for (uint32_t c0 = 0; c0 < count; c0 += p->chunk) {
         uint32_t k = ld16(r);
         r += 2;
-        float *d = dst + c0;
-        for (uint32_t i = 0; i < k; i++) {
-            float v = table[code_at(p, codes, kv++)];
-            uint32_t idx = ld16(r + 2 * (size_t)i);
-            d[idx] = accumulate ? d[idx] + w * v : v;
-        }
+        for (uint32_t i = 0; i < k; i++, kv++)
+            fn(ctx, kv, c0 + ld16(r + 2 * (size_t)i), table[code_at(p, codes, kv)]);
         r += 2 * (size_t)k;
     }
+    assert(kv == K);
+    return K;
+}
+
+typedef struct TopkApply {
+    float w, *dst;
+    int accumulate;
+} TopkApply;
+
+static void apply_one(void *ctx, uint64_t nth, uint32_t idx, float v) {
+    TopkApply *a = ctx;
+    (void)nth;
+    a->dst[idx] = a->accumulate ? a->dst[idx] + a->w * v : v;
+}
+
+static void topk_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
+                       float *dst, int accumulate) {
+    if (!accumulate) memset(dst, 0, sizeof(float) * count);
+    TopkApply a = {w, dst, accumulate};
+    topk_each(p, raw, count, apply_one, &a);
+}
+
+typedef struct TopkList {
+    uint32_t *idx;
+    float *vals;
+} TopkList;
+
+static void list_one(void *ctx, uint64_t nth, uint32_t idx, float v) {
+    TopkList *l = ctx;
+    l->idx[nth] = idx;
+    l->vals[nth] = v;
+}
+
+uint64_t topk_entries(const CodecParams *p, const uint8_t *raw, uint32_t count, uint32_t *idx,
+                      float *vals) {
+    TopkList l = {idx, vals};
+    return topk_each(p, raw, count, list_one, &l);
 }
 
 static void topk_defaults(CodecParams *p) {

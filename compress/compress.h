@@ -172,8 +172,9 @@ void codec_cursor_close(CodecCursor *c);
  * -1 with a reason in a build without CUDA. */
 int codec_encode_cuda(const CodecParams *p, const CodecLayout *layout, const float *d_x, Blob *out,
                       char *err);
-/* codec_decode_accumulate into a sum in GPU memory; int8 blobs only (the
- * coordinator's codec). The blob must have passed codec_blob_inspect. */
+/* codec_decode_accumulate into a sum in GPU memory, every codec, the same
+ * floats. The blob must have passed codec_blob_inspect (or be one this
+ * process encoded). */
 int codec_decode_accumulate_cuda(const uint8_t *blob, size_t len, float weight, float *d_sum,
                                  uint64_t n, char *err);
 
@@ -187,12 +188,23 @@ typedef struct ErrorFeedback {
     uint64_t table_hash;
     float beta;
     float *e;
+    float *d_e;     /* the residual on the GPU, once ef_encode_cuda ran; NULL before */
+    int host_stale; /* e is behind d_e until ef_to_host */
 } ErrorFeedback;
 
 int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char *err);
 void ef_free(ErrorFeedback *ef);
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
               const float *delta, Blob *out, char *err);
+/* The same step on a GPU, with Δ = base - local of two device arrays: the
+ * residual moves to the GPU at the first call (ef->d_e) and stays; only
+ * the payloads cross to the host. The same blob and residual as ef_encode
+ * of that Δ. A residual lives on one side: after this, only this (and
+ * ef_to_host before ef_serialize). -1 in a build without CUDA. */
+int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
+                   const float *d_base, const float *d_local, Blob *out, char *err);
+/* e takes the GPU's residual (nothing when it has none) */
+void ef_to_host(ErrorFeedback *ef);
 /* Serialised form (FORMATS.md "error feedback state"), checksummed. */
 int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err);
 int ef_deserialize(ErrorFeedback *ef, const uint8_t *data, size_t len, char *err);

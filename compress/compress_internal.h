@@ -211,5 +211,13 @@ int codec_for_each_section(const uint8_t *blob, size_t len, uint64_t n, SectionV
 uint64_t topk_total_k(const CodecParams *p, uint32_t count);
 int topk_encode_selected(const CodecParams *p, uint32_t count, const uint16_t *sel,
                          const float *vals, uint8_t *out, char *err);
+/* The values a checked top-k payload carries, as decode-accumulate adds
+ * them: idx (within the section, ascending) and vals, topk_total_k of
+ * each; returns that count. */
+uint64_t topk_entries(const CodecParams *p, const uint8_t *raw, uint32_t count, uint32_t *idx,
+                      float *vals);
+
+/* Frees ef's residual on the GPU (ef_encode_cuda's); none: nothing. */
+void ef_release_device(ErrorFeedback *ef);
 
 #endif

@@ -33,12 +33,14 @@ int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char
 }
 
 void ef_free(ErrorFeedback *ef) {
+    ef_release_device(ef);
     free(ef->e);
     memset(ef, 0, sizeof *ef);
 }
 
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
               const float *delta, Blob *out, char *err) {
+    assert(ef->d_e == NULL); /* the residual is on the GPU: ef_encode_cuda */
     if (layout->n != ef->n || layout->table_hash != ef->table_hash)
         return err_set(err, "error feedback state is for another parameter table");
     float *e = ef->e, beta = ef->beta;
@@ -49,6 +51,7 @@ int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout
 }
 
 int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {
+    assert(!ef->host_stale); /* ef_to_host first */
     size_t len = EF_HEADER_LEN + 4 * (size_t)ef->n + 8;
     out->len = 0;
     if (blob_reserve(out, len, err) != 0) return -1;

@@ -3,7 +3,10 @@
  * (codec_encode_sections), with each section's raw payload made by the
  * kernels in kernels/cuda/compress.cu. Top-k selection runs on the GPU and
  * the few kept values are quantized by the CPU code, so a GPU site and a CPU
- * site send byte-identical blobs.
+ * site send byte-identical blobs. Decode-accumulate into GPU memory walks
+ * the blob on the CPU (checksums, zstd) and adds each section on the GPU;
+ * error feedback keeps its residual there, so a GPU site's round moves only
+ * the payloads between host and device. Never run on a GPU yet.
  */
 #include <stdlib.h>
 
@@ -62,12 +65,38 @@ typedef struct GpuAccumulate {
     float *sum; /* device memory, not owned */
 } GpuAccumulate;
 
+/* sum += weight * a section's decoded values, each codec through its
+ * kernel: the floats of its apply() on the CPU */
 static int gpu_accumulate(void *ctx, const CodecParams *p, const uint8_t *raw, uint64_t offset,
                           uint32_t count, char *err) {
     GpuAccumulate *a = ctx;
-    (void)err;
-    kernels_cuda_int8_accumulate(raw, count, p->block, a->weight, a->sum + offset, NULL);
-    return 0;
+    float *sum = a->sum + offset;
+    switch (p->id) {
+    case CODEC_FP32:
+        kernels_cuda_fp32_accumulate(raw, count, a->weight, sum, NULL);
+        return 0;
+    case CODEC_FP16:
+    case CODEC_BF16:
+        kernels_cuda_half_accumulate(raw, count, p->id == CODEC_BF16, a->weight, sum, NULL);
+        return 0;
+    case CODEC_INT8:
+        kernels_cuda_int8_accumulate(raw, count, p->block, a->weight, sum, NULL);
+        return 0;
+    case CODEC_TOPK: {
+        uint64_t K = topk_total_k(p, count);
+        uint32_t *idx = malloc(4 * (K ? K : 1));
+        float *vals = malloc(4 * (K ? K : 1));
+        if (idx == NULL || vals == NULL) {
+            free(idx), free(vals);
+            return err_set(err, "out of memory");
+        }
+        K = topk_entries(p, raw, count, idx, vals);
+        kernels_cuda_scatter_accumulate(idx, vals, K, a->weight, sum, NULL);
+        free(idx), free(vals);
+        return 0;
+    }
+    }
+    return err_set(err, "codec %d has no GPU decode-accumulate", (int)p->id);
 }
 #endif
 
@@ -84,12 +113,46 @@ int codec_encode_cuda(const CodecParams *p, const CodecLayout *layout, const flo
 int codec_decode_accumulate_cuda(const uint8_t *blob, size_t len, float weight, float *d_sum,
                                  uint64_t n, char *err) {
 #ifdef STRAIT_HAVE_CUDA
-    if (len < BLOB_HEADER_LEN || blob[6] != CODEC_INT8)
-        return err_set(err, "GPU decode-accumulate takes int8 blobs; decode others on the CPU");
     GpuAccumulate ctx = {weight, d_sum};
     return codec_for_each_section(blob, len, n, gpu_accumulate, &ctx, err);
 #else
     (void)blob, (void)len, (void)weight, (void)d_sum, (void)n;
     return err_set(err, "this strait was built without CUDA; decode on the CPU");
 #endif
+}
+
+/* ---- error feedback with the residual on the GPU --------------------------- */
+
+int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
+                   const float *d_base, const float *d_local, Blob *out, char *err) {
+#ifdef STRAIT_HAVE_CUDA
+    if (layout->n != ef->n || layout->table_hash != ef->table_hash)
+        return err_set(err, "error feedback state is for another parameter table");
+    if (ef->d_e == NULL) { /* the residual moves to the GPU and stays there */
+        ef->d_e = kernels_cuda_alloc(4 * (size_t)ef->n);
+        kernels_cuda_to_device(ef->d_e, ef->e, 4 * (size_t)ef->n);
+    }
+    ef->host_stale = 1;
+    kernels_cuda_ef_step(ef->d_e, d_base, d_local, ef->beta, ef->n, NULL);
+    if (codec_encode_cuda(p, layout, ef->d_e, out, err) != 0) return -1;
+    return codec_decode_accumulate_cuda(out->data, out->len, -1.0f, ef->d_e, ef->n, err);
+#else
+    (void)ef, (void)p, (void)layout, (void)d_base, (void)d_local, (void)out;
+    return err_set(err, "this strait was built without CUDA; encode on the CPU");
+#endif
+}
+
+void ef_to_host(ErrorFeedback *ef) {
+#ifdef STRAIT_HAVE_CUDA
+    if (ef->d_e && ef->host_stale) kernels_cuda_to_host(ef->e, ef->d_e, 4 * (size_t)ef->n);
+#endif
+    ef->host_stale = 0;
+}
+
+void ef_release_device(ErrorFeedback *ef) {
+#ifdef STRAIT_HAVE_CUDA
+    if (ef->d_e) kernels_cuda_free(ef->d_e);
+#endif
+    ef->d_e = NULL;
+    ef->host_stale = 0;
 }

@@ -76,16 +76,24 @@ void gpt_cuda_free(GPTCuda *g);
 /* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
 float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
                     float lr, float max_norm);
-void gpt_cuda_params_to_host(GPTCuda *g, GPT *host);
 /* The mean loss of replica 0's parameters on one (B, T) batch: forward only,
  * nothing updated (the held-out evaluator on a GPU site). */
 float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets);
 /* Every replica takes host's parameters and AdamW state (m, v, step; zeros
  * when host has taken no step yet): a site's new round. */
 void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host);
-/* Replica 0's parameters and AdamW state into host (m, v allocated when
- * absent): what a site encodes and saves after its inner steps. */
-void gpt_cuda_state_to_host(GPTCuda *g, GPT *host);
+/* Replica 0's parameters (TRAINER_PARAMS) and AdamW state (TRAINER_MOMENTS;
+ * m, v allocated when absent) into host: what a site saves after its inner
+ * steps, and its Δ when it is made on the host. */
+void gpt_cuda_to_host(GPTCuda *g, GPT *host, int what);
+/* From now on keep, on replica 0's device, a copy of the parameters every
+ * replica holds now and takes at each gpt_cuda_load_from_host: the round's
+ * θ, for its Δ on the device. */
+void gpt_cuda_keep_base(GPTCuda *g);
+/* Replica 0's parameters and (*base, when asked) the kept copy, NULL if
+ * none: device memory. Makes replica 0's device the calling thread's
+ * current one, where the caller's own allocations then land. */
+const float *gpt_cuda_params(GPTCuda *g, const float **base);
 
 /* fp32 section payload: x copied to h_out after a finite check */
 int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream);
@@ -97,6 +105,19 @@ int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block, uin
 /* sum[0..count) += w * decoded int8 payload h_raw */
 void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t count, uint32_t block, float w,
                                   float *sum, void *stream);
+/* sum[0..n) += w * x for the n fp32 of h_raw (host memory, any alignment) */
+void kernels_cuda_fp32_accumulate(const uint8_t *h_raw, uint64_t n, float w, float *sum,
+                                  void *stream);
+/* sum[0..n) += w * the fp16 (bf16 = 0) or bf16 payload h_raw (host memory) */
+void kernels_cuda_half_accumulate(const uint8_t *h_raw, uint64_t n, int bf16, float w, float *sum,
+                                  void *stream);
+/* sum[h_idx[i]] += w * h_vals[i] for k distinct indices (host memory) */
+void kernels_cuda_scatter_accumulate(const uint32_t *h_idx, const float *h_vals, uint64_t k,
+                                     float w, float *sum, void *stream);
+/* Error feedback's first step with the round's Δ made on the device:
+ * e = beta * e + (base - local), the floats of ef_encode's host loop */
+void kernels_cuda_ef_step(float *e, const float *base, const float *local, float beta, uint64_t n,
+                          void *stream);
 /* exact top-k of every chunk of a section: indices (ascending per chunk)
  * and values, total_k of each, chunk after chunk */
 int kernels_cuda_topk_select(const float *x, uint32_t count, uint32_t chunk, uint32_t ppm,

@@ -202,11 +202,12 @@ FORWARD(float, gpt_cuda_step,
         (GPTCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,
          float max_norm),
         (g, inputs, targets, o, lr, max_norm))
-FORWARD_VOID(gpt_cuda_params_to_host, (GPTCuda * g, GPT *host), (g, host))
 FORWARD(float, gpt_cuda_loss, (GPTCuda * g, const int *inputs, const int *targets),
         (g, inputs, targets))
 FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host), (g, host))
-FORWARD_VOID(gpt_cuda_state_to_host, (GPTCuda * g, GPT *host), (g, host))
+FORWARD_VOID(gpt_cuda_to_host, (GPTCuda * g, GPT *host, int what), (g, host, what))
+FORWARD_VOID(gpt_cuda_keep_base, (GPTCuda * g), (g))
+FORWARD(const float *, gpt_cuda_params, (GPTCuda * g, const float **base), (g, base))
 FORWARD(int, kernels_cuda_copy_checked, (const float *x, uint64_t n, float *h_out, void *stream),
         (x, n, h_out, stream))
 FORWARD(int, kernels_cuda_cast_half,
@@ -223,6 +224,20 @@ FORWARD(int, kernels_cuda_topk_select,
         (const float *x, uint32_t count, uint32_t chunk, uint32_t ppm, uint64_t total_k,
          uint16_t *h_sel, float *h_vals, void *stream),
         (x, count, chunk, ppm, total_k, h_sel, h_vals, stream))
+FORWARD_VOID(kernels_cuda_fp32_accumulate,
+             (const uint8_t *h_raw, uint64_t n, float w, float *sum, void *stream),
+             (h_raw, n, w, sum, stream))
+FORWARD_VOID(kernels_cuda_half_accumulate,
+             (const uint8_t *h_raw, uint64_t n, int bf16, float w, float *sum, void *stream),
+             (h_raw, n, bf16, w, sum, stream))
+FORWARD_VOID(kernels_cuda_scatter_accumulate,
+             (const uint32_t *h_idx, const float *h_vals, uint64_t k, float w, float *sum,
+              void *stream),
+             (h_idx, h_vals, k, w, sum, stream))
+FORWARD_VOID(kernels_cuda_ef_step,
+             (float *e, const float *base, const float *local, float beta, uint64_t n,
+              void *stream),
+             (e, base, local, beta, n, stream))
 #else
 typedef int cuda_loader_unused; /* a CPU-only build has no plugin to load */
 #endif

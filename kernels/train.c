@@ -174,12 +174,11 @@ int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err) {
     return 0;
 }
 
-void trainer_to_host(Trainer *t, int optimizer) {
+void trainer_to_host(Trainer *t, int what) {
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu && optimizer) gpt_cuda_state_to_host(t->gpu, t->m);
-    if (t->gpu && !optimizer) gpt_cuda_params_to_host(t->gpu, t->m);
+    if (t->gpu) gpt_cuda_to_host(t->gpu, t->m, what);
 #else
-    (void)t, (void)optimizer;
+    (void)t, (void)what;
 #endif
 }
 
@@ -189,6 +188,28 @@ void trainer_from_host(Trainer *t) {
 #else
     (void)t;
 #endif
+}
+
+int trainer_keep_base(Trainer *t) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) {
+        gpt_cuda_keep_base(t->gpu);
+        return 0;
+    }
+#endif
+    (void)t;
+    return -1;
+}
+
+int trainer_device_params(Trainer *t, const float **d_params, const float **d_base) {
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) {
+        *d_params = gpt_cuda_params(t->gpu, d_base);
+        return *d_base ? 0 : -1;
+    }
+#endif
+    (void)t, (void)d_params, (void)d_base;
+    return -1;
 }
 
 int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
@@ -210,7 +231,7 @@ int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int
         p.tokens_per_s = secs > 0 ? (double)(s + 1) * (double)span / secs : 0;
         if (obs && obs(ctx, t, &p) != 0) rc = err_set(err, "training stopped at step %d", s + 1);
     }
-    trainer_to_host(t, 1);
+    trainer_to_host(t, TRAINER_PARAMS | TRAINER_MOMENTS);
     free(in), free(tg);
     trainer_free(t);
     return rc;

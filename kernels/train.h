@@ -81,10 +81,20 @@ typedef struct TrainCollectives {
     void *ctx;
 } TrainCollectives;
 int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
-/* m takes the GPUs' parameters (and, with optimizer, AdamW's state) */
-void trainer_to_host(Trainer *t, int optimizer);
+/* What trainer_to_host copies: the parameters, AdamW's state, or both. */
+enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
+/* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */
+void trainer_to_host(Trainer *t, int what);
 /* the GPUs take m's parameters and AdamW state: a site's new round */
 void trainer_from_host(Trainer *t);
+/* The round's Δ made on the GPUs (no copy of the parameters to the host):
+ * trainer_keep_base makes trainer_from_host keep a copy of the parameters
+ * it loads, one model's size more on the first GPU, from the current ones
+ * on; trainer_device_params gives replica 0's parameters and that copy,
+ * device pointers, with the first GPU the calling thread's current one.
+ * Both -1 for a CPU trainer. */
+int trainer_keep_base(Trainer *t);
+int trainer_device_params(Trainer *t, const float **d_params, const float **d_base);
 /* gpt_eval_tokens of the trainer's model on its (B, T) batches where it
  * trains: on the CPU, the host model; on GPUs, replica 0's parameters (no
  * copy to the host; the forward on the GPU, never run on one yet). */

@@ -1,11 +1,12 @@
 /*
  * compress.cu — CUDA kernels behind compress/'s GPU paths: int8 encode and
- * decode-accumulate, fp16/bf16 casts, a finite check, and exact top-k
- * selection. Each produces the same bytes or floats as the CPU code in
- * compress/ (codec_int8.c, codec_cast.c, codec_topk.c): the same float and
- * double operations in the same order, with FMA contraction ruled out by
- * the explicit _rn intrinsics, and every reduction either in a fixed tree
- * or in integers. Inputs x and sums are device pointers; payloads come back
+ * decode-accumulate, fp16/bf16 casts, a finite check, exact top-k
+ * selection, the dense and sparse accumulations behind every codec's
+ * decode-accumulate, and error feedback's step. Each produces the same
+ * bytes or floats as the CPU code in compress/ (codec_int8.c, codec_cast.c,
+ * codec_topk.c, ef.c): the same float and double operations in the same
+ * order, with FMA contraction ruled out by the explicit _rn intrinsics,
+ * and every reduction either in a fixed tree or in integers. Inputs x and sums are device pointers; payloads come back
  * to host memory (h_*) because zstd and checksums run on the CPU.
  *
  * Errors inside a kernel launch are programming or device faults: fail fast
@@ -258,6 +259,103 @@ extern "C" void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t coun
     launchCheck();
     cudaCheck(cudaStreamSynchronize(st));
     kernels_cuda_free(d);
+}
+
+/* ---- dense and sparse accumulation, error feedback ------------------------ */
+
+/* codec_f16_to_f32 and codec_bf16_to_f32 of codec_cast.c: exact widenings */
+__device__ float half_to_f32(uint16_t h, int bf16) {
+    if (bf16) return __uint_as_float((uint32_t)h << 16);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = sign;
+        } else {
+            e = 113;
+            while (!(m & 0x400u)) m <<= 1, e--;
+            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    return __uint_as_float(u);
+}
+
+/* sum[i] = sum[i] + w * x[i], as the CPU's axpy (no FMA) */
+__global__ void fp32_accumulate_kernel(const float *x, uint64_t n, float w, float *sum) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        sum[i] = __fadd_rn(sum[i], __fmul_rn(w, x[i]));
+}
+
+__global__ void half_accumulate_kernel(const uint16_t *h, uint64_t n, int bf16, float w,
+                                       float *sum) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        sum[i] = __fadd_rn(sum[i], __fmul_rn(w, half_to_f32(h[i], bf16)));
+}
+
+__global__ void scatter_accumulate_kernel(const uint32_t *idx, const float *vals, uint64_t k,
+                                          float w, float *sum) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < k;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        sum[idx[i]] = __fadd_rn(sum[idx[i]], __fmul_rn(w, vals[i]));
+}
+
+/* e = beta * e + (base - local), each operation rounded as on the host */
+__global__ void ef_step_kernel(float *e, const float *base, const float *local, float beta,
+                               uint64_t n) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        e[i] = __fadd_rn(__fmul_rn(beta, e[i]), __fsub_rn(base[i], local[i]));
+}
+
+extern "C" void kernels_cuda_fp32_accumulate(const uint8_t *h_raw, uint64_t n, float w, float *sum,
+                                             void *stream) {
+    cudaStream_t st = as_stream(stream);
+    float *d = (float *)kernels_cuda_alloc(n * 4);
+    cudaCheck(cudaMemcpyAsync(d, h_raw, n * 4, cudaMemcpyHostToDevice, st));
+    fp32_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, w, sum);
+    launchCheck();
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d);
+}
+
+extern "C" void kernels_cuda_half_accumulate(const uint8_t *h_raw, uint64_t n, int bf16, float w,
+                                             float *sum, void *stream) {
+    cudaStream_t st = as_stream(stream);
+    uint16_t *d = (uint16_t *)kernels_cuda_alloc(n * 2);
+    /* the payload is little-endian, as the device */
+    cudaCheck(cudaMemcpyAsync(d, h_raw, n * 2, cudaMemcpyHostToDevice, st));
+    half_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, bf16, w, sum);
+    launchCheck();
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d);
+}
+
+extern "C" void kernels_cuda_scatter_accumulate(const uint32_t *h_idx, const float *h_vals,
+                                                uint64_t k, float w, float *sum, void *stream) {
+    if (k == 0) return;
+    cudaStream_t st = as_stream(stream);
+    uint32_t *d_idx = (uint32_t *)kernels_cuda_alloc(k * 4);
+    float *d_vals = (float *)kernels_cuda_alloc(k * 4);
+    cudaCheck(cudaMemcpyAsync(d_idx, h_idx, k * 4, cudaMemcpyHostToDevice, st));
+    cudaCheck(cudaMemcpyAsync(d_vals, h_vals, k * 4, cudaMemcpyHostToDevice, st));
+    scatter_accumulate_kernel<<<grid_for(k), 256, 0, st>>>(d_idx, d_vals, k, w, sum);
+    launchCheck();
+    cudaCheck(cudaStreamSynchronize(st));
+    kernels_cuda_free(d_idx);
+    kernels_cuda_free(d_vals);
+}
+
+extern "C" void kernels_cuda_ef_step(float *e, const float *base, const float *local, float beta,
+                                     uint64_t n, void *stream) {
+    cudaStream_t st = as_stream(stream);
+    ef_step_kernel<<<grid_for(n), 256, 0, st>>>(e, base, local, beta, n);
+    launchCheck();
+    cudaCheck(cudaStreamSynchronize(st));
 }
 
 /* ---- top-k ------------------------------------------------------------- */

@@ -58,7 +58,8 @@ struct GPTCuda {
     ncclComm_t comms[MAX_GPUS];
 #endif
     int B, T, step;
-    int world; /* replicas in the communicator: this process's GPUs x the ranks */
+    int world;   /* replicas in the communicator: this process's GPUs x the ranks */
+    float *base; /* on replica 0's device: the parameters of the last load (gpt_cuda_keep_base) */
 };
 
 extern "C" int gpt_cuda_nccl_id(void *id) {
@@ -150,6 +151,7 @@ extern "C" void gpt_cuda_free(GPTCuda *g) {
         cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
         cudaStreamDestroy(r->stream);
+        if (i == 0) cudaFree(g->base);
 #ifdef STRAIT_HAVE_NCCL
         if (g->world > 1) ncclCommDestroy(g->comms[i]);
 #endif
@@ -335,25 +337,37 @@ extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host) {
             cudaCheck(cudaMemset(r->m, 0, np));
             cudaCheck(cudaMemset(r->v, 0, np));
         }
+        if (i == 0 && g->base)
+            cudaCheck(cudaMemcpy(g->base, r->params, np, cudaMemcpyDeviceToDevice));
     }
     g->step = host->step;
 }
 
-extern "C" void gpt_cuda_state_to_host(GPTCuda *g, GPT *host) {
-    size_t np = host->n_params * sizeof(float);
-    if (host->m == NULL) {
-        host->m = (float *)callocCheck(host->n_params, sizeof(float));
-        host->v = (float *)callocCheck(host->n_params, sizeof(float));
-    }
+extern "C" void gpt_cuda_keep_base(GPTCuda *g) {
+    size_t np = g->host->n_params * sizeof(float);
     cudaCheck(cudaSetDevice(g->r[0].device));
-    cudaCheck(cudaMemcpy(host->params, g->r[0].params, np, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(host->m, g->r[0].m, np, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(host->v, g->r[0].v, np, cudaMemcpyDeviceToHost));
-    host->step = g->step;
+    if (g->base == NULL) cudaCheck(cudaMalloc((void **)&g->base, np));
+    cudaCheck(cudaMemcpy(g->base, g->r[0].params, np, cudaMemcpyDeviceToDevice));
 }
 
-extern "C" void gpt_cuda_params_to_host(GPTCuda *g, GPT *host) {
+extern "C" const float *gpt_cuda_params(GPTCuda *g, const float **base) {
     cudaCheck(cudaSetDevice(g->r[0].device));
-    cudaCheck(cudaMemcpy(host->params, g->r[0].params, host->n_params * sizeof(float),
-                         cudaMemcpyDeviceToHost));
+    if (base) *base = g->base;
+    return g->r[0].params;
+}
+
+extern "C" void gpt_cuda_to_host(GPTCuda *g, GPT *host, int what) {
+    size_t np = host->n_params * sizeof(float);
+    cudaCheck(cudaSetDevice(g->r[0].device));
+    if (what & TRAINER_PARAMS)
+        cudaCheck(cudaMemcpy(host->params, g->r[0].params, np, cudaMemcpyDeviceToHost));
+    if (what & TRAINER_MOMENTS) {
+        if (host->m == NULL) {
+            host->m = (float *)callocCheck(host->n_params, sizeof(float));
+            host->v = (float *)callocCheck(host->n_params, sizeof(float));
+        }
+        cudaCheck(cudaMemcpy(host->m, g->r[0].m, np, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(host->v, g->r[0].v, np, cudaMemcpyDeviceToHost));
+        host->step = g->step;
+    }
 }

@@ -195,7 +195,7 @@ Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
         gpt_adamw_step(&cpu, &o, 1e-3f);
         gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
     }
-    gpt_cuda_state_to_host(g, &site);
+    gpt_cuda_to_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
     cr_assert_eq(site.step, cpu.step);
     const float *want[3] = {cpu.params, cpu.m, cpu.v}, *got[3] = {site.params, site.m, site.v};
     const char *names[3] = {"theta_local", "adam m", "adam v"};
@@ -239,7 +239,7 @@ Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
               cpu);
     float *before = malloc(m.n_params * 4);
     memcpy(before, m.params, m.n_params * 4);
-    trainer_to_host(t, 0);
+    trainer_to_host(t, TRAINER_PARAMS);
     cr_assert_eq(memcmp(before, m.params, m.n_params * 4), 0, "the evaluator moved parameters");
     trainer_free(t);
     free(before), free(tok);

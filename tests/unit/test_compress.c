@@ -606,8 +606,8 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                               k->name, kind, n);
                     for (uint32_t j = 0; j < m1; j++) cr_assert_eq(t1[k1[j]], 0);
                     cr_assert(memcmp(c1, c2, n) == 0, "%s codes kind %d n %u", k->name, kind, n);
-                    cr_assert(memcmp(t1, t2, 4 * (size_t)n) == 0, "%s offsets kind %d n %u", k->name,
-                              kind, n);
+                    cr_assert(memcmp(t1, t2, 4 * (size_t)n) == 0, "%s offsets kind %d n %u",
+                              k->name, kind, n);
                 }
                 for (int q = 0; q < 256; q++) table[q] = edge_value(kind, (uint64_t)q);
                 for (uint32_t i = 0; i < n; i++) {
@@ -651,10 +651,10 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                 /* one value that is not finite, at the last place or the first */
                 float keep = x[n - 1];
                 x[n - 1] = kind % 2 ? NAN : -INFINITY;
-                cr_assert_eq(k->finite(x, n, NULL), 0, "%s misses a non-finite value, n %u", k->name,
-                             n);
-                cr_assert_eq(k->finite(x, n, copy), 0, "%s misses a non-finite value, n %u", k->name,
-                             n);
+                cr_assert_eq(k->finite(x, n, NULL), 0, "%s misses a non-finite value, n %u",
+                             k->name, n);
+                cr_assert_eq(k->finite(x, n, copy), 0, "%s misses a non-finite value, n %u",
+                             k->name, n);
                 k->collect(x, n, th, k2, &b2);
                 cr_assert_eq(b2, 1, "%s collect misses a non-finite value, n %u", k->name, n);
                 x[n - 1] = keep;
@@ -1248,4 +1248,56 @@ Test(codec_malformed, declared_lengths_are_checked_before_allocating) {
     cr_assert_eq(ckpt_decode(ck, sizeof ck, NULL, 0, &out, &len, err), -1);
     cr_assert_not_null(strstr(err, "claims"), "%s", err);
     cr_assert_null(out);
+}
+
+/* topk_entries is how a GPU decode-accumulates a top-k section (a scatter
+ * of its pairs): scattered on the CPU, its pairs give codec_decode_accumulate's
+ * floats, for both value widths and a short last chunk. */
+typedef struct Scatter {
+    float w, *sum;
+    uint64_t pairs;
+} Scatter;
+
+static int scatter_section(void *ctx, const CodecParams *p, const uint8_t *raw, uint64_t offset,
+                           uint32_t count, char *err) {
+    (void)err;
+    Scatter *s = ctx;
+    uint64_t K = topk_total_k(p, count);
+    uint32_t *idx = malloc(4 * K);
+    float *vals = malloc(4 * K);
+    cr_assert_eq(topk_entries(p, raw, count, idx, vals), K);
+    for (uint64_t i = 0; i < K; i++) {
+        cr_assert_lt(idx[i], count);
+        if (i > 0) cr_assert_gt(idx[i], idx[i - 1], "indices not ascending");
+        float *d = s->sum + offset + idx[i];
+        *d = *d + s->w * vals[i];
+    }
+    s->pairs += K;
+    free(idx), free(vals);
+    return 0;
+}
+
+Test(codec, topk_entries_scatter_to_the_decoded_values) {
+    uint64_t n = CODEC_SECTION_MAX + 70001;
+    float *x = make_vec(n, 2, 0.02f), *want = malloc(n * 4), *got = malloc(n * 4);
+    CodecLayout L = flat(n);
+    const char *names[] = {"topk", "topk2"};
+    for (int c = 0; c < 2; c++) {
+        CodecParams p;
+        char err[ERR_LEN];
+        cr_assert_eq(codec_params_parse(names[c], &p, err), 0, "%s", err);
+        Blob b = {0};
+        cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+        for (uint64_t i = 0; i < n; i++) want[i] = got[i] = 0.5f - (float)(i % 7) * 0.125f;
+        cr_assert_eq(codec_decode_accumulate(b.data, b.len, -0.75f, want, n, err), 0, "%s", err);
+        Scatter s = {-0.75f, got, 0};
+        cr_assert_eq(codec_for_each_section(b.data, b.len, n, scatter_section, &s, err), 0, "%s",
+                     err);
+        BlobInfo info;
+        cr_assert_eq(codec_blob_inspect(b.data, b.len, 0, n, &info, err), 0, "%s", err);
+        cr_assert_eq(s.pairs, info.nonzeros);
+        cr_assert_eq(memcmp(want, got, n * 4), 0, "%s: the scattered pairs differ", names[c]);
+        blob_free(&b);
+    }
+    free(x), free(want), free(got);
 }
