@@ -68,7 +68,8 @@ yesno = $(if $(filter 1,$(1)),found,not found)
 ifeq ($(MPI),0)
 HAVE_MPI := 0
 endif
-$(info strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan]))
+# on stderr, so that `make bench > out.json` holds JSON lines only
+$(shell printf '%s\n' 'strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan])' >&2)
 ifneq ($(HAVE_GRPC_TLS13),1)
 $(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (DESIGN.md asks for 1.3 only))
 endif
@@ -269,7 +270,8 @@ demo: $(BIN)
 bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 	$(Q)$(BUILD)/bench/gpu $(BENCH_ARGS)
 
-bench: $(BENCH_BINS)
+bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
+	@$(MAKE) --no-print-directory $(BENCH_BINS) >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \
