@@ -405,7 +405,7 @@ int client_run(const SiteRunOptions *o, char *err) {
     TokenSet ts = {0};
     ErrorFeedback ef = {0};
     Blob blob = {0};
-    float *theta = NULL, *delta = NULL;
+    float *theta = NULL;
     int *in = NULL, *tg = NULL, rc = -1;
     Strait__HelloResponse *hr = NULL;
     Trainer *trainer = NULL;
@@ -505,7 +505,6 @@ int client_run(const SiteRunOptions *o, char *err) {
         log_info("site", "the update's error feedback and codec run on the GPU (never run on one "
                          "before this build: report what you see)");
     theta = mallocCheck(sizeof(float) * m.n_params);
-    if (!on_gpu) delta = mallocCheck(sizeof(float) * m.n_params);
     in = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
     tg = mallocCheck(sizeof(int) * (size_t)B * T * replicas * rk.size);
     kernels_set_threads(o->threads);
@@ -610,8 +609,8 @@ int client_run(const SiteRunOptions *o, char *err) {
             if (ef_encode_cuda(&ef, &codec, &L, d_base, d_local, &blob, err) != 0) goto out;
             ef_to_host(&ef); /* the residual, for the state */
         } else {
-            for (size_t i = 0; i < m.n_params; i++) delta[i] = theta[i] - m.params[i];
-            if (ef_encode(&ef, &codec, &L, delta, &blob, err) != 0) goto out;
+            /* Δ = θ − θ_local, made as error feedback adds it */
+            if (ef_encode(&ef, &codec, &L, theta, m.params, &blob, err) != 0) goto out;
         }
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
         meta.tokens = (uint64_t)steps_done * B * T * replicas * rk.size; /* every rank's */
@@ -673,7 +672,7 @@ out:
     if (hr) strait__hello_response__free_unpacked(hr, NULL);
     net_channel_destroy(s.ch);
     free(s.key), free(s.cert), free(s.ca);
-    free(theta), free(delta), free(in), free(tg);
+    free(theta), free(in), free(tg);
     blob_free(&blob);
     ef_free(&ef);
     tokens_free(&ts);

@@ -181,7 +181,7 @@ int codec_decode_accumulate_cuda(const uint8_t *blob, size_t len, float weight, 
 /* ---- error feedback (at the site) -------------------------------------- */
 
 /* e ← β·e + Δ; blob = C(e); e ← e − decode(blob). The residual is the
- * site's memory of what compression dropped, and is checkpointed with it.
+ * sender's memory of what compression dropped, and is checkpointed with it.
  * Ownership: the state owns e. */
 typedef struct ErrorFeedback {
     uint64_t n;
@@ -194,12 +194,15 @@ typedef struct ErrorFeedback {
 
 int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char *err);
 void ef_free(ErrorFeedback *ef);
-int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
-              const float *delta, Blob *out, char *err);
-/* The same step on a GPU, with Δ = base - local of two device arrays: the
+/* The step with Δ = a − b (b NULL: Δ = a), made as it is added: a site's
+ * θ and θ_local, the coordinator's θ' and θ, without a Δ of the model's
+ * size; the same floats as Δ made first. */
+int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
+              const float *b, Blob *out, char *err);
+/* The same step on a GPU, with Δ = base − local of two device arrays: the
  * residual moves to the GPU at the first call (ef->d_e) and stays; only
- * the payloads cross to the host. The same blob and residual as ef_encode
- * of that Δ. A residual lives on one side: after this, only this (and
+ * the payloads cross to the host. The same blob and residual as
+ * ef_encode(base, local). A residual lives on one side: after this, only this (and
  * ef_to_host before ef_serialize). -1 in a build without CUDA. */
 int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
                    const float *d_base, const float *d_local, Blob *out, char *err);

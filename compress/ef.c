@@ -38,13 +38,16 @@ void ef_free(ErrorFeedback *ef) {
     memset(ef, 0, sizeof *ef);
 }
 
-int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
-              const float *delta, Blob *out, char *err) {
+int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
+              const float *b, Blob *out, char *err) {
     assert(ef->d_e == NULL); /* the residual is on the GPU: ef_encode_cuda */
     if (layout->n != ef->n || layout->table_hash != ef->table_hash)
         return err_set(err, "error feedback state is for another parameter table");
     float *e = ef->e, beta = ef->beta;
-    for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + delta[i];
+    if (b)
+        for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + (a[i] - b[i]);
+    else
+        for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + a[i];
     if (codec_encode(p, layout, e, out, err) != 0) return -1;
     /* e ← e − decoded, straight from the blob */
     return codec_decode_accumulate(out->data, out->len, -1.0f, e, ef->n, err);

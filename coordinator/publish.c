@@ -233,8 +233,7 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
         /* the downlink: the outer update θ' − θ_r, compressed with the
          * error feedback kept here; θ_{r+1} = θ_r + decoded, the very floats
          * every site adds to its copy, so every copy stays identical */
-        float *u = mean; /* the mean is spent */
-        for (size_t i = 0; i < n; i++) u[i] = theta[i] - r->model.params[i];
+        float *u = mean; /* the mean is spent: the decoded update goes there */
         CodecLayout L = {r->model.table_hash, n, NULL, 0};
         nx->next_ef.e = malloc(sizeof(float) * n);
         if (nx->next_ef.e == NULL) {
@@ -242,7 +241,8 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
             goto out;
         }
         memcpy(nx->next_ef.e, r->down_ef.e, sizeof(float) * n);
-        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, u, &nx->delta, err) != 0 ||
+        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, theta, r->model.params, &nx->delta,
+                      err) != 0 ||
             codec_decode(nx->delta.data, nx->delta.len, u, n, err) != 0)
             goto out;
         for (size_t i = 0; i < n; i++) theta[i] = r->model.params[i] + u[i];
@@ -278,8 +278,8 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
                     (nx->ckpt = served_map_file(path, ck_err)) == NULL;
 #pragma omp section
         state_failed = n_bases > 0 &&
-                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases,
-                                       nx->outer.step, state_err) != 0 ||
+                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases, nx->outer.step,
+                                       state_err) != 0 ||
                         security_sha256_file(state_path, state_sha, &state_bytes, state_err) != 0);
 #pragma omp section
         { /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites

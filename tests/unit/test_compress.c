@@ -861,7 +861,7 @@ Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
     double gn = norm(g, n), max_mid = 0, worst = 0;
     Blob b = {0};
     for (int t = 1; t <= steps; t++) {
-        cr_assert_eq(ef_encode(&ef, &p, &L, g, &b, err), 0, "%s", err);
+        cr_assert_eq(ef_encode(&ef, &p, &L, g, NULL, &b, err), 0, "%s", err);
         cr_assert_eq(codec_decode(b.data, b.len, dec, n, err), 0, "%s", err);
         for (uint64_t i = 0; i < n; i++) sent[i] += dec[i];
         double en = norm(ef.e, n);
@@ -1300,4 +1300,37 @@ Test(codec, topk_entries_scatter_to_the_decoded_values) {
         blob_free(&b);
     }
     free(x), free(want), free(got);
+}
+
+/* ef_encode(a, b) makes Δ = a − b as it adds it: the same blob and the same
+ * residual, round after round, as the Δ made first and passed alone. */
+Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
+    uint64_t n = 70001;
+    float *a = make_vec(n, 0, 1.0f), *b = malloc(n * 4), *d = malloc(n * 4);
+    CodecLayout L = flat(n);
+    const char *names[] = {"fp16", "int8", "topk"};
+    for (int c = 0; c < 3; c++) {
+        CodecParams p;
+        char err[ERR_LEN];
+        cr_assert_eq(codec_params_parse(names[c], &p, err), 0, "%s", err);
+        ErrorFeedback one, two;
+        cr_assert_eq(ef_init(&one, n, HASH, 0.9f, err), 0, "%s", err);
+        cr_assert_eq(ef_init(&two, n, HASH, 0.9f, err), 0, "%s", err);
+        for (int round = 0; round < 3; round++) {
+            for (uint64_t i = 0; i < n; i++) {
+                b[i] = a[i] - 0.01f * (float)((i * 7 + (uint64_t)round * 3) % 11) + 0.003f;
+                d[i] = a[i] - b[i];
+            }
+            Blob x = {0}, y = {0};
+            cr_assert_eq(ef_encode(&one, &p, &L, a, b, &x, err), 0, "%s", err);
+            cr_assert_eq(ef_encode(&two, &p, &L, d, NULL, &y, err), 0, "%s", err);
+            cr_assert(x.len == y.len && memcmp(x.data, y.data, x.len) == 0,
+                      "%s, round %d: the blobs differ", names[c], round);
+            cr_assert_eq(memcmp(one.e, two.e, n * 4), 0, "%s, round %d: the residuals differ",
+                         names[c], round);
+            blob_free(&x), blob_free(&y);
+        }
+        ef_free(&one), ef_free(&two);
+    }
+    free(a), free(b), free(d);
 }
