@@ -280,8 +280,8 @@ static int topk_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
  * so fn is too: called through a pointer, decode ran at 0.7 of the speed. */
 typedef void (*TopkVisit)(void *ctx, uint64_t nth, uint32_t idx, float v);
 
-__attribute__((always_inline)) static inline uint64_t topk_each(const CodecParams *p, const uint8_t *raw, uint32_t count, TopkVisit fn,
-                          void *ctx) {
+__attribute__((always_inline)) static inline uint64_t
+topk_each(const CodecParams *p, const uint8_t *raw, uint32_t count, TopkVisit fn, void *ctx) {
     uint64_t K = ld32(raw);
     size_t n_table = (size_t)1 << p->value_bits;
     float table[256];

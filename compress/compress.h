@@ -202,8 +202,9 @@ int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout
 /* The same step on a GPU, with Δ = base − local of two device arrays: the
  * residual moves to the GPU at the first call (ef->d_e) and stays; only
  * the payloads cross to the host. The same blob and residual as
- * ef_encode(base, local). A residual lives on one side: after this, only this (and
- * ef_to_host before ef_serialize). -1 in a build without CUDA. */
+ * ef_encode(base, local). A residual lives on one side: after this call,
+ * only this one (and ef_to_host before ef_serialize). -1 in a build
+ * without CUDA. */
 int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout,
                    const float *d_base, const float *d_local, Blob *out, char *err);
 /* e takes the GPU's residual (nothing when it has none) */
