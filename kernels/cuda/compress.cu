@@ -6,8 +6,9 @@
  * bytes or floats as the CPU code in compress/ (codec_int8.c, codec_cast.c,
  * codec_topk.c, ef.c): the same float and double operations in the same
  * order, with FMA contraction ruled out by the explicit _rn intrinsics,
- * and every reduction either in a fixed tree or in integers. Inputs x and sums are device pointers; payloads come back
- * to host memory (h_*) because zstd and checksums run on the CPU.
+ * and every reduction either in a fixed tree or in integers. Inputs x and
+ * sums are device pointers; payloads come back to host memory (h_*)
+ * because zstd and checksums run on the CPU.
  *
  * Errors inside a kernel launch are programming or device faults: fail fast
  * with file:line (cudaCheck). A non-finite input is a normal refusal: the
