@@ -38,19 +38,41 @@ void ef_free(ErrorFeedback *ef) {
     memset(ef, 0, sizeof *ef);
 }
 
+/* One section of the whole step, on its own span of e (sections are
+ * disjoint, so they run in parallel): e ← βe + Δ, its payload C(e), and
+ * e ← e − decoded from that payload while it and e are still in cache (the
+ * blob's own bytes before their lossless stage: the floats decoding the
+ * blob would give, without decompressing what was just compressed). */
+typedef struct EfStep {
+    float *e;
+    const float *a, *b; /* Δ = a − b; b NULL: Δ = a */
+    float beta;
+} EfStep;
+
+static int ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                      uint8_t *raw, char *err) {
+    const EfStep *st = ctx;
+    float *restrict e = st->e + offset, beta = st->beta;
+    const float *a = st->a + offset;
+    if (st->b) {
+        const float *b = st->b + offset;
+        for (uint32_t i = 0; i < count; i++) e[i] = beta * e[i] + (a[i] - b[i]);
+    } else {
+        for (uint32_t i = 0; i < count; i++) e[i] = beta * e[i] + a[i];
+    }
+    const CodecOps *ops = codec_ops(p->id);
+    if (ops->encode(p, e, count, raw, err) != 0) return -1;
+    ops->apply(p, raw, count, -1.0f, e, 1);
+    return 0;
+}
+
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
               const float *b, Blob *out, char *err) {
     assert(ef->d_e == NULL); /* the residual is on the GPU: ef_encode_cuda */
     if (layout->n != ef->n || layout->table_hash != ef->table_hash)
         return err_set(err, "error feedback state is for another parameter table");
-    float *e = ef->e, beta = ef->beta;
-    if (b)
-        for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + (a[i] - b[i]);
-    else
-        for (uint64_t i = 0; i < ef->n; i++) e[i] = beta * e[i] + a[i];
-    if (codec_encode(p, layout, e, out, err) != 0) return -1;
-    /* e ← e − decoded, straight from the blob */
-    return codec_decode_accumulate(out->data, out->len, -1.0f, e, ef->n, err);
+    EfStep st = {ef->e, a, b, ef->beta};
+    return codec_encode_sections(p, layout, ef_section, &st, 1, out, err);
 }
 
 int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {

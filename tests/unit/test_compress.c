@@ -1303,34 +1303,49 @@ Test(codec, topk_entries_scatter_to_the_decoded_values) {
 }
 
 /* ef_encode(a, b) makes Δ = a − b as it adds it: the same blob and the same
- * residual, round after round, as the Δ made first and passed alone. */
+ * residual, round after round, as the Δ made first and passed alone; and
+ * both as the step spelt out: e = βe + Δ, blob = C(e), e += −1 × decode(blob)
+ * of the whole blob (ef_encode subtracts each section's payload as it makes
+ * it, before the lossless stage). Every codec, zstd on and off. */
 Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
     uint64_t n = 70001;
     float *a = make_vec(n, 0, 1.0f), *b = malloc(n * 4), *d = malloc(n * 4);
     CodecLayout L = flat(n);
-    const char *names[] = {"fp16", "int8", "topk"};
-    for (int c = 0; c < 3; c++) {
+    float *spelt = malloc(n * 4);
+    const char *names[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
+    for (int c = 0; c < 12; c++) {
         CodecParams p;
         char err[ERR_LEN];
-        cr_assert_eq(codec_params_parse(names[c], &p, err), 0, "%s", err);
+        cr_assert_eq(codec_params_parse(names[c / 2], &p, err), 0, "%s", err);
+        p.zstd_level = c % 2 ? 3 : 0;
         ErrorFeedback one, two;
         cr_assert_eq(ef_init(&one, n, HASH, 0.9f, err), 0, "%s", err);
         cr_assert_eq(ef_init(&two, n, HASH, 0.9f, err), 0, "%s", err);
+        memset(spelt, 0, n * 4);
         for (int round = 0; round < 3; round++) {
             for (uint64_t i = 0; i < n; i++) {
                 b[i] = a[i] - 0.01f * (float)((i * 7 + (uint64_t)round * 3) % 11) + 0.003f;
                 d[i] = a[i] - b[i];
+                spelt[i] = 0.9f * spelt[i] + d[i];
             }
-            Blob x = {0}, y = {0};
+            Blob x = {0}, y = {0}, z = {0};
             cr_assert_eq(ef_encode(&one, &p, &L, a, b, &x, err), 0, "%s", err);
             cr_assert_eq(ef_encode(&two, &p, &L, d, NULL, &y, err), 0, "%s", err);
+            cr_assert_eq(codec_encode(&p, &L, spelt, &z, err), 0, "%s", err);
+            cr_assert_eq(codec_decode_accumulate(z.data, z.len, -1.0f, spelt, n, err), 0, "%s",
+                         err);
             cr_assert(x.len == y.len && memcmp(x.data, y.data, x.len) == 0,
-                      "%s, round %d: the blobs differ", names[c], round);
+                      "%s, round %d: the blobs differ", names[c / 2], round);
+            cr_assert(x.len == z.len && memcmp(x.data, z.data, x.len) == 0,
+                      "%s, round %d: the blob differs from C(e)", names[c / 2], round);
             cr_assert_eq(memcmp(one.e, two.e, n * 4), 0, "%s, round %d: the residuals differ",
-                         names[c], round);
-            blob_free(&x), blob_free(&y);
+                         names[c / 2], round);
+            cr_assert_eq(memcmp(one.e, spelt, n * 4), 0,
+                         "%s (zstd %d), round %d: the residual is not e - decode(blob)",
+                         names[c / 2], p.zstd_level, round);
+            blob_free(&x), blob_free(&y), blob_free(&z);
         }
         ef_free(&one), ef_free(&two);
     }
-    free(a), free(b), free(d);
+    free(a), free(b), free(d), free(spelt);
 }
