@@ -98,6 +98,16 @@ static int gpu_accumulate(void *ctx, const CodecParams *p, const uint8_t *raw, u
     }
     return err_set(err, "codec %d has no GPU decode-accumulate", (int)p->id);
 }
+
+/* A section of C(e) for error feedback, and e ← e − decoded for it from
+ * the payload just made, as ef.c does on the CPU: no decompression of the
+ * blob to decode it */
+static int gpu_ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                          uint8_t *raw, char *err) {
+    if (gpu_section(ctx, p, offset, count, raw, err) != 0) return -1;
+    GpuAccumulate a = {-1.0f, ctx};
+    return gpu_accumulate(&a, p, raw, offset, count, err);
+}
 #endif
 
 int codec_encode_cuda(const CodecParams *p, const CodecLayout *layout, const float *d_x, Blob *out,
@@ -134,8 +144,7 @@ int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *l
     }
     ef->host_stale = 1;
     kernels_cuda_ef_step(ef->d_e, d_base, d_local, ef->beta, ef->n, NULL);
-    if (codec_encode_cuda(p, layout, ef->d_e, out, err) != 0) return -1;
-    return codec_decode_accumulate_cuda(out->data, out->len, -1.0f, ef->d_e, ef->n, err);
+    return codec_encode_sections(p, layout, gpu_ef_section, ef->d_e, 0, out, err);
 #else
     (void)ef, (void)p, (void)layout, (void)d_base, (void)d_local, (void)out;
     return err_set(err, "this strait was built without CUDA; encode on the CPU");
