@@ -89,7 +89,7 @@ static void site_round_row(const char *dev, const char *name, uint64_t n, const 
         Blob bh = {0}, bd = {0};
         uint64_t t0 = time_monotonic_ns();
         kernels_cuda_to_host(local, d_local, n * 4);
-        if (ef_encode(&eh, &p, &L, base, local, &bh, err) != 0) DIE("%s", err);
+        if (ef_encode(&eh, &p, &L, base, local, NULL, &bh, err) != 0) DIE("%s", err);
         host_s[r] = (double)(time_monotonic_ns() - t0) / 1e9;
         t0 = time_monotonic_ns();
         if (ef_encode_cuda(&ed, &p, &L, d_base, d_local, &bd, err) != 0) DIE("%s", err);

@@ -610,7 +610,7 @@ int client_run(const SiteRunOptions *o, char *err) {
             ef_to_host(&ef); /* the residual, for the state */
         } else {
             /* Δ = θ − θ_local, made as error feedback adds it */
-            if (ef_encode(&ef, &codec, &L, theta, m.params, &blob, err) != 0) goto out;
+            if (ef_encode(&ef, &codec, &L, theta, m.params, NULL, &blob, err) != 0) goto out;
         }
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
         meta.tokens = (uint64_t)steps_done * B * T * replicas * rk.size; /* every rank's */

@@ -196,11 +196,12 @@ int ef_init(ErrorFeedback *ef, uint64_t n, uint64_t table_hash, float beta, char
 void ef_free(ErrorFeedback *ef);
 /* The step with Δ = a − b (b NULL: Δ = a), made as it is added: a site's
  * θ and θ_local, the coordinator's θ' and θ, without a Δ of the model's
- * size; the same floats as Δ made first. The whole step runs section by
- * section, in parallel, each section's e still in cache for the next
- * stage. After a failure e is unspecified. */
+ * size; the same floats as Δ made first. decoded (n floats, may be NULL)
+ * takes decode(blob), which a sender applying its own update needs. The
+ * whole step runs section by section, in parallel, each section's e still
+ * in cache for the next stage. After a failure e is unspecified. */
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
-              const float *b, Blob *out, char *err);
+              const float *b, float *decoded, Blob *out, char *err);
 /* The same step on a GPU, with Δ = base − local of two device arrays: the
  * residual moves to the GPU at the first call (ef->d_e) and stays; only
  * the payloads cross to the host. The same blob and residual as

@@ -47,6 +47,7 @@ typedef struct EfStep {
     float *e;
     const float *a, *b; /* Δ = a − b; b NULL: Δ = a */
     float beta;
+    float *decoded; /* NULL: not asked for */
 } EfStep;
 
 static int ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
@@ -62,16 +63,22 @@ static int ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t
     }
     const CodecOps *ops = codec_ops(p->id);
     if (ops->encode(p, e, count, raw, err) != 0) return -1;
-    ops->apply(p, raw, count, -1.0f, e, 1);
+    if (st->decoded == NULL) {
+        ops->apply(p, raw, count, -1.0f, e, 1);
+        return 0;
+    }
+    float *restrict d = st->decoded + offset; /* e + (−1)·d is e − d: the same floats */
+    ops->apply(p, raw, count, 0.0f, d, 0);
+    for (uint32_t i = 0; i < count; i++) e[i] = e[i] - d[i];
     return 0;
 }
 
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
-              const float *b, Blob *out, char *err) {
+              const float *b, float *decoded, Blob *out, char *err) {
     assert(ef->d_e == NULL); /* the residual is on the GPU: ef_encode_cuda */
     if (layout->n != ef->n || layout->table_hash != ef->table_hash)
         return err_set(err, "error feedback state is for another parameter table");
-    EfStep st = {ef->e, a, b, ef->beta};
+    EfStep st = {ef->e, a, b, ef->beta, decoded};
     return codec_encode_sections(p, layout, ef_section, &st, 1, out, err);
 }
 

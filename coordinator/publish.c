@@ -241,9 +241,8 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
             goto out;
         }
         memcpy(nx->next_ef.e, r->down_ef.e, sizeof(float) * n);
-        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, theta, r->model.params, &nx->delta,
-                      err) != 0 ||
-            codec_decode(nx->delta.data, nx->delta.len, u, n, err) != 0)
+        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, theta, r->model.params, u, &nx->delta,
+                      err) != 0)
             goto out;
         for (size_t i = 0; i < n; i++) theta[i] = r->model.params[i] + u[i];
     }

@@ -133,7 +133,7 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
     ErrorFeedback ef;
     Blob b = {0};
     cr_assert_eq(ef_init(&ef, m.n_params, m.table_hash, 1.0f, err), 0, "%s", err);
-    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m.params, &b, err), 0, "%s", err);
+    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m.params, NULL, &b, err), 0, "%s", err);
     cr_assert_eq(codec_decode(b.data, b.len, mean, m.n_params, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) theta[i] = m.params[i] + mean[i];
     ef_free(&ef);

@@ -861,7 +861,7 @@ Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
     double gn = norm(g, n), max_mid = 0, worst = 0;
     Blob b = {0};
     for (int t = 1; t <= steps; t++) {
-        cr_assert_eq(ef_encode(&ef, &p, &L, g, NULL, &b, err), 0, "%s", err);
+        cr_assert_eq(ef_encode(&ef, &p, &L, g, NULL, NULL, &b, err), 0, "%s", err);
         cr_assert_eq(codec_decode(b.data, b.len, dec, n, err), 0, "%s", err);
         for (uint64_t i = 0; i < n; i++) sent[i] += dec[i];
         double en = norm(ef.e, n);
@@ -1306,12 +1306,13 @@ Test(codec, topk_entries_scatter_to_the_decoded_values) {
  * residual, round after round, as the Δ made first and passed alone; and
  * both as the step spelt out: e = βe + Δ, blob = C(e), e += −1 × decode(blob)
  * of the whole blob (ef_encode subtracts each section's payload as it makes
- * it, before the lossless stage). Every codec, zstd on and off. */
+ * it, before the lossless stage), the decoded values it hands back those of
+ * the blob. Every codec, zstd on and off. */
 Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
     uint64_t n = 70001;
     float *a = make_vec(n, 0, 1.0f), *b = malloc(n * 4), *d = malloc(n * 4);
     CodecLayout L = flat(n);
-    float *spelt = malloc(n * 4);
+    float *spelt = malloc(n * 4), *dec = malloc(n * 4), *want = malloc(n * 4);
     const char *names[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
     for (int c = 0; c < 12; c++) {
         CodecParams p;
@@ -1329,8 +1330,11 @@ Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
                 spelt[i] = 0.9f * spelt[i] + d[i];
             }
             Blob x = {0}, y = {0}, z = {0};
-            cr_assert_eq(ef_encode(&one, &p, &L, a, b, &x, err), 0, "%s", err);
-            cr_assert_eq(ef_encode(&two, &p, &L, d, NULL, &y, err), 0, "%s", err);
+            cr_assert_eq(ef_encode(&one, &p, &L, a, b, dec, &x, err), 0, "%s", err);
+            cr_assert_eq(ef_encode(&two, &p, &L, d, NULL, NULL, &y, err), 0, "%s", err);
+            cr_assert_eq(codec_decode(x.data, x.len, want, n, err), 0, "%s", err);
+            cr_assert_eq(memcmp(dec, want, n * 4), 0, "%s, round %d: decoded is not decode(blob)",
+                         names[c / 2], round);
             cr_assert_eq(codec_encode(&p, &L, spelt, &z, err), 0, "%s", err);
             cr_assert_eq(codec_decode_accumulate(z.data, z.len, -1.0f, spelt, n, err), 0, "%s",
                          err);
@@ -1347,5 +1351,5 @@ Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
         }
         ef_free(&one), ef_free(&two);
     }
-    free(a), free(b), free(d), free(spelt);
+    free(a), free(b), free(d), free(spelt), free(dec), free(want);
 }

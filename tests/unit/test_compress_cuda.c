@@ -128,7 +128,7 @@ Test(codec_cuda, gpu_error_feedback_equals_cpu_over_rounds, .timeout = 300) {
             free(step);
             kernels_cuda_to_device(d_local, local, n * 4);
             Blob bc = {0}, bg = {0};
-            cr_assert_eq(ef_encode(&cpu, &p, &L, base, local, &bc, err), 0, "%s", err);
+            cr_assert_eq(ef_encode(&cpu, &p, &L, base, local, NULL, &bc, err), 0, "%s", err);
             cr_assert_eq(ef_encode_cuda(&gpu, &p, &L, d_base, d_local, &bg, err), 0, "%s", err);
             cr_assert(bc.len == bg.len && memcmp(bc.data, bg.data, bc.len) == 0,
                       "%s, round %d: the GPU's blob differs from the CPU's", codecs[c], round);
