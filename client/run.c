@@ -167,16 +167,17 @@ static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sh
         return err_set(err, "a model delta came for a site without a model");
     }
     if (kind == BLOB_KIND_UPDATE) { /* θ_r = θ_{r-1} + decoded, float for float */
-        BlobInfo info;
-        int rc =
-            codec_blob_inspect(payload.data, payload.len, m->table_hash, m->n_params, &info, err);
-        if (rc == 0) rc = codec_decode(payload.data, payload.len, m->params, m->n_params, err);
+        /* checked and decoded in one pass: a failure ends the site */
+        int rc = codec_inspect_decode(payload.data, payload.len, m->table_hash, m->n_params,
+                                      m->params, NULL, err);
         net_buf_free(&payload);
         if (rc != 0) {
             char why[ERR_LEN];
             snprintf(why, sizeof why, "%s", err);
             return err_set(err, "the model update from the coordinator: %s", why);
         }
+        /* θ + decoded at every index, as the coordinator adds it (θ + 0 where
+         * a sparse update carries nothing: −0 becomes +0 on both sides) */
         for (size_t i = 0; i < m->n_params; i++) m->params[i] = theta[i] + m->params[i];
         return 0;
     }

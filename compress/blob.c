@@ -593,7 +593,8 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
 }
 
 /* Walks all sections: reads and checks headers serially (cheap), then runs
- * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set.
+ * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set;
+ * 3: check, then set what passed.
  * With kept (mode 0), what was checked is kept there for an apply. */
 static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t expect_n, int mode,
                 float w, float *dst, BlobInfo *info, CodecChecked *kept, char *err) {
@@ -655,7 +656,8 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
             const uint8_t *raw = dz ? section_raw(&secs[i], ops->word, &x, e) : NULL;
             if (raw != NULL && kept != NULL) kept->raw[i] = raw;
             int bad = raw == NULL ? -1 : 0;
-            if (!bad && mode == 0) bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
+            if (!bad && (mode == 0 || mode == 3))
+                bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
             if (!bad && mode != 0)
                 ops->apply(&p, raw, secs[i].count, w, dst + secs[i].offset, mode == 1);
             if (bad) {
@@ -740,6 +742,12 @@ int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint
                      BlobInfo *info, CodecChecked *c, char *err) {
     BlobInfo local;
     return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, c, err);
+}
+
+int codec_inspect_decode(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,
+                         float *x, BlobInfo *info, char *err) {
+    BlobInfo local;
+    return walk(blob, len, expect_hash, n, 3, 0.0f, x, info ? info : &local, NULL, err);
 }
 
 int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,

@@ -148,6 +148,12 @@ int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint
 void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, int fresh);
 void codec_checked_free(CodecChecked *c); /* NULL is fine */
 
+/* codec_blob_inspect and codec_decode in one pass, each section checked
+ * before it is decoded: for a receiver that gives up on a bad blob, since
+ * after a failure x holds some of its sections (unspecified which). 0, -1
+ * or CODEC_NON_FINITE, as codec_blob_inspect. */
+int codec_inspect_decode(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,
+                         float *x, BlobInfo *info, char *err);
 /* sum[i] += weight * decoded[i], section by section, with no dense
  * temporary. Gives exactly the floats of codec_decode followed by
  * sum[i] = sum[i] + weight * x[i]. */

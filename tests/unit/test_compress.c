@@ -914,7 +914,8 @@ static Blob valid_blob(const char *codec, uint64_t n) {
     return b;
 }
 
-/* Refused as malformed (-1), or with want_rc (CODEC_NON_FINITE) */
+/* Refused as malformed (-1), or with want_rc (CODEC_NON_FINITE), by
+ * codec_blob_inspect and, for the same reason, by codec_inspect_decode */
 static void expect_refused_as(const uint8_t *data, size_t len, uint64_t hash, uint64_t n,
                               const char *why, int want_rc) {
     char err[ERR_LEN] = "";
@@ -922,6 +923,13 @@ static void expect_refused_as(const uint8_t *data, size_t len, uint64_t hash, ui
     cr_assert_eq(codec_blob_inspect(data, len, hash, n, &info, err), want_rc, "refused how: %s",
                  why);
     cr_assert_not_null(strstr(err, why), "want '%s', got '%s'", why, err);
+    if (n == 0) return; /* inspect_decode always names its n */
+    float *x = malloc(n * sizeof *x);
+    char err2[ERR_LEN] = "";
+    cr_assert_eq(codec_inspect_decode(data, len, hash, n, x, NULL, err2), want_rc,
+                 "inspect_decode, refused how: %s", why);
+    cr_assert_str_eq(err2, err);
+    free(x);
 }
 
 static void expect_refused(const uint8_t *data, size_t len, uint64_t hash, uint64_t n,
@@ -1352,4 +1360,33 @@ Test(codec, error_feedback_of_a_difference_equals_that_of_its_delta) {
         ef_free(&one), ef_free(&two);
     }
     free(a), free(b), free(d), free(spelt), free(dec), free(want);
+}
+
+/* codec_inspect_decode, one pass, gives codec_decode's floats and
+ * codec_blob_inspect's figures for every codec, zstd on and off. */
+Test(codec, inspect_decode_is_inspect_then_decode) {
+    uint64_t n = CODEC_SECTION_MAX + 4099;
+    float *x = make_vec(n, 1, 0.01f), *want = malloc(n * 4), *got = malloc(n * 4);
+    CodecLayout L = flat(n);
+    const char *names[] = {"fp32", "fp16", "bf16", "int8", "topk", "topk2"};
+    for (int c = 0; c < 12; c++) {
+        CodecParams p;
+        char err[ERR_LEN];
+        cr_assert_eq(codec_params_parse(names[c / 2], &p, err), 0, "%s", err);
+        p.zstd_level = c % 2;
+        Blob b = {0};
+        cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+        BlobInfo a, z;
+        cr_assert_eq(codec_blob_inspect(b.data, b.len, HASH, n, &a, err), 0, "%s", err);
+        cr_assert_eq(codec_decode(b.data, b.len, want, n, err), 0, "%s", err);
+        memset(got, 0xff, n * 4); /* NaNs: every value must be written */
+        cr_assert_eq(codec_inspect_decode(b.data, b.len, HASH, n, got, &z, err), 0, "%s", err);
+        cr_assert_eq(memcmp(want, got, n * 4), 0, "%s: decoded values differ", names[c / 2]);
+        cr_assert(a.norm2 == z.norm2 && a.nonzeros == z.nonzeros && a.wire_bytes == z.wire_bytes,
+                  "%s: the figures differ", names[c / 2]);
+        cr_assert_eq(codec_inspect_decode(b.data, b.len, HASH + 1, n, got, NULL, err), -1);
+        cr_assert_not_null(strstr(err, "parameter table"), "%s", err);
+        blob_free(&b);
+    }
+    free(x), free(want), free(got);
 }
