@@ -1,8 +1,9 @@
 /*
  * fuzz_blob.c — libFuzzer target for the update blob decoder, the bytes a
  * coordinator takes from every site: inspect, and when inspection passes,
- * decode-accumulate and decode. Any crash, out-of-bounds access, leak or
- * undefined behaviour is a finding (ASan and UBSan are on).
+ * decode-accumulate and decode; and the one-pass inspect-and-decode a site
+ * runs on the coordinator's update, held to inspection's verdict. Any crash, out-of-bounds access,
+ * leak or undefined behaviour is a finding (ASan and UBSan are on).
  *
  * Each input runs twice: as it is, and with its checksums recomputed (a
  * hostile site computes them too), so that mutations reach the payload
@@ -21,15 +22,29 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void run(const uint8_t *data, size_t size) {
-    char err[512];
+    char err[512], err2[512];
     BlobInfo info;
-    if (codec_blob_inspect(data, size, 0, 0, &info, err) != 0) return;
-    if (info.n > (1u << 22)) return; /* valid but too large to decode here */
+    int rc = codec_blob_inspect(data, size, 0, 0, &info, err);
+    /* the one-pass decoder (a site's, of the coordinator's update) refuses
+     * what inspection refuses, with the same reason, and decodes the rest */
+    uint64_t n = size >= BLOB_HEADER_LEN ? ld64(data + 16) : 0;
+    float *once = n > 0 && n <= (1u << 22) ? malloc(n * sizeof(float)) : NULL;
+    if (once && (codec_inspect_decode(data, size, 0, n, once, NULL, err2) != rc ||
+                 (rc != 0 && strcmp(err, err2) != 0)))
+        abort();
+    if (rc != 0 || info.n > (1u << 22)) { /* refused, or valid but too large to decode here */
+        free(once);
+        return;
+    }
     float *sum = calloc(info.n ? info.n : 1, sizeof(float));
-    if (sum == NULL) return;
+    if (sum == NULL) {
+        free(once);
+        return;
+    }
     if (codec_decode_accumulate(data, size, 0.5f, sum, info.n, err) != 0) abort();
     if (codec_decode(data, size, sum, info.n, err) != 0) abort(); /* inspected: must decode */
-    free(sum);
+    if (once && memcmp(once, sum, info.n * sizeof(float)) != 0) abort();
+    free(sum), free(once);
 }
 
 /* The header's and every section's checksum made right for their bytes,
