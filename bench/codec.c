@@ -11,7 +11,8 @@
  * (ckpt_encode of θ' against θ, θ' = θ + a round's step of the same scale
  * as the pseudo-gradient), encode and decode into a resident model, against
  * zstd level 1 of θ' whole (what a plain compressed download costs), same
- * data, same run.
+ * data, same run; and a sender's error-feedback step (ef_encode) beside the
+ * same step spelt out in separate passes.
  *
  *   build/bench/codec [--full] [--zstd LEVEL]
  *     25 M values (100 M with --full); each codec without the lossless stage
@@ -83,6 +84,60 @@ static void checkpoint_delta(const float *theta, const float *theta2, float *bac
     json_emit_line(stdout, o);
     blob_free(&d);
     free(z);
+}
+
+/* A sender's error-feedback step with codec `name` on Δ = theta - local,
+ * ef_encode's one pass per section, beside the step spelt out as a
+ * federated framework writes it: Δ into a buffer, e = βe + Δ, C(e), then
+ * e -= decode(C(e)) from the blob. Both start from the same residual; the
+ * blobs and residuals must be the same bytes. One JSON line. */
+static void error_feedback_row(const char *name, const float *theta, const float *local, uint64_t n,
+                               int threads) {
+    char err[ERR_LEN];
+    CodecParams p;
+    if (codec_params_parse(name, &p, err) != 0) DIE("%s", err);
+    CodecLayout L = {0x1234, n, NULL, 0};
+    ErrorFeedback one, two;
+    if (ef_init(&one, n, 0x1234, 0.9f, err) != 0 || ef_init(&two, n, 0x1234, 0.9f, err) != 0)
+        DIE("%s", err);
+    float *delta = mallocCheck(n * 4);
+    memset(one.e, 0, n * 4), memset(two.e, 0, n * 4), memset(delta, 0, n * 4); /* no first-touch */
+    Blob a = {0}, b = {0};
+    double tf[REPEAT], ts[REPEAT];
+    int same = 1;
+    for (int r = 0; r < REPEAT; r++) {
+        uint64_t t0 = time_monotonic_ns();
+        if (ef_encode(&one, &p, &L, theta, local, NULL, &a, err) != 0) DIE("%s", err);
+        tf[r] = secs_since(t0);
+        t0 = time_monotonic_ns();
+        for (uint64_t i = 0; i < n; i++) delta[i] = theta[i] - local[i];
+        for (uint64_t i = 0; i < n; i++) two.e[i] = 0.9f * two.e[i] + delta[i];
+        if (codec_encode(&p, &L, two.e, &b, err) != 0 ||
+            codec_decode_accumulate(b.data, b.len, -1.0f, two.e, n, err) != 0)
+            DIE("%s", err);
+        ts[r] = secs_since(t0);
+        same = same && a.len == b.len && memcmp(a.data, b.data, a.len) == 0 &&
+               memcmp(one.e, two.e, n * 4) == 0;
+    }
+    double f = median3(tf[0], tf[1], tf[2]), sp = median3(ts[0], ts[1], ts[2]);
+    json_t *o = json_object();
+    json_object_set_new(o, "bench", json_string("codec"));
+    json_object_set_new(o, "case", json_string("error_feedback"));
+    json_object_set_new(o, "codec", json_string(name));
+    json_object_set_new(o, "zstd", json_integer(p.zstd_level));
+    json_object_set_new(o, "n", json_integer((json_int_t)n));
+    json_object_set_new(o, "threads", json_integer(threads));
+    json_object_set_new(o, "seconds", json_real(f));
+    json_object_set_new(o, "baseline",
+                        json_string("the step spelt out: delta buffer, e = b*e + "
+                                    "delta, encode, decode-accumulate of the blob"));
+    json_object_set_new(o, "baseline_seconds", json_real(sp));
+    json_object_set_new(o, "speedup", json_real(sp / f));
+    json_object_set_new(o, "same_bytes_and_residual", json_boolean(same));
+    json_emit_line(stdout, o);
+    blob_free(&a), blob_free(&b);
+    ef_free(&one), ef_free(&two);
+    free(delta);
 }
 
 static double memcpy_gbps(const float *src, float *dst, uint64_t n) {
@@ -185,6 +240,9 @@ int main(int argc, char **argv) {
         omp_set_num_threads(threads);
 #endif
         checkpoint_delta(theta, x, y, n, threads);
+        /* θ_local = θ' here: a round's step of the pseudo-gradient's scale */
+        error_feedback_row("int8", theta, x, n, threads);
+        error_feedback_row("topk2", theta, x, n, threads);
     }
     free(x);
     free(y);
