@@ -266,12 +266,8 @@ static int state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint
         return err_set(err, "cannot remove %s: %s", path, strerror(errno));
     snprintf(path, sizeof path, "%s/inner.opt.safetensors", dir);
     if (gpt_save_optimizer(m, path, err) != 0) return -1;
-    Blob b = {0};
-    if (ef_serialize(ef, &b, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/ef.bin", dir);
-    int rc = file_write_atomic(path, b.data, b.len, 0600, err);
-    blob_free(&b);
-    if (rc != 0) return -1;
+    if (ef_save(ef, path, 0600, err) != 0) return -1;
     char ini[256];
     snprintf(ini, sizeof ini, "[state]\nround = %llu\ndata_pos = %zu\n", (unsigned long long)round,
              pos);

@@ -220,6 +220,9 @@ int ef_encode_cuda(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *l
 void ef_to_host(ErrorFeedback *ef);
 /* Serialised form (FORMATS.md "error feedback state"), checksummed. */
 int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err);
+/* The same bytes written durably to path (util's atomic replace) straight
+ * from e, without a copy of the residual's size. */
+int ef_save(const ErrorFeedback *ef, const char *path, int mode, char *err);
 int ef_deserialize(ErrorFeedback *ef, const uint8_t *data, size_t len, char *err);
 
 /* ---- checkpoints (lossless) -------------------------------------------- */

@@ -82,12 +82,9 @@ int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout
     return codec_encode_sections(p, layout, ef_section, &st, 1, out, err);
 }
 
-int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {
-    assert(!ef->host_stale); /* ef_to_host first */
-    size_t len = EF_HEADER_LEN + 4 * (size_t)ef->n + 8;
-    out->len = 0;
-    if (blob_reserve(out, len, err) != 0) return -1;
-    uint8_t *b = out->data;
+/* The serialised form: this header, the n residual floats (little-endian,
+ * as in memory), then XXH64 of all that. */
+static void ef_header(const ErrorFeedback *ef, uint8_t *b) {
     st32(b, EF_MAGIC);
     st16(b + 4, EF_VERSION);
     st16(b + 6, 0);
@@ -95,10 +92,41 @@ int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {
     st64(b + 16, ef->table_hash);
     stf(b + 24, ef->beta);
     st32(b + 28, 0);
+}
+
+int ef_serialize(const ErrorFeedback *ef, Blob *out, char *err) {
+    assert(!ef->host_stale); /* ef_to_host first */
+    size_t len = EF_HEADER_LEN + 4 * (size_t)ef->n + 8;
+    out->len = 0;
+    if (blob_reserve(out, len, err) != 0) return -1;
+    uint8_t *b = out->data;
+    ef_header(ef, b);
     memcpy(b + EF_HEADER_LEN, ef->e, 4 * (size_t)ef->n);
     st64(b + len - 8, XXH64(b, len - 8, 0));
     out->len = len;
     return 0;
+}
+
+int ef_save(const ErrorFeedback *ef, const char *path, int mode, char *err) {
+    assert(!ef->host_stale); /* ef_to_host first */
+    uint8_t h[EF_HEADER_LEN], tail[8];
+    ef_header(ef, h);
+    XXH64_state_t *x = XXH64_createState();
+    if (x == NULL) return err_set(err, "out of memory");
+    XXH64_reset(x, 0);
+    XXH64_update(x, h, sizeof h);
+    XXH64_update(x, ef->e, 4 * (size_t)ef->n);
+    st64(tail, XXH64_digest(x));
+    XXH64_freeState(x);
+    AtomicFile *af = file_atomic_open(path, mode, err);
+    if (af == NULL) return -1;
+    if (file_atomic_write(af, h, sizeof h, err) != 0 ||
+        file_atomic_write(af, ef->e, 4 * (size_t)ef->n, err) != 0 ||
+        file_atomic_write(af, tail, sizeof tail, err) != 0) {
+        file_atomic_abort(af);
+        return -1;
+    }
+    return file_atomic_commit(af, err);
 }
 
 int ef_deserialize(ErrorFeedback *ef, const uint8_t *b, size_t len, char *err) {

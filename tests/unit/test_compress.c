@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <xxhash.h>
@@ -884,6 +885,20 @@ Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
     /* serialise, damage, restore */
     Blob s = {0};
     cr_assert_eq(ef_serialize(&ef, &s, err), 0);
+    char dir[] = "/tmp/strait-ef-XXXXXX", path[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ef.bin", dir);
+    cr_assert_eq(ef_save(&ef, path, 0600, err), 0, "%s", err); /* the same bytes, straight */
+    char *saved;
+    size_t saved_len;
+    cr_assert_eq(file_read_all(path, 1u << 30, &saved, &saved_len, err), 0, "%s", err);
+    cr_assert(saved_len == s.len && memcmp(saved, s.data, s.len) == 0,
+              "ef_save wrote other bytes than ef_serialize");
+    free(saved);
+    cr_assert_eq(ef_save(&ef, "/nonexistent-dir/ef.bin", 0600, err), -1);
+    cr_assert_not_null(strstr(err, "/nonexistent-dir/ef.bin"), "%s", err);
+    unlink(path);
+    rmdir(dir);
     ErrorFeedback back;
     cr_assert_eq(ef_deserialize(&back, s.data, s.len, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.e, ef.e, n * 4), 0);
