@@ -527,6 +527,7 @@ int client_run(const SiteRunOptions *o, char *err) {
                      "checkpoint, or rounds have passed): downloading it",
                      o->init_from);
     }
+    int first_round = 1; /* of this process: the GPUs take the moments then */
     for (;;) {
         /* rank 0's order for the round: which, and whether the federation is over */
         RoundOrder order = {round, finished};
@@ -556,7 +557,13 @@ int client_run(const SiteRunOptions *o, char *err) {
             log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
                      (unsigned long long)round, theta_hex, (unsigned long long)s.bytes_down);
         }
-        trainer_from_host(trainer); /* on GPUs: the round's θ and the kept moments */
+        /* on GPUs: the round's θ; AdamW's moments only at the first round (a
+         * resumed state's, or zeros): from then on the GPUs hold their own,
+         * as a CPU trainer holds its own in m. (At ranks other than 0 the
+         * host's moments are never brought back, so taking them each round
+         * would reset those ranks' moments and split the ranks apart.) */
+        trainer_from_host(trainer, TRAINER_PARAMS | (first_round ? TRAINER_MOMENTS : 0));
+        first_round = 0;
         /* the global model as received, before this site's steps move it;
          * scored where it trains (a GPU site's forward runs on its GPU) */
         double start_eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;

@@ -79,9 +79,9 @@ float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const Ada
 /* The mean loss of replica 0's parameters on one (B, T) batch: forward only,
  * nothing updated (the held-out evaluator on a GPU site). */
 float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets);
-/* Every replica takes host's parameters and AdamW state (m, v, step; zeros
- * when host has taken no step yet): a site's new round. */
-void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host);
+/* Every replica takes host's parameters (TRAINER_PARAMS) and AdamW state
+ * (TRAINER_MOMENTS: m, v, step; zeros when host has taken no step yet). */
+void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what);
 /* Replica 0's parameters (TRAINER_PARAMS) and AdamW state (TRAINER_MOMENTS;
  * m, v allocated when absent) into host: what a site saves after its inner
  * steps, and its Δ when it is made on the host. */

@@ -204,7 +204,7 @@ FORWARD(float, gpt_cuda_step,
         (g, inputs, targets, o, lr, max_norm))
 FORWARD(float, gpt_cuda_loss, (GPTCuda * g, const int *inputs, const int *targets),
         (g, inputs, targets))
-FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host), (g, host))
+FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host, int what), (g, host, what))
 FORWARD_VOID(gpt_cuda_to_host, (GPTCuda * g, GPT *host, int what), (g, host, what))
 FORWARD_VOID(gpt_cuda_keep_base, (GPTCuda * g), (g))
 FORWARD(const float *, gpt_cuda_params, (GPTCuda * g, const float **base), (g, base))

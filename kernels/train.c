@@ -182,11 +182,11 @@ void trainer_to_host(Trainer *t, int what) {
 #endif
 }
 
-void trainer_from_host(Trainer *t) {
+void trainer_from_host(Trainer *t, int what) {
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) gpt_cuda_load_from_host(t->gpu, t->m);
+    if (t->gpu) gpt_cuda_load_from_host(t->gpu, t->m, what);
 #else
-    (void)t;
+    (void)t, (void)what;
 #endif
 }
 

@@ -85,8 +85,11 @@ int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
 enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
 /* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */
 void trainer_to_host(Trainer *t, int what);
-/* the GPUs take m's parameters and AdamW state: a site's new round */
-void trainer_from_host(Trainer *t);
+/* The GPUs take m's parameters and/or AdamW's state (what: TRAINER_*). A
+ * site's round takes its θ; the GPUs keep their moments from one round to
+ * the next, so only the first round after a start takes them (a resumed
+ * state's, or zeros), and the host's copy is only ever the saved state's. */
+void trainer_from_host(Trainer *t, int what);
 /* The round's Δ made on the GPUs (no copy of the parameters to the host):
  * trainer_keep_base makes trainer_from_host keep a copy of the parameters
  * it loads, one model's size more on the first GPU, from the current ones

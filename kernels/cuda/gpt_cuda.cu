@@ -324,12 +324,17 @@ extern "C" float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets
     return replica_forward(m, r, g->B, g->T, 1); /* the loss comes back to the host: in order */
 }
 
-extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host) {
+extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what) {
     size_t np = host->n_params * sizeof(float);
     for (int i = 0; i < g->n; i++) {
         Replica *r = &g->r[i];
         cudaCheck(cudaSetDevice(r->device));
-        cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
+        if (what & TRAINER_PARAMS) {
+            cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
+            if (i == 0 && g->base)
+                cudaCheck(cudaMemcpy(g->base, r->params, np, cudaMemcpyDeviceToDevice));
+        }
+        if (!(what & TRAINER_MOMENTS)) continue;
         if (host->m) {
             cudaCheck(cudaMemcpy(r->m, host->m, np, cudaMemcpyHostToDevice));
             cudaCheck(cudaMemcpy(r->v, host->v, np, cudaMemcpyHostToDevice));
@@ -337,10 +342,8 @@ extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host) {
             cudaCheck(cudaMemset(r->m, 0, np));
             cudaCheck(cudaMemset(r->v, 0, np));
         }
-        if (i == 0 && g->base)
-            cudaCheck(cudaMemcpy(g->base, r->params, np, cudaMemcpyDeviceToDevice));
     }
-    g->step = host->step;
+    if (what & TRAINER_MOMENTS) g->step = host->step;
 }
 
 extern "C" void gpt_cuda_keep_base(GPTCuda *g) {

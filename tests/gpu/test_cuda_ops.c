@@ -185,7 +185,7 @@ Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
     site.step = cpu.step;
     GPTCuda *g = gpt_cuda_create(&site, 1, B, T, err);
     cr_assert_not_null(g, "%s", err);
-    gpt_cuda_load_from_host(g, &site);
+    gpt_cuda_load_from_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
     for (int s = 0; s < 10; s++) {
         for (int i = 0; i < B * T; i++) in[i] = (i * 29 + s) % 256, tg[i] = (in[i] * 3) % 256;
         gpt_forward(&cpu, in, tg, B, T);
@@ -233,7 +233,7 @@ Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
     TrainConfig c = train_defaults(1e-3f, 10);
     Trainer *t = trainer_create(&m, &c, 1, B, T, err);
     cr_assert_not_null(t, "%s", err);
-    trainer_from_host(t);
+    trainer_from_host(t, TRAINER_PARAMS | TRAINER_MOMENTS);
     double gpu = trainer_eval_tokens(t, v, 4);
     cr_assert(isfinite(cpu) && fabs(gpu - cpu) <= 1e-3 * (1 + fabs(cpu)), "GPU %g, CPU %g", gpu,
               cpu);
