@@ -448,6 +448,11 @@ extern "C" void adamw_cuda(float *params, const float *grads, float *m, float *v
     launchCheck();
 }
 
+/* Each block's sum of squares into out[block], in a fixed order: the norm
+ * must be the same bits on every replica and rank holding the same averaged
+ * gradients (an atomicAdd across blocks adds in whatever order they finish,
+ * so two replicas could clip by factors a bit apart and their parameters
+ * drift, which check_same_model refuses across ranks). */
 __global__ void sumsq_k(const float *g, size_t n, double *out) {
     __shared__ float sh[32];
     float s = 0;
@@ -455,7 +460,7 @@ __global__ void sumsq_k(const float *g, size_t n, double *out) {
          i += (size_t)gridDim.x * blockDim.x)
         s += g[i] * g[i];
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) atomicAdd(out, (double)s);
+    if (threadIdx.x == 0) out[blockIdx.x] = (double)s;
 }
 
 __global__ void scale_k(float *g, size_t n, float scale) {
@@ -465,15 +470,15 @@ __global__ void scale_k(float *g, size_t n, float scale) {
 
 extern "C" float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream) {
     cudaStream_t st = S(stream);
-    double *d, h = 0;
-    cudaCheck(cudaMallocAsync((void **)&d, sizeof(double), st));
-    cudaCheck(cudaMemsetAsync(d, 0, sizeof(double), st));
+    double *d, part[1024], h = 0;
     int grid = blocks(n, 256) < 1024 ? blocks(n, 256) : 1024;
+    cudaCheck(cudaMallocAsync((void **)&d, grid * sizeof(double), st));
     sumsq_k<<<grid, 256, 0, st>>>(grads, n, d);
     launchCheck();
-    cudaCheck(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(part, d, grid * sizeof(double), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaFreeAsync(d, st));
     cudaCheck(cudaStreamSynchronize(st));
+    for (int b = 0; b < grid; b++) h += part[b]; /* block order: the same sum everywhere */
     float norm = (float)sqrt(h);
     if (max_norm > 0 && norm > max_norm) {
         scale_k<<<blocks(n, 256), 256, 0, st>>>(grads, n, max_norm / norm);
