@@ -246,3 +246,26 @@ Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
     gpt_free(&m);
 #endif
 }
+
+/* Replicas and ranks clip the same averaged gradients by the same factor:
+ * the norm is the same bits every time (no atomics in its sum), and close
+ * to the CPU's in double. */
+Test(cuda_ops, the_gradient_norm_is_the_same_bits_every_time) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    size_t n = 12 * 1000 * 1000 + 7;
+    float *g = rnd(n, 1e-3f), *d = dev(g, n);
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)g[i] * g[i];
+    want = sqrt(want);
+    float first = clip_grad_norm_cuda(d, n, 0.0f, NULL); /* 0: measure, never scale */
+    for (int k = 0; k < 20; k++) {
+        float again = clip_grad_norm_cuda(d, n, 0.0f, NULL);
+        cr_assert(memcmp(&again, &first, sizeof first) == 0, "call %d: norm %.9g, first %.9g", k,
+                  (double)again, (double)first);
+    }
+    cr_assert_leq(fabs(first - want), 1e-5 * want, "GPU norm %g, CPU %g", (double)first, want);
+    kernels_cuda_free(d);
+    free(g);
+#endif
+}
