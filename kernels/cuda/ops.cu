@@ -14,6 +14,7 @@
  * (make test-gpu states them). Reductions over rows use atomics.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,17 +42,31 @@ static int blocks(size_t n, int per) {
     return (int)((n + (size_t)per - 1) / (size_t)per);
 }
 
-/* One cuBLAS handle per device and host thread, bound to the op's stream. */
+/* One cuBLAS handle per device for the process, made at its first use and
+ * bound to each op's stream. Not one per host thread: gpt_cuda_step starts
+ * a thread per GPU at every step, and a thread's handle (its workspace on
+ * the device) would be lost with the thread, step after step. cuBLAS may be
+ * called on one handle from several threads; here one thread at a time
+ * drives a device (a replica's step thread, or the caller between steps). */
 static cublasHandle_t blas(void *stream) {
-    static thread_local cublasHandle_t handles[16];
+    static cublasHandle_t handles[16];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 16) {
+        fprintf(stderr, "fatal (%s:%d): device %d beyond the 16 this build drives\n", __FILE__,
+                __LINE__, dev);
+        abort();
+    }
+    pthread_mutex_lock(&lock);
     if (handles[dev] == NULL) {
         cublasCheck(cublasCreate(&handles[dev]));
         cublasCheck(cublasSetMathMode(handles[dev], CUBLAS_PEDANTIC_MATH)); /* fp32, no TF32 */
     }
-    cublasCheck(cublasSetStream(handles[dev], S(stream)));
-    return handles[dev];
+    cublasHandle_t h = handles[dev];
+    pthread_mutex_unlock(&lock);
+    cublasCheck(cublasSetStream(h, S(stream)));
+    return h;
 }
 
 /* ---- encoder ------------------------------------------------------------------- */
