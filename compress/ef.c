@@ -76,6 +76,7 @@ static int ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t
 int ef_encode(ErrorFeedback *ef, const CodecParams *p, const CodecLayout *layout, const float *a,
               const float *b, float *decoded, Blob *out, char *err) {
     assert(ef->d_e == NULL); /* the residual is on the GPU: ef_encode_cuda */
+    assert(decoded == NULL || (decoded != ef->e && decoded != a && decoded != b));
     if (layout->n != ef->n || layout->table_hash != ef->table_hash)
         return err_set(err, "error feedback state is for another parameter table");
     EfStep st = {ef->e, a, b, ef->beta, decoded};

@@ -15,32 +15,37 @@
 
 #include "compress_internal.h"
 
-/* Split with SSE2 (the x86-64 baseline): a word's even bytes and its odd
- * bytes are masked into 16-bit lanes and packed to bytes, twice. */
+#if defined(__SSE2__)
+/* The even bytes, then the odd bytes, of 32 bytes in two registers: the
+ * low and high byte of each 16-bit lane, packed */
+static inline __m128i even_bytes(__m128i a, __m128i b) {
+    const __m128i lo8 = _mm_set1_epi16(0x00ff);
+    return _mm_packus_epi16(_mm_and_si128(a, lo8), _mm_and_si128(b, lo8));
+}
+static inline __m128i odd_bytes(__m128i a, __m128i b) {
+    return _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8));
+}
+#endif
+
+/* Split with SSE2 (the x86-64 baseline): a word's even and odd bytes,
+ * once for 16-bit words, twice for 32-bit ones. */
 void planes_split(const uint8_t *words, size_t n, int w, uint8_t *planes) {
     assert(w == 2 || w == 4);
     size_t i = 0;
     if (w == 4) {
         uint8_t *p0 = planes, *p1 = planes + n, *p2 = planes + 2 * n, *p3 = planes + 3 * n;
 #if defined(__SSE2__)
-        const __m128i lo8 = _mm_set1_epi16(0x00ff);
         for (; i + 16 <= n; i += 16) {
             const __m128i *in = (const __m128i *)(const void *)(words + 4 * i);
             __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1),
                     c = _mm_loadu_si128(in + 2), d = _mm_loadu_si128(in + 3);
-            /* bytes 0 and 2 of 8 words, then bytes 1 and 3 */
-            __m128i e0 = _mm_packus_epi16(_mm_and_si128(a, lo8), _mm_and_si128(b, lo8));
-            __m128i e1 = _mm_packus_epi16(_mm_and_si128(c, lo8), _mm_and_si128(d, lo8));
-            __m128i o0 = _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8));
-            __m128i o1 = _mm_packus_epi16(_mm_srli_epi16(c, 8), _mm_srli_epi16(d, 8));
-            _mm_storeu_si128((__m128i *)(void *)(p0 + i),
-                             _mm_packus_epi16(_mm_and_si128(e0, lo8), _mm_and_si128(e1, lo8)));
-            _mm_storeu_si128((__m128i *)(void *)(p2 + i),
-                             _mm_packus_epi16(_mm_srli_epi16(e0, 8), _mm_srli_epi16(e1, 8)));
-            _mm_storeu_si128((__m128i *)(void *)(p1 + i),
-                             _mm_packus_epi16(_mm_and_si128(o0, lo8), _mm_and_si128(o1, lo8)));
-            _mm_storeu_si128((__m128i *)(void *)(p3 + i),
-                             _mm_packus_epi16(_mm_srli_epi16(o0, 8), _mm_srli_epi16(o1, 8)));
+            /* bytes 0 and 2 of 16 words, then bytes 1 and 3 */
+            __m128i e0 = even_bytes(a, b), e1 = even_bytes(c, d);
+            __m128i o0 = odd_bytes(a, b), o1 = odd_bytes(c, d);
+            _mm_storeu_si128((__m128i *)(void *)(p0 + i), even_bytes(e0, e1));
+            _mm_storeu_si128((__m128i *)(void *)(p2 + i), odd_bytes(e0, e1));
+            _mm_storeu_si128((__m128i *)(void *)(p1 + i), even_bytes(o0, o1));
+            _mm_storeu_si128((__m128i *)(void *)(p3 + i), odd_bytes(o0, o1));
         }
 #endif
         for (; i < n; i++) {
@@ -52,14 +57,11 @@ void planes_split(const uint8_t *words, size_t n, int w, uint8_t *planes) {
     }
     uint8_t *p0 = planes, *p1 = planes + n;
 #if defined(__SSE2__)
-    const __m128i lo8 = _mm_set1_epi16(0x00ff);
     for (; i + 16 <= n; i += 16) {
         const __m128i *in = (const __m128i *)(const void *)(words + 2 * i);
         __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1);
-        _mm_storeu_si128((__m128i *)(void *)(p0 + i),
-                         _mm_packus_epi16(_mm_and_si128(a, lo8), _mm_and_si128(b, lo8)));
-        _mm_storeu_si128((__m128i *)(void *)(p1 + i),
-                         _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+        _mm_storeu_si128((__m128i *)(void *)(p0 + i), even_bytes(a, b));
+        _mm_storeu_si128((__m128i *)(void *)(p1 + i), odd_bytes(a, b));
     }
 #endif
     for (; i < n; i++) {

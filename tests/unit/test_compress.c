@@ -9,7 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <xxhash.h>
@@ -20,6 +19,7 @@
 
 #include "compress/compress.h"
 #include "compress/compress_internal.h"
+#include "tests/harness.h"
 #include "util/util.h"
 
 #define HASH 0x5157a17ab1e5ull
@@ -885,8 +885,7 @@ Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
     /* serialise, damage, restore */
     Blob s = {0};
     cr_assert_eq(ef_serialize(&ef, &s, err), 0);
-    char dir[] = "/tmp/strait-ef-XXXXXX", path[64];
-    cr_assert_not_null(mkdtemp(dir));
+    char *dir = harness_tmpdir("ef"), path[512];
     snprintf(path, sizeof path, "%s/ef.bin", dir);
     cr_assert_eq(ef_save(&ef, path, 0600, err), 0, "%s", err); /* the same bytes, straight */
     char *saved;
@@ -897,8 +896,8 @@ Test(codec, error_feedback_converges_and_stays_bounded, .timeout = 120) {
     free(saved);
     cr_assert_eq(ef_save(&ef, "/nonexistent-dir/ef.bin", 0600, err), -1);
     cr_assert_not_null(strstr(err, "/nonexistent-dir/ef.bin"), "%s", err);
-    unlink(path);
-    rmdir(dir);
+    harness_rmtree(dir);
+    free(dir);
     ErrorFeedback back;
     cr_assert_eq(ef_deserialize(&back, s.data, s.len, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.e, ef.e, n * 4), 0);
