@@ -109,6 +109,26 @@ typedef void (*NetHandler)(NetCall *call, void *user);
 #define NET_MAX_PARKED_DEFAULT    4096
 #define NET_STREAM_WINDOW_DEFAULT (4u << 20)
 
+/* What peers may hold of the server's connections (net/guard.c): per_addr
+ * at once from an address not yet trusted, and total − reserve for all of
+ * those together; an address trusted (a call with a verified certificate
+ * came from it within the hour) up to trusted_per_addr, within total.
+ * A connection beyond is closed as it is accepted. 0: the defaults
+ * (4096, 32, 512, a quarter of total). */
+typedef struct NetGuardLimits {
+    int total, per_addr, trusted_per_addr, reserve;
+} NetGuardLimits;
+
+typedef struct NetGuardStats {
+    int64_t connections; /* TCP connections held now */
+    int64_t untrusted;   /* of which from addresses not trusted */
+    int64_t accepted, refused; /* since the start */
+    int64_t emfile;            /* connections closed for want of descriptors */
+} NetGuardStats;
+void net_guard_stats(NetGuardStats *out);
+/* Raises the soft descriptor limit to the hard one; the limit now, or -1. */
+int net_raise_nofile(char *err);
+
 typedef struct NetServerConfig {
     const char *listen; /* "127.0.0.1:0" picks a free port */
     NetTls tls;         /* ca_pem verifies client certificates */
@@ -127,6 +147,12 @@ typedef struct NetServerConfig {
      * upload. A link's full speed needs bandwidth × RTT (4 MiB: 220 Mbit/s
      * at 150 ms). 0: NET_STREAM_WINDOW_DEFAULT */
     uint32_t stream_window;
+    NetGuardLimits connections; /* capped below the descriptor limit less 256 */
+    int max_streams;   /* HTTP/2 streams open at once per connection (0: 32) */
+    int handshake_ms;  /* TLS and the HTTP/2 preface must be done within (0: 10 s) */
+    int send_ms;       /* the longest a response message may wait for its peer to read (0: 60 s);
+                        * past it the call is cancelled, not waited on */
+    int idle_conn_ms;  /* a connection with no call for this long is closed (0: 10 min) */
 } NetServerConfig;
 
 /* net_server_add_method flags */

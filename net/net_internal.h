@@ -37,4 +37,9 @@ int net_common_args(grpc_arg *args, size_t max_message, int keepalive_ms);
 int net_client_send2(NetClientCall *c, const void *a, size_t alen, const void *b, size_t blen);
 int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t blen);
 
+/* guard.c: an address whose call carried a verified certificate may use
+ * the connections' reserve for the next hour; connection caps on. */
+void net_guard_trust(const char *addr);
+void net_guard_set(const NetGuardLimits *lim);
+
 #endif

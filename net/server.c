@@ -12,13 +12,24 @@
  * `cancelled` flag is the only way to tell a client that finished sending
  * from one that vanished (NOTES-grpc-core.md).
  *
- * No one peer can starve the others: each certificate (or, for calls
- * without one, each address) may hold at most per_peer calls at once,
+ * No one peer can starve the others: each site — every certificate issued
+ * to one name counts as that name — (or, for calls without a certificate,
+ * each address) may hold at most per_peer calls at once; a queued call
+ * whose client gave up (cancelled, past its deadline) stops counting at
+ * once and is never run,
  * `reserve` workers are kept for methods flagged NET_USE_RESERVE (Admin),
  * and every live call is on a list so that net_server_cancel_peer can end
  * a revoked site's calls in flight. A handler may park its call
  * (net_call_park): its worker is freed and the call is answered later from
  * any thread, so long polls do not pin workers.
+ *
+ * No peer that stops reading pins a thread: a response message waits at
+ * most send_ms for its peer, and a call's final status (and a parked
+ * call's answer) goes out as a batch that the reaper thread finishes,
+ * cancelling the call when its peer has not taken it within REAP_MS. The
+ * dispatcher never waits on a peer. Connections are capped by address
+ * (guard.c), streams per connection by HTTP/2's own setting, the TLS
+ * handshake and HTTP/2 preface by a deadline, idle connections by age.
  */
 #include <assert.h>
 #include <pthread.h>
@@ -75,6 +86,14 @@ struct NetCall {
     int reserved;         /* a NET_USE_RESERVE method's call */
     NetCall *prev, *next; /* the server's live list, under server->lock */
     int live;
+    int queued;           /* waiting for a worker, under server->lock */
+    /* the reaper's: the final batch started (message and status), when to
+     * give up on the peer, the status text the batch reads */
+    int final_pending;
+    int64_t reap_at_ms;
+    grpc_slice final_details;
+    int has_final_details;
+    NetCall *reap_next;
     /* parking, under server->lock: PARK_NONE, or the call outlives its handler */
     int park;
     uint8_t *answer; /* a parked call's response, owned */
@@ -111,7 +130,16 @@ struct NetServer {
     int shutdown_tag;
     NetCall *live; /* every call handed to a worker and not yet finished */
     int n_parked;
+    /* calls whose final batch is out, for the reaper, oldest first */
+    NetCall *reap_head, *reap_tail;
+    int n_reaping, reap_stop;
+    pthread_cond_t reap_ready;
+    pthread_t reaper;
 };
+
+#define REAP_MS       5000 /* a peer has this long to take a call's final status */
+#define REAP_MAX      8192 /* calls waiting on it at most; beyond, cancelled at once */
+#define SEND_DEFAULT  60000
 
 /* ---- calls --------------------------------------------------------------- */
 
@@ -190,10 +218,6 @@ static int call_batch_within(NetCall *c, grpc_op *ops, size_t n, int64_t wait_ms
     return ev.type == GRPC_OP_COMPLETE && ev.success ? 0 : -1;
 }
 
-static int call_batch(NetCall *c, grpc_op *ops, size_t n) {
-    return call_batch_within(c, ops, n, -1);
-}
-
 static void close_check(NetCall *c, int wait_ms) {
     if (c->close_done) return;
     gpr_timespec until = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME)
@@ -262,7 +286,7 @@ int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = bb;
     n++;
-    int rc = call_batch(c, ops, n);
+    int rc = call_batch_within(c, ops, n, c->server->cfg.send_ms);
     grpc_byte_buffer_destroy(bb);
     return rc;
 }
@@ -286,7 +310,7 @@ static void send_status(NetCall *c, NetStatus code, const char *details) {
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
     ops[n].data.send_status_from_server.status_details = &d;
     n++;
-    call_batch(c, ops, n); /* fails harmlessly when the client is gone */
+    call_batch_within(c, ops, n, c->server->cfg.send_ms); /* fails harmlessly when the client is gone */
     grpc_slice_unref(d);
 }
 
@@ -333,12 +357,10 @@ void net_call_end(NetCall *c) {
     c->ended = 1;
 }
 
-/* Sends the final status, waits for the close, frees everything. */
-static void call_finish(NetCall *c) {
-    net_call_end(c);
-    close_check(c, -1);
+static void call_free(NetCall *c) {
     live_remove(c);
     free(c->answer);
+    if (c->has_final_details) grpc_slice_unref(c->final_details);
     if (c->first) grpc_byte_buffer_destroy(c->first);
     grpc_metadata_array_destroy(&c->md);
     grpc_call_unref(c->call);
@@ -346,9 +368,101 @@ static void call_finish(NetCall *c) {
     free(c);
 }
 
+/* Ends a call without waiting on its peer: the answer (a parked call's)
+ * and the status go out as one batch, the call leaves the live list (it no
+ * longer counts against its peer), and the reaper waits for the batch and
+ * the close, cancelling the call if its peer takes neither within REAP_MS. */
+static void call_finish(NetCall *c) {
+    NetServer *s = c->server;
+    live_remove(c);
+    c->final_pending = 0;
+    if (!c->ended) {
+        grpc_op ops[3];
+        size_t n = 0;
+        if (!c->sent_initial_md) send_initial_md_op(c, &ops[n++]);
+        grpc_byte_buffer *bb = NULL;
+        if (c->answer && (!c->status_set || c->status == NET_OK)) {
+            grpc_slice a = grpc_slice_from_static_buffer(c->answer, c->answer_len);
+            bb = grpc_raw_byte_buffer_create(&a, 1);
+            memset(&ops[n], 0, sizeof ops[n]);
+            ops[n].op = GRPC_OP_SEND_MESSAGE;
+            ops[n++].data.send_message.send_message = bb;
+        }
+        if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
+        c->final_details = grpc_slice_from_copied_string(c->details);
+        c->has_final_details = 1;
+        memset(&ops[n], 0, sizeof ops[n]);
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = (grpc_status_code)c->status;
+        ops[n++].data.send_status_from_server.status_details = &c->final_details;
+        c->final_pending = grpc_call_start_batch(c->call, ops, n, &tag_op, NULL) == GRPC_CALL_OK;
+        if (bb) grpc_byte_buffer_destroy(bb); /* the batch holds its own reference */
+        c->ended = 1;
+    }
+    c->reap_at_ms = (int64_t)(time_monotonic_ns() / 1000000) + REAP_MS;
+    c->reap_next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->n_reaping >= REAP_MAX) /* a flood of peers that read nothing: no waiting */
+        grpc_call_cancel(c->call, NULL);
+    if (s->reap_tail)
+        s->reap_tail->reap_next = c;
+    else
+        s->reap_head = c;
+    s->reap_tail = c;
+    s->n_reaping++;
+    pthread_cond_signal(&s->reap_ready);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Waits for tag on c's queue until the call's reap time; past it the call
+ * is cancelled, which completes whatever is pending. */
+static void reap_wait(NetCall *c, void *tag) {
+    int64_t left = c->reap_at_ms - (int64_t)(time_monotonic_ns() / 1000000);
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(left > 0 ? left : 0, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        grpc_call_cancel(c->call, NULL);
+        grpc_completion_queue_pluck(c->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    }
+}
+
+static void *reaper_main(void *arg) {
+    NetServer *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (s->reap_head == NULL && !s->reap_stop) pthread_cond_wait(&s->reap_ready, &s->lock);
+        NetCall *c = s->reap_head;
+        if (c == NULL) { /* stopping, and nothing left */
+            pthread_mutex_unlock(&s->lock);
+            return NULL;
+        }
+        s->reap_head = c->reap_next;
+        if (s->reap_head == NULL) s->reap_tail = NULL;
+        s->n_reaping--;
+        pthread_mutex_unlock(&s->lock);
+        if (c->final_pending) reap_wait(c, &tag_op);
+        if (!c->close_done) {
+            reap_wait(c, &tag_close);
+            c->close_done = 1;
+        }
+        call_free(c);
+    }
+}
+
 static void call_reject(NetCall *c, NetStatus code, const char *why) {
     net_call_status(c, code, "%s", why);
     call_finish(c);
+}
+
+/* A call nobody waits for any more: past its deadline, or (read only while
+ * it is queued, when no worker plucks its queue) cancelled by its client.
+ * Under server->lock. */
+static int call_abandoned(NetCall *c) {
+    if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) < 0) return 1;
+    if (!c->queued) return 0;
+    close_check(c, 0);
+    return c->close_done && c->cancelled;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -407,11 +521,16 @@ static void dispatch(NetServer *s, Request *r) {
                     "this method needs a client certificate signed by the federation CA");
         return;
     }
-    snprintf(c->peer_key, sizeof c->peer_key, "%s%s",
-             peer->has_cert ? "cert:" : "addr:", peer->has_cert ? peer->sha256_hex : peer->addr);
+    /* a site is its name, whatever certificates were issued to it */
+    snprintf(c->peer_key, sizeof c->peer_key, "%s%s", peer->has_cert ? "name:" : "addr:",
+             peer->has_cert ? peer->name : peer->addr);
+    if (peer->has_cert) net_guard_trust(peer->addr);
     pthread_mutex_lock(&s->lock);
     int mine = 0;
-    for (NetCall *o = s->live; o; o = o->next) mine += strcmp(o->peer_key, c->peer_key) == 0;
+    for (NetCall *o = s->live; o; o = o->next) {
+        if (strcmp(o->peer_key, c->peer_key) != 0) continue;
+        mine += o->park != PARK_NONE || !call_abandoned(o); /* parked: the ticker's to check */
+    }
     /* a call waits in the backlog for a worker; past it, RESOURCE_EXHAUSTED.
      * Common calls have workers - reserve workers; NET_USE_RESERVE methods
      * have the reserve too, and go first. */
@@ -426,7 +545,7 @@ static void dispatch(NetServer *s, Request *r) {
         snprintf(why, sizeof why,
                  "too many calls at once from this %s (%d, the limit per peer); retry when "
                  "one ends",
-                 peer->has_cert ? "certificate" : "address", mine);
+                 peer->has_cert ? "site (all its certificates together)" : "address", mine);
         call_reject(c, NET_RESOURCE_EXHAUSTED, why);
         return;
     }
@@ -440,6 +559,7 @@ static void dispatch(NetServer *s, Request *r) {
     s->live = c;
     c->live = 1;
     c->reserved = reserved;
+    c->queued = 1;
     if (reserved) { /* to the head of the queue */
         s->q_head = (s->q_head + s->q_cap - 1) % s->q_cap;
         s->queue[s->q_head] = c;
@@ -476,9 +596,7 @@ static void *dispatcher_main(void *arg) {
 /* Sends a parked call's answer and finishes it. */
 static void parked_send(NetCall *c) {
     NetServer *s = c->server;
-    if (c->answer && (!c->status_set || c->status == NET_OK))
-        net_call_send(c, c->answer, c->answer_len);
-    call_finish(c);
+    call_finish(c); /* the answer and the status, without waiting on the peer */
     pthread_mutex_lock(&s->lock);
     s->n_parked--;
     pthread_mutex_unlock(&s->lock);
@@ -512,12 +630,10 @@ void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
 }
 
 int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why) {
-    char key[80];
-    snprintf(key, sizeof key, "cert:%s", sha256_hex);
     int n = 0;
     pthread_mutex_lock(&s->lock);
     for (NetCall *o = s->live; o; o = o->next)
-        if (strcmp(o->peer_key, key) == 0) {
+        if (o->peer.has_cert && strcmp(o->peer.sha256_hex, sha256_hex) == 0) {
             grpc_call_cancel_with_status(o->call, GRPC_STATUS_PERMISSION_DENIED, why, NULL);
             n++;
         }
@@ -531,10 +647,10 @@ int net_server_live_peers(NetServer *s, char (**out)[65]) {
     for (NetCall *o = s->live; o; o = o->next) cap++;
     char(*peers)[65] = malloc(65 * (size_t)(cap ? cap : 1));
     for (NetCall *o = s->live; peers && o; o = o->next) {
-        if (strncmp(o->peer_key, "cert:", 5) != 0) continue;
+        if (!o->peer.has_cert) continue;
         int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = strcmp(peers[i], o->peer_key + 5) == 0;
-        if (!seen) snprintf(peers[n++], 65, "%s", o->peer_key + 5);
+        for (int i = 0; i < n && !seen; i++) seen = strcmp(peers[i], o->peer.sha256_hex) == 0;
+        if (!seen) snprintf(peers[n++], 65, "%s", o->peer.sha256_hex);
     }
     pthread_mutex_unlock(&s->lock);
     *out = peers;
@@ -569,8 +685,10 @@ static void *worker_main(void *arg) {
         else
             s->run_common++;
         int c_reserved = c->reserved; /* c may be freed by the time it is needed */
+        int abandoned = call_abandoned(c); /* its client gave up while it waited */
+        c->queued = 0;
         pthread_mutex_unlock(&s->lock);
-        c->method->handler(c, c->method->user);
+        if (!abandoned) c->method->handler(c, c->method->user);
         pthread_mutex_lock(&s->lock);
         int park = c->park;
         if (park == PARK_IN_HANDLER) c->park = PARK_RELEASED; /* answered later, elsewhere */
@@ -617,14 +735,30 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     s->cfg.listen = strdup(cfg->listen ? cfg->listen : "127.0.0.1:0");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_ready, NULL);
+    pthread_cond_init(&s->reap_ready, NULL);
     if (s->cfg.stream_window == 0) s->cfg.stream_window = NET_STREAM_WINDOW_DEFAULT;
-    grpc_arg args[NET_COMMON_ARGS + 2];
+    if (s->cfg.max_streams <= 0) s->cfg.max_streams = 32;
+    if (s->cfg.handshake_ms <= 0) s->cfg.handshake_ms = 10000;
+    if (s->cfg.send_ms <= 0) s->cfg.send_ms = SEND_DEFAULT;
+    if (s->cfg.idle_conn_ms <= 0) s->cfg.idle_conn_ms = 600000;
+    grpc_arg args[NET_COMMON_ARGS + 6];
     int n = net_common_args(args, s->cfg.max_message, s->cfg.keepalive_ms);
     args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_HTTP2_BDP_PROBE;
     args[n++].value.integer = 0;
     args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
     args[n++].value.integer =
         (int)(s->cfg.stream_window > INT32_MAX ? INT32_MAX : s->cfg.stream_window);
+    /* what one connection may hold: streams open at once (an HTTP/2
+     * setting: a peer past it gets REFUSED_STREAM), the time to finish TLS
+     * and send the HTTP/2 preface, and how long it may sit without calls */
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    args[n++].value.integer = s->cfg.max_streams;
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+    args[n++].value.integer = s->cfg.handshake_ms;
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+    args[n++].value.integer = s->cfg.idle_conn_ms;
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_METADATA_SIZE;
+    args[n++].value.integer = 16 << 10;
     grpc_channel_args ca = {(size_t)n, args};
     s->server = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
@@ -672,6 +806,16 @@ int net_server_start(NetServer *s, int *port, char *err) {
     grpc_server_credentials_release(creds);
     if (bound == 0)
         return err_set(err, "cannot listen on %s; is the address free and local?", s->cfg.listen);
+    /* descriptors: as many as this process may have, and connections
+     * capped below that (what the spool, the store and the files need stay
+     * free), so that the listener never runs out */
+    char why[ERR_LEN];
+    int nofile = net_raise_nofile(why);
+    if (nofile < 0) log_warn("net", "%s", why);
+    NetGuardLimits gl = s->cfg.connections;
+    if (gl.total <= 0) gl.total = 4096;
+    if (nofile > 0 && gl.total > nofile - 256) gl.total = nofile > 512 ? nofile - 256 : nofile / 2;
+    net_guard_set(&gl);
     grpc_server_start(s->server);
     s->started = 1;
     for (int i = 0; i < s->n_methods; i++)
@@ -684,9 +828,11 @@ int net_server_start(NetServer *s, int *port, char *err) {
     s->queue = calloc((size_t)s->q_cap, sizeof *s->queue);
     s->idle = s->cfg.workers;
     for (int i = 0; i < s->cfg.workers; i++) pthread_create(&s->workers[i], NULL, worker_main, s);
+    pthread_create(&s->reaper, NULL, reaper_main, s);
     pthread_create(&s->dispatcher, NULL, dispatcher_main, s);
     if (port) *port = bound;
-    log_info("net", "listening on %s (port %d, %d workers)", s->cfg.listen, bound, s->cfg.workers);
+    log_info("net", "listening on %s (port %d, %d workers, %d connections at most, descriptors %d)",
+             s->cfg.listen, bound, s->cfg.workers, gl.total, nofile);
     return 0;
 }
 
@@ -718,6 +864,11 @@ void net_server_stop(NetServer *s, int grace_ms) {
         for (int i = 0; i < s->cfg.workers; i++) pthread_join(s->workers[i], NULL);
         /* the dispatcher ends after the shutdown tag, once every call is done */
         pthread_join(s->dispatcher, NULL);
+        pthread_mutex_lock(&s->lock);
+        s->reap_stop = 1;
+        pthread_cond_broadcast(&s->reap_ready);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->reaper, NULL);
     }
     grpc_server_destroy(s->server);
     grpc_completion_queue_destroy(s->cq);
@@ -729,6 +880,7 @@ void net_server_stop(NetServer *s, int grace_ms) {
     free((char *)s->cfg.listen);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work_ready);
+    pthread_cond_destroy(&s->reap_ready);
     free(s->queue);
     free(s);
 }

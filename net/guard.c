@@ -1,0 +1,325 @@
+/*
+ * guard.c — what an unauthenticated peer may hold of the coordinator's
+ * connections: at most per_addr at once from one address and, with the
+ * other unknown addresses, total − reserve in all; addresses that have
+ * made a call with a verified certificate lately (a site's, the admin's)
+ * may use the reserve and up to trusted_per_addr each (a NAT of sites).
+ * A connection over its cap is closed the moment it is accepted, before
+ * TLS costs anything.
+ *
+ * gRPC core 1.51 owns its listening socket and has no such limit, and on
+ * EMFILE its listener gives up for good ("Failed accept4: Too many open
+ * files", and no connection is accepted again). So this file defines
+ * accept4 itself: the program's definition is the one libgrpc binds to
+ * (the executable comes first in symbol lookup), and it calls the kernel
+ * directly. Out of descriptors, it frees a spare one, accepts and closes
+ * the connection it cannot serve, and takes the spare back, so gRPC never
+ * sees EMFILE and the listener keeps listening. Without net_guard_set,
+ * accept4 is the kernel's, counted but never refused.
+ *
+ * Connections are counted by descriptor: one accepted is recorded with its
+ * inode, and a sweep (whenever a cap would refuse one, and at most every
+ * 100 ms while near a cap) lets go of descriptors that were closed or now
+ * name something else. Thread-safe (one mutex; accept4 runs on gRPC's
+ * poller threads).
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "net_internal.h"
+#include "util/util.h"
+
+#define GUARD_ADDRS   4096 /* addresses with connections at once, an open table */
+#define GUARD_TRUSTED 1024 /* addresses trusted at once */
+#define TRUST_MS      (3600 * 1000LL)
+
+typedef struct Addr {
+    uint8_t ip[16]; /* IPv4 as ::ffff:a.b.c.d */
+    int used;
+} Addr;
+
+typedef struct Conn { /* per descriptor */
+    ino_t ino;
+    int addr; /* index into counts + 1; 0: not tracked */
+} Conn;
+
+static struct {
+    pthread_mutex_t lock;
+    int on;
+    NetGuardLimits lim;
+    Conn *conns;
+    int n_conns_cap; /* conns has this many slots (the descriptor limit) */
+    int max_fd;      /* highest tracked descriptor */
+    Addr addrs[GUARD_ADDRS];
+    int count[GUARD_ADDRS];
+    int total, untrusted;
+    struct {
+        uint8_t ip[16];
+        int64_t until_ms;
+    } trusted[GUARD_TRUSTED];
+    int spare; /* a descriptor kept for accepting while out of them */
+    int64_t last_sweep_ms, last_log_ms;
+    NetGuardStats st;
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .spare = -1};
+
+static int64_t now_ms(void) {
+    return (int64_t)(time_monotonic_ns() / 1000000);
+}
+
+static void to_ip16(const struct sockaddr *sa, uint8_t ip[16]) {
+    memset(ip, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        ip[10] = ip[11] = 0xff;
+        memcpy(ip + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    }
+}
+
+static int ip_from_text(const char *text, uint8_t ip[16]) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    memset(ip, 0, 16);
+    if (inet_pton(AF_INET, text, &a4) == 1) {
+        ip[10] = ip[11] = 0xff;
+        memcpy(ip + 12, &a4, 4);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, text, &a6) == 1) {
+        memcpy(ip, &a6, 16);
+        return 0;
+    }
+    return -1;
+}
+
+/* The slot of ip in the table, made when make; -1 when absent (or full).
+ * A plain scan: the table is small and this runs once per connection. */
+static int addr_slot(const uint8_t ip[16], int make) {
+    int free_slot = -1;
+    for (int i = 0; i < GUARD_ADDRS; i++) {
+        if (G.addrs[i].used && memcmp(G.addrs[i].ip, ip, 16) == 0) return i;
+        if (!G.addrs[i].used && free_slot < 0) free_slot = i;
+    }
+    if (!make || free_slot < 0) return -1;
+    memcpy(G.addrs[free_slot].ip, ip, 16);
+    G.addrs[free_slot].used = 1;
+    G.count[free_slot] = 0;
+    return free_slot;
+}
+
+static int is_trusted(const uint8_t ip[16], int64_t now) {
+    for (int i = 0; i < GUARD_TRUSTED; i++)
+        if (G.trusted[i].until_ms > now && memcmp(G.trusted[i].ip, ip, 16) == 0) return 1;
+    return 0;
+}
+
+static void untrack(int fd) {
+    Conn *c = &G.conns[fd];
+    if (c->addr == 0) return;
+    int i = c->addr - 1;
+    G.count[i]--;
+    G.total--;
+    if (!is_trusted(G.addrs[i].ip, now_ms())) G.untrusted--;
+    if (G.untrusted < 0) G.untrusted = 0;
+    if (G.count[i] == 0) G.addrs[i].used = 0;
+    c->addr = 0;
+}
+
+/* Lets go of descriptors closed (or reused for something else) since. */
+static void sweep(void) {
+    struct stat sb;
+    int top = -1;
+    for (int fd = 0; fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
+        if (G.conns[fd].addr == 0) continue;
+        if (fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_ino != G.conns[fd].ino)
+            untrack(fd);
+        else
+            top = fd;
+    }
+    G.max_fd = top;
+    G.last_sweep_ms = now_ms();
+    /* the untrusted count, recomputed: trust changes while connections live */
+    int untrusted = 0;
+    int64_t now = now_ms();
+    for (int i = 0; i < GUARD_ADDRS; i++)
+        if (G.count[i] > 0 && !is_trusted(G.addrs[i].ip, now)) untrusted += G.count[i];
+    G.untrusted = untrusted;
+}
+
+/* Whether a new connection from ip fits; under G.lock. */
+static int fits(const uint8_t ip[16], int slot, int64_t now) {
+    int trusted = is_trusted(ip, now);
+    int here = slot >= 0 ? G.count[slot] : 0;
+    if (trusted) return here < G.lim.trusted_per_addr && G.total < G.lim.total;
+    return here < G.lim.per_addr && G.untrusted < G.lim.total - G.lim.reserve &&
+           G.total < G.lim.total;
+}
+
+static void grow_conns(int fd) {
+    if (fd < G.n_conns_cap) return;
+    int cap = G.n_conns_cap ? G.n_conns_cap : 1024;
+    while (cap <= fd) cap *= 2;
+    Conn *grown = realloc(G.conns, sizeof *grown * (size_t)cap);
+    if (grown == NULL) return;
+    memset(grown + G.n_conns_cap, 0, sizeof *grown * (size_t)(cap - G.n_conns_cap));
+    G.conns = grown;
+    G.n_conns_cap = cap;
+}
+
+/* Records (or refuses: 1) the connection fd from sa. Under G.lock. */
+static int admit(int fd, const struct sockaddr *sa) {
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) return 0; /* unix: not counted */
+    uint8_t ip[16];
+    to_ip16(sa, ip);
+    int64_t now = now_ms();
+    grow_conns(fd);
+    if (fd >= G.n_conns_cap) return 0; /* out of memory for the table: let it be */
+    untrack(fd); /* the descriptor was closed and reused since the last sweep */
+    int slot = addr_slot(ip, 0);
+    if (G.on && !fits(ip, slot, now) && now - G.last_sweep_ms >= 20) {
+        sweep();
+        slot = addr_slot(ip, 0);
+    }
+    if (G.on && !fits(ip, slot, now)) {
+        G.st.refused++;
+        return 1;
+    }
+    slot = addr_slot(ip, 1);
+    if (slot < 0) { /* every slot taken by another address: refuse rather than lose count */
+        G.st.refused++;
+        return G.on;
+    }
+    struct stat sb;
+    G.conns[fd].ino = fstat(fd, &sb) == 0 ? sb.st_ino : 0;
+    G.conns[fd].addr = slot + 1;
+    G.count[slot]++;
+    G.total++;
+    if (!is_trusted(ip, now)) G.untrusted++;
+    if (fd > G.max_fd) G.max_fd = fd;
+    G.st.accepted++;
+    return 0;
+}
+
+int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
+    struct sockaddr_storage own;
+    socklen_t own_len = sizeof own;
+    for (;;) {
+        struct sockaddr *sa = addr ? addr : (struct sockaddr *)&own;
+        socklen_t *sl = addr ? addrlen : &own_len;
+        socklen_t given = addr ? *addrlen : own_len;
+        long fd = syscall(SYS_accept4, sockfd, sa, sl, flags);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+            int e = errno;
+            pthread_mutex_lock(&G.lock);
+            int spare = G.spare;
+            G.spare = -1;
+            pthread_mutex_unlock(&G.lock);
+            if (spare < 0) { /* no spare to free: report it as nothing to accept */
+                errno = EAGAIN;
+                return -1;
+            }
+            close(spare);
+            long drop = syscall(SYS_accept4, sockfd, NULL, NULL, SOCK_CLOEXEC);
+            if (drop >= 0) close((int)drop);
+            int again = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            pthread_mutex_lock(&G.lock);
+            G.spare = again;
+            G.st.emfile++;
+            int64_t now = now_ms();
+            int log = now - G.last_log_ms > 10000;
+            if (log) G.last_log_ms = now;
+            pthread_mutex_unlock(&G.lock);
+            if (log)
+                log_warn("net", "out of descriptors (%s): a connection was accepted and closed; "
+                                "raise the limit (LimitNOFILE) or lower [limits] connections",
+                         strerror(e));
+            if (drop < 0) {
+                errno = EAGAIN;
+                return -1;
+            }
+            continue; /* drain the backlog while out of them */
+        }
+        if (fd < 0) return -1;
+        if (given == 0) return (int)fd;
+        pthread_mutex_lock(&G.lock);
+        int refuse = admit((int)fd, sa);
+        pthread_mutex_unlock(&G.lock);
+        if (!refuse) return (int)fd;
+        close((int)fd);
+        if (addr) *addrlen = given;
+    }
+}
+
+void net_guard_set(const NetGuardLimits *lim) {
+    pthread_mutex_lock(&G.lock);
+    G.lim = *lim;
+    if (G.lim.total <= 0) G.lim.total = 4096;
+    if (G.lim.per_addr <= 0) G.lim.per_addr = 32;
+    if (G.lim.trusted_per_addr <= 0) G.lim.trusted_per_addr = 512;
+    if (G.lim.reserve < 0 || G.lim.reserve >= G.lim.total) G.lim.reserve = G.lim.total / 4;
+    G.on = 1;
+    if (G.spare < 0) G.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pthread_mutex_unlock(&G.lock);
+}
+
+void net_guard_trust(const char *addr) {
+    uint8_t ip[16];
+    if (ip_from_text(addr, ip) != 0) return;
+    int64_t now = now_ms();
+    pthread_mutex_lock(&G.lock);
+    int slot = -1, oldest = 0;
+    for (int i = 0; i < GUARD_TRUSTED && slot < 0; i++) {
+        if (memcmp(G.trusted[i].ip, ip, 16) == 0) slot = i;
+        if (G.trusted[i].until_ms < G.trusted[oldest].until_ms) oldest = i;
+    }
+    if (slot < 0) slot = oldest;
+    int was = G.trusted[slot].until_ms > now && memcmp(G.trusted[slot].ip, ip, 16) == 0;
+    memcpy(G.trusted[slot].ip, ip, 16);
+    G.trusted[slot].until_ms = now + TRUST_MS;
+    if (!was) { /* its connections leave the untrusted share */
+        int a = addr_slot(ip, 0);
+        if (a >= 0) G.untrusted -= G.count[a];
+        if (G.untrusted < 0) G.untrusted = 0;
+    }
+    pthread_mutex_unlock(&G.lock);
+}
+
+void net_guard_stats(NetGuardStats *out) {
+    pthread_mutex_lock(&G.lock);
+    if (G.on && now_ms() - G.last_sweep_ms >= 100) sweep();
+    *out = G.st;
+    out->connections = G.total;
+    out->untrusted = G.untrusted;
+    pthread_mutex_unlock(&G.lock);
+}
+
+int net_raise_nofile(char *err) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        err_set_errno(err, "cannot read the descriptor limit");
+        return -1;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            err_set_errno(err, "cannot raise the descriptor limit from %llu to %llu",
+                          (unsigned long long)was, (unsigned long long)rl.rlim_max);
+            return -1;
+        }
+    }
+    return rl.rlim_cur > INT32_MAX ? INT32_MAX : (int)rl.rlim_cur;
+}
