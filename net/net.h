@@ -114,7 +114,7 @@ typedef void (*NetHandler)(NetCall *call, void *user);
  * those together; an address trusted (a call with a verified certificate
  * came from it within the hour) up to trusted_per_addr, within total.
  * A connection beyond is closed as it is accepted. 0: the defaults
- * (4096, 32, 512, a quarter of total). */
+ * (4096, 128, 512, a quarter of total). */
 typedef struct NetGuardLimits {
     int total, per_addr, trusted_per_addr, reserve;
 } NetGuardLimits;
@@ -289,6 +289,11 @@ typedef struct NetLimits {
     int64_t header_ms;   /* the header must come within this (0: 30 s) */
     int64_t idle_ms;     /* the longest wait for the next chunk (0: 60 s) */
     int64_t life_ms;     /* the longest one stream may last (0: 1 hour) */
+    /* past grace_ms, a stream must have brought min_rate bytes a second on
+     * average (one chunk in progress allowed): a trickle is cut, keeping
+     * what came for a resume (0: no minimum; grace 0: 10 s) */
+    uint64_t min_rate;
+    int64_t grace_ms;
 } NetLimits;
 
 /* The receiver's disk for uploads: a folder per owner (the authenticated

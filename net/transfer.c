@@ -555,12 +555,31 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     uint32_t chunk_size = h->chunk_size;
     frame_free(&f);
     net_buf_free(&m);
+    uint64_t from = h->offset;
+    int64_t grace_ms = lim->grace_ms > 0 ? lim->grace_ms : 10000;
     for (;;) {
         int64_t lived = (int64_t)((time_monotonic_ns() - t0) / 1000000);
         int64_t wait = life_ms - lived < idle_ms ? life_ms - lived : idle_ms;
+        int slow = 0;
+        if (lim->min_rate > 0) {
+            /* the next chunk (or what is left) must be in by the time this
+             * stream's average would fall under the minimum */
+            uint64_t next = total - expected < chunk_size ? total - expected : chunk_size;
+            int64_t due = grace_ms + (int64_t)((expected - from + next) * 1000 / lim->min_rate);
+            if (due - lived < wait) {
+                wait = due - lived;
+                slow = 1;
+            }
+        }
         r = wait > 0 ? net_call_recv_within(c, &m, wait) : NET_RECV_TIMEOUT;
         if (r == NET_RECV_BROKEN || r == NET_RECV_TIMEOUT) {
-            if (r == NET_RECV_TIMEOUT)
+            if (r == NET_RECV_TIMEOUT && slow)
+                err_set(err,
+                        "upload %s cut at %llu of %llu bytes: slower than this receiver's "
+                        "minimum of %llu bytes/s after %lld ms; it can resume",
+                        out->upload_id, (unsigned long long)expected, (unsigned long long)total,
+                        (unsigned long long)lim->min_rate, (long long)grace_ms);
+            else if (r == NET_RECV_TIMEOUT)
                 err_set(err, "upload %s stalled at %llu of %llu bytes (%s); it can resume",
                         out->upload_id, (unsigned long long)expected, (unsigned long long)total,
                         wait > 0 ? "no chunk in time" : "the stream lived too long");
