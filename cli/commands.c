@@ -46,7 +46,7 @@ const Command cli_commands[] = {
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
-     "[--gpus N] [--seed S] [--init-from HFDIR]",
+     "[--gpus N] [--seed S] [--init-from HFDIR] [--max-memory BYTES]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -61,6 +61,9 @@ const Command cli_commands[] = {
      "                its own batch of B x T (default 1)\n"
      "  --init-from HFDIR  the pretrained folder the federation started from, held here:\n"
      "                round 0 is built from it when its SHA-256 matches, not downloaded\n"
+     "  --max-memory BYTES  the most memory the site may take (16G, 512M); a federation\n"
+     "                whose model needs more is refused before anything is allocated\n"
+     "                (default: what the machine has available)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},

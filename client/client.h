@@ -53,6 +53,10 @@ typedef struct SiteRunOptions {
     /* a Hugging Face GPT-2 folder the site holds: when the federation
      * started from the same model, round 0 is built from it, not downloaded */
     const char *init_from;
+    /* the most memory this site may take (bytes); 0: what the machine has
+     * available when it starts. A federation whose model needs more is
+     * refused before anything is allocated. */
+    uint64_t max_memory;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

@@ -247,6 +247,37 @@ static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round
     }
 }
 
+/* The memory the site may take: --max-memory, or what the machine has
+ * available now (MemAvailable). */
+static double memory_available(const SiteRunOptions *o) {
+    if (o->max_memory) return (double)o->max_memory;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb > 0) return kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * page : 0;
+}
+
+/* Refuses a model this site cannot hold: its training state, the round's
+ * copy of θ, the error-feedback residual, a download and the update. */
+static int check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err) {
+    int B = o->batch > 0 ? o->batch : 8, T = o->seq > 0 ? o->seq : (cfg->T < 128 ? cfg->T : 128);
+    double n = gpt_config_params(cfg);
+    double need = gpt_train_bytes(cfg, B, T) + 4.0 * n * 4;
+    double have = memory_available(o);
+    if (have <= 0 || need <= have) return 0;
+    return err_set(err,
+                   "the federation's model (%.3g billion parameters) needs about %.1f GB here "
+                   "and this site has %.1f GB%s; run the site on a larger machine, or with a "
+                   "smaller --batch",
+                   n / 1e9, need / 1e9, have / 1e9,
+                   o->max_memory ? " (--max-memory)" : " available");
+}
+
 /* ---- the site's state, written atomically after each round ---------------------- */
 
 /* SITEDIR/state/: inner.opt.safetensors (AdamW's moments, kept across
@@ -423,6 +454,10 @@ int client_run(const SiteRunOptions *o, char *err) {
                 hr->model);
         goto out;
     }
+    /* what the coordinator's shape would take here, before any of it is
+     * allocated: a shape is the coordinator's claim, and this machine's
+     * memory the site's own */
+    if (check_memory(o, &cfg, err) != 0) goto out;
     /* the federation's initial model, drawn from its seed as the
      * coordinator drew it: when it is the current model, no download */
     if (gpt_build(&m, &cfg, hr->model_seed, err) != 0) goto out;

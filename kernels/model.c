@@ -36,6 +36,19 @@ int gpt_config_preset(const char *name, GPTConfig *cfg) {
     return -1;
 }
 
+double gpt_config_params(const GPTConfig *c) {
+    double C = c->C, L = c->L;
+    return (double)c->Vp * C + (double)c->T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+}
+
+double gpt_train_bytes(const GPTConfig *c, int B, int T) {
+    double n = gpt_config_params(c);
+    /* parameters, gradients, AdamW's two moments; the activations and
+     * their gradients of one step (about 16 C per token per layer and the
+     * logits' chunk, twice) */
+    return 16.0 * n + 8.0 * B * T * (16.0 * c->L * c->C + 8.0 * c->C + 8192);
+}
+
 int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
                      long long T, long long V, char *err) {
     if (L < 1 || L > 256 || NH < 1 || C < 1 || C > 65536 || C % NH != 0 || T < 1 || T > (1 << 20) ||
@@ -47,8 +60,9 @@ int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C,
                        L, C, NH, T, V);
     /* the table's size, before anything is allocated: a claimed shape must
      * not be able to exhaust memory (GPT-2 XL has 1.6 billion) */
-    double params =
-        (V + 63.0) / 64 * 64 * C + (double)T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    GPTConfig probe = {.L = (int)L, .C = (int)C, .T = (int)T, .V = (int)V};
+    probe.Vp = (probe.V + 63) / 64 * 64;
+    double params = gpt_config_params(&probe);
     if (params > 4e9)
         return err_set(err,
                        "a shape of %.2f billion parameters; this strait builds at most 4 billion "

@@ -17,6 +17,12 @@ typedef struct GPTConfig {
     int V, Vp;       /* vocabulary, and padded to a multiple of 64 */
 } GPTConfig;
 
+/* Parameters of a shape (its table's size), before anything is built. */
+double gpt_config_params(const GPTConfig *cfg);
+/* About what training a shape takes in host memory at batch B x T: the
+ * parameters, their gradients, AdamW's moments and a step's activations. */
+double gpt_train_bytes(const GPTConfig *cfg, int B, int T);
+
 /* presets: tiny, small, base, gpt2-124m; -1 for an unknown name */
 int gpt_config_preset(const char *name, GPTConfig *cfg);
 /* A shape given by someone else (a config.json, a coordinator): checked to
