@@ -72,6 +72,7 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
     json_object_set_new(o, "bytes_down", json_integer(r->bytes_down));
     json_object_set_new(o, "bytes_rejected", json_integer(r->bytes_rejected));
     json_object_set_new(o, "dense_bytes", json_integer(r->dense_bytes));
+    json_object_set_new(o, "refusals_unrecorded", json_integer(r->refusals_unrecorded));
     double vs = store_dense_ratio(r->dense_bytes, r->bytes_up, r->bytes_down);
     json_object_set_new(o, "dense_ratio", vs > 0 ? json_real(vs) : json_null());
     json_object_set_new(o, "raw_bytes", json_integer(a->raw_bytes));
@@ -105,6 +106,9 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     if (r->bytes_rejected)
         n += (size_t)snprintf(notes + n, sizeof notes - n, "%.3f MB refused; ",
                               r->bytes_rejected / 1e6);
+    if (r->refusals_unrecorded)
+        n += (size_t)snprintf(notes + n, sizeof notes - n, "%lld more refused at the header; ",
+                              (long long)r->refusals_unrecorded);
     const char *lists[2] = {a->missed, a->rejected};
     const char *labels[2] = {live(a) ? "waiting for " : "missed ", "rejected "};
     for (int k = 0; k < 2 && n < sizeof notes; k++) {

@@ -218,6 +218,7 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->bytes_down = (uint64_t)r->bytes_down;
     row->bytes_rejected = (uint64_t)r->bytes_rejected;
     row->dense_bytes = (uint64_t)r->dense_bytes;
+    row->refusals_unrecorded = (uint64_t)r->refusals_unrecorded;
     row->opened_at = r->opened_at;
     row->closed_at = r->closed_at;
     row->failed_reason = (char *)r->failed_reason;

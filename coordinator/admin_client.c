@@ -196,6 +196,7 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     r->bytes_down = (int64_t)row->bytes_down;
     r->bytes_rejected = (int64_t)row->bytes_rejected;
     r->dense_bytes = (int64_t)row->dense_bytes;
+    r->refusals_unrecorded = (int64_t)row->refusals_unrecorded;
     r->opened_at = row->opened_at;
     r->closed_at = row->closed_at;
     snprintf(r->failed_reason, sizeof r->failed_reason, "%s", row->failed_reason);

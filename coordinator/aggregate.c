@@ -46,14 +46,20 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median_of(const double *v, int n) {
+double round_median(const double *v, int n, int lower) {
+    if (n <= 0) return NAN;
     double *c = malloc(sizeof(double) * (size_t)n);
-    if (c == NULL) return 0;
+    if (c == NULL) return NAN;
     memcpy(c, v, sizeof(double) * (size_t)n);
     qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    double m = n % 2 ? c[n / 2] : lower ? c[n / 2 - 1] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     free(c);
     return m;
+}
+
+static double median_of(const double *v, int n) {
+    double m = round_median(v, n, 0);
+    return isnan(m) ? 0 : m;
 }
 
 /* The update's own checks (codec_blob_check: header, sections, checksums,
@@ -195,6 +201,14 @@ const char *aggregate_rule_name(AggregateRule rule) {
     return RULES[rule].name;
 }
 
+int aggregate_trim_count(double trim, int n_updates) {
+    int drop = (int)floor(trim * n_updates);
+    /* a trim asked for removes at least one from each end once there are
+     * three: floor(0.1 x 3) = 0 would make the robust rule a plain mean */
+    if (trim > 0 && drop == 0 && n_updates >= 3) drop = 1;
+    return drop;
+}
+
 const char *aggregate_rule_names(void) {
     return "mean, median or trimmed_mean";
 }
@@ -307,7 +321,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             return -1;
         }
     }
-    int drop = rule == AGG_TRIMMED_MEAN ? (int)floor(trim * n_updates) : 0;
+    int drop = rule == AGG_TRIMMED_MEAN ? aggregate_trim_count(trim, n_updates) : 0;
     int rc = 0;
     /* block by block, with every core: the updates' cursors decode side by
      * side, then each coordinate's column is sorted on its own (a column is

@@ -171,6 +171,10 @@ typedef struct RoundGate {
 } RoundGate;
 
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err);
+/* The median of v (NaN when n is 0); of an even count, the mean of the
+ * middle two, or with lower the smaller: a bound taken from it then
+ * follows the lesser of two sites, not the one that claims more. */
+double round_median(const double *v, int n, int lower);
 void round_sum_free(RoundSum *rs);
 /* The update's own checks, needing nothing of a round (so no lock): header,
  * sections, checksums, finite values, the model it is for (n values of
@@ -211,6 +215,9 @@ int aggregate_rule_parse(const char *name, AggregateRule *out);
 const char *aggregate_rule_name(AggregateRule rule);
 /* "mean, median or trimmed_mean", for messages */
 const char *aggregate_rule_names(void);
+/* How many updates trimmed_mean drops from each end of n: floor(trim × n),
+ * and at least 1 when trim > 0 and n ≥ 3. */
+int aggregate_trim_count(double trim, int n_updates);
 /* 1 when the rule keeps the updates whole until the round closes */
 int aggregate_rule_keeps_updates(AggregateRule rule);
 

@@ -22,6 +22,7 @@
 /* federation.ini's [rounds], [codec], [optimizer], [model] and the upload
  * limits of [limits], read and checked whole before anything changes. */
 typedef struct RoundsSettings {
+    /* min_sites 0: a quorum, more than half of the active sites (rounds_quorum) */
     int64_t total, min_sites, deadline_ms, inner_steps, max_extensions;
     int64_t budget_ms; /* training time per round at a site; 0: H steps, however long */
     int64_t seed;
@@ -30,7 +31,12 @@ typedef struct RoundsSettings {
     int64_t batch, seq;
     double outer_lr, momentum, trim;
     double adam_eps;         /* [optimizer] eps: FedAdam's adaptivity τ */
-    double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_r‖ from the first update (0: off) */
+    double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_0‖ (θ at the start) from the first update (0: off) */
+    /* after a round with a quorum: ‖Δ‖ ≤ norm_bound × the median of recent
+     * rounds' median accepted norms (0: off) */
+    double norm_bound;
+    double clip;       /* mean: an update is scaled down to clip × the round's median norm (0: off) */
+    double weight_cap; /* a weight counts at most weight_cap × the round's median claim (0: off) */
     AggregateRule rule;      /* [rounds] aggregate */
     int keeps_updates;       /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
     char recipe[16];         /* [recipe] name: the defaults below came from it */
@@ -41,6 +47,9 @@ typedef struct RoundsSettings {
     OuterKind outer;
     int64_t spool_bytes, spool_site_bytes; /* 0 per site: three updates' worth */
     int64_t upload_header_ms, upload_idle_ms, upload_life_ms;
+    int64_t upload_min_rate, upload_grace_ms; /* bytes/s an upload keeps up after its grace */
+    int64_t refusals;  /* refused updates a site may send a round before it is refused at the header */
+    int64_t downloads; /* GetModel calls a site may make a round */
 } RoundsSettings;
 
 /* A model as GetModel serves it: the checkpoint file mapped read-only (page
@@ -61,6 +70,29 @@ typedef struct Waiter {
     char site[65];
 } Waiter;
 
+/* An accepted update as the round holds it until it closes: the claims it
+ * is judged by there (the weight against the round's median claim, the
+ * norm against the median norm), its reports, and for the mean its bytes —
+ * the map of its spooled upload (unlinked; pages let go once it is added),
+ * so that a close that must re-weigh or clip updates can add them again. */
+typedef struct RoundUpdate {
+    double weight, norm;             /* claimed tokens; ‖Δ‖ */
+    double train, eval, start_eval;  /* reported losses (NaN: none) */
+    uint8_t *data;                   /* owned map; NULL for the robust rules (kept files) */
+    size_t len, mapped;
+} RoundUpdate;
+
+/* What one site did in the open round beyond its update, keyed by site id. */
+typedef struct RoundSiteCount {
+    int64_t site_id;
+    int refused;        /* updates refused */
+    int downloads;      /* GetModel calls */
+    int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
+} RoundSiteCount;
+
+#define ROUND_SITE_COUNTS 1024
+#define NORM_HISTORY      5 /* rounds whose median norms set the bound */
+
 typedef struct Rounds {
     GPT model;          /* θ of the current round in model.params; owned */
     OuterOpt outer;     /* owned */
@@ -80,8 +112,14 @@ typedef struct Rounds {
     int64_t number, round_id, opened_ms;
     int extensions, finished;
     char reported[MAX_REPORTS][65];
+    RoundUpdate upd[MAX_REPORTS]; /* beside reported, one per accepted update; owned */
     int n_reported;
-    double eval_sum, eval_weight; /* token-weighted eval loss of the round */
+    RoundSiteCount counts[ROUND_SITE_COUNTS]; /* this round's, reset when it opens */
+    int n_counts;
+    int64_t refusals_unrecorded; /* refusals of this round past the rows kept */
+    double theta0_norm;          /* ‖θ‖ when this coordinator started: max_update_ratio's base */
+    double norm_history[NORM_HISTORY]; /* median accepted norms of recent rounds with a quorum */
+    int n_history;
     Served *ckpt;                 /* the current model's checkpoint, served by GetModel; a ref */
     uint8_t theta_sha[32];        /* SHA-256 of θ_r's parameters: an update's base must be it */
     /* the way from the previous round's model to the current one, for sites
@@ -128,7 +166,11 @@ typedef struct RoundClosing {
     RoundSum sum; /* owned: moved out of Rounds */
     char kept_owner[MAX_REPORTS][32];
     int n_kept, n_reported;
-    double eval; /* token-weighted eval loss of the round, NaN if none */
+    RoundUpdate upd[MAX_REPORTS]; /* moved from Rounds */
+    char site[MAX_REPORTS][65];
+    double eval;   /* the median of the eval losses reported, NaN if none */
+    double median_norm; /* of the accepted updates */
+    int quorum;    /* the round had its quorum when it closed */
 } RoundClosing;
 
 /* What a commit makes and an install puts in place; owned. */
@@ -152,6 +194,17 @@ RoundClosing *rounds_close(Coordinator *co);
  * waiters; frees c. */
 void rounds_commit(Coordinator *co, RoundClosing *c);
 int64_t rounds_active_sites(Coordinator *co);
+/* The sites a round needs: min_sites, or more than half of the active ones. */
+int64_t rounds_quorum(Coordinator *co);
+/* Under rounds.lock: the open round's counts for a site (made on first use;
+ * NULL when the table is full). */
+RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
+/* Under rounds.lock: fails the open round when a site that reported in it
+ * has been revoked since, so that it reopens without that site's update;
+ * 1 when it did. */
+int rounds_drop_revoked(Coordinator *co);
+/* Frees what a round's accepted updates hold. */
+void round_updates_free(RoundUpdate *u, int n);
 /* Answers the parked WaitRounds whose round has moved, whose poll has
  * expired, or (all) every one; outside rounds.lock. */
 void rounds_answer_waiters(Coordinator *co, int all);
@@ -193,6 +246,7 @@ typedef struct Coordinator {
     char admin_sha[65];
     char address[256]; /* where it is bound: host:port */
     long site_cert_days;
+    int64_t renew_overlap_ms;  /* the certificate a renewal replaces stays valid this long */
     Store *store; /* owned, guarded by store_lock */
     pthread_mutex_t store_lock;
     int64_t started_ms;

@@ -70,15 +70,21 @@ static const char ini_template[] =
     "; rounds to train, then the federation is finished\n"
     "total = %d\n"
     "; a round closes when every active site has reported, or when this many\n"
-    "; have and its deadline has passed\n"
-    "min_sites = %d\n"
+    "; have and its deadline has passed: a number, or quorum (more than half of\n"
+    "; the active sites)\n"
+    "min_sites = %s\n"
     "deadline = %s\n"
     "; a round short of quorum is extended this many deadlines, then failed and reopened\n"
     "max_extensions = 3\n"
     "; how updates combine: mean (weighted by tokens, streaming), or for untrusted\n"
-    "; sites median or trimmed_mean (coordinate-wise; trim from each end)\n"
+    "; sites median or trimmed_mean (coordinate-wise; trim from each end, at least\n"
+    "; one update each once there are three)\n"
     "aggregate = mean\n"
     "trim = 0.1\n"
+    "; the mean: an update counts at most weight_cap x the round's median claim of\n"
+    "; tokens, and is scaled down to clip x the round's median norm (0: off)\n"
+    "weight_cap = 2\n"
+    "clip = 3\n"
     "; local AdamW steps each site takes per round (DiLoCo's H)\n"
     "inner_steps = %d\n"
     "; or fewer: a site stops after this much training time in a round (slow sites then\n"
@@ -88,9 +94,12 @@ static const char ini_template[] =
     "; sequences of seq tokens (seq defaults to the model's context); an update that\n"
     "; claims more than inner_steps x batch x seq tokens is refused\n"
     "batch = 64\n"
-    "; an update whose norm is over this many times the model's is refused, from the\n"
-    "; first update of the first round on (0: off)\n"
+    "; an update whose norm is over this many times the model's (as it was when the\n"
+    "; coordinator started) is refused, from the first update of the first round on\n"
+    "; (0: off); once a round with a quorum has committed, so is one over norm_bound\n"
+    "; x the median of recent rounds' median norms\n"
     "max_update_ratio = 2\n"
+    "norm_bound = 4\n"
     "\n"
     "[recipe]\n"
     "; codecs and outer optimizer known to train together (docs/tuning.md):\n"
@@ -126,6 +135,9 @@ static const char ini_template[] =
     "site_cert_days = 90\n"
     "; how long an enrollment token stays usable (strait site enroll --ttl overrides)\n"
     "token_ttl = 24h\n"
+    "; the certificate a renewal replaces stays valid this long; no renewal is taken\n"
+    "; meanwhile\n"
+    "renew_overlap = 10m\n"
     "\n"
     "[limits]\n"
     "; handler threads; calls beyond them are answered RESOURCE_EXHAUSTED\n"
@@ -142,6 +154,19 @@ static const char ini_template[] =
     "upload_header = 30s\n"
     "upload_idle = 60s\n"
     "upload_life = 1h\n"
+    "; past upload_grace, an upload must average upload_min_rate bytes/s (0: off)\n"
+    "upload_min_rate = 16384\n"
+    "upload_grace = 10s\n"
+    "; updates of a site refused in a round before it is refused at the header\n"
+    "refusals_per_round = 3\n"
+    "; model downloads one site may make in a round\n"
+    "downloads_per_round = 4\n"
+    "; TCP connections held at once, in all and from one address not yet seen with\n"
+    "; a site's or the admin's certificate (a quarter of them kept for those), and\n"
+    "; HTTP/2 streams open at once on one connection\n"
+    "connections = 4096\n"
+    "connections_per_address = 128\n"
+    "streams_per_connection = 32\n"
     "; failed joins from one address in a minute before it is refused for the minute\n"
     "join_failures = 10\n"
     "; bytes one upload may have in flight to the coordinator (fixed, so memory is\n"
@@ -286,9 +311,10 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         }
     }
     model_section(model_ini, sizeof model_ini, o, &pre, init_sha, source_sha);
-    char ini[6144];
+    char ini[8192], min_sites[24] = "quorum";
+    if (o->min_sites > 0) snprintf(min_sites, sizeof min_sites, "%d", o->min_sites);
     snprintf(ini, sizeof ini, ini_template, name, listen, advertise, model_ini,
-             o->rounds > 0 ? o->rounds : 100, o->min_sites > 0 ? o->min_sites : 1,
+             o->rounds > 0 ? o->rounds : 100, min_sites,
              o->deadline ? o->deadline : "10m", o->inner_steps > 0 ? o->inner_steps : 50,
              o->recipe ? o->recipe : "diloco", o->uplink ? "" : "; ",
              o->uplink ? o->uplink : "int8");

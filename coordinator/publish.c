@@ -176,6 +176,51 @@ out:
     return rc;
 }
 
+/* The round's mean, with no update weighing more than weight_cap × the
+ * round's (lower) median claim, nor reaching further than clip × its
+ * median norm: a site inside every bound of its own cannot take the mean
+ * over. When no update is beyond either, the sum streamed as the updates
+ * came is the mean (the same bits); else the updates are added again from
+ * their maps with their weights capped and their norms clipped. */
+static int weighed_mean(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
+    Rounds *r = &co->rounds;
+    int n = c->n_reported;
+    double claimed[MAX_REPORTS], norms[MAX_REPORTS], weight[MAX_REPORTS], scale[MAX_REPORTS];
+    for (int i = 0; i < n; i++) claimed[i] = c->upd[i].weight, norms[i] = c->upd[i].norm;
+    double wcap = r->set.weight_cap > 0 ? r->set.weight_cap * round_median(claimed, n, 1) : INFINITY;
+    double ncap = r->set.clip > 0 ? r->set.clip * round_median(norms, n, 1) : INFINITY;
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+        weight[i] = claimed[i] > wcap ? wcap : claimed[i];
+        scale[i] = norms[i] > ncap && norms[i] > 0 ? ncap / norms[i] : 1.0;
+        if (weight[i] == claimed[i] && scale[i] == 1.0) continue;
+        changed = 1;
+        log_warn("rounds",
+                 "round %lld: the update of %s counts %.0f of its %.0f tokens and %.3g of its norm "
+                 "%.4g (caps: %g x the round's median claim, %g x its median norm)",
+                 (long long)c->number, c->site[i], weight[i], claimed[i], scale[i], norms[i],
+                 r->set.weight_cap, r->set.clip);
+    }
+    if (!changed) return round_sum_mean(&c->sum, mean, err);
+    RoundSum rs;
+    if (round_sum_init(&rs, r->model.n_params, r->model.table_hash, 0, err) != 0) return -1;
+    double total = 0;
+    char why[ERR_LEN];
+    for (int i = 0; i < n; i++) {
+        if (c->upd[i].data == NULL ||
+            round_sum_add(&rs, c->upd[i].data, c->upd[i].len, weight[i] * scale[i], why) != 0) {
+            round_sum_free(&rs);
+            return err_set(err, "cannot add the update of %s again: %s", c->site[i],
+                           c->upd[i].data ? why : "its bytes were not kept");
+        }
+        total += weight[i];
+    }
+    rs.weight = total; /* clipped updates weigh their weight: the clip shortens them */
+    int rc = round_sum_mean(&rs, mean, err);
+    round_sum_free(&rs);
+    return rc;
+}
+
 double round_l2_norm(const float *x, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
@@ -222,8 +267,8 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
         err_set(err, "out of memory for the outer step");
         goto out;
     }
-    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err)
-                              : round_sum_mean(&c->sum, mean, err)) != 0 ||
+    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err) : weighed_mean(co, c, mean, err)) !=
+            0 ||
         outer_clone(&r->outer, &nx->outer, err) != 0)
         goto out;
     float *theta = nx->theta;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "coordinator_internal.h"
 #include "schema/strait.pb-c.h"
@@ -35,6 +36,20 @@ static void h_get_model(NetCall *c, void *user) {
     }
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
+    /* downloads per site and round are bounded, and bytes_down counts each
+     * model once per site and round, however often it is fetched */
+    RoundSiteCount *sc = rounds_site_count(r, site.id);
+    if (sc && sc->downloads >= r->set.downloads) {
+        int64_t number = r->number;
+        pthread_mutex_unlock(&r->lock);
+        if (req) strait__get_model_request__free_unpacked(req, NULL);
+        net_call_status(c, NET_RESOURCE_EXHAUSTED,
+                        "site %s has downloaded the model %d times in round %lld, the limit "
+                        "([limits] downloads_per_round); retry when the round moves",
+                        site.name, sc->downloads, (long long)number);
+        return;
+    }
+    if (sc) sc->downloads++;
     /* the delta when the site holds the model it applies to, else the whole
      * checkpoint; a reference, not a copy: a round that commits meanwhile
      * installs another, and the last download of this one frees it */
@@ -47,7 +62,9 @@ static void h_get_model(NetCall *c, void *user) {
     Served *sv = delta ? r->delta : r->ckpt;
     sv->refs++;
     uint64_t number = (uint64_t)r->number;
-    r->bytes_down += (int64_t)sv->len;
+    int *counted = sc ? (delta ? &sc->got_delta : &sc->got_ckpt) : NULL;
+    if (counted == NULL || !*counted) r->bytes_down += (int64_t)sv->len;
+    if (counted) *counted = 1;
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
     NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
@@ -192,12 +209,29 @@ static void h_push_update(NetCall *c, void *user) {
     if (coordinator_authorize_site(co, c, &site) != 0) return;
     char owner[32], err[ERR_LEN];
     snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
+    /* a site refused often in this round is refused at the header: its
+     * stream is not read and no row is written, only counted */
+    pthread_mutex_lock(&r->lock);
+    RoundSiteCount *sc = rounds_site_count(r, site.id);
+    int refused = sc ? sc->refused : 0;
+    int64_t open_number = r->number;
+    if (refused >= r->set.refusals) r->refusals_unrecorded++;
+    pthread_mutex_unlock(&r->lock);
+    if (refused >= r->set.refusals) {
+        net_call_status(c, NET_FAILED_PRECONDITION,
+                        "site %s had %d updates refused in round %lld; it is refused until the "
+                        "round moves ([limits] refusals_per_round)",
+                        site.name, refused, (long long)open_number);
+        return;
+    }
     /* fixed at start: read without the lock */
     NetLimits lim = {.max_total = r->max_update_bytes,
                      .purpose = "update",
                      .header_ms = r->set.upload_header_ms,
                      .idle_ms = r->set.upload_idle_ms,
-                     .life_ms = r->set.upload_life_ms};
+                     .life_ms = r->set.upload_life_ms,
+                     .min_rate = (uint64_t)r->set.upload_min_rate,
+                     .grace_ms = r->set.upload_grace_ms};
     NetReceived got;
     uint64_t t0 = time_monotonic_ns();
     NetStatus st = net_upload_receive(c, r->spool, owner, &lim, &got, err);
@@ -280,16 +314,29 @@ static void h_push_update(NetCall *c, void *user) {
     if (accepted) {
         if (r->set.keeps_updates)
             snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
-        snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
-        if (isfinite(meta->eval_loss)) {
-            r->eval_sum += meta->eval_loss * (double)meta->tokens;
-            r->eval_weight += (double)meta->tokens;
+        RoundUpdate *u = &r->upd[r->n_reported];
+        memset(u, 0, sizeof *u);
+        u->weight = weight, u->norm = g.norm;
+        u->train = meta->train_loss, u->eval = meta->eval_loss;
+        u->start_eval = meta->start_eval_loss;
+        if (!r->set.keeps_updates) {
+            /* the mean keeps the update's map (its unlinked spool file) for a
+             * close that must weigh or clip it again; the pages it read go */
+            u->data = got.data, u->len = got.length, u->mapped = got.mapped;
+            got.data = NULL, got.mapped = 0;
+            if (u->mapped) madvise(u->data, u->mapped, MADV_DONTNEED);
         }
+        snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
+    } else if (strcmp(code, "internal") != 0) { /* the coordinator's failures are not the site's */
+        RoundSiteCount *now = rounds_site_count(r, site.id);
+        if (now) now->refused++;
     }
     /* early close: every active site is in, and never below quorum (a site
-     * that reports before the others have joined must not make a round) */
+     * that reports before the others have joined must not make a round),
+     * and none of them revoked since */
     RoundClosing *closing = NULL;
-    if (accepted && r->n_reported >= rounds_active_sites(co) && r->n_reported >= r->set.min_sites)
+    if (accepted && r->n_reported >= rounds_active_sites(co) &&
+        r->n_reported >= rounds_quorum(co) && !rounds_drop_revoked(co))
         closing = rounds_close(co);
     pthread_mutex_unlock(&r->lock);
     if (kept_here && !accepted) net_spool_drop(r->spool, owner, kept);

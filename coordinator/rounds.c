@@ -32,12 +32,62 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "coordinator_internal.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "util/util.h"
+
+void round_updates_free(RoundUpdate *u, int n) {
+    for (int i = 0; i < n; i++) {
+        if (u[i].mapped)
+            munmap(u[i].data, u[i].mapped);
+        else
+            free(u[i].data);
+        u[i].data = NULL, u[i].mapped = 0;
+    }
+}
+
+/* The refusals of the open round that got no row, added to its record.
+ * Under r->lock. */
+static void flush_refusals(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    if (r->refusals_unrecorded == 0 || r->round_id <= 0) return;
+    pthread_mutex_lock(&co->store_lock);
+    if (store_round_refusals_unrecorded(co->store, r->round_id, r->refusals_unrecorded, NULL) == 0)
+        r->refusals_unrecorded = 0;
+    pthread_mutex_unlock(&co->store_lock);
+}
+
+/* The absolute norm bound of the next round: max_update_ratio × ‖θ‖ at the
+ * start (not the current ‖θ‖, which an attack that got through would have
+ * grown), and once a round with a quorum has committed, norm_bound × the
+ * median of recent rounds' median accepted norms, whichever is lower. */
+static double norm_bound(const Rounds *r) {
+    double bound = r->set.max_update_ratio > 0 ? r->set.max_update_ratio * r->theta0_norm : 0;
+    if (r->set.norm_bound > 0 && r->n_history > 0) {
+        double h = r->set.norm_bound * round_median(r->norm_history, r->n_history, 0);
+        if (h > 0 && (bound == 0 || h < bound)) bound = h;
+    }
+    return bound;
+}
+
+RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
+    for (int i = 0; i < r->n_counts; i++)
+        if (r->counts[i].site_id == site_id) return &r->counts[i];
+    if (r->n_counts == ROUND_SITE_COUNTS) return NULL;
+    RoundSiteCount *c = &r->counts[r->n_counts++];
+    memset(c, 0, sizeof *c);
+    c->site_id = site_id;
+    return c;
+}
+
+int64_t rounds_quorum(Coordinator *co) {
+    if (co->rounds.set.min_sites > 0) return co->rounds.set.min_sites;
+    return rounds_active_sites(co) / 2 + 1;
+}
 
 /* Opens round r->number (its store row, an empty sum); r->bytes_down goes
  * on counting from what the last record left of it. An attempt whose
@@ -49,6 +99,7 @@ static int open_round(Coordinator *co, char *err) {
     RoundSum sum;
     int64_t now = time_wall_ms();
     int rc = round_sum_init(&sum, r->model.n_params, r->model.table_hash, 10.0, err);
+    flush_refusals(co); /* the attempt that ends: its own */
     if (rc == 0) {
         pthread_mutex_lock(&co->store_lock);
         if (r->stale_id > 0 && (rc = store_round_fail(co->store, r->stale_id, r->stale_reason,
@@ -67,12 +118,14 @@ static int open_round(Coordinator *co, char *err) {
     r->extensions = 0;
     round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     r->n_kept = 0;
+    round_updates_free(r->upd, r->n_reported);
     r->n_reported = 0;
-    r->eval_sum = r->eval_weight = 0;
+    r->n_counts = 0;
+    r->refusals_unrecorded = 0;
     r->closing = 0;
     round_sum_free(&r->sum);
     r->sum = sum;
-    r->sum.max_norm = r->set.max_update_ratio * r->theta_norm;
+    r->sum.max_norm = norm_bound(r);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
 }
@@ -115,9 +168,67 @@ RoundClosing *rounds_close(Coordinator *co) {
     c->n_kept = r->n_kept;
     r->n_kept = 0;
     c->n_reported = r->n_reported;
-    c->eval = r->eval_weight > 0 ? r->eval_sum / r->eval_weight : NAN;
+    /* reported losses are claims: the round shows their median */
+    double evals[MAX_REPORTS], norms[MAX_REPORTS];
+    int n_evals = 0;
+    for (int i = 0; i < r->n_reported; i++) {
+        if (isfinite(r->upd[i].eval)) evals[n_evals++] = r->upd[i].eval;
+        norms[i] = r->upd[i].norm;
+    }
+    c->eval = round_median(evals, n_evals, 0);
+    c->median_norm = round_median(norms, r->n_reported, 1);
+    c->quorum = r->n_reported >= rounds_quorum(co);
+    memcpy(c->upd, r->upd, sizeof c->upd[0] * (size_t)r->n_reported); /* the maps move too */
+    memcpy(c->site, r->reported, sizeof c->site[0] * (size_t)r->n_reported);
+    /* the updates are the commit's now; the names stay for WaitRound's answers */
+    memset(r->upd, 0, sizeof r->upd[0] * (size_t)c->n_reported);
+    flush_refusals(co);
     r->closing = 1;
     return c;
+}
+
+/* Flags the reports far from the others': a site that says its update
+ * made the model much better, or worse, than every other site saw. Only
+ * with three reports or more (two cannot say which one is off). */
+static void flag_disputed_losses(Coordinator *co, const RoundClosing *c) {
+    if (!isfinite(c->eval)) return;
+    int n = 0;
+    for (int i = 0; i < c->n_reported; i++) n += isfinite(c->upd[i].eval);
+    if (n < 3) return;
+    double tol = fmax(0.5, 0.25 * c->eval);
+    for (int i = 0; i < c->n_reported; i++) {
+        double e = c->upd[i].eval;
+        if (!isfinite(e) || fabs(e - c->eval) <= tol) continue;
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "round %lld: reported eval loss %.4f, the round's median %.4f", (long long)c->number,
+                 e, c->eval);
+        log_warn("rounds", "site %s's loss report disagrees with the others: %s", c->site[i],
+                 detail);
+        pthread_mutex_lock(&co->store_lock);
+        store_event_add(co->store, c->site[i], "update.loss_disputed", detail, time_wall_ms(), NULL);
+        pthread_mutex_unlock(&co->store_lock);
+    }
+}
+
+int rounds_drop_revoked(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    if (r->closing || r->finished || r->n_reported == 0) return 0;
+    const char *gone = NULL;
+    pthread_mutex_lock(&co->store_lock);
+    for (int i = 0; i < r->n_reported && !gone; i++) {
+        StoreSite s;
+        if (store_site_get(co->store, r->reported[i], &s, NULL) == 0 &&
+            strcmp(s.state, "active") != 0)
+            gone = r->reported[i];
+    }
+    pthread_mutex_unlock(&co->store_lock);
+    if (gone == NULL) return 0;
+    char reason[200];
+    snprintf(reason, sizeof reason,
+             "site %s was revoked with an update in the round; it reopens without it", gone);
+    fail_round(co, reason); /* the others send theirs again: the same bytes */
+    return 1;
 }
 
 void rounds_commit(Coordinator *co, RoundClosing *c) {
@@ -130,6 +241,13 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     pthread_mutex_lock(&r->lock);
     if (rc == 0) { /* committed: publish, nothing below can fail */
         round_next_install(co, &nx);
+        if (c->quorum && c->median_norm > 0) { /* the bound follows the honest rounds */
+            if (r->n_history == NORM_HISTORY)
+                memmove(r->norm_history, r->norm_history + 1,
+                        sizeof r->norm_history[0] * (NORM_HISTORY - 1)),
+                    r->n_history--;
+            r->norm_history[r->n_history++] = c->median_norm;
+        }
         r->last_commit_s = took;
         log_info("rounds", "round %lld committed in %.2f s: %d sites, eval loss %.4f",
                  (long long)c->number, took, c->n_reported, c->eval);
@@ -157,7 +275,9 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     if (fresh) codec_checked_free(r->pool), r->pool = fresh;
     pthread_mutex_unlock(&r->reading);
     round_next_free(&nx);
+    if (rc == 0) flag_disputed_losses(co, c);
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
+    round_updates_free(c->upd, c->n_reported);
     round_sum_free(&c->sum);
     free(c);
     rounds_answer_waiters(co, 0);
@@ -238,7 +358,8 @@ static void cancel_revoked(Coordinator *co) {
         pthread_mutex_lock(&co->store_lock);
         int rc = store_cert_find(co->store, peers[i], &site, &cert, NULL);
         pthread_mutex_unlock(&co->store_lock);
-        if (rc == 0 && (strcmp(site.state, "active") != 0 || cert.revoked_at != 0)) {
+        int retired = rc == 0 && cert.revoked_at != 0 && cert.revoked_at <= time_wall_ms();
+        if (rc == 0 && (strcmp(site.state, "active") != 0 || retired)) {
             int k = net_server_cancel_peer(srv, peers[i], "this site has been revoked");
             log_warn("rounds", "site %s is revoked: %d call%s in flight cancelled", site.name, k,
                      k == 1 ? "" : "s");
@@ -272,25 +393,30 @@ static void *ticker_main(void *arg) {
                 r->reopen_logged_ms = now + 30000; /* a line every 30 s while it lasts */
             }
         }
+        int check = now >= r->revocation_check_ms;
+        if (check) { /* a revoked site's update leaves the open round */
+            r->revocation_check_ms = now + 1000;
+            rounds_drop_revoked(co);
+            flush_refusals(co);
+        }
         if (!r->finished && !r->closing &&
             now >= r->opened_ms + r->set.deadline_ms * (r->extensions + 1)) {
-            if (r->n_reported >= r->set.min_sites && r->sum.accepted > 0) {
-                closing = rounds_close(co);
+            int64_t quorum = rounds_quorum(co);
+            if (r->n_reported >= quorum && r->sum.accepted > 0) {
+                if (!rounds_drop_revoked(co)) closing = rounds_close(co);
             } else if (r->extensions < r->set.max_extensions) {
                 r->extensions++;
                 log_warn("rounds",
                          "round %lld: %d of %lld sites by the deadline; extended (%d/%lld)",
-                         (long long)r->number, r->n_reported, (long long)r->set.min_sites,
-                         r->extensions, (long long)r->set.max_extensions);
+                         (long long)r->number, r->n_reported, (long long)quorum, r->extensions,
+                         (long long)r->set.max_extensions);
             } else {
                 char reason[160];
                 snprintf(reason, sizeof reason, "no quorum: %d of %lld sites after %d extensions",
-                         r->n_reported, (long long)r->set.min_sites, r->extensions);
+                         r->n_reported, (long long)quorum, r->extensions);
                 fail_round(co, reason);
             }
         }
-        int check = now >= r->revocation_check_ms;
-        if (check) r->revocation_check_ms = now + 1000;
         pthread_mutex_unlock(&r->lock);
         if (closing) rounds_commit(co, closing); /* answers the waiters it can */
         rounds_answer_waiters(co, 0);
@@ -320,6 +446,26 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->model_sha256.data = model_sha;
     hr->model_sha256.len = 32;
     pthread_mutex_unlock(&r->lock);
+}
+
+/* A robust rule that cannot protect at the round sizes configured says so
+ * at start, in one line: two updates have no median but their mean, and a
+ * trim of 0 removes nothing. */
+static void warn_weak_rule(Coordinator *co) {
+    Rounds *r = &co->rounds;
+    if (!r->set.keeps_updates) return;
+    int64_t n = rounds_quorum(co);
+    const char *rule = aggregate_rule_name(r->set.rule);
+    if (r->set.rule == AGG_TRIMMED_MEAN && aggregate_trim_count(r->set.trim, (int)n) == 0)
+        log_warn("rounds",
+                 "aggregate = trimmed_mean with trim = %g removes no update from a round of %lld "
+                 "(min_sites): such a round is a plain mean; raise min_sites to 3 or more",
+                 r->set.trim, (long long)n);
+    else if (n < 3)
+        log_warn("rounds",
+                 "aggregate = %s over a round of %lld update%s (min_sites) is their mean; it "
+                 "protects from one bad site with 3 or more: raise min_sites",
+                 rule, (long long)n, n == 1 ? "" : "s");
 }
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
@@ -370,6 +516,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
     if (round_publish_model(co, initial, err) != 0) return -1;
     r->theta_norm = round_l2_norm(r->model.params, r->model.n_params);
+    r->theta0_norm = r->theta_norm;
     r->last_commit_s = NAN;
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
     if (r->number >= r->set.total) {
@@ -377,6 +524,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     } else if (open_round(co, err) != 0) {
         return -1;
     }
+    warn_weak_rule(co);
     pthread_create(&r->ticker, NULL, ticker_main, co);
     return 0;
 }
@@ -398,6 +546,7 @@ void rounds_stop(Coordinator *co) {
     assert(r->n_waiters == 0); /* rounds_release_waiters answered them */
     free(r->waiters);
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
+    round_updates_free(r->upd, r->n_reported);
     round_sum_free(&r->sum);
     codec_checked_free(r->pool);
     outer_free(&r->outer);

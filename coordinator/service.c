@@ -42,7 +42,8 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
     int64_t now = time_wall_ms();
     pthread_mutex_lock(&co->store_lock);
     int rc = store_cert_find(co->store, p->sha256_hex, site, &cert, err);
-    if (rc == 0 && strcmp(site->state, "active") == 0 && cert.revoked_at == 0)
+    int retired = rc == 0 && cert.revoked_at != 0 && cert.revoked_at <= now;
+    if (rc == 0 && strcmp(site->state, "active") == 0 && !retired)
         store_site_touch(co->store, site->id, now, NULL);
     pthread_mutex_unlock(&co->store_lock);
     if (rc < 0) {
@@ -56,8 +57,15 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
                         p->sha256_hex);
         return -1;
     }
-    if (strcmp(site->state, "active") != 0 || cert.revoked_at != 0) {
+    if (strcmp(site->state, "active") != 0) {
         net_call_status(c, NET_PERMISSION_DENIED, "site %s is revoked", site->name);
+        return -1;
+    }
+    if (retired) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "certificate %.16s… of site %s was replaced by a renewal; use the site's "
+                        "newest (strait site run loads it when it starts)",
+                        p->sha256_hex, site->name);
         return -1;
     }
     if (cert.not_after <= now) {
@@ -102,9 +110,12 @@ static char *sign_site_csr(Coordinator *co, NetCall *c, const ProtobufCBinaryDat
 }
 
 /* Join failures per peer address in the current minute: beyond the
- * federation's limit an address is refused before any work (a token is
- * 256 bits; this is for the CPU a stream of bad joins would cost). */
-static int join_refused(Coordinator *co, const char *addr, int record) {
+ * federation's limit a join from the address is refused unless its token
+ * is good (a token is 256 bits; this is for the signatures and rows a
+ * stream of bad joins would cost, and a site behind the same NAT as a
+ * flood still joins). Returns the address's count, or with record the
+ * count after this failure; refused when it reaches the limit. */
+static int join_failures(Coordinator *co, const char *addr, int record) {
     int64_t minute = time_wall_ms() / 60000;
     pthread_mutex_lock(&co->join_lock);
     struct JoinFailures *slot = NULL, *oldest = &co->join_failures[0];
@@ -121,31 +132,32 @@ static int join_refused(Coordinator *co, const char *addr, int record) {
     }
     if (slot && slot->minute != minute) slot->minute = minute, slot->count = 0;
     if (slot && record) slot->count++;
-    int refused = slot && slot->count >= co->join_limit;
+    int count = slot ? slot->count : 0;
     pthread_mutex_unlock(&co->join_lock);
-    return refused;
+    return count;
 }
 
-/* A failed join: audited with the peer's address, counted against it. */
+#define JOIN_ROWS 3 /* failed joins per address and minute that the audit log records */
+
+/* A failed join: counted against the peer's address, and audited with it
+ * for the first JOIN_ROWS of the minute (a flood writes no more rows). */
 static void join_failed(Coordinator *co, NetCall *c, const char *site, const char *why) {
     const char *addr = net_call_peer(c)->addr;
     char detail[300];
     snprintf(detail, sizeof detail, "from %s: %s", addr, why);
+    int n = join_failures(co, addr, 1);
+    if (n > JOIN_ROWS) return;
+    if (n == JOIN_ROWS) strncat(detail, " (later failures this minute are not recorded)",
+                                sizeof detail - strlen(detail) - 1);
     pthread_mutex_lock(&co->store_lock);
     store_event_add(co->store, site, "site.join_failed", detail, time_wall_ms(), NULL);
     pthread_mutex_unlock(&co->store_lock);
-    join_refused(co, addr, 1);
     log_warn("coordinator", "join of '%.64s' refused %s", site, detail);
 }
 
 static void h_join(NetCall *c, void *user) {
     Coordinator *co = user;
-    if (join_refused(co, net_call_peer(c)->addr, 0)) {
-        net_call_status(c, NET_RESOURCE_EXHAUSTED,
-                        "too many failed joins from this address; wait a minute and check the "
-                        "token");
-        return;
-    }
+    int over = join_failures(co, net_call_peer(c)->addr, 0) >= co->join_limit;
     Strait__JoinRequest *req;
     READ_REQUEST(c, JoinRequest, strait__join_request, req);
     char err[ERR_LEN], *cert = NULL, name[80];
@@ -173,6 +185,13 @@ static void h_join(NetCall *c, void *user) {
     pthread_mutex_lock(&co->store_lock);
     StoreTokenResult r = store_token_check(co->store, hash, req->site_name, now, err);
     pthread_mutex_unlock(&co->store_lock);
+    if (over && r != STORE_TOKEN_OK) { /* counted, not recorded, no signature */
+        net_call_status(c, NET_RESOURCE_EXHAUSTED,
+                        "too many failed joins from this address; wait a minute and check the "
+                        "token");
+        join_failures(co, net_call_peer(c)->addr, 1);
+        goto out;
+    }
     if (r == STORE_TOKEN_OK) {
         /* sign before consuming: a certificate whose token fails is never returned */
         if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len,
@@ -224,6 +243,22 @@ static void h_renew(NetCall *c, void *user) {
     Coordinator *co = user;
     StoreSite site;
     if (coordinator_authorize_site(co, c, &site) != 0) return;
+    /* the certificate a renewal replaces stays valid for renew_overlap, and
+     * no renewal is taken while one is: a site holds two valid certificates
+     * at most, and renews at most once per overlap */
+    int64_t now = time_wall_ms(), until = 0;
+    pthread_mutex_lock(&co->store_lock);
+    int found = store_cert_retiring(co->store, site.id, now, &until, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    if (found == 0 && until > now) {
+        net_call_status(c, NET_RESOURCE_EXHAUSTED,
+                        "site %s renewed less than %lld s ago; renew again in %lld s, once the "
+                        "certificate that renewal replaced has retired ([security] "
+                        "renew_overlap)",
+                        site.name, (long long)(co->renew_overlap_ms / 1000),
+                        (long long)((until - now + 999) / 1000));
+        return;
+    }
     Strait__RenewRequest *req;
     READ_REQUEST(c, RenewRequest, strait__renew_request, req);
     char err[ERR_LEN], *cert = NULL;
@@ -232,7 +267,7 @@ static void h_renew(NetCall *c, void *user) {
     cert = sign_site_csr(co, c, &req->csr_pem, site.name, &rec);
     if (cert == NULL) goto out;
     pthread_mutex_lock(&co->store_lock);
-    int rc = store_cert_add(co->store, site.id, &rec, err);
+    int rc = store_cert_add(co->store, site.id, &rec, now + co->renew_overlap_ms, now, err);
     if (rc == 0)
         store_event_add(co->store, site.name, "site.renew", rec.serial, time_wall_ms(), NULL);
     pthread_mutex_unlock(&co->store_lock);
@@ -302,13 +337,13 @@ static int check_keys(const Config *cfg, char *err) {
     static const char *const model[] = {"preset", "seed",          "init", "init_sha256",
                                         "source", "source_sha256", NULL};
     static const char *const rounds[] = {
-        "total",     "min_sites", "deadline",         "max_extensions",
-        "aggregate", "trim",      "inner_steps",      "time_budget",
-        "batch",     "seq",       "max_update_ratio", NULL};
+        "total", "min_sites",   "deadline",         "max_extensions", "aggregate",  "trim",
+        "inner_steps", "time_budget", "batch", "seq", "max_update_ratio", "norm_bound",
+        "clip",  "weight_cap",  NULL};
     static const char *const recipe[] = {"name", NULL};
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};
-    static const char *const security[] = {"site_cert_days", "token_ttl", NULL};
+    static const char *const security[] = {"site_cert_days", "token_ttl", "renew_overlap", NULL};
     static const char *const limits[] = {"workers",
                                          "calls_per_site",
                                          "admin_reserve",
@@ -319,6 +354,13 @@ static int check_keys(const Config *cfg, char *err) {
                                          "upload_life",
                                          "join_failures",
                                          "stream_window",
+                                         "upload_min_rate",
+                                         "upload_grace",
+                                         "refusals_per_round",
+                                         "downloads_per_round",
+                                         "connections",
+                                         "connections_per_address",
+                                         "streams_per_connection",
                                          NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const struct {
@@ -366,7 +408,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         coordinator_free(&co);
         return -1;
     }
-    int64_t days, workers, per_site, reserve, ttl_unused, window;
+    int64_t days, workers, per_site, reserve, ttl_unused, window, conns, conns_addr, streams;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
@@ -377,6 +419,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     int bad = coordinator_check_listen(listen_addr, err) ||
               config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
               config_get_duration_ms(cfg, "security", "token_ttl", 0, &ttl_unused, err) ||
+              config_get_duration_ms(cfg, "security", "renew_overlap", 600000,
+                                     &co.renew_overlap_ms, err) ||
               config_get_int(cfg, "limits", "workers", 16, 2, 1024, &workers, err) ||
               config_get_int(cfg, "limits", "calls_per_site", NET_PER_PEER_DEFAULT, 1, 64,
                              &per_site, err) ||
@@ -384,6 +428,11 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
               config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
               config_get_int(cfg, "limits", "stream_window", NET_STREAM_WINDOW_DEFAULT, 65536,
                              1LL << 30, &window, err) ||
+              config_get_int(cfg, "limits", "connections", 4096, 16, 1 << 20, &conns, err) ||
+              config_get_int(cfg, "limits", "connections_per_address", 128, 1, 1 << 20,
+                             &conns_addr, err) ||
+              config_get_int(cfg, "limits", "streams_per_connection", 32, 4, 1024, &streams,
+                             err) ||
               model_settings_read(cfg, &co, err) ||
               rounds_settings_read(cfg, &co.model_cfg, &rs, err);
     if (!bad && reserve >= workers)
@@ -425,7 +474,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                           .workers = (int)workers,
                           .per_peer = (int)per_site,
                           .reserve = (int)reserve,
-                          .stream_window = (uint32_t)window};
+                          .stream_window = (uint32_t)window,
+                          .connections = {.total = (int)conns, .per_addr = (int)conns_addr},
+                          .max_streams = (int)streams};
     NetServer *srv = net_server_create(&sc, err);
     int port = 0;
     int rc = srv ? 0 : -1;

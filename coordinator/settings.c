@@ -164,13 +164,24 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     return gpt_read_config(co->model_init, &co->model_cfg, NULL, err);
 }
 
+/* [rounds] min_sites: a number, or quorum (the default): more than half of
+ * the active sites, whatever their number when the round is judged. */
+static int read_min_sites(const Config *cfg, int64_t *out, char *err) {
+    const char *v = config_get(cfg, "rounds", "min_sites");
+    if (v == NULL || strcmp(v, "quorum") == 0) {
+        *out = 0;
+        return 0;
+    }
+    return config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, out, err);
+}
+
 int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {
     memset(o, 0, sizeof *o);
     GPTConfig gc = *model;
     const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
     const int64_t DAY = 24LL * 3600 * 1000;
     if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||
-        config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, &o->min_sites, err) ||
+        read_min_sites(cfg, &o->min_sites, err) ||
         config_get_duration_ms(cfg, "rounds", "deadline", 600000, &o->deadline_ms, err) ||
         config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
@@ -178,6 +189,14 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
         config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
         config_get_double(cfg, "rounds", "max_update_ratio", 2.0, &o->max_update_ratio, err) ||
+        config_get_double(cfg, "rounds", "norm_bound", 4.0, &o->norm_bound, err) ||
+        config_get_double(cfg, "rounds", "clip", 3.0, &o->clip, err) ||
+        config_get_double(cfg, "rounds", "weight_cap", 2.0, &o->weight_cap, err) ||
+        config_get_int(cfg, "limits", "upload_min_rate", 16384, 0, INT64_MAX, &o->upload_min_rate,
+                       err) ||
+        config_get_duration_ms(cfg, "limits", "upload_grace", 10000, &o->upload_grace_ms, err) ||
+        config_get_int(cfg, "limits", "refusals_per_round", 3, 1, 1000000, &o->refusals, err) ||
+        config_get_int(cfg, "limits", "downloads_per_round", 4, 1, 1000000, &o->downloads, err) ||
         config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &o->seed, err) ||
         config_get_double(cfg, "rounds", "trim", 0.1, &o->trim, err) ||
         config_get_int(cfg, "limits", "spool", 64LL << 30, 1 << 20, INT64_MAX, &o->spool_bytes,
@@ -197,7 +216,8 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
                  {"rounds", "time_budget", o->budget_ms, 0, 7 * DAY},
                  {"limits", "upload_header", o->upload_header_ms, 100, 3600000},
                  {"limits", "upload_idle", o->upload_idle_ms, 100, 3600000},
-                 {"limits", "upload_life", o->upload_life_ms, 1000, 7 * DAY}};
+                 {"limits", "upload_life", o->upload_life_ms, 1000, 7 * DAY},
+                 {"limits", "upload_grace", o->upload_grace_ms, 100, 3600000}};
     for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
         if (spans[i].value < spans[i].min || spans[i].value > spans[i].max)
             return err_set(err,
@@ -216,5 +236,15 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
     o->keeps_updates = aggregate_rule_keeps_updates(o->rule);
     if (!(o->trim >= 0 && o->trim < 0.5))
         return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
+    const struct {
+        const char *key;
+        double value, min;
+    } bounds[] = {{"norm_bound", o->norm_bound, 1}, {"clip", o->clip, 1}, {"weight_cap", o->weight_cap, 1}};
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+        if (!(bounds[i].value == 0 || (bounds[i].value >= bounds[i].min && bounds[i].value <= 1e6)))
+            return err_set(err,
+                           "federation.ini: [rounds] %s = %g; use 0 (off) or a multiple of the "
+                           "median from %g to 1000000",
+                           bounds[i].key, bounds[i].value, bounds[i].min);
     return 0;
 }

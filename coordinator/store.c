@@ -21,11 +21,12 @@
 #include "util/util.h"
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
-    schema_store_v4_sql[], schema_store_v5_sql[];
+    schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql, schema_store_v3_sql,
-                                         schema_store_v4_sql, schema_store_v5_sql};
+                                         schema_store_v4_sql, schema_store_v5_sql,
+                                         schema_store_v6_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -319,8 +320,8 @@ int store_site_touch(Store *s, int64_t site_id, int64_t now, char *err) {
 int store_site_revoke(Store *s, const char *name, const char *actor, int64_t now, char *err) {
     static const char sql_site[] = "UPDATE sites SET state = 'revoked' WHERE name = ?1";
     static const char sql_certs[] =
-        "UPDATE certificates SET revoked_at = ?2 WHERE revoked_at IS NULL AND "
-        "site_id = (SELECT id FROM sites WHERE name = ?1)";
+        "UPDATE certificates SET revoked_at = ?2 WHERE (revoked_at IS NULL OR revoked_at > ?2) "
+        "AND site_id = (SELECT id FROM sites WHERE name = ?1)";
     if (store_begin(s, 1, err) != 0) return -1;
     sqlite3_stmt *st = store_stmt(s, sql_site, err);
     if (st == NULL) return store_rollback(s);
@@ -467,13 +468,28 @@ fail:
     return STORE_TOKEN_ERROR;
 }
 
-int store_cert_add(Store *s, int64_t site_id, const StoreCert *c, char *err) {
+int store_cert_add(Store *s, int64_t site_id, const StoreCert *c, int64_t retire_at, int64_t now,
+                   char *err) {
     static const char sql_cert[] = "INSERT INTO certificates (serial, site_id, sha256, "
                                    "not_before, not_after) VALUES (?1, ?2, ?3, ?4, ?5)";
     static const char sql_site[] = "UPDATE sites SET cert_serial = ?2, cert_sha256 = ?3 "
                                    "WHERE id = ?1 AND state = 'active'";
+    /* the site's other certificates retire at retire_at (sooner if already
+     * due), and those retired by now are gone: an active site holds its
+     * current certificate and the one it replaced, nothing older */
+    static const char sql_retire[] =
+        "UPDATE certificates SET revoked_at = ?3 WHERE site_id = ?1 AND sha256 <> ?2 AND "
+        "(revoked_at IS NULL OR revoked_at > ?3)";
+    static const char sql_drop[] =
+        "DELETE FROM certificates WHERE site_id = ?1 AND revoked_at IS NOT NULL AND "
+        "revoked_at <= ?2";
     if (store_begin(s, 1, err) != 0) return -1;
-    sqlite3_stmt *st = store_stmt(s, sql_cert, err);
+    sqlite3_stmt *st = store_stmt(s, sql_drop, err);
+    if (st == NULL) return store_rollback(s);
+    sqlite3_bind_int64(st, 1, site_id);
+    sqlite3_bind_int64(st, 2, now);
+    if (step_done(s, st, err, "cannot drop retired certificates") != 0) return store_rollback(s);
+    st = store_stmt(s, sql_cert, err);
     if (st == NULL) return store_rollback(s);
     sqlite3_bind_text(st, 1, c->serial, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, site_id);
@@ -492,7 +508,27 @@ int store_cert_add(Store *s, int64_t site_id, const StoreCert *c, char *err) {
         store_rollback(s);
         return err_set(err, "site %lld is not active", (long long)site_id);
     }
+    st = store_stmt(s, sql_retire, err);
+    if (st == NULL) return store_rollback(s);
+    sqlite3_bind_int64(st, 1, site_id);
+    sqlite3_bind_text(st, 2, c->sha256, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, retire_at);
+    if (step_done(s, st, err, "cannot retire the replaced certificate") != 0)
+        return store_rollback(s);
     return store_commit(s, err);
+}
+
+int store_cert_retiring(Store *s, int64_t site_id, int64_t now, int64_t *until, char *err) {
+    static const char sql[] = "SELECT coalesce(max(revoked_at), 0) FROM certificates "
+                              "WHERE site_id = ?1 AND revoked_at > ?2";
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, site_id);
+    sqlite3_bind_int64(st, 2, now);
+    int rc = sqlite3_step(st);
+    *until = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? 0 : store_db_error(s, err, "cannot look up a site's certificates");
 }
 
 int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *cert, char *err) {
@@ -528,7 +564,8 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "coalesce(r.failed_reason, ''), r.participants, r.tokens, r.train_loss, r.eval_loss, "         \
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
-    "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes "            \
+    "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "          \
+    "r.refusals_unrecorded "                                                                       \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
@@ -555,6 +592,7 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     o->start_eval_loss = column_real_or_nan(st, 19);
     o->bytes_rejected = sqlite3_column_int64(st, 20);
     o->dense_bytes = sqlite3_column_int64(st, 21);
+    o->refusals_unrecorded = sqlite3_column_int64(st, 22);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -760,6 +798,27 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
     "bytes_rejected = (SELECT coalesce(sum(wire_bytes), 0) FROM updates WHERE round_id = ?1 "      \
     "                  AND state = 'rejected'), "
 
+/* The median of a loss the round's accepted updates reported (they are
+ * reports, not facts: one site's claim cannot move a median far): the
+ * middle one, or the mean of the middle two. */
+#define MEDIAN_OF(col)                                                                             \
+    "(SELECT avg(x) FROM (SELECT " col " AS x FROM updates WHERE round_id = ?1 AND "              \
+    "state = 'accepted' AND " col " IS NOT NULL ORDER BY x LIMIT 2 - (SELECT count(*) FROM "     \
+    "updates WHERE round_id = ?1 AND state = 'accepted' AND " col " IS NOT NULL) % 2 OFFSET "    \
+    "(SELECT (count(*) - 1) / 2 FROM updates WHERE round_id = ?1 AND state = 'accepted' AND " col \
+    " IS NOT NULL)))"
+
+int store_round_refusals_unrecorded(Store *s, int64_t round_id, int64_t n, char *err) {
+    static const char sql[] = "UPDATE rounds SET refusals_unrecorded = refusals_unrecorded + ?2 "
+                              "WHERE id = ?1";
+    if (n <= 0) return 0;
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, round_id);
+    sqlite3_bind_int64(st, 2, n);
+    return step_done(s, st, err, "cannot count the round's refusals");
+}
+
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
                        int64_t bytes_down, int64_t now, char *err) {
     static const char sql_ckpt[] =
@@ -775,11 +834,8 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
         "participants = (SELECT count(*) FROM updates WHERE round_id = ?1 AND state = 'accepted'), "
         "tokens = (SELECT coalesce(sum(tokens), 0) FROM updates WHERE round_id = ?1 "
         "          AND state = 'accepted'), "
-        "train_loss = (SELECT sum(tokens * train_loss) / nullif(sum(tokens), 0) FROM updates "
-        "              WHERE round_id = ?1 AND state = 'accepted' AND train_loss IS NOT NULL), "
-        "start_eval_loss = (SELECT sum(tokens * start_eval_loss) / nullif(sum(tokens), 0) "
-        "              FROM updates WHERE round_id = ?1 AND state = 'accepted' "
-        "              AND start_eval_loss IS NOT NULL), " ROUND_BYTES
+        "train_loss = " MEDIAN_OF("train_loss") ", "
+        "start_eval_loss = " MEDIAN_OF("start_eval_loss") ", " ROUND_BYTES
         "dense_bytes = (SELECT coalesce(sum(2 * raw_bytes * steps), 0) FROM updates "
         "               WHERE round_id = ?1 AND state = 'accepted') "
         "WHERE id = ?1";

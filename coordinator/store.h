@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -61,7 +61,7 @@ typedef struct StoreCert {
     char sha256[65]; /* fingerprint of the DER certificate, hex */
     int64_t not_before;
     int64_t not_after;
-    int64_t revoked_at; /* 0: not revoked */
+    int64_t revoked_at; /* 0: not revoked; a renewal's replaced certificate: valid until then */
 } StoreCert;
 
 int store_site_add(Store *s, const char *name, int64_t now, int64_t *site_id, char *err);
@@ -98,8 +98,15 @@ StoreTokenResult store_token_check(Store *s, const uint8_t hash[32], const char 
                                    int64_t now, char *err);
 
 /* Records a further certificate of a site (a renewal) and makes it the
- * site's current one; earlier ones stay valid until they expire. */
-int store_cert_add(Store *s, int64_t site_id, const StoreCert *cert, char *err);
+ * site's current one; the site's other certificates retire at retire_at
+ * (revoked_at set to it: valid until then), and rows retired by now are
+ * deleted, so the store holds a site's valid certificates only. */
+int store_cert_add(Store *s, int64_t site_id, const StoreCert *cert, int64_t retire_at,
+                   int64_t now, char *err);
+
+/* When the last of a site's certificates that a renewal replaced stops
+ * being valid, into *until (0: none is still valid). */
+int store_cert_retiring(Store *s, int64_t site_id, int64_t now, int64_t *until, char *err);
 
 /* The certificate with this fingerprint and its site. */
 int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *cert, char *err);
@@ -123,6 +130,7 @@ typedef struct StoreRound {
      * refused, model bytes served, and what dense data-parallel training
      * would have moved for the round's accepted training (0: not measured) */
     int64_t bytes_up, bytes_rejected, bytes_down, dense_bytes;
+    int64_t refusals_unrecorded; /* refused at the header, past the rows kept per site */
     /* the checkpoint, for committed rounds */
     char checkpoint_path[512]; /* relative to the federation folder */
     int64_t checkpoint_bytes;
@@ -170,6 +178,10 @@ typedef struct StoreCheckpoint {
     int64_t state_bytes;
     const char *state_sha256;
 } StoreCheckpoint;
+
+/* Adds n to the refusals of round attempt round_id that were refused
+ * without a row (a site past its refusals of the round). */
+int store_round_refusals_unrecorded(Store *s, int64_t round_id, int64_t n, char *err);
 
 /* Opens the next attempt of round `number`. Fails if a round is live or
  * `number` is already committed. */

@@ -267,7 +267,7 @@ void net_guard_set(const NetGuardLimits *lim) {
     pthread_mutex_lock(&G.lock);
     G.lim = *lim;
     if (G.lim.total <= 0) G.lim.total = 4096;
-    if (G.lim.per_addr <= 0) G.lim.per_addr = 32;
+    if (G.lim.per_addr <= 0) G.lim.per_addr = 128;
     if (G.lim.trusted_per_addr <= 0) G.lim.trusted_per_addr = 512;
     if (G.lim.reserve < 0 || G.lim.reserve >= G.lim.total) G.lim.reserve = G.lim.total / 4;
     G.on = 1;

@@ -93,6 +93,7 @@ struct NetCall {
     int64_t reap_at_ms;
     grpc_slice final_details;
     int has_final_details;
+    grpc_byte_buffer *final_message; /* the answer the batch sends; freed with the call */
     NetCall *reap_next;
     /* parking, under server->lock: PARK_NONE, or the call outlives its handler */
     int park;
@@ -361,6 +362,7 @@ static void call_free(NetCall *c) {
     live_remove(c);
     free(c->answer);
     if (c->has_final_details) grpc_slice_unref(c->final_details);
+    if (c->final_message) grpc_byte_buffer_destroy(c->final_message);
     if (c->first) grpc_byte_buffer_destroy(c->first);
     grpc_metadata_array_destroy(&c->md);
     grpc_call_unref(c->call);
@@ -380,7 +382,7 @@ static void call_finish(NetCall *c) {
         grpc_op ops[3];
         size_t n = 0;
         if (!c->sent_initial_md) send_initial_md_op(c, &ops[n++]);
-        grpc_byte_buffer *bb = NULL;
+        grpc_byte_buffer *bb = NULL; /* lives until the batch is done: freed with the call */
         if (c->answer && (!c->status_set || c->status == NET_OK)) {
             grpc_slice a = grpc_slice_from_static_buffer(c->answer, c->answer_len);
             bb = grpc_raw_byte_buffer_create(&a, 1);
@@ -396,7 +398,7 @@ static void call_finish(NetCall *c) {
         ops[n].data.send_status_from_server.status = (grpc_status_code)c->status;
         ops[n++].data.send_status_from_server.status_details = &c->final_details;
         c->final_pending = grpc_call_start_batch(c->call, ops, n, &tag_op, NULL) == GRPC_CALL_OK;
-        if (bb) grpc_byte_buffer_destroy(bb); /* the batch holds its own reference */
+        c->final_message = bb;
         c->ended = 1;
     }
     c->reap_at_ms = (int64_t)(time_monotonic_ns() / 1000000) + REAP_MS;

@@ -58,14 +58,19 @@ static void init_federation(void) {
     proc_result_free(&r);
 }
 
-/* A federation of `tiny` with the given rounds settings, started. */
-static void federation(const char *aggregate, const char *min_sites, const char *deadline) {
+/* A federation of `tiny` with the given rounds settings, not started. */
+static void federation_ini(const char *aggregate, const char *min_sites, const char *deadline) {
     init_federation();
     ini_set("rounds", "total", "1");
     ini_set("rounds", "min_sites", min_sites);
     ini_set("rounds", "deadline", deadline);
     ini_set("rounds", "aggregate", aggregate);
     ini_set("rounds", "max_extensions", "0");
+}
+
+/* The same, started. */
+static void federation(const char *aggregate, const char *min_sites, const char *deadline) {
+    federation_ini(aggregate, min_sites, deadline);
     start_coordinator();
 }
 
@@ -227,7 +232,9 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
 /* ---- weights, bounds and codecs ---------------------------------------------------- */
 
 Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
-    federation("mean", "1", "4s");
+    federation_ini("mean", "1", "4s");
+    ini_set("limits", "refusals_per_round", "100"); /* each lie below is read and judged */
+    start_coordinator();
     char b_dir[700], m_dir[700], details[256];
     site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *m = attacker_channel(m_dir, addr);
@@ -503,6 +510,9 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
     ini_set("rounds", "min_sites", "1");
     ini_set("rounds", "deadline", "5s");
     ini_set("limits", "workers", "16");
+    /* 256 sites dial in at once from one address, before any has made a
+     * call that trusts it */
+    ini_set("limits", "connections_per_address", "1024");
     start_coordinator();
     static Waiting w[SITES];
     static pthread_t th[SITES];

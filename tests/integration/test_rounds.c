@@ -242,6 +242,8 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     harness_ini_set(ini, "codec", "uplink", "fp32"); /* the updates below are fp32 */
+    /* every refusal below gets its own reason, read and recorded */
+    harness_ini_set(ini, "limits", "refusals_per_round", "100");
     start_coordinator();
     GPT m;
     GPTConfig cfg;

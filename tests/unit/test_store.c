@@ -377,7 +377,9 @@ Test(store, round_lifecycle_derives_totals_at_commit) {
     cr_assert_str_eq(r.state, "committed");
     cr_assert_eq(r.participants, 2);
     cr_assert_eq(r.tokens, 400);
-    cr_assert_float_eq(r.train_loss, (300 * 2.0 + 100 * 4.0) / 400, 1e-12);
+    /* reported losses are claims: the median of the accepted, not the mean
+     * weighted by the tokens each claims ((300 x 2 + 100 x 4) / 400 = 2.5) */
+    cr_assert_float_eq(r.train_loss, 3.0, 1e-12);
     cr_assert_float_eq(r.eval_loss, 3.25, 1e-12);
     cr_assert_eq(r.bytes_up, 2000, "bytes up counts the updates taken");
     cr_assert_eq(r.bytes_rejected, 2000, "refused updates are counted apart");
@@ -691,4 +693,63 @@ Test(store, check_reports_a_healthy_store) {
     cr_assert_eq(chk.checkpoints_ok, 3);
     cr_assert_eq(chk.checkpoints_bad, 0);
     cr_assert_eq(chk.last_committed, 2);
+}
+
+Test(store, a_renewal_retires_the_replaced_certificate_and_drops_retired_ones) {
+    char err[ERR_LEN];
+    uint8_t t[32];
+    token(t, 9);
+    cr_assert_eq(store_token_add(fx.store, t, "alpha", 1000, 9000, err), 0);
+    StoreCert c1 = cert_for(11), c2 = cert_for(12), c3 = cert_for(13);
+    int64_t site_id = 0;
+    cr_assert_eq(store_token_consume(fx.store, t, "alpha", 1100, &c1, &site_id, err),
+                 STORE_TOKEN_OK);
+    /* renewed at 2000, the first retires at 2600 */
+    cr_assert_eq(store_cert_add(fx.store, site_id, &c2, 2600, 2000, err), 0, "%s", err);
+    StoreSite site;
+    StoreCert found;
+    cr_assert_eq(store_cert_find(fx.store, c1.sha256, &site, &found, err), 0);
+    cr_assert_eq(found.revoked_at, 2600);
+    cr_assert_str_eq(site.cert_sha256, c2.sha256);
+    cr_assert_eq(store_cert_find(fx.store, c2.sha256, NULL, &found, err), 0);
+    cr_assert_eq(found.revoked_at, 0);
+    /* renewed again at 3000: the first (retired by then) is gone, the second retires */
+    cr_assert_eq(store_cert_add(fx.store, site_id, &c3, 3600, 3000, err), 0, "%s", err);
+    cr_assert_eq(store_cert_find(fx.store, c1.sha256, NULL, NULL, err), STORE_NOT_FOUND);
+    cr_assert_eq(store_cert_find(fx.store, c2.sha256, NULL, &found, err), 0);
+    cr_assert_eq(found.revoked_at, 3600);
+    /* a revocation now ends the retiring one at once */
+    cr_assert_eq(store_site_revoke(fx.store, "alpha", "admin", 3100, err), 0, "%s", err);
+    cr_assert_eq(store_cert_find(fx.store, c2.sha256, NULL, &found, err), 0);
+    cr_assert_eq(found.revoked_at, 3100);
+    cr_assert_eq(store_cert_find(fx.store, c3.sha256, NULL, &found, err), 0);
+    cr_assert_eq(found.revoked_at, 3100);
+}
+
+Test(store, a_rounds_loss_is_the_median_report_so_one_liar_cannot_move_it) {
+    char err[ERR_LEN];
+    int64_t a = add_site("alpha"), b = add_site("beta"), c = add_site("gamma");
+    int64_t r0;
+    cr_assert_eq(store_round_open(fx.store, 0, 2000, &r0, err), 0, "%s", err);
+    /* the liar claims the most tokens and a loss far from the others' */
+    StoreUpdate ua = update_of(r0, a, 100, 4.0, "received", NULL);
+    StoreUpdate ub = update_of(r0, b, 100, 4.2, "received", NULL);
+    StoreUpdate uc = update_of(r0, c, 100000, 0.5, "received", NULL);
+    cr_assert_eq(store_update_record(fx.store, &ua, NULL, err), 0, "%s", err);
+    cr_assert_eq(store_update_record(fx.store, &ub, NULL, err), 0, "%s", err);
+    cr_assert_eq(store_update_record(fx.store, &uc, NULL, err), 0, "%s", err);
+    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
+                          1234,
+                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                          NULL,
+                          0,
+                          NULL};
+    cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.0, 0, 4000, err), 0, "%s", err);
+    StoreRound r;
+    cr_assert_eq(store_round_get(fx.store, 0, &r, err), 0);
+    cr_assert_float_eq(r.train_loss, 4.0, 1e-12, "%g", r.train_loss);
+    cr_assert_eq(store_round_refusals_unrecorded(fx.store, r0, 5, err), 0, "%s", err);
+    cr_assert_eq(store_round_refusals_unrecorded(fx.store, r0, 2, err), 0, "%s", err);
+    cr_assert_eq(store_round_get(fx.store, 0, &r, err), 0);
+    cr_assert_eq(r.refusals_unrecorded, 7);
 }
