@@ -17,6 +17,16 @@
  * sees EMFILE and the listener keeps listening. Without net_guard_set,
  * accept4 is the kernel's, counted but never refused.
  *
+ * A connection must earn its keep: until a call with a verified
+ * certificate arrives on it, the bytes its peer sends are counted (the
+ * reads gRPC makes through recvmsg, which this file also defines), and
+ * past unauth_bytes on one connection, or unauth_total on all of them
+ * together, the connection is reset. gRPC core 1.51 applies its limit of
+ * streams per connection only once the peer has acknowledged the SETTINGS
+ * that carry it, so a peer that never does opens as many streams as it
+ * sends HEADERS (about 11 KB of the server's memory for 80 bytes of its
+ * own); a Join, the only call without a certificate, sends a few KB.
+ *
  * Connections are counted by descriptor: one accepted is recorded with its
  * inode, and a sweep (whenever a cap would refuse one, and at most every
  * 100 ms while near a cap) lets go of descriptors that were closed or now
@@ -53,7 +63,10 @@ typedef struct Addr {
 
 typedef struct Conn { /* per descriptor */
     ino_t ino;
-    int addr; /* index into counts + 1; 0: not tracked */
+    int addr;         /* index into counts + 1; 0: not tracked */
+    int port;         /* the peer's */
+    int vouched;      /* a call with a verified certificate came on it: no byte budget */
+    int64_t received; /* bytes read from it while not vouched for */
 } Conn;
 
 static struct {
@@ -66,6 +79,7 @@ static struct {
     Addr addrs[GUARD_ADDRS];
     int count[GUARD_ADDRS];
     int total, untrusted;
+    int64_t unauth_received; /* of every connection open and not vouched for */
     struct {
         uint8_t ip[16];
         int64_t until_ms;
@@ -129,6 +143,7 @@ static int is_trusted(const uint8_t ip[16], int64_t now) {
 static void untrack(int fd) {
     Conn *c = &G.conns[fd];
     if (c->addr == 0) return;
+    if (!c->vouched) G.unauth_received -= c->received;
     int i = c->addr - 1;
     G.count[i]--;
     G.total--;
@@ -136,6 +151,7 @@ static void untrack(int fd) {
     if (G.untrusted < 0) G.untrusted = 0;
     if (G.count[i] == 0) G.addrs[i].used = 0;
     c->addr = 0;
+    c->vouched = 0, c->received = 0, c->port = 0;
 }
 
 /* Lets go of descriptors closed (or reused for something else) since. */
@@ -205,6 +221,9 @@ static int admit(int fd, const struct sockaddr *sa) {
     struct stat sb;
     G.conns[fd].ino = fstat(fd, &sb) == 0 ? sb.st_ino : 0;
     G.conns[fd].addr = slot + 1;
+    G.conns[fd].port = sa->sa_family == AF_INET ? ntohs(((const struct sockaddr_in *)sa)->sin_port)
+                                                : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    G.conns[fd].vouched = 0, G.conns[fd].received = 0;
     G.count[slot]++;
     G.total++;
     if (!is_trusted(ip, now)) G.untrusted++;
@@ -263,6 +282,28 @@ int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
     }
 }
 
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
+    long n = syscall(SYS_recvmsg, fd, msg, flags);
+    if (n <= 0 || !G.on) return (ssize_t)n;
+    pthread_mutex_lock(&G.lock);
+    int cut = 0;
+    if (fd < G.n_conns_cap && G.conns[fd].addr && !G.conns[fd].vouched) {
+        Conn *c = &G.conns[fd];
+        c->received += n;
+        G.unauth_received += n;
+        cut = c->received > G.lim.unauth_bytes || G.unauth_received > G.lim.unauth_total;
+        if (cut) {
+            G.st.cut++;
+            untrack(fd); /* its bytes leave the total now */
+        }
+    }
+    pthread_mutex_unlock(&G.lock);
+    if (!cut) return (ssize_t)n;
+    shutdown(fd, SHUT_RDWR);
+    errno = ECONNRESET;
+    return -1;
+}
+
 void net_guard_set(const NetGuardLimits *lim) {
     pthread_mutex_lock(&G.lock);
     G.lim = *lim;
@@ -270,16 +311,28 @@ void net_guard_set(const NetGuardLimits *lim) {
     if (G.lim.per_addr <= 0) G.lim.per_addr = 128;
     if (G.lim.trusted_per_addr <= 0) G.lim.trusted_per_addr = 512;
     if (G.lim.reserve < 0 || G.lim.reserve >= G.lim.total) G.lim.reserve = G.lim.total / 4;
+    if (G.lim.unauth_bytes <= 0) G.lim.unauth_bytes = 64 << 10;
+    if (G.lim.unauth_total <= 0) G.lim.unauth_total = 4 << 20;
     G.on = 1;
     if (G.spare < 0) G.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_unlock(&G.lock);
 }
 
-void net_guard_trust(const char *addr) {
+void net_guard_trust(const char *addr, int port) {
     uint8_t ip[16];
     if (ip_from_text(addr, ip) != 0) return;
     int64_t now = now_ms();
     pthread_mutex_lock(&G.lock);
+    /* the connection the call came on: its bytes no longer count */
+    int a = addr_slot(ip, 0);
+    for (int fd = 0; a >= 0 && port > 0 && fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
+        Conn *c = &G.conns[fd];
+        if (c->addr != a + 1 || c->port != port || c->vouched) continue;
+        c->vouched = 1;
+        G.unauth_received -= c->received;
+        c->received = 0;
+        break;
+    }
     int slot = -1, oldest = 0;
     for (int i = 0; i < GUARD_TRUSTED && slot < 0; i++) {
         if (memcmp(G.trusted[i].ip, ip, 16) == 0) slot = i;

@@ -117,6 +117,10 @@ typedef void (*NetHandler)(NetCall *call, void *user);
  * (4096, 128, 512, a quarter of total). */
 typedef struct NetGuardLimits {
     int total, per_addr, trusted_per_addr, reserve;
+    /* bytes a connection may send before a call with a verified
+     * certificate has come on it (0: 64 KiB), and all such connections
+     * together (0: 4 MiB); past either it is reset */
+    int64_t unauth_bytes, unauth_total;
 } NetGuardLimits;
 
 typedef struct NetGuardStats {
@@ -124,6 +128,7 @@ typedef struct NetGuardStats {
     int64_t untrusted;   /* of which from addresses not trusted */
     int64_t accepted, refused; /* since the start */
     int64_t emfile;            /* connections closed for want of descriptors */
+    int64_t cut;               /* reset for sending too much before a certificate */
 } NetGuardStats;
 void net_guard_stats(NetGuardStats *out);
 /* Raises the soft descriptor limit to the hard one; the limit now, or -1. */

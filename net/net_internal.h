@@ -24,6 +24,10 @@
 void net_server_creds_tls13(grpc_server_credentials *creds);
 void net_channel_creds_tls13(grpc_channel_credentials *creds);
 
+/* The status details a wait of this call that times out cancels it with
+ * (NULL: "the peer was too slow"); the peer sees them. */
+void net_call_slow_reason(NetCall *c, const char *why);
+
 /* Copies a received byte buffer into msg (malloc'd). */
 int net_bb_read(grpc_byte_buffer *bb, NetBuf *msg);
 /* Shuts a pluck queue down and drains it to GRPC_QUEUE_SHUTDOWN. */
@@ -39,7 +43,7 @@ int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t
 
 /* guard.c: an address whose call carried a verified certificate may use
  * the connections' reserve for the next hour; connection caps on. */
-void net_guard_trust(const char *addr);
+void net_guard_trust(const char *addr, int port);
 void net_guard_set(const NetGuardLimits *lim);
 
 #endif

@@ -81,6 +81,8 @@ struct NetCall {
     char details[512];
     NetPeer peer;
     int peer_loaded;
+    int peer_port; /* the connection's, for the guard */
+    char slow_why[300]; /* the status a wait that times out cancels the call with ("": generic) */
     grpc_metadata_array md;
     char peer_key[80];    /* what per_peer counts by: the certificate, else the address */
     int reserved;         /* a NET_USE_RESERVE method's call */
@@ -136,6 +138,7 @@ struct NetServer {
     int n_reaping, reap_stop;
     pthread_cond_t reap_ready;
     pthread_t reaper;
+    grpc_resource_quota *quota;
 };
 
 #define REAP_MS       5000 /* a peer has this long to take a call's final status */
@@ -144,7 +147,7 @@ struct NetServer {
 
 /* ---- calls --------------------------------------------------------------- */
 
-/* "ipv4:127.0.0.1:5000" → "127.0.0.1"; "ipv6:[::1]:5000" → "::1" */
+/* "ipv4:127.0.0.1:5000" → "127.0.0.1" and port 5000; "ipv6:[::1]:5000" → "::1" */
 static void load_addr(NetCall *c) {
     char *peer = grpc_call_get_peer(c->call);
     const char *p = peer ? peer : "";
@@ -152,6 +155,7 @@ static void load_addr(NetCall *c) {
     if (colon && (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0)) p = colon + 1;
     const char *end = strrchr(p, ':');
     size_t n = end ? (size_t)(end - p) : strlen(p);
+    c->peer_port = end ? atoi(end + 1) : 0;
     if (n > 1 && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
     snprintf(c->peer.addr, sizeof c->peer.addr, "%.*s", (int)(n < 60 ? n : 60), p);
     if (peer) gpr_free(peer);
@@ -212,7 +216,7 @@ static int call_batch_within(NetCall *c, grpc_op *ops, size_t n, int64_t wait_ms
     grpc_event ev = grpc_completion_queue_pluck(c->cq, &tag_op, until, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                     "the peer was too slow", NULL);
+                                     c->slow_why[0] ? c->slow_why : "the peer was too slow", NULL);
         grpc_completion_queue_pluck(c->cq, &tag_op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         return -2;
     }
@@ -231,6 +235,10 @@ static void close_check(NetCall *c, int wait_ms) {
 int net_call_cancelled(NetCall *c, int wait_ms) {
     close_check(c, wait_ms);
     return c->close_done && c->cancelled;
+}
+
+void net_call_slow_reason(NetCall *c, const char *why) {
+    snprintf(c->slow_why, sizeof c->slow_why, "%s", why ? why : "");
 }
 
 NetRecv net_call_recv(NetCall *c, NetBuf *msg) {
@@ -526,7 +534,7 @@ static void dispatch(NetServer *s, Request *r) {
     /* a site is its name, whatever certificates were issued to it */
     snprintf(c->peer_key, sizeof c->peer_key, "%s%s", peer->has_cert ? "name:" : "addr:",
              peer->has_cert ? peer->name : peer->addr);
-    if (peer->has_cert) net_guard_trust(peer->addr);
+    if (peer->has_cert) net_guard_trust(peer->addr, c->peer_port);
     pthread_mutex_lock(&s->lock);
     int mine = 0;
     for (NetCall *o = s->live; o; o = o->next) {
@@ -743,7 +751,7 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     if (s->cfg.handshake_ms <= 0) s->cfg.handshake_ms = 10000;
     if (s->cfg.send_ms <= 0) s->cfg.send_ms = SEND_DEFAULT;
     if (s->cfg.idle_conn_ms <= 0) s->cfg.idle_conn_ms = 600000;
-    grpc_arg args[NET_COMMON_ARGS + 6];
+    grpc_arg args[NET_COMMON_ARGS + 7];
     int n = net_common_args(args, s->cfg.max_message, s->cfg.keepalive_ms);
     args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_HTTP2_BDP_PROBE;
     args[n++].value.integer = 0;
@@ -761,6 +769,14 @@ NetServer *net_server_create(const NetServerConfig *cfg, char *err) {
     args[n++].value.integer = s->cfg.idle_conn_ms;
     args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_METADATA_SIZE;
     args[n++].value.integer = 16 << 10;
+    const char *q = getenv("STRAIT_QUOTA_MB");
+    if (q) {
+        s->quota = grpc_resource_quota_create("strait-server");
+        grpc_resource_quota_resize(s->quota, (size_t)atol(q) << 20);
+        args[n].type = GRPC_ARG_POINTER, args[n].key = GRPC_ARG_RESOURCE_QUOTA;
+        args[n].value.pointer.p = s->quota;
+        args[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    }
     grpc_channel_args ca = {(size_t)n, args};
     s->server = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);

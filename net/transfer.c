@@ -571,18 +571,21 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
                 slow = 1;
             }
         }
+        char why[300];
+        if (slow)
+            snprintf(why, sizeof why,
+                     "upload %s cut at %llu of %llu bytes: slower than this receiver's minimum of "
+                     "%llu bytes/s after %lld ms; it can resume",
+                     out->upload_id, (unsigned long long)expected, (unsigned long long)total,
+                     (unsigned long long)lim->min_rate, (long long)grace_ms);
+        else
+            snprintf(why, sizeof why, "upload %s stalled at %llu of %llu bytes (%s); it can resume",
+                     out->upload_id, (unsigned long long)expected, (unsigned long long)total,
+                     wait > 0 ? "no chunk in time" : "the stream lived too long");
+        net_call_slow_reason(c, why);
         r = wait > 0 ? net_call_recv_within(c, &m, wait) : NET_RECV_TIMEOUT;
         if (r == NET_RECV_BROKEN || r == NET_RECV_TIMEOUT) {
-            if (r == NET_RECV_TIMEOUT && slow)
-                err_set(err,
-                        "upload %s cut at %llu of %llu bytes: slower than this receiver's "
-                        "minimum of %llu bytes/s after %lld ms; it can resume",
-                        out->upload_id, (unsigned long long)expected, (unsigned long long)total,
-                        (unsigned long long)lim->min_rate, (long long)grace_ms);
-            else if (r == NET_RECV_TIMEOUT)
-                err_set(err, "upload %s stalled at %llu of %llu bytes (%s); it can resume",
-                        out->upload_id, (unsigned long long)expected, (unsigned long long)total,
-                        wait > 0 ? "no chunk in time" : "the stream lived too long");
+            if (r == NET_RECV_TIMEOUT) err_set(err, "%s", why);
             else
                 err_set(err, "upload %s broke off at %llu of %llu bytes; it can resume",
                         out->upload_id, (unsigned long long)expected, (unsigned long long)total);

@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -112,6 +113,32 @@ NetStatus attacker_stream_rest(NetClientCall *c, const Blob *b, uint64_t from, c
         free(buf);
     }
     if (ok) net_client_close_send(c);
+    NetBuf resp = {NULL, 0};
+    net_client_recv(c, &resp);
+    net_buf_free(&resp);
+    return net_client_finish(c, details, details_len);
+}
+
+NetStatus attacker_trickle(NetClientCall *c, const Blob *b, size_t step, int interval_ms, int sends,
+                           uint64_t *sent, char *details, size_t details_len) {
+    uint64_t at = 0;
+    for (int i = 0; i < sends && at < b->len; i++) {
+        size_t n = b->len - at < step ? (size_t)(b->len - at) : step;
+        Strait__Chunk ck = STRAIT__CHUNK__INIT;
+        ck.offset = at;
+        ck.data.data = b->data + at, ck.data.len = n;
+        Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
+        fr.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+        fr.chunk = &ck;
+        size_t len;
+        uint8_t *buf = pack_frame(&fr, &len);
+        int ok = net_client_send(c, buf, len) == 0;
+        free(buf);
+        if (!ok) break;
+        at += n;
+        usleep((useconds_t)interval_ms * 1000);
+    }
+    if (sent) *sent = at;
     NetBuf resp = {NULL, 0};
     net_client_recv(c, &resp);
     net_buf_free(&resp);

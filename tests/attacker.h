@@ -41,6 +41,11 @@ NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *claim, const Blo
 /* Streams b's chunks from offset `from` on an opened call and finishes it. */
 NetStatus attacker_stream_rest(NetClientCall *c, const Blob *b, uint64_t from, char *details,
                                size_t details_len);
+/* On an opened call, sends b's bytes `step` at a time, one send every
+ * interval_ms, for at most `sends` sends, then finishes: a trickle.
+ * *sent gets the bytes sent (may be NULL). */
+NetStatus attacker_trickle(NetClientCall *c, const Blob *b, size_t step, int interval_ms, int sends,
+                           uint64_t *sent, char *details, size_t details_len);
 /* QueryUpload: how much of upload_id the coordinator says it holds. */
 uint64_t attacker_query(NetChannel *ch, const char *upload_id);
 

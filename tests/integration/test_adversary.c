@@ -11,6 +11,7 @@
  * refused from outside (openssl s_client), joins that fail, and
  * federation.ini values refused whole before anything changes.
  */
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "schema/strait.pb-c.h"
+#include "security/security.h"
 #include "tests/attacker.h"
 #include "tests/harness.h"
 #include "tests/store_fixture.h"
@@ -106,7 +108,8 @@ static GPT tiny(void) {
 /* θ1 from θ0 and the honest updates alone, by the coordinator's own code
  * (weighted mean, or the median), then Nesterov's first step and the
  * int8 downlink of the default recipe. */
-static float *expected_theta(const Blob *honest, const double *tokens, int n_honest, int median) {
+static float *expected_theta_as(const Blob *honest, const double *tokens, int n_honest, int median,
+                                double total) {
     GPT m = tiny();
     char err[ERR_LEN];
     float *mean = malloc(m.n_params * 4);
@@ -122,6 +125,7 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
         for (int i = 0; i < n_honest; i++)
             cr_assert_eq(round_sum_add(&rs, honest[i].data, honest[i].len, tokens[i], err), 0, "%s",
                          err);
+        if (total > 0) rs.weight = total; /* the coordinator's clipped mean: see weighed_mean */
         cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
         round_sum_free(&rs);
     }
@@ -146,6 +150,10 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
     free(mean);
     gpt_free(&m);
     return theta;
+}
+
+static float *expected_theta(const Blob *honest, const double *tokens, int n_honest, int median) {
+    return expected_theta_as(honest, tokens, n_honest, median, 0);
 }
 
 static void assert_model_is(const StoreRound *r, const float *want) {
@@ -661,4 +669,458 @@ Test(adversary, bad_settings_are_refused_whole_before_anything_changes) {
         cr_assert_eq(harness_count_lines(r.err), 1, "not one line: %s", r.err);
         proc_result_free(&r);
     }
+}
+
+/* ---- the trust boundary, second pass --------------------------------------------------- */
+
+/* A site's first certificate, kept in a folder of its own (the files
+ * attacker_channel and client_hello read), and its fingerprint. */
+static void keep_certificate(const char *site_dir, const char *copy_dir, char sha[65]) {
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp -p %s/* %s/", copy_dir, site_dir, copy_dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char path[800], *pem, err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/site.crt", copy_dir);
+    cr_assert_eq(file_read_all(path, 1 << 20, &pem, NULL, err), 0, "%s", err);
+    SecurityIdentity id;
+    cr_assert_eq(security_cert_identity(pem, &id, err), 0, "%s", err);
+    memcpy(sha, id.sha256_hex, 65);
+    free(pem);
+}
+
+static int cert_in_store(const char *sha) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    int rc = store_cert_find(s, sha, NULL, NULL, err);
+    store_close(s);
+    return rc == 0;
+}
+
+/* Mallory renews and holds both certificates: its calls count together
+ * (four at most, across both), a second renewal is refused while the
+ * first's overlap runs, the replaced certificate is refused once it has
+ * retired, and the store keeps the valid certificates only. */
+Test(adversary, a_site_is_one_site_whatever_certificates_it_holds) {
+    init_federation();
+    ini_set("security", "renew_overlap", "3s");
+    ini_set("rounds", "deadline", "60s");
+    start_coordinator();
+    char b_dir[700], m_dir[700], m_old[700], first[65], err[ERR_LEN], details[256];
+    site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
+    snprintf(m_old, sizeof m_old, "%s/m-first", root);
+    keep_certificate(m_dir, m_old, first);
+    cr_assert_eq(client_renew(m_dir, err), 0, "%s", err);
+    int64_t renewed_at = time_wall_ms();
+    cr_assert_neq(client_renew(m_dir, err), 0, "a second renewal inside the overlap was taken");
+    cr_assert_not_null(strstr(err, "renew again in"), "%s", err);
+    /* two long polls on each certificate: four, the site's limit */
+    NetChannel *m1 = attacker_channel(m_old, addr), *m2 = attacker_channel(m_dir, addr);
+    static Waiting w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        w[i].ch = i < 2 ? m1 : m2;
+        w[i].st = NET_UNKNOWN;
+        pthread_create(&th[i], NULL, wait_round, &w[i]);
+    }
+    usleep(1000000);
+    Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
+    req.after_round = 1;
+    uint8_t buf[32];
+    size_t n = strait__wait_round_request__pack(&req, buf);
+    NetBuf resp;
+    for (int k = 0; k < 2; k++) { /* a fifth, on either certificate */
+        NetStatus st = net_unary(k ? m1 : m2, "/strait.Federation/WaitRound", buf, n, &resp, 5000,
+                                 details, sizeof details);
+        cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "a fifth call got %s: %s", net_status_name(st),
+                     details);
+        cr_assert_not_null(strstr(details, "all its certificates together"), "%s", details);
+    }
+    SiteHello hello;
+    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "another site was starved: %s", err);
+    /* the replaced certificate retires: refused, and its calls in flight end */
+    while (time_wall_ms() - renewed_at < 3500) usleep(100000);
+    cr_assert_neq(client_hello(m_old, &hello, err), 0, "a retired certificate still works");
+    cr_assert_not_null(strstr(err, "replaced by a renewal"), "%s", err);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(w[i].st, NET_PERMISSION_DENIED, "a call on the retired certificate got %s",
+                     net_status_name(w[i].st));
+    }
+    cr_assert_eq(client_hello(m_dir, &hello, err), 0, "%s", err);
+    /* the overlap over, a renewal is taken, and the store lets the first go */
+    cr_assert(cert_in_store(first));
+    cr_assert_eq(client_renew(m_dir, err), 0, "%s", err);
+    cr_assert(!cert_in_store(first), "the store still holds a retired certificate");
+    ProcResult r = S("site", "revoke", fed, "m"); /* ends the calls still parked */
+    proc_result_free(&r);
+    for (int i = 2; i < 4; i++) pthread_join(th[i], NULL);
+    net_channel_destroy(m1), net_channel_destroy(m2);
+}
+
+/* Mallory holds every upload it is allowed, on both its certificates, and
+ * trickles them a byte at a time: it holds four streams (the rest are
+ * refused at once), each is cut at the minimum rate once its grace is
+ * over, and the honest sites' round commits meanwhile with their model. */
+Test(adversary, a_trickling_site_is_cut_and_the_honest_round_commits) {
+    federation_ini("mean", "2", "4s");
+    ini_set("limits", "upload_grace", "2s");
+    start_coordinator();
+    char b_dir[700], c_dir[700], m_dir[700], m_old[700], sha[65], err[ERR_LEN], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    snprintf(m_old, sizeof m_old, "%s/m-first", root);
+    keep_certificate(m_dir, m_old, sha);
+    cr_assert_eq(client_renew(m_dir, err), 0, "%s", err);
+    NetChannel *m[2] = {attacker_channel(m_old, addr), attacker_channel(m_dir, addr)};
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob other = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
+    enum { STREAMS = 8 };
+    NetClientCall *calls[STREAMS];
+    for (int i = 0; i < STREAMS; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "m-trickle-%d", i);
+        AttackClaim a = {0, id, 1000, NULL, 0, NULL};
+        calls[i] = attacker_open(m[i % 2], &a, &good);
+    }
+    int64_t t0 = time_wall_ms();
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL}, ac = {0, "c-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(b, &ab, &good, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(c, &ac, &other, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_lt(time_wall_ms() - t0, 3000, "the honest uploads waited on the trickles");
+    int cut = 0, refused = 0;
+    for (int i = 0; i < STREAMS; i++) {
+        uint64_t sent = 0;
+        /* a byte every 250 ms for 4 s: cut after the 2 s grace, short of its end */
+        NetStatus st = attacker_trickle(calls[i], &good, 1, 250, 16, &sent, details, sizeof details);
+        cut += st == NET_DEADLINE_EXCEEDED && strstr(details, "slower than this receiver's minimum");
+        refused += st == NET_RESOURCE_EXHAUSTED;
+    }
+    cr_assert_eq(refused, STREAMS - NET_PER_PEER_DEFAULT, "%d of %d streams were refused", refused,
+                 STREAMS);
+    cr_assert_eq(cut, NET_PER_PEER_DEFAULT, "%d of the trickles were cut at the minimum rate", cut);
+    StoreRound r = wait_committed(0, 30);
+    float *want = expected_theta((Blob[]){good, other}, (double[]){1000, 1000}, 2, 0);
+    assert_model_is(&r, want);
+    free(want);
+    net_channel_destroy(m[0]), net_channel_destroy(m[1]);
+    net_channel_destroy(b), net_channel_destroy(c);
+    blob_free(&good), blob_free(&other);
+    gpt_free(&t);
+}
+
+/* Abandoned calls stop counting: calls queued behind busy workers whose
+ * clients gave up do not hold the site's slots. */
+Test(adversary, calls_whose_client_gave_up_stop_counting) {
+    init_federation();
+    ini_set("limits", "workers", "3");
+    ini_set("limits", "admin_reserve", "1");
+    ini_set("limits", "upload_grace", "4s");
+    start_coordinator();
+    char b_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *m = attacker_channel(m_dir, addr), *b = attacker_channel(b_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    /* m holds both common workers with streams that say nothing */
+    NetClientCall *hold[2];
+    for (int i = 0; i < 2; i++) {
+        AttackClaim a = {0, i ? "m-hold-1" : "m-hold-0", 1000, NULL, 0, NULL};
+        hold[i] = attacker_open(m, &a, &good);
+    }
+    usleep(500000);
+    /* b's calls queue behind them and its client gives up on each */
+    uint8_t hb[16];
+    Strait__HeartbeatRequest hr = STRAIT__HEARTBEAT_REQUEST__INIT;
+    hr.state = "training";
+    size_t hn = strait__heartbeat_request__pack(&hr, hb);
+    NetBuf resp;
+    for (int i = 0; i < NET_PER_PEER_DEFAULT; i++)
+        cr_assert_eq(net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 300, details,
+                               sizeof details),
+                     NET_DEADLINE_EXCEEDED, "%s", details);
+    /* and its next call is not told it has too many */
+    NetStatus st = net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 20000, details,
+                             sizeof details);
+    cr_assert_eq(st, NET_OK, "after its abandoned calls, b got %s: %s", net_status_name(st),
+                 details);
+    net_buf_free(&resp);
+    for (int i = 0; i < 2; i++) net_client_finish(hold[i], details, sizeof details);
+    net_channel_destroy(m), net_channel_destroy(b);
+    blob_free(&good);
+    gpt_free(&t);
+}
+
+/* An update accepted just before its site is revoked leaves the round:
+ * the round does not close on its account, and what commits is the honest
+ * sites' model alone. */
+Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
+    federation("mean", "2", "30s");
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
+    Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, -4e-3f);
+    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+    ProcResult r = S("site", "revoke", fed, "m");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    /* at once: b and the revoked m would be every active site */
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
+    usleep(1500000);
+    AttackClaim ac = {0, "c-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
+    /* b sends again, as a site told its round reopened without it does */
+    AttackClaim ab2 = {0, "b-r0-again", 1000, NULL, 0, NULL};
+    NetStatus st = attacker_push(b, &ab2, &gb, details, sizeof details);
+    cr_assert(st == NET_OK || strstr(details, "duplicate") || strstr(details, "closed"), "%s: %s",
+              net_status_name(st), details);
+    StoreRound rr = wait_committed(0, 30);
+    cr_assert_eq(rr.participants, 2);
+    float *want = expected_theta((Blob[]){gb, gc}, (double[]){1000, 1000}, 2, 0);
+    assert_model_is(&rr, want);
+    free(want);
+    /* the attempt that held m's update failed, saying why */
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound *rounds;
+    size_t n = 0;
+    cr_assert_eq(store_rounds_list(s, 10, 0, &rounds, &n, err), 0, "%s", err);
+    int failed = 0;
+    for (size_t i = 0; i < n; i++)
+        failed += strcmp(rounds[i].state, "failed") == 0 && strstr(rounds[i].failed_reason, "revoked");
+    free(rounds);
+    store_close(s);
+    cr_assert_eq(failed, 1, "no attempt failed for the revocation");
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&gb), blob_free(&gc), blob_free(&gm);
+    gpt_free(&t);
+}
+
+static double l2_norm(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* The blob's norm, as the coordinator's gate measures it. */
+static double blob_norm(const GPT *t, const Blob *b) {
+    RoundGate g;
+    cr_assert_eq(round_gate_inspect(t->n_params, t->table_hash, b->data, b->len, NULL, &g), 0);
+    double norm = g.norm;
+    round_gate_free(&g);
+    return norm;
+}
+
+/* Mallory inside every bound of its own — the largest weight a round
+ * allows, a norm just under the absolute bound — against two honest sites
+ * under the default mean: its weight counts as 2 x the round's median
+ * claim and its norm is clipped to 3 x the median norm, exactly; without
+ * those caps the same round moves θ many times further. */
+Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
+    federation_ini("mean", "3", "30s");
+    start_coordinator();
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    double theta_norm = l2_norm(t.params, t.n_params);
+    float v = (float)(1.9 * theta_norm / sqrt((double)t.n_params));
+    Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.5e-3f);
+    Blob gm = attacker_update("int8", t.table_hash, t.n_params, v, 0);
+    const uint64_t honest_tokens = 50 * 8 * 64, most = 50 * 64 * 64; /* a CPU agent's; the cap */
+    AttackClaim ab = {0, "b-r0", honest_tokens, NULL, 0, NULL};
+    AttackClaim ac = {0, "c-r0", honest_tokens, NULL, 0, NULL};
+    AttackClaim am = {0, "m-r0", most, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r = wait_committed(0, 30);
+    /* what the coordinator must have made of it, by its own rules */
+    double norms[3] = {blob_norm(&t, &gm), blob_norm(&t, &gb), blob_norm(&t, &gc)};
+    double claims[3] = {(double)most, (double)honest_tokens, (double)honest_tokens};
+    double wcap = 2 * round_median(claims, 3, 1), ncap = 3 * round_median(norms, 3, 1);
+    double w[3], total = 0;
+    for (int i = 0; i < 3; i++) {
+        double wi = claims[i] > wcap ? wcap : claims[i];
+        w[i] = wi * (norms[i] > ncap ? ncap / norms[i] : 1.0);
+        total += wi;
+    }
+    cr_assert_lt(w[0], 0.1 * claims[0], "Mallory's update was barely capped");
+    float *want = expected_theta_as((Blob[]){gm, gb, gc}, w, 3, 0, total);
+    assert_model_is(&r, want);
+    /* how far θ moved from the honest sites' model, and how far the plain
+     * mean of the same three updates would have moved it */
+    float *honest = expected_theta((Blob[]){gb, gc}, (double[]){(double)honest_tokens,
+                                                                  (double)honest_tokens},
+                                   2, 0);
+    float *plain = expected_theta((Blob[]){gm, gb, gc}, claims, 3, 0);
+    double capped = 0, uncapped = 0;
+    for (size_t i = 0; i < t.n_params; i++) {
+        capped += ((double)want[i] - honest[i]) * ((double)want[i] - honest[i]);
+        uncapped += ((double)plain[i] - honest[i]) * ((double)plain[i] - honest[i]);
+    }
+    cr_log_info("distance from the honest model: %.4g with the caps, %.4g without (|theta0| %.4g)",
+                sqrt(capped), sqrt(uncapped), theta_norm);
+    cr_assert_lt(sqrt(capped), 0.1 * sqrt(uncapped), "the caps did not bound the damage");
+    free(want), free(honest), free(plain);
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&gb), blob_free(&gc), blob_free(&gm);
+    gpt_free(&t);
+}
+
+/* After a round with a quorum, the absolute bound is 4 x the median of
+ * recent rounds' median norms, not 2 x |θ|: an update of 1.9 |θ0| that
+ * round 0 allowed is refused in round 1. */
+Test(adversary, the_norm_bound_follows_the_honest_rounds) {
+    federation_ini("mean", "2", "30s");
+    ini_set("rounds", "total", "2");
+    start_coordinator();
+    char b_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    float v = (float)(1.9 * l2_norm(t.params, t.n_params) / sqrt((double)t.n_params));
+    Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.2e-3f);
+    Blob big = attacker_update("int8", t.table_hash, t.n_params, v, 0);
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL}, am = {0, "m-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+    wait_committed(0, 30);
+    AttackClaim am1 = {1, "m-r1", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(m, &am1, &big, details, sizeof details), NET_FAILED_PRECONDITION,
+                 "an update of 1.9 |theta| passed after an honest round: %s", details);
+    cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreRound r1;
+    cr_assert_eq(store_round_get(s, 1, &r1, err), 0, "%s", err);
+    store_close(s);
+    cr_assert_eq(rejected_with(r1.id, "norm_gate"), 1);
+    net_channel_destroy(b), net_channel_destroy(m);
+    blob_free(&gb), blob_free(&gm), blob_free(&big);
+    gpt_free(&t);
+}
+
+/* Refusals and downloads cost bounded rows and bytes: past three refusals
+ * in a round a site is refused at the header and counted, not recorded;
+ * past four downloads it is told to wait; and bytes_down counts the model
+ * once per site. */
+Test(adversary, refusals_and_downloads_are_cheap) {
+    federation("mean", "2", "3s");
+    char b_dir[700], c_dir[700], m_dir[700], details[256], err[ERR_LEN];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob junk = attacker_update("fp32", t.table_hash, t.n_params, 0, 1e-3f); /* the wrong codec */
+    enum { JUNK = 12 };
+    int at_header = 0;
+    for (int i = 0; i < JUNK; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "m-junk-%d", i);
+        AttackClaim a = {0, id, 1000, NULL, 0, NULL};
+        cr_assert_eq(attacker_push(m, &a, &junk, details, sizeof details), NET_FAILED_PRECONDITION,
+                     "%s", details);
+        at_header += strstr(details, "refused until the round moves") != NULL;
+    }
+    cr_assert_eq(at_header, JUNK - 3, "%d of %d were refused at the header", at_header, JUNK);
+    /* six downloads: four served, then refused until the round moves */
+    int served = 0, limited = 0;
+    size_t model_len = 0;
+    NetLimits lim = {.max_total = 64u << 20};
+    for (int i = 0; i < 6; i++) {
+        NetBuf payload = {NULL, 0};
+        NetStatus st = net_download(m, "/strait.Federation/GetModel", "", 0, &lim, 20000, &payload,
+                                    details, sizeof details);
+        served += st == NET_OK;
+        limited += st == NET_RESOURCE_EXHAUSTED;
+        if (st == NET_OK) model_len = payload.len;
+        net_buf_free(&payload);
+    }
+    cr_assert_eq(served, 4, "%d downloads served", served);
+    cr_assert_eq(limited, 2);
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL}, ac = {0, "c-r0", 1000, NULL, 0, NULL};
+    cr_assert_eq(attacker_push(b, &ab, &good, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(c, &ac, &good, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r = wait_committed(0, 30);
+    cr_assert_eq(r.bytes_down, (int64_t)model_len, "bytes_down %lld for one model of %zu bytes",
+                 (long long)r.bytes_down, model_len);
+    cr_assert_eq(r.refusals_unrecorded, JUNK - 3);
+    /* the store holds m's first three refusals, no more */
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_updates_list(s, r.id, &ups, &n, err), 0, "%s", err);
+    store_close(s);
+    free(ups);
+    cr_assert_eq(n, 3 + 2, "%zu rows for round 0", n);
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&good), blob_free(&junk);
+    gpt_free(&t);
+}
+
+/* Twenty bad joins from one address write three rows, and a site with a
+ * good token behind the same address still joins. */
+Test(adversary, failed_joins_write_few_rows_and_a_good_token_still_joins) {
+    init_federation();
+    ini_set("limits", "join_failures", "3");
+    start_coordinator();
+    char dir[700], err[ERR_LEN], fp[65];
+    cr_assert_eq(coordinator_home_info(fed, fp, NULL, 0, err), 0);
+    const char *bad = "0000000000000000000000000000000000000000000000000000000000000000";
+    for (int i = 0; i < 20; i++) {
+        snprintf(dir, sizeof dir, "%s/j%d", root, i);
+        SiteJoinOptions o = {dir, "eve", addr, bad, fp};
+        cr_assert_neq(client_join(&o, err), 0);
+    }
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreEvent *ev;
+    size_t n;
+    cr_assert_eq(store_events_list(s, 1000, 0, &ev, &n, err), 0, "%s", err);
+    int rows = 0;
+    for (size_t i = 0; i < n; i++) rows += strcmp(ev[i].action, "site.join_failed") == 0;
+    free(ev);
+    store_close(s);
+    cr_assert_eq(rows, 3, "%d rows for 20 failed joins", rows);
+    snprintf(dir, sizeof dir, "%s/alice", root);
+    attacker_enroll(fed, addr, "alice", dir); /* asserts that the join succeeds */
+}
+
+/* A site bounds what it builds: a model larger than --max-memory is
+ * refused, with the sizes, before any of it is allocated. */
+Test(adversary, a_site_refuses_a_model_larger_than_its_memory) {
+    init_federation();
+    start_coordinator();
+    char dir[700], data[800];
+    snprintf(dir, sizeof dir, "%s/s", root);
+    harness_enroll_join(fed, addr, "s", dir);
+    snprintf(data, sizeof data, "%s/data.txt", root);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 2000; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+    ProcResult r = S("site", "run", dir, "--data", data, "--max-memory", "1M");
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "needs about"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "--max-memory"), "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+    proc_result_free(&r);
 }

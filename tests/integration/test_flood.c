@@ -1,0 +1,202 @@
+/*
+ * test_flood.c — unauthenticated peers against a real coordinator: idle
+ * TCP connections from many addresses, a coordinator run out of
+ * descriptors, HTTP/2 streams whose request never comes, and calls whose
+ * answers are never read (tests/flood.h). Each case checks that an honest
+ * site's Hello and the admin's `strait status` are answered while it lasts
+ * and after, and what the coordinator held. The peers come from loopback
+ * addresses 127.0.0.10 and up; every socket is closed and every process
+ * stopped by the end of the case, pass or fail. Loops are bounded in count
+ * and time.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "client/client.h"
+#include "net/net.h"
+#include "tests/attacker.h"
+#include "tests/flood.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+#define S(...) harness_strait(__VA_ARGS__)
+
+static char *root;
+static char fed[600], addr[64], b_dir[700];
+static int coord = -1;
+static int *fds;
+static int n_fds;
+static FloodTls *tls[16];
+
+static void teardown(void) {
+    for (int i = 0; i < n_fds; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds), fds = NULL, n_fds = 0;
+    for (int i = 0; i < 16; i++) flood_tls_close(tls[i]), tls[i] = NULL;
+    if (root == NULL) return;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(flood, .fini = teardown, .timeout = 240);
+
+/* A tiny federation, started, with site b enrolled and seen once (so its
+ * address, 127.0.0.1, is one the coordinator trusts). */
+static void federation(void) {
+    net_global_init();
+    root = harness_tmpdir("flood");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "coordinator did not start");
+    snprintf(b_dir, sizeof b_dir, "%s/b", root);
+    attacker_enroll(fed, addr, "b", b_dir);
+    SiteHello hello;
+    char err[ERR_LEN];
+    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "%s", err);
+}
+
+/* The honest site and the admin are answered. */
+static void honest_answered(const char *when) {
+    SiteHello hello;
+    char err[ERR_LEN];
+    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "%s: site b's Hello: %s", when, err);
+    ProcResult r = S("status", fed);
+    cr_assert_eq(r.status, 0, "%s: strait status: %s", when, r.err);
+    proc_result_free(&r);
+}
+
+static int open_fds(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", pid);
+    DIR *d = opendir(path);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+static void raise_own_nofile(int need) {
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < (rlim_t)need && rl.rlim_max >= (rlim_t)need) rl.rlim_cur = (rlim_t)need;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    cr_assert_geq(rl.rlim_cur, (rlim_t)need, "this test needs %d descriptors", need);
+}
+
+/* 2,000 idle connections from 10 addresses, 200 each: an address not yet
+ * trusted holds 128 (connections_per_address), the rest are closed as they
+ * are accepted, and the site and the admin are answered. Then the
+ * coordinator's descriptor limit is cut to just above what it holds and
+ * 300 more come: it runs out, closes what it cannot serve, and once the
+ * flood is gone it accepts again (gRPC's own listener gives up for good on
+ * EMFILE). */
+Test(flood, idle_connections_are_capped_per_address_and_emfile_does_not_end_the_listener) {
+    enum { ADDRS = 10, EACH = 200, MORE = 300 };
+    raise_own_nofile(ADDRS * EACH + MORE + 256);
+    federation();
+    fds = malloc(sizeof(int) * (ADDRS * EACH + MORE));
+    char src[32];
+    for (int a = 0; a < ADDRS; a++) {
+        snprintf(src, sizeof src, "127.0.0.%d", 10 + a);
+        for (int i = 0; i < EACH; i++) fds[n_fds++] = flood_connect(addr, src);
+    }
+    int held = open_fds(coord);
+    for (int a = 0; a < ADDRS; a++) {
+        int closed = flood_count_closed(fds + a * EACH, EACH, 2000);
+        cr_assert_eq(closed, EACH - 128, "address %d: %d of %d connections closed, not %d", a,
+                     closed, EACH, EACH - 128);
+    }
+    cr_assert_lt(held, ADDRS * 128 + 200, "the coordinator holds %d descriptors", held);
+    honest_answered("2,000 idle connections held");
+    /* out of descriptors: the limit just above what it holds now */
+    struct rlimit tight = {(rlim_t)open_fds(coord) + 40, (rlim_t)open_fds(coord) + 40};
+    cr_assert_eq(prlimit(coord, RLIMIT_NOFILE, &tight, NULL), 0, "prlimit on the coordinator");
+    for (int i = 0; i < MORE; i++) {
+        snprintf(src, sizeof src, "127.0.0.%d", 30 + i / 100);
+        fds[n_fds++] = flood_connect(addr, src);
+    }
+    int dropped = flood_count_closed(fds + ADDRS * EACH, MORE, 2000);
+    cr_assert_gt(dropped, MORE - 60, "only %d of %d connections past the limit were closed",
+                 dropped, MORE);
+    for (int i = 0; i < n_fds; i++)
+        if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
+    /* the flood is gone: descriptors come back as the coordinator sees the
+     * closes, and the listener still accepts */
+    int answered = 0;
+    for (int tries = 0; tries < 50 && !answered; tries++) {
+        SiteHello hello;
+        char err[ERR_LEN];
+        answered = client_hello(b_dir, &hello, err) == 0;
+        if (!answered) usleep(200000);
+    }
+    cr_assert(answered, "the coordinator accepted no connection after running out of descriptors");
+    honest_answered("after the descriptors came back");
+}
+
+/* 60,000 HEADERS-only streams (their request never comes) on 3
+ * connections, and a flood of calls whose answers are never read: the
+ * coordinator's memory stays within a bound, the honest site and the admin
+ * are answered meanwhile, and a connection that reads nothing is closed. */
+Test(flood, unfinished_streams_and_unread_answers_cost_bounded_memory) {
+    federation();
+    honest_answered("before");
+    long before = flood_rss(coord);
+    int sent = 0;
+    char src[32];
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "127.0.0.%d", 50 + i);
+        tls[i] = flood_tls_open(addr, src);
+        cr_assert_not_null(tls[i], "TLS without a certificate was refused");
+        sent += flood_tls_streams(tls[i], "/strait.Federation/Hello", 20000, 0);
+    }
+    usleep(500000);
+    long during = flood_rss(coord);
+    honest_answered("60,000 unfinished streams");
+    /* answers nobody reads: complete calls to a method that does not exist,
+     * four times over: what stays after is the allocator's pool (it grows
+     * for the first floods, then stays), not a cost per flood */
+    long flooded = 0, after = 0, after_first = 0;
+    for (int round = 0; round < 4; round++) {
+        for (int i = 3; i < 6; i++) {
+            snprintf(src, sizeof src, "127.0.0.%d", 50 + i);
+            tls[i] = flood_tls_open(addr, src);
+            cr_assert_not_null(tls[i]);
+            flood_tls_streams(tls[i], "/strait.Nothing/Here", 30000, 1);
+        }
+        honest_answered("calls whose answers are never read");
+        long rss = flood_rss(coord);
+        if (rss > flooded) flooded = rss;
+        /* none of these peers ever sent a certificate: each was reset once
+         * it had sent its share, not waited on */
+        for (int i = 0; i < 6; i++)
+            cr_assert(tls[i] == NULL || flood_tls_closed(tls[i], 5000),
+                      "flooding connection %d is still open", i);
+        for (int i = 0; i < 6; i++) flood_tls_close(tls[i]), tls[i] = NULL;
+        usleep(1500000);
+        after = flood_rss(coord);
+        if (round == 0) after_first = after;
+    }
+    honest_answered("after");
+    cr_log_info("coordinator RSS: %ld MiB before, %ld with %d unfinished streams, %ld with the "
+                "unread floods, %ld after the first, %ld after the fourth",
+                before >> 20, during >> 20, sent, flooded >> 20, after_first >> 20, after >> 20);
+    /* what 60,000 unfinished streams cost before (10.7 KB each): 640 MB */
+    cr_assert_lt(during - before, 64L << 20, "unfinished streams cost %ld MiB",
+                 (during - before) >> 20);
+    cr_assert_lt(flooded - before, 128L << 20, "the unread flood cost %ld MiB",
+                 (flooded - before) >> 20);
+    cr_assert_lt(after - before, 48L << 20, "%ld MiB were not given back after four floods",
+                 (after - before) >> 20);
+}
