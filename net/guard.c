@@ -21,7 +21,12 @@
  * certificate arrives on it, the bytes its peer sends are counted (the
  * reads gRPC makes through recvmsg, which this file also defines), and
  * past unauth_bytes on one connection, or unauth_total on all of them
- * together, the connection is reset. gRPC core 1.51 applies its limit of
+ * together, the connection is reset — at once when its address is not
+ * trusted, and UNVOUCHED_MS after it went over when it is (a site whose
+ * first call on a new connection is an upload: the dispatcher vouches for
+ * the connection as soon as the call's headers are in, while its data
+ * keeps coming; a watchdog thread resets the ones that stay unvouched).
+ * gRPC core 1.51 applies its limit of
  * streams per connection only once the peer has acknowledged the SETTINGS
  * that carry it, so a peer that never does opens as many streams as it
  * sends HEADERS (about 11 KB of the server's memory for 80 bytes of its
@@ -55,6 +60,7 @@
 #define GUARD_ADDRS   4096 /* addresses with connections at once, an open table */
 #define GUARD_TRUSTED 1024 /* addresses trusted at once */
 #define TRUST_MS      (3600 * 1000LL)
+#define UNVOUCHED_MS  100 /* a trusted address's connection over its budget waits this for a call */
 
 typedef struct Addr {
     uint8_t ip[16]; /* IPv4 as ::ffff:a.b.c.d */
@@ -67,6 +73,8 @@ typedef struct Conn { /* per descriptor */
     int port;         /* the peer's */
     int vouched;      /* a call with a verified certificate came on it: no byte budget */
     int64_t received; /* bytes read from it while not vouched for */
+    int64_t over_ms;  /* when it went over its budget (a trusted address's); 0: not */
+    int64_t in_total; /* of received, what counts in unauth_received (an untrusted address's) */
 } Conn;
 
 static struct {
@@ -143,7 +151,7 @@ static int is_trusted(const uint8_t ip[16], int64_t now) {
 static void untrack(int fd) {
     Conn *c = &G.conns[fd];
     if (c->addr == 0) return;
-    if (!c->vouched) G.unauth_received -= c->received;
+    G.unauth_received -= c->in_total;
     int i = c->addr - 1;
     G.count[i]--;
     G.total--;
@@ -151,7 +159,7 @@ static void untrack(int fd) {
     if (G.untrusted < 0) G.untrusted = 0;
     if (G.count[i] == 0) G.addrs[i].used = 0;
     c->addr = 0;
-    c->vouched = 0, c->received = 0, c->port = 0;
+    c->vouched = 0, c->received = 0, c->port = 0, c->over_ms = 0, c->in_total = 0;
 }
 
 /* Lets go of descriptors closed (or reused for something else) since. */
@@ -223,7 +231,8 @@ static int admit(int fd, const struct sockaddr *sa) {
     G.conns[fd].addr = slot + 1;
     G.conns[fd].port = sa->sa_family == AF_INET ? ntohs(((const struct sockaddr_in *)sa)->sin_port)
                                                 : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-    G.conns[fd].vouched = 0, G.conns[fd].received = 0;
+    G.conns[fd].vouched = 0, G.conns[fd].received = 0, G.conns[fd].over_ms = 0;
+    G.conns[fd].in_total = 0;
     G.count[slot]++;
     G.total++;
     if (!is_trusted(ip, now)) G.untrusted++;
@@ -289,9 +298,18 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
     int cut = 0;
     if (fd < G.n_conns_cap && G.conns[fd].addr && !G.conns[fd].vouched) {
         Conn *c = &G.conns[fd];
+        int64_t now = now_ms();
         c->received += n;
-        G.unauth_received += n;
-        cut = c->received > G.lim.unauth_bytes || G.unauth_received > G.lim.unauth_total;
+        int over = c->received > G.lim.unauth_bytes;
+        if (!is_trusted(G.addrs[c->addr - 1].ip, now)) {
+            c->in_total += n;
+            G.unauth_received += n;
+            cut = over || G.unauth_received > G.lim.unauth_total;
+        }
+        else if (over && c->over_ms == 0)
+            c->over_ms = now; /* a call may be on its way: the watchdog decides */
+        else
+            cut = over && now - c->over_ms > UNVOUCHED_MS;
         if (cut) {
             G.st.cut++;
             untrack(fd); /* its bytes leave the total now */
@@ -304,6 +322,29 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
     return -1;
 }
 
+/* Resets the connections of trusted addresses that went over their budget
+ * and have had no call with a certificate since (a connection whose sender
+ * waits on flow control reads nothing more, so recvmsg alone would not). */
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, 25 * 1000000L};
+        nanosleep(&ts, NULL);
+        int64_t now = now_ms();
+        pthread_mutex_lock(&G.lock);
+        for (int fd = 0; fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
+            Conn *c = &G.conns[fd];
+            if (c->addr == 0 || c->vouched || c->over_ms == 0 || now - c->over_ms <= UNVOUCHED_MS)
+                continue;
+            G.st.cut++;
+            untrack(fd);
+            shutdown(fd, SHUT_RDWR); /* gRPC sees the end and closes it */
+        }
+        pthread_mutex_unlock(&G.lock);
+    }
+    return NULL;
+}
+
 void net_guard_set(const NetGuardLimits *lim) {
     pthread_mutex_lock(&G.lock);
     G.lim = *lim;
@@ -313,6 +354,10 @@ void net_guard_set(const NetGuardLimits *lim) {
     if (G.lim.reserve < 0 || G.lim.reserve >= G.lim.total) G.lim.reserve = G.lim.total / 4;
     if (G.lim.unauth_bytes <= 0) G.lim.unauth_bytes = 64 << 10;
     if (G.lim.unauth_total <= 0) G.lim.unauth_total = 4 << 20;
+    if (!G.on) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, watchdog_main, NULL) == 0) pthread_detach(t);
+    }
     G.on = 1;
     if (G.spare < 0) G.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_unlock(&G.lock);
@@ -329,8 +374,8 @@ void net_guard_trust(const char *addr, int port) {
         Conn *c = &G.conns[fd];
         if (c->addr != a + 1 || c->port != port || c->vouched) continue;
         c->vouched = 1;
-        G.unauth_received -= c->received;
-        c->received = 0;
+        G.unauth_received -= c->in_total;
+        c->received = c->in_total = c->over_ms = 0;
         break;
     }
     int slot = -1, oldest = 0;

@@ -246,3 +246,37 @@ Test(aggregate_rules, one_table_names_every_rule_and_how_it_runs) {
     cr_assert_eq(robust_aggregate(blobs, lens, 1, 4, AGG_MEAN, 0, out, err), -1);
     cr_assert_not_null(strstr(err, "mean is not a coordinate-wise rule"), "%s", err);
 }
+
+/* trim = 0.1 of three updates is floor(0.3) = 0: a plain mean, with the
+ * docs promising robustness. A trim asked for removes at least one from
+ * each end once there are three. */
+Test(aggregate, a_trim_removes_one_from_each_end_of_three) {
+    cr_assert_eq(aggregate_trim_count(0.1, 3), 1);
+    cr_assert_eq(aggregate_trim_count(0.1, 2), 0, "two updates have nothing to trim to");
+    cr_assert_eq(aggregate_trim_count(0.25, 8), 2);
+    cr_assert_eq(aggregate_trim_count(0.1, 25), 2);
+    cr_assert_eq(aggregate_trim_count(0, 5), 0, "no trim asked for");
+    uint64_t n = 5000;
+    enum { U = 3 };
+    float *x[U];
+    Blob b[U];
+    const uint8_t *blobs[U];
+    size_t lens[U];
+    for (int u = 0; u < U; u++) {
+        x[u] = vec(n, (float)u, 0.1f);
+        if (u == 2)
+            for (uint64_t i = 0; i < n; i++) x[u][i] = 1e6f; /* a hostile site */
+        b[u] = encode(x[u], n, HASH);
+        blobs[u] = b[u].data, lens[u] = b[u].len;
+    }
+    float *trim = malloc(n * 4), *med = malloc(n * 4);
+    char err[ERR_LEN];
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.1, trim, err), 0, "%s",
+                 err);
+    cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
+    cr_assert_eq(memcmp(trim, med, n * 4), 0, "a trimmed mean of three is their median");
+    for (uint64_t i = 0; i < n; i++) cr_assert_lt(trim[i], 1e5f, "the outlier leaked at %llu",
+                                                  (unsigned long long)i);
+    for (int u = 0; u < U; u++) free(x[u]), blob_free(&b[u]);
+    free(trim), free(med);
+}
