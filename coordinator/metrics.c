@@ -111,6 +111,20 @@ static int render(Coordinator *co, Text *t, char *err) {
            (double)st.rss_bytes);
     metric(t, "strait_uptime_seconds", "gauge", "Since the coordinator started.",
            st.uptime_ms / 1000.0);
+    NetGuardStats g;
+    net_guard_stats(&g);
+    metric(t, "strait_connections", "gauge", "TCP connections held now.", (double)g.connections);
+    metric(t, "strait_connections_untrusted", "gauge",
+           "Of those, from addresses no site or admin call has come from within the hour.",
+           (double)g.untrusted);
+    metric(t, "strait_connections_refused_total", "counter",
+           "Connections closed as they were accepted: over a cap per address or in all.",
+           (double)g.refused);
+    metric(t, "strait_connections_reset_total", "counter",
+           "Connections reset for sending too much before a call with a certificate.",
+           (double)g.cut);
+    metric(t, "strait_connections_no_descriptor_total", "counter",
+           "Connections closed for want of a descriptor (raise LimitNOFILE).", (double)g.emfile);
     /* one series per label: reasons with the same label are summed */
     put(t, "# HELP strait_update_rejections_total Updates refused, by reason.\n"
            "# TYPE strait_update_rejections_total counter\n");
