@@ -200,3 +200,38 @@ Test(flood, unfinished_streams_and_unread_answers_cost_bounded_memory) {
     cr_assert_lt(after - before, 64L << 20, "%ld MiB were not given back after four floods",
                  (after - before) >> 20);
 }
+
+/* The metrics endpoint: idle connections from one address do not keep the
+ * scraper (another address) out. */
+Test(flood, idle_connections_do_not_keep_the_scraper_out) {
+    net_global_init();
+    root = harness_tmpdir("flood");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char ini[700], path[700], *maddr = NULL, err[ERR_LEN];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    harness_ini_set(ini, "metrics", "listen", "127.0.0.1:0");
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "coordinator did not start");
+    snprintf(path, sizeof path, "%s/metrics.addr", fed);
+    for (int i = 0; i < 100 && file_read_all(path, 256, &maddr, NULL, err) != 0; i++)
+        usleep(50000);
+    cr_assert_not_null(maddr, "%s", err);
+    enum { IDLE = 64 };
+    fds = malloc(sizeof(int) * IDLE);
+    for (int i = 0; i < IDLE; i++) fds[n_fds++] = flood_connect(maddr, "127.0.0.60");
+    int fd = flood_connect(maddr, "127.0.0.1");
+    cr_assert_geq(fd, 0);
+    static const char get[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    cr_assert_eq(write(fd, get, sizeof get - 1), (ssize_t)(sizeof get - 1));
+    static char page[1 << 16];
+    size_t got = 0;
+    for (ssize_t k; got < sizeof page - 1 && (k = read(fd, page + got, sizeof page - 1 - got)) > 0;)
+        got += (size_t)k;
+    page[got] = 0;
+    close(fd);
+    cr_assert_not_null(strstr(page, "strait_connections "), "the scrape got: %.200s", page);
+    free(maddr);
+}
