@@ -553,9 +553,9 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         if (out->meta) memcpy(out->meta, h->meta.data, h->meta.len), out->meta_len = h->meta.len;
     }
     uint32_t chunk_size = h->chunk_size;
-    frame_free(&f);
+    uint64_t from = h->offset; /* where this stream started: its rate counts from there */
+    frame_free(&f); /* h goes with it */
     net_buf_free(&m);
-    uint64_t from = h->offset;
     int64_t grace_ms = lim->grace_ms > 0 ? lim->grace_ms : 10000;
     for (;;) {
         int64_t lived = (int64_t)((time_monotonic_ns() - t0) / 1000000);
