@@ -185,13 +185,17 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},      {"threads", required_argument, NULL, 'j'},
-        {"batch", required_argument, NULL, 'b'},     {"seq", required_argument, NULL, 't'},
-        {"lr", required_argument, NULL, 'l'},        {"device", required_argument, NULL, 'D'},
-        {"gpus", required_argument, NULL, 'g'},      {"seed", required_argument, NULL, 's'},
-        {"init-from", required_argument, NULL, 'I'}, {"max-memory", required_argument, NULL, 'M'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {"max-memory", required_argument, NULL, 'M'},
+                                         {NULL, 0, NULL, 0}};
     const char *data[64];
     SiteRunOptions o = {.data = data};
     int c;
@@ -227,8 +231,9 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             double v = strtod(optarg, &end);
             double unit = *end == 'G' ? 1e9 : *end == 'M' ? 1e6 : *end == '\0' ? 1 : 0;
             if (!(v > 0) || unit == 0 || (*end && end[1]))
-                return cli_usage_error(cmd, "--max-memory is bytes, or a number with M or G "
-                                            "(16G), not '%s'",
+                return cli_usage_error(cmd,
+                                       "--max-memory is bytes, or a number with M or G "
+                                       "(16G), not '%s'",
                                        optarg);
             o.max_memory = (uint64_t)(v * unit);
         }

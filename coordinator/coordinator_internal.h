@@ -30,16 +30,17 @@ typedef struct RoundsSettings {
      * batch sequences of seq tokens; with inner_steps, the token bound */
     int64_t batch, seq;
     double outer_lr, momentum, trim;
-    double adam_eps;         /* [optimizer] eps: FedAdam's adaptivity τ */
-    double max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_0‖ (θ at the start) from the first update (0: off) */
+    double adam_eps; /* [optimizer] eps: FedAdam's adaptivity τ */
+    double
+        max_update_ratio; /* ‖Δ‖ ≤ ratio × ‖θ_0‖ (θ at the start) from the first update (0: off) */
     /* after a round with a quorum: ‖Δ‖ ≤ norm_bound × the median of recent
      * rounds' median accepted norms (0: off) */
     double norm_bound;
-    double clip;       /* mean: an update is scaled down to clip × the round's median norm (0: off) */
+    double clip; /* mean: an update is scaled down to clip × the round's median norm (0: off) */
     double weight_cap; /* a weight counts at most weight_cap × the round's median claim (0: off) */
-    AggregateRule rule;      /* [rounds] aggregate */
-    int keeps_updates;       /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
-    char recipe[16];         /* [recipe] name: the defaults below came from it */
+    AggregateRule rule; /* [rounds] aggregate */
+    int keeps_updates;  /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
+    char recipe[16];    /* [recipe] name: the defaults below came from it */
     CodecParams uplink;
     CodecParams downlink;  /* the outer update sent down, with error feedback here */
     int downlink_lossless; /* instead: the exact model delta (zstd over XORed byte planes) */
@@ -48,7 +49,8 @@ typedef struct RoundsSettings {
     int64_t spool_bytes, spool_site_bytes; /* 0 per site: three updates' worth */
     int64_t upload_header_ms, upload_idle_ms, upload_life_ms;
     int64_t upload_min_rate, upload_grace_ms; /* bytes/s an upload keeps up after its grace */
-    int64_t refusals;  /* refused updates a site may send a round before it is refused at the header */
+    int64_t
+        refusals; /* refused updates a site may send a round before it is refused at the header */
     int64_t downloads; /* GetModel calls a site may make a round */
 } RoundsSettings;
 
@@ -76,17 +78,17 @@ typedef struct Waiter {
  * the map of its spooled upload (unlinked; pages let go once it is added),
  * so that a close that must re-weigh or clip updates can add them again. */
 typedef struct RoundUpdate {
-    double weight, norm;             /* claimed tokens; ‖Δ‖ */
-    double train, eval, start_eval;  /* reported losses (NaN: none) */
-    uint8_t *data;                   /* owned map; NULL for the robust rules (kept files) */
+    double weight, norm;            /* claimed tokens; ‖Δ‖ */
+    double train, eval, start_eval; /* reported losses (NaN: none) */
+    uint8_t *data;                  /* owned map; NULL for the robust rules (kept files) */
     size_t len, mapped;
 } RoundUpdate;
 
 /* What one site did in the open round beyond its update, keyed by site id. */
 typedef struct RoundSiteCount {
     int64_t site_id;
-    int refused;        /* updates refused */
-    int downloads;      /* GetModel calls */
+    int refused;             /* updates refused */
+    int downloads;           /* GetModel calls */
     int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
 } RoundSiteCount;
 
@@ -117,11 +119,11 @@ typedef struct Rounds {
     RoundSiteCount counts[ROUND_SITE_COUNTS]; /* this round's, reset when it opens */
     int n_counts;
     int64_t refusals_unrecorded; /* refusals of this round past the rows kept */
-    double theta0_norm;          /* ‖θ‖ when this coordinator started: max_update_ratio's base */
+    double theta0_norm; /* ‖θ‖ when this coordinator started: max_update_ratio's base */
     double norm_history[NORM_HISTORY]; /* median accepted norms of recent rounds with a quorum */
     int n_history;
-    Served *ckpt;                 /* the current model's checkpoint, served by GetModel; a ref */
-    uint8_t theta_sha[32];        /* SHA-256 of θ_r's parameters: an update's base must be it */
+    Served *ckpt;          /* the current model's checkpoint, served by GetModel; a ref */
+    uint8_t theta_sha[32]; /* SHA-256 of θ_r's parameters: an update's base must be it */
     /* the way from the previous round's model to the current one, for sites
      * that hold the previous: the outer update in the downlink codec (an
      * update blob; θ_r = θ_{r-1} + decoded, here as at every site) or the
@@ -168,9 +170,9 @@ typedef struct RoundClosing {
     int n_kept, n_reported;
     RoundUpdate upd[MAX_REPORTS]; /* moved from Rounds */
     char site[MAX_REPORTS][65];
-    double eval;   /* the median of the eval losses reported, NaN if none */
+    double eval;        /* the median of the eval losses reported, NaN if none */
     double median_norm; /* of the accepted updates */
-    int quorum;    /* the round had its quorum when it closed */
+    int quorum;         /* the round had its quorum when it closed */
 } RoundClosing;
 
 /* What a commit makes and an install puts in place; owned. */
@@ -246,8 +248,8 @@ typedef struct Coordinator {
     char admin_sha[65];
     char address[256]; /* where it is bound: host:port */
     long site_cert_days;
-    int64_t renew_overlap_ms;  /* the certificate a renewal replaces stays valid this long */
-    Store *store; /* owned, guarded by store_lock */
+    int64_t renew_overlap_ms; /* the certificate a renewal replaces stays valid this long */
+    Store *store;             /* owned, guarded by store_lock */
     pthread_mutex_t store_lock;
     int64_t started_ms;
     NetServer *server; /* set under rounds.lock once serving: revocation cancels calls */

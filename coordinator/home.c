@@ -314,10 +314,9 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     char ini[8192], min_sites[24] = "quorum";
     if (o->min_sites > 0) snprintf(min_sites, sizeof min_sites, "%d", o->min_sites);
     snprintf(ini, sizeof ini, ini_template, name, listen, advertise, model_ini,
-             o->rounds > 0 ? o->rounds : 100, min_sites,
-             o->deadline ? o->deadline : "10m", o->inner_steps > 0 ? o->inner_steps : 50,
-             o->recipe ? o->recipe : "diloco", o->uplink ? "" : "; ",
-             o->uplink ? o->uplink : "int8");
+             o->rounds > 0 ? o->rounds : 100, min_sites, o->deadline ? o->deadline : "10m",
+             o->inner_steps > 0 ? o->inner_steps : 50, o->recipe ? o->recipe : "diloco",
+             o->uplink ? "" : "; ", o->uplink ? o->uplink : "int8");
     int bad = write_file(dir, "ca.key", ca_key, 0600, err) ||
               write_file(dir, "ca.crt", ca, 0644, err) ||
               write_file(dir, "server.key", srv_key, 0600, err) ||

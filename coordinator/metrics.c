@@ -192,13 +192,13 @@ Metrics *metrics_start(Coordinator *co, const char *listen, char *err) {
         return NULL;
     }
     m->co = co;
-    m->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                                 answer, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                 /* idle peers cannot take the scraper's place: a few
-                                  * connections per address, more in all, and 5 s each */
-                                 MHD_OPTION_CONNECTION_LIMIT, 256U,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8U,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 5U, MHD_OPTION_END);
+    m->daemon =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, answer,
+                         m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                         /* idle peers cannot take the scraper's place: a few
+                          * connections per address, more in all, and 5 s each */
+                         MHD_OPTION_CONNECTION_LIMIT, 256U, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8U,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 5U, MHD_OPTION_END);
     if (m->daemon == NULL) {
         err_set(err, "cannot serve metrics on %s (in use? another HOST:PORT in [metrics] listen)",
                 listen);

@@ -187,7 +187,8 @@ static int weighed_mean(Coordinator *co, const RoundClosing *c, float *mean, cha
     int n = c->n_reported;
     double claimed[MAX_REPORTS], norms[MAX_REPORTS], weight[MAX_REPORTS], scale[MAX_REPORTS];
     for (int i = 0; i < n; i++) claimed[i] = c->upd[i].weight, norms[i] = c->upd[i].norm;
-    double wcap = r->set.weight_cap > 0 ? r->set.weight_cap * round_median(claimed, n, 1) : INFINITY;
+    double wcap =
+        r->set.weight_cap > 0 ? r->set.weight_cap * round_median(claimed, n, 1) : INFINITY;
     double ncap = r->set.clip > 0 ? r->set.clip * round_median(norms, n, 1) : INFINITY;
     int changed = 0;
     for (int i = 0; i < n; i++) {

@@ -202,12 +202,13 @@ static void flag_disputed_losses(Coordinator *co, const RoundClosing *c) {
         if (!isfinite(e) || fabs(e - c->eval) <= tol) continue;
         char detail[200];
         snprintf(detail, sizeof detail,
-                 "round %lld: reported eval loss %.4f, the round's median %.4f", (long long)c->number,
-                 e, c->eval);
+                 "round %lld: reported eval loss %.4f, the round's median %.4f",
+                 (long long)c->number, e, c->eval);
         log_warn("rounds", "site %s's loss report disagrees with the others: %s", c->site[i],
                  detail);
         pthread_mutex_lock(&co->store_lock);
-        store_event_add(co->store, c->site[i], "update.loss_disputed", detail, time_wall_ms(), NULL);
+        store_event_add(co->store, c->site[i], "update.loss_disputed", detail, time_wall_ms(),
+                        NULL);
         pthread_mutex_unlock(&co->store_lock);
     }
 }

@@ -147,8 +147,9 @@ static void join_failed(Coordinator *co, NetCall *c, const char *site, const cha
     snprintf(detail, sizeof detail, "from %s: %s", addr, why);
     int n = join_failures(co, addr, 1);
     if (n > JOIN_ROWS) return;
-    if (n == JOIN_ROWS) strncat(detail, " (later failures this minute are not recorded)",
-                                sizeof detail - strlen(detail) - 1);
+    if (n == JOIN_ROWS)
+        strncat(detail, " (later failures this minute are not recorded)",
+                sizeof detail - strlen(detail) - 1);
     pthread_mutex_lock(&co->store_lock);
     store_event_add(co->store, site, "site.join_failed", detail, time_wall_ms(), NULL);
     pthread_mutex_unlock(&co->store_lock);
@@ -336,10 +337,21 @@ static int check_keys(const Config *cfg, char *err) {
     static const char *const federation[] = {"name", "listen", "advertise", NULL};
     static const char *const model[] = {"preset", "seed",          "init", "init_sha256",
                                         "source", "source_sha256", NULL};
-    static const char *const rounds[] = {
-        "total", "min_sites",   "deadline",         "max_extensions", "aggregate",  "trim",
-        "inner_steps", "time_budget", "batch", "seq", "max_update_ratio", "norm_bound",
-        "clip",  "weight_cap",  NULL};
+    static const char *const rounds[] = {"total",
+                                         "min_sites",
+                                         "deadline",
+                                         "max_extensions",
+                                         "aggregate",
+                                         "trim",
+                                         "inner_steps",
+                                         "time_budget",
+                                         "batch",
+                                         "seq",
+                                         "max_update_ratio",
+                                         "norm_bound",
+                                         "clip",
+                                         "weight_cap",
+                                         NULL};
     static const char *const recipe[] = {"name", NULL};
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};
@@ -419,8 +431,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     int bad = coordinator_check_listen(listen_addr, err) ||
               config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
               config_get_duration_ms(cfg, "security", "token_ttl", 0, &ttl_unused, err) ||
-              config_get_duration_ms(cfg, "security", "renew_overlap", 600000,
-                                     &co.renew_overlap_ms, err) ||
+              config_get_duration_ms(cfg, "security", "renew_overlap", 600000, &co.renew_overlap_ms,
+                                     err) ||
               config_get_int(cfg, "limits", "workers", 16, 2, 1024, &workers, err) ||
               config_get_int(cfg, "limits", "calls_per_site", NET_PER_PEER_DEFAULT, 1, 64,
                              &per_site, err) ||
@@ -429,10 +441,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
               config_get_int(cfg, "limits", "stream_window", NET_STREAM_WINDOW_DEFAULT, 65536,
                              1LL << 30, &window, err) ||
               config_get_int(cfg, "limits", "connections", 4096, 16, 1 << 20, &conns, err) ||
-              config_get_int(cfg, "limits", "connections_per_address", 128, 1, 1 << 20,
-                             &conns_addr, err) ||
-              config_get_int(cfg, "limits", "streams_per_connection", 32, 4, 1024, &streams,
+              config_get_int(cfg, "limits", "connections_per_address", 128, 1, 1 << 20, &conns_addr,
                              err) ||
+              config_get_int(cfg, "limits", "streams_per_connection", 32, 4, 1024, &streams, err) ||
               model_settings_read(cfg, &co, err) ||
               rounds_settings_read(cfg, &co.model_cfg, &rs, err);
     if (!bad && reserve >= workers)

@@ -239,7 +239,8 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
     const struct {
         const char *key;
         double value, min;
-    } bounds[] = {{"norm_bound", o->norm_bound, 1}, {"clip", o->clip, 1}, {"weight_cap", o->weight_cap, 1}};
+    } bounds[] = {
+        {"norm_bound", o->norm_bound, 1}, {"clip", o->clip, 1}, {"weight_cap", o->weight_cap, 1}};
     for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
         if (!(bounds[i].value == 0 || (bounds[i].value >= bounds[i].min && bounds[i].value <= 1e6)))
             return err_set(err,

@@ -24,9 +24,9 @@ extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql
     schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {schema_store_sql, schema_store_v2_sql, schema_store_v3_sql,
-                                         schema_store_v4_sql, schema_store_v5_sql,
-                                         schema_store_v6_sql};
+static const char *const migrations[] = {schema_store_sql,    schema_store_v2_sql,
+                                         schema_store_v3_sql, schema_store_v4_sql,
+                                         schema_store_v5_sql, schema_store_v6_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -564,7 +564,7 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "coalesce(r.failed_reason, ''), r.participants, r.tokens, r.train_loss, r.eval_loss, "         \
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
-    "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "          \
+    "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "           \
     "r.refusals_unrecorded "                                                                       \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
@@ -802,10 +802,10 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
  * reports, not facts: one site's claim cannot move a median far): the
  * middle one, or the mean of the middle two. */
 #define MEDIAN_OF(col)                                                                             \
-    "(SELECT avg(x) FROM (SELECT " col " AS x FROM updates WHERE round_id = ?1 AND "              \
-    "state = 'accepted' AND " col " IS NOT NULL ORDER BY x LIMIT 2 - (SELECT count(*) FROM "     \
-    "updates WHERE round_id = ?1 AND state = 'accepted' AND " col " IS NOT NULL) % 2 OFFSET "    \
-    "(SELECT (count(*) - 1) / 2 FROM updates WHERE round_id = ?1 AND state = 'accepted' AND " col \
+    "(SELECT avg(x) FROM (SELECT " col " AS x FROM updates WHERE round_id = ?1 AND "               \
+    "state = 'accepted' AND " col " IS NOT NULL ORDER BY x LIMIT 2 - (SELECT count(*) FROM "       \
+    "updates WHERE round_id = ?1 AND state = 'accepted' AND " col " IS NOT NULL) % 2 OFFSET "      \
+    "(SELECT (count(*) - 1) / 2 FROM updates WHERE round_id = ?1 AND state = 'accepted' AND " col  \
     " IS NOT NULL)))"
 
 int store_round_refusals_unrecorded(Store *s, int64_t round_id, int64_t n, char *err) {
@@ -834,11 +834,15 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
         "participants = (SELECT count(*) FROM updates WHERE round_id = ?1 AND state = 'accepted'), "
         "tokens = (SELECT coalesce(sum(tokens), 0) FROM updates WHERE round_id = ?1 "
         "          AND state = 'accepted'), "
-        "train_loss = " MEDIAN_OF("train_loss") ", "
-        "start_eval_loss = " MEDIAN_OF("start_eval_loss") ", " ROUND_BYTES
-        "dense_bytes = (SELECT coalesce(sum(2 * raw_bytes * steps), 0) FROM updates "
-        "               WHERE round_id = ?1 AND state = 'accepted') "
-        "WHERE id = ?1";
+        "train_loss = " MEDIAN_OF(
+            "train_loss") ", "
+                          "start_eval_loss = " MEDIAN_OF(
+                              "start_eval_loss") ", " ROUND_BYTES
+                                                 "dense_bytes = (SELECT coalesce(sum(2 * raw_bytes "
+                                                 "* steps), 0) FROM updates "
+                                                 "               WHERE round_id = ?1 AND state = "
+                                                 "'accepted') "
+                                                 "WHERE id = ?1";
     if (store_begin(s, 1, err) != 0) return -1;
     sqlite3_stmt *st = store_stmt(s, sql_ckpt, err);
     if (st == NULL) return store_rollback(s);

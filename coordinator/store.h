@@ -101,8 +101,8 @@ StoreTokenResult store_token_check(Store *s, const uint8_t hash[32], const char 
  * site's current one; the site's other certificates retire at retire_at
  * (revoked_at set to it: valid until then), and rows retired by now are
  * deleted, so the store holds a site's valid certificates only. */
-int store_cert_add(Store *s, int64_t site_id, const StoreCert *cert, int64_t retire_at,
-                   int64_t now, char *err);
+int store_cert_add(Store *s, int64_t site_id, const StoreCert *cert, int64_t retire_at, int64_t now,
+                   char *err);
 
 /* When the last of a site's certificates that a renewal replaced stops
  * being valid, into *until (0: none is still valid). */

@@ -60,7 +60,8 @@
 #define GUARD_ADDRS   4096 /* addresses with connections at once, an open table */
 #define GUARD_TRUSTED 1024 /* addresses trusted at once */
 #define TRUST_MS      (3600 * 1000LL)
-#define UNVOUCHED_MS  100 /* a trusted address's connection over its budget waits this for a call */
+#define UNVOUCHED_MS  100 /* a trusted address's connection over its budget waits this for a call  \
+                           */
 
 typedef struct Addr {
     uint8_t ip[16]; /* IPv4 as ::ffff:a.b.c.d */
@@ -229,8 +230,9 @@ static int admit(int fd, const struct sockaddr *sa) {
     struct stat sb;
     G.conns[fd].ino = fstat(fd, &sb) == 0 ? sb.st_ino : 0;
     G.conns[fd].addr = slot + 1;
-    G.conns[fd].port = sa->sa_family == AF_INET ? ntohs(((const struct sockaddr_in *)sa)->sin_port)
-                                                : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    G.conns[fd].port = sa->sa_family == AF_INET
+                           ? ntohs(((const struct sockaddr_in *)sa)->sin_port)
+                           : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
     G.conns[fd].vouched = 0, G.conns[fd].received = 0, G.conns[fd].over_ms = 0;
     G.conns[fd].in_total = 0;
     G.count[slot]++;
@@ -271,8 +273,9 @@ int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags) {
             if (log) G.last_log_ms = now;
             pthread_mutex_unlock(&G.lock);
             if (log)
-                log_warn("net", "out of descriptors (%s): a connection was accepted and closed; "
-                                "raise the limit (LimitNOFILE) or lower [limits] connections",
+                log_warn("net",
+                         "out of descriptors (%s): a connection was accepted and closed; "
+                         "raise the limit (LimitNOFILE) or lower [limits] connections",
                          strerror(e));
             if (drop < 0) {
                 errno = EAGAIN;
@@ -305,8 +308,7 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
             c->in_total += n;
             G.unauth_received += n;
             cut = over || G.unauth_received > G.lim.unauth_total;
-        }
-        else if (over && c->over_ms == 0)
+        } else if (over && c->over_ms == 0)
             c->over_ms = now; /* a call may be on its way: the watchdog decides */
         else
             cut = over && now - c->over_ms > UNVOUCHED_MS;

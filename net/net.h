@@ -124,8 +124,8 @@ typedef struct NetGuardLimits {
 } NetGuardLimits;
 
 typedef struct NetGuardStats {
-    int64_t connections; /* TCP connections held now */
-    int64_t untrusted;   /* of which from addresses not trusted */
+    int64_t connections;       /* TCP connections held now */
+    int64_t untrusted;         /* of which from addresses not trusted */
     int64_t accepted, refused; /* since the start */
     int64_t emfile;            /* connections closed for want of descriptors */
     int64_t cut;               /* reset for sending too much before a certificate */
@@ -153,11 +153,11 @@ typedef struct NetServerConfig {
      * at 150 ms). 0: NET_STREAM_WINDOW_DEFAULT */
     uint32_t stream_window;
     NetGuardLimits connections; /* capped below the descriptor limit less 256 */
-    int max_streams;   /* HTTP/2 streams open at once per connection (0: 32) */
-    int handshake_ms;  /* TLS and the HTTP/2 preface must be done within (0: 10 s) */
-    int send_ms;       /* the longest a response message may wait for its peer to read (0: 60 s);
-                        * past it the call is cancelled, not waited on */
-    int idle_conn_ms;  /* a connection with no call for this long is closed (0: 10 min) */
+    int max_streams;            /* HTTP/2 streams open at once per connection (0: 32) */
+    int handshake_ms;           /* TLS and the HTTP/2 preface must be done within (0: 10 s) */
+    int send_ms;      /* the longest a response message may wait for its peer to read (0: 60 s);
+                       * past it the call is cancelled, not waited on */
+    int idle_conn_ms; /* a connection with no call for this long is closed (0: 10 min) */
 } NetServerConfig;
 
 /* net_server_add_method flags */

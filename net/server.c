@@ -81,14 +81,14 @@ struct NetCall {
     char details[512];
     NetPeer peer;
     int peer_loaded;
-    int peer_port; /* the connection's, for the guard */
+    int peer_port;      /* the connection's, for the guard */
     char slow_why[300]; /* the status a wait that times out cancels the call with ("": generic) */
     grpc_metadata_array md;
     char peer_key[80];    /* what per_peer counts by: the certificate, else the address */
     int reserved;         /* a NET_USE_RESERVE method's call */
     NetCall *prev, *next; /* the server's live list, under server->lock */
     int live;
-    int queued;           /* waiting for a worker, under server->lock */
+    int queued; /* waiting for a worker, under server->lock */
     /* the reaper's: the final batch started (message and status), when to
      * give up on the peer, the status text the batch reads */
     int final_pending;
@@ -141,9 +141,9 @@ struct NetServer {
     grpc_resource_quota *quota;
 };
 
-#define REAP_MS       5000 /* a peer has this long to take a call's final status */
-#define REAP_MAX      8192 /* calls waiting on it at most; beyond, cancelled at once */
-#define SEND_DEFAULT  60000
+#define REAP_MS      5000 /* a peer has this long to take a call's final status */
+#define REAP_MAX     8192 /* calls waiting on it at most; beyond, cancelled at once */
+#define SEND_DEFAULT 60000
 
 /* ---- calls --------------------------------------------------------------- */
 
@@ -319,7 +319,8 @@ static void send_status(NetCall *c, NetStatus code, const char *details) {
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
     ops[n].data.send_status_from_server.status_details = &d;
     n++;
-    call_batch_within(c, ops, n, c->server->cfg.send_ms); /* fails harmlessly when the client is gone */
+    call_batch_within(c, ops, n,
+                      c->server->cfg.send_ms); /* fails harmlessly when the client is gone */
     grpc_slice_unref(d);
 }
 
@@ -532,8 +533,8 @@ static void dispatch(NetServer *s, Request *r) {
         return;
     }
     /* a site is its name, whatever certificates were issued to it */
-    snprintf(c->peer_key, sizeof c->peer_key, "%s%s", peer->has_cert ? "name:" : "addr:",
-             peer->has_cert ? peer->name : peer->addr);
+    snprintf(c->peer_key, sizeof c->peer_key, "%s%s",
+             peer->has_cert ? "name:" : "addr:", peer->has_cert ? peer->name : peer->addr);
     if (peer->has_cert) net_guard_trust(peer->addr, c->peer_port);
     pthread_mutex_lock(&s->lock);
     int mine = 0;
@@ -694,7 +695,7 @@ static void *worker_main(void *arg) {
             s->q_reserved--;
         else
             s->run_common++;
-        int c_reserved = c->reserved; /* c may be freed by the time it is needed */
+        int c_reserved = c->reserved;      /* c may be freed by the time it is needed */
         int abandoned = call_abandoned(c); /* its client gave up while it waited */
         c->queued = 0;
         pthread_mutex_unlock(&s->lock);

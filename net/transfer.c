@@ -554,7 +554,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     }
     uint32_t chunk_size = h->chunk_size;
     uint64_t from = h->offset; /* where this stream started: its rate counts from there */
-    frame_free(&f); /* h goes with it */
+    frame_free(&f);            /* h goes with it */
     net_buf_free(&m);
     int64_t grace_ms = lim->grace_ms > 0 ? lim->grace_ms : 10000;
     for (;;) {
@@ -585,7 +585,8 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         net_call_slow_reason(c, why);
         r = wait > 0 ? net_call_recv_within(c, &m, wait) : NET_RECV_TIMEOUT;
         if (r == NET_RECV_BROKEN || r == NET_RECV_TIMEOUT) {
-            if (r == NET_RECV_TIMEOUT) err_set(err, "%s", why);
+            if (r == NET_RECV_TIMEOUT)
+                err_set(err, "%s", why);
             else
                 err_set(err, "upload %s broke off at %llu of %llu bytes; it can resume",
                         out->upload_id, (unsigned long long)expected, (unsigned long long)total);

@@ -153,8 +153,8 @@ int flood_tls_streams(FloodTls *t, const char *path, int n, int with_body) {
     block[b++] = 0x83; /* :method POST */
     block[b++] = 0x87; /* :scheme https */
     b += hpack_literal(block + b, 4, NULL, path);
-    b += hpack_literal(block + b, 1, NULL, "strait");                   /* :authority */
-    b += hpack_literal(block + b, 31, NULL, "application/grpc");        /* content-type */
+    b += hpack_literal(block + b, 1, NULL, "strait");            /* :authority */
+    b += hpack_literal(block + b, 31, NULL, "application/grpc"); /* content-type */
     b += hpack_literal(block + b, 0, "te", "trailers");
     /* streams are written in batches: one frame per stream, many per write */
     enum { BATCH = 256 };

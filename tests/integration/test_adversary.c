@@ -794,8 +794,10 @@ Test(adversary, a_trickling_site_is_cut_and_the_honest_round_commits) {
     for (int i = 0; i < STREAMS; i++) {
         uint64_t sent = 0;
         /* a byte every 250 ms for 4 s: cut after the 2 s grace, short of its end */
-        NetStatus st = attacker_trickle(calls[i], &good, 1, 250, 16, &sent, details, sizeof details);
-        cut += st == NET_DEADLINE_EXCEEDED && strstr(details, "slower than this receiver's minimum");
+        NetStatus st =
+            attacker_trickle(calls[i], &good, 1, 250, 16, &sent, details, sizeof details);
+        cut +=
+            st == NET_DEADLINE_EXCEEDED && strstr(details, "slower than this receiver's minimum");
         refused += st == NET_RESOURCE_EXHAUSTED;
     }
     cr_assert_eq(refused, STREAMS - NET_PER_PEER_DEFAULT, "%d of %d streams were refused", refused,
@@ -842,8 +844,8 @@ Test(adversary, calls_whose_client_gave_up_stop_counting) {
                                sizeof details),
                      NET_DEADLINE_EXCEEDED, "%s", details);
     /* and its next call is not told it has too many */
-    NetStatus st = net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 20000, details,
-                             sizeof details);
+    NetStatus st =
+        net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 20000, details, sizeof details);
     cr_assert_eq(st, NET_OK, "after its abandoned calls, b got %s: %s", net_status_name(st),
                  details);
     net_buf_free(&resp);
@@ -897,7 +899,8 @@ Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
     cr_assert_eq(store_rounds_list(s, 10, 0, &rounds, &n, err), 0, "%s", err);
     int failed = 0;
     for (size_t i = 0; i < n; i++)
-        failed += strcmp(rounds[i].state, "failed") == 0 && strstr(rounds[i].failed_reason, "revoked");
+        failed +=
+            strcmp(rounds[i].state, "failed") == 0 && strstr(rounds[i].failed_reason, "revoked");
     free(rounds);
     store_close(s);
     cr_assert_eq(failed, 1, "no attempt failed for the revocation");
@@ -962,9 +965,8 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     assert_model_is(&r, want);
     /* how far θ moved from the honest sites' model, and how far the plain
      * mean of the same three updates would have moved it */
-    float *honest = expected_theta((Blob[]){gb, gc}, (double[]){(double)honest_tokens,
-                                                                  (double)honest_tokens},
-                                   2, 0);
+    float *honest = expected_theta((Blob[]){gb, gc},
+                                   (double[]){(double)honest_tokens, (double)honest_tokens}, 2, 0);
     float *plain = expected_theta((Blob[]){gm, gb, gc}, claims, 3, 0);
     double capped = 0, uncapped = 0;
     for (size_t i = 0; i < t.n_params; i++) {

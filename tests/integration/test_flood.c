@@ -216,8 +216,7 @@ Test(flood, idle_connections_do_not_keep_the_scraper_out) {
     coord = harness_start_coordinator(fed, addr);
     cr_assert_gt(coord, 0, "coordinator did not start");
     snprintf(path, sizeof path, "%s/metrics.addr", fed);
-    for (int i = 0; i < 100 && file_read_all(path, 256, &maddr, NULL, err) != 0; i++)
-        usleep(50000);
+    for (int i = 0; i < 100 && file_read_all(path, 256, &maddr, NULL, err) != 0; i++) usleep(50000);
     cr_assert_not_null(maddr, "%s", err);
     enum { IDLE = 64 };
     fds = malloc(sizeof(int) * IDLE);

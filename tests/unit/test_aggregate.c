@@ -275,8 +275,8 @@ Test(aggregate, a_trim_removes_one_from_each_end_of_three) {
                  err);
     cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
     cr_assert_eq(memcmp(trim, med, n * 4), 0, "a trimmed mean of three is their median");
-    for (uint64_t i = 0; i < n; i++) cr_assert_lt(trim[i], 1e5f, "the outlier leaked at %llu",
-                                                  (unsigned long long)i);
+    for (uint64_t i = 0; i < n; i++)
+        cr_assert_lt(trim[i], 1e5f, "the outlier leaked at %llu", (unsigned long long)i);
     for (int u = 0; u < U; u++) free(x[u]), blob_free(&b[u]);
     free(trim), free(med);
 }
