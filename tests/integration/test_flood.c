@@ -192,6 +192,11 @@ Test(flood, unfinished_streams_and_unread_answers_cost_bounded_memory) {
     cr_log_info("coordinator RSS: %ld MiB before, %ld with %d unfinished streams, %ld with the "
                 "unread floods, %ld after the first, %ld after the fourth",
                 before >> 20, during >> 20, sent, flooded >> 20, after_first >> 20, after >> 20);
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan keeps freed memory in quarantine (256 MB by default) and pads
+     * every allocation: RSS says nothing here; the behaviour above holds */
+    return;
+#endif
     /* what 60,000 unfinished streams cost before (10.7 KB each): 640 MB */
     cr_assert_lt(during - before, 64L << 20, "unfinished streams cost %ld MiB",
                  (during - before) >> 20);
