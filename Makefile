@@ -71,7 +71,7 @@ endif
 # on stderr, so that `make bench > out.json` holds JSON lines only
 $(shell printf '%s\n' 'strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan])' >&2)
 ifneq ($(HAVE_GRPC_TLS13),1)
-$(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (DESIGN.md asks for 1.3 only))
+$(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (docs/design.md §4 asks for 1.3 only))
 endif
 
 # `make V=1` shows the full commands.

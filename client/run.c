@@ -1,5 +1,5 @@
 /*
- * run.c — the site agent's loop (DESIGN.md §1): Hello → GetModel → H inner
+ * run.c — the site agent's loop (docs/design.md §1): Hello → GetModel → H inner
  * AdamW steps on local data → Δ = θ_global − θ_local with error feedback →
  * encode with the federation's codec → PushUpdate (resumable) → WaitRound →
  * … until the federation reports it is finished.

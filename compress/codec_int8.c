@@ -1,6 +1,6 @@
 /*
  * codec_int8.c — blockwise 8-bit quantization with a bin-mean table
- * (INTELLECT-1's quantizer, DESIGN.md §3).
+ * (INTELLECT-1's quantizer, docs/design.md §3).
  *
  * Per block of `block` values: σ = ‖x‖₂/√n, scale = 6σ/256,
  * q = clamp(rint(x/scale) + 128, 0, 255), and a 256-entry fp32 table of the

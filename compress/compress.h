@@ -53,7 +53,7 @@ typedef struct CodecParams {
     int zstd_level;      /* 0: no lossless stage; else zstd level 1..19 */
 } CodecParams;
 
-/* Defaults of DESIGN.md: int8 blocks of 64 Ki, top-k 1% of chunks of 4 Ki
+/* Defaults of docs/design.md §3: int8 blocks of 64 Ki, top-k 1% of chunks of 4 Ki
  * with int8 values, zstd level 1 (on float data it shrinks as much as level 3
  * at twice the speed). */
 CodecParams codec_params_default(CodecId id);

@@ -230,7 +230,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
                      AggregateRule rule, double trim, float *out, char *err);
 
 /* The outer optimizer applied to θ with the round's mean pseudo-gradient Δ̄
- * (DESIGN.md §1): Nesterov SGD (DiLoCo: b ← μb + Δ̄; θ ← θ − η(Δ̄ + μb)),
+ * (docs/design.md §1): Nesterov SGD (DiLoCo: b ← μb + Δ̄; θ ← θ − η(Δ̄ + μb)),
  * plain averaging (FedAvg: θ ← θ − Δ̄), or Adam (FedAdam). Owns its state. */
 typedef enum OuterKind { OUTER_NESTEROV, OUTER_AVG, OUTER_ADAM } OuterKind;
 typedef struct OuterOpt {

@@ -3,7 +3,7 @@
  * round (its mean or robust aggregate, the outer step, the compressed
  * downlink), written as the checkpoint and the optimizer's state beside it
  * (each fsynced and renamed into place), committed in the store, and only
- * then installed as the model the coordinator serves (DESIGN.md §5).
+ * then installed as the model the coordinator serves (docs/design.md §5).
  *
  * Threading: the build runs outside rounds.lock, so the calls go on being
  * answered while files are written and hashed. It reads θ_r, the outer

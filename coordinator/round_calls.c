@@ -6,7 +6,7 @@
  * resumed upload stands), Heartbeat and WaitRound (a long poll, parked
  * without holding a worker).
  *
- * A site is authenticated, never trusted (DESIGN.md §6): its uploads live
+ * A site is authenticated, never trusted (docs/design.md §6): its uploads live
  * in its own spool folder, its weight (tokens) is bounded by what a round
  * lets it train, its update must be in the federation's codec and pass the
  * gates from the first one on, and it is recorded in the store before it

@@ -1,5 +1,5 @@
 /*
- * rounds.c — the coordinator's round state machine (DESIGN.md §1): a round
+ * rounds.c — the coordinator's round state machine (docs/design.md §1): a round
  * opens; the sites' updates (round_calls.c) fill its streaming weighted
  * sum; when every active site has reported — or min_sites have and the
  * deadline has passed — it closes, its successor is built and committed
@@ -13,7 +13,7 @@
  * round's checkpoint (verified by the store) and the outer optimizer's state
  * saved beside it.
  *
- * A site is authenticated, never trusted (DESIGN.md §6): its uploads live
+ * A site is authenticated, never trusted (docs/design.md §6): its uploads live
  * in its own spool folder, its weight (tokens) is bounded by what a round
  * lets it train, its update must be in the federation's codec and pass the
  * gates from the first one on, and it is recorded in the store before it

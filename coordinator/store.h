@@ -4,7 +4,7 @@
  * the audit log (schema/store.sql). Every query is a prepared statement with
  * bound parameters.
  *
- * Commit protocol of a round (DESIGN.md §5):
+ * Commit protocol of a round (docs/design.md §5):
  *   1. the caller writes the checkpoint file through util's AtomicFile
  *      (temporary, fsync, rename, fsync folder) under HOME/checkpoints/;
  *   2. store_round_commit then, in one transaction with synchronous=FULL,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh — install what is missing of Strait's Debian packages (DESIGN.md §8).
+# deps.sh — install what is missing of Strait's Debian packages (docs/design.md §8).
 #
 # As root: apt-get installs the missing ones (idempotent, silent when nothing
 # is missing). Not as root: prints the exact apt-get line and exits 1.

@@ -31,7 +31,7 @@ printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reductio
   | try_c openmp -fopenmp && openmp=1
 
 # gRPC core 1.51 has no C setter for the TLS version; Debian's libgrpc
-# exports the C++ member that sets it (NOTES-grpc-core.md). Found or not,
+# exports the C++ member that sets it (net/NOTES-grpc-core.md). Found or not,
 # the build says so: without it the coordinator also accepts TLS 1.2.
 printf 'struct c;extern void f(struct c*,int) __asm__("_ZN27grpc_ssl_server_credentials19set_min_tls_versionE16grpc_tls_version");extern void g(struct c*,int) __asm__("_ZN20grpc_ssl_credentials19set_min_tls_versionE16grpc_tls_version");int main(int n,char**v){(void)v;if(n>5){f(0,1);g(0,1);}return 0;}\n' \
   | try_c grpc_tls13 -lgrpc -lgpr && grpc_tls13=1

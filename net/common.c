@@ -1,6 +1,6 @@
 /*
  * common.c — what server and client share: gRPC start-up with the signal
- * mask of NOTES-grpc-core.md, gRPC's log routed into util's, channel
+ * mask of net/NOTES-grpc-core.md, gRPC's log routed into util's, channel
  * arguments, byte buffers, queue teardown and status names.
  */
 #include <arpa/inet.h>
@@ -43,9 +43,9 @@ void net_target(const char *hostport, char *out, size_t len) {
     snprintf(out, len, "%s%s", inet_pton(AF_INET, host, &a) == 1 ? "ipv4:" : "", hostport);
 }
 
-/* TLS 1.3 only (DESIGN.md §4). gRPC core 1.51's C API cannot say so; the
+/* TLS 1.3 only (docs/design.md §4). gRPC core 1.51's C API cannot say so; the
  * C++ members below are what its SSL credentials use for their minimum
- * version, and Debian's libgrpc exports them (NOTES-grpc-core.md). The
+ * version, and Debian's libgrpc exports them (net/NOTES-grpc-core.md). The
  * build probes for them (mk/probe.sh) and says loudly when they are absent. */
 #ifdef STRAIT_HAVE_GRPC_TLS13
 extern void net_grpc_server_min_tls(grpc_server_credentials *, grpc_tls_version) __asm__(

@@ -10,7 +10,7 @@
  *
  * Per call, RECV_CLOSE_ON_SERVER is started before the handler runs: its
  * `cancelled` flag is the only way to tell a client that finished sending
- * from one that vanished (NOTES-grpc-core.md).
+ * from one that vanished (net/NOTES-grpc-core.md).
  *
  * No one peer can starve the others: each site — every certificate issued
  * to one name counts as that name — (or, for calls without a certificate,

@@ -1,5 +1,5 @@
 /*
- * test_adversary.c — a site is authenticated, never trusted (DESIGN.md §6).
+ * test_adversary.c — a site is authenticated, never trusted (docs/design.md §6).
  * A real enrolled site (tests/attacker.c) drives net/ against a real
  * coordinator and tries what a malicious one would: writing into another
  * site's upload, reading its progress, choosing its own weight, sending an
