@@ -77,7 +77,8 @@ T2 static uint32_t avx2_int8_codes(const float *restrict x, uint32_t n, float in
                          (uint64_t)(uint32_t)_mm256_extract_epi32(code, 4) << 32;
         memcpy(codes + i, &bytes, 8);
         __m256 d = _mm256_and_ps(_mm256_sub_ps(f, rq), keep);
-        _mm256_storeu_si256((__m256i *)(void *)(off + i), _mm256_cvtps_epi32(_mm256_mul_ps(d, fix)));
+        _mm256_storeu_si256((__m256i *)(void *)(off + i),
+                            _mm256_cvtps_epi32(_mm256_mul_ps(d, fix)));
         for (unsigned m = ~(unsigned)_mm256_movemask_ps(keep) & 0xffu; m; m &= m - 1)
             clamped[c++] = i + (uint32_t)__builtin_ctz(m);
     }
@@ -124,8 +125,7 @@ T2 static int avx2_finite(const float *x, uint32_t n, void *copy) {
         if (c) _mm256_storeu_ps(c + i, v);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, absmask), inf, _CMP_NLT_UQ));
     }
-    return codec_simd_scalar.finite(x + i, n - i, c ? c + i : NULL) &&
-           _mm256_movemask_ps(bad) == 0;
+    return codec_simd_scalar.finite(x + i, n - i, c ? c + i : NULL) && _mm256_movemask_ps(bad) == 0;
 }
 
 /* The lookups stay the reference's in both tables: measured on Zen 5, an
@@ -259,7 +259,8 @@ T512 static uint32_t avx512_int8_codes(const float *restrict x, uint32_t n, floa
         __m512i code = _mm512_cvttps_epi32(_mm512_add_ps(rq, c128));
         _mm512_mask_cvtepi32_storeu_epi8(codes + i, live, code);
         _mm512_mask_storeu_epi32(
-            off + i, live, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix)));
+            off + i, live,
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_sub_ps(keep, f, rq), fix)));
         __mmask16 cm = live & (__mmask16)~keep;
         if (cm) { /* rare (a normal update clamps 0.3%): a branch that predicts */
             _mm512_storeu_si512(clamped + c, _mm512_maskz_compress_epi32(cm, idx));

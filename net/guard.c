@@ -57,11 +57,11 @@
 #include "net_internal.h"
 #include "util/util.h"
 
-#define GUARD_ADDRS   4096 /* addresses with connections at once, an open table */
+#define GUARD_ADDRS   4096 /* addresses with connections at once */
 #define GUARD_TRUSTED 1024 /* addresses trusted at once */
 #define TRUST_MS      (3600 * 1000LL)
-#define UNVOUCHED_MS  100 /* a trusted address's connection over its budget waits this for a call  \
-                           */
+/* how long a trusted address's connection over its budget waits for a call */
+#define UNVOUCHED_MS 100
 
 typedef struct Addr {
     uint8_t ip[16]; /* IPv4 as ::ffff:a.b.c.d */
