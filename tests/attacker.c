@@ -71,6 +71,21 @@ static uint8_t *pack_frame(const Strait__StreamFrame *fr, size_t *len) {
     return buf;
 }
 
+/* One chunk of b, n bytes at offset at, on an opened upload. */
+static int send_chunk(NetClientCall *c, const Blob *b, uint64_t at, size_t n) {
+    Strait__Chunk ck = STRAIT__CHUNK__INIT;
+    ck.offset = at;
+    ck.data.data = b->data + at, ck.data.len = n;
+    Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
+    fr.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+    fr.chunk = &ck;
+    size_t len;
+    uint8_t *buf = pack_frame(&fr, &len);
+    int rc = net_client_send(c, buf, len);
+    free(buf);
+    return rc;
+}
+
 NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b) {
     uint8_t mbuf[128], sha[32];
     size_t mlen = pack_meta(a, mbuf);
@@ -99,19 +114,8 @@ NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b
 NetStatus attacker_stream_rest(NetClientCall *c, const Blob *b, uint64_t from, char *details,
                                size_t details_len) {
     int ok = 1;
-    for (uint64_t at = from; ok && at < b->len; at += CHUNK) {
-        size_t n = b->len - at < CHUNK ? (size_t)(b->len - at) : CHUNK;
-        Strait__Chunk ck = STRAIT__CHUNK__INIT;
-        ck.offset = at;
-        ck.data.data = b->data + at, ck.data.len = n;
-        Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
-        fr.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
-        fr.chunk = &ck;
-        size_t len;
-        uint8_t *buf = pack_frame(&fr, &len);
-        ok = net_client_send(c, buf, len) == 0;
-        free(buf);
-    }
+    for (uint64_t at = from; ok && at < b->len; at += CHUNK)
+        ok = send_chunk(c, b, at, b->len - at < CHUNK ? (size_t)(b->len - at) : CHUNK) == 0;
     if (ok) net_client_close_send(c);
     NetBuf resp = {NULL, 0};
     net_client_recv(c, &resp);
@@ -124,17 +128,7 @@ NetStatus attacker_trickle(NetClientCall *c, const Blob *b, size_t step, int int
     uint64_t at = 0;
     for (int i = 0; i < sends && at < b->len; i++) {
         size_t n = b->len - at < step ? (size_t)(b->len - at) : step;
-        Strait__Chunk ck = STRAIT__CHUNK__INIT;
-        ck.offset = at;
-        ck.data.data = b->data + at, ck.data.len = n;
-        Strait__StreamFrame fr = STRAIT__STREAM_FRAME__INIT;
-        fr.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
-        fr.chunk = &ck;
-        size_t len;
-        uint8_t *buf = pack_frame(&fr, &len);
-        int ok = net_client_send(c, buf, len) == 0;
-        free(buf);
-        if (!ok) break;
+        if (send_chunk(c, b, at, n) != 0) break;
         at += n;
         usleep((useconds_t)interval_ms * 1000);
     }

@@ -49,15 +49,19 @@ static void teardown(void) {
 
 TestSuite(flood, .fini = teardown, .timeout = 240);
 
-/* A tiny federation, started, with site b enrolled and seen once (so its
- * address, 127.0.0.1, is one the coordinator trusts). */
-static void federation(void) {
+/* A tiny federation, started (with its metrics endpoint when metrics),
+ * with site b enrolled and seen once (so its address, 127.0.0.1, is one the
+ * coordinator trusts). */
+static void federation_with(int metrics) {
     net_global_init();
     root = harness_tmpdir("flood");
     snprintf(fed, sizeof fed, "%s/fed", root);
     ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
+    char ini[700];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    if (metrics) harness_ini_set(ini, "metrics", "listen", "127.0.0.1:0");
     coord = harness_start_coordinator(fed, addr);
     cr_assert_gt(coord, 0, "coordinator did not start");
     snprintf(b_dir, sizeof b_dir, "%s/b", root);
@@ -65,6 +69,10 @@ static void federation(void) {
     SiteHello hello;
     char err[ERR_LEN];
     cr_assert_eq(client_hello(b_dir, &hello, err), 0, "%s", err);
+}
+
+static void federation(void) {
+    federation_with(0);
 }
 
 /* The honest site and the admin are answered. */
@@ -209,17 +217,8 @@ Test(flood, unfinished_streams_and_unread_answers_cost_bounded_memory) {
 /* The metrics endpoint: idle connections from one address do not keep the
  * scraper (another address) out. */
 Test(flood, idle_connections_do_not_keep_the_scraper_out) {
-    net_global_init();
-    root = harness_tmpdir("flood");
-    snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    proc_result_free(&r);
-    char ini[700], path[700], *maddr = NULL, err[ERR_LEN];
-    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
-    harness_ini_set(ini, "metrics", "listen", "127.0.0.1:0");
-    coord = harness_start_coordinator(fed, addr);
-    cr_assert_gt(coord, 0, "coordinator did not start");
+    federation_with(1);
+    char path[700], *maddr = NULL, err[ERR_LEN];
     snprintf(path, sizeof path, "%s/metrics.addr", fed);
     for (int i = 0; i < 100 && file_read_all(path, 256, &maddr, NULL, err) != 0; i++) usleep(50000);
     cr_assert_not_null(maddr, "%s", err);
