@@ -196,8 +196,10 @@ RoundClosing *rounds_close(Coordinator *co);
  * waiters; frees c. */
 void rounds_commit(Coordinator *co, RoundClosing *c);
 int64_t rounds_active_sites(Coordinator *co);
-/* The sites a round needs: min_sites, or more than half of the active ones. */
+/* The sites a round needs: min_sites, or more than half of the active ones
+ * (rounds_quorum_of: of a count of active sites the caller has). */
 int64_t rounds_quorum(Coordinator *co);
+int64_t rounds_quorum_of(const Rounds *r, int64_t active);
 /* Under rounds.lock: the open round's counts for a site (made on first use;
  * NULL when the table is full). */
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);

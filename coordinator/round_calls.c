@@ -335,8 +335,9 @@ static void h_push_update(NetCall *c, void *user) {
      * that reports before the others have joined must not make a round),
      * and none of them revoked since */
     RoundClosing *closing = NULL;
-    if (accepted && r->n_reported >= rounds_active_sites(co) &&
-        r->n_reported >= rounds_quorum(co) && !rounds_drop_revoked(co))
+    int64_t active = accepted ? rounds_active_sites(co) : 0; /* one read of the sites */
+    if (accepted && r->n_reported >= active && r->n_reported >= rounds_quorum_of(r, active) &&
+        !rounds_drop_revoked(co))
         closing = rounds_close(co);
     pthread_mutex_unlock(&r->lock);
     if (kept_here && !accepted) net_spool_drop(r->spool, owner, kept);

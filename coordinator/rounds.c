@@ -85,9 +85,13 @@ RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
     return c;
 }
 
+int64_t rounds_quorum_of(const Rounds *r, int64_t active) {
+    return r->set.min_sites > 0 ? r->set.min_sites : active / 2 + 1;
+}
+
 int64_t rounds_quorum(Coordinator *co) {
-    if (co->rounds.set.min_sites > 0) return co->rounds.set.min_sites;
-    return rounds_active_sites(co) / 2 + 1;
+    return co->rounds.set.min_sites > 0 ? co->rounds.set.min_sites
+                                        : rounds_quorum_of(&co->rounds, rounds_active_sites(co));
 }
 
 /* Opens round r->number (its store row, an empty sum); r->bytes_down goes

@@ -16,7 +16,7 @@
  * to one name counts as that name — (or, for calls without a certificate,
  * each address) may hold at most per_peer calls at once; a queued call
  * whose client gave up (cancelled, past its deadline) stops counting at
- * once and is never run,
+ * once and its handler is skipped,
  * `reserve` workers are kept for methods flagged NET_USE_RESERVE (Admin),
  * and every live call is on a list so that net_server_cancel_peer can end
  * a revoked site's calls in flight. A handler may park its call
@@ -827,7 +827,7 @@ int net_server_start(NetServer *s, int *port, char *err) {
         return err_set(err, "cannot listen on %s; is the address free and local?", s->cfg.listen);
     /* descriptors: as many as this process may have, and connections
      * capped below that (what the spool, the store and the files need stay
-     * free), so that the listener never runs out */
+     * free), so that the listener keeps descriptors to accept with */
     char why[ERR_LEN];
     int nofile = net_raise_nofile(why);
     if (nofile < 0) log_warn("net", "%s", why);

@@ -168,11 +168,19 @@ static void assert_model_is(const StoreRound *r, const float *want) {
     gpt_free(&m);
 }
 
-/* The store's updates of a round: how many rejected with `code`. */
-static int rejected_with(int64_t round_id, const char *code) {
+/* The federation's store, read only (close it with store_close). */
+static Store *store_ro(void) {
     char db[800], err[ERR_LEN];
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
     Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    return s;
+}
+
+/* The store's updates of a round: how many rejected with `code`. */
+static int rejected_with(int64_t round_id, const char *code) {
+    char err[ERR_LEN];
+    Store *s = store_ro();
     cr_assert_not_null(s, "%s", err);
     StoreUpdate *ups;
     size_t n;
@@ -623,9 +631,7 @@ Test(adversary, failed_joins_are_audited_then_refused_and_sign_nothing) {
         else
             cr_assert_not_null(strstr(err, "too many failed joins"), "%s", err);
     }
-    char db[800];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
+    Store *s = store_ro();
     StoreEvent *ev;
     size_t n;
     cr_assert_eq(store_events_list(s, 1000, 0, &ev, &n, err), 0, "%s", err);
@@ -706,9 +712,8 @@ static void keep_certificate(const char *site_dir, const char *copy_dir, char sh
 }
 
 static int cert_in_store(const char *sha) {
-    char db[800], err[ERR_LEN];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
+    char err[ERR_LEN];
+    Store *s = store_ro();
     cr_assert_not_null(s, "%s", err);
     int rc = store_cert_find(s, sha, NULL, NULL, err);
     store_close(s);
@@ -907,9 +912,8 @@ Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
     assert_model_is(&rr, want);
     free(want);
     /* the attempt that held m's update failed, saying why */
-    char db[800], err[ERR_LEN];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
+    char err[ERR_LEN];
+    Store *s = store_ro();
     cr_assert_not_null(s, "%s", err);
     StoreRound *rounds;
     size_t n = 0;
@@ -1022,9 +1026,8 @@ Test(adversary, the_norm_bound_follows_the_honest_rounds) {
     cr_assert_eq(attacker_push(m, &am1, &big, details, sizeof details), NET_FAILED_PRECONDITION,
                  "an update of 1.9 |theta| passed after an honest round: %s", details);
     cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
-    char db[800], err[ERR_LEN];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
+    char err[ERR_LEN];
+    Store *s = store_ro();
     StoreRound r1;
     cr_assert_eq(store_round_get(s, 1, &r1, err), 0, "%s", err);
     store_close(s);
@@ -1081,9 +1084,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
                  (long long)r.bytes_down, model_len);
     cr_assert_eq(r.refusals_unrecorded, JUNK - 3);
     /* the store holds m's first three refusals, no more */
-    char db[800];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
+    Store *s = store_ro();
     StoreUpdate *ups;
     size_t n;
     cr_assert_eq(store_updates_list(s, r.id, &ups, &n, err), 0, "%s", err);
