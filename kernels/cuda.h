@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ops.h"
 #include "kernels/train.h"
 
 /* ---- CUDA kernels (kernels/cuda/; only in builds with STRAIT_HAVE_CUDA) -
@@ -25,35 +26,10 @@ void kernels_cuda_to_host(void *h, const void *d, size_t bytes);
 /* device to device, synchronous: the baseline of the codec kernels' speed */
 void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes);
 
-/* The CUDA twins of the CPU ops (kernels/cuda/ops.cu): same arguments on
- * device pointers, plus the stream. Results match the CPU within the
- * tolerances make test-gpu states. */
-void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
-                          int T, int C, void *stream);
-void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                           int T, int C, void *stream);
-void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                            const float *bias, int N, int C, void *stream);
-void layernorm_backward_cuda(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                             const float *w, const float *mean, const float *rstd, int N, int C,
-                             void *stream);
-void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
-                         int N, int C, int OC, void *stream);
-void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int C, int OC,
-                          void *stream);
-void attention_forward_cuda(float *out, float *preatt, float *att, const float *inp, int B, int T,
-                            int C, int NH, void *stream);
-void attention_backward_cuda(float *dinp, float *dpreatt, float *datt, const float *dout,
-                             const float *inp, const float *att, int B, int T, int C, int NH,
-                             void *stream);
-void gelu_forward_cuda(float *out, const float *inp, size_t N, void *stream);
-void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N, void *stream);
-void residual_forward_cuda(float *out, const float *a, const float *b, size_t N, void *stream);
-void residual_backward_cuda(float *da, float *db, const float *dout, size_t N, void *stream);
-float classifier_forward_backward_cuda(float *losses, float *dh, float *dwte, const float *h,
-                                       const float *wte, const int *targets, int N, int C, int V,
-                                       void *stream);
+/* The CUDA twins of the CPU ops as one Ops table (the plugin's ops_cuda,
+ * kernels/cuda/ops.cu, ops_llama.cu): device pointers, a stream. Results
+ * match the CPU's within the tolerances make test-gpu states. */
+const Ops *kernels_cuda_ops(void);
 void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
 /* global L2 norm of grads, scaled down to max_norm if above */

@@ -10,8 +10,8 @@
  * The plugin is looked for in $STRAIT_CUDA_PLUGIN, then beside the
  * executable, one folder up (build/tests/ → build/), and in ../lib/strait/
  * (make install). It is linked -Bsymbolic, so its own calls stay inside it;
- * the one host function it calls (gpt_forward) comes from the executable,
- * which is linked -rdynamic.
+ * the host functions it calls (the model's graph, model_pass_forward and
+ * model_pass_backward) come from the executable, which is linked -rdynamic.
  */
 #ifdef STRAIT_HAVE_CUDA
 #include <dlfcn.h>
@@ -138,59 +138,19 @@ int gpt_cuda_nccl_id(void *id) {
     return fn(id);
 }
 
+/* the plugin's ops table: one symbol, not one forwarder per op */
+const Ops *kernels_cuda_ops(void) {
+    static const Ops *ops;
+    if (ops == NULL) ops = need_sym("ops_cuda");
+    return ops;
+}
+
 FORWARD(void *, kernels_cuda_alloc, (size_t bytes), (bytes))
 FORWARD_VOID(kernels_cuda_free, (void *p), (p))
 FORWARD_VOID(kernels_cuda_to_device, (void *d, const void *h, size_t bytes), (d, h, bytes))
 FORWARD_VOID(kernels_cuda_to_host, (void *h, const void *d, size_t bytes), (h, d, bytes))
 FORWARD_VOID(kernels_cuda_copy, (void *d_dst, const void *d_src, size_t bytes),
              (d_dst, d_src, bytes))
-FORWARD_VOID(encoder_forward_cuda,
-             (float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
-              void *stream),
-             (out, inp, wte, wpe, B, T, C, stream))
-FORWARD_VOID(encoder_backward_cuda,
-             (float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
-              void *stream),
-             (dwte, dwpe, dout, inp, B, T, C, stream))
-FORWARD_VOID(layernorm_forward_cuda,
-             (float *out, float *mean, float *rstd, const float *inp, const float *w,
-              const float *bias, int N, int C, void *stream),
-             (out, mean, rstd, inp, w, bias, N, C, stream))
-FORWARD_VOID(layernorm_backward_cuda,
-             (float *dinp, float *dw, float *db, const float *dout, const float *inp,
-              const float *w, const float *mean, const float *rstd, int N, int C, void *stream),
-             (dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream))
-FORWARD_VOID(matmul_forward_cuda,
-             (float *out, const float *inp, const float *weight, const float *bias, int N, int C,
-              int OC, void *stream),
-             (out, inp, weight, bias, N, C, OC, stream))
-FORWARD_VOID(matmul_backward_cuda,
-             (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-              const float *weight, int N, int C, int OC, void *stream),
-             (dinp, dweight, dbias, dout, inp, weight, N, C, OC, stream))
-FORWARD_VOID(attention_forward_cuda,
-             (float *out, float *preatt, float *att, const float *inp, int B, int T, int C, int NH,
-              void *stream),
-             (out, preatt, att, inp, B, T, C, NH, stream))
-FORWARD_VOID(attention_backward_cuda,
-             (float *dinp, float *dpreatt, float *datt, const float *dout, const float *inp,
-              const float *att, int B, int T, int C, int NH, void *stream),
-             (dinp, dpreatt, datt, dout, inp, att, B, T, C, NH, stream))
-FORWARD_VOID(gelu_forward_cuda, (float *out, const float *inp, size_t N, void *stream),
-             (out, inp, N, stream))
-FORWARD_VOID(gelu_backward_cuda,
-             (float *dinp, const float *inp, const float *dout, size_t N, void *stream),
-             (dinp, inp, dout, N, stream))
-FORWARD_VOID(residual_forward_cuda,
-             (float *out, const float *a, const float *b, size_t N, void *stream),
-             (out, a, b, N, stream))
-FORWARD_VOID(residual_backward_cuda,
-             (float *da, float *db, const float *dout, size_t N, void *stream),
-             (da, db, dout, N, stream))
-FORWARD(float, classifier_forward_backward_cuda,
-        (float *losses, float *dh, float *dwte, const float *h, const float *wte,
-         const int *targets, int N, int C, int V, void *stream),
-        (losses, dh, dwte, h, wte, targets, N, C, V, stream))
 FORWARD_VOID(adamw_cuda,
              (float *params, const float *grads, float *m, float *v, size_t n, float lr,
               float beta1, float beta2, float eps, float weight_decay, int step, void *stream),

@@ -7,6 +7,7 @@
 #define STRAIT_KERNELS_FORMATS_H
 
 #include "kernels/model.h"
+#include "util/util.h"
 
 /* Writes the parameters (and, once AdamW has run, its moments to
  * "<path minus .safetensors>.opt.safetensors"), atomically. */
@@ -28,16 +29,28 @@ int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err);
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 
-/* formats.c: the model for other tools. Hugging Face: DIR/config.json and
- * DIR/model.safetensors, loadable as transformers' GPT2LMHeadModel. llm.c:
- * the checkpoint file train_gpt2.c loads (header version 3, fp32). */
-int gpt_export_hf(const GPT *m, const char *dir, char *err);
+/* formats.c: llm.c's checkpoint (header version 3, fp32), GPT-2 only. */
 int gpt_export_llmc(const GPT *m, const char *path, char *err);
-/* Builds m from a Hugging Face GPT-2 folder (config.json, model.safetensors
- * in F32, F16 or BF16, with or without the "transformer." prefix, in
- * PyTorch's layout — Conv1D [in, out], "weight" — or Flax's — Dense
- * [out, in], "kernel", "scale", "embedding"); m is built here and freed on
- * failure, which names the offending tensor. */
+
+/* hf.c: Hugging Face. Out: DIR/config.json and DIR/model.safetensors (F32,
+ * PyTorch's layout), loadable as transformers' GPT2LMHeadModel,
+ * LlamaForCausalLM or Qwen2ForCausalLM. In: a folder of any of the three
+ * (SmolLM2 and Llama 2 and 3 are LlamaForCausalLM): config.json and
+ * model.safetensors or the shards of model.safetensors.index.json, F32,
+ * F16 or BF16, PyTorch's layout or Flax's; m is built here and freed on
+ * failure, which names the offending field or tensor. */
+int gpt_export_hf(const GPT *m, const char *dir, char *err);
 int gpt_import_hf(GPT *m, const char *dir, char *err);
+
+/* model.safetensors.index.json's weight_map, checked: every tensor maps to
+ * a *.safetensors file of the same folder (no path), at most 4096 files. */
+#define HF_SHARD_NAME 256
+typedef struct HfIndex {
+    json_t *map; /* tensor name -> file (owned reference) */
+    char (*files)[HF_SHARD_NAME];
+    int n_files;
+} HfIndex;
+int hf_index_parse(const char *text, size_t len, HfIndex *ix, char *err);
+void hf_index_free(HfIndex *ix);
 
 #endif /* STRAIT_KERNELS_FORMATS_H */

@@ -1,121 +1,137 @@
 /*
- * model.c — the model without its compute (API: model.h): presets, the
- * parameter table and seeded initialisation. No op is called here, so
- * readers of model files (and their fuzz targets) can build a table
- * without BLAS.
+ * model.c — the model without its compute (API: model.h): the parameter
+ * table built from the architecture's tensor table (kernels/arch.h), and
+ * seeded initialisation. No op is called here, so readers of model files
+ * (and their fuzz targets) can build a table without BLAS.
  *
- * Ownership: a GPT owns params, grads, m, v and its activation buffers;
- * gpt_free releases all of them.
+ * Ownership: a GPT owns params, grads, m, v, its table and its activation
+ * buffers; gpt_free releases all of them.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/arch.h"
 #include "kernels/model.h"
 #include "util/util.h"
 
-/* ---- presets and the parameter table ---------------------------------------- */
+const Arch *arch_of(int arch) {
+    static const Arch *const all[ARCH_COUNT] = {&arch_gpt2, &arch_llama, &arch_qwen2};
+    return arch >= 0 && arch < ARCH_COUNT ? all[arch] : NULL;
+}
 
-int gpt_config_preset(const char *name, GPTConfig *cfg) {
-    static const struct {
-        const char *name;
-        int L, C, NH, T, V;
-    } presets[] = {{"tiny", 2, 64, 2, 64, 256},
-                   {"small", 4, 128, 4, 128, 256},
-                   {"base", 6, 384, 6, 256, 256},
-                   {"gpt2-124m", 12, 768, 12, 1024, 50257}};
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        if (strcmp(presets[i].name, name) != 0) continue;
-        cfg->L = presets[i].L, cfg->C = presets[i].C, cfg->NH = presets[i].NH;
-        cfg->T = presets[i].T, cfg->V = presets[i].V;
-        cfg->Vp = (cfg->V + 63) / 64 * 64;
-        snprintf(cfg->name, sizeof cfg->name, "%s", name);
-        return 0;
+int arch_dim(const GPTConfig *c, Dim d) {
+    switch (d) {
+    case DIM_NONE:
+        return 1;
+    case DIM_C:
+        return c->C;
+    case DIM_3C:
+        return 3 * c->C;
+    case DIM_4C:
+        return 4 * c->C;
+    case DIM_VP:
+        return c->Vp;
+    case DIM_T:
+        return c->T;
+    case DIM_Q:
+        return c->NH * c->HD;
+    case DIM_KV:
+        return c->NKV * c->HD;
+    case DIM_F:
+        return c->F;
     }
-    return -1;
-}
-
-double gpt_config_params(const GPTConfig *c) {
-    double C = c->C, L = c->L;
-    return (double)c->Vp * C + (double)c->T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
-}
-
-double gpt_train_bytes(const GPTConfig *c, int B, int T) {
-    double n = gpt_config_params(c);
-    /* parameters, gradients, AdamW's two moments; the activations and
-     * their gradients of one step (about 16 C per token per layer and the
-     * logits' chunk, twice) */
-    return 16.0 * n + 8.0 * B * T * (16.0 * c->L * c->C + 8.0 * c->C + 8192);
-}
-
-int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
-                     long long T, long long V, char *err) {
-    if (L < 1 || L > 256 || NH < 1 || C < 1 || C > 65536 || C % NH != 0 || T < 1 || T > (1 << 20) ||
-        V < 2 || V > (1 << 22))
-        return err_set(err,
-                       "not a GPT-2 shape this strait builds: %lld layers, %lld channels, %lld "
-                       "heads, context %lld, vocabulary %lld (1-256 layers, channels to 65536 "
-                       "and a multiple of heads, context to 2^20, vocabulary 2 to 2^22)",
-                       L, C, NH, T, V);
-    /* the table's size, before anything is allocated: a claimed shape must
-     * not be able to exhaust memory (GPT-2 XL has 1.6 billion) */
-    GPTConfig probe = {.L = (int)L, .C = (int)C, .T = (int)T, .V = (int)V};
-    probe.Vp = (probe.V + 63) / 64 * 64;
-    double params = gpt_config_params(&probe);
-    if (params > 4e9)
-        return err_set(err,
-                       "a shape of %.2f billion parameters; this strait builds at most 4 billion "
-                       "(16 GB in fp32)",
-                       params / 1e9);
-    memset(cfg, 0, sizeof *cfg);
-    snprintf(cfg->name, sizeof cfg->name, "%s", name);
-    cfg->L = (int)L, cfg->C = (int)C, cfg->NH = (int)NH, cfg->T = (int)T, cfg->V = (int)V;
-    cfg->Vp = (cfg->V + 63) / 64 * 64;
     return 0;
 }
 
-static void add_view(GPT *m, const char *name, int ndim, int d0, int d1, size_t *off) {
-    ParamView *v = &m->views[m->n_views++];
+int arch_has(const GPTConfig *c, const ArchTensor *t) {
+    return t->when == IF_ALWAYS || (t->when == IF_UNTIED && !c->tied) ||
+           (t->when == IF_QKV_BIAS && c->qkv_bias);
+}
+
+void act_add(ActLayout *lay, int a, size_t n, int layers) {
+    lay->off[a] = lay->len;
+    lay->stride[a] = layers > 0 ? n : 0;
+    lay->len += layers > 0 ? n * (size_t)layers : n;
+}
+
+/* ---- the parameter table ----------------------------------------------------- */
+
+/* Calls f for every tensor of the configuration in table order: its row,
+ * layer (0 outside layers), name and shape. */
+typedef void (*TensorFn)(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1);
+static void each_tensor(const GPTConfig *c, TensorFn f, void *ctx) {
+    const Arch *a = arch_of(c->arch);
+    for (int r = 0; r < a->n_tensors; r++) {
+        const ArchTensor *t = &a->tensors[r];
+        if (!t->layer) {
+            if (arch_has(c, t))
+                f(ctx, r, 0, t->name, t->d1 == DIM_NONE ? 1 : 2, arch_dim(c, t->d0),
+                  arch_dim(c, t->d1));
+            continue;
+        }
+        int end = r; /* the block of layer rows, layer by layer */
+        while (end < a->n_tensors && a->tensors[end].layer) end++;
+        for (int l = 0; l < c->L; l++)
+            for (int k = r; k < end; k++) {
+                const ArchTensor *lt = &a->tensors[k];
+                if (!arch_has(c, lt)) continue;
+                char name[64];
+                snprintf(name, sizeof name, "h.%d.%s", l, lt->name);
+                f(ctx, k, l, name, lt->d1 == DIM_NONE ? 1 : 2, arch_dim(c, lt->d0),
+                  arch_dim(c, lt->d1));
+            }
+        r = end - 1;
+    }
+}
+
+static void count_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0,
+                         int d1) {
+    (void)row, (void)layer, (void)name;
+    *(double *)ctx += (double)d0 * (ndim > 1 ? d1 : 1);
+}
+
+double gpt_config_params(const GPTConfig *c) {
+    double n = 0;
+    each_tensor(c, count_tensor, &n);
+    return n;
+}
+
+double gpt_train_bytes(const GPTConfig *c, int B, int T) {
+    ActLayout lay = {0};
+    arch_of(c->arch)->layout(c, B, T, &lay);
+    /* parameters, gradients, AdamW's two moments; a step's activations and
+     * their gradients */
+    return 16.0 * gpt_config_params(c) + 8.0 * (double)lay.len;
+}
+
+static void add_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
+    GPT *m = ctx;
+    ParamView *v = &m->views[m->n_views];
     snprintf(v->name, sizeof v->name, "%s", name);
     v->ndim = ndim;
     v->shape[0] = d0;
     v->shape[1] = ndim > 1 ? d1 : 1;
     v->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
-    v->offset = *off;
-    *off += v->numel;
+    v->offset = m->n_params;
+    m->n_params += v->numel;
+    m->row_view[row * m->cfg.L + layer] = m->n_views++;
+}
+
+static void count_view(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
+    (void)row, (void)layer, (void)name, (void)ndim, (void)d0, (void)d1;
+    (*(int *)ctx)++;
 }
 
 static void build_table(GPT *m) {
-    const GPTConfig *c = &m->cfg;
-    int C = c->C;
-    m->views = callocCheck((size_t)(4 + 12 * c->L), sizeof(ParamView));
-    size_t off = 0;
-    char n[64];
-    add_view(m, "wte", 2, c->Vp, C, &off);
-    add_view(m, "wpe", 2, c->T, C, &off);
-    for (int l = 0; l < c->L; l++) {
-#define V1(suffix, d0) snprintf(n, sizeof n, "h.%d.%s", l, suffix), add_view(m, n, 1, d0, 0, &off)
-#define V2(suffix, d0, d1)                                                                         \
-    snprintf(n, sizeof n, "h.%d.%s", l, suffix), add_view(m, n, 2, d0, d1, &off)
-        V1("ln_1.weight", C);
-        V1("ln_1.bias", C);
-        V2("attn.qkv.weight", 3 * C, C);
-        V1("attn.qkv.bias", 3 * C);
-        V2("attn.proj.weight", C, C);
-        V1("attn.proj.bias", C);
-        V1("ln_2.weight", C);
-        V1("ln_2.bias", C);
-        V2("mlp.fc.weight", 4 * C, C);
-        V1("mlp.fc.bias", 4 * C);
-        V2("mlp.proj.weight", C, 4 * C);
-        V1("mlp.proj.bias", C);
-#undef V1
-#undef V2
-    }
-    add_view(m, "ln_f.weight", 1, C, 0, &off);
-    add_view(m, "ln_f.bias", 1, C, 0, &off);
-    m->n_params = off;
+    int n = 0;
+    each_tensor(&m->cfg, count_view, &n);
+    m->views = callocCheck((size_t)n, sizeof(ParamView));
+    size_t rows = (size_t)m->arch->n_tensors * (size_t)m->cfg.L;
+    m->row_view = mallocCheck(rows * sizeof(int));
+    for (size_t i = 0; i < rows; i++) m->row_view[i] = -1;
+    each_tensor(&m->cfg, add_tensor, m);
     /* FNV-1a over names, shapes and order: the federation's table identity */
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < m->n_views; i++) {
@@ -153,36 +169,48 @@ static float normal(uint64_t *s) {
     return (float)((double)acc / 16777216.0 - 6.0);
 }
 
+typedef struct InitCtx {
+    GPT *m;
+    uint64_t s;
+    float resid_scale;
+    int view;
+} InitCtx;
+
+static void init_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
+    (void)layer, (void)name, (void)ndim, (void)d1;
+    InitCtx *c = ctx;
+    const ArchTensor *t = &c->m->arch->tensors[row];
+    const ParamView *v = &c->m->views[c->view++];
+    float *p = c->m->params + v->offset;
+    if (t->init == INIT_ZERO || t->init == INIT_ONE) {
+        for (size_t k = 0; k < v->numel; k++) p[k] = t->init == INIT_ONE ? 1.0f : 0.0f;
+        return;
+    }
+    float std = t->init == INIT_RESID ? 0.02f * c->resid_scale : 0.02f;
+    size_t rows = t->d0 == DIM_VP ? (size_t)c->m->cfg.V : (size_t)d0; /* padding stays zero */
+    for (size_t k = 0; k < rows * (size_t)v->shape[1]; k++) p[k] = std * normal(&c->s);
+}
+
 int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    if (cfg->C % cfg->NH != 0 || cfg->L < 1 || cfg->V < 2 || cfg->Vp < cfg->V || cfg->T < 1)
-        return err_set(err, "inconsistent model shape (C must divide by NH, Vp >= V)");
+    GPTConfig check = *cfg;
+    char why[ERR_LEN];
+    if (model_config_check(&check, why) != 0)
+        return err_set(err, "inconsistent model configuration: %s", why);
+    if (check.Vp != cfg->Vp)
+        return err_set(err, "a vocabulary of %d pads to %d, not %d", cfg->V, check.Vp, cfg->Vp);
+    m->cfg = check; /* with what the architecture derives (GPT-2's head size, ...) */
+    m->arch = arch_of(cfg->arch);
     build_table(m);
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
-    uint64_t s = seed;
-    float resid_scale = 1.0f / sqrtf(2.0f * (float)cfg->L);
-    for (int i = 0; i < m->n_views; i++) {
-        const ParamView *v = &m->views[i];
-        float *p = m->params + v->offset;
-        size_t n = strlen(v->name);
-        int is_ln_w = strstr(v->name, "ln_") && strcmp(v->name + n - 6, "weight") == 0;
-        if (v->ndim == 1) {
-            for (size_t k = 0; k < v->numel; k++) p[k] = is_ln_w ? 1.0f : 0.0f;
-            continue;
-        }
-        float std = 0.02f;
-        if (strstr(v->name, "proj.weight")) std *= resid_scale; /* residual projections */
-        size_t rows = (size_t)v->shape[0];
-        if (strcmp(v->name, "wte") == 0) rows = (size_t)cfg->V; /* padded rows stay zero */
-        for (size_t k = 0; k < rows * (size_t)v->shape[1]; k++) p[k] = std * normal(&s);
-    }
+    InitCtx c = {m, seed, 1.0f / sqrtf(2.0f * (float)cfg->L), 0};
+    each_tensor(cfg, init_tensor, &c);
     return 0;
 }
 
 void gpt_free(GPT *m) {
-    free(m->views), free(m->params), free(m->grads), free(m->m), free(m->v);
+    free(m->views), free(m->row_view), free(m->params), free(m->grads), free(m->m), free(m->v);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     memset(m, 0, sizeof *m);
 }

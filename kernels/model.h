@@ -1,9 +1,16 @@
 /*
- * model.h — the GPT-2 style model: presets, the parameter table (one
- * contiguous buffer of named views, which checkpoints, codecs and
- * aggregation all walk), seeded initialisation (kernels/model.c), forward
- * and backward on the CPU ops, gradient clipping and next-token logits
- * (kernels/gpt.c). Training it is train.h; its files are formats.h.
+ * model.h — the language model: its configuration (an architecture and a
+ * shape, kernels/config.c), the parameter table (one contiguous buffer of
+ * named views, derived from the architecture's tensor table in
+ * kernels/arch.h, which checkpoints, codecs and aggregation all walk),
+ * seeded initialisation (kernels/model.c), forward and backward over an
+ * Ops table, gradient clipping and next-token logits (kernels/gpt.c).
+ * Training it is train.h; its files are formats.h.
+ *
+ * The architectures: GPT-2 (learned positions, LayerNorm, GELU MLP, fused
+ * qkv, tied embeddings) and the Llama family (RMSNorm, rotary embeddings,
+ * SwiGLU, grouped-query attention, tied or untied embeddings; Qwen2 adds
+ * q/k/v biases).
  */
 #ifndef STRAIT_KERNELS_MODEL_H
 #define STRAIT_KERNELS_MODEL_H
@@ -11,26 +18,56 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ops.h"
+
+enum { ARCH_GPT2, ARCH_LLAMA, ARCH_QWEN2, ARCH_COUNT };
+
 typedef struct GPTConfig {
-    char name[24];   /* preset name, or "custom" */
+    char name[24];   /* preset name, or "custom", "hf", ... */
+    int arch;        /* ARCH_* */
     int L, C, NH, T; /* layers, channels, heads, max sequence */
     int V, Vp;       /* vocabulary, and padded to a multiple of 64 */
+    int NKV, HD, F;  /* key/value heads, head size, MLP hidden (GPT-2: NH, C/NH, 4C) */
+    int tied;        /* the output layer is the token embedding */
+    int qkv_bias;    /* biases on q, k and v (Qwen2; GPT-2's fused qkv always has one) */
+    float eps;       /* the norms' epsilon */
+    RopeConfig rope; /* the Llama family's rotary embeddings */
 } GPTConfig;
+
+/* the architecture's name ("gpt2", "llama", "qwen2"), ARCH_* of a name (-1) */
+const char *model_arch_name(int arch);
+int model_arch_of(const char *name);
 
 /* Parameters of a shape (its table's size), before anything is built. */
 double gpt_config_params(const GPTConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: the
- * parameters, their gradients, AdamW's moments and a step's activations. */
+ * parameters, their gradients, AdamW's moments and a step's activations
+ * and their gradients (the architecture's own layout). */
 double gpt_train_bytes(const GPTConfig *cfg, int B, int T);
 
-/* presets: tiny, small, base, gpt2-124m; -1 for an unknown name */
+/* presets: tiny, small, base, gpt2-124m (GPT-2); llama-tiny, qwen2-tiny,
+ * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
+ * random weights); -1 for an unknown name */
 int gpt_config_preset(const char *name, GPTConfig *cfg);
-/* A shape given by someone else (a config.json, a coordinator): checked to
- * be a GPT-2 this code can build — 1..256 layers, channels 1..65536 a
- * multiple of heads, context 1..2^20, vocabulary 2..2^22, at most 4
+/* The presets' names, comma-separated, for messages. */
+const char *model_preset_names(void);
+/* A GPT-2 shape given by someone else (a config.json, a coordinator):
+ * checked to be one this code can build — 1..256 layers, channels 1..65536
+ * a multiple of heads, context 1..2^20, vocabulary 2..2^22, at most 4
  * billion parameters — and padded. */
 int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
                      long long T, long long V, char *err);
+/* Any configuration from outside checked the same way (every field, its
+ * architecture's rules: NH a multiple of NKV, an even head size for rotary
+ * embeddings, ...), Vp set; -1 naming the first bad field. */
+int model_config_check(GPTConfig *cfg, char *err);
+/* The configuration as JSON text (owned by the caller): what a checkpoint's
+ * metadata and Hello carry. A GPT-2's has the keys it always had (L, C,
+ * NH, T, V, Vp, name) and nothing more, so its checkpoints stay the bytes
+ * they were; another architecture's adds "arch" and its fields. */
+char *model_config_json(const GPTConfig *cfg);
+/* The reverse, checked by model_config_check; -1 with the reason. */
+int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err);
 
 /* One named tensor in the flat parameter buffer. */
 typedef struct ParamView {
@@ -40,16 +77,23 @@ typedef struct ParamView {
     size_t offset, numel; /* in floats */
 } ParamView;
 
-/* Activation offsets (in floats) inside GPT.acts for the current (B, T). */
-typedef struct GPTActs {
-    size_t encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, preatt, att, attproj, residual2, ln2,
-        ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, residual3, lnf, lnf_mean, lnf_rstd, losses, lse;
-} GPTActs;
+/* Activation offsets (in floats) inside one buffer for a (B, T): each
+ * activation of the architecture's graph, per layer ones `stride` apart.
+ * The first three are every architecture's: the final hidden state (the
+ * classifier's input), the per-token losses and their log-sum-exp. */
+enum { ACT_OUT, ACT_LOSSES, ACT_LSE, ACT_MAX = 40 };
+typedef struct ActLayout {
+    size_t off[ACT_MAX], stride[ACT_MAX], len;
+    int B, T;
+} ActLayout;
 
+struct Arch;
 typedef struct GPT {
     GPTConfig cfg;
-    ParamView *views; /* owned; wte, wpe, h.N.*, ln_f.* in order */
+    const struct Arch *arch;
+    ParamView *views; /* owned; in the architecture's table order */
     int n_views;
+    int *row_view; /* owned: view of table row r at layer l (r * L + l), -1 if absent */
     size_t n_params;
     uint64_t table_hash;   /* FNV-1a of names, shapes and order */
     float *params, *grads; /* owned, n_params each */
@@ -57,28 +101,47 @@ typedef struct GPT {
     int step;              /* AdamW steps taken */
     /* activations of the last forward, and their gradients (owned) */
     float *acts, *dacts;
-    size_t acts_len;
-    GPTActs a;
-    int act_B, act_T, fwd_B, fwd_T, has_targets;
+    size_t acts_cap;
+    int fwd_cap; /* B x T the buffers were sized for */
+    ActLayout lay;
+    int fwd_B, fwd_T, has_targets;
     int *inputs, *targets;
     float loss;
 } GPT;
 
-/* Builds the table and initialises GPT-2 style from a seed: N(0, 0.02),
- * residual projections scaled by 1/sqrt(2L), the same bits on every
- * machine. */
+/* Builds the table and initialises from a seed as the architecture says
+ * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'
+ * weights 1, biases 0), the same bits on every machine. */
 int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err);
 void gpt_free(GPT *m);
 const ParamView *gpt_view(const GPT *m, const char *name);
+/* The layout of a (B, T) pass's activations (what a GPU replica sizes its
+ * buffers by). */
+void gpt_layout(const GPT *m, int B, int T, ActLayout *lay);
 /* inputs, targets (B,T) token ids; targets may be NULL (returns -1). */
 float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T);
 void gpt_zero_grad(GPT *m);
 void gpt_backward(GPT *m);
-/* global L2 norm of the gradients, scaled down to max_norm if above (0: never) */
 /* global L2 norm of the gradients */
 float gpt_grad_norm(const GPT *m);
+/* ... scaled down to max_norm if above (0: never); returns the norm before */
 float gpt_clip_grad_norm(GPT *m, float max_norm);
 /* logits (V) for the token after ctx[0..n) (the last T of them), for sampling */
 void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits);
+
+/* One pass of the graph on one backend: host or device buffers laid out by
+ * the model's table and `lay`. What a GPU replica runs (kernels/cuda/). */
+typedef struct Pass {
+    const Ops *ops;
+    void *stream;
+    float *params, *grads, *acts, *dacts;
+    const ActLayout *lay;
+    const int *inputs, *targets;
+    int B, T;
+} Pass;
+/* forward through the classifier: the mean loss, or -1 without targets */
+float model_pass_forward(const GPT *m, const Pass *p);
+/* backward of the last forward with targets: zeroes dacts, accumulates grads */
+void model_pass_backward(const GPT *m, const Pass *p);
 
 #endif /* STRAIT_KERNELS_MODEL_H */

@@ -1,40 +1,99 @@
 /*
- * ops.h — the CPU reference ops (kernels/cpu/ops.c, classifier.c): fp32,
- * row-major; backward ops accumulate into gradients. Their CUDA twins, with
- * the same arguments and a trailing stream, are in cuda.h.
+ * ops.h — the ops a model's graph is written against: the CPU reference
+ * ops (kernels/cpu/: fp32, row-major; backward ops accumulate into their
+ * gradients) and `Ops`, one table of them per backend. The graphs in
+ * kernels/arch_*.c call only through an Ops table, so one forward and one
+ * backward serve the CPU (ops_cpu, kernels/cpu/table.c) and the GPUs (the
+ * CUDA plugin's ops_cuda, kernels/cuda/ops.cu, reached through
+ * kernels_cuda_ops in cuda.h): the same arguments, on host or on device
+ * pointers, and a trailing stream (NULL on the CPU).
  */
 #ifndef STRAIT_KERNELS_OPS_H
 #define STRAIT_KERNELS_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 
+/* Causal attention's shapes: q (B,T,NH·HD) rows of ldq floats, k and v
+ * (B,T,NKV·HD) rows of ldkv (GPT-2's packed qkv: all three inside one row
+ * of 3C); out (B,T,NH·HD) dense; preatt, att (B,NH,T,T). Query head h reads
+ * key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is
+ * multi-head). */
+typedef struct AttnShape {
+    int B, T, NH, NKV, HD, ldq, ldkv;
+} AttnShape;
+
+/* Rotary position embeddings as Hugging Face's Llama computes them: pairs
+ * (i, i + HD/2) of each head turned by t · inv_freq[i], inv_freq[i] =
+ * theta^(-2i/HD), and with factor > 0 Llama 3's rope_scaling (frequencies
+ * whose wavelength exceeds original_ctx / low_freq are divided by factor,
+ * those under original_ctx / high_freq kept, the ones between blended). */
+typedef struct RopeConfig {
+    float theta;
+    float factor, low_freq, high_freq; /* factor 0: no scaling */
+    int original_ctx;
+} RopeConfig;
+/* inv_freq[0 .. HD/2): here, so the CPU ops and the CUDA plugin compute the
+ * same floats from one definition */
+static inline void rope_inv_freq(const RopeConfig *r, int HD, float *inv_freq) {
+    for (int i = 0; i < HD / 2; i++) {
+        /* theta^(-2i/HD) in float, as transformers computes it */
+        float f = 1.0f / powf(r->theta, (float)(2 * i) / (float)HD);
+        if (r->factor > 0) { /* Llama 3's rope_scaling ("rope_type": "llama3") */
+            double ctx = r->original_ctx, wavelen = 2 * 3.14159265358979323846 / f;
+            double low_wavelen = ctx / r->low_freq, high_wavelen = ctx / r->high_freq;
+            if (wavelen > low_wavelen) {
+                f = f / r->factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (ctx / wavelen - r->low_freq) / (r->high_freq - r->low_freq);
+                f = (float)((1 - smooth) * f / r->factor + smooth * f);
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                     int C);
+                     int C); /* wpe NULL: token embeddings alone */
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
                       int C);
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *bias, int N, int C);
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C);
+/* out = x / rms(x) ⊙ w per row, rms = sqrt(mean(x²) + eps); rstd (N) kept */
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                     float eps);
+void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                      const float *rstd, int N, int C);
 /* out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (bias may be NULL) */
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC);
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC);
-/* inp (B,T,3C) = q,k,v; preatt, att (B,NH,T,T); out (B,T,C); causal */
-void attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
-                       int NH);
-void attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout,
-                        const float *inp, const float *att, int B, int T, int C, int NH);
+void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
+                       const float *v, const AttnShape *s);
+/* dq, dk, dv laid out as q, k, v; datt is scratch */
+void attention_backward(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
+                        const float *dout, const float *q, const float *k, const float *v,
+                        const float *att, const AttnShape *s);
+/* x (B,T,NH,HD) in rows of ld floats, turned in place; the backward turns
+ * the gradient back (the rotation's transpose) */
+void rope_forward(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r);
+void rope_backward(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r);
 void gelu_forward(float *out, const float *inp, size_t N);
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N);
+/* out = silu(gate) ⊙ up */
+void swiglu_forward(float *out, const float *gate, const float *up, size_t N);
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t N);
 void residual_forward(float *out, const float *a, const float *b, size_t N);
 void residual_backward(float *da, float *db, const float *dout, size_t N);
-/* The fused classifier: logits = h (N,C) · wte (V,C)ᵀ and cross-entropy
+/* The fused classifier: logits = h (N,C) · w (V,C)ᵀ and cross-entropy
  * against targets, by tiles with an online softmax — the (N,V) logits are
  * never held. classifier_forward returns the mean loss; losses (N) and lse
  * (N, each row's log-sum-exp) may be NULL. classifier_backward accumulates
- * dh and dwte of the mean loss from the forward's lse. */
+ * dh and dw of the mean loss from the forward's lse. */
 float classifier_forward(float *losses, float *lse, const float *h, const float *wte,
                          const int *targets, int N, int C, int V);
 void classifier_backward(float *dh, float *dwte, const float *h, const float *wte,
@@ -44,5 +103,53 @@ float classifier_forward_backward(float *losses, float *dh, float *dwte, const f
                                   const float *wte, const int *targets, int N, int C, int V);
 /* logits (V) of one row h (C), for sampling */
 void classifier_logits(float *logits, const float *h, const float *wte, int C, int V);
+
+/* One backend's ops: the functions above with a trailing stream (a
+ * cudaStream_t on the GPU, ignored on the CPU). A backend may skip lse
+ * (the CUDA classifier recomputes it in its backward). */
+typedef struct Ops {
+    const char *name;
+    void (*zero)(float *p, size_t n, void *st);
+    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C, void *st);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C, void *st);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *bias, int N, int C, void *st);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C, void *st);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                            float eps, void *st);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C, void *st);
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC, void *st);
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC, void *st);
+    void (*attention_forward)(float *out, float *preatt, float *att, const float *q, const float *k,
+                              const float *v, const AttnShape *s, void *st);
+    void (*attention_backward)(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
+                               const float *dout, const float *q, const float *k, const float *v,
+                               const float *att, const AttnShape *s, void *st);
+    void (*rope_forward)(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
+                         void *st);
+    void (*rope_backward)(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
+                          void *st);
+    void (*gelu_forward)(float *out, const float *inp, size_t N, void *st);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t N, void *st);
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t N, void *st);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t N, void *st);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t N, void *st);
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t N, void *st);
+    float (*classifier_forward)(float *losses, float *lse, const float *h, const float *w,
+                                const int *targets, int N, int C, int V, void *st);
+    void (*classifier_backward)(float *dh, float *dw, const float *h, const float *w,
+                                const int *targets, const float *lse, int N, int C, int V,
+                                void *st);
+} Ops;
+
+extern const Ops ops_cpu;
 
 #endif /* STRAIT_KERNELS_OPS_H */

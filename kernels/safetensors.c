@@ -23,25 +23,11 @@
 
 #define ST_MAX_HEADER (64u << 20)
 
-static json_t *config_json(const GPTConfig *c) {
-    json_t *o = json_object();
-    json_object_set_new(o, "name", json_string(c->name));
-    json_object_set_new(o, "L", json_integer(c->L));
-    json_object_set_new(o, "C", json_integer(c->C));
-    json_object_set_new(o, "NH", json_integer(c->NH));
-    json_object_set_new(o, "T", json_integer(c->T));
-    json_object_set_new(o, "V", json_integer(c->V));
-    json_object_set_new(o, "Vp", json_integer(c->Vp));
-    return o;
-}
-
 /* Writes tensors (prefix + view name) from `base` with the metadata. */
 static int write_file(const char *path, const GPT *m, const float *const *bases,
                       const char *const *prefixes, int n_bases, int step, char *err) {
     json_t *h = json_object(), *meta = json_object();
-    json_t *cfg_json = config_json(&m->cfg);
-    char *cfg = json_dumps(cfg_json, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(cfg_json);
+    char *cfg = model_config_json(&m->cfg);
     char hash[32], step_s[32];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->table_hash);
     snprintf(step_s, sizeof step_s, "%d", step);
@@ -198,26 +184,18 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
     json_t *h = f.h;
     json_t *meta = json_object_get(h, "__metadata__");
     const char *cs = json_string_value(json_object_get(meta, "config"));
-    json_t *c = cs ? json_loads(cs, 0, NULL) : NULL;
     int rc = -1;
     memset(cfg, 0, sizeof *cfg);
-    if (c &&
-        json_unpack(c, "{s:i,s:i,s:i,s:i,s:i,s:i}", "L", &cfg->L, "C", &cfg->C, "NH", &cfg->NH, "T",
-                    &cfg->T, "V", &cfg->V, "Vp", &cfg->Vp) == 0 &&
-        cfg->L > 0 && cfg->L <= 256 && cfg->C > 0 && cfg->C <= 65536 && cfg->NH > 0 &&
-        cfg->C % cfg->NH == 0 && cfg->T > 0 && cfg->T <= 1 << 20 && cfg->V > 1 &&
-        cfg->Vp >= cfg->V && cfg->Vp <= 1 << 22) {
-        snprintf(cfg->name, sizeof cfg->name, "%s",
-                 json_string_value(json_object_get(c, "name"))
-                     ? json_string_value(json_object_get(c, "name"))
-                     : "custom");
+    char why[ERR_LEN];
+    if (cs == NULL) {
+        err_set(err, "%s: no Strait model config in __metadata__", path);
+    } else if (model_config_parse(cs, strlen(cs), cfg, why) != 0) {
+        err_set(err, "%s: the model config in __metadata__ is not valid: %s", path, why);
+    } else {
         const char *st = json_string_value(json_object_get(meta, "step"));
         if (step) *step = st ? atoi(st) : 0;
         rc = 0;
-    } else {
-        err_set(err, "%s: no valid Strait model config in __metadata__", path);
     }
-    json_decref(c);
     st_close(&f);
     return rc;
 }

@@ -5,7 +5,8 @@
  * accumulates (+=) into its gradient buffers, which the caller zeroes.
  *
  * Shapes use one vocabulary: B batch, T time, C channels, NH heads, HS =
- * C/NH, OC output channels. Row-major throughout.
+ * C/NH, OC output channels. Row-major throughout. The Llama family's own
+ * ops (RMSNorm, rotary embeddings, SwiGLU) are in ops_llama.c.
  *
  * Determinism: for a fixed thread count every op gives the same floats run
  * to run (OpenMP loops write disjoint outputs; BLAS is called with the same
@@ -21,7 +22,6 @@
 
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "kernels/model.h"
 
 void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
 
@@ -32,8 +32,12 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
-            const float *we = wte + (size_t)inp[b * T + t] * C, *pe = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
+            const float *we = wte + (size_t)inp[b * T + t] * C;
+            const float *pe = wpe ? wpe + (size_t)t * C : NULL;
+            if (wpe == NULL)
+                memcpy(o, we, sizeof(float) * (size_t)C);
+            else
+                for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
         }
 }
 
@@ -42,11 +46,11 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            float *dw = dwte + (size_t)inp[b * T + t] * C, *dp = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
-                dw[i] += d[i];
-                dp[i] += d[i];
-            }
+            float *dw = dwte + (size_t)inp[b * T + t] * C;
+            for (int i = 0; i < C; i++) dw[i] += d[i];
+            if (dwpe == NULL) continue;
+            float *dp = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) dp[i] += d[i];
         }
 }
 
@@ -159,76 +163,84 @@ void kernels_set_threads(int n) {
 
 /* ---- causal self-attention ------------------------------------------------ */
 
-/* inp (B,T,3C) holds q,k,v; preatt and att (B,NH,T,T) are kept for backward;
- * out (B,T,C). Per (batch, head) the products are BLAS calls on strided
- * views of inp (leading dimension 3C); the causal mask is applied to the
- * scores, so the upper triangle is computed and discarded — cheaper in a
- * tuned sgemm than a triangle in plain loops. */
-void attention_forward(float *out, float *preatt, float *att, const float *inp, int B, int T, int C,
-                       int NH) {
-    int C3 = 3 * C, hs = C / NH;
+/* Per (batch, query head) the products are BLAS calls on strided views of
+ * q, k and v; the causal mask is applied to the scores, so the upper
+ * triangle is computed and discarded — cheaper in a tuned sgemm than a
+ * triangle in plain loops. preatt and att are kept for the backward. The
+ * threads split (batch, key/value head): the query heads that share one
+ * key/value head run in one thread, so their gradients into it never race. */
+void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
+                       const float *v, const AttnShape *s) {
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = inp + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *pre = preatt + ((size_t)b * NH + h) * T * T;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            /* pre (T,T) = q (T,hs) · kᵀ · scale */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3,
-                        0.0f, pre, T);
-            for (int t = 0; t < T; t++) {
-                float *pr = pre + (size_t)t * T, *ar = a + (size_t)t * T, maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) maxv = pr[t2] > maxv ? pr[t2] : maxv;
-                float sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    ar[t2] = expf(pr[t2] - maxv);
-                    sum += ar[t2];
+        for (int kh = 0; kh < NKV; kh++)
+            for (int j = 0; j < G; j++) {
+                int h = kh * G + j;
+                const float *qh = q + (size_t)b * T * s->ldq + h * hs;
+                const float *kk = k + (size_t)b * T * s->ldkv + kh * hs;
+                const float *vv = v + (size_t)b * T * s->ldkv + kh * hs;
+                float *pre = preatt + ((size_t)b * NH + h) * T * T;
+                float *a = att + ((size_t)b * NH + h) * T * T;
+                /* pre (T,T) = q (T,hs) · kᵀ · scale */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, s->ldq,
+                            kk, s->ldkv, 0.0f, pre, T);
+                for (int t = 0; t < T; t++) {
+                    float *pr = pre + (size_t)t * T, *ar = a + (size_t)t * T, maxv = -INFINITY;
+                    for (int t2 = 0; t2 <= t; t2++) maxv = pr[t2] > maxv ? pr[t2] : maxv;
+                    float sum = 0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        ar[t2] = expf(pr[t2] - maxv);
+                        sum += ar[t2];
+                    }
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
+                    for (int t2 = t + 1; t2 < T; t2++) ar[t2] = 0.0f, pr[t2] = 0.0f;
                 }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++) ar[t2] = 0.0f, pr[t2] = 0.0f;
+                /* out (T,hs) = a (T,T) · v (T,hs) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, vv,
+                            s->ldkv, 0.0f, out + (size_t)b * T * C + h * hs, C);
             }
-            /* out (T,hs) = a (T,T) · v (T,hs) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3,
-                        0.0f, out + (size_t)b * T * C + h * hs, C);
-        }
 }
 
-/* Parallel over (b, h): each pair writes its own slices of dinp and dpreatt.
- * datt is used as scratch for the gradient of the probabilities. */
-void attention_backward(float *dinp, float *dpreatt, float *datt, const float *dout,
-                        const float *inp, const float *att, int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
+/* datt is used as scratch for the gradient of the probabilities. */
+void attention_backward(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
+                        const float *dout, const float *q, const float *k, const float *v,
+                        const float *att, const AttnShape *s) {
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = inp + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *dq = dinp + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            float *da = datt + ((size_t)b * NH + h) * T * T;
-            float *dpre = dpreatt + ((size_t)b * NH + h) * T * T;
-            const float *d = dout + (size_t)b * T * C + h * hs;
-            /* out = a · v:  da += d · vᵀ,  dv += aᵀ · d */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 1.0f,
-                        da, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 1.0f,
-                        dv, C3);
-            /* softmax, row by row, O(T): dpre = a ⊙ (da − Σ a·da); masked entries stay 0 */
-            for (int t = 0; t < T; t++) {
-                const float *ar = a + (size_t)t * T;
-                const float *dar = da + (size_t)t * T;
-                float *dpr = dpre + (size_t)t * T, ada = 0;
-                for (int t2 = 0; t2 <= t; t2++) ada += ar[t2] * dar[t2];
-                for (int t2 = 0; t2 <= t; t2++) dpr[t2] += ar[t2] * (dar[t2] - ada);
+        for (int kh = 0; kh < NKV; kh++)
+            for (int j = 0; j < G; j++) {
+                int h = kh * G + j;
+                size_t qo = (size_t)b * T * s->ldq + h * hs, ko = (size_t)b * T * s->ldkv + kh * hs;
+                const float *qh = q + qo, *kk = k + ko, *vv = v + ko;
+                float *dqh = dq + qo, *dkk = dk + ko, *dvv = dv + ko;
+                const float *a = att + ((size_t)b * NH + h) * T * T;
+                float *da = datt + ((size_t)b * NH + h) * T * T;
+                float *dpre = dpreatt + ((size_t)b * NH + h) * T * T;
+                const float *d = dout + (size_t)b * T * C + h * hs;
+                /* out = a · v:  da += d · vᵀ,  dv += aᵀ · d */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, vv,
+                            s->ldkv, 1.0f, da, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C,
+                            1.0f, dvv, s->ldkv);
+                /* softmax, row by row, O(T): dpre = a ⊙ (da − Σ a·da); masked entries stay 0 */
+                for (int t = 0; t < T; t++) {
+                    const float *ar = a + (size_t)t * T;
+                    const float *dar = da + (size_t)t * T;
+                    float *dpr = dpre + (size_t)t * T, ada = 0;
+                    for (int t2 = 0; t2 <= t; t2++) ada += ar[t2] * dar[t2];
+                    for (int t2 = 0; t2 <= t; t2++) dpr[t2] += ar[t2] * (dar[t2] - ada);
+                }
+                /* pre = q · kᵀ · scale:  dq += dpre · k · scale,  dk += dpreᵀ · q · scale */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpre, T, kk,
+                            s->ldkv, 1.0f, dqh, s->ldq);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpre, T, qh,
+                            s->ldq, 1.0f, dkk, s->ldkv);
             }
-            /* pre = q · kᵀ · scale:  dq += dpre · k · scale,  dk += dpreᵀ · q · scale */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpre, T, k, C3,
-                        1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpre, T, q, C3,
-                        1.0f, dk, C3);
-        }
 }
 
 /* ---- GELU (tanh approximation) and residual -------------------------------- */

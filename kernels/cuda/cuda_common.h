@@ -22,4 +22,47 @@
     } while (0)
 #define launchCheck() cudaCheck(cudaGetLastError())
 
+/* The op twins behind ops_cuda (ops.cu, ops_llama.cu): ops.h's arguments on
+ * device pointers, and the stream. */
+extern "C" {
+#include "kernels/ops.h"
+void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                          int T, int C, void *stream);
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C, void *stream);
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                            const float *bias, int N, int C, void *stream);
+void layernorm_backward_cuda(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C,
+                             void *stream);
+void rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                          float eps, void *stream);
+void rmsnorm_backward_cuda(float *dinp, float *dw, const float *dout, const float *inp,
+                           const float *w, const float *rstd, int N, int C, void *stream);
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                         int N, int C, int OC, void *stream);
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int C, int OC,
+                          void *stream);
+void attention_forward_cuda(float *out, float *preatt, float *att, const float *q, const float *k,
+                            const float *v, const AttnShape *s, void *stream);
+void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const float *att, const AttnShape *s, void *stream);
+void rope_forward_cuda(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
+                       void *stream);
+void rope_backward_cuda(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
+                        void *stream);
+void gelu_forward_cuda(float *out, const float *inp, size_t N, void *stream);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, size_t N, void *stream);
+void swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t N, void *stream);
+void swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t N, void *stream);
+void residual_forward_cuda(float *out, const float *a, const float *b, size_t N, void *stream);
+void residual_backward_cuda(float *da, float *db, const float *dout, size_t N, void *stream);
+float classifier_forward_backward_cuda(float *losses, float *dh, float *dwte, const float *h,
+                                       const float *wte, const int *targets, int N, int C, int V,
+                                       void *stream);
+}
+
 #endif

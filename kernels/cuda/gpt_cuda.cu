@@ -9,7 +9,9 @@
  * clipping norm) hold up only their own GPU. Never run on a GPU yet.
  *
  * The host GPT (gpt_build) supplies the table, the initial parameters and
- * the activation layout; this file mirrors gpt.c's orchestration op for op.
+ * the activation layout; the graph is the host's own (model_pass_forward
+ * and model_pass_backward in the executable, which is linked -rdynamic)
+ * run over the CUDA ops table, ops_cuda.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #endif
 
 extern "C" {
+#include "kernels/ops.h"
 #include "kernels/model.h"
 #include "kernels/train.h"
 #include "kernels/cuda.h"
@@ -58,8 +61,9 @@ struct GPTCuda {
     ncclComm_t comms[MAX_GPUS];
 #endif
     int B, T, step;
-    int world;   /* replicas in the communicator: this process's GPUs x the ranks */
-    float *base; /* on replica 0's device: the parameters of the last load (gpt_cuda_keep_base) */
+    int world;     /* replicas in the communicator: this process's GPUs x the ranks */
+    float *base;   /* on replica 0's device: the parameters of the last load (gpt_cuda_keep_base) */
+    ActLayout lay; /* the activations of a (B, T) pass */
 };
 
 extern "C" int gpt_cuda_nccl_id(void *id) {
@@ -100,13 +104,10 @@ extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, i
         snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
         return NULL;
     }
-    /* the host model lays out activations for (B, T) */
-    int *tmp = (int *)calloc((size_t)B * T, sizeof(int));
-    gpt_forward(host, tmp, NULL, B, T);
-    free(tmp);
     GPTCuda *g = (GPTCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
-    size_t np = host->n_params * sizeof(float), na = host->acts_len * sizeof(float);
+    gpt_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
+    size_t np = host->n_params * sizeof(float), na = g->lay.len * sizeof(float);
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
         r->device = i;
@@ -159,93 +160,15 @@ extern "C" void gpt_cuda_free(GPTCuda *g) {
     free(g);
 }
 
-enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB };
+extern "C" const Ops ops_cuda;
 
-/* forward of one replica on its (B, T) batch; returns the mean loss */
-static float replica_forward(const GPT *m, Replica *r, int B, int T, int with_loss) {
-    const GPTConfig *c = &m->cfg;
-    int C = c->C, NH = c->NH, L = c->L, BT = B * T;
-    void *st = r->stream;
-    float *a = r->acts, *p = r->params;
-    size_t sBTC = (size_t)BT * C, sBT = (size_t)BT, sATT = (size_t)B * NH * T * T;
-#define LP(base, l, w) ((base) + m->views[2 + 12 * (l) + (w)].offset)
-    encoder_forward_cuda(a + m->a.encoded, r->inputs, p + m->views[0].offset,
-                         p + m->views[1].offset, B, T, C, st);
-    for (int l = 0; l < L; l++) {
-        float *residual = l == 0 ? a + m->a.encoded : a + m->a.residual3 + (l - 1) * sBTC;
-        float *ln1 = a + m->a.ln1 + l * sBTC, *qkv = a + m->a.qkv + l * 3 * sBTC;
-        float *atty = a + m->a.atty + l * sBTC, *attproj = a + m->a.attproj + l * sBTC;
-        float *res2 = a + m->a.residual2 + l * sBTC, *ln2 = a + m->a.ln2 + l * sBTC;
-        float *fch = a + m->a.fch + l * 4 * sBTC, *fchg = a + m->a.fch_gelu + l * 4 * sBTC;
-        float *fcproj = a + m->a.fcproj + l * sBTC, *res3 = a + m->a.residual3 + l * sBTC;
-        layernorm_forward_cuda(ln1, a + m->a.ln1_mean + l * sBT, a + m->a.ln1_rstd + l * sBT,
-                               residual, LP(p, l, LN1W), LP(p, l, LN1B), BT, C, st);
-        matmul_forward_cuda(qkv, ln1, LP(p, l, QKVW), LP(p, l, QKVB), BT, C, 3 * C, st);
-        attention_forward_cuda(atty, a + m->a.preatt + l * sATT, a + m->a.att + l * sATT, qkv, B, T,
-                               C, NH, st);
-        matmul_forward_cuda(attproj, atty, LP(p, l, APW), LP(p, l, APB), BT, C, C, st);
-        residual_forward_cuda(res2, residual, attproj, sBTC, st);
-        layernorm_forward_cuda(ln2, a + m->a.ln2_mean + l * sBT, a + m->a.ln2_rstd + l * sBT, res2,
-                               LP(p, l, LN2W), LP(p, l, LN2B), BT, C, st);
-        matmul_forward_cuda(fch, ln2, LP(p, l, FCW), LP(p, l, FCB), BT, C, 4 * C, st);
-        gelu_forward_cuda(fchg, fch, 4 * sBTC, st);
-        matmul_forward_cuda(fcproj, fchg, LP(p, l, FPW), LP(p, l, FPB), BT, 4 * C, C, st);
-        residual_forward_cuda(res3, res2, fcproj, sBTC, st);
-    }
-    const ParamView *lnfw = &m->views[m->n_views - 2], *lnfb = &m->views[m->n_views - 1];
-    layernorm_forward_cuda(a + m->a.lnf, a + m->a.lnf_mean, a + m->a.lnf_rstd,
-                           a + m->a.residual3 + (L - 1) * sBTC, p + lnfw->offset, p + lnfb->offset,
-                           BT, C, st);
-    if (!with_loss) return -1.0f;
-    return classifier_forward_backward_cuda(a + m->a.losses, NULL, NULL, a + m->a.lnf,
-                                            p + m->views[0].offset, r->targets, BT, C, c->V, st);
-}
-
-static void replica_backward(const GPT *m, Replica *r, int B, int T) {
-    const GPTConfig *c = &m->cfg;
-    int C = c->C, NH = c->NH, L = c->L, BT = B * T;
-    void *st = r->stream;
-    float *a = r->acts, *d = r->dacts, *p = r->params, *g = r->grads;
-    size_t sBTC = (size_t)BT * C, sBT = (size_t)BT, sATT = (size_t)B * NH * T * T;
-    cudaCheck(cudaMemsetAsync(d, 0, m->acts_len * sizeof(float), r->stream));
-    cudaCheck(cudaMemsetAsync(g, 0, m->n_params * sizeof(float), r->stream));
-    classifier_forward_backward_cuda(NULL, d + m->a.lnf, g + m->views[0].offset, a + m->a.lnf,
-                                     p + m->views[0].offset, r->targets, BT, C, c->V, st);
-    const ParamView *lnfw = &m->views[m->n_views - 2], *lnfb = &m->views[m->n_views - 1];
-    layernorm_backward_cuda(d + m->a.residual3 + (L - 1) * sBTC, g + lnfw->offset, g + lnfb->offset,
-                            d + m->a.lnf, a + m->a.residual3 + (L - 1) * sBTC, p + lnfw->offset,
-                            a + m->a.lnf_mean, a + m->a.lnf_rstd, BT, C, st);
-    for (int l = L - 1; l >= 0; l--) {
-        float *residual = l == 0 ? a + m->a.encoded : a + m->a.residual3 + (l - 1) * sBTC;
-        float *dresidual = l == 0 ? d + m->a.encoded : d + m->a.residual3 + (l - 1) * sBTC;
-#define ACT(f, mult)  (a + m->a.f + l * (mult)*sBTC)
-#define DACT(f, mult) (d + m->a.f + l * (mult)*sBTC)
-        residual_backward_cuda(DACT(residual2, 1), DACT(fcproj, 1), DACT(residual3, 1), sBTC, st);
-        matmul_backward_cuda(DACT(fch_gelu, 4), LP(g, l, FPW), LP(g, l, FPB), DACT(fcproj, 1),
-                             ACT(fch_gelu, 4), LP(p, l, FPW), BT, 4 * C, C, st);
-        gelu_backward_cuda(DACT(fch, 4), ACT(fch, 4), DACT(fch_gelu, 4), 4 * sBTC, st);
-        matmul_backward_cuda(DACT(ln2, 1), LP(g, l, FCW), LP(g, l, FCB), DACT(fch, 4), ACT(ln2, 1),
-                             LP(p, l, FCW), BT, C, 4 * C, st);
-        layernorm_backward_cuda(DACT(residual2, 1), LP(g, l, LN2W), LP(g, l, LN2B), DACT(ln2, 1),
-                                ACT(residual2, 1), LP(p, l, LN2W), a + m->a.ln2_mean + l * sBT,
-                                a + m->a.ln2_rstd + l * sBT, BT, C, st);
-        residual_backward_cuda(dresidual, DACT(attproj, 1), DACT(residual2, 1), sBTC, st);
-        matmul_backward_cuda(DACT(atty, 1), LP(g, l, APW), LP(g, l, APB), DACT(attproj, 1),
-                             ACT(atty, 1), LP(p, l, APW), BT, C, C, st);
-        attention_backward_cuda(DACT(qkv, 3), d + m->a.preatt + l * sATT, d + m->a.att + l * sATT,
-                                DACT(atty, 1), ACT(qkv, 3), a + m->a.att + l * sATT, B, T, C, NH,
-                                st);
-        matmul_backward_cuda(DACT(ln1, 1), LP(g, l, QKVW), LP(g, l, QKVB), DACT(qkv, 3),
-                             ACT(ln1, 1), LP(p, l, QKVW), BT, C, 3 * C, st);
-        layernorm_backward_cuda(dresidual, LP(g, l, LN1W), LP(g, l, LN1B), DACT(ln1, 1), residual,
-                                LP(p, l, LN1W), a + m->a.ln1_mean + l * sBT,
-                                a + m->a.ln1_rstd + l * sBT, BT, C, st);
-#undef ACT
-#undef DACT
-    }
-    encoder_backward_cuda(g + m->views[0].offset, g + m->views[1].offset, d + m->a.encoded,
-                          r->inputs, B, T, C, st);
-#undef LP
+/* one pass of the host model's graph on replica r's buffers */
+static Pass replica_pass(const GPTCuda *g, Replica *r, int with_targets) {
+    Pass p = {&ops_cuda, r->stream, r->params,
+              r->grads,  r->acts,   r->dacts,
+              &g->lay,   r->inputs, with_targets ? r->targets : NULL,
+              g->B,      g->T};
+    return p;
 }
 
 /* One replica's whole step, on its own host thread: its batch up, forward,
@@ -272,8 +195,10 @@ static void *replica_step(void *arg) {
                               cudaMemcpyHostToDevice, r->stream));
     cudaCheck(cudaMemcpyAsync(r->targets, rs->targets + rs->i * bt, bt * sizeof(int),
                               cudaMemcpyHostToDevice, r->stream));
-    rs->loss = replica_forward(m, r, g->B, g->T, 1);
-    replica_backward(m, r, g->B, g->T);
+    Pass p = replica_pass(g, r, 1);
+    rs->loss = model_pass_forward(m, &p);
+    cudaCheck(cudaMemsetAsync(r->grads, 0, m->n_params * sizeof(float), r->stream));
+    model_pass_backward(m, &p);
 #ifdef STRAIT_HAVE_NCCL
     if (g->world > 1) /* in order on the replica's stream: after its backward, before its step */
         ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
@@ -321,7 +246,8 @@ extern "C" float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets
         cudaMemcpyAsync(r->inputs, inputs, bt * sizeof(int), cudaMemcpyHostToDevice, r->stream));
     cudaCheck(
         cudaMemcpyAsync(r->targets, targets, bt * sizeof(int), cudaMemcpyHostToDevice, r->stream));
-    return replica_forward(m, r, g->B, g->T, 1); /* the loss comes back to the host: in order */
+    Pass p = replica_pass(g, r, 1);
+    return model_pass_forward(m, &p); /* the loss comes back to the host: in order */
 }
 
 extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what) {

@@ -77,7 +77,7 @@ __global__ void encoder_forward_k(float *out, const int *inp, const float *wte, 
     if (i >= n) return;
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
-    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+    out[i] = wte[(size_t)inp[bt] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0f);
 }
 
 __global__ void encoder_backward_k(float *dwte, float *dwpe, const float *dout, const int *inp,
@@ -87,7 +87,7 @@ __global__ void encoder_backward_k(float *dwte, float *dwpe, const float *dout, 
     size_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T);
     atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
-    atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+    if (dwpe) atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
 }
 
 extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe,
@@ -245,47 +245,71 @@ __global__ void softmax_backward_k(float *dpre, const float *att, const float *d
     for (int i = threadIdx.x; i <= t; i += blockDim.x) dpre[row * T + i] += a[i] * (da[i] - ada);
 }
 
-extern "C" void attention_forward_cuda(float *out, float *preatt, float *att, const float *inp,
-                                       int B, int T, int C, int NH, void *stream) {
-    int C3 = 3 * C, hs = C / NH;
+/* Query heads h = kh·G + j (G = NH/NKV) read key/value head kh: for each j
+ * one strided batch over the NKV heads, so grouped-query attention needs no
+ * copy of k and v per query head. The backward's dk and dv accumulate over
+ * j in order on the stream. */
+extern "C" void attention_forward_cuda(float *out, float *preatt, float *att, const float *q,
+                                       const float *k, const float *v, const AttnShape *s,
+                                       void *stream) {
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs), one = 1.0f, zero = 0.0f;
     cublasHandle_t h = blas(stream);
-    for (int b = 0; b < B; b++) {
-        const float *q = inp + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
-        float *pre = preatt + (size_t)b * NH * T * T, *a = att + (size_t)b * NH * T * T;
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, C3,
-                                              hs, q, C3, hs, &zero, pre, T, (long long)T * T, NH));
-        causal_softmax_k<<<NH * T, 128, 0, S(stream)>>>(pre, a, T);
-        launchCheck();
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, C3,
-                                              hs, a, T, (long long)T * T, &zero,
-                                              out + (size_t)b * T * C, C, hs, NH));
-    }
+    long long tt = (long long)T * T;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < G; j++) {
+            const float *qb = q + (size_t)b * T * s->ldq + (size_t)j * hs;
+            const float *kb = k + (size_t)b * T * s->ldkv;
+            float *pre = preatt + ((size_t)b * NH + j) * T * T;
+            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, kb,
+                                                  s->ldkv, hs, qb, s->ldq, (long long)G * hs, &zero,
+                                                  pre, T, G * tt, NKV));
+        }
+    /* the softmax over every head's rows at once */
+    causal_softmax_k<<<B * NH * T, 128, 0, S(stream)>>>(preatt, att, T);
+    launchCheck();
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < G; j++) {
+            const float *vb = v + (size_t)b * T * s->ldkv;
+            const float *a = att + ((size_t)b * NH + j) * T * T;
+            cublasCheck(cublasSgemmStridedBatched(
+                h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, vb, s->ldkv, hs, a, T, G * tt, &zero,
+                out + (size_t)b * T * C + (size_t)j * hs, C, (long long)G * hs, NKV));
+        }
 }
 
-extern "C" void attention_backward_cuda(float *dinp, float *dpreatt, float *datt, const float *dout,
-                                        const float *inp, const float *att, int B, int T, int C,
-                                        int NH, void *stream) {
-    int C3 = 3 * C, hs = C / NH;
+extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt,
+                                        float *datt, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *att,
+                                        const AttnShape *s, void *stream) {
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs), one = 1.0f;
     cublasHandle_t h = blas(stream);
-    long long tt = (long long)T * T;
-    for (int b = 0; b < B; b++) {
-        const float *q = inp + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
-        float *dq = dinp + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
-        const float *a = att + (size_t)b * NH * T * T, *d = dout + (size_t)b * T * C;
-        float *da = datt + (size_t)b * NH * T * T, *dpre = dpreatt + (size_t)b * NH * T * T;
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, C3,
-                                              hs, d, C, hs, &one, da, T, tt, NH));
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, d, C, hs,
-                                              a, T, tt, &one, dv, C3, hs, NH));
-        softmax_backward_k<<<NH * T, 128, 0, S(stream)>>>(dpre, a, da, T);
-        launchCheck();
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k, C3,
-                                              hs, dpre, T, tt, &one, dq, C3, hs, NH));
-        cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale, q, C3,
-                                              hs, dpre, T, tt, &one, dk, C3, hs, NH));
-    }
+    long long tt = (long long)T * T, qs = (long long)G * hs;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < G; j++) {
+            size_t ko = (size_t)b * T * s->ldkv, ao = ((size_t)b * NH + j) * T * T;
+            const float *d = dout + (size_t)b * T * C + (size_t)j * hs;
+            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one,
+                                                  v + ko, s->ldkv, hs, d, C, qs, &one, datt + ao, T,
+                                                  G * tt, NKV));
+            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, d, C,
+                                                  qs, att + ao, T, G * tt, &one, dv + ko, s->ldkv,
+                                                  hs, NKV));
+        }
+    softmax_backward_k<<<B * NH * T, 128, 0, S(stream)>>>(dpreatt, att, datt, T);
+    launchCheck();
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < G; j++) {
+            size_t qo = (size_t)b * T * s->ldq + (size_t)j * hs, ko = (size_t)b * T * s->ldkv;
+            size_t ao = ((size_t)b * NH + j) * T * T;
+            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale,
+                                                  k + ko, s->ldkv, hs, dpreatt + ao, T, G * tt,
+                                                  &one, dq + qo, s->ldq, qs, NKV));
+            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale,
+                                                  q + qo, s->ldq, qs, dpreatt + ao, T, G * tt, &one,
+                                                  dk + ko, s->ldkv, hs, NKV));
+        }
 }
 
 /* ---- GELU and residual --------------------------------------------------------------- */
@@ -501,3 +525,47 @@ extern "C" float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, voi
     }
     return norm;
 }
+
+/* ---- the table ----------------------------------------------------------------------- */
+
+static void zero_cuda(float *p, size_t n, void *stream) {
+    cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(float), S(stream)));
+}
+/* the fused classifier as a forward (lse unused: the backward recomputes
+ * it) and a backward */
+static float classifier_forward_cuda(float *losses, float *lse, const float *h, const float *w,
+                                     const int *targets, int N, int C, int V, void *stream) {
+    (void)lse;
+    return classifier_forward_backward_cuda(losses, NULL, NULL, h, w, targets, N, C, V, stream);
+}
+static void classifier_backward_cuda(float *dh, float *dw, const float *h, const float *w,
+                                     const int *targets, const float *lse, int N, int C, int V,
+                                     void *stream) {
+    (void)lse;
+    classifier_forward_backward_cuda(NULL, dh, dw, h, w, targets, N, C, V, stream);
+}
+
+extern "C" const Ops ops_cuda = {
+    "cuda",
+    zero_cuda,
+    encoder_forward_cuda,
+    encoder_backward_cuda,
+    layernorm_forward_cuda,
+    layernorm_backward_cuda,
+    rmsnorm_forward_cuda,
+    rmsnorm_backward_cuda,
+    matmul_forward_cuda,
+    matmul_backward_cuda,
+    attention_forward_cuda,
+    attention_backward_cuda,
+    rope_forward_cuda,
+    rope_backward_cuda,
+    gelu_forward_cuda,
+    gelu_backward_cuda,
+    swiglu_forward_cuda,
+    swiglu_backward_cuda,
+    residual_forward_cuda,
+    residual_backward_cuda,
+    classifier_forward_cuda,
+    classifier_backward_cuda,
+};

@@ -59,6 +59,8 @@ static char *read_whole(const char *path, size_t *len) {
 
 /* fuzz_tokenizer: vocab.json of the 256 bytes in GPT-2's alphabet plus
  * "he", "ll", "hell", then NUL, merges, NUL, text. */
+static void seed_hf(const char *root, const GPTConfig *hc, const char *name);
+
 static void seed_tokenizer(const char *dir) {
     char v[8192];
     size_t n = (size_t)snprintf(v, sizeof v, "{");
@@ -159,10 +161,39 @@ int main(int argc, char **argv) {
     if (tokens_write_bin(path, ids, 100, err) != 0) fprintf(stderr, "%s\n", err);
     /* fuzz_hf: a small GPT-2 as Hugging Face writes it, config.json NUL model.safetensors */
     GPTConfig hc = {.name = "custom", .L = 1, .C = 8, .NH = 2, .T = 8, .V = 16, .Vp = 64};
+    /* and a Llama: grouped-query attention, untied, rope scaling */
+    GPTConfig lc = {.name = "custom",
+                    .arch = ARCH_LLAMA,
+                    .L = 1,
+                    .C = 8,
+                    .NH = 2,
+                    .T = 8,
+                    .V = 16,
+                    .Vp = 64,
+                    .NKV = 1,
+                    .HD = 4,
+                    .F = 12,
+                    .eps = 1e-5f,
+                    .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
+    const GPTConfig *hcs[2] = {&hc, &lc};
+    for (int k = 0; k < 2; k++) seed_hf(root, hcs[k], k ? "llama" : "gpt2");
+    /* fuzz_hf_index: an index of two shards */
+    static const char index[] =
+        "{\"metadata\": {\"total_size\": 64}, \"weight_map\": "
+        "{\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", "
+        "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
+    put(dir_of(root, "fuzz_hf_index"), "two", NULL, 0, (const uint8_t *)index, strlen(index));
+    return 0;
+}
+
+/* fuzz_hf's seed: the config's model as Hugging Face writes it, config.json
+ * NUL model.safetensors */
+static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
+    char err[ERR_LEN], path[1024];
     GPT hm;
     char hdir[900];
     snprintf(hdir, sizeof hdir, "%s/hf-tmp", root);
-    if (gpt_build(&hm, &hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, err) == 0) {
+    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, err) == 0) {
         size_t cl, ml;
         snprintf(path, sizeof path, "%s/config.json", hdir);
         char *cj = read_whole(path, &cl);
@@ -170,7 +201,7 @@ int main(int argc, char **argv) {
         char *mb = read_whole(path, &ml);
         if (cj && mb) {
             cj[cl] = '\0';
-            put(dir_of(root, "fuzz_hf"), "gpt2", (const uint8_t *)cj, cl + 1, (const uint8_t *)mb,
+            put(dir_of(root, "fuzz_hf"), name, (const uint8_t *)cj, cl + 1, (const uint8_t *)mb,
                 ml);
         }
         free(cj), free(mb);
@@ -182,5 +213,4 @@ int main(int argc, char **argv) {
     } else {
         fprintf(stderr, "%s\n", err);
     }
-    return 0;
 }

@@ -1,7 +1,9 @@
 /*
- * test_cuda_ops.c — `make test-gpu`: every CUDA op against its CPU twin on
- * random inputs, and 50 training steps of `small` on the GPU against the
- * CPU trainer, and the held-out evaluator on both. Tolerances: forward ops
+ * test_cuda_ops.c — `make test-gpu`: every op of the CUDA table against
+ * the CPU table's on random inputs (grouped-query attention, rotary
+ * embeddings with Llama 3's scaling, RMSNorm and SwiGLU among them), and
+ * 50 training steps of `small`, `llama-small` and `qwen2-tiny` on the GPU
+ * against the CPU trainer, and the held-out evaluator on both. Tolerances: forward ops
  * 1e-4 relative (5e-4 for attention), backward ops 2e-3, losses within 2e-2
  * nats over 50 steps, a held-out score 1e-3 relative (the sums run in other
  * orders). Skipped, and reported as skipped, without a GPU.
@@ -54,22 +56,34 @@ static void expect_close(const char *what, const float *cpu, const float *d_gpu,
 }
 #endif
 
-Test(cuda_ops, matmul_layernorm_gelu_match_the_cpu) {
+/* Each test runs an op through both backends' tables, ops_cpu and the
+ * plugin's: the graph calls nothing else. */
+#ifdef STRAIT_HAVE_CUDA
+#define CPU (&ops_cpu)
+#define GPU (kernels_cuda_ops())
+static float *dzeros(size_t n) {
+    float *z = calloc(n, 4), *d = dev(z, n);
+    free(z);
+    return d;
+}
+#endif
+
+Test(cuda_ops, matmul_norms_gelu_swiglu_match_the_cpu) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
     int N = 96, C = 64, OC = 80;
     float *x = rnd((size_t)N * C, 1), *w = rnd((size_t)OC * C, 1), *b = rnd(OC, 1);
     float *out = calloc((size_t)N * OC, 4), *d_out = kernels_cuda_alloc((size_t)N * OC * 4);
     float *d_x = dev(x, (size_t)N * C), *d_w = dev(w, (size_t)OC * C), *d_b = dev(b, OC);
-    matmul_forward(out, x, w, b, N, C, OC);
-    matmul_forward_cuda(d_out, d_x, d_w, d_b, N, C, OC, NULL);
+    CPU->matmul_forward(out, x, w, b, N, C, OC, NULL);
+    GPU->matmul_forward(d_out, d_x, d_w, d_b, N, C, OC, NULL);
     expect_close("matmul out", out, d_out, (size_t)N * OC, 1e-4f);
     float *dout = rnd((size_t)N * OC, 1), *dx = calloc((size_t)N * C, 4),
           *dw = calloc((size_t)OC * C, 4);
     float *db = calloc(OC, 4), *d_dout = dev(dout, (size_t)N * OC), *d_dx = dev(dx, (size_t)N * C);
     float *d_dw = dev(dw, (size_t)OC * C), *d_db = dev(db, OC);
-    matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
-    matmul_backward_cuda(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL);
+    CPU->matmul_backward(dx, dw, db, dout, x, w, N, C, OC, NULL);
+    GPU->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL);
     expect_close("matmul dinp", dx, d_dx, (size_t)N * C, 2e-3f);
     expect_close("matmul dweight", dw, d_dw, (size_t)OC * C, 2e-3f);
     expect_close("matmul dbias", db, d_db, OC, 2e-3f);
@@ -77,61 +91,102 @@ Test(cuda_ops, matmul_layernorm_gelu_match_the_cpu) {
     float *d_ln = kernels_cuda_alloc((size_t)N * C * 4), *d_mean = kernels_cuda_alloc(N * 4);
     float *d_rstd = kernels_cuda_alloc(N * 4), *lw = rnd(C, 1), *lb = rnd(C, 1);
     float *d_lw = dev(lw, C), *d_lb = dev(lb, C);
-    layernorm_forward(ln, mean, rstd, x, lw, lb, N, C);
-    layernorm_forward_cuda(d_ln, d_mean, d_rstd, d_x, d_lw, d_lb, N, C, NULL);
+    CPU->layernorm_forward(ln, mean, rstd, x, lw, lb, N, C, NULL);
+    GPU->layernorm_forward(d_ln, d_mean, d_rstd, d_x, d_lw, d_lb, N, C, NULL);
     expect_close("layernorm out", ln, d_ln, (size_t)N * C, 1e-4f);
-    float *g = calloc((size_t)N * C, 4), *d_g = kernels_cuda_alloc((size_t)N * C * 4);
-    gelu_forward(g, x, (size_t)N * C);
-    gelu_forward_cuda(d_g, d_x, (size_t)N * C, NULL);
-    expect_close("gelu", g, d_g, (size_t)N * C, 1e-4f);
+    /* RMSNorm, forward and backward */
+    CPU->rmsnorm_forward(ln, rstd, x, lw, N, C, 1e-5f, NULL);
+    GPU->rmsnorm_forward(d_ln, d_rstd, d_x, d_lw, N, C, 1e-5f, NULL);
+    expect_close("rmsnorm out", ln, d_ln, (size_t)N * C, 1e-4f);
+    float *dn = rnd((size_t)N * C, 1), *d_dn = dev(dn, (size_t)N * C);
+    float *rdx = calloc((size_t)N * C, 4), *rdw = calloc(C, 4);
+    float *d_rdx = dzeros((size_t)N * C), *d_rdw = dzeros(C);
+    CPU->rmsnorm_backward(rdx, rdw, dn, x, lw, rstd, N, C, NULL);
+    GPU->rmsnorm_backward(d_rdx, d_rdw, d_dn, d_x, d_lw, d_rstd, N, C, NULL);
+    expect_close("rmsnorm dinp", rdx, d_rdx, (size_t)N * C, 2e-3f);
+    expect_close("rmsnorm dw", rdw, d_rdw, C, 2e-3f);
+    size_t n = (size_t)N * C;
+    float *g = calloc(n, 4), *d_g = kernels_cuda_alloc(n * 4);
+    CPU->gelu_forward(g, x, n, NULL);
+    GPU->gelu_forward(d_g, d_x, n, NULL);
+    expect_close("gelu", g, d_g, n, 1e-4f);
+    /* SwiGLU: gate x, up dn */
+    CPU->swiglu_forward(g, x, dn, n, NULL);
+    GPU->swiglu_forward(d_g, d_x, d_dn, n, NULL);
+    expect_close("swiglu", g, d_g, n, 1e-4f);
+    float *dg = calloc(n, 4), *du = calloc(n, 4), *d_dg = dzeros(n), *d_du = dzeros(n);
+    CPU->swiglu_backward(dg, du, ln, x, dn, n, NULL);
+    kernels_cuda_to_device(d_ln, ln, n * 4);
+    GPU->swiglu_backward(d_dg, d_du, d_ln, d_x, d_dn, n, NULL);
+    expect_close("swiglu dgate", dg, d_dg, n, 2e-3f);
+    expect_close("swiglu dup", du, d_du, n, 2e-3f);
 #endif
 }
 
-Test(cuda_ops, attention_and_classifier_match_the_cpu) {
+#ifdef STRAIT_HAVE_CUDA
+/* attention of shape s on both backends, q, k, v in separate buffers (or
+ * packed, when kv_in_q) */
+static void attention_both(int B, int T, int NH, int NKV, int HD) {
+    int Qd = NH * HD, KVd = NKV * HD;
+    AttnShape s = {B, T, NH, NKV, HD, Qd, KVd};
+    size_t nq = (size_t)B * T * Qd, nk = (size_t)B * T * KVd, na = (size_t)B * NH * T * T;
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1);
+    float *out = calloc(nq, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
+    float *d_q = dev(q, nq), *d_k = dev(k, nk), *d_v = dev(v, nk), *d_out = dzeros(nq);
+    float *d_pre = dzeros(na), *d_att = dzeros(na);
+    CPU->attention_forward(out, pre, att, q, k, v, &s, NULL);
+    GPU->attention_forward(d_out, d_pre, d_att, d_q, d_k, d_v, &s, NULL);
+    expect_close("attention out", out, d_out, nq, 5e-4f);
+    expect_close("attention probabilities", att, d_att, na, 5e-4f);
+    float *dout = rnd(nq, 1), *dq = calloc(nq, 4), *dk = calloc(nk, 4), *dv = calloc(nk, 4);
+    float *dpre = calloc(na, 4), *datt = calloc(na, 4), *d_dout = dev(dout, nq);
+    float *d_dq = dzeros(nq), *d_dk = dzeros(nk), *d_dv = dzeros(nk);
+    float *d_dpre = dzeros(na), *d_datt = dzeros(na);
+    CPU->attention_backward(dq, dk, dv, dpre, datt, dout, q, k, v, att, &s, NULL);
+    GPU->attention_backward(d_dq, d_dk, d_dv, d_dpre, d_datt, d_dout, d_q, d_k, d_v, d_att, &s,
+                            NULL);
+    expect_close("attention dq", dq, d_dq, nq, 2e-3f);
+    expect_close("attention dk", dk, d_dk, nk, 2e-3f);
+    expect_close("attention dv", dv, d_dv, nk, 2e-3f);
+    /* rotary embeddings on q, with Llama 3's scaling */
+    RopeConfig r = {500000.0f, 8.0f, 1.0f, 4.0f, 16};
+    CPU->rope_forward(q, B, T, NH, HD, Qd, &r, NULL);
+    GPU->rope_forward(d_q, B, T, NH, HD, Qd, &r, NULL);
+    expect_close("rope", q, d_q, nq, 1e-4f);
+    CPU->rope_backward(q, B, T, NH, HD, Qd, &r, NULL);
+    GPU->rope_backward(d_q, B, T, NH, HD, Qd, &r, NULL);
+    expect_close("rope back", q, d_q, nq, 1e-4f);
+}
+#endif
+
+Test(cuda_ops, attention_rope_and_classifier_match_the_cpu) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
-    int B = 2, T = 32, C = 64, NH = 4;
-    size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    float *qkv = rnd(n3, 1), *out = calloc(n, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
-    float *d_qkv = dev(qkv, n3), *d_out = kernels_cuda_alloc(n * 4);
-    float *d_pre = kernels_cuda_alloc(na * 4), *d_att = kernels_cuda_alloc(na * 4);
-    attention_forward(out, pre, att, qkv, B, T, C, NH);
-    attention_forward_cuda(d_out, d_pre, d_att, d_qkv, B, T, C, NH, NULL);
-    expect_close("attention out", out, d_out, n, 5e-4f);
-    expect_close("attention probabilities", att, d_att, na, 5e-4f);
-    float *dout = rnd(n, 1), *dinp = calloc(n3, 4), *dpre = calloc(na, 4), *datt = calloc(na, 4);
-    float *d_dout = dev(dout, n), *d_dinp = dev(dinp, n3), *d_dpre = dev(dpre, na),
-          *d_datt = dev(datt, na);
-    attention_backward(dinp, dpre, datt, dout, qkv, att, B, T, C, NH);
-    attention_backward_cuda(d_dinp, d_dpre, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, NULL);
-    expect_close("attention dinp", dinp, d_dinp, n3, 2e-3f);
-    int N = 300, V = 5000; /* two vocabulary chunks on the GPU, ten on the CPU */
+    attention_both(2, 32, 4, 4, 16); /* multi-head */
+    attention_both(2, 32, 6, 2, 16); /* grouped-query: 3 query heads per key/value head */
+    int N = 300, V = 5000, C = 64;   /* two vocabulary chunks on the GPU, ten on the CPU */
     float *h = rnd((size_t)N * C, 1), *wte = rnd((size_t)V * C, 0.3f);
     int *tg = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
-    float *dh = calloc((size_t)N * C, 4), *dw = calloc((size_t)V * C, 4);
-    float loss = classifier_forward_backward(NULL, dh, dw, h, wte, tg, N, C, V);
+    float *dh = calloc((size_t)N * C, 4), *dw = calloc((size_t)V * C, 4), *lse = calloc(N, 4);
+    float loss = CPU->classifier_forward(NULL, lse, h, wte, tg, N, C, V, NULL);
+    CPU->classifier_backward(dh, dw, h, wte, tg, lse, N, C, V, NULL);
     float *d_h = dev(h, (size_t)N * C), *d_wte = dev(wte, (size_t)V * C);
-    float *d_dh = dev(dh, (size_t)N * C), *d_dw = dev(dw, (size_t)V * C);
-    /* the CPU pass above accumulated into dh, dw: start the GPU from zero */
-    float *zeros = calloc((size_t)V * C, 4);
-    kernels_cuda_to_device(d_dh, zeros, (size_t)N * C * 4);
-    kernels_cuda_to_device(d_dw, zeros, (size_t)V * C * 4);
+    float *d_dh = dzeros((size_t)N * C), *d_dw = dzeros((size_t)V * C);
     int *d_tg = kernels_cuda_alloc(N * sizeof(int));
     kernels_cuda_to_device(d_tg, tg, N * sizeof(int));
-    float gloss =
-        classifier_forward_backward_cuda(NULL, d_dh, d_dw, d_h, d_wte, d_tg, N, C, V, NULL);
+    float gloss = GPU->classifier_forward(NULL, NULL, d_h, d_wte, d_tg, N, C, V, NULL);
+    GPU->classifier_backward(d_dh, d_dw, d_h, d_wte, d_tg, NULL, N, C, V, NULL);
     cr_assert_float_eq(gloss, loss, 1e-4f * (1 + fabsf(loss)));
     expect_close("classifier dh", dh, d_dh, (size_t)N * C, 2e-3f);
     expect_close("classifier dwte", dw, d_dw, (size_t)V * C, 2e-3f);
 #endif
 }
 
-Test(cuda_ops, fifty_steps_of_small_track_the_cpu_trainer, .timeout = 600) {
-    need_gpu();
 #ifdef STRAIT_HAVE_CUDA
+static void fifty_steps(const char *preset) {
     GPTConfig cfg;
-    gpt_config_preset("small", &cfg);
+    cr_assert_eq(gpt_config_preset(preset, &cfg), 0);
     GPT cpu, host;
     char err[ERR_LEN];
     cr_assert_eq(gpt_build(&cpu, &cfg, 3, err), 0);
@@ -150,10 +205,21 @@ Test(cuda_ops, fifty_steps_of_small_track_the_cpu_trainer, .timeout = 600) {
         gpt_clip_grad_norm(&cpu, 1.0f);
         gpt_adamw_step(&cpu, &o, 1e-3f);
         float lg = gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
-        cr_assert_leq(fabsf(lg - lc), 2e-2f, "step %d: GPU loss %g, CPU loss %g", s, lg, lc);
+        cr_assert_leq(fabsf(lg - lc), 2e-2f, "%s step %d: GPU loss %g, CPU loss %g", preset, s, lg,
+                      lc);
     }
     gpt_cuda_free(g);
     gpt_free(&cpu), gpt_free(&host);
+}
+#endif
+
+/* one graph, two tables: GPT-2's and the Llama family's blocks */
+Test(cuda_ops, fifty_steps_of_small_and_llama_small_track_the_cpu_trainer, .timeout = 600) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    fifty_steps("small");
+    fifty_steps("llama-small");
+    fifty_steps("qwen2-tiny");
 #endif
 }
 

@@ -37,11 +37,18 @@ typedef struct Golden {
 #define RECORDED_THREADS 2
 
 static const Golden GOLDEN[] = {
-    {"tiny", 12, 4, 32,
+    {"tiny",
+     12,
+     4,
+     32,
      {0x40b1ee50, 0x40a0e989, 0x4098c12e, 0x4092ac01, 0x408ccaa8, 0x40870a52, 0x40816b56,
       0x4077fc91, 0x406d6f65, 0x40632282, 0x4058c107, 0x404e3d4a},
      "43c49dbc0db515e6e029fde55d06bf7c051ebb79e4f63da110ab4b9bba745b35"},
-    {"small", 3, 2, 64, {0x40b1c0d7, 0x4093626b, 0x408a8cff},
+    {"small",
+     3,
+     2,
+     64,
+     {0x40b1c0d7, 0x4093626b, 0x408a8cff},
      "96a0b612bfa551849f58553c0b67cd19d79c62d3ebfb9f98f0b648e3450bf7cf"},
 };
 
@@ -70,8 +77,7 @@ static void run(const Golden *g, float *losses, char sha[SHA256_HEX_LEN]) {
     gpt_free(&m);
 }
 
-Test(golden, gpt2_losses_and_checkpoints_are_those_recorded_before_the_redesign,
-     .timeout = 120) {
+Test(golden, gpt2_losses_and_checkpoints_are_those_recorded_before_the_redesign, .timeout = 120) {
     kernels_set_threads(RECORDED_THREADS);
     const char *core = openblas_get_corename();
     int exact = strcmp(core, RECORDED_CORE) == 0;

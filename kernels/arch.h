@@ -1,0 +1,74 @@
+/*
+ * arch.h — an architecture as data, for kernels/ alone: its tensor table
+ * (each tensor's name, shape as a function of the configuration, when it
+ * exists, its initialisation and its Hugging Face name and layout) and its
+ * graph (the activation layout, and one forward and one backward over an
+ * Ops table). The parameter table, the parameter count, checkpoints, HF
+ * import and export are derived from the tensor table; nothing indexes
+ * parameters by position. A new architecture is one file
+ * (kernels/arch_<name>.c) defining one Arch, and one row in arch_of.
+ */
+#ifndef STRAIT_KERNELS_ARCH_H
+#define STRAIT_KERNELS_ARCH_H
+
+#include "kernels/model.h"
+
+/* a dimension of a tensor, as a function of the configuration */
+typedef enum { DIM_NONE, DIM_C, DIM_3C, DIM_4C, DIM_VP, DIM_T, DIM_Q, DIM_KV, DIM_F } Dim;
+/* DIM_VP rows are initialised only up to V: the padding stays zero */
+typedef enum { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESID } Init;
+typedef enum { IF_ALWAYS, IF_UNTIED, IF_QKV_BIAS } When;
+
+typedef struct ArchTensor {
+    const char *name; /* Strait's name; a layer's is "h.<l>." and this */
+    int layer;        /* 1: one per layer (the table's layer rows are contiguous) */
+    Dim d0, d1;       /* d1 DIM_NONE: a vector */
+    Init init;
+    When when;
+    const char *hf; /* Hugging Face's name, "%d" the layer */
+    int hf_conv1d;  /* stored there as [in, out] (GPT-2's Conv1D) */
+} ArchTensor;
+
+struct json_t;
+typedef struct Arch {
+    const char *name;      /* "gpt2" */
+    const char *hf_class;  /* transformers' class: "GPT2LMHeadModel" */
+    const char *hf_type;   /* config.json's model_type */
+    const char *hf_prefix; /* before every tensor's Hugging Face name ("transformer.") */
+    const ArchTensor *tensors;
+    int n_tensors;
+    int embed_row, head_row; /* the token embedding's row; the output layer's (if untied) */
+    /* the activations of a (B, T) pass; the graph through the final norm
+     * into ACT_OUT, and its backward from dACT_OUT */
+    void (*layout)(const GPTConfig *c, int B, int T, ActLayout *lay);
+    void (*forward)(const GPT *m, const Pass *p);
+    void (*backward)(const GPT *m, const Pass *p);
+    /* Hugging Face's config.json: its fields into c's shape (checked
+     * after by model_config_check), -1 naming a field Strait cannot
+     * honour; and c as config.json */
+    int (*hf_config_read)(struct json_t *j, GPTConfig *c, char *err);
+    struct json_t *(*hf_config_write)(const GPTConfig *c);
+} Arch;
+
+extern const Arch arch_gpt2, arch_llama, arch_qwen2;
+const Arch *arch_of(int arch);
+
+/* a dimension's size; whether row r exists in this configuration */
+int arch_dim(const GPTConfig *c, Dim d);
+int arch_has(const GPTConfig *c, const ArchTensor *t);
+
+/* table row r's tensor at layer l (0 for the others) inside base (params or
+ * grads, host or device), NULL if this configuration has none */
+static inline float *arch_w(const GPT *m, float *base, int r, int l) {
+    int v = m->row_view[r * m->cfg.L + l];
+    return v < 0 ? NULL : base + m->views[v].offset;
+}
+
+/* layout helpers: activation a of n floats (per layer when layers > 0) */
+void act_add(ActLayout *lay, int a, size_t n, int layers);
+/* activation a (at layer l) inside buffer base */
+static inline float *act_at(const Pass *p, float *base, int a, int l) {
+    return base + p->lay->off[a] + (size_t)l * p->lay->stride[a];
+}
+
+#endif /* STRAIT_KERNELS_ARCH_H */

@@ -1,0 +1,310 @@
+/*
+ * arch_llama.c — the Llama family (API: arch.h): Llama 2 and 3, SmolLM2,
+ * and Qwen2 (the same graph with biases on q, k and v). Pre-RMSNorm blocks
+ * of grouped-query attention with rotary embeddings and a SwiGLU MLP, no
+ * biases elsewhere, the output layer tied to the token embedding or not.
+ * Names follow Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM, whose
+ * layouts ([out, in]) are Strait's. Initialisation: N(0, 0.02), the two
+ * projections into the residual stream scaled by 1/sqrt(2L) as in GPT-2
+ * (transformers draws them unscaled; a preset's start is Strait's choice).
+ */
+#include <string.h>
+
+#include "kernels/arch.h"
+#include "util/util.h"
+
+enum { WTE, LN1, QW, QB, KW, KB, VW, VB, OW, LN2, GATE_W, UP_W, DOWN_W, LNF, HEAD };
+static const ArchTensor TENSORS[] = {
+    [WTE] = {"wte", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_ALWAYS, "model.embed_tokens.weight", 0},
+    [LN1] = {"ln_1.weight", 1, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS,
+             "model.layers.%d.input_layernorm.weight", 0},
+    [QW] = {"attn.q.weight", 1, DIM_Q, DIM_C, INIT_NORMAL, IF_ALWAYS,
+            "model.layers.%d.self_attn.q_proj.weight", 0},
+    [QB] = {"attn.q.bias", 1, DIM_Q, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
+            "model.layers.%d.self_attn.q_proj.bias", 0},
+    [KW] = {"attn.k.weight", 1, DIM_KV, DIM_C, INIT_NORMAL, IF_ALWAYS,
+            "model.layers.%d.self_attn.k_proj.weight", 0},
+    [KB] = {"attn.k.bias", 1, DIM_KV, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
+            "model.layers.%d.self_attn.k_proj.bias", 0},
+    [VW] = {"attn.v.weight", 1, DIM_KV, DIM_C, INIT_NORMAL, IF_ALWAYS,
+            "model.layers.%d.self_attn.v_proj.weight", 0},
+    [VB] = {"attn.v.bias", 1, DIM_KV, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
+            "model.layers.%d.self_attn.v_proj.bias", 0},
+    [OW] = {"attn.o.weight", 1, DIM_C, DIM_Q, INIT_RESID, IF_ALWAYS,
+            "model.layers.%d.self_attn.o_proj.weight", 0},
+    [LN2] = {"ln_2.weight", 1, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS,
+             "model.layers.%d.post_attention_layernorm.weight", 0},
+    [GATE_W] = {"mlp.gate.weight", 1, DIM_F, DIM_C, INIT_NORMAL, IF_ALWAYS,
+                "model.layers.%d.mlp.gate_proj.weight", 0},
+    [UP_W] = {"mlp.up.weight", 1, DIM_F, DIM_C, INIT_NORMAL, IF_ALWAYS,
+              "model.layers.%d.mlp.up_proj.weight", 0},
+    [DOWN_W] = {"mlp.down.weight", 1, DIM_C, DIM_F, INIT_RESID, IF_ALWAYS,
+                "model.layers.%d.mlp.down_proj.weight", 0},
+    [LNF] = {"ln_f.weight", 0, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS, "model.norm.weight", 0},
+    [HEAD] = {"lm_head.weight", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_UNTIED, "lm_head.weight", 0},
+};
+
+enum {
+    ENCODED = ACT_LSE + 1,
+    XN1,
+    RSTD1,
+    Q,
+    K,
+    V,
+    ATTY,
+    PREATT,
+    ATT,
+    ATTPROJ,
+    RES2,
+    XN2,
+    RSTD2,
+    GATE,
+    UP,
+    SWI,
+    DOWN,
+    RES3,
+    RSTDF
+};
+
+static void layout(const GPTConfig *c, int B, int T, ActLayout *lay) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, F = (size_t)c->F;
+    size_t Qd = NH * (size_t)c->HD, KVd = (size_t)c->NKV * (size_t)c->HD;
+    int L = c->L;
+    lay->len = 0, lay->B = B, lay->T = T;
+    act_add(lay, ENCODED, BT * C, 0);
+    act_add(lay, XN1, BT * C, L);
+    act_add(lay, RSTD1, BT, L);
+    act_add(lay, Q, BT * Qd, L);
+    act_add(lay, K, BT * KVd, L);
+    act_add(lay, V, BT * KVd, L);
+    act_add(lay, ATTY, BT * Qd, L);
+    act_add(lay, PREATT, B * NH * T * T, L);
+    act_add(lay, ATT, B * NH * T * T, L);
+    act_add(lay, ATTPROJ, BT * C, L);
+    act_add(lay, RES2, BT * C, L);
+    act_add(lay, XN2, BT * C, L);
+    act_add(lay, RSTD2, BT, L);
+    act_add(lay, GATE, BT * F, L);
+    act_add(lay, UP, BT * F, L);
+    act_add(lay, SWI, BT * F, L);
+    act_add(lay, DOWN, BT * C, L);
+    act_add(lay, RES3, BT * C, L);
+    act_add(lay, ACT_OUT, BT * C, 0);
+    act_add(lay, RSTDF, BT, 0);
+    act_add(lay, ACT_LOSSES, BT, 0);
+    act_add(lay, ACT_LSE, BT, 0);
+}
+
+static void forward(const GPT *m, const Pass *p) {
+    const Ops *o = p->ops;
+    void *st = p->stream;
+    const GPTConfig *c = &m->cfg;
+    int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
+    int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
+    float *a = p->acts, *w = p->params, eps = c->eps;
+    AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
+#define A(x, l) act_at(p, a, x, l)
+#define W(r, l) arch_w(m, w, r, l)
+    o->encoder_forward(A(ENCODED, 0), p->inputs, W(WTE, 0), NULL, B, T, C, st);
+    for (int l = 0; l < L; l++) {
+        float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
+        o->rmsnorm_forward(A(XN1, l), A(RSTD1, l), x, W(LN1, l), BT, C, eps, st);
+        o->matmul_forward(A(Q, l), A(XN1, l), W(QW, l), W(QB, l), BT, C, Qd, st);
+        o->matmul_forward(A(K, l), A(XN1, l), W(KW, l), W(KB, l), BT, C, KVd, st);
+        o->matmul_forward(A(V, l), A(XN1, l), W(VW, l), W(VB, l), BT, C, KVd, st);
+        o->rope_forward(A(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
+        o->rope_forward(A(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
+        o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l), &as,
+                             st);
+        o->matmul_forward(A(ATTPROJ, l), A(ATTY, l), W(OW, l), NULL, BT, Qd, C, st);
+        o->residual_forward(A(RES2, l), x, A(ATTPROJ, l), (size_t)BT * C, st);
+        o->rmsnorm_forward(A(XN2, l), A(RSTD2, l), A(RES2, l), W(LN2, l), BT, C, eps, st);
+        o->matmul_forward(A(GATE, l), A(XN2, l), W(GATE_W, l), NULL, BT, C, F, st);
+        o->matmul_forward(A(UP, l), A(XN2, l), W(UP_W, l), NULL, BT, C, F, st);
+        o->swiglu_forward(A(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F, st);
+        o->matmul_forward(A(DOWN, l), A(SWI, l), W(DOWN_W, l), NULL, BT, F, C, st);
+        o->residual_forward(A(RES3, l), A(RES2, l), A(DOWN, l), (size_t)BT * C, st);
+    }
+    o->rmsnorm_forward(A(ACT_OUT, 0), A(RSTDF, 0), A(RES3, L - 1), W(LNF, 0), BT, C, eps, st);
+}
+
+static void backward(const GPT *m, const Pass *p) {
+    const Ops *o = p->ops;
+    void *st = p->stream;
+    const GPTConfig *c = &m->cfg;
+    int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
+    int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
+    float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
+    AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
+#define D(x, l) act_at(p, d, x, l)
+#define G(r, l) arch_w(m, g, r, l)
+    o->rmsnorm_backward(D(RES3, L - 1), G(LNF, 0), D(ACT_OUT, 0), A(RES3, L - 1), W(LNF, 0),
+                        A(RSTDF, 0), BT, C, st);
+    for (int l = L - 1; l >= 0; l--) {
+        float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
+        float *dx = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
+        o->residual_backward(D(RES2, l), D(DOWN, l), D(RES3, l), (size_t)BT * C, st);
+        o->matmul_backward(D(SWI, l), G(DOWN_W, l), NULL, D(DOWN, l), A(SWI, l), W(DOWN_W, l), BT,
+                           F, C, st);
+        o->swiglu_backward(D(GATE, l), D(UP, l), D(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F,
+                           st);
+        o->matmul_backward(D(XN2, l), G(GATE_W, l), NULL, D(GATE, l), A(XN2, l), W(GATE_W, l), BT,
+                           C, F, st);
+        o->matmul_backward(D(XN2, l), G(UP_W, l), NULL, D(UP, l), A(XN2, l), W(UP_W, l), BT, C, F,
+                           st);
+        o->rmsnorm_backward(D(RES2, l), G(LN2, l), D(XN2, l), A(RES2, l), W(LN2, l), A(RSTD2, l),
+                            BT, C, st);
+        o->residual_backward(dx, D(ATTPROJ, l), D(RES2, l), (size_t)BT * C, st);
+        o->matmul_backward(D(ATTY, l), G(OW, l), NULL, D(ATTPROJ, l), A(ATTY, l), W(OW, l), BT, Qd,
+                           C, st);
+        o->attention_backward(D(Q, l), D(K, l), D(V, l), D(PREATT, l), D(ATT, l), D(ATTY, l),
+                              A(Q, l), A(K, l), A(V, l), A(ATT, l), &as, st);
+        o->rope_backward(D(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
+        o->rope_backward(D(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
+        o->matmul_backward(D(XN1, l), G(QW, l), G(QB, l), D(Q, l), A(XN1, l), W(QW, l), BT, C, Qd,
+                           st);
+        o->matmul_backward(D(XN1, l), G(KW, l), G(KB, l), D(K, l), A(XN1, l), W(KW, l), BT, C, KVd,
+                           st);
+        o->matmul_backward(D(XN1, l), G(VW, l), G(VB, l), D(V, l), A(XN1, l), W(VW, l), BT, C, KVd,
+                           st);
+        o->rmsnorm_backward(dx, G(LN1, l), D(XN1, l), x, W(LN1, l), A(RSTD1, l), BT, C, st);
+    }
+    o->encoder_backward(G(WTE, 0), NULL, D(ENCODED, 0), p->inputs, B, T, C, st);
+#undef A
+#undef W
+#undef D
+#undef G
+}
+
+/* ---- config.json ------------------------------------------------------------------- */
+
+/* an integer field of config.json in range (absent: def, or -1 if def < 0) */
+static int hf_int(json_t *j, const char *key, long long def, long long lo, long long hi, int *out,
+                  char *err) {
+    json_t *v = json_object_get(j, key);
+    if (v == NULL || json_is_null(v)) {
+        if (def < 0) return err_set(err, "config.json has no %s", key);
+        *out = (int)def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return err_set(err, "config.json's %s should be an integer from %lld to %lld", key, lo, hi);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int hf_num(json_t *j, const char *key, double def, float *out, char *err) {
+    json_t *v = json_object_get(j, key);
+    if (v == NULL || json_is_null(v)) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v)) return err_set(err, "config.json's %s should be a number", key);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+/* a boolean that must be `want` for Strait to compute this model exactly */
+static int hf_must(json_t *j, const char *key, int want, const char *why, char *err) {
+    json_t *v = json_object_get(j, key);
+    if (v == NULL || json_is_null(v) || json_is_true(v) == want) return 0;
+    return err_set(err, "config.json sets %s to %s; %s", key, want ? "false" : "true", why);
+}
+
+static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
+    int qwen = strcmp(json_string_value(json_object_get(j, "model_type")), "qwen2") == 0;
+    const char *act = json_string_value(json_object_get(j, "hidden_act"));
+    if (act && strcmp(act, "silu") != 0)
+        return err_set(err, "hidden_act %s; the Llama family's SwiGLU is silu", act);
+    if (hf_int(j, "num_hidden_layers", -1, 1, 256, &c->L, err) ||
+        hf_int(j, "hidden_size", -1, 1, 65536, &c->C, err) ||
+        hf_int(j, "num_attention_heads", -1, 1, 65536, &c->NH, err) ||
+        hf_int(j, "intermediate_size", -1, 1, 1 << 20, &c->F, err) ||
+        hf_int(j, "max_position_embeddings", -1, 1, 1 << 20, &c->T, err) ||
+        hf_int(j, "vocab_size", -1, 2, 1 << 22, &c->V, err) ||
+        hf_int(j, "num_key_value_heads", c->NH, 1, 65536, &c->NKV, err) ||
+        hf_int(j, "head_dim", c->C / c->NH, 2, 1024, &c->HD, err) ||
+        hf_num(j, "rms_norm_eps", 1e-6, &c->eps, err) ||
+        hf_num(j, "rope_theta", 10000.0, &c->rope.theta, err))
+        return -1;
+    if (qwen && c->HD * c->NH != c->C)
+        return err_set(err, "head_dim %d; Qwen2's heads split hidden_size evenly", c->HD);
+    if (qwen ? hf_must(j, "use_sliding_window", 0, "Strait attends to the whole context", err)
+             : hf_must(j, "attention_bias", 0, "Strait's Llama has no attention biases", err) ||
+                   hf_must(j, "mlp_bias", 0, "Strait's Llama has no MLP biases", err))
+        return -1;
+    c->tied = json_is_true(json_object_get(j, "tie_word_embeddings"));
+    c->qkv_bias = qwen;
+    json_t *rs = json_object_get(j, "rope_scaling");
+    if (rs != NULL && !json_is_null(rs)) {
+        const char *type = json_string_value(json_object_get(rs, "rope_type"));
+        if (type == NULL) type = json_string_value(json_object_get(rs, "type"));
+        if (type == NULL || strcmp(type, "llama3") != 0)
+            return err_set(err,
+                           "rope_scaling of type %s; Strait computes Llama 3's (llama3) or none",
+                           type ? type : "(none)");
+        if (hf_num(rs, "factor", 0, &c->rope.factor, err) ||
+            hf_num(rs, "low_freq_factor", 0, &c->rope.low_freq, err) ||
+            hf_num(rs, "high_freq_factor", 0, &c->rope.high_freq, err) ||
+            hf_int(rs, "original_max_position_embeddings", -1, 1, 1 << 24, &c->rope.original_ctx,
+                   err))
+            return -1;
+    }
+    return 0;
+}
+
+static json_t *hf_config_write(const GPTConfig *c) {
+    int qwen = c->arch == ARCH_QWEN2;
+    json_t *j =
+        json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s}", "architectures",
+                  qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type",
+                  qwen ? "qwen2" : "llama", "vocab_size", c->V, "hidden_size", c->C,
+                  "intermediate_size", c->F, "num_hidden_layers", c->L, "num_attention_heads",
+                  c->NH, "num_key_value_heads", c->NKV, "max_position_embeddings", c->T,
+                  "rms_norm_eps", (double)c->eps, "rope_theta", (double)c->rope.theta,
+                  "tie_word_embeddings", c->tied, "hidden_act", "silu", "torch_dtype", "float32");
+    if (qwen) {
+        json_object_set_new(j, "use_sliding_window", json_false());
+    } else {
+        json_object_set_new(j, "head_dim", json_integer(c->HD));
+        json_object_set_new(j, "attention_bias", json_false());
+        json_object_set_new(j, "mlp_bias", json_false());
+    }
+    json_object_set_new(j, "rope_scaling",
+                        c->rope.factor > 0
+                            ? json_pack("{s:s,s:f,s:f,s:f,s:i}", "rope_type", "llama3", "factor",
+                                        (double)c->rope.factor, "low_freq_factor",
+                                        (double)c->rope.low_freq, "high_freq_factor",
+                                        (double)c->rope.high_freq,
+                                        "original_max_position_embeddings", c->rope.original_ctx)
+                            : json_null());
+    return j;
+}
+
+#define N_TENSORS (int)(sizeof TENSORS / sizeof TENSORS[0])
+const Arch arch_llama = {"llama",
+                         "LlamaForCausalLM",
+                         "llama",
+                         "",
+                         TENSORS,
+                         N_TENSORS,
+                         WTE,
+                         HEAD,
+                         layout,
+                         forward,
+                         backward,
+                         hf_config_read,
+                         hf_config_write};
+const Arch arch_qwen2 = {"qwen2",
+                         "Qwen2ForCausalLM",
+                         "qwen2",
+                         "",
+                         TENSORS,
+                         N_TENSORS,
+                         WTE,
+                         HEAD,
+                         layout,
+                         forward,
+                         backward,
+                         hf_config_read,
+                         hf_config_write};

@@ -1,0 +1,280 @@
+/*
+ * config.c — the model's configuration (API: model.h): the architectures'
+ * names, the presets, the checks every configuration from outside passes
+ * (a checkpoint's metadata, a config.json, a coordinator's Hello), and the
+ * configuration as JSON, the one description a checkpoint and Hello carry.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/arch.h"
+#include "kernels/model.h"
+#include "util/util.h"
+
+const char *model_arch_name(int arch) {
+    const Arch *a = arch_of(arch);
+    return a ? a->name : "?";
+}
+
+int model_arch_of(const char *name) {
+    for (int i = 0; i < ARCH_COUNT; i++)
+        if (strcmp(arch_of(i)->name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- presets ------------------------------------------------------------------ */
+
+/* The Llama-family shapes are the published models' config.json (their
+ * weights come from --init-from; a preset draws random ones). */
+static const struct Preset {
+    const char *name;
+    int arch, L, C, NH, NKV, F, T, V, tied;
+    float theta, eps;
+    RopeConfig scaling; /* factor 0: none */
+} PRESETS[] = {
+#define NO_SCALING                                                                                 \
+    { 0, 0, 0, 0, 0 }
+    {"tiny", ARCH_GPT2, 2, 64, 2, 2, 256, 64, 256, 1, 0, 1e-5f, NO_SCALING},
+    {"small", ARCH_GPT2, 4, 128, 4, 4, 512, 128, 256, 1, 0, 1e-5f, NO_SCALING},
+    {"base", ARCH_GPT2, 6, 384, 6, 6, 1536, 256, 256, 1, 0, 1e-5f, NO_SCALING},
+    {"gpt2-124m", ARCH_GPT2, 12, 768, 12, 12, 3072, 1024, 50257, 1, 0, 1e-5f, NO_SCALING},
+    {"llama-tiny", ARCH_LLAMA, 2, 64, 4, 2, 176, 64, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
+    {"llama-small", ARCH_LLAMA, 4, 128, 4, 2, 352, 128, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
+    {"qwen2-tiny", ARCH_QWEN2, 2, 64, 4, 2, 176, 64, 256, 1, 1000000.0f, 1e-6f, NO_SCALING},
+    {"smollm2-135m", ARCH_LLAMA, 30, 576, 9, 3, 1536, 8192, 49152, 1, 100000.0f, 1e-5f, NO_SCALING},
+    {"smollm2-360m", ARCH_LLAMA, 32, 960, 15, 5, 2560, 8192, 49152, 1, 100000.0f, 1e-5f,
+     NO_SCALING},
+    {"llama-3.2-1b",
+     ARCH_LLAMA,
+     16,
+     2048,
+     32,
+     8,
+     8192,
+     131072,
+     128256,
+     1,
+     500000.0f,
+     1e-5f,
+     {0, 32.0f, 1.0f, 4.0f, 8192}},
+    {"qwen2.5-0.5b", ARCH_QWEN2, 24, 896, 14, 2, 4864, 32768, 151936, 1, 1000000.0f, 1e-6f,
+     NO_SCALING},
+};
+#define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
+
+const char *model_preset_names(void) {
+    static char names[512];
+    if (names[0] == '\0')
+        for (size_t i = 0; i < N_PRESETS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     PRESETS[i].name);
+    return names;
+}
+
+int gpt_config_preset(const char *name, GPTConfig *cfg) {
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        const struct Preset *p = &PRESETS[i];
+        if (strcmp(p->name, name) != 0) continue;
+        GPTConfig c = {.arch = p->arch,
+                       .L = p->L,
+                       .C = p->C,
+                       .NH = p->NH,
+                       .T = p->T,
+                       .V = p->V,
+                       .NKV = p->NKV,
+                       .HD = p->C / p->NH,
+                       .F = p->F,
+                       .tied = p->tied,
+                       .qkv_bias = p->arch == ARCH_QWEN2,
+                       .eps = p->eps,
+                       .rope = p->scaling};
+        c.rope.theta = p->theta;
+        snprintf(c.name, sizeof c.name, "%s", name);
+        if (model_config_check(&c, NULL) != 0) return -1;
+        *cfg = c;
+        return 0;
+    }
+    return -1;
+}
+
+/* ---- checks ------------------------------------------------------------------- */
+
+int model_config_check(GPTConfig *c, char *err) {
+    if (arch_of(c->arch) == NULL)
+        return err_set(err, "architecture %d is not one this strait builds", c->arch);
+    if (c->L < 1 || c->L > 256 || c->NH < 1 || c->C < 1 || c->C > 65536 || c->T < 1 ||
+        c->T > (1 << 20) || c->V < 2 || c->V > (1 << 22))
+        return err_set(err,
+                       "not a shape this strait builds: %d layers, %d channels, %d heads, "
+                       "context %d, vocabulary %d (1-256 layers, channels to 65536, context to "
+                       "2^20, vocabulary 2 to 2^22)",
+                       c->L, c->C, c->NH, c->T, c->V);
+    if (c->arch == ARCH_GPT2) { /* everything else follows from the shape */
+        if (c->C % c->NH != 0)
+            return err_set(err, "%d channels do not divide into %d heads", c->C, c->NH);
+        c->NKV = c->NH, c->HD = c->C / c->NH, c->F = 4 * c->C;
+        c->tied = 1, c->qkv_bias = 0, c->eps = 1e-5f;
+        memset(&c->rope, 0, sizeof c->rope);
+    } else {
+        const RopeConfig *r = &c->rope;
+        if (c->NKV < 1 || c->NH % c->NKV != 0)
+            return err_set(err, "%d attention heads do not share %d key/value heads evenly", c->NH,
+                           c->NKV);
+        if (c->HD < 2 || c->HD % 2 != 0 || c->HD > 1024 || (long long)c->HD * c->NH > 65536)
+            return err_set(err,
+                           "head size %d; rotary embeddings need an even one, at most 1024 "
+                           "(and heads x head size at most 65536)",
+                           c->HD);
+        if (c->F < 1 || c->F > (1 << 20)) return err_set(err, "MLP width %d; use 1 to 2^20", c->F);
+        if (!(c->eps > 0 && c->eps < 1))
+            return err_set(err, "norm epsilon %g; use more than 0, less than 1", c->eps);
+        if (!(r->theta > 1 && r->theta < 1e12f))
+            return err_set(err, "rope_theta %g; use more than 1", r->theta);
+        if (r->factor != 0 &&
+            !(r->factor >= 1 && r->factor < 1e6f && r->low_freq > 0 && r->high_freq > r->low_freq &&
+              r->high_freq < 1e6f && r->original_ctx >= 1))
+            return err_set(err,
+                           "rope_scaling factor %g, low_freq_factor %g, high_freq_factor %g, "
+                           "original_max_position_embeddings %d; use a factor of at least 1 and "
+                           "0 < low < high",
+                           r->factor, r->low_freq, r->high_freq, r->original_ctx);
+        c->tied = c->tied != 0;
+        c->qkv_bias = c->qkv_bias != 0;
+    }
+    c->Vp = (c->V + 63) / 64 * 64;
+    /* the table's size, before anything is allocated: a claimed shape must
+     * not be able to exhaust memory */
+    double params = gpt_config_params(c);
+    if (params > 4e9)
+        return err_set(err,
+                       "a shape of %.2f billion parameters; this strait builds at most 4 billion "
+                       "(16 GB in fp32)",
+                       params / 1e9);
+    return 0;
+}
+
+int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
+                     long long T, long long V, char *err) {
+    if (L < 1 || L > 256 || NH < 1 || C < 1 || C > 65536 || C % NH != 0 || T < 1 || T > (1 << 20) ||
+        V < 2 || V > (1 << 22))
+        return err_set(err,
+                       "not a GPT-2 shape this strait builds: %lld layers, %lld channels, %lld "
+                       "heads, context %lld, vocabulary %lld (1-256 layers, channels to 65536 "
+                       "and a multiple of heads, context to 2^20, vocabulary 2 to 2^22)",
+                       L, C, NH, T, V);
+    GPTConfig c = {
+        .arch = ARCH_GPT2, .L = (int)L, .C = (int)C, .NH = (int)NH, .T = (int)T, .V = (int)V};
+    snprintf(c.name, sizeof c.name, "%s", name);
+    if (model_config_check(&c, err) != 0) return -1;
+    *cfg = c;
+    return 0;
+}
+
+/* ---- as JSON -------------------------------------------------------------------- */
+
+char *model_config_json(const GPTConfig *c) {
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(c->name));
+    json_object_set_new(o, "L", json_integer(c->L));
+    json_object_set_new(o, "C", json_integer(c->C));
+    json_object_set_new(o, "NH", json_integer(c->NH));
+    json_object_set_new(o, "T", json_integer(c->T));
+    json_object_set_new(o, "V", json_integer(c->V));
+    json_object_set_new(o, "Vp", json_integer(c->Vp));
+    if (c->arch != ARCH_GPT2) {
+        json_object_set_new(o, "arch", json_string(model_arch_name(c->arch)));
+        json_object_set_new(o, "NKV", json_integer(c->NKV));
+        json_object_set_new(o, "HD", json_integer(c->HD));
+        json_object_set_new(o, "F", json_integer(c->F));
+        json_object_set_new(o, "tied", json_boolean(c->tied));
+        json_object_set_new(o, "qkv_bias", json_boolean(c->qkv_bias));
+        json_object_set_new(o, "eps", json_real(c->eps));
+        json_object_set_new(o, "rope_theta", json_real(c->rope.theta));
+        if (c->rope.factor > 0)
+            json_object_set_new(
+                o, "rope_scaling",
+                json_pack("{s:f,s:f,s:f,s:i}", "factor", (double)c->rope.factor, "low_freq_factor",
+                          (double)c->rope.low_freq, "high_freq_factor", (double)c->rope.high_freq,
+                          "original_max_position_embeddings", c->rope.original_ctx));
+    }
+    char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return text;
+}
+
+/* an integer field in range, or -1 naming it */
+static int int_field(json_t *o, const char *key, int required, int lo, int hi, int *out,
+                     char *err) {
+    json_t *v = json_object_get(o, key);
+    if (v == NULL && !required) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return err_set(err, "the model configuration's %s should be an integer from %d to %d", key,
+                       lo, hi);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int real_field(json_t *o, const char *key, float *out, char *err) {
+    json_t *v = json_object_get(o, key);
+    if (v == NULL) return 0;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        return err_set(err, "the model configuration's %s should be a number", key);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err) {
+    json_error_t je;
+    json_t *o = json_loadb(text, len, 0, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return err_set(err, "the model configuration is not a JSON object");
+    }
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    const char *arch = json_string_value(json_object_get(o, "arch"));
+    const char *name = json_string_value(json_object_get(o, "name"));
+    snprintf(c.name, sizeof c.name, "%s", name ? name : "custom");
+    int rc = 0;
+    if (arch && (c.arch = model_arch_of(arch)) < 0)
+        rc = err_set(err, "architecture '%s' is not one this strait builds (%s, %s, %s)", arch,
+                     model_arch_name(0), model_arch_name(1), model_arch_name(2));
+    int vp = 0;
+    json_t *scaling = json_object_get(o, "rope_scaling");
+    if (rc == 0)
+        rc = int_field(o, "L", 1, 1, 256, &c.L, err) || int_field(o, "C", 1, 1, 65536, &c.C, err) ||
+                     int_field(o, "NH", 1, 1, 65536, &c.NH, err) ||
+                     int_field(o, "T", 1, 1, 1 << 20, &c.T, err) ||
+                     int_field(o, "V", 1, 2, 1 << 22, &c.V, err) ||
+                     int_field(o, "Vp", 0, 2, 1 << 22, &vp, err) ||
+                     int_field(o, "NKV", c.arch != ARCH_GPT2, 1, 65536, &c.NKV, err) ||
+                     int_field(o, "HD", c.arch != ARCH_GPT2, 1, 65536, &c.HD, err) ||
+                     int_field(o, "F", c.arch != ARCH_GPT2, 1, 1 << 20, &c.F, err) ||
+                     real_field(o, "eps", &c.eps, err) ||
+                     real_field(o, "rope_theta", &c.rope.theta, err)
+                 ? -1
+                 : 0;
+    if (rc == 0 && c.arch != ARCH_GPT2) {
+        c.tied = json_is_true(json_object_get(o, "tied"));
+        c.qkv_bias = json_is_true(json_object_get(o, "qkv_bias"));
+    }
+    if (rc == 0 && scaling != NULL)
+        rc = !json_is_object(scaling) || real_field(scaling, "factor", &c.rope.factor, err) ||
+                     real_field(scaling, "low_freq_factor", &c.rope.low_freq, err) ||
+                     real_field(scaling, "high_freq_factor", &c.rope.high_freq, err) ||
+                     int_field(scaling, "original_max_position_embeddings", 1, 1, 1 << 24,
+                               &c.rope.original_ctx, err)
+                 ? (err && !json_is_object(scaling)
+                        ? err_set(err, "the model configuration's rope_scaling is not an object")
+                        : -1)
+                 : 0;
+    json_decref(o);
+    if (rc == 0) rc = model_config_check(&c, err);
+    if (rc == 0 && vp != 0 && vp != c.Vp)
+        rc = err_set(err, "the model configuration pads its vocabulary of %d to %d, not %d", c.V,
+                     vp, c.Vp);
+    if (rc == 0) *cfg = c;
+    return rc;
+}

@@ -1,0 +1,111 @@
+/*
+ * table.c — ops_cpu, the CPU ops as an Ops table (API: ops.h): each entry
+ * is its op with the stream argument every backend's table takes, here
+ * ignored.
+ */
+#include <string.h>
+
+#include "kernels/ops.h"
+
+static void zero(float *p, size_t n, void *st) {
+    (void)st;
+    memset(p, 0, n * sizeof(float));
+}
+static void enc_f(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                  int C, void *st) {
+    (void)st;
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+static void enc_b(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                  void *st) {
+    (void)st;
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+}
+static void ln_f(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                 const float *bias, int N, int C, void *st) {
+    (void)st;
+    layernorm_forward(out, mean, rstd, inp, w, bias, N, C);
+}
+static void ln_b(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                 const float *w, const float *mean, const float *rstd, int N, int C, void *st) {
+    (void)st;
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void rms_f(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                  float eps, void *st) {
+    (void)st;
+    rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+}
+static void rms_b(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                  const float *rstd, int N, int C, void *st) {
+    (void)st;
+    rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+}
+static void mm_f(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                 int OC, void *st) {
+    (void)st;
+    matmul_forward(out, inp, weight, bias, N, C, OC);
+}
+static void mm_b(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                 const float *weight, int N, int C, int OC, void *st) {
+    (void)st;
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+static void att_f(float *out, float *preatt, float *att, const float *q, const float *k,
+                  const float *v, const AttnShape *s, void *st) {
+    (void)st;
+    attention_forward(out, preatt, att, q, k, v, s);
+}
+static void att_b(float *dq, float *dk, float *dv, float *dpreatt, float *datt, const float *dout,
+                  const float *q, const float *k, const float *v, const float *att,
+                  const AttnShape *s, void *st) {
+    (void)st;
+    attention_backward(dq, dk, dv, dpreatt, datt, dout, q, k, v, att, s);
+}
+static void rope_f(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r, void *st) {
+    (void)st;
+    rope_forward(x, B, T, NH, HD, ld, r);
+}
+static void rope_b(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r, void *st) {
+    (void)st;
+    rope_backward(dx, B, T, NH, HD, ld, r);
+}
+static void gelu_f(float *out, const float *inp, size_t N, void *st) {
+    (void)st;
+    gelu_forward(out, inp, N);
+}
+static void gelu_b(float *dinp, const float *inp, const float *dout, size_t N, void *st) {
+    (void)st;
+    gelu_backward(dinp, inp, dout, N);
+}
+static void swiglu_f(float *out, const float *gate, const float *up, size_t N, void *st) {
+    (void)st;
+    swiglu_forward(out, gate, up, N);
+}
+static void swiglu_b(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t N, void *st) {
+    (void)st;
+    swiglu_backward(dgate, dup, dout, gate, up, N);
+}
+static void res_f(float *out, const float *a, const float *b, size_t N, void *st) {
+    (void)st;
+    residual_forward(out, a, b, N);
+}
+static void res_b(float *da, float *db, const float *dout, size_t N, void *st) {
+    (void)st;
+    residual_backward(da, db, dout, N);
+}
+static float cls_f(float *losses, float *lse, const float *h, const float *w, const int *targets,
+                   int N, int C, int V, void *st) {
+    (void)st;
+    return classifier_forward(losses, lse, h, w, targets, N, C, V);
+}
+static void cls_b(float *dh, float *dw, const float *h, const float *w, const int *targets,
+                  const float *lse, int N, int C, int V, void *st) {
+    (void)st;
+    classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
+}
+
+const Ops ops_cpu = {"cpu",    zero,     enc_f, enc_b, ln_f,   ln_b,   rms_f,  rms_b,
+                     mm_f,     mm_b,     att_f, att_b, rope_f, rope_b, gelu_f, gelu_b,
+                     swiglu_f, swiglu_b, res_f, res_b, cls_f,  cls_b};
