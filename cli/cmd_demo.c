@@ -243,7 +243,8 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     GPTConfig cfg;
     CodecParams cp;
     if (gpt_config_preset(model, &cfg) != 0 || cfg.V != 256)
-        return cli_usage_error(cmd, "--model tiny, small or base (byte-level)");
+        return cli_usage_error(cmd, "--model tiny, small, base, llama-tiny, llama-small or "
+                                    "qwen2-tiny (byte-level)");
     if (codec && codec_params_parse(codec, &cp, err) != 0) return cli_usage_error(cmd, "%s", err);
     if (access(FORTUNES "/fortunes", R_OK) != 0)
         return cli_fail(cmd, "no fortune collections in %s; run 'make deps' (package fortunes)",

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "coordinator/coordinator.h"
+#include "kernels/model.h"
 #include "util/util.h"
 
 int cmd_init(const Command *cmd, int argc, char **argv) {
@@ -46,14 +47,10 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one folder DIR");
-    static const char *const presets[] = {"tiny", "small", "base", "gpt2-124m", NULL};
-    if (o.model) {
-        int ok = 0;
-        for (int i = 0; presets[i]; i++) ok |= strcmp(presets[i], o.model) == 0;
-        if (!ok)
-            return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
-                                   o.model);
-    }
+    GPTConfig preset;
+    if (o.model && gpt_config_preset(o.model, &preset) != 0)
+        return cli_usage_error(cmd, "unknown model '%s'; use one of %s", o.model,
+                               model_preset_names());
     if (o.model && o.init_from)
         return cli_usage_error(cmd,
                                "--model or --init-from: the pretrained model has its own shape");

@@ -147,8 +147,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         cfg = m.cfg;
         preset = init_from;
     } else if (gpt_config_preset(preset, &cfg) != 0) {
-        return cli_usage_error(cmd, "unknown model '%s'; use tiny, small, base or gpt2-124m",
-                               preset);
+        return cli_usage_error(cmd, "unknown model '%s'; use one of %s", preset,
+                               model_preset_names());
     }
     if (T == 0) T = cfg.T;
     if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
@@ -161,9 +161,10 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         if (init_from) gpt_free(&m);
         return cli_fail(cmd, "%s", err);
     }
-    /* a preset's vocabulary: --vocab, else bytes for text and GPT-2's
-     * for shards (more if their ids go higher) */
-    if (!init_from && (vocab || ts.shards)) {
+    /* a byte-level preset's vocabulary: --vocab, else bytes for text and
+     * GPT-2's for shards (more if their ids go higher); the published
+     * shapes keep their own */
+    if (!init_from && (vocab || (ts.shards && cfg.V == 256))) {
         cfg.V = vocab ? vocab : ts.vocab > 50257 ? ts.vocab : 50257;
         cfg.Vp = (cfg.V + 63) / 64 * 64;
     }

@@ -442,7 +442,13 @@ int client_run(const SiteRunOptions *o, char *err) {
     if ((hr = share_hello(&rk, hr, err)) == NULL) goto out;
     GPTConfig cfg;
     const Strait__ModelShape *sh = hr->model_shape;
-    if (sh && sh->layers > 0) { /* the shape itself: a preset or a pretrained model */
+    if (sh && sh->config && sh->config[0]) { /* the whole description: any architecture */
+        char why[ERR_LEN];
+        if (model_config_parse(sh->config, strlen(sh->config), &cfg, why) != 0) {
+            err_set(err, "the coordinator sent a model this strait cannot build: %s", why);
+            goto out;
+        }
+    } else if (sh && sh->layers > 0) { /* an older coordinator's GPT-2 shape */
         char why[ERR_LEN];
         if (gpt_config_shape(&cfg, hr->model, sh->layers, sh->channels, sh->heads, sh->context,
                              sh->vocab, why) != 0) {

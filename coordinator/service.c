@@ -308,10 +308,13 @@ static void h_hello(NetCall *c, void *user) {
         shape.layers = (uint32_t)co->model_cfg.L, shape.channels = (uint32_t)co->model_cfg.C;
         shape.heads = (uint32_t)co->model_cfg.NH, shape.context = (uint32_t)co->model_cfg.T;
         shape.vocab = (uint32_t)co->model_cfg.V;
+        char *config = model_config_json(&co->model_cfg);
+        shape.config = config;
         resp.model_shape = &shape;
         uint8_t model_sha[32];
         rounds_describe(co, &resp, model_sha);
         SEND_RESPONSE(c, strait__hello_response, resp);
+        free(config);
     }
     strait__hello_request__free_unpacked(req, NULL);
 }

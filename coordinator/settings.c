@@ -139,8 +139,8 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
         if (gpt_config_preset(preset, &co->model_cfg) != 0)
             return err_set(err,
                            "federation.ini: [model] preset = %s is not a model this strait "
-                           "knows; use tiny, small, base or gpt2-124m",
-                           preset);
+                           "knows; use one of %s",
+                           preset, model_preset_names());
         return 0;
     }
     /* a pretrained start: the file strait init wrote, exactly */

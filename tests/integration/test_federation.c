@@ -45,7 +45,7 @@ static GPT load_checkpoint(const char *root, const char *rel) {
     snprintf(path, sizeof path, "%s/%s", root, rel);
     GPTConfig cfg;
     GPT m;
-    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_read_config(path, &cfg, NULL, err), 0, "%s", err);
     cr_assert_eq(gpt_build(&m, &cfg, 0, err), 0, "%s", err);
     cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
     return m;
@@ -143,6 +143,41 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
     cr_assert_eq(chk.checkpoints_ok, 3);
     cr_assert_eq(chk.checkpoints_bad, 0);
     store_close(s);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* The Llama family federates as GPT-2 does: its configuration goes to the
+ * sites in Hello, every round commits with every site, one model
+ * everywhere, and held-out loss falls. */
+Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .timeout = 300) {
+    setenv("STRAIT_LOG", "info", 1);
+    char *root = harness_tmpdir("fedllama");
+    ProcResult r = harness_strait("demo", "--sites", "3", "--rounds", "3", "--model",
+                                  "llama-tiny", "--steps", "30", "--dir", root);
+    cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    GPT m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
+    cr_assert_eq(m.cfg.arch, ARCH_LLAMA, "the federation's model is a %s",
+                 model_arch_name(m.cfg.arch));
+    cr_assert_eq(m.cfg.NKV, 2);
+    gpt_free(&m);
+    double first = held_out_of(root, "fed/checkpoints/round-000000.safetensors");
+    double last = held_out_of(root, "fed/checkpoints/round-000002.safetensors");
+    cr_assert_lt(last, first - 0.1, "held-out loss %g after round 0, %g after round 2", first,
+                 last);
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/fed/%s", root, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    for (int n = 0; n < 3; n++) {
+        StoreRound rd;
+        cr_assert_eq(store_round_get(s, n, &rd, err), 0, "round %d missing", n);
+        cr_assert_str_eq(rd.state, "committed");
+        cr_assert_eq(rd.participants, 3, "round %d had %lld sites", n, (long long)rd.participants);
+    }
+    store_close(s);
+    assert_models_identical(root, 3, 3);
     harness_rmtree(root);
     free(root);
 }
