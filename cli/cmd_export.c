@@ -35,12 +35,13 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     }
     int rc =
         strcmp(format, "hf") == 0 ? gpt_export_hf(&m, out, err) : gpt_export_llmc(&m, out, err);
+    int arch = m.cfg.arch;
     gpt_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
     if (strcmp(format, "hf") == 0)
         printf("exported %s to %s (config.json, model.safetensors: transformers' "
-               "GPT2LMHeadModel.from_pretrained reads it)\n",
-               ckpt, out);
+               "%s.from_pretrained reads it)\n",
+               ckpt, out, model_hf_class(arch));
     else
         printf("exported %s to %s (llm.c's checkpoint format, version 3, fp32)\n", ckpt, out);
     return EXIT_OK;

@@ -135,9 +135,10 @@ const Command cli_commands[] = {
      "output of 'strait train --out'.\n\n"
      "flags:\n"
      "  --format hf     OUT is a folder: config.json and model.safetensors, which\n"
-     "                  transformers loads as GPT2LMHeadModel (Conv1D layout, tied lm_head)\n"
+     "                  transformers loads as GPT2LMHeadModel, LlamaForCausalLM or\n"
+     "                  Qwen2ForCausalLM, as the model is\n"
      "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
-     "                  loads: header version 3, fp32, tensors grouped across layers)\n",
+     "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n",
      cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"

@@ -218,20 +218,20 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
                  model_preset_names(), o->model ? o->model : "small");
         return;
     }
-    snprintf(out, len,
-             "; round 0 starts from a pretrained model (strait init --init-from): a %s of %d\n"
-             "; layers, %d channels, %d heads, context %d, vocabulary %d. init is its file here, which\n"
-             "; the coordinator checks against init_sha256 at every start; source is the folder\n"
-             "; it was read from and source_sha256 that folder's model.safetensors\n"
-             "init = %s\n"
-             "init_sha256 = %s\n"
-             "source = %s\n"
-             "source_sha256 = %s\n"
-             "; the seed only draws nothing here: the model is the pretrained one\n"
-             "seed = 1\n",
-             model_arch_name(m->cfg.arch), m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.T, m->cfg.V,
-             COORD_INIT_MODEL, init_sha,
-             o->init_from, source_sha);
+    snprintf(
+        out, len,
+        "; round 0 starts from a pretrained model (strait init --init-from): a %s of %d\n"
+        "; layers, %d channels, %d heads, context %d, vocabulary %d. init is its file here, which\n"
+        "; the coordinator checks against init_sha256 at every start; source is the folder\n"
+        "; it was read from and source_sha256 that folder's model.safetensors\n"
+        "init = %s\n"
+        "init_sha256 = %s\n"
+        "source = %s\n"
+        "source_sha256 = %s\n"
+        "; the seed only draws nothing here: the model is the pretrained one\n"
+        "seed = 1\n",
+        model_arch_name(m->cfg.arch), m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.T, m->cfg.V,
+        COORD_INIT_MODEL, init_sha, o->init_from, source_sha);
 }
 
 int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sha256[65],

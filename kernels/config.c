@@ -18,6 +18,11 @@ const char *model_arch_name(int arch) {
     return a ? a->name : "?";
 }
 
+const char *model_hf_class(int arch) {
+    const Arch *a = arch_of(arch);
+    return a ? a->hf_class : "?";
+}
+
 int model_arch_of(const char *name) {
     for (int i = 0; i < ARCH_COUNT; i++)
         if (strcmp(arch_of(i)->name, name) == 0) return i;

@@ -63,12 +63,13 @@ int hf_index_parse(const char *text, size_t len, HfIndex *ix, char *err) {
     json_t *v;
     json_object_foreach(ix->map, name, v) {
         const char *f = json_string_value(v);
-        if (f == NULL || !shard_name_ok(f)) {
+        if (f == NULL || !shard_name_ok(f)) { /* the message before the map it quotes goes */
+            err_set(err,
+                    "model.safetensors.index.json maps %.80s to %.80s; a shard is a "
+                    "*.safetensors file in the same folder",
+                    name, f ? f : "no file name");
             hf_index_free(ix);
-            return err_set(err,
-                           "model.safetensors.index.json maps %.80s to %s; a shard is a "
-                           "*.safetensors file in the same folder",
-                           name, f ? "an unusable file name" : "no file name");
+            return -1;
         }
         int seen = 0;
         for (int i = 0; i < ix->n_files && !seen; i++) seen = strcmp(ix->files[i], f) == 0;

@@ -34,8 +34,10 @@ typedef struct GPTConfig {
     RopeConfig rope; /* the Llama family's rotary embeddings */
 } GPTConfig;
 
-/* the architecture's name ("gpt2", "llama", "qwen2"), ARCH_* of a name (-1) */
+/* the architecture's name ("gpt2", "llama", "qwen2"), transformers' class
+ * for it ("GPT2LMHeadModel"), ARCH_* of a name (-1) */
 const char *model_arch_name(int arch);
+const char *model_hf_class(int arch);
 int model_arch_of(const char *name);
 
 /* Parameters of a shape (its table's size), before anything is built. */

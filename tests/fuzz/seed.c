@@ -177,6 +177,13 @@ int main(int argc, char **argv) {
                     .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
     const GPTConfig *hcs[2] = {&hc, &lc};
     for (int k = 0; k < 2; k++) seed_hf(root, hcs[k], k ? "llama" : "gpt2");
+    /* fuzz_model_config: a GPT-2's description and a Llama's */
+    for (int k = 0; k < 2; k++) {
+        char *text = model_config_json(hcs[k]);
+        put(dir_of(root, "fuzz_model_config"), k ? "llama" : "gpt2", NULL, 0, (const uint8_t *)text,
+            strlen(text));
+        free(text);
+    }
     /* fuzz_hf_index: an index of two shards */
     static const char index[] =
         "{\"metadata\": {\"total_size\": 64}, \"weight_map\": "

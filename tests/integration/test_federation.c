@@ -153,8 +153,8 @@ Test(federation, three_sites_three_rounds_int8, .timeout = 300) {
 Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedllama");
-    ProcResult r = harness_strait("demo", "--sites", "3", "--rounds", "3", "--model",
-                                  "llama-tiny", "--steps", "30", "--dir", root);
+    ProcResult r = harness_strait("demo", "--sites", "3", "--rounds", "3", "--model", "llama-tiny",
+                                  "--steps", "30", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
     GPT m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");

@@ -418,6 +418,47 @@ Test(model, a_shape_from_outside_is_checked_before_anything_is_allocated) {
     cr_assert_not_null(strstr(err, "billion"), "%s", err);
 }
 
+/* A description from outside (a coordinator's Hello, a checkpoint) is
+ * checked field by field, and what it describes before anything exists. */
+Test(model, a_description_from_outside_is_checked_field_by_field) {
+    GPTConfig c, back;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_config_preset("llama-3.2-1b", &c), 0);
+    char *text = model_config_json(&c);
+    cr_assert_eq(model_config_parse(text, strlen(text), &back, err), 0, "%s", err);
+    cr_assert_eq(memcmp(&back.rope, &c.rope, sizeof c.rope), 0, "rope scaling lost: %s", text);
+    cr_assert_eq(back.NKV, 8);
+    cr_assert_eq(back.tied, 1);
+    free(text);
+    static const struct {
+        const char *json, *said;
+    } bad[] = {
+        {"{\"arch\":\"mamba\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256}", "mamba"},
+        {"{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":3,"
+         "\"HD\":16,\"F\":128,\"eps\":1e-5,\"rope_theta\":10000}",
+         "key/value heads"},
+        {"{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,"
+         "\"HD\":15,\"F\":128,\"eps\":1e-5,\"rope_theta\":10000}",
+         "head size 15"},
+        {"{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,"
+         "\"HD\":16,\"F\":128,\"eps\":1e-5,\"rope_theta\":10000,\"rope_scaling\":"
+         "{\"factor\":0.5,\"low_freq_factor\":1,\"high_freq_factor\":4,"
+         "\"original_max_position_embeddings\":8}}",
+         "rope_scaling"},
+        {"{\"arch\":\"llama\",\"L\":256,\"C\":16384,\"NH\":128,\"T\":64,\"V\":256,"
+         "\"NKV\":8,\"HD\":128,\"F\":65536,\"eps\":1e-5,\"rope_theta\":10000}",
+         "billion"},
+        {"{\"L\":2,\"C\":64,\"NH\":2,\"T\":64,\"V\":300,\"Vp\":300}", "pads"},
+        {"{\"L\":2,\"C\":64,\"NH\":2,\"T\":64}", "V should be"},
+        {"[1,2]", "not a JSON object"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        cr_assert_eq(model_config_parse(bad[k].json, strlen(bad[k].json), &back, err), -1,
+                     "accepted %s", bad[k].json);
+        cr_assert_not_null(strstr(err, bad[k].said), "%s: %s", bad[k].json, err);
+    }
+}
+
 Test(model, the_table_hash_names_the_layout) {
     GPT a = tiny(1), b = tiny(2);
     cr_assert_eq(a.table_hash, b.table_hash, "the seed must not change the table");
