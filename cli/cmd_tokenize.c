@@ -19,6 +19,7 @@
 
 Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges, char *err) {
     char v[1024], m[1024];
+    if (dir != NULL && vocab == NULL && merges == NULL) return tokenizer_load_dir(dir, err);
     if (dir != NULL) {
         snprintf(v, sizeof v, "%s/vocab.json", dir);
         snprintf(m, sizeof m, "%s/merges.txt", dir);
@@ -26,8 +27,8 @@ Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *me
         merges = merges ? merges : m;
     }
     if (vocab == NULL || merges == NULL) {
-        err_set(err,
-                "give --tokenizer DIR (vocab.json and merges.txt) or both --vocab and --merges");
+        err_set(err, "give --tokenizer DIR (tokenizer.json, or vocab.json and merges.txt) or both "
+                     "--vocab and --merges");
         return NULL;
     }
     return tokenizer_load(vocab, merges, err);
@@ -108,7 +109,7 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
     TokenBuf b = {0};
     uint64_t done = 0;
     size_t flushed = 0, n_tokens = 0;
-    int shards = 0, rc = 0, eot = tokenizer_eot(tok);
+    int shards = 0, rc = 0, eot = tokenizer_doc_start(tok);
     for (int i = optind; rc == 0 && i < argc; i++) {
         char *text;
         size_t len, pos = 0;
@@ -116,7 +117,8 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
             rc = -1;
             break;
         }
-        /* each file is a document; like llm.c's data scripts, <|endoftext|> opens it */
+        /* each file is a document; like llm.c's data scripts, <|endoftext|> opens it
+         * (<|begin_of_text|> where the tokenizer has one: Llama 3) */
         if (eot >= 0 && token_buf_push(&b, eot) != 0) {
             free(text);
             rc = err_set(err, "out of memory");

@@ -323,7 +323,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     } else if (cfg.V != 256) {
         return cli_fail(cmd,
                         "this checkpoint uses a %d-token vocabulary: give its BPE tokenizer with "
-                        "--tokenizer DIR (vocab.json, merges.txt)",
+                        "--tokenizer DIR (tokenizer.json, or vocab.json and merges.txt)",
                         cfg.V);
     }
     GPT m;

@@ -108,9 +108,9 @@ const Command cli_commands[] = {
     {"sample", "CKPT [--tokenizer DIR] [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]",
      "generate text from a model checkpoint",
      "A byte-level model (vocabulary 256) needs no tokenizer; a BPE model needs its own\n"
-     "(the vocab.json and merges.txt it was tokenized with).\n\n"
+     "(the tokenizer.json, or vocab.json and merges.txt, it was tokenized with).\n\n"
      "flags:\n"
-     "  --tokenizer DIR     DIR/vocab.json and DIR/merges.txt (a Hugging Face GPT-2 folder)\n"
+     "  --tokenizer DIR     DIR/tokenizer.json, else DIR/vocab.json and DIR/merges.txt\n"
      "  --vocab F, --merges F  the two files by name instead\n"
      "  --prompt TEXT       text to continue (default: a newline, or <|endoftext|>)\n"
      "  --tokens N          tokens to generate (default 200)\n"
@@ -118,13 +118,15 @@ const Command cli_commands[] = {
      "  --seed S            sampling seed (default 1)\n",
      cmd_sample},
     {"tokenize", "--tokenizer DIR | --vocab F --merges F  FILE... --out DIR",
-     "turn text files into GPT-2 BPE token shards (llm.c's .bin) for 'strait train'",
-     "GPT-2's byte-level BPE: its pre-tokenization pattern (PCRE2), then the merges in\n"
-     "rank order, the ids PyPI's tokenizers gives. Each FILE is one document and starts\n"
-     "with <|endoftext|> when the vocabulary has it; text that spells <|endoftext|> stays\n"
-     "text. Writes DIR/tokens_000000.bin, ... (header 20240520, version 1, uint16 ids).\n\n"
+     "turn text files into byte-level BPE token shards (.bin) for 'strait train'",
+     "Byte-level BPE as GPT-2's, Llama 3's and Qwen2's tokenizers: the pre-tokenization\n"
+     "pattern (PCRE2), then the merges in rank order, the ids PyPI's tokenizers gives.\n"
+     "Each FILE is one document and starts with <|begin_of_text|>, else <|endoftext|>,\n"
+     "when the vocabulary has it; text that spells a special token stays text. Writes\n"
+     "DIR/tokens_000000.bin, ... (header 20240520; version 1, llm.c's, uint16 ids, when\n"
+     "every id fits; version 2, uint32 ids, for larger vocabularies).\n\n"
      "flags:\n"
-     "  --tokenizer DIR     DIR/vocab.json and DIR/merges.txt (a Hugging Face GPT-2 folder)\n"
+     "  --tokenizer DIR     DIR/tokenizer.json, else DIR/vocab.json and DIR/merges.txt\n"
      "  --vocab F, --merges F  the two files by name instead\n"
      "  --out DIR           a new or empty folder for the shards\n"
      "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",

@@ -1,9 +1,11 @@
 /*
  * data.c — training data: plain text as byte tokens (vocabulary 256), and
- * llm.c's token shards (.bin: a 256-int32 header with magic 20240520,
- * version 1 and the token count, then uint16 token ids), validated on
- * open, with the largest id seen, so no model reads past its vocabulary; a train/validation split;
- * and a loader of (B, T) batches.
+ * token shards (.bin: a 256-int32 header with magic 20240520, a version
+ * and the token count, then the ids: version 1, llm.c's, uint16; version
+ * 2, Strait's for vocabularies past 65,536 as Llama 3's and Qwen2's,
+ * uint32), validated on open, with the largest id seen, so no model reads
+ * past its vocabulary; a train/validation split; and a loader of (B, T)
+ * batches.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,17 +15,19 @@
 #include "util/util.h"
 
 #define BIN_MAGIC       20240520
-#define BIN_VERSION     1
+#define BIN_VERSION     1 /* llm.c's: uint16 ids */
+#define BIN_VERSION_U32 2 /* Strait's: uint32 ids */
 #define BIN_HEADER_INTS 256
 
-static int append(TokenSet *ts, const uint16_t *t, size_t n, char *err) {
-    uint16_t *grown = realloc(ts->tokens, (ts->n + n) * sizeof *grown);
-    if (grown == NULL && ts->n + n > 0)
-        return err_set(err, "out of memory for %zu tokens", ts->n + n);
+/* room for n more tokens at ts->tokens + ts->n */
+static uint32_t *grow(TokenSet *ts, size_t n, char *err) {
+    uint32_t *grown = realloc(ts->tokens, (ts->n + n + 1) * sizeof *grown);
+    if (grown == NULL) {
+        err_set(err, "out of memory for %zu tokens", ts->n + n);
+        return NULL;
+    }
     ts->tokens = grown;
-    memcpy(ts->tokens + ts->n, t, n * sizeof *t);
-    ts->n += n;
-    return 0;
+    return grown + ts->n;
 }
 
 static int load_bin(TokenSet *ts, const char *path, const char *data, size_t len, char *err) {
@@ -32,23 +36,31 @@ static int load_bin(TokenSet *ts, const char *path, const char *data, size_t len
     memcpy(h, data, sizeof h);
     if (h[0] != BIN_MAGIC)
         return err_set(err, "%s: not a token shard (magic %d, expected %d)", path, h[0], BIN_MAGIC);
-    if (h[1] != BIN_VERSION)
-        return err_set(err, "%s: shard version %d, this strait reads %d", path, h[1], BIN_VERSION);
-    if (h[2] < 0 || (size_t)h[2] != (len - BIN_HEADER_INTS * 4) / 2 ||
-        (len - BIN_HEADER_INTS * 4) % 2)
+    if (h[1] != BIN_VERSION && h[1] != BIN_VERSION_U32)
+        return err_set(err, "%s: shard version %d, this strait reads %d (uint16) and %d (uint32)",
+                       path, h[1], BIN_VERSION, BIN_VERSION_U32);
+    size_t w = h[1] == BIN_VERSION ? 2 : 4, body = len - BIN_HEADER_INTS * 4;
+    if (h[2] < 0 || (size_t)h[2] != body / w || body % w)
         return err_set(err, "%s: header says %d tokens, the file holds %zu bytes of them", path,
-                       h[2], len - BIN_HEADER_INTS * 4);
+                       h[2], body);
     size_t n = (size_t)h[2];
-    uint16_t *t = malloc(n ? n * 2 : 2);
-    if (t == NULL) return err_set(err, "out of memory");
-    memcpy(t, data + BIN_HEADER_INTS * 4, n * 2);
-    int rc = append(ts, t, n, err);
-    uint16_t top = 0;
-    for (size_t i = 0; i < n; i++) top = t[i] > top ? t[i] : top;
-    free(t);
+    uint32_t *t = grow(ts, n, err), top = 0;
+    if (t == NULL) return -1;
+    const uint8_t *src = (const uint8_t *)data + BIN_HEADER_INTS * 4;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v16;
+        if (w == 2)
+            memcpy(&v16, src + 2 * i, 2), t[i] = v16;
+        else
+            memcpy(&t[i], src + 4 * i, 4);
+        top = t[i] > top ? t[i] : top;
+    }
+    if (top >= (1u << 22))
+        return err_set(err, "%s holds token id %u; a vocabulary has at most 2^22", path, top);
+    ts->n += n;
     if ((int)top + 1 > ts->vocab) ts->vocab = (int)top + 1;
     ts->shards = 1;
-    return rc;
+    return 0;
 }
 
 int tokens_load(TokenSet *ts, const char *const *paths, int n_paths, char *err) {
@@ -67,10 +79,10 @@ int tokens_load(TokenSet *ts, const char *const *paths, int n_paths, char *err) 
         if (is_bin) {
             rc = load_bin(ts, paths[i], data, len, err);
         } else {
-            uint16_t *t = malloc(len ? len * 2 : 2);
+            uint32_t *t = grow(ts, len, err);
             for (size_t k = 0; t && k < len; k++) t[k] = (uint8_t)data[k];
-            rc = t ? append(ts, t, len, err) : err_set(err, "out of memory");
-            free(t);
+            if (t) ts->n += len;
+            rc = t ? 0 : -1;
             if (ts->vocab == 0) ts->vocab = 256;
         }
         free(data);
@@ -94,13 +106,23 @@ void tokens_free(TokenSet *ts) {
     memset(ts, 0, sizeof *ts);
 }
 
-int tokens_write_bin(const char *path, const uint16_t *tokens, size_t n, char *err) {
+int tokens_write_bin(const char *path, const uint32_t *tokens, size_t n, char *err) {
     if (n > 0x7fffffff) return err_set(err, "too many tokens for one shard");
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++) top = tokens[i] > top ? tokens[i] : top;
+    int wide = top > 0xffff; /* llm.c's uint16 when the ids fit, as they do for GPT-2 */
     AtomicFile *af = file_atomic_open(path, 0644, err);
     if (af == NULL) return -1;
-    int32_t h[BIN_HEADER_INTS] = {BIN_MAGIC, BIN_VERSION, (int32_t)n};
-    if (file_atomic_write(af, h, sizeof h, err) != 0 ||
-        file_atomic_write(af, tokens, n * 2, err) != 0) {
+    int32_t h[BIN_HEADER_INTS] = {BIN_MAGIC, wide ? BIN_VERSION_U32 : BIN_VERSION, (int32_t)n};
+    int rc = file_atomic_write(af, h, sizeof h, err);
+    if (wide && rc == 0) rc = file_atomic_write(af, tokens, n * 4, err);
+    uint16_t chunk[4096];
+    for (size_t i = 0; !wide && rc == 0 && i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        for (size_t j = 0; j < k; j++) chunk[j] = (uint16_t)tokens[i + j];
+        rc = file_atomic_write(af, chunk, k * 2, err);
+    }
+    if (rc != 0) {
         file_atomic_abort(af);
         return -1;
     }
@@ -138,7 +160,7 @@ int loader_init(Loader *ld, TokenView data, int B, int T, int shard, int n_shard
 void loader_next(Loader *ld, int *inputs, int *targets) {
     size_t need = (size_t)ld->B * ld->T + 1;
     if (ld->pos + need > ld->data.n) ld->pos = 0; /* wrap to the start */
-    const uint16_t *t = ld->data.tokens + ld->pos;
+    const uint32_t *t = ld->data.tokens + ld->pos;
     for (size_t i = 0; i + 1 < need; i++) {
         inputs[i] = t[i];
         targets[i] = t[i + 1];

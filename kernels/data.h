@@ -9,24 +9,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Tokens read from text files (bytes) or llm.c .bin shards (uint16 ids of
- * a BPE, GPT-2's or another); owned. vocab is the least vocabulary that
+/* Tokens read from text files (bytes) or .bin shards (ids of a BPE:
+ * llm.c's uint16 version 1, or Strait's uint32 version 2 for larger
+ * vocabularies); owned. vocab is the least vocabulary that
  * holds them: 256 for text, the largest id + 1 for shards. */
 typedef struct TokenSet {
-    uint16_t *tokens;
+    uint32_t *tokens;
     size_t n;
     int vocab;
     int shards; /* read from .bin shards (a BPE), not text */
 } TokenSet;
 
 typedef struct TokenView {
-    const uint16_t *tokens;
+    const uint32_t *tokens;
     size_t n;
 } TokenView;
 
 int tokens_load(TokenSet *ts, const char *const *paths, int n_paths, char *err);
 void tokens_free(TokenSet *ts);
-int tokens_write_bin(const char *path, const uint16_t *tokens, size_t n, char *err);
+/* version 1 (uint16) when every id fits, else version 2 (uint32) */
+int tokens_write_bin(const char *path, const uint32_t *tokens, size_t n, char *err);
 /* the last val_frac of the tokens for validation */
 void tokens_split(const TokenSet *all, double val_frac, TokenView *train, TokenView *val);
 

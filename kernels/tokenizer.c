@@ -7,12 +7,19 @@
  * ids throughout: a piece starts as its byte tokens and pairs are merged
  * from a heap ordered by (rank, position), the way `tokenizers` does it.
  * A key outside that alphabet is a special token: decodable, never merged.
+ *
+ * tokenizer.json (Hugging Face `tokenizers`' one file) gives the same
+ * model — model.vocab, model.merges (strings or pairs), Llama 3's
+ * ignore_merges — with its pre-tokenization pattern (GPT-2's ByteLevel, or
+ * the Split regex of Llama 3 and Qwen2) and added_tokens: special tokens,
+ * decodable as their text, never matched inside a document.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tokenizer.h"
 #include "util/util.h"
@@ -21,8 +28,8 @@
 static const char PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-#define MAX_IDS         65536 /* ids are uint16 in a shard */
-#define MAX_MERGE_LINES (1 << 20)
+#define MAX_IDS         (1 << 22) /* a model's largest vocabulary (model.h) */
+#define MAX_MERGE_LINES (1 << 20) /* Llama 3 has 280 147, Qwen2 151 387 */
 
 typedef struct Str {
     uint32_t off, len; /* in Tokenizer.arena */
@@ -30,16 +37,17 @@ typedef struct Str {
 } Str;
 
 typedef struct Pair {
-    uint64_t key; /* (a << 16 | b) + 1; 0: empty slot */
+    uint64_t key; /* (a << 32 | b) + 1; 0: empty slot */
     int32_t rank;
-    uint16_t merged;
+    int32_t merged;
 } Pair;
 
 struct Tokenizer {
     uint8_t *arena; /* every token's bytes */
     size_t arena_len;
     uint32_t *tok_off, *tok_len; /* per id; tok_len UINT32_MAX: no such id */
-    int n_ids, eot, n_merges;
+    int n_ids, eot, bot, n_merges;
+    int ignore_merges; /* a piece that is a token is that token (Llama 3's tokenizer.json) */
     int byte_id[256];
     Str *strs; /* bytes -> id, open addressing */
     size_t strs_cap;
@@ -53,6 +61,7 @@ struct Tokenizer {
         int32_t rank, pos;
     } * heap;
     size_t scratch_cap;
+    size_t ids_cap; /* entries of tok_off and tok_len */
 };
 
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
@@ -145,75 +154,84 @@ static int str_find(Tokenizer *t, const uint8_t *p, size_t n) {
 }
 
 static Pair *pair_slot(const Tokenizer *t, int a, int b) {
-    uint64_t key = ((uint64_t)a << 16 | (uint64_t)b) + 1;
+    uint64_t key = ((uint64_t)a << 32 | (uint64_t)b) + 1;
     size_t mask = t->pairs_cap - 1;
     for (size_t i = hash_u64(key) & mask;; i = (i + 1) & mask)
         if (t->pairs[i].key == key || t->pairs[i].key == 0) return &t->pairs[i];
+}
+
+/* the vocabulary, an object of token: id (vocab.json, tokenizer.json's
+ * model.vocab); `extra` more ids' room for added tokens */
+static int parse_vocab_object(Tokenizer *t, json_t *root, const char *what, size_t min_ids,
+                              char *err) {
+    if (!json_is_object(root)) return err_set(err, "%s: expected an object of token: id", what);
+    size_t n = json_object_size(root);
+    if (n == 0 || n > MAX_IDS || min_ids > MAX_IDS)
+        return err_set(err, "%s: %zu tokens; a vocabulary has 256 to %d", what, n, MAX_IDS);
+    /* the id table is sized by the largest id, bounded first */
+    const char *key;
+    json_t *val;
+    json_int_t top = 0;
+    json_object_foreach(root, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id >= MAX_IDS)
+            return err_set(err, "%s: token \"%.40s\" has id %s; ids are 0..%d", what, key,
+                           json_is_integer(val) ? "out of range" : "that is not an integer",
+                           MAX_IDS - 1);
+        top = id > top ? id : top;
+    }
+    size_t ids = (size_t)top + 1 > min_ids ? (size_t)top + 1 : min_ids;
+    t->ids_cap = ids;
+    t->tok_off = calloc(ids, sizeof *t->tok_off);
+    t->tok_len = malloc(ids * sizeof *t->tok_len);
+    for (size_t c = 4; c < 2 * n; c <<= 1) t->strs_cap = c << 1;
+    if (t->strs_cap < 8) t->strs_cap = 8;
+    t->strs = malloc(t->strs_cap * sizeof *t->strs);
+    if (!t->tok_off || !t->tok_len || !t->strs)
+        return err_set(err, "out of memory for the vocabulary");
+    memset(t->tok_len, 0xff, ids * sizeof *t->tok_len);
+    for (size_t i = 0; i < t->strs_cap; i++) t->strs[i].id = -1;
+    int rc = 0;
+    json_object_foreach(root, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (t->tok_len[id] != UINT32_MAX) {
+            rc = err_set(err, "%s: id %d is given to two tokens", what, (int)id);
+            break;
+        }
+        uint32_t off, blen;
+        int mapped = key_to_bytes(t, key, strlen(key), &off, &blen);
+        if (mapped < 0) {
+            rc = err_set(err, "%s: token \"%.40s\" is not UTF-8 (or out of memory)", what, key);
+            break;
+        }
+        t->tok_off[id] = off, t->tok_len[id] = blen;
+        if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
+        if (strcmp(key, "<|endoftext|>") == 0) t->eot = (int)id;
+        if (strcmp(key, "<|begin_of_text|>") == 0) t->bot = (int)id;
+        if (!mapped) continue; /* special: decodable, never merged */
+        Str *s = str_slot(t, t->arena + off, blen);
+        if (s->id >= 0) {
+            rc = err_set(err, "%s: token \"%.40s\" is written twice", what, key);
+            break;
+        }
+        s->off = off, s->len = blen, s->id = (int)id;
+        if (blen == 1) t->byte_id[t->arena[off]] = (int)id;
+    }
+    for (int b = 0; rc == 0 && b < 256; b++)
+        if (t->byte_id[b] < 0)
+            rc = err_set(err,
+                         "%s has no token for byte 0x%02x: not a byte-level BPE vocabulary "
+                         "(GPT-2's, Llama 3's and Qwen2's have all 256)",
+                         what, b);
+    return rc;
 }
 
 static int parse_vocab(Tokenizer *t, const char *text, size_t len, char *err) {
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (root == NULL) return err_set(err, "vocab.json: not JSON (line %d: %s)", je.line, je.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return err_set(err, "vocab.json: expected an object of token: id");
-    }
-    size_t n = json_object_size(root);
-    if (n == 0 || n > MAX_IDS) {
-        json_decref(root);
-        return err_set(err, "vocab.json: %zu tokens; a shard holds ids 0..65535, at least 256", n);
-    }
-    t->tok_off = calloc(MAX_IDS, sizeof *t->tok_off);
-    t->tok_len = malloc(MAX_IDS * sizeof *t->tok_len);
-    for (size_t c = 4; c < 2 * n; c <<= 1) t->strs_cap = c << 1;
-    if (t->strs_cap < 8) t->strs_cap = 8;
-    t->strs = malloc(t->strs_cap * sizeof *t->strs);
-    if (!t->tok_off || !t->tok_len || !t->strs) {
-        json_decref(root);
-        return err_set(err, "out of memory for the vocabulary");
-    }
-    memset(t->tok_len, 0xff, MAX_IDS * sizeof *t->tok_len);
-    for (size_t i = 0; i < t->strs_cap; i++) t->strs[i].id = -1;
-    const char *key;
-    json_t *val;
-    int rc = 0;
-    json_object_foreach(root, key, val) {
-        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
-        if (id < 0 || id >= MAX_IDS) {
-            rc = err_set(err, "vocab.json: token \"%.40s\" has id %s; ids are 0..65535", key,
-                         json_is_integer(val) ? "out of range" : "that is not an integer");
-            break;
-        }
-        if (t->tok_len[id] != UINT32_MAX) {
-            rc = err_set(err, "vocab.json: id %d is given to two tokens", (int)id);
-            break;
-        }
-        uint32_t off, blen;
-        int mapped = key_to_bytes(t, key, strlen(key), &off, &blen);
-        if (mapped < 0) {
-            rc = err_set(err, "vocab.json: token \"%.40s\" is not UTF-8 (or out of memory)", key);
-            break;
-        }
-        t->tok_off[id] = off, t->tok_len[id] = blen;
-        if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
-        if (strcmp(key, "<|endoftext|>") == 0) t->eot = (int)id;
-        if (!mapped) continue; /* special: decodable, never merged */
-        Str *s = str_slot(t, t->arena + off, blen);
-        if (s->id >= 0) {
-            rc = err_set(err, "vocab.json: token \"%.40s\" is written twice", key);
-            break;
-        }
-        s->off = off, s->len = blen, s->id = (int)id;
-        if (blen == 1) t->byte_id[t->arena[off]] = (int)id;
-    }
+    int rc = parse_vocab_object(t, root, "vocab.json", 0, err);
     json_decref(root);
-    for (int b = 0; rc == 0 && b < 256; b++)
-        if (t->byte_id[b] < 0)
-            rc = err_set(err,
-                         "vocab.json has no token for byte 0x%02x: not a byte-level BPE "
-                         "vocabulary (GPT-2's vocab.json has all 256)",
-                         b);
     return rc;
 }
 
@@ -241,24 +259,29 @@ static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, char 
                                       : "merges into a token vocab.json does not have");
     Pair *p = pair_slot(t, a, b);
     if (p->key == 0) t->n_merges++;
-    p->key = ((uint64_t)a << 16 | (uint64_t)b) + 1; /* a later line wins, as in GPT-2's dict */
+    p->key = ((uint64_t)a << 32 | (uint64_t)b) + 1; /* a later line wins, as in GPT-2's dict */
     p->rank = lineno;
-    p->merged = (uint16_t)m;
+    p->merged = m;
+    return 0;
+}
+
+/* the merge table for `lines` merges: the file's claim, bounded first
+ * (GPT-2 has 50 000 merges, Llama 3 280 147; every merge makes a token) */
+static int alloc_merges(Tokenizer *t, size_t lines, const char *what, char *err) {
+    if (lines > MAX_MERGE_LINES)
+        return err_set(err, "%s: %zu lines of merges; a byte-level BPE has at most %d", what, lines,
+                       MAX_MERGE_LINES);
+    for (t->pairs_cap = 8; t->pairs_cap < 2 * lines; t->pairs_cap <<= 1) {
+    }
+    t->pairs = calloc(t->pairs_cap, sizeof *t->pairs);
+    if (t->pairs == NULL) return err_set(err, "out of memory for %zu merges", lines);
     return 0;
 }
 
 static int parse_merges(Tokenizer *t, const char *text, size_t len, char *err) {
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    /* the table is sized by the file's claim: bound it first (GPT-2 has
-     * 50 000 merges; every merge makes one of at most 65 536 tokens) */
-    if (lines > MAX_MERGE_LINES)
-        return err_set(err, "merges.txt has %zu lines; a byte-level BPE has at most %d merges",
-                       lines, MAX_MERGE_LINES);
-    for (t->pairs_cap = 8; t->pairs_cap < 2 * lines; t->pairs_cap <<= 1) {
-    }
-    t->pairs = calloc(t->pairs_cap, sizeof *t->pairs);
-    if (t->pairs == NULL) return err_set(err, "out of memory for %zu merges", lines);
+    if (alloc_merges(t, lines, "merges.txt", err) != 0) return -1;
     int lineno = 0;
     for (size_t i = 0; i < len;) {
         const char *nl = memchr(text + i, '\n', len - i);
@@ -273,39 +296,229 @@ static int parse_merges(Tokenizer *t, const char *text, size_t len, char *err) {
     return 0;
 }
 
-Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
-                           size_t merges_len, char *err) {
+static Tokenizer *tokenizer_new(char *err) {
     Tokenizer *t = calloc(1, sizeof *t);
     if (t == NULL) {
         err_set(err, "out of memory");
         return NULL;
     }
-    t->eot = -1;
+    t->eot = t->bot = -1;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
-    if (parse_vocab(t, vocab, vocab_len, err) != 0 ||
-        parse_merges(t, merges, merges_len, err) != 0) {
-        tokenizer_free(t);
-        return NULL;
-    }
+    return t;
+}
+
+/* the pre-tokenization pattern compiled (PCRE2, Unicode properties) */
+static int compile_pattern(Tokenizer *t, const char *pattern, char *err) {
     int code;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED,
+    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
     if (t->re == NULL) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
-        err_set(err, "the pre-tokenization pattern does not compile: %s", (char *)msg);
-        tokenizer_free(t);
-        return NULL;
+        return err_set(err, "the pre-tokenization pattern does not compile at offset %zu: %s",
+                       (size_t)at, (char *)msg);
     }
     pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* faster when the JIT is there */
     t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (t->md == NULL) {
-        err_set(err, "out of memory");
+    return t->md ? 0 : err_set(err, "out of memory");
+}
+
+Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
+                           size_t merges_len, char *err) {
+    Tokenizer *t = tokenizer_new(err);
+    if (t == NULL) return NULL;
+    if (parse_vocab(t, vocab, vocab_len, err) != 0 ||
+        parse_merges(t, merges, merges_len, err) != 0 || compile_pattern(t, PATTERN, err) != 0) {
         tokenizer_free(t);
         return NULL;
     }
     return t;
+}
+
+/* ---- tokenizer.json --------------------------------------------------------------- */
+
+/* ByteLevel's settings that Strait computes: no prefix space */
+static int byte_level_ok(json_t *p, char *err) {
+    if (json_is_true(json_object_get(p, "add_prefix_space")))
+        return err_set(err, "tokenizer.json: ByteLevel with add_prefix_space; Strait encodes text "
+                            "as it is, with no space added");
+    return 0;
+}
+
+/* pre_tokenizer: GPT-2's (ByteLevel with its regex), or a Split on a regex
+ * (Isolated) then ByteLevel without one (Llama 3's, Qwen2's); the pattern
+ * into *pattern (owned by j) */
+static int read_pre_tokenizer(json_t *pre, const char **pattern, char *err) {
+    const char *type = json_string_value(json_object_get(pre, "type"));
+    if (type && strcmp(type, "ByteLevel") == 0) {
+        json_t *ur = json_object_get(pre, "use_regex");
+        if (ur && !json_is_true(ur))
+            return err_set(err, "tokenizer.json: ByteLevel without a regex splits nothing; "
+                                "Strait needs a pre-tokenization pattern");
+        *pattern = PATTERN;
+        return byte_level_ok(pre, err);
+    }
+    json_t *list = json_object_get(pre, "pretokenizers");
+    if (type && strcmp(type, "Sequence") == 0 && json_array_size(list) == 2) {
+        json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
+        const char *st = json_string_value(json_object_get(split, "type"));
+        const char *bt = json_string_value(json_object_get(bl, "type"));
+        const char *re =
+            json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
+        const char *behavior = json_string_value(json_object_get(split, "behavior"));
+        if (st && bt && re && behavior && strcmp(st, "Split") == 0 &&
+            strcmp(bt, "ByteLevel") == 0 && strcmp(behavior, "Isolated") == 0 &&
+            !json_is_true(json_object_get(split, "invert")) &&
+            !json_is_true(json_object_get(bl, "use_regex"))) {
+            *pattern = re;
+            return byte_level_ok(bl, err);
+        }
+    }
+    return err_set(err,
+                   "tokenizer.json: pre_tokenizer %s is not one Strait computes (GPT-2's "
+                   "ByteLevel, or a Split on a Regex, Isolated, then ByteLevel: Llama 3's and "
+                   "Qwen2's)",
+                   type ? type : "(none)");
+}
+
+/* model.merges: "a b" strings or [a, b] pairs, ranked in order */
+static int read_merges(Tokenizer *t, json_t *merges, char *err) {
+    if (!json_is_array(merges)) return err_set(err, "tokenizer.json: model.merges is not a list");
+    size_t n = json_array_size(merges);
+    if (alloc_merges(t, n, "tokenizer.json", err) != 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(merges, i);
+        char line[1024];
+        int len = -1;
+        if (json_is_string(m)) {
+            len = snprintf(line, sizeof line, "%s", json_string_value(m));
+        } else if (json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            const char *a = json_string_value(json_array_get(m, 0));
+            const char *b = json_string_value(json_array_get(m, 1));
+            if (!strchr(a, ' ') && !strchr(b, ' '))
+                len = snprintf(line, sizeof line, "%s %s", a, b);
+        }
+        if (len < 0 || len >= (int)sizeof line)
+            return err_set(err, "tokenizer.json: merge %zu is not two tokens", i + 1);
+        if (add_merge(t, line, (size_t)len, (int)i + 1, err) != 0) return -1;
+    }
+    return 0;
+}
+
+/* added_tokens: special tokens, decodable as their text, never matched in
+ * text (a document cannot forge one) and never merged */
+static int read_added(Tokenizer *t, json_t *added, char *err) {
+    size_t i;
+    json_t *a;
+    json_array_foreach(added, i, a) {
+        const char *content = json_string_value(json_object_get(a, "content"));
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        if (content == NULL || id < 0 || (size_t)id >= t->ids_cap)
+            return err_set(err, "tokenizer.json: added token %zu has no content or a bad id", i);
+        if (!json_is_true(json_object_get(a, "special")))
+            return err_set(err,
+                           "tokenizer.json: added token \"%.40s\" is not special; tokenizers "
+                           "matches such tokens inside text, Strait encodes text as text",
+                           content);
+        size_t n = strlen(content);
+        if (t->tok_len[id] != UINT32_MAX) { /* also in the vocabulary: the same text only */
+            if (t->tok_len[id] != n || memcmp(t->arena + t->tok_off[id], content, n) != 0)
+                return err_set(err, "tokenizer.json: id %d is given to two tokens", (int)id);
+            continue;
+        }
+        uint8_t *grown = realloc(t->arena, t->arena_len + n + 1);
+        if (grown == NULL) return err_set(err, "out of memory");
+        t->arena = grown;
+        memcpy(t->arena + t->arena_len, content, n);
+        t->tok_off[id] = (uint32_t)t->arena_len, t->tok_len[id] = (uint32_t)n;
+        t->arena_len += n;
+        if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
+        if (strcmp(content, "<|endoftext|>") == 0) t->eot = (int)id;
+        if (strcmp(content, "<|begin_of_text|>") == 0) t->bot = (int)id;
+    }
+    return 0;
+}
+
+static int parse_json(Tokenizer *t, json_t *root, char *err) {
+    json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    if (!json_is_object(model) || (type && strcmp(type, "BPE") != 0))
+        return err_set(err, "tokenizer.json: model %s; Strait reads byte-level BPE",
+                       type ? type : "(none)");
+    if (json_is_true(json_object_get(model, "byte_fallback")))
+        return err_set(err, "tokenizer.json: a BPE with byte_fallback (SentencePiece's, as Llama "
+                            "2's) is not byte-level; Strait reads GPT-2's, Llama 3's and Qwen2's");
+    const char *cont = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+    const char *suffix = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    json_t *dropout = json_object_get(model, "dropout");
+    if ((cont && cont[0]) || (suffix && suffix[0]) ||
+        (json_is_number(dropout) && json_number_value(dropout) > 0))
+        return err_set(err, "tokenizer.json: a BPE with a subword prefix, a word suffix or "
+                            "dropout; Strait reads byte-level BPE without them");
+    json_t *norm = json_object_get(root, "normalizer");
+    if (norm && !json_is_null(norm))
+        return err_set(err, "tokenizer.json: normalizer %s; Strait encodes text unnormalized",
+                       json_string_value(json_object_get(norm, "type"))
+                           ? json_string_value(json_object_get(norm, "type"))
+                           : "(unknown)");
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    const char *pattern = NULL;
+    if (read_pre_tokenizer(json_object_get(root, "pre_tokenizer"), &pattern, err) != 0) return -1;
+    if (added && !json_is_array(added))
+        return err_set(err, "tokenizer.json: added_tokens is not a list");
+    size_t min_ids = 0, i;
+    json_t *a;
+    json_array_foreach(added, i, a) {
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        if (id < 0 || id >= MAX_IDS)
+            return err_set(err, "tokenizer.json: added token %zu has id outside 0..%d", i,
+                           MAX_IDS - 1);
+        if ((size_t)id + 1 > min_ids) min_ids = (size_t)id + 1;
+    }
+    if (parse_vocab_object(t, json_object_get(model, "vocab"), "tokenizer.json's model.vocab",
+                           min_ids, err) != 0 ||
+        read_merges(t, json_object_get(model, "merges"), err) != 0 ||
+        (added && read_added(t, added, err) != 0))
+        return -1;
+    return compile_pattern(t, pattern, err);
+}
+
+Tokenizer *tokenizer_parse_json(const char *text, size_t len, char *err) {
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        err_set(err, "tokenizer.json: not a JSON object (line %d: %s)", je.line, je.text);
+        return NULL;
+    }
+    Tokenizer *t = tokenizer_new(err);
+    if (t && parse_json(t, root, err) != 0) {
+        tokenizer_free(t);
+        t = NULL;
+    }
+    json_decref(root);
+    return t;
+}
+
+Tokenizer *tokenizer_load_dir(const char *dir, char *err) {
+    char path[1200], v[1200], m[1200], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (access(path, F_OK) == 0) {
+        if (file_read_all(path, (size_t)1 << 28, &text, &len, err) != 0) return NULL;
+        Tokenizer *t = tokenizer_parse_json(text, len, err);
+        free(text);
+        return t;
+    }
+    snprintf(v, sizeof v, "%s/vocab.json", dir);
+    snprintf(m, sizeof m, "%s/merges.txt", dir);
+    if (access(v, F_OK) != 0) {
+        err_set(err, "%s has neither tokenizer.json nor vocab.json and merges.txt", dir);
+        return NULL;
+    }
+    return tokenizer_load(v, m, err);
 }
 
 Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char *err) {
@@ -336,6 +549,9 @@ int tokenizer_vocab_size(const Tokenizer *t) {
 int tokenizer_eot(const Tokenizer *t) {
     return t->eot;
 }
+int tokenizer_doc_start(const Tokenizer *t) {
+    return t->bot >= 0 ? t->bot : t->eot;
+}
 int tokenizer_merges(const Tokenizer *t) {
     return t->n_merges;
 }
@@ -357,11 +573,11 @@ void token_buf_free(TokenBuf *b) {
 int token_buf_push(TokenBuf *b, int id) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 1024;
-        uint16_t *g = realloc(b->ids, cap * sizeof *g);
+        uint32_t *g = realloc(b->ids, cap * sizeof *g);
         if (g == NULL) return -1;
         b->ids = g, b->cap = cap;
     }
-    b->ids[b->n++] = (uint16_t)id;
+    b->ids[b->n++] = (uint32_t)id;
     return 0;
 }
 
@@ -415,6 +631,10 @@ static int encode_piece(Tokenizer *t, const uint8_t *p, size_t n, TokenBuf *out)
         if (h) t->heap = h;
         if (!s || !nx || !pv || !h) return -1;
         t->scratch_cap = cap;
+    }
+    if (t->ignore_merges) { /* a piece that is a token is that token */
+        int whole = str_find(t, p, n);
+        if (whole >= 0) return token_buf_push(out, whole);
     }
     for (size_t i = 0; i < n; i++) {
         t->sym[i] = t->byte_id[p[i]];

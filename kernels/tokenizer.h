@@ -1,15 +1,15 @@
 /*
- * tokenizer.h — the API of kernels/tokenizer.c: GPT-2's byte-level BPE, read
- * from a Hugging Face vocab.json and merges.txt (what GPT-2's own files and
- * PyPI's `tokenizers` save), text to token ids and ids back to bytes.
+ * tokenizer.h — the API of kernels/tokenizer.c: byte-level BPE (GPT-2's,
+ * Llama 3's, Qwen2's), read from a Hugging Face tokenizer.json or from
+ * vocab.json and merges.txt (what GPT-2's own files and PyPI's `tokenizers`
+ * save), text to token ids and ids back to bytes.
  *
- * Encoding splits the text with GPT-2's pre-tokenization pattern (PCRE2,
- * Unicode properties), maps each piece's bytes to their byte tokens and
- * applies the merges lowest rank first, leftmost first on a tie — the
- * order `tokenizers` applies them in. Text is plain text: "<|endoftext|>"
- * written in a document is encoded as its characters, never as the special
- * token, so no document can forge a boundary. Any bytes round-trip:
- * decode(encode(x)) == x, invalid UTF-8 included (it becomes byte tokens).
+ * Encoding splits the text with the tokenizer's pre-tokenization pattern
+ * (PCRE2, Unicode properties: GPT-2's, or tokenizer.json's Split regex), maps each piece's bytes to
+ * their byte tokens and applies the merges lowest rank first, leftmost first on a tie — the order
+ * `tokenizers` applies them in. Text is plain text: "<|endoftext|>" written in a document is
+ * encoded as its characters, never as the special token, so no document can forge a boundary. Any
+ * bytes round-trip: decode(encode(x)) == x, invalid UTF-8 included (it becomes byte tokens).
  */
 #ifndef STRAIT_TOKENIZER_H
 #define STRAIT_TOKENIZER_H
@@ -19,26 +19,35 @@
 
 typedef struct Tokenizer Tokenizer;
 
-/* A growing array of token ids (uint16: the ids a .bin shard holds). */
+/* A growing array of token ids. */
 typedef struct TokenBuf {
-    uint16_t *ids;
+    uint32_t *ids;
     size_t n, cap;
 } TokenBuf;
 
 /* Reads vocab.json and merges.txt. Refuses, naming the entry: an id outside
- * 0..65535 or given twice, a vocabulary without a token for each of the 256
+ * 0..2^22 - 1 or given twice, a vocabulary without a token for each of the 256
  * bytes, a merge line that is not two known tokens whose concatenation is
  * a token. */
 Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char *err);
 /* The same from bytes in memory (what the fuzz target drives). */
 Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
                            size_t merges_len, char *err);
+/* tokenizer.json, from bytes; refused, naming the setting, unless it is a
+ * byte-level BPE as GPT-2's, Llama 3's and Qwen2's (no normalizer, no
+ * byte_fallback, no prefix space, only special added tokens). */
+Tokenizer *tokenizer_parse_json(const char *text, size_t len, char *err);
+/* DIR/tokenizer.json if it is there, else DIR/vocab.json and merges.txt */
+Tokenizer *tokenizer_load_dir(const char *dir, char *err);
 void tokenizer_free(Tokenizer *t);
 
 /* One more than the largest id: the model's vocabulary must be at least this. */
 int tokenizer_vocab_size(const Tokenizer *t);
 /* The id of "<|endoftext|>", or -1 when the vocabulary has none. */
 int tokenizer_eot(const Tokenizer *t);
+/* What opens a document: "<|begin_of_text|>" (Llama 3), else
+ * "<|endoftext|>" (GPT-2, Qwen2, as llm.c's scripts), else -1. */
+int tokenizer_doc_start(const Tokenizer *t);
 int tokenizer_merges(const Tokenizer *t);
 
 /* Appends the ids of text[*pos..len) to out, piece by piece, stopping once
@@ -52,7 +61,7 @@ int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, 
 /* The bytes of one token; NULL (and *len 0) for an id not in the vocabulary. */
 const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len);
 
-/* Appends one id (0..65535); -1 when out of memory. */
+/* Appends one id; -1 when out of memory. */
 int token_buf_push(TokenBuf *b, int id);
 void token_buf_free(TokenBuf *b);
 

@@ -251,7 +251,7 @@ static double eval_batches(TokenView v, int B, int T, int batches, BatchLoss los
     int *in = mallocCheck(sizeof(int) * span), *tg = mallocCheck(sizeof(int) * span);
     double sum = 0;
     for (int k = 0; k < batches; k++) {
-        const uint16_t *t = v.tokens + (size_t)k * span;
+        const uint32_t *t = v.tokens + (size_t)k * span;
         for (size_t i = 0; i < span; i++) in[i] = t[i], tg[i] = t[i + 1];
         sum += loss(ctx, in, tg, B, T);
     }

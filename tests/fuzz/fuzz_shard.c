@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *paths[1] = {path};
     if (tokens_load(&ts, paths, 1, err) != 0) return 0;
     for (size_t i = 0; i < ts.n; i++)
-        if (ts.tokens[i] >= ts.vocab) abort();
+        if (ts.tokens[i] >= (uint32_t)ts.vocab) abort();
     tokens_free(&ts);
     return 0;
 }

@@ -61,7 +61,7 @@ static char *read_whole(const char *path, size_t *len) {
  * "he", "ll", "hell", then NUL, merges, NUL, text. */
 static void seed_hf(const char *root, const GPTConfig *hc, const char *name);
 
-static void seed_tokenizer(const char *dir) {
+static void seed_tokenizer(const char *dir, const char *json_dir) {
     char v[8192];
     size_t n = (size_t)snprintf(v, sizeof v, "{");
     int shift = 0;
@@ -82,6 +82,22 @@ static void seed_tokenizer(const char *dir) {
                                "caf\xc3\xa9 \xe4\xb8\xad 123";
     v[n++] = '\0';
     put(dir, "hand", (const uint8_t *)v, n, (const uint8_t *)rest, sizeof rest - 1);
+    /* fuzz_tokenizer_json: the same vocabulary in a tokenizer.json with
+     * Llama 3's Split regex, ignore_merges and a special token */
+    v[n - 1 - strlen(",\"he\":256,\"ll\":257,\"hell\":258}")] = '\0';
+    char json[16384];
+    int jl = snprintf(json, sizeof json,
+                      "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":%s,"
+                      "\"he\":256,\"ll\":257,\"hell\":258},\"merges\":[[\"h\",\"e\"],"
+                      "[\"l\",\"l\"],\"he ll\"]},\"normalizer\":null,\"pre_tokenizer\":"
+                      "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                      "\"pattern\":{\"Regex\":\"(?i:'s|'t)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?"
+                      "\\\\p{L}+|\\\\p{N}{1,3}|\\\\s+\"},\"behavior\":\"Isolated\","
+                      "\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                      "\"use_regex\":false}]},\"added_tokens\":[{\"id\":300,\"content\":"
+                      "\"<|begin_of_text|>\",\"special\":true}]}",
+                      v);
+    put(json_dir, "llama3", NULL, 0, (const uint8_t *)json, (size_t)jl);
 }
 
 int main(int argc, char **argv) {
@@ -153,10 +169,10 @@ int main(int argc, char **argv) {
         put(join_dir, "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
         free(csr), free(key);
     }
-    seed_tokenizer(dir_of(root, "fuzz_tokenizer"));
+    seed_tokenizer(dir_of(root, "fuzz_tokenizer"), dir_of(root, "fuzz_tokenizer_json"));
     /* fuzz_shard: a shard of 100 ids */
-    uint16_t ids[100];
-    for (int i = 0; i < 100; i++) ids[i] = (uint16_t)(i * 37 % 500);
+    uint32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (uint32_t)(i * 37 % 500);
     snprintf(path, sizeof path, "%s/ids.bin", dir_of(root, "fuzz_shard"));
     if (tokens_write_bin(path, ids, 100, err) != 0) fprintf(stderr, "%s\n", err);
     /* fuzz_hf: a small GPT-2 as Hugging Face writes it, config.json NUL model.safetensors */

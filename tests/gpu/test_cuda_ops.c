@@ -292,8 +292,8 @@ Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
     cr_assert_eq(gpt_build(&m, &cfg, 11, err), 0);
     int B = 4, T = 64;
     size_t n = (size_t)B * T * 3 + 1;
-    uint16_t *tok = malloc(n * sizeof *tok);
-    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)((i * 37 + i / 7) % 256);
+    uint32_t *tok = malloc(n * sizeof *tok);
+    for (size_t i = 0; i < n; i++) tok[i] = (uint32_t)((i * 37 + i / 7) % 256);
     TokenView v = {tok, n};
     double cpu = gpt_eval_tokens(&m, v, B, T, 4); /* 3 batches fit */
     TrainConfig c = train_defaults(1e-3f, 10);

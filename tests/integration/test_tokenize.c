@@ -225,7 +225,7 @@ Test(tokenize, hand_made_merges_apply_by_rank_and_bad_files_are_refused_by_name)
     TokenBuf b = {0};
     cr_assert_eq(tokenizer_encode(t, "hello hell", 10, &b, err), 0);
     /* "hello" -> hell + o; " hell" -> space + hell (the space is its own byte token here) */
-    uint16_t want[] = {258, 'o', ' ', 258};
+    uint32_t want[] = {258, 'o', ' ', 258};
     cr_assert_eq(b.n, 4);
     cr_assert_arr_eq(b.ids, want, sizeof want);
     token_buf_free(&b);
@@ -262,9 +262,9 @@ Test(tokenize, hand_made_merges_apply_by_rank_and_bad_files_are_refused_by_name)
     cr_assert_not_null(e = refusal("[1,2]", ""));
     cr_assert_not_null(strstr(e, "object"), "%s", e);
     free(v);
-    v = hand_vocab(",\"he\":70000");
+    v = hand_vocab(",\"he\":5000000"); /* past 2^22, the largest vocabulary a model has */
     cr_assert_not_null(e = refusal(v, ""));
-    cr_assert_not_null(strstr(e, "0..65535"), "%s", e);
+    cr_assert_not_null(strstr(e, "0..4194303"), "%s", e);
     free(v);
     v = hand_vocab(",\"he\":5");
     cr_assert_not_null(e = refusal(v, ""));
@@ -288,4 +288,145 @@ Test(tokenize, cli_refuses_a_used_folder_and_a_missing_tokenizer) {
     proc_result_free(&r);
     harness_rmtree(dir);
     free(dir);
+}
+
+/* ---- tokenizer.json ------------------------------------------------------------- */
+
+/* tokenizer.json files built by `tokenizers` in each of the three
+ * pre-tokenizer patterns (GPT-2's, Llama 3's with ignore_merges, Qwen2's
+ * with every id moved past 65535): identical ids on every fortunes
+ * collection and the edge cases, decode(encode(x)) == x, and `strait
+ * tokenize` writes the wide ids into a version-2 shard. */
+Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_styles,
+     .timeout = 600) {
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "run through make test (it builds build/venv with tokenizers)");
+    char *files[1024];
+    int n = fortunes_files(files, 1022);
+    cr_assert_gt(n, 100, "the fortunes packages are installed by make deps");
+    char *dir = harness_tmpdir("tokjson"), edge[700], script[700], err[ERR_LEN];
+    snprintf(edge, sizeof edge, "%s/edge.txt", dir);
+    cr_assert_eq(file_write_atomic(edge, EDGE, strlen(EDGE), 0644, err), 0);
+    files[n++] = strdup(edge);
+    snprintf(script, sizeof script, "%s/tests/python/bpe_reference.py", src);
+    const char *styles[3] = {"gpt2", "llama3", "qwen2"};
+    for (int s = 0; s < 3; s++) {
+        char out[800], json[900], ids[900];
+        snprintf(out, sizeof out, "%s/%s", dir, styles[s]);
+        snprintf(json, sizeof json, "%s/tokenizer.json", out);
+        snprintf(ids, sizeof ids, "%s/ids", out);
+        char **argv = calloc((size_t)n + 8, sizeof *argv);
+        argv[0] = (char *)py, argv[1] = script, argv[2] = "train-json", argv[3] = out;
+        argv[4] = (char *)styles[s], argv[5] = "2000";
+        for (int i = 0; i < 40; i++) argv[6 + i] = files[i * (n / 40)]; /* a spread to train on */
+        ProcResult r = proc_run(argv);
+        cr_assert_eq(r.status, 0, "tokenizers train: %s %s", r.out, r.err);
+        proc_result_free(&r);
+        memset(argv, 0, sizeof *argv * ((size_t)n + 8));
+        argv[0] = (char *)py, argv[1] = script, argv[2] = "encode-json", argv[3] = json;
+        argv[4] = ids;
+        for (int i = 0; i < n; i++) argv[5 + i] = files[i];
+        r = proc_run(argv);
+        cr_assert_eq(r.status, 0, "tokenizers encode: %s %s", r.out, r.err);
+        proc_result_free(&r);
+        free(argv);
+        Tokenizer *t = tokenizer_load_dir(out, err);
+        cr_assert_not_null(t, "%s: %s", styles[s], err);
+        int base = s == 2 ? 70000 : 0;
+        cr_assert_eq(tokenizer_doc_start(t), base, "%s: the document marker is the first special",
+                     styles[s]);
+        cr_assert_gt(tokenizer_vocab_size(t), base + 2000);
+        size_t total = 0;
+        for (int i = 0; i < n; i++) {
+            char *text, *want, p[1000];
+            size_t len, wlen;
+            cr_assert_eq(file_read_all(files[i], (size_t)1 << 30, &text, &len, err), 0, "%s", err);
+            snprintf(p, sizeof p, "%s/%d.ids", ids, i);
+            cr_assert_eq(file_read_all(p, (size_t)1 << 30, &want, &wlen, err), 0, "%s", err);
+            TokenBuf b = {0};
+            cr_assert_eq(tokenizer_encode(t, text, len, &b, err), 0, "%s", err);
+            size_t first = 0;
+            while (first < b.n && first * 4 < wlen &&
+                   memcmp(&b.ids[first], want + first * 4, 4) == 0)
+                first++;
+            cr_assert(b.n * 4 == wlen && first == b.n,
+                      "%s, %s: %zu ids here, %zu from tokenizers; first difference at id %zu",
+                      styles[s], files[i], b.n, wlen / 4, first);
+            size_t at = 0;
+            for (size_t k = 0; k < b.n; k++) {
+                size_t bl;
+                const uint8_t *bytes = tokenizer_decode(t, (int)b.ids[k], &bl);
+                cr_assert(bytes && at + bl <= len && memcmp(text + at, bytes, bl) == 0,
+                          "%s, %s: token %zu does not decode to the text", styles[s], files[i], k);
+                at += bl;
+            }
+            cr_assert_eq(at, len);
+            total += b.n;
+            token_buf_free(&b);
+            free(text), free(want);
+        }
+        tokenizer_free(t);
+        fprintf(stderr, "tokenizer.json, %s style: %zu ids equal to tokenizers' on %d files\n",
+                styles[s], total, n);
+        if (s == 2) { /* the wide ids through strait tokenize into a shard */
+            char shards[900], bin[1000];
+            snprintf(shards, sizeof shards, "%s/shards", out);
+            ProcResult tr =
+                harness_strait("tokenize", "--tokenizer", out, "--out", shards, files[0]);
+            cr_assert_eq(tr.status, 0, "%s %s", tr.out, tr.err);
+            proc_result_free(&tr);
+            snprintf(bin, sizeof bin, "%s/tokens_000000.bin", shards);
+            TokenSet ts;
+            const char *paths[1] = {bin};
+            cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
+            cr_assert_eq(ts.tokens[0], 70000, "a document opens with <|endoftext|>");
+            cr_assert_gt(ts.vocab, 70000);
+            tokens_free(&ts);
+        }
+    }
+    for (int i = 0; i < n; i++) free(files[i]);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* What Strait cannot compute exactly is refused, naming the setting. */
+Test(tokenize, tokenizer_json_settings_strait_cannot_compute_are_refused) {
+    static const char head[] =
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":%s,\"merges\":[]%s},"
+        "\"pre_tokenizer\":{\"type\":\"%s\"},\"normalizer\":%s,\"added_tokens\":[%s]}";
+    /* a vocabulary of the 256 bytes, in GPT-2's alphabet */
+    char vocab[8192] = "{", *p = vocab + 1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        static int shift;
+        if (b == 0) shift = 0;
+        int cp = printable ? b : 256 + shift++;
+        p += sprintf(p, "%s\"\\u%04x\":%d", b ? "," : "", cp, b);
+    }
+    strcpy(p, "}");
+    static const struct {
+        const char *extra, *pre, *norm, *added, *said;
+    } cases[] = {
+        {"", "ByteLevel", "null", "", NULL},
+        {"", "ByteLevel", "{\"type\":\"NFC\"}", "", "normalizer NFC"},
+        {",\"byte_fallback\":true", "ByteLevel", "null", "", "byte_fallback"},
+        {"", "Metaspace", "null", "", "pre_tokenizer Metaspace"},
+        {"", "ByteLevel", "null", "{\"id\":256,\"content\":\"<x>\",\"special\":false}",
+         "not special"},
+        {"", "ByteLevel", "null", "{\"id\":9999999,\"content\":\"<x>\",\"special\":true}",
+         "outside"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *json = malloc(strlen(vocab) + 1024), err[ERR_LEN];
+        sprintf(json, head, vocab, cases[k].extra, cases[k].pre, cases[k].norm, cases[k].added);
+        Tokenizer *t = tokenizer_parse_json(json, strlen(json), err);
+        if (cases[k].said == NULL) {
+            cr_assert_not_null(t, "%s", err);
+            tokenizer_free(t);
+        } else {
+            cr_assert_null(t, "case %zu accepted", k);
+            cr_assert_not_null(strstr(err, cases[k].said), "case %zu: %s", k, err);
+        }
+        free(json);
+    }
 }

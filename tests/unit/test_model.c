@@ -620,19 +620,33 @@ Test(checkpoint_file, round_trip_is_bit_exact_and_damage_is_refused) {
 Test(shards, bin_round_trip_and_header_validation) {
     char *dir = harness_tmpdir("bin"), path[700], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/train.bin", dir);
-    uint16_t toks[1000];
-    for (int i = 0; i < 1000; i++) toks[i] = (uint16_t)(i * 50 % 50257);
-    cr_assert_eq(tokens_write_bin(path, toks, 1000, err), 0, "%s", err);
+    uint32_t toks[1000];
     TokenSet ts;
     const char *paths[] = {path};
-    cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
-    cr_assert_eq(ts.n, 1000);
-    int top = 0;
-    for (int i = 0; i < 1000; i++) top = toks[i] > top ? toks[i] : top;
-    cr_assert_eq(ts.vocab, top + 1, "the least vocabulary holding every id");
-    cr_assert(ts.shards);
-    cr_assert_eq(memcmp(ts.tokens, toks, sizeof toks), 0);
-    tokens_free(&ts);
+    /* GPT-2's ids in llm.c's uint16 shard; Llama 3's (128 256 tokens) in version 2 */
+    const uint32_t vocabs[2] = {50257, 128256};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 1000; i++) toks[i] = (uint32_t)(i * 50 % vocabs[k]) + (k ? 70000 : 0);
+        cr_assert_eq(tokens_write_bin(path, toks, 1000, err), 0, "%s", err);
+        char *head;
+        size_t hl;
+        cr_assert_eq(file_read_all(path, 1 << 20, &head, &hl, err), 0);
+        int32_t version;
+        memcpy(&version, head + 4, 4);
+        cr_assert_eq(version, k ? 2 : 1, "ids up to %u in shard version %d", vocabs[k], version);
+        cr_assert_eq(hl, 1024 + 1000 * (k ? 4 : 2));
+        free(head);
+        cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
+        cr_assert_eq(ts.n, 1000);
+        uint32_t top = 0;
+        for (int i = 0; i < 1000; i++) top = toks[i] > top ? toks[i] : top;
+        cr_assert_eq(ts.vocab, (int)top + 1, "the least vocabulary holding every id");
+        cr_assert(ts.shards);
+        cr_assert_eq(memcmp(ts.tokens, toks, sizeof toks), 0);
+        tokens_free(&ts);
+    }
+    for (int i = 0; i < 1000; i++) toks[i] = (uint32_t)(i * 50 % 50257);
+    cr_assert_eq(tokens_write_bin(path, toks, 1000, err), 0, "%s", err);
     char *data;
     size_t len;
     cr_assert_eq(file_read_all(path, 1 << 20, &data, &len, err), 0);
@@ -658,9 +672,9 @@ Test(shards, bin_round_trip_and_header_validation) {
 Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
     GPT m = tiny(3);
     int B = 2, T = 16;
-    uint16_t tokens[3 * 2 * 16 + 1];
+    uint32_t tokens[3 * 2 * 16 + 1];
     for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
-        tokens[i] = (uint16_t)(i * 7 % 256);
+        tokens[i] = (uint32_t)(i * 7 % 256);
     int in[2 * 16], tg[2 * 16];
     double want = 0;
     for (int k = 0; k < 3; k++) {
