@@ -81,7 +81,7 @@ say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CPPFLAGS := -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP
 CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
-LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lpcre2-8 -lm
+LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lpcre2-8 -licuuc -lm
 
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -296,7 +296,7 @@ $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
-	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lpcre2-8 -lm -o $@
+	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lpcre2-8 -licuuc -lm -o $@
 $(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 

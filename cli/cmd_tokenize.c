@@ -111,12 +111,18 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
     size_t flushed = 0, n_tokens = 0;
     int shards = 0, rc = 0, eot = tokenizer_doc_start(tok);
     for (int i = optind; rc == 0 && i < argc; i++) {
-        char *text;
-        size_t len, pos = 0;
+        char *text, *norm;
+        size_t len, pos = 0, nlen;
         if (file_read_all(argv[i], (size_t)1 << 34, &text, &len, err) != 0) {
             rc = -1;
             break;
         }
+        if (tokenizer_normalize(tok, text, len, &norm, &nlen, err) != 0) { /* Qwen2's NFC */
+            free(text);
+            rc = -1;
+            break;
+        }
+        if (norm) free(text), text = norm, len = nlen;
         /* each file is a document; like llm.c's data scripts, <|endoftext|> opens it
          * (<|begin_of_text|> where the tokenizer has one: Llama 3) */
         if (eot >= 0 && token_buf_push(&b, eot) != 0) {

@@ -19,6 +19,8 @@
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
 #include <unistd.h>
 
 #include "tokenizer.h"
@@ -48,6 +50,7 @@ struct Tokenizer {
     uint32_t *tok_off, *tok_len; /* per id; tok_len UINT32_MAX: no such id */
     int n_ids, eot, bot, n_merges;
     int ignore_merges; /* a piece that is a token is that token (Llama 3's tokenizer.json) */
+    int nfc;           /* text is put in Unicode NFC first (Qwen2's tokenizer.json) */
     int byte_id[256];
     Str *strs; /* bytes -> id, open addressing */
     size_t strs_cap;
@@ -458,11 +461,11 @@ static int parse_json(Tokenizer *t, json_t *root, char *err) {
         return err_set(err, "tokenizer.json: a BPE with a subword prefix, a word suffix or "
                             "dropout; Strait reads byte-level BPE without them");
     json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm))
-        return err_set(err, "tokenizer.json: normalizer %s; Strait encodes text unnormalized",
-                       json_string_value(json_object_get(norm, "type"))
-                           ? json_string_value(json_object_get(norm, "type"))
-                           : "(unknown)");
+    const char *ntype = json_string_value(json_object_get(norm, "type"));
+    if (norm && !json_is_null(norm) && !(ntype && strcmp(ntype, "NFC") == 0))
+        return err_set(err, "tokenizer.json: normalizer %s; Strait computes NFC (Qwen2's) or none",
+                       ntype ? ntype : "(unknown)");
+    t->nfc = ntype != NULL;
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     const char *pattern = NULL;
     if (read_pre_tokenizer(json_object_get(root, "pre_tokenizer"), &pattern, err) != 0) return -1;
@@ -678,6 +681,77 @@ int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *po
             return err_set(err, "out of memory while encoding");
         *pos = e;
     }
+    return 0;
+}
+
+/* ---- normalization ---------------------------------------------------------------- */
+
+/* appends the NFC of valid UTF-8 s[0..n) to *o (ICU, through UTF-16) */
+static int nfc_run(const UNormalizer2 *nfc, const char *s, size_t n, char **o, size_t *ol,
+                   size_t *cap, char *err) {
+    if (n > (size_t)INT32_MAX / 4) return err_set(err, "a document over 512 MiB to normalize");
+    UErrorCode e = U_ZERO_ERROR;
+    int32_t u16n = 0, normn = 0, outn = 0;
+    UChar *u16 = malloc(sizeof(UChar) * (n + 1)), *norm = NULL;
+    if (u16 == NULL) return err_set(err, "out of memory");
+    u_strFromUTF8(u16, (int32_t)n + 1, &u16n, s, (int32_t)n, &e);
+    size_t ncap = (size_t)u16n * 3 + 16; /* NFC's composition may expand a string, by at most 3x */
+    if (U_SUCCESS(e) && (norm = malloc(sizeof(UChar) * ncap)) != NULL)
+        normn = unorm2_normalize(nfc, u16, u16n, norm, (int32_t)ncap, &e);
+    if (U_SUCCESS(e) && norm) {
+        size_t need = *ol + (size_t)normn * 3 + 1;
+        if (need > *cap) {
+            char *g = realloc(*o, need * 2);
+            if (g == NULL)
+                e = U_MEMORY_ALLOCATION_ERROR;
+            else
+                *o = g, *cap = need * 2;
+        }
+        if (U_SUCCESS(e)) u_strToUTF8(*o + *ol, (int32_t)(*cap - *ol), &outn, norm, normn, &e);
+    }
+    free(u16), free(norm);
+    if (U_FAILURE(e) || norm == NULL)
+        return err_set(err, "Unicode normalization failed: %s", u_errorName(e));
+    *ol += (size_t)outn;
+    return 0;
+}
+
+int tokenizer_normalize(const Tokenizer *t, const char *text, size_t len, char **out,
+                        size_t *out_len, char *err) {
+    *out = NULL, *out_len = 0;
+    if (!t->nfc) return 0;
+    UErrorCode e = U_ZERO_ERROR;
+    const UNormalizer2 *nfc = unorm2_getNFCInstance(&e);
+    if (U_FAILURE(e)) return err_set(err, "ICU has no NFC: %s", u_errorName(e));
+    size_t cap = len + 16, ol = 0;
+    char *o = malloc(cap);
+    if (o == NULL) return err_set(err, "out of memory");
+    /* runs of valid UTF-8 normalized; a byte that is not UTF-8 stays as it is */
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len) {
+            size_t k = j;
+            if (utf8_next((const uint8_t *)text, len, &k) < 0) break;
+            j = k;
+        }
+        if (j > i && nfc_run(nfc, text + i, j - i, &o, &ol, &cap, err) != 0) {
+            free(o);
+            return -1;
+        }
+        if (j < len) {
+            if (ol + 1 > cap) {
+                char *g = realloc(o, cap * 2);
+                if (g == NULL) {
+                    free(o);
+                    return err_set(err, "out of memory");
+                }
+                o = g, cap *= 2;
+            }
+            o[ol++] = text[j++];
+        }
+        i = j;
+    }
+    *out = o, *out_len = ol;
     return 0;
 }
 

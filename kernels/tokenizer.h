@@ -34,8 +34,8 @@ Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char 
 Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
                            size_t merges_len, char *err);
 /* tokenizer.json, from bytes; refused, naming the setting, unless it is a
- * byte-level BPE as GPT-2's, Llama 3's and Qwen2's (no normalizer, no
- * byte_fallback, no prefix space, only special added tokens). */
+ * byte-level BPE as GPT-2's, Llama 3's and Qwen2's (no normalizer but NFC,
+ * no byte_fallback, no prefix space, only special added tokens). */
 Tokenizer *tokenizer_parse_json(const char *text, size_t len, char *err);
 /* DIR/tokenizer.json if it is there, else DIR/vocab.json and merges.txt */
 Tokenizer *tokenizer_load_dir(const char *dir, char *err);
@@ -57,6 +57,13 @@ int tokenizer_merges(const Tokenizer *t);
 int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *pos, size_t budget,
                           TokenBuf *out, char *err);
 int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, char *err);
+
+/* The text as the tokenizer's normalizer leaves it (Unicode NFC, ICU), in
+ * *out (owned; NULL when the tokenizer has none: encode the text as it is).
+ * Bytes that are not UTF-8 stay as they are. A whole document at once,
+ * before encoding it. */
+int tokenizer_normalize(const Tokenizer *t, const char *text, size_t len, char **out,
+                        size_t *out_len, char *err);
 
 /* The bytes of one token; NULL (and *len 0) for an id not in the vocabulary. */
 const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len);

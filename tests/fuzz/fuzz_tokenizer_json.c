@@ -2,7 +2,8 @@
  * fuzz_tokenizer_json.c — libFuzzer target for the tokenizer.json reader
  * (tokenizer_parse_json in kernels/tokenizer.c): `strait tokenize
  * --tokenizer DIR` reads downloaded folders. An accepted tokenizer encodes
- * a fixed text to ids that decode back to it, byte for byte.
+ * a fixed text to ids that decode back to it, byte for byte, and
+ * normalizes any bytes (its NFC, when it has one) without fault.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (at != sizeof text - 1) abort();
     }
     token_buf_free(&b);
+    /* the normalizer over the input's own bytes, valid UTF-8 or not */
+    char *norm;
+    size_t nlen;
+    if (tokenizer_normalize(t, (const char *)data, size, &norm, &nlen, err) == 0) free(norm);
     tokenizer_free(t);
     return 0;
 }

@@ -294,8 +294,9 @@ Test(tokenize, cli_refuses_a_used_folder_and_a_missing_tokenizer) {
 
 /* tokenizer.json files built by `tokenizers` in each of the three
  * pre-tokenizer patterns (GPT-2's, Llama 3's with ignore_merges, Qwen2's
- * with every id moved past 65535): identical ids on every fortunes
- * collection and the edge cases, decode(encode(x)) == x, and `strait
+ * with its NFC normalizer and every id moved past 65535): identical ids on
+ * every fortunes collection and the edge cases, decode(encode(x)) == x (of
+ * the normalized text), and `strait
  * tokenize` writes the wide ids into a version-2 shard. */
 Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_styles,
      .timeout = 600) {
@@ -343,6 +344,15 @@ Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_s
             cr_assert_eq(file_read_all(files[i], (size_t)1 << 30, &text, &len, err), 0, "%s", err);
             snprintf(p, sizeof p, "%s/%d.ids", ids, i);
             cr_assert_eq(file_read_all(p, (size_t)1 << 30, &want, &wlen, err), 0, "%s", err);
+            char *norm;
+            size_t nlen;
+            cr_assert_eq(tokenizer_normalize(t, text, len, &norm, &nlen, err), 0, "%s", err);
+            cr_assert_eq(norm != NULL, s == 2, "only Qwen2's style normalizes (NFC)");
+            if (norm) {
+                if (strstr(files[i], "edge.txt"))
+                    cr_assert_lt(nlen, len, "NFC composes the edge cases' combining marks");
+                free(text), text = norm, len = nlen;
+            }
             TokenBuf b = {0};
             cr_assert_eq(tokenizer_encode(t, text, len, &b, err), 0, "%s", err);
             size_t first = 0;
@@ -408,7 +418,8 @@ Test(tokenize, tokenizer_json_settings_strait_cannot_compute_are_refused) {
         const char *extra, *pre, *norm, *added, *said;
     } cases[] = {
         {"", "ByteLevel", "null", "", NULL},
-        {"", "ByteLevel", "{\"type\":\"NFC\"}", "", "normalizer NFC"},
+        {"", "ByteLevel", "{\"type\":\"NFC\"}", "", NULL},
+        {"", "ByteLevel", "{\"type\":\"NFKC\"}", "", "normalizer NFKC"},
         {",\"byte_fallback\":true", "ByteLevel", "null", "", "byte_fallback"},
         {"", "Metaspace", "null", "", "pre_tokenizer Metaspace"},
         {"", "ByteLevel", "null", "{\"id\":256,\"content\":\"<x>\",\"special\":false}",

@@ -12,9 +12,9 @@
                              it: STYLE gpt2 (ByteLevel's regex, <|endoftext|>),
                              llama3 (Llama 3's Split regex, ignore_merges,
                              <|begin_of_text|> and <|end_of_text|>), qwen2
-                             (Qwen2's Split regex, <|endoftext|>, <|im_start|>,
-                             <|im_end|>, every id moved up by 70000 so they pass
-                             65535 as Qwen2's 151 646 do)
+                             (Qwen2's Split regex and NFC normalizer, <|endoftext|>,
+                             <|im_start|>, <|im_end|>, every id moved up by 70000
+                             so they pass 65535 as Qwen2's 151 646 do)
   encode-json JSON OUT FILE...
                              encode each FILE with tokenizer.json JSON, special
                              tokens in the text encoded as text (Strait's rule),
@@ -24,8 +24,10 @@ import json
 import os
 import sys
 
+import unicodedata
+
 from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, decoders, models, \
-    pre_tokenizers, trainers
+    normalizers, pre_tokenizers, trainers
 
 # the pre-tokenization patterns of Llama 3's and Qwen2's tokenizer.json
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -46,6 +48,8 @@ def train_json(out, style, merges, files):
                                  behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
+    if style == "qwen2":
+        tok.normalizer = normalizers.NFC()
     specials = SPECIALS[style]
     trainer = trainers.BpeTrainer(vocab_size=256 + merges + len(specials), min_frequency=2,
                                   special_tokens=specials, show_progress=False,
@@ -72,7 +76,8 @@ def encode_json(path, out, files):
         with open(f, encoding="utf-8") as fh:
             text = fh.read()
         ids = tok.encode(text).ids
-        if tok.decode(ids, skip_special_tokens=False) != text:
+        want = unicodedata.normalize("NFC", text) if tok.normalizer else text
+        if tok.decode(ids, skip_special_tokens=False) != want:
             sys.exit("tokenizers does not round-trip %s" % f)
         with open(os.path.join(out, "%d.ids" % i), "wb") as fh:
             fh.write(b"".join(x.to_bytes(4, "little") for x in ids))
