@@ -89,16 +89,6 @@ static double sgemm_flops(int threads) {
     return best;
 }
 
-static double mem_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024.0;
-}
-
 static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_t *o = json_object();
     json_object_set_new(o, "bench", json_string("train"));
@@ -195,7 +185,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         GPTConfig cfg;
         gpt_config_preset(shapes[k], &cfg);
-        double need = gpt_train_bytes(&cfg, 4, 64), have = mem_available_bytes();
+        double need = gpt_train_bytes(&cfg, 4, 64), have = kernels_mem_available();
         if (need > 0.8 * have) {
             json_t *o =
                 json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case", shapes[k],

@@ -251,15 +251,7 @@ static int wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round
  * available now (MemAvailable). */
 static double memory_available(const SiteRunOptions *o) {
     if (o->max_memory) return (double)o->max_memory;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb > 0) return kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (double)pages * page : 0;
+    return kernels_mem_available();
 }
 
 /* Refuses a model this site cannot hold: its training state, the round's

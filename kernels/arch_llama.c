@@ -282,29 +282,11 @@ static json_t *hf_config_write(const GPTConfig *c) {
 }
 
 #define N_TENSORS (int)(sizeof TENSORS / sizeof TENSORS[0])
-const Arch arch_llama = {"llama",
-                         "LlamaForCausalLM",
-                         "llama",
-                         "",
-                         TENSORS,
-                         N_TENSORS,
-                         WTE,
-                         HEAD,
-                         layout,
-                         forward,
-                         backward,
-                         hf_config_read,
-                         hf_config_write};
-const Arch arch_qwen2 = {"qwen2",
-                         "Qwen2ForCausalLM",
-                         "qwen2",
-                         "",
-                         TENSORS,
-                         N_TENSORS,
-                         WTE,
-                         HEAD,
-                         layout,
-                         forward,
-                         backward,
-                         hf_config_read,
-                         hf_config_write};
+/* Llama and Qwen2: one table and one graph, their Hugging Face names apart */
+#define LLAMA_FAMILY(name, hf_class)                                                               \
+    {                                                                                              \
+        name, hf_class, name, "", TENSORS, N_TENSORS, WTE, HEAD, layout, forward, backward,        \
+            hf_config_read, hf_config_write                                                        \
+    }
+const Arch arch_llama = LLAMA_FAMILY("llama", "LlamaForCausalLM");
+const Arch arch_qwen2 = LLAMA_FAMILY("qwen2", "Qwen2ForCausalLM");

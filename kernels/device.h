@@ -28,6 +28,10 @@ int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len);
 /* NCCL's version as "2.27.7", or "" when NCCL is not linked. */
 const char *kernels_nccl_version(void);
 
+/* The memory this machine has available now (MemAvailable, else the free
+ * pages), in bytes; 0 if neither can be read. */
+double kernels_mem_available(void);
+
 /* n OpenMP threads for the ops (0: keep the default), OpenBLAS on one: the
  * ops split their products across the OpenMP threads themselves. */
 void kernels_set_threads(int n);

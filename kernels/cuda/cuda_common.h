@@ -22,6 +22,18 @@
     } while (0)
 #define launchCheck() cudaCheck(cudaGetLastError())
 
+/* the sum of v over a block (a multiple of 32 threads), through shared[32] */
+static __device__ inline float block_sum(float v, float *shared) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float s = 0;
+    for (int w = 0; w < nw; w++) s += shared[w];
+    return s;
+}
+
 /* The op twins behind ops_cuda (ops.cu, ops_llama.cu): ops.h's arguments on
  * device pointers, and the stream. */
 extern "C" {

@@ -106,17 +106,6 @@ extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dou
 
 /* ---- layernorm: one block of 128 threads per row --------------------------------- */
 
-__device__ float block_sum(float v, float *shared) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float s = 0;
-    for (int w = 0; w < nw; w++) s += shared[w];
-    return s;
-}
-
 __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int C) {
     __shared__ float sh[32];

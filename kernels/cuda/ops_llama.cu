@@ -17,17 +17,6 @@ static int blocks(size_t n, int per) {
     return (int)((n + (size_t)per - 1) / (size_t)per);
 }
 
-__device__ static float row_sum(float v, float *shared) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float s = 0;
-    for (int w = 0; w < nw; w++) s += shared[w];
-    return s;
-}
-
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
 __global__ void rmsnorm_forward_k(float *out, float *rstd, const float *inp, const float *w, int C,
@@ -36,7 +25,7 @@ __global__ void rmsnorm_forward_k(float *out, float *rstd, const float *inp, con
     const float *x = inp + (size_t)blockIdx.x * C;
     float ss = 0;
     for (int i = threadIdx.x; i < C; i += blockDim.x) ss += x[i] * x[i];
-    float s = rsqrtf(row_sum(ss, sh) / C + eps);
+    float s = rsqrtf(block_sum(ss, sh) / C + eps);
     float *o = out + (size_t)blockIdx.x * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = w[i] * (x[i] * s);
     if (threadIdx.x == 0) rstd[blockIdx.x] = s;
@@ -49,7 +38,7 @@ __global__ void rmsnorm_backward_k(float *dinp, float *dw, const float *dout, co
     const float *d = dout + row * C, *x = inp + row * C;
     float *dx = dinp + row * C, s = rstd[row], dot = 0;
     for (int i = threadIdx.x; i < C; i += blockDim.x) dot += w[i] * d[i] * x[i];
-    float k = s * s * s * row_sum(dot, sh) / C;
+    float k = s * s * s * block_sum(dot, sh) / C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         atomicAdd(&dw[i], d[i] * (x[i] * s));
         dx[i] += s * w[i] * d[i] - k * x[i];
