@@ -227,7 +227,10 @@ Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
  * vocab.json and merges.txt, the site's text tokenized by strait tokenize,
  * a federation from the folder training on the shards, the round's model
  * exported for transformers and sampled through the tokenizer. */
-Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
+/* The path of docs/models.md for a GPT-2 (vocab.json and merges.txt) or a
+ * Llama (tokenizer.json in Llama 3's style; grouped-query attention, an
+ * untied output layer, Llama 3's rope scaling). */
+static void whole_path(int llama) {
     net_global_init();
     root = harness_tmpdir("pretrained");
     snprintf(fed, sizeof fed, "%s/fed", root);
@@ -240,19 +243,25 @@ Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
                            "/usr/share/games/fortunes/literature"};
     char *targv[] = {(char *)py, script,           "train",          hf,
                      "500",      (char *)texts[0], (char *)texts[1], NULL};
-    ProcResult r = proc_run(targv);
+    char *jargv[] = {(char *)py, script,           "train-json",     hf,  "llama3",
+                     "500",      (char *)texts[0], (char *)texts[1], NULL};
+    ProcResult r = proc_run(llama ? jargv : targv);
     cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
     proc_result_free(&r);
-    char err[ERR_LEN], vocab[800], merges[800];
-    snprintf(vocab, sizeof vocab, "%s/vocab.json", hf);
-    snprintf(merges, sizeof merges, "%s/merges.txt", hf);
-    Tokenizer *tok = tokenizer_load(vocab, merges, err);
+    char err[ERR_LEN];
+    Tokenizer *tok = tokenizer_load_dir(hf, err);
     cr_assert_not_null(tok, "%s", err);
     int V = tokenizer_vocab_size(tok);
     tokenizer_free(tok);
-    /* the "pretrained" model: a GPT-2 of that vocabulary, in the same folder */
+    /* the "pretrained" model of that vocabulary, in the same folder */
     GPTConfig cfg;
-    cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
+    if (llama) {
+        cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+        cfg.V = V, cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 32};
+        cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
+    } else {
+        cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
+    }
     GPT m;
     cr_assert_eq(gpt_build(&m, &cfg, 9, err), 0, "%s", err);
     cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
@@ -280,6 +289,8 @@ Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
     cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.cfg.V, V);
     cr_assert_eq(back.cfg.L, 2);
+    cr_assert_eq(back.cfg.arch, cfg.arch);
+    cr_assert_eq(back.cfg.rope.factor, cfg.rope.factor);
     gpt_free(&back);
     r = S("sample", ckpt, "--tokenizer", hf, "--tokens", "12", "--prompt", "The ", "--seed", "3");
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -289,4 +300,12 @@ Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
     cr_assert_eq(r.status, 1);
     cr_assert_not_null(strstr(r.err, "--tokenizer"), "%s", r.err);
     proc_result_free(&r);
+}
+
+Test(pretrained, tokenize_init_from_train_export_sample, .timeout = 300) {
+    whole_path(0);
+}
+
+Test(pretrained, the_same_path_for_a_llama_with_its_tokenizer_json, .timeout = 300) {
+    whole_path(1);
 }
