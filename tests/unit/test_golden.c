@@ -4,8 +4,9 @@
  * of the checkpoint each writes, recorded from the code before the
  * architecture table (commit 405a192). On the machine they were recorded
  * on (the same OpenBLAS core and thread count) every bit must match;
- * elsewhere BLAS's kernels may round differently, so the losses are held
- * to 1e-5 and the checkpoint hashes are reported, not asserted.
+ * elsewhere BLAS's kernels round differently and 12 steps carry it, so the
+ * losses are held to 1e-3 of themselves (a mis-wired graph is off by far
+ * more) and the checkpoint hashes are reported, not asserted.
  *
  * STRAIT_GOLDEN_PRINT=1 prints the values to record.
  */
@@ -107,7 +108,7 @@ Test(golden, gpt2_losses_and_checkpoints_are_those_recorded_before_the_redesign,
                              "every bit must match)",
                              g->preset, s, losses[s], want);
             else
-                cr_assert_float_eq(losses[s], want, 1e-5f * want, "%s step %d: %.9g, recorded %.9g",
+                cr_assert_float_eq(losses[s], want, 1e-3f * want, "%s step %d: %.9g, recorded %.9g",
                                    g->preset, s, losses[s], want);
         }
         if (exact)
