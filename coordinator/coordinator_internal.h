@@ -261,7 +261,7 @@ typedef struct Coordinator {
     int64_t join_limit; /* failed joins per address per minute before refusing it */
     struct JoinFailures {
         char addr[64];
-        int64_t minute;
+        int64_t since; /* ms: the first failure of the address's current minute */
         int count;
     } join_failures[256];
 } Coordinator;

@@ -109,28 +109,30 @@ static char *sign_site_csr(Coordinator *co, NetCall *c, const ProtobufCBinaryDat
     return cert;
 }
 
-/* Join failures per peer address in the current minute: beyond the
+/* Join failures per peer address in the minute since its first one (a
+ * window of its own, not the clock's minute: a burst across a minute's
+ * turn is still one burst): beyond the
  * federation's limit a join from the address is refused unless its token
  * is good (a token is 256 bits; this is for the signatures and rows a
  * stream of bad joins would cost, and a site behind the same NAT as a
  * flood still joins). Returns the address's count, or with record the
  * count after this failure; refused when it reaches the limit. */
 static int join_failures(Coordinator *co, const char *addr, int record) {
-    int64_t minute = time_wall_ms() / 60000;
+    int64_t now = time_wall_ms();
     pthread_mutex_lock(&co->join_lock);
     struct JoinFailures *slot = NULL, *oldest = &co->join_failures[0];
     size_t n = sizeof co->join_failures / sizeof co->join_failures[0];
     for (size_t i = 0; i < n && !slot; i++) {
         struct JoinFailures *f = &co->join_failures[i];
         if (strcmp(f->addr, addr) == 0) slot = f;
-        if (f->minute < oldest->minute) oldest = f;
+        if (f->since < oldest->since) oldest = f;
     }
     if (slot == NULL && record) { /* the stalest slot makes room */
         slot = oldest;
         snprintf(slot->addr, sizeof slot->addr, "%s", addr);
-        slot->count = 0;
+        slot->count = 0, slot->since = now;
     }
-    if (slot && slot->minute != minute) slot->minute = minute, slot->count = 0;
+    if (slot && now - slot->since >= 60000) slot->since = now, slot->count = 0;
     if (slot && record) slot->count++;
     int count = slot ? slot->count : 0;
     pthread_mutex_unlock(&co->join_lock);
