@@ -670,6 +670,12 @@ int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *po
     while (*pos < len && (budget == 0 || *pos - start < budget)) {
         size_t s = len, e = len;
         int rc = pcre2_match(t->re, (PCRE2_SPTR)text, len, *pos, 0, t->md, NULL);
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) { /* a pattern from a file may backtrack */
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return err_set(err, "the pre-tokenization pattern failed at byte %zu: %s", *pos,
+                           (char *)msg);
+        }
         if (rc > 0) {
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
             s = ov[0], e = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
