@@ -44,12 +44,15 @@ static double peak_rss_mb(void) {
     return (double)ru.ru_maxrss / 1024.0;
 }
 
+static int bench_bf16; /* this child keeps AdamW's moments in bf16 */
+
 static double tokens_per_s(const char *preset, int B, int T, int threads, int steps) {
     GPTConfig cfg;
     gpt_config_preset(preset, &cfg);
     GPT m;
     char err[ERR_LEN];
     if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    m.moments_bf16 = bench_bf16;
     kernels_set_threads(threads);
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
         *tg = mallocCheck(sizeof(int) * (size_t)B * T);
@@ -104,7 +107,10 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         double params = gpt_config_params(&cfg), peak = sgemm_flops(threads);
         json_object_set_new(o, "arch", json_string(model_arch_name(cfg.arch)));
         json_object_set_new(o, "params", json_real(params));
-        json_object_set_new(o, "memory", json_string("fp32 parameters, gradients, AdamW moments"));
+        json_object_set_new(o, "memory",
+                            json_string(bench_bf16 ? "fp32 parameters and gradients, bf16 AdamW "
+                                                     "moments (--moments bf16)"
+                                                   : "fp32 parameters, gradients, AdamW moments"));
         /* 6 x parameters FLOPs a token (attention's T² terms left out) */
         json_object_set_new(o, "model_flops_per_s", json_real(6.0 * params * tok_s));
         json_object_set_new(o, "peak_flops_per_s", json_real(peak));
@@ -141,6 +147,7 @@ int main(int argc, char **argv) {
     if (child) { /* a fresh process: its peak RSS is the model's alone */
         const char *preset = argv[2];
         int threads = max_threads < 2 ? max_threads : 2;
+        bench_bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
         emit(preset, 4, 64, threads, tokens_per_s(preset, 4, 64, threads, full ? 10 : 3));
         return 0;
     }
@@ -180,16 +187,21 @@ int main(int argc, char **argv) {
      * started by the classifier above, does not survive a fork. A shape
      * whose training state would not fit 80% of the memory available is
      * reported, not run. */
-    static const char *const shapes[] = {"gpt2-124m", "smollm2-135m", "smollm2-360m",
-                                         "qwen2.5-0.5b", "llama-3.2-1b"};
+    static const struct {
+        const char *preset;
+        int bf16;
+    } shapes[] = {{"gpt2-124m", 0},    {"smollm2-135m", 0}, {"smollm2-360m", 0},
+                  {"smollm2-360m", 1}, {"qwen2.5-0.5b", 0}, {"llama-3.2-1b", 0},
+                  {"llama-3.2-1b", 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         GPTConfig cfg;
-        gpt_config_preset(shapes[k], &cfg);
-        double need = gpt_train_bytes(&cfg, 4, 64), have = kernels_mem_available();
+        gpt_config_preset(shapes[k].preset, &cfg);
+        double need = gpt_train_bytes(&cfg, 4, 64, shapes[k].bf16), have = kernels_mem_available();
         if (need > 0.8 * have) {
             json_t *o =
-                json_pack("{s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case", shapes[k],
-                          "arch", model_arch_name(cfg.arch), "params", gpt_config_params(&cfg),
+                json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case",
+                          shapes[k].preset, "arch", model_arch_name(cfg.arch), "moments",
+                          shapes[k].bf16 ? "bf16" : "fp32", "params", gpt_config_params(&cfg),
                           "needs_gb", need / 1e9, "available_gb", have / 1e9, "fits", 0);
             json_emit_line(stdout, o);
             continue;
@@ -197,13 +209,18 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            char *cargv[] = {argv[0], "--child", (char *)shapes[k], full ? "--full" : NULL, NULL};
+            char *cargv[] = {argv[0],
+                             "--child",
+                             (char *)shapes[k].preset,
+                             shapes[k].bf16 ? "bf16" : "fp32",
+                             full ? "--full" : NULL,
+                             NULL};
             execv("/proc/self/exe", cargv);
             _exit(127);
         }
         int st;
         if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            DIE("the %s case failed", shapes[k]);
+            DIE("the %s case failed", shapes[k].preset);
     }
     int counts[2] = {1, max_threads};
     for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {

@@ -185,17 +185,13 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {"gpus", required_argument, NULL, 'g'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {"init-from", required_argument, NULL, 'I'},
-                                         {"max-memory", required_argument, NULL, 'M'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},      {"threads", required_argument, NULL, 'j'},
+        {"batch", required_argument, NULL, 'b'},     {"seq", required_argument, NULL, 't'},
+        {"lr", required_argument, NULL, 'l'},        {"device", required_argument, NULL, 'D'},
+        {"gpus", required_argument, NULL, 'g'},      {"seed", required_argument, NULL, 's'},
+        {"init-from", required_argument, NULL, 'I'}, {"max-memory", required_argument, NULL, 'M'},
+        {"moments", required_argument, NULL, 'o'},   {NULL, 0, NULL, 0}};
     const char *data[64];
     SiteRunOptions o = {.data = data};
     int c;
@@ -226,6 +222,10 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             o.seed = (uint64_t)seed;
         } else if (c == 'I') {
             o.init_from = optarg;
+        } else if (c == 'o') {
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                return cli_usage_error(cmd, "--moments is fp32 or bf16, not '%s'", optarg);
+            o.moments_bf16 = strcmp(optarg, "bf16") == 0;
         } else if (c == 'M') {
             char *end;
             double v = strtod(optarg, &end);

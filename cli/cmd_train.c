@@ -57,18 +57,26 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
-        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
-        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
-        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
-        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
-        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'J'},          {"init-from", required_argument, NULL, 'I'},
-        {"vocab", required_argument, NULL, 'V'},   {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"out", required_argument, NULL, 'o'},
+                                         {"val-every", required_argument, NULL, 'v'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 'S'},
+                                         {"json", no_argument, NULL, 'J'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {"vocab", required_argument, NULL, 'V'},
+                                         {"moments", required_argument, NULL, 'M'},
+                                         {NULL, 0, NULL, 0}};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
-        gpus = 1;
+        gpus = 1, moments_bf16 = 0;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -122,6 +130,11 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             break;
         case 'V':
             if (cli_int(cmd, "--vocab", &vocab)) return EXIT_USAGE;
+            break;
+        case 'M':
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                return cli_usage_error(cmd, "--moments is fp32 or bf16, not '%s'", optarg);
+            moments_bf16 = strcmp(optarg, "bf16") == 0;
             break;
         }
     }
@@ -182,6 +195,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         tokens_free(&ts);
         return cli_fail(cmd, "%s", err);
     }
+    m.moments_bf16 = moments_bf16;
     TrainOut o = {
         .val = val, .B = B, .T = T, .val_every = val_every, .json = json, .val_loss = NAN};
     o.have_val = val.n > (size_t)B * T; /* at least one batch of validation */

@@ -48,7 +48,7 @@ const Command cli_commands[] = {
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
-     "[--gpus N] [--seed S] [--init-from HFDIR] [--max-memory BYTES]",
+     "[--gpus N] [--seed S] [--init-from HFDIR] [--max-memory BYTES] [--moments fp32|bf16]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -66,6 +66,8 @@ const Command cli_commands[] = {
      "  --max-memory BYTES  the most memory the site may take (16G, 512M); a federation\n"
      "                whose model needs more is refused before anything is allocated\n"
      "                (default: what the machine has available)\n"
+     "  --moments M   AdamW's moments in fp32 (default) or bf16 (CPU: 12 bytes a parameter\n"
+     "                instead of 16; the model and its updates stay fp32)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
@@ -80,7 +82,7 @@ const Command cli_commands[] = {
      cmd_site_revoke},
     {"train",
      "--data PATH... [--model PRESET | --init-from HFDIR] [--steps N] [--batch B] [--seq T]\n"
-     "     [--lr X] [--out CKPT]",
+     "     [--lr X] [--moments fp32|bf16] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -93,6 +95,8 @@ const Command cli_commands[] = {
      "  --vocab N         the model's vocabulary: the tokenizer's size for shards made\n"
      "                    with a BPE other than GPT-2's (default 256 text, 50257 shards)\n"
      "  --steps N         optimizer steps (default 1000)\n"
+     "  --moments M       AdamW's moments in fp32 (default) or bf16 (CPU; 12 bytes a\n"
+     "                    parameter instead of 16)\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"
      "  --lr X            peak learning rate, after warmup, decayed by cosine (default 3e-3)\n"

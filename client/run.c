@@ -259,13 +259,13 @@ static double memory_available(const SiteRunOptions *o) {
 static int check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err) {
     int B = o->batch > 0 ? o->batch : 8, T = o->seq > 0 ? o->seq : (cfg->T < 128 ? cfg->T : 128);
     double n = gpt_config_params(cfg);
-    double need = gpt_train_bytes(cfg, B, T) + 4.0 * n * 4;
+    double need = gpt_train_bytes(cfg, B, T, o->moments_bf16) + 4.0 * n * 4;
     double have = memory_available(o);
     if (have <= 0 || need <= have) return 0;
     return err_set(err,
                    "the federation's model (%.3g billion parameters) needs about %.1f GB here "
-                   "and this site has %.1f GB%s; run the site on a larger machine, or with a "
-                   "smaller --batch",
+                   "and this site has %.1f GB%s; run the site on a larger machine, with a "
+                   "smaller --batch, or with --moments bf16",
                    n / 1e9, need / 1e9, have / 1e9,
                    o->max_memory ? " (--max-memory)" : " available");
 }
@@ -376,13 +376,20 @@ static Strait__HelloResponse *share_hello(const Ranks *rk, Strait__HelloResponse
 /* The inner optimizer's state and the data position, rank 0's to all. */
 static void share_state(const Ranks *rk, GPT *m, size_t *pos) {
     if (rk->size == 1) return;
-    int64_t head[3] = {m->m != NULL, m->step, (int64_t)*pos};
+    int64_t head[3] = {m->m != NULL || m->mh != NULL, m->step, (int64_t)*pos};
     ranks_bcast(head, sizeof head);
-    if (head[0] && m->m == NULL) {
-        m->m = callocCheck(m->n_params, sizeof(float));
-        m->v = callocCheck(m->n_params, sizeof(float));
-    }
-    if (head[0]) {
+    if (head[0] && m->moments_bf16) { /* every rank keeps them as rank 0 does (--moments) */
+        if (m->mh == NULL) {
+            m->mh = callocCheck(m->n_params, sizeof(uint16_t));
+            m->vh = callocCheck(m->n_params, sizeof(uint16_t));
+        }
+        ranks_bcast(m->mh, m->n_params * sizeof(uint16_t));
+        ranks_bcast(m->vh, m->n_params * sizeof(uint16_t));
+    } else if (head[0]) {
+        if (m->m == NULL) {
+            m->m = callocCheck(m->n_params, sizeof(float));
+            m->v = callocCheck(m->n_params, sizeof(float));
+        }
         ranks_bcast(m->m, m->n_params * sizeof(float));
         ranks_bcast(m->v, m->n_params * sizeof(float));
     }
@@ -459,6 +466,7 @@ int client_run(const SiteRunOptions *o, char *err) {
     /* the federation's initial model, drawn from its seed as the
      * coordinator drew it: when it is the current model, no download */
     if (gpt_build(&m, &cfg, hr->model_seed, err) != 0) goto out;
+    m.moments_bf16 = o->moments_bf16;
     if (m.table_hash != hr->table_hash) {
         err_set(err, "the federation's parameter table differs from this strait's; upgrade");
         goto out;

@@ -98,12 +98,12 @@ double gpt_config_params(const GPTConfig *c) {
     return n;
 }
 
-double gpt_train_bytes(const GPTConfig *c, int B, int T) {
+double gpt_train_bytes(const GPTConfig *c, int B, int T, int moments_bf16) {
     ActLayout lay = {0};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* parameters, gradients, AdamW's two moments; a step's activations and
      * their gradients */
-    return 16.0 * gpt_config_params(c) + 8.0 * (double)lay.len;
+    return (moments_bf16 ? 12.0 : 16.0) * gpt_config_params(c) + 8.0 * (double)lay.len;
 }
 
 static void add_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
@@ -211,6 +211,7 @@ int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err) {
 
 void gpt_free(GPT *m) {
     free(m->views), free(m->row_view), free(m->params), free(m->grads), free(m->m), free(m->v);
+    free(m->mh), free(m->vh);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     memset(m, 0, sizeof *m);
 }

@@ -43,9 +43,10 @@ int model_arch_of(const char *name);
 /* Parameters of a shape (its table's size), before anything is built. */
 double gpt_config_params(const GPTConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: the
- * parameters, their gradients, AdamW's moments and a step's activations
- * and their gradients (the architecture's own layout). */
-double gpt_train_bytes(const GPTConfig *cfg, int B, int T);
+ * parameters, their gradients, AdamW's moments (in fp32, or bf16 with
+ * moments_bf16) and a step's activations and their gradients (the
+ * architecture's own layout). */
+double gpt_train_bytes(const GPTConfig *cfg, int B, int T, int moments_bf16);
 
 /* presets: tiny, small, base, gpt2-124m (GPT-2); llama-tiny, qwen2-tiny,
  * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
@@ -100,6 +101,8 @@ typedef struct GPT {
     uint64_t table_hash;   /* FNV-1a of names, shapes and order */
     float *params, *grads; /* owned, n_params each */
     float *m, *v;          /* AdamW moments, allocated at the first step */
+    int moments_bf16;      /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
+    uint16_t *mh, *vh;     /* bf16 moments (bits), allocated at the first step */
     int step;              /* AdamW steps taken */
     /* activations of the last forward, and their gradients (owned) */
     float *acts, *dacts;

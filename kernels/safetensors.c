@@ -23,9 +23,10 @@
 
 #define ST_MAX_HEADER (64u << 20)
 
-/* Writes tensors (prefix + view name) from `base` with the metadata. */
-static int write_file(const char *path, const GPT *m, const float *const *bases,
-                      const char *const *prefixes, int n_bases, int step, char *err) {
+/* Writes tensors (prefix + view name) from `base` with the metadata: F32,
+ * or BF16 (elem 2: bases hold bf16 bits). */
+static int write_file_as(const char *path, const GPT *m, const void *const *bases,
+                         const char *const *prefixes, int n_bases, int step, int elem, char *err) {
     json_t *h = json_object(), *meta = json_object();
     char *cfg = model_config_json(&m->cfg);
     char hash[32], step_s[32];
@@ -46,13 +47,13 @@ static int write_file(const char *path, const GPT *m, const float *const *bases,
             json_t *t = json_object(), *shape = json_array();
             for (int d = 0; d < v->ndim; d++)
                 json_array_append_new(shape, json_integer(v->shape[d]));
-            json_object_set_new(t, "dtype", json_string("F32"));
+            json_object_set_new(t, "dtype", json_string(elem == 2 ? "BF16" : "F32"));
             json_object_set_new(t, "shape", shape);
             json_object_set_new(
                 t, "data_offsets",
-                json_pack("[I,I]", (json_int_t)off, (json_int_t)(off + v->numel * 4)));
+                json_pack("[I,I]", (json_int_t)off, (json_int_t)(off + v->numel * (size_t)elem)));
             json_object_set_new(h, name, t);
-            off += v->numel * 4;
+            off += v->numel * (size_t)elem;
         }
     char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
@@ -69,7 +70,8 @@ static int write_file(const char *path, const GPT *m, const float *const *bases,
     }
     for (int b = 0; b < n_bases; b++)
         for (int i = 0; i < m->n_views; i++)
-            if (file_atomic_write(af, bases[b] + m->views[i].offset, m->views[i].numel * 4, err)) {
+            if (file_atomic_write(af, (const uint8_t *)bases[b] + m->views[i].offset * (size_t)elem,
+                                  m->views[i].numel * (size_t)elem, err)) {
                 file_atomic_abort(af);
                 goto out;
             }
@@ -79,11 +81,16 @@ out:
     return rc;
 }
 
+static int write_file(const char *path, const GPT *m, const float *const *bases,
+                      const char *const *prefixes, int n_bases, int step, char *err) {
+    return write_file_as(path, m, (const void *const *)bases, prefixes, n_bases, step, 4, err);
+}
+
 int gpt_save(const GPT *m, const char *path, int step, char *err) {
     const float *bases[1] = {m->params};
     const char *prefixes[1] = {""};
     if (write_file(path, m, bases, prefixes, 1, step, err) != 0) return -1;
-    if (m->m == NULL) return 0;
+    if (m->m == NULL && m->mh == NULL) return 0;
     char opt[1100];
     snprintf(opt, sizeof opt, "%.*s.opt.safetensors",
              (int)(strlen(path) > 12 && strcmp(path + strlen(path) - 12, ".safetensors") == 0
@@ -94,10 +101,14 @@ int gpt_save(const GPT *m, const char *path, int step, char *err) {
 }
 
 int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err) {
+    const char *prefixes[2] = {"adam_m.", "adam_v."};
+    if (m->mh && m->vh) { /* bf16 moments, as they are kept */
+        const void *bases[2] = {m->mh, m->vh};
+        return write_file_as(opt_path, m, bases, prefixes, 2, m->step, 2, err);
+    }
     if (m->m == NULL || m->v == NULL)
         return err_set(err, "%s: no optimizer state to save (no step has run)", opt_path);
     const float *bases[2] = {m->m, m->v};
-    const char *prefixes[2] = {"adam_m.", "adam_v."};
     return write_file(opt_path, m, bases, prefixes, 2, m->step, err);
 }
 
@@ -200,9 +211,17 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
     return rc;
 }
 
-/* Reads each view's tensor (prefix + name) into dst after checking it. */
-static int load_tensors(const char *path, const StFile *f, const GPT *m, float *dst,
-                        const char *prefix, char *err) {
+static uint16_t to_bf16(float x) { /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Reads each view's tensor (prefix + name) into dst after checking it: dst
+ * holds fp32 (elem 4) or bf16 bits (elem 2); an F32 or BF16 file tensor is
+ * converted to it. */
+static int load_tensors_as(const char *path, const StFile *f, const GPT *m, void *dst, int elem,
+                           const char *prefix, char *err) {
     json_t *h = f->h;
     uint64_t dlen = f->data_len;
     for (int i = 0; i < m->n_views; i++) {
@@ -212,7 +231,10 @@ static int load_tensors(const char *path, const StFile *f, const GPT *m, float *
         json_t *t = json_object_get(h, name);
         if (!json_is_object(t)) return err_set(err, "%s: tensor %s is missing", path, name);
         const char *dtype = json_string_value(json_object_get(t, "dtype"));
-        if (dtype == NULL || strcmp(dtype, "F32") != 0)
+        int fe = dtype && strcmp(dtype, "F32") == 0    ? 4
+                 : dtype && strcmp(dtype, "BF16") == 0 ? 2
+                                                       : 0;
+        if (fe == 0 || (fe == 2 && strncmp(prefix, "adam_", 5) != 0))
             return err_set(err, "%s: tensor %s has dtype %s, expected F32", path, name,
                            dtype ? dtype : "(none)");
         json_t *shape = json_object_get(t, "shape"), *offs = json_object_get(t, "data_offsets");
@@ -226,13 +248,37 @@ static int load_tensors(const char *path, const StFile *f, const GPT *m, float *
             return err_set(err, "%s: tensor %s lacks data_offsets", path, name);
         json_int_t b = json_integer_value(json_array_get(offs, 0));
         json_int_t e = json_integer_value(json_array_get(offs, 1));
-        if (b < 0 || e < b || (uint64_t)e > dlen || (uint64_t)(e - b) != v->numel * 4)
+        if (b < 0 || e < b || (uint64_t)e > dlen || (uint64_t)(e - b) != v->numel * (size_t)fe)
             return err_set(err, "%s: tensor %s's bytes [%lld, %lld) do not fit the file or shape",
                            path, name, (long long)b, (long long)e);
-        if (read_at(path, f->fd, dst + v->offset, v->numel * 4, f->data_at + (uint64_t)b, err) != 0)
-            return -1;
+        uint8_t *out = (uint8_t *)dst + v->offset * (size_t)elem;
+        if (fe == elem) {
+            if (read_at(path, f->fd, out, v->numel * (size_t)fe, f->data_at + (uint64_t)b, err))
+                return -1;
+            continue;
+        }
+        /* moments kept the other way than saved: one tensor converted at a time */
+        uint8_t *tmp = mallocCheck(v->numel * (size_t)fe);
+        int rc = read_at(path, f->fd, tmp, v->numel * (size_t)fe, f->data_at + (uint64_t)b, err);
+        for (size_t k = 0; rc == 0 && k < v->numel; k++) {
+            if (fe == 4) {
+                float x;
+                memcpy(&x, tmp + 4 * k, 4);
+                ((uint16_t *)out)[k] = to_bf16(x);
+            } else {
+                uint32_t u = (uint32_t)(tmp[2 * k] | tmp[2 * k + 1] << 8) << 16;
+                memcpy((float *)out + k, &u, 4);
+            }
+        }
+        free(tmp);
+        if (rc != 0) return -1;
     }
     return 0;
+}
+
+static int load_tensors(const char *path, const StFile *f, const GPT *m, float *dst,
+                        const char *prefix, char *err) {
+    return load_tensors_as(path, f, m, dst, 4, prefix, err);
 }
 
 int gpt_load(GPT *m, const char *path, int *step, char *err) {
@@ -260,13 +306,18 @@ int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
     StFile f;
     if (st_open(opt_path, &f, err) != 0) return -1;
     json_t *h = f.h;
-    if (m->m == NULL) {
+    int bf = m->moments_bf16, el = bf ? 2 : 4;
+    if (bf && m->mh == NULL) {
+        m->mh = callocCheck(m->n_params, sizeof(uint16_t));
+        m->vh = callocCheck(m->n_params, sizeof(uint16_t));
+    } else if (!bf && m->m == NULL) {
         m->m = callocCheck(m->n_params, sizeof(float));
         m->v = callocCheck(m->n_params, sizeof(float));
     }
+    void *dm = bf ? (void *)m->mh : (void *)m->m, *dv = bf ? (void *)m->vh : (void *)m->v;
     int rc = -1;
-    if (load_tensors(opt_path, &f, m, m->m, "adam_m.", err) == 0 &&
-        load_tensors(opt_path, &f, m, m->v, "adam_v.", err) == 0) {
+    if (load_tensors_as(opt_path, &f, m, dm, el, "adam_m.", err) == 0 &&
+        load_tensors_as(opt_path, &f, m, dv, el, "adam_v.", err) == 0) {
         const char *st =
             json_string_value(json_object_get(json_object_get(h, "__metadata__"), "step"));
         m->step = st ? atoi(st) : 0;

@@ -19,7 +19,48 @@ void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr) {
     gpt_adamw_step_scaled(m, o, lr, 1.0f);
 }
 
+static inline float bf16_get(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static inline uint16_t bf16_put(float x) { /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* AdamW with its moments kept in bf16: read, updated in fp32, rounded back */
+static void adamw_bf16(GPT *m, const AdamWConfig *o, float lr, float grad_scale) {
+    if (m->mh == NULL) {
+        m->mh = callocCheck(m->n_params, sizeof(uint16_t));
+        m->vh = callocCheck(m->n_params, sizeof(uint16_t));
+    }
+    m->step++;
+    float bc1 = 1.0f - powf(o->beta1, (float)m->step), bc2 = 1.0f - powf(o->beta2, (float)m->step);
+    for (int i = 0; i < m->n_views; i++) {
+        const ParamView *v = &m->views[i];
+        float wd = v->ndim >= 2 ? o->weight_decay : 0.0f;
+        float *p = m->params + v->offset, *g = m->grads + v->offset;
+        uint16_t *mm = m->mh + v->offset, *vv = m->vh + v->offset;
+        const float b1 = o->beta1, b2 = o->beta2, eps = o->eps, ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+#pragma omp parallel for schedule(static)
+        for (size_t k = 0; k < v->numel; k++) {
+            float gk = g[k] * grad_scale;
+            float mk = b1 * bf16_get(mm[k]) + (1.0f - b1) * gk;
+            float vk = b2 * bf16_get(vv[k]) + (1.0f - b2) * gk * gk;
+            mm[k] = bf16_put(mk), vv[k] = bf16_put(vk);
+            p[k] -= lr * (mk * ib1 / (sqrtf(vk * ib2) + eps) + wd * p[k]);
+        }
+    }
+}
+
 void gpt_adamw_step_scaled(GPT *m, const AdamWConfig *o, float lr, float grad_scale) {
+    if (m->moments_bf16) {
+        adamw_bf16(m, o, lr, grad_scale);
+        return;
+    }
     if (m->m == NULL) {
         m->m = callocCheck(m->n_params, sizeof(float));
         m->v = callocCheck(m->n_params, sizeof(float));
@@ -99,6 +140,10 @@ Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int
         return NULL;
     }
 #endif
+    if (gpus > 0 && m->moments_bf16) {
+        err_set(err, "bf16 AdamW moments are kept on the CPU only; on GPUs use --moments fp32");
+        return NULL;
+    }
     Trainer *t = callocCheck(1, sizeof *t);
     t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
     if (ranks > 1 && gpus == 0)

@@ -559,6 +559,67 @@ Test(model, small_learns_real_text, .timeout = 180) {
     tokens_free(&ts);
 }
 
+/* ---- AdamW's moments in bf16 ---------------------------------------------------- */
+
+/* What keeping the moments in bf16 costs: 4 bytes a parameter less, and the
+ * same learning within a few percent on a repeated batch; the file keeps
+ * them as they are, and a model of the other kind reads them converted. */
+Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout = 180) {
+    const char *text = "the quick brown fox jumps over the lazy dog. pack my box with five dozen "
+                       "liquor jugs. how vexingly quick daft zebras jump! ";
+    int B = 4, T = 64, in[256], tg[256];
+    size_t n = strlen(text);
+    for (int i = 0; i < B * T; i++)
+        in[i] = (uint8_t)text[i % n], tg[i] = (uint8_t)text[(i + 1) % n];
+    enum { STEPS = 40 }; /* still learning, not memorised: a loss above 1 */
+    float l32[STEPS], l16[STEPS];
+    GPT a = preset_model("llama-tiny", 3), b = preset_model("llama-tiny", 3);
+    b.moments_bf16 = 1;
+    train_steps(&a, in, tg, B, T, STEPS, 1e-3f, l32);
+    train_steps(&b, in, tg, B, T, STEPS, 1e-3f, l16);
+    cr_assert_null(b.m, "fp32 moments were allocated beside the bf16 ones");
+    cr_assert_not_null(b.mh);
+    cr_assert_lt(l16[STEPS - 1], l16[0] - 2.0f, "bf16 moments did not learn: %g to %g", l16[0],
+                 l16[STEPS - 1]);
+    cr_assert_gt(l32[STEPS - 1], 1.0f, "memorised already: the comparison would say nothing");
+    cr_assert_float_eq(l16[STEPS - 1], l32[STEPS - 1], 0.05f * l32[STEPS - 1],
+                       "bf16 %g, fp32 %g after %d steps", l16[STEPS - 1], l32[STEPS - 1], STEPS);
+    cr_log_info("llama-tiny after %d steps: loss %.4f with fp32 moments, %.4f with bf16", STEPS,
+                l32[STEPS - 1], l16[STEPS - 1]);
+    GPTConfig c = a.cfg;
+    double saved = gpt_train_bytes(&c, 8, 64, 0) - gpt_train_bytes(&c, 8, 64, 1);
+    cr_assert_float_eq(saved, 4.0 * (double)a.n_params, 1.0);
+    /* the file keeps bf16 moments as they are; each kind reads the other's */
+    char *dir = harness_tmpdir("bf16"), p16[700], p32[700], err[ERR_LEN];
+    snprintf(p16, sizeof p16, "%s/m16.opt.safetensors", dir);
+    snprintf(p32, sizeof p32, "%s/m32.opt.safetensors", dir);
+    cr_assert_eq(gpt_save_optimizer(&b, p16, err), 0, "%s", err);
+    cr_assert_eq(gpt_save_optimizer(&a, p32, err), 0, "%s", err);
+    GPT r16 = preset_model("llama-tiny", 1), r32 = preset_model("llama-tiny", 1);
+    r16.moments_bf16 = 1;
+    cr_assert_eq(gpt_load_optimizer(&r16, p16, err), 0, "%s", err);
+    cr_assert_eq(memcmp(r16.mh, b.mh, b.n_params * 2), 0, "bf16 moments changed in the file");
+    cr_assert_eq(memcmp(r16.vh, b.vh, b.n_params * 2), 0);
+    cr_assert_eq(r16.step, STEPS);
+    cr_assert_eq(gpt_load_optimizer(&r32, p16, err), 0, "%s", err); /* widened, exactly */
+    for (size_t i = 0; i < b.n_params; i++) {
+        uint32_t u = (uint32_t)b.mh[i] << 16;
+        float want;
+        memcpy(&want, &u, 4);
+        cr_assert_eq(memcmp(&r32.m[i], &want, 4), 0, "moment %zu", i);
+    }
+    cr_assert_eq(gpt_load_optimizer(&r16, p32, err), 0, "%s", err); /* rounded to nearest */
+    for (size_t i = 0; i < a.n_params; i += 97) {
+        uint32_t u = (uint32_t)r16.vh[i] << 16;
+        float got;
+        memcpy(&got, &u, 4);
+        cr_assert_float_eq(got, a.v[i], 4e-3f * fabsf(a.v[i]) + 1e-38f, "v[%zu]", i);
+    }
+    gpt_free(&a), gpt_free(&b), gpt_free(&r16), gpt_free(&r32);
+    harness_rmtree(dir);
+    free(dir);
+}
+
 /* ---- checkpoints and shards ------------------------------------------------------ */
 
 Test(checkpoint_file, round_trip_is_bit_exact_and_damage_is_refused) {
