@@ -267,7 +267,7 @@ static int load_tensors_as(const char *path, const StFile *f, const GPT *m, void
                 ((uint16_t *)out)[k] = to_bf16(x);
             } else {
                 uint32_t u = (uint32_t)(tmp[2 * k] | tmp[2 * k + 1] << 8) << 16;
-                memcpy((float *)out + k, &u, 4);
+                memcpy(out + 4 * k, &u, 4);
             }
         }
         free(tmp);
