@@ -95,8 +95,9 @@ static void federation_from(const char *hfdir) {
     harness_enroll_join(fed, addr, "s0", sdir);
 }
 
-/* strait site run for s0 on data, holding init_from (may be NULL). */
-static void run_site(const char *data, const char *init_from) {
+/* strait site run for s0 on data, holding init_from (may be NULL), its
+ * AdamW moments kept as `moments` says ("fp32" or "bf16"). */
+static void run_site_as(const char *data, const char *init_from, const char *moments) {
     char sdir[700];
     snprintf(sdir, sizeof sdir, "%s/site", root);
     char *argv[] = {(char *)harness_strait_bin(),
@@ -107,12 +108,17 @@ static void run_site(const char *data, const char *init_from) {
                     (char *)data,
                     "--threads",
                     "1",
+                    "--moments",
+                    (char *)moments,
                     init_from ? "--init-from" : NULL,
                     (char *)init_from,
                     NULL};
     int fd;
     site_pid = proc_spawn(argv, &fd);
     close(fd);
+}
+static void run_site(const char *data, const char *init_from) {
+    run_site_as(data, init_from, "fp32");
 }
 
 /* A federation from the pretrained folder, one site on SITE_DATA (holding
@@ -274,10 +280,23 @@ static void whole_path(int llama) {
     snprintf(shard0, sizeof shard0, "%s/tokens_000000.bin", shards);
 
     federation_from(hf);
-    run_site(shard0, NULL);
+    run_site_as(shard0, NULL, llama ? "bf16" : "fp32"); /* the Llama's site keeps bf16 moments */
     StoreRound rd = store_fixture_wait_committed(fed, 0, 180);
     cr_assert_eq(rd.participants, 1);
     cr_assert(isfinite(rd.eval_loss));
+    /* the site's state after the round: its moments as it keeps them */
+    char state[800], *st;
+    size_t sl;
+    snprintf(state, sizeof state, "%s/site/state/inner.opt.safetensors", root);
+    for (int k = 0; k < 100 && access(state, F_OK) != 0; k++) usleep(50000);
+    cr_assert_eq(file_read_all(state, 1 << 26, &st, &sl, err), 0, "%s", err);
+    uint64_t hl;
+    memcpy(&hl, st, 8);
+    cr_assert_lt(hl, sl);
+    const char *want = llama ? "\"dtype\":\"BF16\"" : "\"dtype\":\"F32\"";
+    cr_assert_not_null(memmem(st + 8, hl, want, strlen(want)), "the site's moments file lacks %s",
+                       want);
+    free(st);
 
     char ckpt[800], out[800];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-000000.safetensors", fed);
