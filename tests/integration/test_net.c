@@ -222,7 +222,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    net_server_stop(server, 1000);
+    net_server_stop(server, 10000); /* returns once drained; 1 s was short under ASan */
     net_spool_close(spool);
     tls_fixture_fini(&tls);
     net_global_shutdown();
@@ -607,7 +607,7 @@ static void *block_thread(void *arg) {
 }
 
 Test(net, calls_beyond_the_pool_get_resource_exhausted) {
-    net_server_stop(server, 1000);
+    net_server_stop(server, 10000); /* returns once drained; 1 s was short under ASan */
     start_server(2);
     NetChannel *ch = site_channel();
     BlockCall calls[2] = {{ch, NET_UNKNOWN}, {ch, NET_UNKNOWN}};
@@ -695,7 +695,7 @@ Test(net, the_spool_is_bounded_and_expires_old_uploads) {
  * workers, one reserved and a backlog, a second common call waits in the
  * backlog instead of taking the reserved worker, and an admin call runs. */
 Test(net, the_reserve_stays_free_for_its_methods) {
-    net_server_stop(server, 1000);
+    net_server_stop(server, 10000); /* returns once drained; 1 s was short under ASan */
     start_server_with(2, 1, 2);
     NetChannel *ch = site_channel();
     BlockCall calls[2] = {{ch, NET_UNKNOWN}, {ch, NET_UNKNOWN}};
