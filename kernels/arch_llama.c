@@ -212,7 +212,8 @@ static int hf_must(json_t *j, const char *key, int want, const char *why, char *
 }
 
 static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
-    int qwen = strcmp(json_string_value(json_object_get(j, "model_type")), "qwen2") == 0;
+    const char *type = json_string_value(json_object_get(j, "model_type"));
+    int qwen = type && strcmp(type, "qwen2") == 0;
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     if (act && strcmp(act, "silu") != 0)
         return err_set(err, "hidden_act %s; the Llama family's SwiGLU is silu", act);

@@ -27,6 +27,7 @@
 
 #include "kernels/arch.h"
 #include "kernels/formats.h"
+#include "kernels/half.h"
 #include "kernels/model.h"
 #include "util/util.h"
 
@@ -166,25 +167,6 @@ static json_t *hf_find(const HfIn *in, const char *name, const Shard **shard) {
     json_t *t = json_object_get(in->shards[k].header, name);
     *shard = &in->shards[k];
     return json_is_object(t) ? t : NULL;
-}
-
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
-        float f = ldexpf((float)man, -24);
-        return sign ? -f : f;
-    }
-    bits = exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static float bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 }
 
 /* a table row's Hugging Face name at layer l ("%d" in the pattern) */

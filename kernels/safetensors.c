@@ -19,6 +19,7 @@
 
 #include "kernels/model.h"
 #include "kernels/formats.h"
+#include "kernels/half.h"
 #include "util/util.h"
 
 #define ST_MAX_HEADER (64u << 20)
@@ -211,12 +212,6 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
     return rc;
 }
 
-static uint16_t to_bf16(float x) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* Reads each view's tensor (prefix + name) into dst after checking it: dst
  * holds fp32 (elem 4) or bf16 bits (elem 2); an F32 or BF16 file tensor is
  * converted to it. */
@@ -264,10 +259,10 @@ static int load_tensors_as(const char *path, const StFile *f, const GPT *m, void
             if (fe == 4) {
                 float x;
                 memcpy(&x, tmp + 4 * k, 4);
-                ((uint16_t *)out)[k] = to_bf16(x);
+                ((uint16_t *)out)[k] = float_to_bf16(x);
             } else {
-                uint32_t u = (uint32_t)(tmp[2 * k] | tmp[2 * k + 1] << 8) << 16;
-                memcpy(out + 4 * k, &u, 4);
+                float x = bf16_to_float((uint16_t)(tmp[2 * k] | tmp[2 * k + 1] << 8));
+                memcpy(out + 4 * k, &x, 4);
             }
         }
         free(tmp);

@@ -8,6 +8,7 @@
 
 #include "kernels/device.h"
 #include "kernels/formats.h"
+#include "kernels/half.h"
 #include "kernels/ranks.h"
 #include "kernels/train.h"
 #include "util/util.h"
@@ -17,18 +18,6 @@
 
 void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr) {
     gpt_adamw_step_scaled(m, o, lr, 1.0f);
-}
-
-static inline float bf16_get(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-static inline uint16_t bf16_put(float x) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* AdamW with its moments kept in bf16: read, updated in fp32, rounded back */
@@ -48,9 +37,9 @@ static void adamw_bf16(GPT *m, const AdamWConfig *o, float lr, float grad_scale)
 #pragma omp parallel for schedule(static)
         for (size_t k = 0; k < v->numel; k++) {
             float gk = g[k] * grad_scale;
-            float mk = b1 * bf16_get(mm[k]) + (1.0f - b1) * gk;
-            float vk = b2 * bf16_get(vv[k]) + (1.0f - b2) * gk * gk;
-            mm[k] = bf16_put(mk), vv[k] = bf16_put(vk);
+            float mk = b1 * bf16_to_float(mm[k]) + (1.0f - b1) * gk;
+            float vk = b2 * bf16_to_float(vv[k]) + (1.0f - b2) * gk * gk;
+            mm[k] = float_to_bf16(mk), vv[k] = float_to_bf16(vk);
             p[k] -= lr * (mk * ib1 / (sqrtf(vk * ib2) + eps) + wd * p[k]);
         }
     }

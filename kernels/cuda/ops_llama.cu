@@ -2,7 +2,6 @@
  * ops_llama.cu — the CUDA twins of kernels/cpu/ops_llama.c: RMSNorm (one
  * block of 128 threads per row), rotary embeddings (the frequencies from
  * ops.h's rope_inv_freq, the CPU's floats, in constant memory) and SwiGLU.
- * Never run on a GPU yet.
  */
 #include <math.h>
 

@@ -498,13 +498,17 @@ Test(model, same_seed_same_threads_same_losses_bit_for_bit) {
     gpt_free(&a), gpt_free(&b);
 }
 
-Test(model, tiny_learns_a_repeated_batch, .timeout = 120) {
+/* one batch of 4 x 64 bytes of pangrams, the same at every step */
+static void pangram_batch(int *in, int *tg) {
     const char *text = "the quick brown fox jumps over the lazy dog. pack my box with five dozen "
                        "liquor jugs. how vexingly quick daft zebras jump! ";
-    int B = 4, T = 64, in[256], tg[256];
     size_t n = strlen(text);
-    for (int i = 0; i < B * T; i++)
-        in[i] = (uint8_t)text[i % n], tg[i] = (uint8_t)text[(i + 1) % n];
+    for (int i = 0; i < 256; i++) in[i] = (uint8_t)text[i % n], tg[i] = (uint8_t)text[(i + 1) % n];
+}
+
+Test(model, tiny_learns_a_repeated_batch, .timeout = 120) {
+    int B = 4, T = 64, in[256], tg[256];
+    pangram_batch(in, tg);
     GPT m = tiny(3);
     float losses[300];
     train_steps(&m, in, tg, B, T, 300, 3e-3f, losses);
@@ -565,12 +569,8 @@ Test(model, small_learns_real_text, .timeout = 180) {
  * same learning within a few percent on a repeated batch; the file keeps
  * them as they are, and a model of the other kind reads them converted. */
 Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout = 180) {
-    const char *text = "the quick brown fox jumps over the lazy dog. pack my box with five dozen "
-                       "liquor jugs. how vexingly quick daft zebras jump! ";
     int B = 4, T = 64, in[256], tg[256];
-    size_t n = strlen(text);
-    for (int i = 0; i < B * T; i++)
-        in[i] = (uint8_t)text[i % n], tg[i] = (uint8_t)text[(i + 1) % n];
+    pangram_batch(in, tg);
     enum { STEPS = 40 }; /* still learning, not memorised: a loss above 1 */
     float l32[STEPS], l16[STEPS];
     GPT a = preset_model("llama-tiny", 3), b = preset_model("llama-tiny", 3);
