@@ -3,6 +3,7 @@
 #
 #   make            build everything (installs missing Debian packages first)
 #   make test       build and run every test; SAN=1 for ASan+UBSan
+#   make test-wan   federations across emulated WAN links (root: namespaces)
 #   make demo       a whole federation on this machine
 #   make bench      run the benchmarks (B=NAME for one), JSON lines out
 #   make CUDA=0     a CPU-only build; CUDA_ARCH=90 picks the GPU generation
@@ -25,7 +26,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: all test test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help
+.PHONY: all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help
 .DEFAULT_GOAL := all
 
 deps:
@@ -44,7 +45,7 @@ lint:
 	  --suppress=missingIncludeSystem -D__GNUC__ -DSTRAIT_HAVE_CUDA $(filter-out tests/%,$(filter %.c,$(FORMAT_FILES)))
 
 help:
-	@sed -n '2,10s/^# \{0,1\}//p' Makefile
+	@sed -n '2,11s/^# \{0,1\}//p' Makefile
 
 ifndef STRAIT_INNER
 # ---- outer make: deps first, then the real build in a fresh make --------------
@@ -133,6 +134,7 @@ LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c)) $(wildcard kernels/cpu/*
 CLI_SRC := $(wildcard cli/*.c)
 UNIT_SRC := $(wildcard tests/unit/*.c)
 INTEG_SRC := $(wildcard tests/integration/*.c)
+WAN_SRC := $(wildcard tests/wan/*.c)
 TEST_COMMON_SRC := $(wildcard tests/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
@@ -149,12 +151,13 @@ LIB := $(BUILD)/libstrait.a
 BIN := $(BUILD)/strait
 UNIT_BIN := $(BUILD)/tests/unit
 INTEG_BIN := $(BUILD)/tests/integration
+WAN_BIN := $(BUILD)/tests/wan
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 GPU_BIN := $(BUILD)/tests/gpu_ops
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/helpers/*.c))
 
-all: $(BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
+all: $(BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(WAN_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
 
 $(PROTO_C) $(PROTO_H) &: schema/strait.proto
 	@mkdir -p $(BUILD)/gen
@@ -207,6 +210,10 @@ $(INTEG_BIN): $(INTEG_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/o
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
 
+$(WAN_BIN): $(WAN_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
+	@mkdir -p $(@D)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+
 $(GPU_BIN): $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
@@ -245,6 +252,13 @@ test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"
 	$(Q)$(TEST_ENV) $(INTEG_BIN) --short-filename
+
+# make test-wan: federations across emulated WAN links between network
+# namespaces (tests/wan/; needs root for the namespaces and TUN devices, and
+# skips saying why without it); .ci/run calls it once.
+test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
+	@echo "WAN test bed ($(WAN_BIN))"
+	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS))
 
 # make test-hf: Strait's Hugging Face export read by transformers itself
 # (its Flax GPT-2 on JAX's CPU backend, which reads PyTorch-layout

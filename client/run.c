@@ -137,8 +137,12 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
  * added it to its own copy (so the two stay bit-identical), or the lossless
  * delta of a lossless downlink. Any other site gets the whole checkpoint
  * (through SITEDIR/model.safetensors). */
+/* The current model into m (theta: the model of round `have` the site
+ * holds, the base a delta applies to); *served gets the round the
+ * coordinator says it is, which may be past the one the site asked in (a
+ * download that outlived rounds: a cut link). */
 static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
-                     char *err) {
+                     uint64_t *served, char *err) {
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
@@ -153,7 +157,7 @@ static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sh
     char details[256];
     for (int attempt = 0;; attempt++) {
         NetStatus st = net_download(s->ch, "/strait.Federation/GetModel", buf, n, &lim,
-                                    CALL_TIMEOUT_MS * 5, &payload, details, sizeof details);
+                                    CALL_TIMEOUT_MS * 5, &payload, served, details, sizeof details);
         if (st == NET_OK) break;
         if (!transient(st) && st != NET_DATA_LOSS)
             return err_set(err, "model download refused (%s): %s", net_status_name(st), details);
@@ -582,10 +586,20 @@ int client_run(const SiteRunOptions *o, char *err) {
                 log_info("site",
                          "round %llu: the model is the federation's %s; built here, not downloaded",
                          (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
-            else if (get_model(&s, &m, theta, theta_sha, have_round, err) != 0)
-                goto out;
+            else {
+                uint64_t served = round;
+                if (get_model(&s, &m, theta, theta_sha, have_round, &served, err) != 0) goto out;
+                if (served > round) {
+                    log_warn("site",
+                             "round %llu closed while its model was downloading; this is "
+                             "round %llu's",
+                             (unsigned long long)round, (unsigned long long)served);
+                    round = served;
+                }
+            }
         }
         ranks_bcast(m.params, m.n_params * sizeof(float)); /* θ from rank 0 */
+        ranks_bcast(&round, sizeof round);                 /* and its round */
         if (rk.rank == 0) {
             seeded = 0;
             memcpy(theta, m.params, sizeof(float) * m.n_params);

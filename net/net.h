@@ -367,9 +367,10 @@ NetStatus net_upload(NetChannel *ch, const char *upload_method, const char *quer
 int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *data, size_t len,
                       char *err);
 /* Client side: sends the request, receives and verifies the payload into a
- * malloc'd buffer (header checked against lim before allocating). */
+ * malloc'd buffer (header checked against lim before allocating); *round
+ * (may be NULL) gets the header's round: what the sender says it sent. */
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
-                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, char *details,
-                       size_t details_len);
+                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
+                       char *details, size_t details_len);
 
 #endif /* STRAIT_NET_H */

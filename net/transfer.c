@@ -782,10 +782,11 @@ int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *da
 }
 
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
-                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, char *details,
-                       size_t details_len) {
+                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
+                       char *details, size_t details_len) {
     payload->data = NULL;
     payload->len = 0;
+    if (round) *round = 0;
     char err[ERR_LEN] = "";
     NetClientCall *c = net_client_start(ch, method, timeout_ms, err);
     if (c == NULL) {
@@ -813,6 +814,7 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
             const Strait__TransferHeader *h = f.pb->header;
             total = h->total_length;
             chunk = h->chunk_size;
+            if (round) *round = h->round;
             if (total > lim->max_total) {
                 bad = NET_RESOURCE_EXHAUSTED;
                 err_set(err, "download of %llu bytes is over the limit of %llu",

@@ -1080,7 +1080,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     for (int i = 0; i < 6; i++) {
         NetBuf payload = {NULL, 0};
         NetStatus st = net_download(m, "/strait.Federation/GetModel", "", 0, &lim, 20000, &payload,
-                                    details, sizeof details);
+                                    NULL, details, sizeof details);
         served += st == NET_OK;
         limited += st == NET_RESOURCE_EXHAUSTED;
         if (st == NET_OK) model_len = payload.len;
