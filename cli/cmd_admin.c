@@ -80,6 +80,9 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
                         r->bytes_up ? json_real((double)a->raw_bytes / (double)r->bytes_up)
                                     : json_null());
     json_object_set_new(o, "duration_ms", json_integer(round_ms(a, now)));
+    json_object_set_new(o, "wall_ms", a->wall_ms ? json_integer(a->wall_ms) : json_null());
+    json_object_set_new(o, "utilization", json_real_or_null(a->utilization));
+    json_object_set_new(o, "goodput", json_real_or_null(a->goodput));
     json_object_set_new(o, "opened_at", json_integer(r->opened_at));
     json_object_set_new(o, "closed_at", r->closed_at ? json_integer(r->closed_at) : json_null());
     json_object_set_new(o, "failed_reason",
@@ -93,7 +96,9 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
 static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) {
     const StoreRound *r = &a->r;
     char sites[24], train[16] = "-", val[16] = "-", start[16] = "-", ratio[16] = "-", dur[24],
-                    notes[1024] = "";
+                    util[16] = "-", good[16] = "-", notes[1024] = "";
+    if (isfinite(a->utilization)) snprintf(util, sizeof util, "%.1f%%", 100 * a->utilization);
+    if (isfinite(a->goodput)) snprintf(good, sizeof good, "%.1f%%", 100 * a->goodput);
     snprintf(sites, sizeof sites, "%lld/%lld", (long long)r->participants, (long long)a->expected);
     if (isfinite(r->train_loss)) snprintf(train, sizeof train, "%.4f", r->train_loss);
     if (isfinite(r->eval_loss)) snprintf(val, sizeof val, "%.4f", r->eval_loss);
@@ -125,14 +130,16 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     while (n > 0 && n < sizeof notes &&
            (notes[n - 1] == ' ' || notes[n - 1] == ';' || notes[n - 1] == ','))
         notes[--n] = '\0';
-    snprintf(out, len, "%6lld  %-10s %6s %9lld %8s %8s %8s %8.3f %8.3f %7s %8s  %s",
+    snprintf(out, len, "%6lld  %-10s %6s %9lld %8s %8s %8s %8.3f %8.3f %7s %8s %6s %7s  %s",
              (long long)r->number, r->state, sites, (long long)r->tokens, start, train, val,
-             r->bytes_up / 1e6, r->bytes_down / 1e6, ratio, dur, notes);
+             r->bytes_up / 1e6, r->bytes_down / 1e6, ratio, dur, util, good, notes);
 }
 
+/* UTIL: compute utilization, GOODPUT: accepted tokens over what the sites
+ * could have trained in the round's wall time (docs/operations.md) */
 static const char ROUNDS_HEADER[] =
     " ROUND  STATE       SITES    TOKENS    START    TRAIN      VAL    MB UP  "
-    "MB DOWN   RATIO     TIME  NOTES";
+    "MB DOWN   RATIO     TIME   UTIL GOODPUT  NOTES";
 
 /* ---- strait rounds ------------------------------------------------------------ */
 
@@ -338,6 +345,9 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         double vs =
             store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down);
         json_object_set_new(o, "dense_ratio", vs > 0 ? json_real(vs) : json_null());
+        json_object_set_new(o, "utilization", json_real_or_null(st.utilization));
+        json_object_set_new(o, "goodput", json_real_or_null(st.goodput));
+        json_object_set_new(o, "utilization_rounds", json_integer(st.utilization_rounds));
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++) {
             json_t *s = json_object();
@@ -388,6 +398,14 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
             printf("last commit  none yet\n");
         printf("rounds       %lld committed, %lld failed attempts\n",
                (long long)st.totals.rounds_committed, (long long)st.totals.rounds_failed);
+        if (isfinite(st.utilization)) {
+            char good[16] = "-";
+            if (isfinite(st.goodput)) snprintf(good, sizeof good, "%.1f%%", 100 * st.goodput);
+            printf("compute      %.1f%% utilization (training over wall time), %s goodput "
+                   "(accepted tokens over what the sites could train), last %lld round%s\n",
+                   100 * st.utilization, good, (long long)st.utilization_rounds,
+                   st.utilization_rounds == 1 ? "" : "s");
+        }
         double vs =
             store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down);
         printf("traffic      %.3f MB up, %.3f MB down, %.3f MB refused", st.totals.bytes_up / 1e6,
@@ -441,6 +459,13 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
             json_object_set_new(o, "start_eval_loss", json_real_or_null(u->start_eval_loss));
             json_object_set_new(o, "train_ms", json_integer(u->train_ms));
             json_object_set_new(o, "upload_ms", json_integer(u->upload_ms));
+            json_object_set_new(o, "download_ms", json_integer(u->download_ms));
+            json_object_set_new(o, "decode_ms", json_integer(u->decode_ms));
+            json_object_set_new(o, "eval_ms", json_integer(u->eval_ms));
+            json_object_set_new(o, "encode_ms", json_integer(u->encode_ms));
+            json_object_set_new(o, "wait_ms",
+                                u->wait_ms >= 0 ? json_integer(u->wait_ms) : json_null());
+            json_object_set_new(o, "utilization", json_real_or_null(u->utilization));
             json_object_set_new(o, "state", json_string(u->state));
             json_object_set_new(o, "reason", u->reason[0] ? json_string(u->reason) : json_null());
             json_object_set_new(o, "received_at", json_integer(u->received_at));
@@ -455,8 +480,21 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
            (long long)round.r.participants, (long long)round.expected, (long long)round.r.tokens,
            fmt_duration(round_ms(&round, now), dur, sizeof dur));
     if (round.r.failed_reason[0]) printf("failed: %s\n", round.r.failed_reason);
-    printf("%-20s %-6s %9s %9s %7s %8s %8s %8s %9s %9s  %s\n", "SITE", "CODEC", "RAW MB", "WIRE MB",
-           "RATIO", "TOKENS", "TRAIN", "VAL", "TRAIN MS", "UPLOAD MS", "STATE");
+    if (round.wall_ms > 0) {
+        char util[16] = "-", good[16] = "-";
+        if (isfinite(round.utilization))
+            snprintf(util, sizeof util, "%.1f%%", 100 * round.utilization);
+        if (isfinite(round.goodput)) snprintf(good, sizeof good, "%.1f%%", 100 * round.goodput);
+        printf("wall time %s since the round before committed: %s compute utilization, %s "
+               "goodput\n",
+               fmt_duration(round.wall_ms, dur, sizeof dur), util, good);
+    }
+    /* where each site's round went, in ms: the model's download and decode,
+     * held-out scoring, training, encoding (the site's claims), the upload
+     * and the wait for the round's close (the coordinator's measures) */
+    printf("%-20s %-6s %9s %9s %7s %8s %8s %8s %7s %7s %7s %8s %7s %7s %7s %6s  %s\n", "SITE",
+           "CODEC", "RAW MB", "WIRE MB", "RATIO", "TOKENS", "TRAIN", "VAL", "DOWN", "DECODE",
+           "EVAL", "TRAIN MS", "ENCODE", "UPLOAD", "WAIT", "UTIL", "STATE");
     for (size_t i = 0; i < n; i++) {
         const StoreUpdate *u = &ups[i];
         char train[16] = "-", val[16] = "-", ratio[16] = "-";
@@ -464,10 +502,17 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
         if (isfinite(u->eval_loss)) snprintf(val, sizeof val, "%.4f", u->eval_loss);
         if (u->wire_bytes)
             snprintf(ratio, sizeof ratio, "%.1fx", (double)u->raw_bytes / u->wire_bytes);
-        snprintf(line, sizeof line, "%-20s %-6s %9.3f %9.3f %7s %8lld %8s %8s %9lld %9lld  %s%s%s",
+        char wait[24] = "-", util[16] = "-";
+        if (u->wait_ms >= 0) snprintf(wait, sizeof wait, "%lld", (long long)u->wait_ms);
+        if (isfinite(u->utilization)) snprintf(util, sizeof util, "%.1f%%", 100 * u->utilization);
+        snprintf(line, sizeof line,
+                 "%-20s %-6s %9.3f %9.3f %7s %8lld %8s %8s %7lld %7lld %7lld %8lld %7lld %7lld "
+                 "%7s %6s  %s%s%s",
                  u->site_name, u->codec, u->raw_bytes / 1e6, u->wire_bytes / 1e6, ratio,
-                 (long long)u->tokens, train, val, (long long)u->train_ms, (long long)u->upload_ms,
-                 u->state, u->reason[0] ? ": " : "", u->reason);
+                 (long long)u->tokens, train, val, (long long)u->download_ms,
+                 (long long)u->decode_ms, (long long)u->eval_ms, (long long)u->train_ms,
+                 (long long)u->encode_ms, (long long)u->upload_ms, wait, util, u->state,
+                 u->reason[0] ? ": " : "", u->reason);
         printf("%s\n", line);
     }
     if (round.missed[0]) {

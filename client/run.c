@@ -137,12 +137,24 @@ static Strait__HelloResponse *hello(Site *s, char *err) {
  * added it to its own copy (so the two stay bit-identical), or the lossless
  * delta of a lossless downlink. Any other site gets the whole checkpoint
  * (through SITEDIR/model.safetensors). */
+/* Where a site's round goes before its upload, for UpdateMeta (ms). */
+typedef struct RoundTimes {
+    uint64_t download, decode, eval, encode;
+} RoundTimes;
+
+static uint64_t ms_since(uint64_t t0) {
+    return (time_monotonic_ns() - t0) / 1000000;
+}
+
+static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err);
+
 /* The current model into m (theta: the model of round `have` the site
  * holds, the base a delta applies to); *served gets the round the
  * coordinator says it is, which may be past the one the site asked in (a
  * download that outlived rounds: a cut link). */
 static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
-                     uint64_t *served, char *err) {
+                     uint64_t *served, RoundTimes *times, char *err) {
+    uint64_t t0 = time_monotonic_ns();
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
@@ -164,6 +176,17 @@ static int get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sh
         log_warn("site", "model download: %s (%s); retrying", net_status_name(st), details);
         backoff(attempt, &s->rng);
     }
+    times->download = ms_since(t0);
+    t0 = time_monotonic_ns();
+    int rc = decode_model(s, m, theta, have, &payload, err);
+    times->decode = ms_since(t0);
+    return rc;
+}
+
+/* The payload of GetModel (freed here) into m: a delta onto theta, a
+ * checkpoint, or a safetensors file. */
+static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err) {
+    NetBuf payload = *pl;
     s->bytes_down += payload.len;
     BlobKind kind = compress_blob_kind(payload.data, payload.len);
     if (kind != BLOB_KIND_NONE && have < 0) {
@@ -580,6 +603,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         if (order.finished) break;
         round = order.round;
         int built_here = 0;
+        RoundTimes times = {0, 0, 0, 0};
         if (rk.rank == 0) {
             built_here = seeded && round == hr->current_round; /* theta_sha is its hash */
             if (built_here)
@@ -588,7 +612,8 @@ int client_run(const SiteRunOptions *o, char *err) {
                          (unsigned long long)round, o->init_from ? "pretrained one" : "seeded one");
             else {
                 uint64_t served = round;
-                if (get_model(&s, &m, theta, theta_sha, have_round, &served, err) != 0) goto out;
+                if (get_model(&s, &m, theta, theta_sha, have_round, &served, &times, err) != 0)
+                    goto out;
                 if (served > round) {
                     log_warn("site",
                              "round %llu closed while its model was downloading; this is "
@@ -621,7 +646,9 @@ int client_run(const SiteRunOptions *o, char *err) {
         first_round = 0;
         /* the global model as received, before this site's steps move it;
          * scored where it trains (a GPU site's forward runs on its GPU) */
+        uint64_t te = time_monotonic_ns();
         double start_eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;
+        times.eval = ms_since(te);
         uint64_t t0 = time_monotonic_ns(), last_beat = t0;
         double loss_sum = 0;
         int steps_done = 0;
@@ -650,7 +677,9 @@ int client_run(const SiteRunOptions *o, char *err) {
                                      train_lr(&tc, (int)round * H + step), NULL);
         }
         uint64_t train_ms = (time_monotonic_ns() - t0) / 1000000; /* the steps alone */
+        te = time_monotonic_ns();
         double eval = have_val ? trainer_eval_tokens(trainer, val, HELD_OUT_BATCHES) : NAN;
+        times.eval += ms_since(te);
         /* θ_local for Δ, unless the GPU makes it, and at rank 0 the moments
          * for the state */
         trainer_to_host(trainer,
@@ -659,6 +688,7 @@ int client_run(const SiteRunOptions *o, char *err) {
         if (rk.rank != 0) continue; /* rank 0 sends the update */
         double train_loss = loss_sum / steps_done;
         CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
+        uint64_t tc0 = time_monotonic_ns();
         if (on_gpu) {
             const float *d_local, *d_base;
             if (trainer_device_params(trainer, &d_local, &d_base) != 0) {
@@ -671,6 +701,9 @@ int client_run(const SiteRunOptions *o, char *err) {
             /* Δ = θ − θ_local, made as error feedback adds it */
             if (ef_encode(&ef, &codec, &L, theta, m.params, NULL, &blob, err) != 0) goto out;
         }
+        uint8_t blob_sha[32]; /* once: a retried or resumed upload does not hash it again */
+        security_sha256(blob.data, blob.len, blob_sha);
+        times.encode = ms_since(tc0);
         Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
         meta.tokens = (uint64_t)steps_done * B * T * replicas * rk.size; /* every rank's */
         meta.train_loss = train_loss;
@@ -680,13 +713,15 @@ int client_run(const SiteRunOptions *o, char *err) {
         meta.steps = (uint64_t)steps_done;
         meta.base_sha256.data = theta_sha;
         meta.base_sha256.len = 32;
-        uint8_t mbuf[128];
+        meta.download_ms = times.download;
+        meta.decode_ms = times.decode;
+        meta.eval_ms = times.eval;
+        meta.encode_ms = times.encode;
+        uint8_t mbuf[192];
         assert(strait__update_meta__get_packed_size(&meta) <= sizeof mbuf);
         size_t mlen = strait__update_meta__pack(&meta, mbuf);
         char id[96], details[256];
         snprintf(id, sizeof id, "%s-r%llu", s.name, (unsigned long long)round);
-        uint8_t blob_sha[32]; /* once: a retried or resumed upload does not hash it again */
-        security_sha256(blob.data, blob.len, blob_sha);
         NetTransferSpec spec = {"update", round, id, 0, mbuf, mlen, blob_sha};
         int resend = 1, refused = 0;
         while (resend) {

@@ -22,6 +22,70 @@ static void add_line(char *buf, size_t size, const char *text) {
     if (n + 1 < size) snprintf(buf + n, size - n, "%s%s", n ? "\n" : "", text);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A round's wall time, compute utilization and goodput (AdminRound says
+ * what each is), and each update's wait and utilization. */
+static int utilization(Store *s, AdminRound *ar, StoreUpdate *ups, size_t n, char *err) {
+    ar->wall_ms = 0;
+    ar->utilization = ar->goodput = NAN;
+    ar->train_ms_sum = ar->site_wall_ms_sum = ar->tokens_accepted = ar->tokens_possible = 0;
+    for (size_t i = 0; i < n; i++) {
+        ups[i].wait_ms = ar->r.closed_at ? ar->r.closed_at - ups[i].received_at : -1;
+        if (ups[i].wait_ms < -1) ups[i].wait_ms = 0; /* clocks: never negative */
+        ups[i].utilization = NAN;
+    }
+    if (strcmp(ar->r.state, "committed") != 0 || ar->r.closed_at <= 0) return 0;
+    int64_t start = ar->r.opened_at;
+    if (ar->r.number > 0) {
+        StoreRound prev;
+        int rc = store_round_get(s, ar->r.number - 1, &prev, err);
+        if (rc != 0 && rc != STORE_NOT_FOUND) return -1;
+        if (rc == 0 && strcmp(prev.state, "committed") == 0 && prev.closed_at > 0 &&
+            prev.closed_at <= ar->r.closed_at)
+            start = prev.closed_at;
+    }
+    int64_t wall = ar->r.closed_at - start;
+    if (wall <= 0) return 0;
+    ar->wall_ms = wall;
+    double *rates = malloc((n ? n : 1) * sizeof *rates);
+    if (rates == NULL) return err_set(err, "out of memory for a round's utilization");
+    size_t n_rates = 0, reporting = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ups[i].state, "accepted") == 0) ar->tokens_accepted += (double)ups[i].tokens;
+        if (strcmp(ups[i].state, "discarded") == 0 || ups[i].train_ms <= 0) continue;
+        double t = ups[i].train_ms < wall ? (double)ups[i].train_ms : (double)wall;
+        ups[i].utilization = t / (double)wall;
+        int later = 0; /* a site's refused retries: its last update speaks for it */
+        for (size_t j = i + 1; j < n && !later; j++)
+            later = ups[j].site_id == ups[i].site_id && ups[j].train_ms > 0 &&
+                    strcmp(ups[j].state, "discarded") != 0;
+        if (later) continue;
+        ar->train_ms_sum += t, reporting++;
+        if (ups[i].tokens > 0) {
+            rates[n_rates++] = (double)ups[i].tokens / t;
+            ar->tokens_possible += (double)ups[i].tokens / t * (double)wall;
+        }
+    }
+    ar->site_wall_ms_sum = (double)reporting * (double)wall;
+    if (reporting) ar->utilization = ar->train_ms_sum / ar->site_wall_ms_sum;
+    if (n_rates > 0) {
+        /* every expected site could have trained for the whole wall time:
+         * at its own rate, or the round's median for a site with none */
+        qsort(rates, n_rates, sizeof *rates, cmp_double);
+        double median =
+            n_rates % 2 ? rates[n_rates / 2] : (rates[n_rates / 2 - 1] + rates[n_rates / 2]) / 2;
+        int64_t others = ar->expected - (int64_t)n_rates;
+        if (others > 0) ar->tokens_possible += (double)others * median * (double)wall;
+        if (ar->tokens_possible > 0) ar->goodput = ar->tokens_accepted / ar->tokens_possible;
+    }
+    free(rates);
+    return 0;
+}
+
 /* Completes one round from its updates and the site list: the rejections,
  * the expected sites and those that sent nothing. */
 static int describe_round(Store *s, const StoreSite *sites, size_t n_sites, int64_t now,
@@ -48,6 +112,10 @@ static int describe_round(Store *s, const StoreSite *sites, size_t n_sites, int6
         int sent = 0;
         for (size_t i = 0; i < n && !sent; i++) sent = ups[i].site_id == sites[k].id;
         if (!sent) add_line(ar->missed, sizeof ar->missed, sites[k].name);
+    }
+    if (utilization(s, ar, ups, n, err) != 0) {
+        free(ups);
+        return -1;
     }
     if (ups_out) {
         *ups_out = ups;
@@ -122,6 +190,29 @@ int admin_query_sites(Store *s, int64_t now, AdminSite **out, size_t *n, char *e
     return 0;
 }
 
+/* Utilization and goodput over the last ADMIN_UTILIZATION_ROUNDS committed
+ * rounds: their sums, not a mean of ratios (a long round weighs more). */
+#define ADMIN_UTILIZATION_ROUNDS 10
+static int status_utilization(Store *s, int64_t now, AdminStatus *st, char *err) {
+    st->utilization = st->goodput = NAN;
+    st->utilization_rounds = 0;
+    AdminRound *ar;
+    size_t n;
+    /* attempts, newest first: failed ones among them */
+    if (admin_query_rounds(s, 4 * ADMIN_UTILIZATION_ROUNDS, 0, now, &ar, &n, err) != 0) return -1;
+    double train = 0, wall = 0, got = 0, possible = 0;
+    for (size_t i = 0; i < n && st->utilization_rounds < ADMIN_UTILIZATION_ROUNDS; i++) {
+        if (ar[i].wall_ms <= 0) continue;
+        st->utilization_rounds++;
+        train += ar[i].train_ms_sum, wall += ar[i].site_wall_ms_sum;
+        got += ar[i].tokens_accepted, possible += ar[i].tokens_possible;
+    }
+    free(ar);
+    if (wall > 0) st->utilization = train / wall;
+    if (possible > 0) st->goodput = got / possible;
+    return 0;
+}
+
 int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     AdminSite *sites;
     size_t n;
@@ -143,6 +234,7 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     st->last_commit_round = rc == 0 ? last.number : -1;
     st->last_commit_at = rc == 0 ? last.closed_at : 0;
     st->last_eval_loss = rc == 0 ? last.eval_loss : NAN;
+    if (status_utilization(s, now, st, err) != 0) return -1;
     return store_totals(s, &st->totals, err);
 }
 
@@ -185,7 +277,7 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     st->round_opened_at = r->opened_ms;
     st->sites_reported = r->n_reported;
     st->last_commit_s = r->last_commit_s;
-    int finished = r->finished;
+    int finished = r->state == ROUND_FINISHED;
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_lock(&co->store_lock);
     StoreRound live;
@@ -226,6 +318,9 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->expected = (uint32_t)a->expected;
     row->raw_bytes = (uint64_t)a->raw_bytes;
     row->start_eval_loss = r->start_eval_loss;
+    row->wall_ms = (uint64_t)a->wall_ms;
+    row->utilization = a->utilization;
+    row->goodput = a->goodput;
     /* lines: a copy of missed, NUL, rejected, split at the newlines */
     size_t nm = strlen(a->missed);
     memcpy(lines, a->missed, nm + 1);
@@ -286,6 +381,9 @@ static void h_status(NetCall *c, void *user) {
     resp.bytes_down = (uint64_t)st.totals.bytes_down;
     resp.bytes_rejected = (uint64_t)st.totals.bytes_rejected;
     resp.dense_bytes = (uint64_t)st.totals.dense_bytes;
+    resp.utilization = st.utilization;
+    resp.goodput = st.goodput;
+    resp.utilization_rounds = (uint32_t)st.utilization_rounds;
     resp.rounds_committed = (uint64_t)st.totals.rounds_committed;
     resp.rounds_failed = (uint64_t)st.totals.rounds_failed;
     resp.updates_rejected = (uint64_t)st.totals.updates_rejected;
@@ -381,6 +479,12 @@ static void h_round_updates(NetCall *c, void *user) {
             u->reason = ups[i].reason;
             u->received_at = ups[i].received_at;
             u->start_eval_loss = ups[i].start_eval_loss;
+            u->download_ms = (uint64_t)ups[i].download_ms;
+            u->decode_ms = (uint64_t)ups[i].decode_ms;
+            u->eval_ms = (uint64_t)ups[i].eval_ms;
+            u->encode_ms = (uint64_t)ups[i].encode_ms;
+            u->wait_ms = ups[i].wait_ms;
+            u->utilization = ups[i].utilization;
             ptrs[i] = u;
         }
         Strait__RoundUpdatesResponse resp = STRAIT__ROUND_UPDATES_RESPONSE__INIT;

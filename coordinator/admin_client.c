@@ -203,6 +203,9 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     a->expected = row->expected;
     a->raw_bytes = (int64_t)row->raw_bytes;
     r->start_eval_loss = row->start_eval_loss;
+    a->wall_ms = (int64_t)row->wall_ms;
+    a->utilization = row->utilization;
+    a->goodput = row->goodput;
     join_lines(a->missed, sizeof a->missed, row->missed, row->n_missed);
     join_lines(a->rejected, sizeof a->rejected, row->rejected, row->n_rejected);
 }
@@ -275,6 +278,9 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     st->totals.rounds_committed = (int64_t)r->rounds_committed;
     st->totals.rounds_failed = (int64_t)r->rounds_failed;
     st->totals.updates_rejected = (int64_t)r->updates_rejected;
+    st->utilization = r->utilization;
+    st->goodput = r->goodput;
+    st->utilization_rounds = r->utilization_rounds;
     strait__status_response__free_unpacked(r, NULL);
     return 0;
 }
@@ -373,6 +379,12 @@ int admin_round_updates(Admin *a, int64_t number, AdminRound *round, StoreUpdate
         snprintf(o->reason, sizeof o->reason, "%s", u->reason);
         o->received_at = u->received_at;
         o->start_eval_loss = u->start_eval_loss;
+        o->download_ms = (int64_t)u->download_ms;
+        o->decode_ms = (int64_t)u->decode_ms;
+        o->eval_ms = (int64_t)u->eval_ms;
+        o->encode_ms = (int64_t)u->encode_ms;
+        o->wait_ms = u->wait_ms;
+        o->utilization = u->utilization;
     }
     *n = r->n_updates;
     strait__round_updates_response__free_unpacked(r, NULL);

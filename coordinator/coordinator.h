@@ -83,6 +83,10 @@ typedef struct AdminStatus {
     double last_eval_loss;                     /* NAN: unknown */
     double last_commit_s; /* the last commit's duration in this process; NAN: none yet */
     StoreTotals totals;
+    /* compute utilization and goodput over the last utilization_rounds
+     * committed rounds (AdminRound says how; NAN: none) */
+    double utilization, goodput;
+    int64_t utilization_rounds;
 } AdminStatus;
 
 /* A round attempt as a monitor shows it. missed and rejected hold one
@@ -92,6 +96,18 @@ typedef struct AdminRound {
     StoreRound r;
     int64_t expected;  /* active sites enrolled before the round closed */
     int64_t raw_bytes; /* the counted updates' dense fp32 size */
+    /* A committed round's wall time: from the previous round's commit (the
+     * first round: its first opening) to its own, failed attempts and all.
+     * utilization: the training time the sites with an update claim, each
+     * at most wall_ms, over theirs; goodput: the accepted tokens over what
+     * every expected site could have trained in wall_ms at its claimed rate
+     * (tokens over training time; a site without an update at the round's
+     * median rate). Both NAN when unknown (not committed, no claims). They
+     * rest on claims, and weigh nothing: a site can only misstate its own. */
+    int64_t wall_ms;
+    double utilization, goodput;
+    /* the sums behind them, for figures over several rounds */
+    double train_ms_sum, site_wall_ms_sum, tokens_accepted, tokens_possible;
     char missed[1024];
     char rejected[2048];
 } AdminRound;

@@ -16,7 +16,6 @@
 #include "net/net.h"
 #include "util/util.h"
 
-#define MAX_REPORTS 256
 #define MAX_WAITERS 4096
 
 /* federation.ini's [rounds], [codec], [optimizer], [model] and the upload
@@ -92,8 +91,17 @@ typedef struct RoundSiteCount {
     int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
 } RoundSiteCount;
 
-#define ROUND_SITE_COUNTS 1024
-#define NORM_HISTORY      5 /* rounds whose median norms set the bound */
+#define NORM_HISTORY 5 /* rounds whose median norms set the bound */
+
+/* The round's state (rounds.c draws the machine and asserts each move).
+ * `stop` is apart: the coordinator shutting down, in any state. */
+typedef enum RoundState {
+    ROUND_NONE,       /* not started */
+    ROUND_OPEN,       /* taking updates */
+    ROUND_COMMITTING, /* closed: its successor is being built and committed */
+    ROUND_UNOPENED,   /* the store could not open it: no update is taken; retried */
+    ROUND_FINISHED    /* every round has committed */
+} RoundState;
 
 typedef struct Rounds {
     GPT model;          /* θ of the current round in model.params; owned */
@@ -101,8 +109,8 @@ typedef struct Rounds {
     RoundSum sum;       /* owned */
     RoundsSettings set; /* as read at start; never changes while serving */
     /* robust rounds: the updates kept whole, each a file in its site's
-     * spool folder ("site-ID"), named kept-rN.blob */
-    char kept_owner[MAX_REPORTS][32];
+     * spool folder ("site-ID"), named kept-rN.blob; cap_reports long, owned */
+    char (*kept_owner)[32];
     int n_kept;
     int64_t max_tokens;        /* inner_steps × batch × seq: an update's largest weight */
     uint64_t max_update_bytes; /* the largest blob the federation's codec makes */
@@ -112,12 +120,15 @@ typedef struct Rounds {
     int n_waiters, cap_waiters;
     int64_t revocation_check_ms;
     int64_t number, round_id, opened_ms;
-    int extensions, finished;
-    char reported[MAX_REPORTS][65];
-    RoundUpdate upd[MAX_REPORTS]; /* beside reported, one per accepted update; owned */
-    int n_reported;
-    RoundSiteCount counts[ROUND_SITE_COUNTS]; /* this round's, reset when it opens */
-    int n_counts;
+    RoundState state; /* round_state_set moves it */
+    int extensions;
+    /* the sites with an accepted update in the round, and beside each its
+     * update: cap_reports long (rounds_reserve grows them), owned */
+    char (*reported)[65];
+    RoundUpdate *upd;
+    int n_reported, cap_reports;
+    RoundSiteCount *counts; /* this round's, reset when it opens; owned */
+    int n_counts, cap_counts;
     int64_t refusals_unrecorded; /* refusals of this round past the rows kept */
     double theta0_norm; /* ‖θ‖ when this coordinator started: max_update_ratio's base */
     double norm_history[NORM_HISTORY]; /* median accepted norms of recent rounds with a quorum */
@@ -138,11 +149,7 @@ typedef struct Rounds {
     pthread_cond_t changed;     /* a round committed or the federation finished */
     pthread_t ticker;
     int stop;
-    int closing; /* the round has closed and is being committed (one commit at a time) */
-    /* Round `number` could not be opened (its store row: the database busy
-     * or failing); closing stays set, so no update is taken, and the ticker
-     * tries again every second from reopen_at_ms. */
-    int unopened;
+    /* ROUND_UNOPENED: the ticker tries again every second from reopen_at_ms */
     int64_t reopen_at_ms, reopen_logged_ms;
     /* An attempt whose failure the store did not take yet (0: none): it is
      * recorded before the next attempt opens. */
@@ -166,10 +173,12 @@ typedef struct Coordinator Coordinator; /* below */
 typedef struct RoundClosing {
     int64_t number, round_id;
     RoundSum sum; /* owned: moved out of Rounds */
-    char kept_owner[MAX_REPORTS][32];
+    /* copies of Rounds' (the maps of the updates move), n_kept and
+     * n_reported long; owned */
+    char (*kept_owner)[32];
     int n_kept, n_reported;
-    RoundUpdate upd[MAX_REPORTS]; /* moved from Rounds */
-    char site[MAX_REPORTS][65];
+    RoundUpdate *upd;
+    char (*site)[65];
     double eval;        /* the median of the eval losses reported, NaN if none */
     double median_norm; /* of the accepted updates */
     int quorum;         /* the round had its quorum when it closed */
@@ -189,7 +198,7 @@ typedef struct RoundNext {
 } RoundNext;
 
 /* Takes the open round for its commit (under rounds.lock): NULL when it is
- * finished or already closing. Updates for it are refused from here on. */
+ * not open. Updates for it are refused from here on. */
 RoundClosing *rounds_close(Coordinator *co);
 /* Commits a closed round outside rounds.lock (the calls go on meanwhile),
  * installs its successor or fails it, opens the next round, answers the
@@ -201,8 +210,13 @@ int64_t rounds_active_sites(Coordinator *co);
 int64_t rounds_quorum(Coordinator *co);
 int64_t rounds_quorum_of(const Rounds *r, int64_t active);
 /* Under rounds.lock: the open round's counts for a site (made on first use;
- * NULL when the table is full). */
+ * NULL when out of memory). */
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
+/* Under rounds.lock: room for `need` accepted updates in the open round; -1
+ * when out of memory. */
+int rounds_reserve(Rounds *r, int need);
+/* The most sites a round takes updates from ([rounds] min_sites' bound). */
+#define ROUNDS_MAX_SITES 1000000
 /* Under rounds.lock: fails the open round when a site that reported in it
  * has been revoked since, so that it reopens without that site's update;
  * 1 when it did. */

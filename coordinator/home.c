@@ -166,6 +166,8 @@ static const char ini_template[] =
     "; HTTP/2 streams open at once on one connection\n"
     "connections = 4096\n"
     "connections_per_address = 128\n"
+    "; and from one address sites have called from within the hour (a NAT of sites)\n"
+    "connections_per_site_address = 512\n"
     "streams_per_connection = 32\n"
     "; failed joins from one address in a minute before it is refused for the minute\n"
     "join_failures = 10\n"

@@ -58,6 +58,30 @@ static void metric(Text *t, const char *name, const char *type, const char *help
         put(t, "%s %.17g\n", name, v);
 }
 
+/* Each site's compute utilization in the last committed round (its last
+ * update there), one series per site; none before a round commits. */
+static int site_utilization(Coordinator *co, Text *t, int64_t round, char *err) {
+    put(t, "# HELP strait_site_utilization A site's training time over the last committed "
+           "round's wall time.\n# TYPE strait_site_utilization gauge\n");
+    if (round < 0) return 0;
+    AdminRound ar;
+    StoreUpdate *ups = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = admin_query_round(co->store, round, time_wall_ms(), &ar, &ups, &n, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        int later = 0;
+        for (size_t j = i + 1; j < n && !later; j++) later = ups[j].site_id == ups[i].site_id;
+        if (later || isnan(ups[i].utilization)) continue;
+        /* site names are [A-Za-z0-9._-]: nothing to escape in a label */
+        put(t, "strait_site_utilization{site=\"%s\"} %.6g\n", ups[i].site_name, ups[i].utilization);
+    }
+    free(ups);
+    return 0;
+}
+
 static int render(Coordinator *co, Text *t, char *err) {
     AdminStatus st;
     if (admin_live_status(co, &st, err) != 0) return -1;
@@ -97,6 +121,18 @@ static int render(Coordinator *co, Text *t, char *err) {
     metric(t, "strait_dense_ratio", "gauge",
            "Dense data-parallel bytes over the bytes moved up and down (0: not measured).",
            store_dense_ratio(st.totals.dense_bytes, st.totals.bytes_up, st.totals.bytes_down));
+    metric(t, "strait_utilization", "gauge",
+           "Compute utilization over the last committed rounds: the sites' training time over "
+           "wall time (NaN: none).",
+           st.utilization);
+    metric(t, "strait_goodput", "gauge",
+           "Accepted tokens over what the sites could have trained in the same wall time, over "
+           "the last committed rounds (NaN: none).",
+           st.goodput);
+    if (site_utilization(co, t, st.last_commit_round, err) != 0) {
+        free(reasons);
+        return -1;
+    }
     metric(t, "strait_tokens_total", "counter", "Tokens trained in committed rounds.",
            (double)st.totals.tokens);
     metric(t, "strait_last_validation_loss", "gauge",

@@ -8,7 +8,7 @@
  * Threading: the build runs outside rounds.lock, so the calls go on being
  * answered while files are written and hashed. It reads θ_r, the outer
  * optimizer and the downlink's residual, which only an install changes, and
- * one commit runs at a time (Rounds.closing). The install runs under
+ * one commit runs at a time (ROUND_COMMITTING). The install runs under
  * rounds.lock and cannot fail. A coordinator killed anywhere in between
  * restarts at the last round the store committed.
  */
@@ -151,9 +151,14 @@ void round_drop_kept(Rounds *r, int64_t round, char (*owners)[32], int n) {
  * gated (net_spool_keep, O_EXCL); no site can write into it. */
 static int robust_mean(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
     Rounds *r = &co->rounds;
-    const uint8_t *blobs[MAX_REPORTS];
-    size_t lens[MAX_REPORTS];
+    size_t k = (size_t)(c->n_kept ? c->n_kept : 1);
+    const uint8_t **blobs = malloc(k * sizeof *blobs);
+    size_t *lens = malloc(k * sizeof *lens);
     int mapped = 0, rc = -1;
+    if (blobs == NULL || lens == NULL) {
+        err_set(err, "out of memory for %d kept updates", c->n_kept);
+        goto out;
+    }
     char name[64];
     round_kept_name(c->number, name, sizeof name);
     for (; mapped < c->n_kept; mapped++) {
@@ -173,6 +178,7 @@ static int robust_mean(Coordinator *co, const RoundClosing *c, float *mean, char
                           err);
 out:
     for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
+    free(blobs), free(lens);
     return rc;
 }
 
@@ -182,10 +188,23 @@ out:
  * over. When no update is beyond either, the sum streamed as the updates
  * came is the mean (the same bits); else the updates are added again from
  * their maps with their weights capped and their norms clipped. */
+static int weighed_mean_of(Coordinator *co, const RoundClosing *c, double *claimed, double *norms,
+                           double *weight, double *scale, float *mean, char *err);
 static int weighed_mean(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
+    int n = c->n_reported;
+    double *claimed = malloc(4 * (size_t)(n ? n : 1) * sizeof *claimed);
+    if (claimed == NULL) return err_set(err, "out of memory weighing %d updates", n);
+    double *norms = claimed + n, *weight = norms + n, *scale = weight + n;
+    int rc = weighed_mean_of(co, c, claimed, norms, weight, scale, mean, err);
+    free(claimed);
+    return rc;
+}
+
+/* weighed_mean with its scratch: four arrays of n_reported doubles. */
+static int weighed_mean_of(Coordinator *co, const RoundClosing *c, double *claimed, double *norms,
+                           double *weight, double *scale, float *mean, char *err) {
     Rounds *r = &co->rounds;
     int n = c->n_reported;
-    double claimed[MAX_REPORTS], norms[MAX_REPORTS], weight[MAX_REPORTS], scale[MAX_REPORTS];
     for (int i = 0; i < n; i++) claimed[i] = c->upd[i].weight, norms[i] = c->upd[i].norm;
     double wcap =
         r->set.weight_cap > 0 ? r->set.weight_cap * round_median(claimed, n, 1) : INFINITY;

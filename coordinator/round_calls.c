@@ -95,6 +95,12 @@ static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, con
         meta && meta->steps <= (uint64_t)co->rounds.set.inner_steps ? (int64_t)meta->steps : 0;
     u.train_ms = meta && meta->train_ms <= (uint64_t)INT32_MAX * 1000 ? (int64_t)meta->train_ms : 0;
     u.upload_ms = upload_ms;
+    /* where the rest of its round went: a week at most, else 0 (not sent) */
+    const uint64_t week = 7 * 24 * 3600 * 1000ull;
+    u.download_ms = meta && meta->download_ms <= week ? (int64_t)meta->download_ms : 0;
+    u.decode_ms = meta && meta->decode_ms <= week ? (int64_t)meta->decode_ms : 0;
+    u.eval_ms = meta && meta->eval_ms <= week ? (int64_t)meta->eval_ms : 0;
+    u.encode_ms = meta && meta->encode_ms <= week ? (int64_t)meta->encode_ms : 0;
     u.start_eval_loss = meta ? meta->start_eval_loss : NAN;
     snprintf(u.state, sizeof u.state, "%s", code ? "rejected" : "received");
     snprintf(u.reason, sizeof u.reason, "%.255s", reason ? reason : "");
@@ -119,7 +125,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
     int dup = 0;
     for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site) == 0;
     const uint8_t *b = got->data;
-    if (r->finished) {
+    if (r->state == ROUND_FINISHED) {
         snprintf(why, why_len, "the federation has finished");
         return "finished";
     }
@@ -140,14 +146,14 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (unsigned long long)meta->train_ms);
         return "malformed";
     }
-    if (r->unopened) { /* a store that failed to open it: the site sends it again */
+    if (r->state == ROUND_UNOPENED) { /* a store that failed to open it: the site sends it again */
         snprintf(why, why_len,
                  "round %lld is not open yet (the coordinator's store failed to open it); "
                  "send it again",
                  (long long)r->number);
         return "internal";
     }
-    if (r->closing) {
+    if (r->state == ROUND_COMMITTING) {
         snprintf(why, why_len, "round %lld has closed and is being committed; train the next",
                  (long long)r->number);
         return "stale_round";
@@ -177,8 +183,8 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (long long)r->number);
         return "duplicate";
     }
-    if (r->n_reported == MAX_REPORTS) {
-        snprintf(why, why_len, "too many sites in one round");
+    if (r->n_reported >= ROUNDS_MAX_SITES || rounds_reserve(r, r->n_reported + 1) != 0) {
+        snprintf(why, why_len, "too many sites in one round (or no memory for another update)");
         return "too_many_sites";
     }
     /* the federation's codec and its parameters, nothing else: the size
@@ -270,8 +276,7 @@ static void h_push_update(NetCall *c, void *user) {
     char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
     if (g.code == NULL && r->set.keeps_updates) {
         pthread_mutex_lock(&r->lock);
-        int64_t open =
-            !r->closing && !r->finished && got.round == (uint64_t)r->number ? r->number : -1;
+        int64_t open = r->state == ROUND_OPEN && got.round == (uint64_t)r->number ? r->number : -1;
         pthread_mutex_unlock(&r->lock);
         round_kept_name(open, kept, sizeof kept);
         if (open >= 0)
@@ -389,7 +394,7 @@ static void h_heartbeat(NetCall *c, void *user) {
     Strait__HeartbeatResponse resp = STRAIT__HEARTBEAT_RESPONSE__INIT;
     pthread_mutex_lock(&r->lock);
     resp.current_round = (uint64_t)r->number;
-    resp.finished = r->finished;
+    resp.finished = r->state == ROUND_FINISHED;
     pthread_mutex_unlock(&r->lock);
     SEND_RESPONSE(c, strait__heartbeat_response, resp);
 }
@@ -419,7 +424,7 @@ static void h_wait_round(NetCall *c, void *user) {
     for (int i = 0; i < r->n_reported; i++) reported |= strcmp(r->reported[i], site.name) == 0;
     /* a round reopened (a restart, no quorum) without this site's update
      * answers at once, so the site sends it again */
-    int must_wait = (reported || r->number != after) && !r->finished && !r->stop &&
+    int must_wait = (reported || r->number != after) && r->state != ROUND_FINISHED && !r->stop &&
                     r->number <= after && wait > 0;
     if (must_wait && r->n_waiters < MAX_WAITERS) {
         if (r->n_waiters == r->cap_waiters) {
@@ -443,12 +448,12 @@ static void h_wait_round(NetCall *c, void *user) {
         until.tv_sec += wait / 1000;
         until.tv_nsec += (wait % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        while (!r->finished && !r->stop && r->number <= after)
+        while (r->state != ROUND_FINISHED && !r->stop && r->number <= after)
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
     }
     Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
     resp.current_round = (uint64_t)r->number;
-    resp.finished = r->finished;
+    resp.finished = r->state == ROUND_FINISHED;
     resp.reported = 0;
     for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
     pthread_mutex_unlock(&r->lock);

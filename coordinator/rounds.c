@@ -21,11 +21,30 @@
  * into new buffers and published only once the store has committed.
  * WaitRound parks its call instead of holding a worker.
  *
+ * The round's states (RoundState), and every move between them; each move
+ * goes through round_state_set, which asserts it is one of these:
+ *
+ *                 start (all rounds done)
+ *      NONE ───────────────────────────────────────────────┐
+ *        │ open_round                                       │
+ *        ▼          fail_round (no quorum, a revoked        │
+ *   ┌─► OPEN ◄──┐   site, the next attempt)                 │
+ *   │    │ └────┘                                           │
+ *   │    │ rounds_close                                     │
+ *   │    ▼                                                  ▼
+ *   │ COMMITTING ─────── the last round committed ───► FINISHED
+ *   │    │ the next round opened, or the commit failed
+ *   └────┤ and the round reopened
+ *        │
+ *        ▼  open_round could not write the store (from NONE, OPEN or
+ *   UNOPENED    COMMITTING): no update taken; the ticker retries
+ *        └────► OPEN once the store takes it
+ *
  * Threading: handlers run on net/'s workers; everything in Rounds is under
  * rounds.lock, the store under store_lock (taken after rounds.lock), but for
  * what a commit reads outside the lock (publish.c says what and why). One
- * commit runs at a time: Rounds.closing. Parked calls are answered outside
- * rounds.lock.
+ * commit runs at a time: ROUND_COMMITTING. Parked calls are answered
+ * outside rounds.lock.
  */
 #include <assert.h>
 #include <malloc.h>
@@ -40,6 +59,30 @@
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "util/util.h"
+
+/* Whether `from` may move to `to` (the diagram above). */
+static int round_move_legal(RoundState from, RoundState to) {
+    switch (to) {
+    case ROUND_OPEN:
+        return from == ROUND_NONE || from == ROUND_OPEN || from == ROUND_COMMITTING ||
+               from == ROUND_UNOPENED;
+    case ROUND_COMMITTING:
+        return from == ROUND_OPEN;
+    case ROUND_UNOPENED:
+        return from != ROUND_FINISHED;
+    case ROUND_FINISHED:
+        return from == ROUND_NONE || from == ROUND_COMMITTING;
+    case ROUND_NONE:
+        break;
+    }
+    return 0;
+}
+
+/* Every move of the round's state; under r->lock. */
+static void round_state_set(Rounds *r, RoundState to) {
+    assert(round_move_legal(r->state, to));
+    r->state = to;
+}
 
 void round_updates_free(RoundUpdate *u, int n) {
     for (int i = 0; i < n; i++) {
@@ -75,10 +118,41 @@ static double norm_bound(const Rounds *r) {
     return bound;
 }
 
+/* Grows *p (of *cap elements of size elem) to hold need; 0, or -1 (*p as
+ * it was) when out of memory. */
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int want = *cap ? *cap : 16;
+    while (want < need) want *= 2;
+    void *q = realloc(*p, (size_t)want * elem);
+    if (q == NULL) return -1;
+    *p = q, *cap = want;
+    return 0;
+}
+
+int rounds_reserve(Rounds *r, int need) {
+    if (need <= r->cap_reports) return 0;
+    int cap = r->cap_reports, c1 = cap, c2 = cap;
+    void *a = r->reported, *b = r->upd, *k = r->kept_owner;
+    int ok = grow(&a, &cap, need, sizeof r->reported[0]) == 0;
+    r->reported = a; /* grown or not, still valid */
+    ok = ok && grow(&b, &c1, need, sizeof r->upd[0]) == 0;
+    r->upd = b;
+    ok = ok && grow(&k, &c2, need, sizeof r->kept_owner[0]) == 0;
+    r->kept_owner = k;
+    if (!ok) return -1; /* cap_reports stays what all three hold */
+    assert(cap == c1 && c1 == c2);
+    r->cap_reports = cap;
+    return 0;
+}
+
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
     for (int i = 0; i < r->n_counts; i++)
         if (r->counts[i].site_id == site_id) return &r->counts[i];
-    if (r->n_counts == ROUND_SITE_COUNTS) return NULL;
+    void *p = r->counts;
+    int rc = grow(&p, &r->cap_counts, r->n_counts + 1, sizeof r->counts[0]);
+    r->counts = p;
+    if (rc != 0) return NULL;
     RoundSiteCount *c = &r->counts[r->n_counts++];
     memset(c, 0, sizeof *c);
     c->site_id = site_id;
@@ -115,10 +189,10 @@ static int open_round(Coordinator *co, char *err) {
         if (rc != 0) round_sum_free(&sum);
     }
     if (rc != 0) {
-        r->closing = 1, r->unopened = 1, r->reopen_at_ms = now + 1000;
+        round_state_set(r, ROUND_UNOPENED);
+        r->reopen_at_ms = now + 1000;
         return -1;
     }
-    r->unopened = 0;
     r->opened_ms = time_wall_ms();
     r->extensions = 0;
     round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
@@ -127,7 +201,7 @@ static int open_round(Coordinator *co, char *err) {
     r->n_reported = 0;
     r->n_counts = 0;
     r->refusals_unrecorded = 0;
-    r->closing = 0;
+    round_state_set(r, ROUND_OPEN);
     round_sum_free(&r->sum);
     r->sum = sum;
     r->sum.max_norm = norm_bound(r);
@@ -159,9 +233,18 @@ static void fail_round(Coordinator *co, const char *reason) {
 
 RoundClosing *rounds_close(Coordinator *co) {
     Rounds *r = &co->rounds;
-    if (r->closing || r->finished) return NULL;
+    if (r->state != ROUND_OPEN) return NULL;
+    size_t n = (size_t)(r->n_reported ? r->n_reported : 1);
     RoundClosing *c = calloc(1, sizeof *c);
-    if (c == NULL) {
+    double *evals = malloc(2 * n * sizeof *evals), *norms = evals ? evals + n : NULL;
+    if (c) {
+        c->kept_owner = malloc(n * sizeof c->kept_owner[0]);
+        c->upd = malloc(n * sizeof c->upd[0]);
+        c->site = malloc(n * sizeof c->site[0]);
+    }
+    if (c == NULL || evals == NULL || !c->kept_owner || !c->upd || !c->site) {
+        if (c) free(c->kept_owner), free(c->upd), free(c->site);
+        free(c), free(evals);
         fail_round(co, "out of memory closing the round");
         return NULL;
     }
@@ -169,12 +252,12 @@ RoundClosing *rounds_close(Coordinator *co) {
     c->round_id = r->round_id;
     c->sum = r->sum; /* moved: the round takes no update from here on */
     memset(&r->sum, 0, sizeof r->sum);
+    assert(r->n_kept <= r->n_reported && r->n_reported <= r->cap_reports);
     memcpy(c->kept_owner, r->kept_owner, sizeof c->kept_owner[0] * (size_t)r->n_kept);
     c->n_kept = r->n_kept;
     r->n_kept = 0;
     c->n_reported = r->n_reported;
     /* reported losses are claims: the round shows their median */
-    double evals[MAX_REPORTS], norms[MAX_REPORTS];
     int n_evals = 0;
     for (int i = 0; i < r->n_reported; i++) {
         if (isfinite(r->upd[i].eval)) evals[n_evals++] = r->upd[i].eval;
@@ -182,13 +265,14 @@ RoundClosing *rounds_close(Coordinator *co) {
     }
     c->eval = round_median(evals, n_evals, 0);
     c->median_norm = round_median(norms, r->n_reported, 1);
+    free(evals);
     c->quorum = r->n_reported >= rounds_quorum(co);
     memcpy(c->upd, r->upd, sizeof c->upd[0] * (size_t)r->n_reported); /* the maps move too */
     memcpy(c->site, r->reported, sizeof c->site[0] * (size_t)r->n_reported);
     /* the updates are the commit's now; the names stay for WaitRound's answers */
     memset(r->upd, 0, sizeof r->upd[0] * (size_t)c->n_reported);
     flush_refusals(co);
-    r->closing = 1;
+    round_state_set(r, ROUND_COMMITTING);
     return c;
 }
 
@@ -219,7 +303,7 @@ static void flag_disputed_losses(Coordinator *co, const RoundClosing *c) {
 
 int rounds_drop_revoked(Coordinator *co) {
     Rounds *r = &co->rounds;
-    if (r->closing || r->finished || r->n_reported == 0) return 0;
+    if (r->state != ROUND_OPEN || r->n_reported == 0) return 0;
     const char *gone = NULL;
     pthread_mutex_lock(&co->store_lock);
     for (int i = 0; i < r->n_reported && !gone; i++) {
@@ -259,8 +343,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
                  (long long)c->number, took, c->n_reported, c->eval);
         r->number++;
         if (r->number >= r->set.total) {
-            r->finished = 1;
-            r->closing = 0;
+            round_state_set(r, ROUND_FINISHED);
             log_info("rounds", "federation finished after %lld rounds", (long long)r->set.total);
         } else if (open_round(co, err) != 0) { /* the install left what the commit did not record */
             log_error("rounds", "cannot open round %lld: %s; trying again every second",
@@ -285,6 +368,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
     round_updates_free(c->upd, c->n_reported);
     round_sum_free(&c->sum);
+    free(c->kept_owner), free(c->upd), free(c->site);
     free(c);
     rounds_answer_waiters(co, 0);
 }
@@ -320,14 +404,14 @@ void rounds_answer_waiters(Coordinator *co, int all) {
         Waiter *w = &r->waiters[i];
         /* a cancelled call (its client gone, its site revoked) leaves at once:
          * parked calls count against their certificate's limit */
-        if (!(all || r->finished || r->stop || r->number > w->after_round || now >= w->expires_ms ||
-              net_call_cancelled(w->call, 0))) {
+        if (!(all || r->state == ROUND_FINISHED || r->stop || r->number > w->after_round ||
+              now >= w->expires_ms || net_call_cancelled(w->call, 0))) {
             i++;
             continue;
         }
         Strait__WaitRoundResponse wr = STRAIT__WAIT_ROUND_RESPONSE__INIT;
         wr.current_round = (uint64_t)r->number;
-        wr.finished = r->finished;
+        wr.finished = r->state == ROUND_FINISHED;
         for (int k = 0; k < r->n_reported; k++) wr.reported |= strcmp(r->reported[k], w->site) == 0;
         lens[n] = strait__wait_round_response__pack(&wr, resp[n]);
         ready[n++] = *w;
@@ -388,7 +472,7 @@ static void *ticker_main(void *arg) {
         }
         int64_t now = time_wall_ms();
         RoundClosing *closing = NULL;
-        if (r->unopened && !r->finished && now >= r->reopen_at_ms) {
+        if (r->state == ROUND_UNOPENED && now >= r->reopen_at_ms) {
             char err[ERR_LEN];
             if (open_round(co, err) == 0) {
                 log_info("rounds", "round %lld opened after the store came back",
@@ -407,7 +491,7 @@ static void *ticker_main(void *arg) {
             rounds_drop_revoked(co);
             flush_refusals(co);
         }
-        if (!r->finished && !r->closing &&
+        if (r->state == ROUND_OPEN &&
             now >= r->opened_ms + r->set.deadline_ms * (r->extensions + 1)) {
             int64_t quorum = rounds_quorum(co);
             if (r->n_reported >= quorum && r->sum.accepted > 0) {
@@ -442,7 +526,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->table_hash = r->model.table_hash;
     hr->inner_steps = (uint32_t)r->set.inner_steps;
     hr->round_budget_ms = (uint64_t)r->set.budget_ms;
-    hr->finished = r->finished;
+    hr->finished = r->state == ROUND_FINISHED;
     /* static strings: the settings never change while serving */
     hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);
     hr->downlink_codec =
@@ -528,7 +612,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->last_commit_s = NAN;
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
     if (r->number >= r->set.total) {
-        r->finished = 1;
+        round_state_set(r, ROUND_FINISHED);
     } else if (open_round(co, err) != 0) {
         return -1;
     }
@@ -555,6 +639,7 @@ void rounds_stop(Coordinator *co) {
     free(r->waiters);
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     round_updates_free(r->upd, r->n_reported);
+    free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts);
     round_sum_free(&r->sum);
     codec_checked_free(r->pool);
     outer_free(&r->outer);

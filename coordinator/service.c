@@ -377,6 +377,7 @@ static int check_keys(const Config *cfg, char *err) {
                                          "downloads_per_round",
                                          "connections",
                                          "connections_per_address",
+                                         "connections_per_site_address",
                                          "streams_per_connection",
                                          NULL};
     static const char *const metrics[] = {"listen", NULL};
@@ -426,6 +427,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         return -1;
     }
     int64_t days, workers, per_site, reserve, ttl_unused, window, conns, conns_addr, streams;
+    int64_t conns_site_addr;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
@@ -448,6 +450,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
               config_get_int(cfg, "limits", "connections", 4096, 16, 1 << 20, &conns, err) ||
               config_get_int(cfg, "limits", "connections_per_address", 128, 1, 1 << 20, &conns_addr,
                              err) ||
+              config_get_int(cfg, "limits", "connections_per_site_address", 512, 1, 1 << 20,
+                             &conns_site_addr, err) ||
               config_get_int(cfg, "limits", "streams_per_connection", 32, 4, 1024, &streams, err) ||
               model_settings_read(cfg, &co, err) ||
               rounds_settings_read(cfg, &co.model_cfg, &rs, err);
@@ -491,7 +495,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                           .per_peer = (int)per_site,
                           .reserve = (int)reserve,
                           .stream_window = (uint32_t)window,
-                          .connections = {.total = (int)conns, .per_addr = (int)conns_addr},
+                          .connections = {.total = (int)conns,
+                                          .per_addr = (int)conns_addr,
+                                          .trusted_per_addr = (int)conns_site_addr},
                           .max_streams = (int)streams};
     NetServer *srv = net_server_create(&sc, err);
     int port = 0;

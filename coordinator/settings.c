@@ -172,7 +172,7 @@ static int read_min_sites(const Config *cfg, int64_t *out, char *err) {
         *out = 0;
         return 0;
     }
-    return config_get_int(cfg, "rounds", "min_sites", 1, 1, MAX_REPORTS, out, err);
+    return config_get_int(cfg, "rounds", "min_sites", 1, 1, ROUNDS_MAX_SITES, out, err);
 }
 
 int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {

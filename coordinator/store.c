@@ -21,12 +21,12 @@
 #include "util/util.h"
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
-    schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[];
+    schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
-static const char *const migrations[] = {schema_store_sql,    schema_store_v2_sql,
-                                         schema_store_v3_sql, schema_store_v4_sql,
-                                         schema_store_v5_sql, schema_store_v6_sql};
+static const char *const migrations[] = {
+    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql, schema_store_v4_sql,
+    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -644,9 +644,9 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     static const char sql[] =
         "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, "
         "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at, "
-        "start_eval_loss, reason_code, steps) "
+        "start_eval_loss, reason_code, steps, download_ms, decode_ms, eval_ms, encode_ms) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14, "
-        "nullif(?15, ''), ?16)";
+        "nullif(?15, ''), ?16, ?17, ?18, ?19, ?20)";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, u->round_id);
@@ -671,6 +671,10 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     sqlite3_bind_text(st, 15, strcmp(u->state, "rejected") == 0 ? u->reason_code : "", -1,
                       SQLITE_STATIC);
     sqlite3_bind_int64(st, 16, u->steps);
+    sqlite3_bind_int64(st, 17, u->download_ms);
+    sqlite3_bind_int64(st, 18, u->decode_ms);
+    sqlite3_bind_int64(st, 19, u->eval_ms);
+    sqlite3_bind_int64(st, 20, u->encode_ms);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     switch (rc) {
@@ -750,6 +754,10 @@ static void update_row(sqlite3_stmt *st, void *row) {
     u->start_eval_loss = column_real_or_nan(st, 15);
     store_copy_text(u->reason_code, sizeof u->reason_code, st, 16);
     u->steps = sqlite3_column_int64(st, 17);
+    u->download_ms = sqlite3_column_int64(st, 18);
+    u->decode_ms = sqlite3_column_int64(st, 19);
+    u->eval_ms = sqlite3_column_int64(st, 20);
+    u->encode_ms = sqlite3_column_int64(st, 21);
 }
 
 const char *const store_reason_codes[] = {STORE_REASON_CODES, NULL};
@@ -778,7 +786,7 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
         "SELECT u.id, u.round_id, u.site_id, s.name, u.codec, u.raw_bytes, u.wire_bytes, "
         "u.tokens, u.train_loss, u.eval_loss, u.train_ms, u.upload_ms, u.state, "
         "coalesce(u.reason, ''), u.received_at, u.start_eval_loss, coalesce(u.reason_code, ''), "
-        "u.steps "
+        "u.steps, u.download_ms, u.decode_ms, u.eval_ms, u.encode_ms "
         "FROM updates u JOIN sites s ON s.id = u.site_id "
         "WHERE u.round_id = ?1 ORDER BY u.id";
     sqlite3_stmt *st = store_stmt(s, sql, err);

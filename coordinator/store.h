@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -151,12 +151,20 @@ typedef struct StoreUpdate {
     int64_t steps;                /* inner steps it claims (0: not sent) */
     double train_loss, eval_loss; /* NAN when unknown */
     int64_t train_ms, upload_ms;
+    /* where the rest of its round went, as the site claims (bounded when
+     * recorded; 0: not sent) */
+    int64_t download_ms, decode_ms, eval_ms, encode_ms;
     double start_eval_loss; /* the received model's held-out loss before training;
                              * <= 0 or NAN: not measured */
     char state[12];         /* received, accepted, rejected, discarded */
     char reason[256];       /* why rejected or discarded */
     char reason_code[24];   /* rejected: one of STORE_REASON_CODES */
     int64_t received_at;
+    /* derived by the admin reads, not stored: from its upload to the
+     * round's close (-1: not closed), and train_ms over the round's wall
+     * time (NAN: unknown) */
+    int64_t wait_ms;
+    double utilization;
 } StoreUpdate;
 
 /* Why an update was refused, as codes with few values (metrics label by

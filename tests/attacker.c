@@ -49,6 +49,8 @@ static size_t pack_meta(const AttackClaim *a, uint8_t *buf) {
     meta.train_loss = 3.0;
     meta.eval_loss = a->eval_loss > 0 ? a->eval_loss : 3.0;
     meta.steps = a->steps;
+    meta.train_ms = a->train_ms;
+    meta.download_ms = a->download_ms;
     if (a->base) meta.base_sha256.data = (uint8_t *)a->base, meta.base_sha256.len = 32;
     return strait__update_meta__pack(&meta, buf);
 }

@@ -31,6 +31,7 @@ typedef struct AttackClaim {
     uint64_t steps;      /* inner steps claimed; 0: none */
     const uint8_t *base; /* SHA-256 of the model it claims to have trained from; NULL: none */
     double eval_loss;    /* the held-out loss it reports; 0: 3.0 */
+    uint64_t train_ms, download_ms; /* where it says its round went; 0: not sent */
 } AttackClaim;
 
 /* A whole PushUpdate (with the resume query), as a site would send it. */

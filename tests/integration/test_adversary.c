@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include "client/client.h"
 #include "coordinator/coordinator.h"
@@ -210,10 +211,10 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     Blob evil = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
     Blob junk = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
     /* M opens a stream on B's predictable id and keeps it open */
-    AttackClaim on_b = {0, "b-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim on_b = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     NetClientCall *held = attacker_open(m, &on_b, &evil);
     /* M seeds bytes under B's next id; B sees none of them, nor M's stream */
-    AttackClaim seed = {0, "b-r1", 1000, NULL, 0, NULL, 0};
+    AttackClaim seed = {0, "b-r1", 1000, NULL, 0, NULL, 0, 0, 0};
     NetClientCall *seeded = attacker_open(m, &seed, &junk);
     attacker_stream_rest(seeded, &(Blob){junk.data, junk.len / 2, 0}, 0, details,
                          sizeof details); /* half the bytes, then the stream ends */
@@ -221,7 +222,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     cr_assert_eq(attacker_query(b, "b-r1"), 0, "B sees bytes M spooled under B's id");
     cr_assert_eq(attacker_query(b, "b-r0"), 0, "B sees M's stream");
     /* B's upload on its own id goes through while M's stream on that id is live */
-    AttackClaim mine = {0, "b-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim mine = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &mine, &good, details, sizeof details), NET_OK, "%s", details);
     /* one live stream per upload: M's second stream on the id it holds open waits its turn */
     cr_assert_eq(attacker_push(m, &on_b, &evil, details, sizeof details), NET_ABORTED, "%s",
@@ -231,7 +232,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     NetStatus st = attacker_stream_rest(held, &evil, 0, details, sizeof details);
     cr_assert_eq(st, NET_FAILED_PRECONDITION, "%s: %s", net_status_name(st), details);
     cr_assert_not_null(strstr(details, "norm"), "%s", details);
-    AttackClaim cc = {0, "c-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim cc = {0, "c-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(c, &cc, &good, details, sizeof details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
     cr_assert_eq(r0.participants, 2);
@@ -263,27 +264,27 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
         char id[32];
         snprintf(id, sizeof id, "lie-%zu", i);
-        AttackClaim a = {0, id, lies[i], NULL, 0, NULL, 0};
+        AttackClaim a = {0, id, lies[i], NULL, 0, NULL, 0, 0, 0};
         NetStatus st = attacker_push(m, &a, &good, details, sizeof details);
         cr_assert_eq(st, NET_FAILED_PRECONDITION, "tokens %llu: %s", (unsigned long long)lies[i],
                      details);
         cr_assert_not_null(strstr(details, "what a round lets a site train"), "%s", details);
     }
     /* the first update of the first round is bounded too */
-    AttackClaim first = {0, "big", 1000, NULL, 0, NULL, 0};
+    AttackClaim first = {0, "big", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &first, &big, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
     /* another codec than the federation's, another purpose than an update */
-    AttackClaim other = {0, "fp32", 1000, NULL, 0, NULL, 0};
+    AttackClaim other = {0, "fp32", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &other, &fp32, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "codec fp32"), "%s", details);
-    AttackClaim model = {0, "model", 1000, "model", 0, NULL, 0};
+    AttackClaim model = {0, "model", 1000, "model", 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &model, &good, details, sizeof details), NET_INVALID_ARGUMENT,
                  "%s", details);
     /* a payload larger than the federation's codec can make is refused at the header */
     size_t huge_len = t.n_params * 4 + (1u << 20);
     Blob huge = {calloc(1, huge_len), huge_len, 0};
-    AttackClaim h = {0, "huge", 1000, NULL, 0, NULL, 0};
+    AttackClaim h = {0, "huge", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &h, &huge, details, sizeof details), NET_RESOURCE_EXHAUSTED, "%s",
                  details);
     free(huge.data);
@@ -291,13 +292,13 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
      * from), and a base model that is not this round's */
     uint8_t theta0[32], elsewhere[32] = {1};
     security_sha256(t.params, t.n_params * 4, theta0);
-    AttackClaim steps = {0, "steps", 1000, NULL, 51, theta0, 0};
+    AttackClaim steps = {0, "steps", 1000, NULL, 51, theta0, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &steps, &good, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "51 inner steps"), "%s", details);
-    AttackClaim based = {0, "based", 1000, NULL, 10, elsewhere, 0};
+    AttackClaim based = {0, "based", 1000, NULL, 10, elsewhere, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &based, &good, details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "another model"), "%s", details);
-    AttackClaim honest = {0, "b-r0", 1000, NULL, 10, theta0, 0};
+    AttackClaim honest = {0, "b-r0", 1000, NULL, 10, theta0, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &honest, &good, details, sizeof details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
     cr_assert_eq(r0.participants, 1);
@@ -336,7 +337,7 @@ Test(adversary, a_stalled_upload_is_cut) {
     NetChannel *m = attacker_channel(m_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "slow", 1000, NULL, 0, NULL, 0};
+    AttackClaim a = {0, "slow", 1000, NULL, 0, NULL, 0, 0, 0};
     int64_t t0 = time_wall_ms();
     NetClientCall *c = attacker_open(m, &a, &good); /* the header, then nothing */
     cr_assert_eq(net_client_finish(c, details, sizeof details), NET_DEADLINE_EXCEEDED, "%s",
@@ -366,7 +367,8 @@ Test(adversary, uploads_in_flight_count_against_the_quota) {
     NetChannel *m = attacker_channel(m_dir, addr);
     Blob fake = {malloc(110000), 110000, 0}; /* under the size bound; never finished */
     harness_fill(fake.data, fake.len, 7);
-    AttackClaim a1 = {0, "one", 1000, NULL, 0, NULL, 0}, a2 = {0, "two", 1000, NULL, 0, NULL, 0};
+    AttackClaim a1 = {0, "one", 1000, NULL, 0, NULL, 0, 0, 0},
+                a2 = {0, "two", 1000, NULL, 0, NULL, 0, 0, 0};
     NetClientCall *first = attacker_open(m, &a1, &fake);
     usleep(300000);
     cr_assert_eq(attacker_push(m, &a2, &fake, details, sizeof details), NET_RESOURCE_EXHAUSTED,
@@ -392,7 +394,7 @@ Test(adversary, a_failed_commit_changes_nothing) {
     NetChannel *b = attacker_channel(b_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     /* the first attempt fails at its commit */
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
@@ -511,7 +513,7 @@ Test(adversary, one_site_cannot_pile_up_calls_and_revocation_ends_them) {
     usleep(600000); /* the coordinator lets go of the cancelled calls at its next tick */
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "m-1", 1000, NULL, 0, NULL, 0};
+    AttackClaim a = {0, "m-1", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &a, &good, details, sizeof details), NET_PERMISSION_DENIED, "%s",
                  details);
     net_channel_destroy(m);
@@ -576,7 +578,7 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
     NetChannel *b = attacker_channel(b_dir, addr);
     GPT t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
-    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     int64_t pushed_at = time_wall_ms();
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
     wait_committed(0, 60);
@@ -816,11 +818,12 @@ Test(adversary, a_trickling_site_is_cut_and_the_honest_round_commits) {
     for (int i = 0; i < STREAMS; i++) {
         char id[32];
         snprintf(id, sizeof id, "m-trickle-%d", i);
-        AttackClaim a = {0, id, 1000, NULL, 0, NULL, 0};
+        AttackClaim a = {0, id, 1000, NULL, 0, NULL, 0, 0, 0};
         calls[i] = attacker_open(m[i % 2], &a, &good);
     }
     int64_t t0 = time_wall_ms();
-    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0}, ac = {0, "c-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0},
+                ac = {0, "c-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &ab, &good, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(c, &ac, &other, details, sizeof details), NET_OK, "%s", details);
     cr_assert_lt(time_wall_ms() - t0, 3000, "the honest uploads waited on the trickles");
@@ -863,7 +866,7 @@ Test(adversary, calls_whose_client_gave_up_stop_counting) {
     /* m holds both common workers with streams that say nothing */
     NetClientCall *hold[2];
     for (int i = 0; i < 2; i++) {
-        AttackClaim a = {0, i ? "m-hold-1" : "m-hold-0", 1000, NULL, 0, NULL, 0};
+        AttackClaim a = {0, i ? "m-hold-1" : "m-hold-0", 1000, NULL, 0, NULL, 0, 0, 0};
         hold[i] = attacker_open(m, &a, &good);
     }
     usleep(500000);
@@ -902,19 +905,19 @@ Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, -4e-3f);
-    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
     ProcResult r = S("site", "revoke", fed, "m");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     /* at once: b and the revoked m would be every active site */
-    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
     usleep(1500000);
-    AttackClaim ac = {0, "c-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim ac = {0, "c-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
     /* b sends again, as a site told its round reopened without it does */
-    AttackClaim ab2 = {0, "b-r0-again", 1000, NULL, 0, NULL, 0};
+    AttackClaim ab2 = {0, "b-r0-again", 1000, NULL, 0, NULL, 0, 0, 0};
     NetStatus st = attacker_push(b, &ab2, &gb, details, sizeof details);
     cr_assert(st == NET_OK || strstr(details, "duplicate") || strstr(details, "closed"), "%s: %s",
               net_status_name(st), details);
@@ -976,9 +979,9 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.5e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, v, 0);
     const uint64_t honest_tokens = 50 * 8 * 64, most = 50 * 64 * 64; /* a CPU agent's; the cap */
-    AttackClaim ab = {0, "b-r0", honest_tokens, NULL, 0, NULL, 0};
-    AttackClaim ac = {0, "c-r0", honest_tokens, NULL, 0, NULL, 0};
-    AttackClaim am = {0, "m-r0", most, NULL, 0, NULL, 0};
+    AttackClaim ab = {0, "b-r0", honest_tokens, NULL, 0, NULL, 0, 0, 0};
+    AttackClaim ac = {0, "c-r0", honest_tokens, NULL, 0, NULL, 0, 0, 0};
+    AttackClaim am = {0, "m-r0", most, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
@@ -1030,11 +1033,12 @@ Test(adversary, the_norm_bound_follows_the_honest_rounds) {
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.2e-3f);
     Blob big = attacker_update("int8", t.table_hash, t.n_params, v, 0);
-    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0}, am = {0, "m-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0},
+                am = {0, "m-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
     wait_committed(0, 30);
-    AttackClaim am1 = {1, "m-r1", 1000, NULL, 0, NULL, 0};
+    AttackClaim am1 = {1, "m-r1", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &am1, &big, details, sizeof details), NET_FAILED_PRECONDITION,
                  "an update of 1.9 |theta| passed after an honest round: %s", details);
     cr_assert_not_null(strstr(details, "federation's bound"), "%s", details);
@@ -1067,7 +1071,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     for (int i = 0; i < JUNK; i++) {
         char id[32];
         snprintf(id, sizeof id, "m-junk-%d", i);
-        AttackClaim a = {0, id, 1000, NULL, 0, NULL, 0};
+        AttackClaim a = {0, id, 1000, NULL, 0, NULL, 0, 0, 0};
         cr_assert_eq(attacker_push(m, &a, &junk, details, sizeof details), NET_FAILED_PRECONDITION,
                      "%s", details);
         at_header += strstr(details, "refused until the round moves") != NULL;
@@ -1088,7 +1092,8 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     }
     cr_assert_eq(served, 4, "%d downloads served", served);
     cr_assert_eq(limited, 2);
-    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0}, ac = {0, "c-r0", 1000, NULL, 0, NULL, 0};
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0},
+                ac = {0, "c-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &ab, &good, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(c, &ac, &good, details, sizeof details), NET_OK, "%s", details);
     StoreRound r = wait_committed(0, 30);
@@ -1141,7 +1146,7 @@ Test(adversary, a_lying_loss_report_is_outvoted_and_flagged) {
     const char *ids[3] = {"b-r0", "c-r0", "m-r0"};
     const double losses[3] = {5.2, 5.4, 0.1}; /* m says its update made the model excellent */
     for (int i = 0; i < 3; i++) {
-        AttackClaim a = {0, ids[i], 1000, NULL, 0, NULL, losses[i]};
+        AttackClaim a = {0, ids[i], 1000, NULL, 0, NULL, losses[i], 0, 0};
         cr_assert_eq(attacker_push(ch[i], &a, &good, details, sizeof details), NET_OK, "%s",
                      details);
     }
@@ -1169,5 +1174,73 @@ Test(adversary, a_lying_loss_report_is_outvoted_and_flagged) {
     cr_assert_eq(others, 0, "an honest report was flagged");
     for (int i = 0; i < 3; i++) net_channel_destroy(ch[i]);
     blob_free(&good);
+    gpt_free(&t);
+}
+
+/* Where a site says its round went (UpdateMeta's times) is shown as its
+ * compute utilization and weighs nothing: a site that claims a training
+ * time of years and an impossible download moves θ no differently from an
+ * honest one, its utilization is capped at 100%, the impossible claim is
+ * recorded as not sent, and the round's goodput cannot pass 100% (a site
+ * can only misstate its own figure). */
+Test(adversary, claimed_times_change_only_the_claimants_figures) {
+    federation("mean", "3", "30s");
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.2e-3f);
+    Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.1e-3f);
+    AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 2, 50}; /* ms: under any wall time */
+    AttackClaim ac = {0, "c-r0", 1000, NULL, 0, NULL, 0, 3, 50};
+    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL, 0, 1000000000000ull, 1ull << 60};
+    cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r = wait_committed(0, 30);
+    float *want = expected_theta((Blob[]){gm, gb, gc}, (double[]){1000, 1000, 1000}, 3, 0);
+    assert_model_is(&r, want);
+    free(want);
+    /* the figures, as an operator reads them */
+    ProcResult pr = S("round", "show", fed, "0", "--json");
+    cr_assert_eq(pr.status, 0, "%s", pr.err);
+    int seen = 0;
+    for (char *save = NULL, *line = strtok_r(pr.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s: %s", je.text, line);
+        const char *name = json_string_value(json_object_get(o, "site"));
+        double util = json_real_value(json_object_get(o, "utilization"));
+        json_int_t down = json_integer_value(json_object_get(o, "download_ms"));
+        cr_assert(util > 0 && util <= 1, "%s: utilization %g", name, util);
+        if (strcmp(name, "m") == 0) {
+            cr_assert_eq(util, 1.0, "m's claim of years of training is not capped at 100%%");
+            cr_assert_eq(down, 0, "an impossible download time was recorded: %lld",
+                         (long long)down);
+        } else {
+            cr_assert_lt(util, 1.0);
+            cr_assert_eq(down, 50);
+        }
+        seen++;
+        json_decref(o);
+    }
+    cr_assert_eq(seen, 3);
+    proc_result_free(&pr);
+    pr = S("rounds", fed, "--json");
+    cr_assert_eq(pr.status, 0, "%s", pr.err);
+    json_error_t je;
+    json_t *o = json_loads(pr.out, JSON_DISABLE_EOF_CHECK, &je);
+    cr_assert_not_null(o, "%s: %s", je.text, pr.out);
+    double util = json_real_value(json_object_get(o, "utilization"));
+    double good = json_real_value(json_object_get(o, "goodput"));
+    cr_assert(util > 0 && util <= 1, "round utilization %g", util);
+    cr_assert(good > 0 && good <= 1, "round goodput %g", good);
+    json_decref(o);
+    proc_result_free(&pr);
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&gb), blob_free(&gc), blob_free(&gm);
     gpt_free(&t);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include "coordinator/store.h"
 #include "kernels/formats.h"
@@ -227,6 +228,32 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     char *log = read_log("site-2.log");
     cr_assert_not_null(strstr(log, "round 8: model sha256"), "site 2 did not catch up: %s", log);
     free(log);
+    /* the figures an operator reads: a round with one of three sites cut
+     * off had at most two thirds of the tokens it could have had */
+    char *argv[] = {(char *)harness_strait_bin(), "rounds", fed, "--json", NULL};
+    ProcResult pr = bed_run(&bed, -1, argv);
+    cr_assert_eq(pr.status, 0, "%s", pr.err);
+    int rows = 0;
+    for (char *save = NULL, *line = strtok_r(pr.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s: %s", je.text, line);
+        if (strcmp(json_string_value(json_object_get(o, "state")), "committed") == 0) {
+            json_int_t n = json_integer_value(json_object_get(o, "round"));
+            double util = json_real_value(json_object_get(o, "utilization"));
+            double good = json_real_value(json_object_get(o, "goodput"));
+            cr_assert(util > 0 && util <= 1 && good > 0 && good <= 1,
+                      "round %lld: utilization %g, goodput %g", (long long)n, util, good);
+            if (n >= cut_from && n <= cut_from + 1)
+                cr_assert_leq(good, 2.0 / 3 + 1e-9, "round %lld: goodput %g with a site cut",
+                              (long long)n, good);
+            rows++;
+        }
+        json_decref(o);
+    }
+    proc_result_free(&pr);
+    cr_assert_eq(rows, 9);
     cr_assert_gt(assert_models_identical(9), 3 * 6);
     assert_db_check();
 }

@@ -1,0 +1,181 @@
+/*
+ * test_load.c — a thousand sites against one coordinator (make test-wan):
+ * 1,000 enrolled sites, each with its own certificate and TLS connection,
+ * send prepared int8 updates of `tiny` (a real update's size and codec, not
+ * a thousand trainers) for several rounds, over loopback. Every round must
+ * commit with every site's update, no upload that should be taken may be
+ * refused, and the coordinator's memory and CPU per round are printed (one
+ * JSON line a round on stderr).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "coordinator/store.h"
+#include "compress/compress.h"
+#include "kernels/model.h"
+#include "net/net.h"
+#include "tests/attacker.h"
+#include "tests/harness.h"
+#include "tests/store_fixture.h"
+#include "util/util.h"
+
+#define SITES   1000
+#define ROUNDS  3
+#define PUSHERS 16
+
+static char *root, fed[600], addr[64];
+static int coord = -1;
+static NetChannel *ch[SITES];
+
+static void teardown(void) {
+    for (int i = 0; i < SITES; i++)
+        if (ch[i]) net_channel_destroy(ch[i]), ch[i] = NULL;
+    if (coord > 0) proc_stop(coord, 20000), coord = -1;
+    if (root) harness_rmtree(root), free(root), root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(load, .fini = teardown, .timeout = 900);
+
+typedef struct Pusher {
+    int first, round;
+    const Blob *update;
+    int failed;
+    char why[400];
+} Pusher;
+
+static void *pusher_main(void *arg) {
+    Pusher *p = arg;
+    for (int i = p->first; i < SITES; i += PUSHERS) {
+        char id[32], details[256];
+        snprintf(id, sizeof id, "s%d-r%d", i, p->round);
+        AttackClaim a = {(uint64_t)p->round, id, 1000, NULL, 0, NULL, 0, 5, 1};
+        NetStatus st = NET_UNAVAILABLE;
+        for (int attempt = 0; attempt < 5; attempt++) { /* a busy server is routine */
+            st = attacker_push(ch[i], &a, p->update, details, sizeof details);
+            if (st != NET_RESOURCE_EXHAUSTED && st != NET_UNAVAILABLE) break;
+            usleep(200000 << attempt);
+        }
+        if (st != NET_OK) {
+            if (!p->failed++)
+                snprintf(p->why, sizeof p->why, "s%d: %s: %s", i, net_status_name(st), details);
+        }
+    }
+    return NULL;
+}
+
+/* The coordinator's resident memory (MiB), its peak, and its CPU seconds. */
+static void coordinator_usage(int pid, double *rss, double *peak, double *cpu) {
+    char path[64], *text = NULL, err[ERR_LEN];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0, "%s", err);
+    const char *r = strstr(text, "VmRSS:"), *h = strstr(text, "VmHWM:");
+    *rss = r ? atof(r + 6) / 1024 : 0, *peak = h ? atof(h + 6) / 1024 : 0;
+    free(text);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    cr_assert_eq(file_read_all(path, 1 << 20, &text, NULL, err), 0, "%s", err);
+    const char *p = strrchr(text, ')'); /* fields after the command's name */
+    unsigned long long ut = 0, stime = 0;
+    cr_assert_eq(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stime), 2);
+    *cpu = (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
+    free(text);
+}
+
+/* An int8 update of tiny as a trained site's looks to the codec: values
+ * that do not repeat (zstd gains little), of a trained update's size. */
+static Blob noisy_update(const GPT *m) {
+    float *x = malloc(m->n_params * sizeof(float));
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (size_t i = 0; i < m->n_params; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = 1e-3f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
+    }
+    CodecParams p;
+    char err[ERR_LEN];
+    cr_assert_eq(codec_params_parse("int8", &p, err), 0, "%s", err);
+    CodecLayout L = {m->table_hash, m->n_params, NULL, 0};
+    Blob b = {0};
+    cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+    free(x);
+    return b;
+}
+
+Test(load, a_thousand_sites_every_round_commits) {
+    net_global_init();
+    root = harness_tmpdir("load");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = harness_strait("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char ini[700], total[16], sites[16];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    snprintf(total, sizeof total, "%d", ROUNDS);
+    snprintf(sites, sizeof sites, "%d", SITES);
+    harness_ini_set(ini, "rounds", "total", total);
+    harness_ini_set(ini, "rounds", "min_sites", sites);
+    harness_ini_set(ini, "rounds", "deadline", "600s");
+    /* every site calls from 127.0.0.1 here: one address (a NAT of sites) holds them all */
+    harness_ini_set(ini, "limits", "connections_per_site_address", "4096");
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "the coordinator did not start");
+    uint64_t t0 = time_monotonic_ns();
+    for (int i = 0; i < SITES; i++) {
+        char name[16], dir[700];
+        snprintf(name, sizeof name, "s%d", i);
+        snprintf(dir, sizeof dir, "%s/%s", root, name);
+        attacker_enroll(fed, addr, name, dir);
+        ch[i] = attacker_channel(dir, addr);
+    }
+    fprintf(stderr, "{\"bench\":\"load\",\"sites\":%d,\"enroll_join_s\":%.1f}\n", SITES,
+            (double)(time_monotonic_ns() - t0) / 1e9);
+    GPTConfig cfg;
+    GPT m;
+    char err[ERR_LEN];
+    gpt_config_preset("tiny", &cfg);
+    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err);
+    Blob update = noisy_update(&m);
+    double rss0, peak0, cpu0;
+    coordinator_usage(coord, &rss0, &peak0, &cpu0);
+    for (int round = 0; round < ROUNDS; round++) {
+        uint64_t start = time_monotonic_ns();
+        pthread_t th[PUSHERS];
+        Pusher p[PUSHERS];
+        for (int t = 0; t < PUSHERS; t++) {
+            memset(&p[t], 0, sizeof p[t]);
+            p[t].first = t, p[t].round = round, p[t].update = &update;
+            cr_assert_eq(pthread_create(&th[t], NULL, pusher_main, &p[t]), 0);
+        }
+        int failed = 0;
+        const char *why = "";
+        for (int t = 0; t < PUSHERS; t++) {
+            pthread_join(th[t], NULL);
+            if (p[t].failed && !failed) why = p[t].why;
+            failed += p[t].failed;
+        }
+        cr_assert_eq(failed, 0, "round %d: %d uploads refused or lost, first %s", round, failed,
+                     why);
+        StoreRound sr = store_fixture_wait_committed(fed, round, 300);
+        cr_assert_eq(sr.participants, SITES, "round %d committed with %lld sites", round,
+                     (long long)sr.participants);
+        double rss, peak, cpu;
+        coordinator_usage(coord, &rss, &peak, &cpu);
+        fprintf(stderr,
+                "{\"bench\":\"load\",\"sites\":%d,\"round\":%d,\"update_bytes\":%zu,"
+                "\"round_s\":%.2f,\"coordinator_cpu_s\":%.2f,\"coordinator_rss_mib\":%.0f,"
+                "\"coordinator_peak_mib\":%.0f}\n",
+                SITES, round, update.len, (double)(time_monotonic_ns() - start) / 1e9, cpu - cpu0,
+                rss, peak);
+        cpu0 = cpu;
+    }
+    ProcResult chk = harness_strait("db", "check", fed);
+    cr_assert_eq(chk.status, 0, "%s %s", chk.out, chk.err);
+    proc_result_free(&chk);
+    blob_free(&update);
+    gpt_free(&m);
+}
