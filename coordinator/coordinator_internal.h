@@ -38,8 +38,11 @@ typedef struct RoundsSettings {
     double clip; /* mean: an update is scaled down to clip × the round's median norm (0: off) */
     double weight_cap; /* a weight counts at most weight_cap × the round's median claim (0: off) */
     AggregateRule rule; /* [rounds] aggregate */
-    int keeps_updates;  /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
-    char recipe[16];    /* [recipe] name: the defaults below came from it */
+    /* [rounds] overlap: round r also takes updates trained from θ_{r−1}
+     * (the one-step-delayed outer step), so sites train while they send */
+    int overlap;
+    int keeps_updates; /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
+    char recipe[16];   /* [recipe] name: the defaults below came from it */
     CodecParams uplink;
     CodecParams downlink;  /* the outer update sent down, with error feedback here */
     int downlink_lossless; /* instead: the exact model delta (zstd over XORed byte planes) */
@@ -135,6 +138,10 @@ typedef struct Rounds {
     int n_history;
     Served *ckpt;          /* the current model's checkpoint, served by GetModel; a ref */
     uint8_t theta_sha[32]; /* SHA-256 of θ_r's parameters: an update's base must be it */
+    /* with overlap, or θ_{r−1}'s (has_prev 0: not known, as after a restart
+     * whose previous checkpoint is gone) */
+    uint8_t prev_sha[32];
+    int has_prev;
     /* the way from the previous round's model to the current one, for sites
      * that hold the previous: the outer update in the downlink codec (an
      * update blob; θ_r = θ_{r-1} + decoded, here as at every site) or the

@@ -165,12 +165,18 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
     }
     /* the model it trained from must be this round's, to the bit: what
      * keeps every copy of the model identical (an older site sends none) */
-    if (meta->base_sha256.len != 0 &&
-        (meta->base_sha256.len != 32 || memcmp(meta->base_sha256.data, r->theta_sha, 32) != 0)) {
+    /* with overlap, from the round before's too (the one-step-delayed
+     * outer step: applied to θ_r, trained from θ_{r−1}) */
+    int base_ok =
+        meta->base_sha256.len == 0 ||
+        (meta->base_sha256.len == 32 &&
+         (memcmp(meta->base_sha256.data, r->theta_sha, 32) == 0 ||
+          (r->set.overlap && r->has_prev && memcmp(meta->base_sha256.data, r->prev_sha, 32) == 0)));
+    if (!base_ok) {
         snprintf(why, why_len,
-                 "update trained from another model than round %lld's (its SHA-256 differs); "
+                 "update trained from another model than round %lld's%s (its SHA-256 differs); "
                  "the site must download the model again",
-                 (long long)r->number);
+                 (long long)r->number, r->set.overlap ? " or the round before's" : "");
         return "wrong_base";
     }
     if (meta->steps > (uint64_t)r->set.inner_steps) {

@@ -527,6 +527,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->inner_steps = (uint32_t)r->set.inner_steps;
     hr->round_budget_ms = (uint64_t)r->set.budget_ms;
     hr->finished = r->state == ROUND_FINISHED;
+    hr->overlap = r->set.overlap;
     /* static strings: the settings never change while serving */
     hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);
     hr->downlink_codec =
@@ -559,6 +560,8 @@ static void warn_weak_rule(Coordinator *co) {
                  "protects from one bad site with 3 or more: raise min_sites",
                  rule, (long long)n, n == 1 ? "" : "s");
 }
+
+static int previous_model_sha(Coordinator *co, const StoreRound *last, uint8_t sha[32]);
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
@@ -611,6 +614,8 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->theta0_norm = r->theta_norm;
     r->last_commit_s = NAN;
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
+    if (r->set.overlap && rc == 0 && previous_model_sha(co, &last, r->prev_sha) == 0)
+        r->has_prev = 1;
     if (r->number >= r->set.total) {
         round_state_set(r, ROUND_FINISHED);
     } else if (open_round(co, err) != 0) {
@@ -619,6 +624,38 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     warn_weak_rule(co);
     pthread_create(&r->ticker, NULL, ticker_main, co);
     return 0;
+}
+
+/* SHA-256 of the parameters of the model before the resumed one (the
+ * checkpoint of the round before `last`, or the seeded θ_0): what overlap
+ * takes updates from too after a restart; -1 when it is not known. */
+static int previous_model_sha(Coordinator *co, const StoreRound *last, uint8_t sha[32]) {
+    GPT m;
+    char err[ERR_LEN];
+    if (gpt_build(&m, &co->model_cfg, (uint64_t)co->rounds.set.seed, err) != 0) return -1;
+    int rc = -1;
+    StoreRound prev;
+    char path[1600];
+    if (last->number == 0) { /* θ_0: the seeded model, or the pretrained one */
+        rc = co->model_init[0] ? gpt_load(&m, co->model_init, NULL, err) : 0;
+    } else {
+        pthread_mutex_lock(&co->store_lock);
+        int got = store_round_get(co->store, last->number - 1, &prev, err);
+        pthread_mutex_unlock(&co->store_lock);
+        if (got == 0 && strcmp(prev.state, "committed") == 0) {
+            snprintf(path, sizeof path, "%s/%s", co->dir, prev.checkpoint_path);
+            rc = gpt_load(&m, path, NULL, err);
+        }
+    }
+    if (rc == 0)
+        security_sha256(m.params, m.n_params * 4, sha);
+    else
+        log_warn("rounds",
+                 "overlap: the model before round %lld's is not at hand (%s); this "
+                 "round takes updates from its own model only",
+                 (long long)last->number + 1, err);
+    gpt_free(&m);
+    return rc;
 }
 
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err) {

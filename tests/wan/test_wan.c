@@ -336,3 +336,38 @@ Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
     assert_models_identical(6);
     assert_db_check();
 }
+
+/* [rounds] overlap = on across 40 ms round trips and 10 Mbit/s up: the
+ * sites train the next round while their updates and the next model are
+ * in flight, every round commits with every site, updates trained from the
+ * round before's model are taken, and every site holds the coordinator's
+ * model bit for bit. */
+Test(wan, overlapped_rounds_keep_every_model_identical) {
+    BedLink l = {10, 20, 20, 2, 0.001};
+    BedLink links[3] = {l, l, l};
+    setup(3, links, "tiny", "6", "3", "60s");
+    ini("rounds", "overlap", "on");
+    proc_stop(coord, 10000); /* read at start */
+    start_coordinator();
+    for (int i = 0; i < 3; i++) run_site(i);
+    wait_committed(5, 240);
+    wait_sites(120);
+    for (int64_t n = 0; n <= 5; n++)
+        cr_assert_eq(participants(n), 3, "round %lld lost an update", (long long)n);
+    int delayed = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[32], want[80];
+        snprintf(name, sizeof name, "site-%d.log", i);
+        char *log = read_log(name);
+        for (int n = 2; n <= 5; n++) {
+            snprintf(want, sizeof want, "round %d: loss", n);
+            const char *at = strstr(log, want);
+            snprintf(want, sizeof want, "(trained from round %d's model)", n - 1);
+            delayed += at && strstr(at, want) && strstr(at, want) < strchr(at, '\n');
+        }
+        free(log);
+    }
+    cr_assert_eq(delayed, 3 * 4, "rounds 2-5 were not all trained from the round before's model");
+    cr_assert_gt(assert_models_identical(6), 3 * 4);
+    assert_db_check();
+}

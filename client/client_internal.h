@@ -1,0 +1,146 @@
+/*
+ * client_internal.h — what the site agent's files share (nothing outside
+ * client/ includes it): the site's link to its coordinator (site.c: calls
+ * retried with backoff, the model's download, the upload, the saved state)
+ * and the session a run sets up once (run.c), which the round loops use —
+ * the synchronous one (run.c) and the overlapped one (overlap.c).
+ */
+#ifndef STRAIT_CLIENT_INTERNAL_H
+#define STRAIT_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "client.h"
+#include "compress/compress.h"
+#include "kernels/data.h"
+#include "kernels/model.h"
+#include "kernels/ranks.h"
+#include "kernels/train.h"
+#include "net/net.h"
+#include "schema/strait.pb-c.h"
+#include "util/util.h"
+
+#define CALL_TIMEOUT_MS 60000
+/* while training, a sign of life this often (monitors count a site online
+ * for a minute after its last call) */
+#define HEARTBEAT_MS   15000
+#define BACKOFF_MAX_MS 10000
+
+typedef struct Site {
+    SiteRunOptions o;
+    char name[65], coordinator[256];
+    char *key, *cert, *ca;
+    NetChannel *ch;
+    uint64_t rng;
+    uint64_t bytes_down; /* model bytes downloaded, for the log */
+} Site;
+
+/* Where a site's round goes before its upload, for UpdateMeta (ms). */
+typedef struct RoundTimes {
+    uint64_t download, decode, eval, encode;
+} RoundTimes;
+
+static inline uint64_t ms_since(uint64_t t0) {
+    return (time_monotonic_ns() - t0) / 1000000;
+}
+
+/* The site's held-out score of the model in m: the same 4 batches from the
+ * start of its validation split every time, so rounds compare. */
+#define HELD_OUT_BATCHES 4
+
+/* ---- site.c: the site's calls ---- */
+
+/* Whether a failed call is worth retrying. */
+int site_transient(NetStatus st);
+/* Sleeps before retry `attempt` (0, 1, …): 250 ms doubling to 10 s, ± 25 %. */
+void site_backoff(int attempt, uint64_t *rng);
+/* Reads SITEDIR's name, coordinator, key and certificates; opens the channel. */
+int site_read(Site *s, char *err);
+/* A unary call, retried while the failure is transient. */
+NetStatus site_call(Site *s, const char *method, const void *req, size_t len, NetBuf *resp,
+                    char *details);
+Strait__HelloResponse *site_hello(Site *s, char *err);
+/* The current model into m: the way from theta (the model of round `have`,
+ * SHA-256 theta_sha) when the coordinator has it, else the whole model;
+ * *served gets the round the coordinator says it is (maybe past the one
+ * asked in: a download that outlived rounds), times the download's and the
+ * decode's milliseconds. */
+int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
+                   uint64_t *served, RoundTimes *times, char *err);
+/* One Heartbeat, never retried: the federation's current round, or 0 when
+ * the coordinator did not answer. */
+uint64_t site_heartbeat(Site *s, uint64_t round);
+/* Waits for the round after `after`; *resend is set when the coordinator is
+ * still at `after` without this site's update (it restarted, or the round
+ * was reopened), and the update must go again. */
+int site_wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, int *finished,
+                    int *resend, char *err);
+/* The update for `round`, resumed after a failure from what the coordinator
+ * holds and retried while failures are transient: 0 sent (*refused 0), 0
+ * refused for good (*refused 1, said in the log). */
+int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, size_t mlen,
+                const uint8_t blob_sha[32], int *refused);
+/* Refuses a model this site cannot hold, before anything is allocated. */
+int site_check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err);
+/* SITEDIR/state/: AdamW's moments, the error feedback, the round and the
+ * data position; saved atomically, loaded at start (1 loaded, 0 none). */
+int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
+                    size_t pos, char *err);
+int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
+                    char *err);
+/* The thread that ends the site on SIGINT and SIGTERM. */
+void *site_signal_watch(void *arg);
+
+/* ---- run.c: the session, set up once per run ---- */
+
+typedef struct Session {
+    Site s;
+    Ranks rk;
+    Strait__HelloResponse *hr;
+    GPT m;        /* θ_local in m.params while training */
+    float *theta; /* the global model the round trains from; n_params */
+    uint8_t theta_sha[32];
+    int64_t have_round; /* the round of the model in theta; -1: none yet */
+    ErrorFeedback ef;
+    CodecParams codec;
+    TokenSet ts;
+    TokenView val;
+    Loader tl;
+    int have_val; /* rank 0 scores the model on its held-out split */
+    Trainer *trainer;
+    int *in, *tg;
+    int H, B, T, replicas, on_gpu, first_round;
+    size_t share; /* this rank's place in a global batch */
+    float lr;
+    Blob blob; /* the update being sent */
+} Session;
+
+/* What a round's inner steps made (every rank runs it). */
+typedef struct RoundTrained {
+    double train_loss, eval, start_eval;
+    int steps;
+    uint64_t train_ms;
+    int cut; /* stopped early: the round closed without this site */
+} RoundTrained;
+
+/* The inner steps of `round` from θ in ss->m.params (the trainer takes
+ * it), then θ_local back to the host. */
+int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *out, char *err);
+/* Δ = base − θ_local with error feedback, encoded into ss->blob, its
+ * SHA-256 and its UpdateMeta packed into meta (192 bytes) of *mlen. */
+int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
+                   const RoundTrained *t, RoundTimes *times, uint8_t blob_sha[32], uint8_t *meta,
+                   size_t *mlen, char *err);
+
+/* Logs the SHA-256 of the model of `round` in theta: what the coordinator
+ * checks each update against, and what a reader compares with its
+ * checkpoint of the round before. */
+void session_log_model(const Session *ss, uint64_t round);
+
+/* ---- overlap.c ---- */
+
+/* The round loop with communication overlapped ([rounds] overlap = on):
+ * rank 0 of a site of one rank; 0 when the federation has finished. */
+int rounds_overlap(Session *ss, char *err);
+
+#endif
