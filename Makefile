@@ -228,6 +228,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# bench/wan runs on the WAN test bed (tests/wan_bed.c, no test framework in it)
+$(BUILD)/bench/wan: $(BUILD)/obj/bench/wan.o $(BUILD)/obj/tests/wan_bed.o $(LIB)
+	@mkdir -p $(@D)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

@@ -38,6 +38,10 @@ typedef struct RoundsSettings {
     double clip; /* mean: an update is scaled down to clip × the round's median norm (0: off) */
     double weight_cap; /* a weight counts at most weight_cap × the round's median claim (0: off) */
     AggregateRule rule; /* [rounds] aggregate */
+    /* [rounds] adaptive_deadline: a round with its quorum closes at twice
+     * the slowest site's 90th-percentile arrival of recent rounds, when
+     * that is sooner than the deadline (never later) */
+    int adaptive_deadline;
     /* [rounds] overlap: round r also takes updates trained from θ_{r−1}
      * (the one-step-delayed outer step), so sites train while they send */
     int overlap;
@@ -94,7 +98,16 @@ typedef struct RoundSiteCount {
     int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
 } RoundSiteCount;
 
-#define NORM_HISTORY 5 /* rounds whose median norms set the bound */
+#define NORM_HISTORY    5 /* rounds whose median norms set the bound */
+#define ARRIVAL_HISTORY 8 /* rounds whose arrivals set the adaptive deadline */
+
+/* When a site's accepted updates arrived in recent rounds, in ms after
+ * their round opened (a ring of the last ARRIVAL_HISTORY). */
+typedef struct SiteArrivals {
+    int64_t site_id;
+    int64_t ms[ARRIVAL_HISTORY];
+    int n, next;
+} SiteArrivals;
 
 /* The round's state (rounds.c draws the machine and asserts each move).
  * `stop` is apart: the coordinator shutting down, in any state. */
@@ -130,6 +143,8 @@ typedef struct Rounds {
     char (*reported)[65];
     RoundUpdate *upd;
     int n_reported, cap_reports;
+    SiteArrivals *arrivals; /* every site's that has reported; owned */
+    int n_arrivals, cap_arrivals;
     RoundSiteCount *counts; /* this round's, reset when it opens; owned */
     int n_counts, cap_counts;
     int64_t refusals_unrecorded; /* refusals of this round past the rows kept */
@@ -222,6 +237,11 @@ RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
 /* Under rounds.lock: room for `need` accepted updates in the open round; -1
  * when out of memory. */
 int rounds_reserve(Rounds *r, int need);
+/* Under rounds.lock: records when site's accepted update arrived in the
+ * open round; the adaptive deadline (ms after the round opened), or 0 when
+ * no site has reported in three rounds yet. */
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms);
+int64_t rounds_adaptive_deadline(const Rounds *r);
 /* The most sites a round takes updates from ([rounds] min_sites' bound). */
 #define ROUNDS_MAX_SITES 1000000
 /* Under rounds.lock: fails the open round when a site that reported in it

@@ -146,6 +146,44 @@ int rounds_reserve(Rounds *r, int need) {
     return 0;
 }
 
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms) {
+    SiteArrivals *a = NULL;
+    for (int i = 0; i < r->n_arrivals && !a; i++)
+        if (r->arrivals[i].site_id == site_id) a = &r->arrivals[i];
+    if (a == NULL) {
+        void *p = r->arrivals;
+        int rc = grow(&p, &r->cap_arrivals, r->n_arrivals + 1, sizeof r->arrivals[0]);
+        r->arrivals = p;
+        if (rc != 0) return; /* out of memory: this one is not counted */
+        a = &r->arrivals[r->n_arrivals++];
+        memset(a, 0, sizeof *a);
+        a->site_id = site_id;
+    }
+    a->ms[a->next] = ms < 0 ? 0 : ms;
+    a->next = (a->next + 1) % ARRIVAL_HISTORY;
+    if (a->n < ARRIVAL_HISTORY) a->n++;
+}
+
+static int cmp_i64(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+int64_t rounds_adaptive_deadline(const Rounds *r) {
+    int64_t slowest = -1;
+    for (int i = 0; i < r->n_arrivals; i++) {
+        const SiteArrivals *a = &r->arrivals[i];
+        if (a->n < 3) continue; /* too few rounds to say */
+        int64_t ms[ARRIVAL_HISTORY];
+        memcpy(ms, a->ms, sizeof ms[0] * (size_t)a->n);
+        qsort(ms, (size_t)a->n, sizeof ms[0], cmp_i64);
+        int64_t q90 = ms[(a->n * 9 + 9) / 10 - 1]; /* the 90th percentile, rounded up */
+        if (q90 > slowest) slowest = q90;
+    }
+    if (slowest < 0) return 0;
+    return 2 * slowest > 1000 ? 2 * slowest : 1000;
+}
+
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
     for (int i = 0; i < r->n_counts; i++)
         if (r->counts[i].site_id == site_id) return &r->counts[i];
@@ -491,8 +529,22 @@ static void *ticker_main(void *arg) {
             rounds_drop_revoked(co);
             flush_refusals(co);
         }
-        if (r->state == ROUND_OPEN &&
-            now >= r->opened_ms + r->set.deadline_ms * (r->extensions + 1)) {
+        /* the adaptive deadline: with a quorum in, once twice the slowest
+         * site's usual arrival has passed (never later than the deadline) */
+        int64_t due = r->opened_ms + r->set.deadline_ms * (r->extensions + 1);
+        int64_t adaptive = r->set.adaptive_deadline && r->extensions == 0 && r->n_reported > 0
+                               ? rounds_adaptive_deadline(r)
+                               : 0;
+        int early = adaptive > 0 && r->opened_ms + adaptive < due &&
+                    now >= r->opened_ms + adaptive && r->state == ROUND_OPEN &&
+                    r->sum.accepted > 0 && r->n_reported >= rounds_quorum(co);
+        if (early)
+            log_info(
+                "rounds",
+                "round %lld: closing with %d updates at the adaptive deadline of %.1f s (twice "
+                "the slowest site's usual arrival; [rounds] deadline %.1f s)",
+                (long long)r->number, r->n_reported, adaptive / 1e3, r->set.deadline_ms / 1e3);
+        if (r->state == ROUND_OPEN && (early || now >= due)) {
             int64_t quorum = rounds_quorum(co);
             if (r->n_reported >= quorum && r->sum.accepted > 0) {
                 if (!rounds_drop_revoked(co)) closing = rounds_close(co);
@@ -676,7 +728,7 @@ void rounds_stop(Coordinator *co) {
     free(r->waiters);
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     round_updates_free(r->upd, r->n_reported);
-    free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts);
+    free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts), free(r->arrivals);
     round_sum_free(&r->sum);
     codec_checked_free(r->pool);
     outer_free(&r->outer);

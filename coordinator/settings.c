@@ -187,6 +187,7 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
         config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
         config_get_bool(cfg, "rounds", "overlap", 0, &o->overlap, err) ||
+        config_get_bool(cfg, "rounds", "adaptive_deadline", 1, &o->adaptive_deadline, err) ||
         config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
         config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
         config_get_double(cfg, "rounds", "max_update_ratio", 2.0, &o->max_update_ratio, err) ||

@@ -1,7 +1,7 @@
 /*
- * harness.c — process running and scratch folders for the tests.
- * proc_run reads stdout and stderr with poll so neither pipe can fill and
- * block the child.
+ * harness.c — the strait binary under test, background processes and
+ * scratch folders for the tests (running a process to completion:
+ * util/proc.c).
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,66 +21,6 @@
 #include "harness.h"
 #include "util/util.h"
 
-static void buf_append(char **buf, size_t *len, const char *data, size_t n) {
-    *buf = realloc(*buf, *len + n + 1);
-    cr_assert_not_null(*buf);
-    memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-ProcResult proc_run(char *const argv[]) {
-    int po[2], pe[2];
-    cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
-    cr_assert_eq(pipe2(pe, O_CLOEXEC), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        execv(argv[0], argv);
-        fprintf(stderr, "exec %s failed\n", argv[0]);
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    ProcResult r = {0, NULL, NULL};
-    size_t olen = 0, elen = 0;
-    buf_append(&r.out, &olen, "", 0);
-    buf_append(&r.err, &elen, "", 0);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2;
-    while (open_fds > 0) {
-        if (poll(fds, 2, -1) < 0) continue;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char chunk[4096];
-            ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
-            if (n <= 0) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            } else if (i == 0) {
-                buf_append(&r.out, &olen, chunk, (size_t)n);
-            } else {
-                buf_append(&r.err, &elen, chunk, (size_t)n);
-            }
-        }
-    }
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
-}
-
-void proc_result_free(ProcResult *r) {
-    free(r->out);
-    free(r->err);
-    r->out = r->err = NULL;
-}
-
 int proc_spawn(char *const argv[], int *out_fd) {
     int po[2];
     cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
@@ -97,33 +37,6 @@ int proc_spawn(char *const argv[], int *out_fd) {
     close(po[1]);
     *out_fd = po[0];
     return pid;
-}
-
-int proc_read_line(int fd, char *buf, size_t size, int timeout_ms) {
-    size_t n = 0;
-    while (n + 1 < size) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, timeout_ms) <= 0) return -1;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0) return -1;
-        if (buf[n] == '\n') break;
-        n++;
-    }
-    buf[n] = '\0';
-    return (int)n;
-}
-
-int proc_stop(int pid, int grace_ms) {
-    kill(pid, SIGTERM);
-    int st;
-    for (int waited = 0; waited < grace_ms; waited += 10) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return 128 + SIGKILL;
 }
 
 ProcResult proc_run_strait(const char *first, ...) {

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/util.h"
+
 /* Deterministic bytes from a seed (xorshift64), for payloads that a test
  * and a helper process must agree on. */
 static inline void harness_fill(uint8_t *buf, size_t len, uint64_t seed) {
@@ -18,25 +20,11 @@ static inline void harness_fill(uint8_t *buf, size_t len, uint64_t seed) {
     }
 }
 
-typedef struct ProcResult {
-    int status; /* exit status, or 128 + signal if killed */
-    char *out;  /* stdout, NUL-terminated, owned */
-    char *err;  /* stderr, NUL-terminated, owned */
-} ProcResult;
-
-/* Runs argv (argv[0] a path) to completion with stdin from /dev/null. */
-ProcResult proc_run(char *const argv[]);
-void proc_result_free(ProcResult *r);
+/* proc_run, proc_read_line, proc_stop and ProcResult: util/util.h. */
 
 /* Starts argv in the background with stdout on a pipe (*out_fd, owned by
  * the caller) and stderr to /dev/null; returns the pid. */
 int proc_spawn(char *const argv[], int *out_fd);
-/* Reads one line from fd into buf (without the newline) within timeout_ms;
- * returns its length, or -1. */
-int proc_read_line(int fd, char *buf, size_t size, int timeout_ms);
-/* SIGTERM, then SIGKILL after grace_ms; returns the exit status as
- * proc_run does. */
-int proc_stop(int pid, int grace_ms);
 
 /* Runs the strait binary under test with the given arguments (a
  * NULL-terminated list); harness_strait(…) adds the NULL. */

@@ -2,6 +2,7 @@
  * wan_bed.c — the WAN test bed's namespaces, links and processes
  * (wan_bed.h says what it makes). The bed is made with iproute2 and tc
  * from Debian's packages, run as real processes; the links are wan_relay.
+ * No test framework here: the tests (tests/wan/) and bench/wan both use it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,9 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <criterion/criterion.h>
-
 #include "tests/wan_bed.h"
+#include "util/util.h"
 
 #define IP        "/usr/sbin/ip"
 #define TC        "/usr/sbin/tc"
@@ -154,8 +154,11 @@ static int make_link(Bed *b, int i, const BedLink *l, char *why, size_t len) {
 
 int bed_open(Bed *b, int n_sites, const BedLink *links, char *why, size_t len) {
     memset(b, 0, sizeof *b);
-    cr_assert(n_sites >= 1 && n_sites <= BED_SITES_MAX);
     for (int i = 0; i < BED_SITES_MAX; i++) b->relay_in[i] = b->relay_out[i] = -1;
+    if (n_sites < 1 || n_sites > BED_SITES_MAX) {
+        snprintf(why, len, "a bed has 1 to %d sites, not %d", BED_SITES_MAX, n_sites);
+        return -1;
+    }
     if (access(IP, X_OK) != 0 || access(TC, X_OK) != 0 || access(NSENTER, X_OK) != 0) {
         snprintf(why, len, "the WAN bed needs ip and tc (iproute2) and nsenter (util-linux)");
         return -1;
@@ -202,35 +205,38 @@ void bed_close(Bed *b) {
     b->n_sites = 0;
 }
 
-void bed_command(const Bed *b, int site, const char *fmt, ...) {
-    cr_assert(site >= 0 && site < b->n_sites && b->relay_in[site] >= 0);
+int bed_command(const Bed *b, int site, const char *fmt, ...) {
+    if (site < 0 || site >= b->n_sites || b->relay_in[site] < 0) return -1;
     char line[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line - 1, fmt, ap);
     va_end(ap);
-    cr_assert(n > 0 && n < (int)sizeof line - 1);
+    if (n <= 0 || n >= (int)sizeof line - 1) return -1;
     line[n++] = '\n';
-    cr_assert_eq(write(b->relay_in[site], line, (size_t)n), n, "relay %d is gone", site);
+    return write(b->relay_in[site], line, (size_t)n) == n ? 0 : -1;
 }
 
-void bed_stats(const Bed *b, int site, char *out, size_t len) {
-    bed_command(b, site, "stats");
-    cr_assert_gt(proc_read_line(b->relay_out[site], out, len, 5000), 0, "relay %d: no stats", site);
+int bed_stats(const Bed *b, int site, char *out, size_t len) {
+    if (bed_command(b, site, "stats") != 0) return -1;
+    return proc_read_line(b->relay_out[site], out, len, 5000) > 0 ? 0 : -1;
 }
 
 static const char *ns_of(const Bed *b, int where) {
-    cr_assert(where >= -1 && where < b->n_sites);
     return where < 0 ? b->coord_ns : b->site_ns[where];
 }
 
 int bed_spawn(const Bed *b, int where, char *const argv[], const char *log, int *out_fd) {
     char path[128];
     snprintf(path, sizeof path, NETNS_DIR "/%s", ns_of(b, where));
+    if (where < -1 || where >= b->n_sites) return -1;
     int po[2] = {-1, -1};
-    if (out_fd) cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
+    if (out_fd && pipe2(po, O_CLOEXEC) != 0) return -1;
     pid_t pid = fork();
-    cr_assert_geq(pid, 0);
+    if (pid < 0) {
+        if (out_fd) close(po[0]), close(po[1]);
+        return -1;
+    }
     if (pid == 0) {
         int nsfd = open(path, O_RDONLY | O_CLOEXEC);
         int lf = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

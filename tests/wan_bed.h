@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "tests/harness.h"
+#include "util/util.h"
 
 #define BED_SITES_MAX  8
 #define BED_COORD_HOST "10.79.0.1"
@@ -41,14 +41,15 @@ typedef struct Bed {
  * cannot (no CAP_NET_ADMIN, no TUN, no tbf); then nothing is left made. */
 int bed_open(Bed *b, int n_sites, const BedLink *links, char *why, size_t len);
 void bed_close(Bed *b);
-/* One command line to site's relay (wan_relay.c lists them). */
-void bed_command(const Bed *b, int site, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* The relay's "stats" line for site's link. */
-void bed_stats(const Bed *b, int site, char *out, size_t len);
+/* One command line to site's relay (wan_relay.c lists them); -1 when the
+ * relay is gone. */
+int bed_command(const Bed *b, int site, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The relay's "stats" line for site's link; -1 when it did not answer. */
+int bed_stats(const Bed *b, int site, char *out, size_t len);
 /* Starts argv (argv[0] a path) inside a namespace: where -1 the
  * coordinator's, else site where's. Its stderr goes to log (appended); its
- * stdout to a pipe in *out_fd when out_fd is set, else to log too. */
+ * stdout to a pipe in *out_fd when out_fd is set, else to log too. Its pid,
+ * or -1. */
 int bed_spawn(const Bed *b, int where, char *const argv[], const char *log, int *out_fd);
 /* Runs argv to completion inside that namespace. */
 ProcResult bed_run(const Bed *b, int where, char *const argv[]);

@@ -170,4 +170,21 @@ void progress_update(ProgressBar *pb, uint64_t done, const char *suffix);
 /* Draws the final state (unthrottled) and ends the line. */
 void progress_finish(ProgressBar *pb, uint64_t done, const char *suffix);
 
+/* ---- processes (proc.c) ------------------------------------------------ */
+
+typedef struct ProcResult {
+    int status; /* exit status, 128 + signal if killed, -1 if it could not start */
+    char *out;  /* stdout, NUL-terminated, owned */
+    char *err;  /* stderr, NUL-terminated, owned */
+} ProcResult;
+
+/* Runs argv (argv[0] a path) to completion with stdin from /dev/null. */
+ProcResult proc_run(char *const argv[]);
+void proc_result_free(ProcResult *r);
+/* Reads one line from fd into buf (without the newline) within timeout_ms;
+ * its length, or -1. */
+int proc_read_line(int fd, char *buf, size_t size, int timeout_ms);
+/* SIGTERM, then SIGKILL after grace_ms; the exit status as proc_run's. */
+int proc_stop(int pid, int grace_ms);
+
 #endif /* STRAIT_UTIL_H */

@@ -60,6 +60,7 @@ static void start_coordinator(void) {
     char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
     int fd;
     coord = bed_spawn(&bed, -1, argv, log, &fd);
+    cr_assert_gt(coord, 0);
     char line[256];
     cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "the coordinator did not start");
     close(fd);
@@ -106,6 +107,7 @@ static void run_site(int i) {
     char *argv[] = {(char *)harness_strait_bin(), "site",      "run", dir, "--data",
                     (char *)data[i % 4],          "--threads", "1",   NULL};
     site_pid[i] = bed_spawn(&bed, i, argv, log, NULL);
+    cr_assert_gt(site_pid[i], 0);
 }
 
 /* The bed with n sites on links, and a federation of model across it
@@ -209,24 +211,30 @@ static int participants(int64_t n) {
 Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     BedLink l = {10, 20, 20, 2, 0.001};
     BedLink links[3] = {l, l, l};
-    setup(3, links, "tiny", "9", "2", "4s");
+    setup(3, links, "tiny", "10", "2", "30s");
     for (int i = 0; i < 3; i++) run_site(i);
-    wait_committed(1, 120);
-    bed_command(&bed, 2, "cut 0"); /* until healed */
-    /* two rounds on the other two sites' quorum while site 2 is cut off */
-    StoreRound r = wait_committed(2, 120);
+    /* three rounds of arrivals: the adaptive deadline knows the sites */
+    wait_committed(3, 120);
+    cr_assert_eq(bed_command(&bed, 2, "cut 0"), 0); /* until healed */
+    /* two rounds on the other two sites' quorum while site 2 is cut off,
+     * each closed at the adaptive deadline, not after the 30 s one */
+    StoreRound r = wait_committed(4, 120);
     int64_t cut_from = r.number + 1;
     wait_committed(cut_from + 1, 120);
-    bed_command(&bed, 2, "heal");
-    wait_committed(8, 240);
+    cr_assert_eq(bed_command(&bed, 2, "heal"), 0);
+    wait_committed(9, 240);
     wait_sites(120);
     int short_rounds = 0, caught_up = 0;
     for (int64_t n = cut_from; n <= cut_from + 1; n++) short_rounds += participants(n) == 2;
-    for (int64_t n = cut_from + 2; n <= 8; n++) caught_up += participants(n) == 3;
+    for (int64_t n = cut_from + 2; n <= 9; n++) caught_up += participants(n) == 3;
+    char *co = read_log("coordinator.log");
+    cr_assert_not_null(strstr(co, "at the adaptive deadline"),
+                       "no round closed at the adaptive deadline: %s", co);
+    free(co);
     cr_assert_eq(short_rounds, 2, "the rounds while site 2 was cut did not commit on quorum");
     cr_assert_gt(caught_up, 0, "site 2 never reported again after its link came back");
     char *log = read_log("site-2.log");
-    cr_assert_not_null(strstr(log, "round 8: model sha256"), "site 2 did not catch up: %s", log);
+    cr_assert_not_null(strstr(log, "round 9: model sha256"), "site 2 did not catch up: %s", log);
     free(log);
     /* the figures an operator reads: a round with one of three sites cut
      * off had at most two thirds of the tokens it could have had */
@@ -253,8 +261,8 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
         json_decref(o);
     }
     proc_result_free(&pr);
-    cr_assert_eq(rows, 9);
-    cr_assert_gt(assert_models_identical(9), 3 * 6);
+    cr_assert_eq(rows, 10);
+    cr_assert_gt(assert_models_identical(10), 3 * 6);
     assert_db_check();
 }
 
@@ -270,11 +278,11 @@ Test(wan, a_connection_reset_mid_upload_resumes_from_its_offset) {
     for (int i = 0; i < 2; i++) run_site(i);
     wait_committed(0, 120);
     /* round 1's upload from site 0: reset 2.5 MB in, two chunks held */
-    bed_command(&bed, 0, "after 2500000 reset");
+    cr_assert_eq(bed_command(&bed, 0, "after 2500000 reset"), 0);
     wait_committed(3, 240);
     wait_sites(120);
     char stats[200];
-    bed_stats(&bed, 0, stats, sizeof stats);
+    cr_assert_eq(bed_stats(&bed, 0, stats, sizeof stats), 0, "relay 0: no stats");
     unsigned long long resets = 0;
     cr_assert_eq(sscanf(strstr(stats, "resets="), "resets=%llu", &resets), 1, "%s", stats);
     cr_assert_gt(resets, 0, "the relay reset nothing: %s", stats);
@@ -300,7 +308,7 @@ Test(wan, a_half_open_path_is_noticed_and_the_upload_retried, .timeout = 500) {
     /* site 0's packets stop arriving 2.5 MB into its next upload; what the
      * coordinator sends still reaches it (its acks, its pings' answers do
      * not come back); the path comes back after 30 s */
-    bed_command(&bed, 0, "after 2500000 blackhole a 30000");
+    cr_assert_eq(bed_command(&bed, 0, "after 2500000 blackhole a 30000"), 0);
     wait_committed(2, 400);
     wait_sites(120);
     char *site = read_log("site-0.log"), *co = read_log("coordinator.log");

@@ -1,0 +1,311 @@
+/*
+ * wan.c — federations across the WAN test bed (tests/wan_bed.h), by round
+ * mode: synchronous rounds against overlapped ones ([rounds] overlap), on
+ * the same links, sites, data and seeds. The bed: 4 sites, each link 100 ms
+ * round trip (50 ms each way), 0.1% loss each way and 50 Mbit/s both ways
+ * but site 3's at 10 Mbit/s; each site a CPU share of its own through a
+ * cgroup's CFS quota (0.4 of a core; with --slow, site 2 gets a third of
+ * that: three times slower at training). One JSON line per mode:
+ *
+ *   mode, wall_s (first opening to last commit), utilization and goodput
+ *   (the store's, over every committed round: docs/operations.md),
+ *   bytes_up, bytes_down, final_loss (the last checkpoint's held-out loss
+ *   on collections no site trains on), time_to_target_s (the first commit
+ *   whose checkpoint reaches sync's final loss), speedup_vs_sync (sync's
+ *   time to that target over this mode's) and loss_vs_sync (this mode's
+ *   final loss over sync's, at equal tokens).
+ *
+ *   build/bench/wan [--model M] [--rounds R] [--steps H] [--slow]
+ *
+ * Needs root (namespaces, TUN, tc, cgroups); without it, one line says why.
+ * Asynchronous rounds are not built yet: no line for them.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coordinator/coordinator.h"
+#include "kernels/train.h"
+#include "tests/wan_bed.h"
+#include "util/util.h"
+
+#define SITES 4
+
+static char strait_bin[1200], root[256];
+static const char *model = "small";
+static int rounds = 8, steps = 20, slow = 0;
+
+static void ini_set(const char *fed, const char *section, const char *key, const char *value) {
+    char path[600], *text = NULL, err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    if (file_read_all(path, 1 << 20, &text, NULL, err) != 0) {
+        fprintf(stderr, "bench/wan: %s\n", err);
+        exit(1);
+    }
+    /* the key is in the template: replace its line within its section */
+    char head[64], want[96];
+    snprintf(head, sizeof head, "[%s]\n", section);
+    snprintf(want, sizeof want, "\n%s = ", key);
+    char *sec = strstr(text, head), *at = sec ? strstr(sec, want) : NULL;
+    if (at == NULL) {
+        fprintf(stderr, "bench/wan: no %s in [%s] of %s\n", key, section, path);
+        exit(1);
+    }
+    char *eol = strchr(at + 1, '\n');
+    size_t out_len = strlen(text) + strlen(value) + 64;
+    char *out = malloc(out_len);
+    snprintf(out, out_len, "%.*s\n%s = %s%s", (int)(at - text), text, key, value, eol ? eol : "");
+    if (file_write_atomic(path, out, strlen(out), 0600, err) != 0) {
+        fprintf(stderr, "bench/wan: %s\n", err);
+        exit(1);
+    }
+    free(out), free(text);
+}
+
+/* A CPU share for pid: a cgroup (v1's cpu controller, else v2's) with a
+ * CFS quota of `cores`; 0, or -1 when this machine has neither. */
+static int write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f == NULL) return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int cpu_share(int site, int pid, double cores, char *path, size_t len) {
+    long quota = (long)(cores * 100000);
+    char file[2048], v[64];
+    snprintf(path, len, "/sys/fs/cgroup/cpu/swb%d-%d", (int)getpid(), site);
+    if (access("/sys/fs/cgroup/cpu/cgroup.procs", F_OK) == 0 && mkdir(path, 0755) == 0) {
+        snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", path);
+        snprintf(v, sizeof v, "%ld\n", quota);
+    } else {
+        snprintf(path, len, "/sys/fs/cgroup/swb%d-%d", (int)getpid(), site);
+        if (mkdir(path, 0755) != 0) return -1;
+        snprintf(file, sizeof file, "%s/cpu.max", path);
+        snprintf(v, sizeof v, "%ld 100000\n", quota);
+    }
+    char procs[2048], p[32];
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", path);
+    snprintf(p, sizeof p, "%d\n", pid);
+    return write_file(file, v) == 0 && write_file(procs, p) == 0 ? 0 : -1;
+}
+
+typedef struct Result {
+    double wall_s, utilization, goodput, final_loss, ttt_s;
+    int64_t bytes_up, bytes_down;
+    int committed;
+    double loss[256], at_s[256]; /* each committed round's checkpoint, and when */
+} Result;
+
+static int run_mode(int overlap, double target, Result *out) {
+    memset(out, 0, sizeof *out);
+    BedLink fast = {50, 50, 50, 0, 0.001}, thin = {10, 10, 50, 0, 0.001};
+    BedLink links[SITES] = {fast, fast, fast, thin};
+    Bed bed;
+    char why[512], fed[400], err[ERR_LEN];
+    if (bed_open(&bed, SITES, links, why, sizeof why) != 0) {
+        printf("{\"bench\":\"wan\",\"skipped\":\"%s\"}\n", why);
+        return -1;
+    }
+    snprintf(fed, sizeof fed, "%s/fed-%d", root, overlap);
+    char r_s[16], h_s[16];
+    snprintf(r_s, sizeof r_s, "%d", rounds);
+    snprintf(h_s, sizeof h_s, "%d", steps);
+    char *init[] = {strait_bin, "init",        fed, "--listen", BED_COORD_HOST ":7700",
+                    "--model",  (char *)model, NULL};
+    ProcResult pr = proc_run(init);
+    int rc = pr.status == 0 ? 0 : -1;
+    if (rc) fprintf(stderr, "bench/wan: init: %s\n", pr.err);
+    proc_result_free(&pr);
+    int coord = -1, pids[SITES] = {0};
+    char cgroups[SITES][400] = {{0}};
+    if (rc == 0) {
+        ini_set(fed, "rounds", "total", r_s);
+        ini_set(fed, "rounds", "min_sites", "4");
+        ini_set(fed, "rounds", "deadline", "600s");
+        ini_set(fed, "rounds", "inner_steps", h_s);
+        ini_set(fed, "rounds", "overlap", overlap ? "on" : "off");
+        char log[500];
+        snprintf(log, sizeof log, "%s/coordinator-%d.log", root, overlap);
+        char *argv[] = {strait_bin, "coordinator", "start", fed, NULL};
+        int fd;
+        coord = bed_spawn(&bed, -1, argv, log, &fd);
+        char line[256];
+        if (coord < 0 || proc_read_line(fd, line, sizeof line, 30000) <= 0) rc = -1;
+        if (coord >= 0) close(fd);
+    }
+    static const char *data[SITES] = {
+        "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
+        "/usr/share/games/fortunes/wisdom", "/usr/share/games/fortunes/science"};
+    for (int i = 0; rc == 0 && i < SITES; i++) {
+        char name[16], dir[500];
+        snprintf(name, sizeof name, "s%d", i);
+        snprintf(dir, sizeof dir, "%s/site-%d-%d", root, overlap, i);
+        char *en[] = {strait_bin, "site", "enroll", fed, name, NULL};
+        pr = proc_run(en);
+        const char *nl = strchr(pr.out, '\n'), *ca = strstr(pr.out, "--ca-sha256 ");
+        char token[65] = "", fp[65] = "";
+        if (pr.status == 0 && nl && ca && strlen(nl + 1) >= 64 && strlen(ca + 12) >= 64)
+            memcpy(token, nl + 1, 64), memcpy(fp, ca + 12, 64);
+        proc_result_free(&pr);
+        char *join[] = {strait_bin, "site", "join",          dir,
+                        "--name",   name,   "--coordinator", BED_COORD_HOST ":7700",
+                        "--token",  token,  "--ca-sha256",   fp,
+                        NULL};
+        pr = bed_run(&bed, i, join);
+        if (pr.status != 0) fprintf(stderr, "bench/wan: join %s: %s\n", name, pr.err), rc = -1;
+        proc_result_free(&pr);
+    }
+    for (int i = 0; rc == 0 && i < SITES; i++) {
+        char dir[500], log[500];
+        snprintf(dir, sizeof dir, "%s/site-%d-%d", root, overlap, i);
+        snprintf(log, sizeof log, "%s/site-%d-%d.log", root, overlap, i);
+        char *argv[] = {strait_bin,  "site", "run",    dir, "--data", (char *)data[i],
+                        "--threads", "1",    "--seed", "7", NULL};
+        pids[i] = bed_spawn(&bed, i, argv, log, NULL);
+        double cores = slow && i == 2 ? 0.4 / 3 : 0.4;
+        if (pids[i] < 0 || cpu_share(i, pids[i], cores, cgroups[i], sizeof cgroups[i]) != 0) {
+            fprintf(stderr, "bench/wan: cannot give site %d a CPU share (cgroups)\n", i);
+            rc = -1;
+        }
+    }
+    for (int i = 0; rc == 0 && i < SITES; i++) { /* bounded: an hour at most */
+        int st = -1;
+        for (int t = 0; t < 36000 && waitpid(pids[i], &st, WNOHANG) != pids[i]; t++) usleep(100000);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "bench/wan: site %d ended with %d (its log: %s)\n", i, st, root);
+            rc = -1;
+        }
+        pids[i] = 0;
+    }
+    for (int i = 0; i < SITES; i++)
+        if (pids[i] > 0) proc_stop(pids[i], 5000);
+    if (coord > 0) proc_stop(coord, 20000);
+    bed_close(&bed);
+    for (int i = 0; i < SITES; i++)
+        if (cgroups[i][0]) rmdir(cgroups[i]);
+    if (rc != 0) return -1;
+    /* the figures, from the store (the coordinator has stopped) */
+    Admin *a = admin_open(fed, err);
+    AdminRound *ar = NULL;
+    size_t n = 0;
+    AdminStatus st;
+    if (a == NULL || admin_rounds(a, 1000, 0, &ar, &n, err) != 0 ||
+        admin_status(a, &st, err) != 0) {
+        fprintf(stderr, "bench/wan: %s\n", err);
+        if (a) admin_close(a);
+        return -1;
+    }
+    double train = 0, site_wall = 0, got = 0, possible = 0;
+    int64_t t0 = 0, t1 = 0;
+    const char *held[2] = {"/usr/share/games/fortunes/platitudes",
+                           "/usr/share/games/fortunes/miscellaneous"};
+    for (size_t i = n; i-- > 0;) { /* oldest first */
+        if (t0 == 0 || ar[i].r.opened_at < t0) t0 = ar[i].r.opened_at;
+        if (strcmp(ar[i].r.state, "committed") != 0) continue;
+        train += ar[i].train_ms_sum, site_wall += ar[i].site_wall_ms_sum;
+        got += ar[i].tokens_accepted, possible += ar[i].tokens_possible;
+        t1 = ar[i].r.closed_at;
+        char path[1000];
+        snprintf(path, sizeof path, "%s/%s", fed, ar[i].r.checkpoint_path);
+        double loss = NAN;
+        if (out->committed < 256 &&
+            gpt_eval_checkpoint(path, held, 2, 8, 64, 16, &loss, err) == 0) {
+            out->loss[out->committed] = loss;
+            out->at_s[out->committed++] = (double)(ar[i].r.closed_at - t0) / 1e3;
+        }
+    }
+    out->wall_s = (double)(t1 - t0) / 1e3;
+    out->utilization = site_wall > 0 ? train / site_wall : NAN;
+    out->goodput = possible > 0 ? got / possible : NAN;
+    out->bytes_up = st.totals.bytes_up, out->bytes_down = st.totals.bytes_down;
+    out->final_loss = out->committed ? out->loss[out->committed - 1] : NAN;
+    out->ttt_s = NAN;
+    for (int i = 0; i < out->committed && isfinite(target); i++)
+        if (out->loss[i] <= target) {
+            out->ttt_s = out->at_s[i];
+            break;
+        }
+    free(ar);
+    admin_close(a);
+    return 0;
+}
+
+/* a number, or null when there is none (JSON has no NaN) */
+static const char *num(double v, int digits, char *buf, size_t len) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, len, "%.*f", digits, v);
+    return buf;
+}
+
+static void emit(const char *mode, const Result *r, const Result *sync) {
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    printf("{\"bench\":\"wan\",\"mode\":\"%s\",\"model\":\"%s\",\"sites\":%d,\"rounds\":%d,"
+           "\"inner_steps\":%d,\"slow_site\":%s,\"links\":\"100 ms RTT, 0.1%% loss, 50 Mbit/s "
+           "(site 3: 10 Mbit/s)\",\"cpu_per_site\":0.4,\"committed\":%d,\"wall_s\":%s,"
+           "\"utilization\":%s,\"goodput\":%s,\"bytes_up\":%lld,\"bytes_down\":%lld,"
+           "\"final_loss\":%s,\"time_to_target_s\":%s",
+           mode, model, SITES, rounds, steps, slow ? "true" : "false", r->committed,
+           num(r->wall_s, 1, a, sizeof a), num(r->utilization, 4, b, sizeof b),
+           num(r->goodput, 4, c, sizeof c), (long long)r->bytes_up, (long long)r->bytes_down,
+           num(r->final_loss, 4, d, sizeof d), num(r->ttt_s, 1, e, sizeof e));
+    if (sync != r)
+        printf(",\"speedup_vs_sync\":%s,\"loss_vs_sync\":%s",
+               num(sync->ttt_s / r->ttt_s, 3, f, sizeof f),
+               num(r->final_loss / sync->final_loss, 4, g, sizeof g));
+    printf("}\n");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = argv[++i];
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--slow") == 0)
+            slow = 1;
+        else {
+            fprintf(stderr,
+                    "usage: bench/wan [--model M] [--rounds R (1-256)] [--steps H] [--slow]\n");
+            return 2;
+        }
+    }
+    if (rounds < 1 || rounds > 256 || steps < 1) {
+        fprintf(stderr, "bench/wan: --rounds 1 to 256, --steps at least 1\n");
+        return 2;
+    }
+    if (geteuid() != 0) {
+        printf("{\"bench\":\"wan\",\"skipped\":\"needs root: network namespaces, TUN devices, "
+               "tc and cgroups\"}\n");
+        return 0;
+    }
+    const char *bin = getenv("STRAIT_BIN");
+    snprintf(strait_bin, sizeof strait_bin, "%s", bin ? bin : "build/strait");
+    if (strait_bin[0] != '/') {
+        char cwd[900];
+        if (getcwd(cwd, sizeof cwd))
+            snprintf(strait_bin, sizeof strait_bin, "%s/%s", cwd, bin ? bin : "build/strait");
+    }
+    snprintf(root, sizeof root, "/tmp/strait-bench-wan-XXXXXX");
+    if (mkdtemp(root) == NULL) return 1;
+    setenv("STRAIT_LOG", "info", 0);
+    setenv("OMP_NUM_THREADS", "1", 0), setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    static Result sync, over;
+    if (run_mode(0, NAN, &sync) != 0) return 1;
+    /* sync's final loss is the target, reached by definition at its last commit */
+    sync.ttt_s = sync.committed ? sync.at_s[sync.committed - 1] : NAN;
+    emit("sync", &sync, &sync);
+    if (run_mode(1, sync.final_loss, &over) != 0) return 1;
+    emit("overlap", &over, &sync);
+    fprintf(stderr, "bench/wan: logs and stores in %s\n", root);
+    return 0;
+}

@@ -1,0 +1,106 @@
+/*
+ * proc.c — running other programs: to completion with stdout and stderr
+ * captured (read with poll, so neither pipe can fill and block the child),
+ * a line from a child's pipe within a time, and a stop that escalates from
+ * SIGTERM to SIGKILL. For the tests, the WAN bed and the benchmarks.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static int append(char **buf, size_t *len, const char *data, size_t n) {
+    char *grown = realloc(*buf, *len + n + 1);
+    if (grown == NULL) return -1;
+    *buf = grown;
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+ProcResult proc_run(char *const argv[]) {
+    ProcResult r = {-1, NULL, NULL};
+    size_t olen = 0, elen = 0;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (append(&r.out, &olen, "", 0) != 0 || append(&r.err, &elen, "", 0) != 0 ||
+        pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)
+        goto fail;
+    pid_t pid = fork();
+    if (pid < 0) goto fail;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s failed\n", argv[0]);
+        _exit(127);
+    }
+    close(po[1]), close(pe[1]);
+    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    for (int open_fds = 2; open_fds > 0;) {
+        if (poll(fds, 2, -1) < 0) continue;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char chunk[4096];
+            ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
+            if (n <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else {
+                append(i == 0 ? &r.out : &r.err, i == 0 ? &olen : &elen, chunk, (size_t)n);
+            }
+        }
+    }
+    int st;
+    if (waitpid(pid, &st, 0) == pid)
+        r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return r;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0) close(po[i]);
+        if (pe[i] >= 0) close(pe[i]);
+    }
+    return r;
+}
+
+void proc_result_free(ProcResult *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+int proc_read_line(int fd, char *buf, size_t size, int timeout_ms) {
+    size_t n = 0;
+    while (n + 1 < size) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, timeout_ms) <= 0) return -1;
+        ssize_t r = read(fd, buf + n, 1);
+        if (r <= 0) return -1;
+        if (buf[n] == '\n') break;
+        n++;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+int proc_stop(int pid, int grace_ms) {
+    kill(pid, SIGTERM);
+    int st;
+    for (int waited = 0; waited < grace_ms; waited += 10) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return 128 + SIGKILL;
+}
