@@ -217,8 +217,8 @@ int main(int argc, char **argv) {
         NetLimits lim = {.max_total = payload_len};
         NetBuf got;
         t0 = time_monotonic_ns();
-        st = net_download(ch, "/strait.Bench/Download", "x", 1, &lim, 600000, &got, NULL, details,
-                          sizeof details);
+        st = net_download(ch, "/strait.Bench/Download", "x", 1, &lim, 600000, &got, NULL, NULL,
+                          details, sizeof details);
         CHECK(st == NET_OK && got.len == payload_len, "download: %s %s", net_status_name(st),
               details);
         down[r] = (double)payload_len / (1 << 20) / ((double)(time_monotonic_ns() - t0) / 1e9);

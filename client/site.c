@@ -106,21 +106,35 @@ int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
     req.has_model = have >= 0;
     req.have_round = have >= 0 ? (uint64_t)have : 0;
-    uint8_t buf[96];
+    uint8_t buf[160];
     if (have >= 0) { /* the coordinator serves a delta only onto these very bytes */
         req.have_sha256.data = (uint8_t *)theta_sha;
         req.have_sha256.len = 32;
     }
-    size_t n = strait__get_model_request__pack(&req, buf);
     NetBuf payload;
+    NetDownloadHeld held = {NULL, 0, 0, {0}}; /* what a cut download left, to resume from */
     char details[256];
     for (int attempt = 0;; attempt++) {
-        NetStatus st = net_download(s->ch, "/strait.Federation/GetModel", buf, n, &lim,
-                                    CALL_TIMEOUT_MS * 5, &payload, served, details, sizeof details);
-        if (st == NET_OK) break;
-        if (!site_transient(st) && st != NET_DATA_LOSS)
+        req.resume_offset = held.have;
+        req.resume_sha256.data = held.sha;
+        req.resume_sha256.len = held.have ? 32 : 0;
+        size_t n = strait__get_model_request__pack(&req, buf);
+        uint64_t from = held.have;
+        NetStatus st =
+            net_download(s->ch, "/strait.Federation/GetModel", buf, n, &lim, CALL_TIMEOUT_MS * 5,
+                         &payload, served, &held, details, sizeof details);
+        if (st == NET_OK) {
+            if (from)
+                log_info("site", "model download resumed at %llu of %zu bytes",
+                         (unsigned long long)from, payload.len);
+            break;
+        }
+        if (!site_transient(st) && st != NET_DATA_LOSS) {
+            net_download_held_free(&held);
             return err_set(err, "model download refused (%s): %s", net_status_name(st), details);
-        log_warn("site", "model download: %s (%s); retrying", net_status_name(st), details);
+        }
+        log_warn("site", "model download: %s (%s); retrying%s", net_status_name(st), details,
+                 held.have ? " from where it stopped" : "");
         site_backoff(attempt, &s->rng);
     }
     times->download = ms_since(t0);

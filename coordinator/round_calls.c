@@ -62,6 +62,12 @@ static void h_get_model(NetCall *c, void *user) {
     Served *sv = delta ? r->delta : r->ckpt;
     sv->refs++;
     uint64_t number = (uint64_t)r->number;
+    /* a download cut part-way goes on from what the site holds of it, when
+     * that is still the payload to serve */
+    uint64_t from = req && req->resume_sha256.len == 32 && req->resume_offset < sv->len &&
+                            memcmp(req->resume_sha256.data, sv->sha, 32) == 0
+                        ? req->resume_offset
+                        : 0;
     int *counted = sc ? (delta ? &sc->got_delta : &sc->got_ckpt) : NULL;
     if (counted == NULL || !*counted) r->bytes_down += (int64_t)sv->len;
     if (counted) *counted = 1;
@@ -69,7 +75,7 @@ static void h_get_model(NetCall *c, void *user) {
     if (req) strait__get_model_request__free_unpacked(req, NULL);
     NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
     char err[ERR_LEN];
-    if (net_download_send(c, &spec, sv->data, sv->len, err) != 0)
+    if (net_download_send_from(c, &spec, sv->data, sv->len, from, err) != 0)
         net_call_status(c, NET_UNAVAILABLE, "%s", err);
     pthread_mutex_lock(&r->lock);
     served_unref(sv);

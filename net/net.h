@@ -366,11 +366,27 @@ NetStatus net_upload(NetChannel *ch, const char *upload_method, const char *quer
 /* Server side of a download (a server-streaming handler). */
 int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *data, size_t len,
                       char *err);
+/* The same from byte `from` of the payload (a resume the receiver asked
+ * for; past its end: from 0). */
+int net_download_send_from(NetCall *c, const NetTransferSpec *spec, const uint8_t *data, size_t len,
+                           uint64_t from, char *err);
+/* A download cut part-way: the first `have` bytes of a payload of `total`
+ * whose SHA-256 the sender's header gave; owned. */
+typedef struct NetDownloadHeld {
+    uint8_t *data;
+    uint64_t have, total;
+    uint8_t sha[32];
+} NetDownloadHeld;
+void net_download_held_free(NetDownloadHeld *h);
 /* Client side: sends the request, receives and verifies the payload into a
  * malloc'd buffer (header checked against lim before allocating); *round
- * (may be NULL) gets the header's round: what the sender says it sent. */
+ * (may be NULL) gets the header's round: what the sender says it sent.
+ * With held (may be NULL): a download cut part-way leaves what came in it,
+ * and the next call (whose request asks to resume at held->have, a
+ * protocol's matter) takes a header at exactly that offset, of the same
+ * payload, as the rest of it; a header at 0 starts over. */
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
                        const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
-                       char *details, size_t details_len);
+                       NetDownloadHeld *held, char *details, size_t details_len);
 
 #endif /* STRAIT_NET_H */

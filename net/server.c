@@ -626,11 +626,11 @@ void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
                        const char *details) {
     NetServer *s = c->server;
     assert(c->park == PARK_IN_HANDLER || c->park == PARK_RELEASED);
-    if (data && len) {
-        c->answer = malloc(len);
+    if (data) { /* an empty message is a message (a proto3 one of defaults packs to 0 bytes) */
+        c->answer = malloc(len ? len : 1);
         if (c->answer) memcpy(c->answer, data, len), c->answer_len = len;
     }
-    if (code != NET_OK || (data && len && c->answer == NULL))
+    if (code != NET_OK || (data && c->answer == NULL))
         net_call_status(c, code != NET_OK ? code : NET_RESOURCE_EXHAUSTED, "%s",
                         code != NET_OK && details ? details : "out of memory");
     pthread_mutex_lock(&s->lock);

@@ -759,6 +759,12 @@ NetStatus net_upload(NetChannel *ch, const char *upload_method, const char *quer
 
 int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *data, size_t len,
                       char *err) {
+    return net_download_send_from(c, spec, data, len, 0, err);
+}
+
+int net_download_send_from(NetCall *c, const NetTransferSpec *spec, const uint8_t *data, size_t len,
+                           uint64_t from, char *err) {
+    if (from > len) from = 0;
     uint32_t chunk = spec->chunk_size ? spec->chunk_size : NET_CHUNK_DEFAULT;
     if (chunk < NET_CHUNK_MIN || chunk > NET_CHUNK_MAX) return err_set(err, "bad chunk size");
     uint8_t sha[32];
@@ -767,11 +773,11 @@ int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *da
     else
         security_sha256(data, len, sha);
     size_t hlen;
-    uint8_t *hdr = header_frame(spec, len, sha, chunk, 0, &hlen);
+    uint8_t *hdr = header_frame(spec, len, sha, chunk, from, &hlen);
     if (hdr == NULL) return err_set(err, "out of memory");
     int rc = net_call_send(c, hdr, hlen);
     free(hdr);
-    for (uint64_t at = 0; rc == 0 && at < len; at += chunk) {
+    for (uint64_t at = from; rc == 0 && at < len; at += chunk) {
         size_t n = len - at < chunk ? (size_t)(len - at) : chunk;
         uint8_t prefix[32];
         size_t pl = chunk_prefix(prefix, at, n);
@@ -781,9 +787,14 @@ int net_download_send(NetCall *c, const NetTransferSpec *spec, const uint8_t *da
     return 0;
 }
 
+void net_download_held_free(NetDownloadHeld *h) {
+    free(h->data);
+    memset(h, 0, sizeof *h);
+}
+
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
                        const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
-                       char *details, size_t details_len) {
+                       NetDownloadHeld *held, char *details, size_t details_len) {
     payload->data = NULL;
     payload->len = 0;
     if (round) *round = 0;
@@ -820,11 +831,20 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
                 err_set(err, "download of %llu bytes is over the limit of %llu",
                         (unsigned long long)total, (unsigned long long)lim->max_total);
             } else if (h->sha256.len != 32 || chunk < NET_CHUNK_MIN || chunk > NET_CHUNK_MAX ||
-                       h->offset != 0) {
-                bad = NET_INTERNAL;
+                       (h->offset != 0 &&
+                        (held == NULL || h->offset != held->have || total != held->total ||
+                         memcmp(h->sha256.data, held->sha, 32) != 0))) {
+                bad = NET_INTERNAL; /* a resume point is only ever the one asked for */
                 err_set(err, "malformed download header");
+            } else if (h->offset != 0) { /* the rest of what is held: its bytes hashed again */
+                memcpy(sha, h->sha256.data, 32);
+                payload->data = held->data;
+                at = held->have;
+                memset(held, 0, sizeof *held); /* moved: a failure from here keeps anew */
+                EVP_DigestUpdate(md, payload->data, at);
             } else {
                 memcpy(sha, h->sha256.data, 32);
+                if (held) net_download_held_free(held); /* another payload: from the start */
                 payload->data = malloc(total ? total : 1);
                 if (payload->data == NULL) {
                     bad = NET_RESOURCE_EXHAUSTED;
@@ -868,6 +888,15 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
         }
     }
     EVP_MD_CTX_free(md);
+    if (held && st != NET_OK && st != NET_DATA_LOSS && bad == NET_OK && payload->data && at > 0 &&
+        at < total) { /* cut part-way: what came is kept for a resume */
+        net_download_held_free(held);
+        held->data = payload->data, payload->data = NULL;
+        held->have = at, held->total = total;
+        memcpy(held->sha, sha, 32);
+    } else if (held && st == NET_OK) {
+        net_download_held_free(held);
+    }
     if (st != NET_OK)
         net_buf_free(payload);
     else

@@ -23,6 +23,7 @@
  *                       one the receiver expects, so it is taken)
  *   after BYTES CMD     runs CMD once BYTES more TCP payload bytes went a → b
  *                       (mid-upload, when a is a site): one armed at a time
+ *   after-b BYTES CMD   the same, counting b → a (mid-download)
  *   delay MS | jitter MS | loss P
  *   heal                end every fault
  *   stats               print "stats ab=PKTS ba=PKTS dropped=PKTS resets=N"
@@ -78,6 +79,7 @@ static struct {
     int64_t cut_until_us;          /* -1: until heal; 0: none */
     int64_t blackhole_until_us[2]; /* from side a / b */
     int64_t after_budget;          /* -1: no `after` armed */
+    int after_from;                /* the side whose bytes it counts */
     char after_cmd[200];
     Flow flows[FLOWS_MAX];
     int n_flows;
@@ -243,7 +245,7 @@ static void arrive(int from) { /* from 0: side a, 1: side b */
         size_t payload;
         int ihl = tcp_of(buf, (size_t)n, &payload);
         if (ihl > 0) flow_of(buf, ihl, from); /* known before a reset is asked for */
-        if (ihl > 0 && from == 0 && R.after_budget >= 0) {
+        if (ihl > 0 && from == R.after_from && R.after_budget >= 0) {
             R.after_budget -= (int64_t)payload;
             if (R.after_budget < 0) {
                 R.after_budget = -1;
@@ -317,7 +319,11 @@ static int command(char *line) {
     else if (strcmp(line, "reset") == 0)
         for (int i = 0; i < R.n_flows; i++) R.flows[i].reset_to_a = R.flows[i].reset_to_b = 1;
     else if (sscanf(line, "after %ld %n", &v, &at) == 1 && v >= 0 && at > 0 && line[at])
-        R.after_budget = v, snprintf(R.after_cmd, sizeof R.after_cmd, "%s", line + at);
+        R.after_budget = v, R.after_from = 0,
+        snprintf(R.after_cmd, sizeof R.after_cmd, "%s", line + at);
+    else if (sscanf(line, "after-b %ld %n", &v, &at) == 1 && v >= 0 && at > 0 && line[at])
+        R.after_budget = v, R.after_from = 1,
+        snprintf(R.after_cmd, sizeof R.after_cmd, "%s", line + at);
     else if (sscanf(line, "delay %ld", &v) == 1 && v >= 0)
         R.delay_us = v * 1000;
     else if (sscanf(line, "jitter %ld", &v) == 1 && v >= 0)

@@ -1084,7 +1084,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     for (int i = 0; i < 6; i++) {
         NetBuf payload = {NULL, 0};
         NetStatus st = net_download(m, "/strait.Federation/GetModel", "", 0, &lim, 20000, &payload,
-                                    NULL, details, sizeof details);
+                                    NULL, NULL, details, sizeof details);
         served += st == NET_OK;
         limited += st == NET_RESOURCE_EXHAUSTED;
         if (st == NET_OK) model_len = payload.len;
@@ -1243,4 +1243,31 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
     gpt_free(&t);
+}
+
+/* A WaitRound whose poll runs out while round 0 is still open is answered
+ * with round 0, not finished: a message of proto3 defaults, which packs to
+ * 0 bytes and is a message still (a site must not read it as an answer
+ * without one). */
+Test(adversary, a_parked_wait_that_expires_in_round_0_is_answered) {
+    federation("mean", "2", "60s");
+    char b_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir);
+    NetChannel *b = attacker_channel(b_dir, addr);
+    Strait__WaitRoundRequest req = STRAIT__WAIT_ROUND_REQUEST__INIT;
+    req.after_round = 1;
+    uint8_t buf[32];
+    size_t n = strait__wait_round_request__pack(&req, buf);
+    NetBuf resp;
+    /* a 2 s deadline: parked for 1.5 s, then answered as it stands */
+    NetStatus st =
+        net_unary(b, "/strait.Federation/WaitRound", buf, n, &resp, 2000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    Strait__WaitRoundResponse *wr = strait__wait_round_response__unpack(NULL, resp.len, resp.data);
+    cr_assert_not_null(wr);
+    cr_assert_eq(wr->current_round, 0);
+    cr_assert(!wr->finished);
+    strait__wait_round_response__free_unpacked(wr, NULL);
+    net_buf_free(&resp);
+    net_channel_destroy(b);
 }

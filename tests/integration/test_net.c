@@ -325,7 +325,7 @@ Test(net, upload_and_download_of_256_mib_arrive_intact) {
     NetLimits lim = {.max_total = n};
     char req[64];
     int rl = snprintf(req, sizeof req, "%zu:42", n);
-    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, NULL,
+    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, NULL, NULL,
                       details, sizeof details);
     cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
     cr_assert_eq(got.len, n);
@@ -333,7 +333,7 @@ Test(net, upload_and_download_of_256_mib_arrive_intact) {
     net_buf_free(&got);
     /* a download over the client's limit is refused before it allocates */
     lim.max_total = n - 1;
-    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, NULL,
+    st = net_download(ch, "/strait.Test/Download", req, (size_t)rl, &lim, 120000, &got, NULL, NULL,
                       details, sizeof details);
     cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "%s: %s", net_status_name(st), details);
     cr_assert_null(got.data);

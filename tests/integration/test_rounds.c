@@ -373,7 +373,7 @@ Test(rounds, calls_are_answered_while_a_round_commits) {
     NetLimits lim = {.max_total = 1ull << 30};
     NetBuf model;
     cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, blen, &lim, 10000, &model,
-                              NULL, details, sizeof details),
+                              NULL, NULL, details, sizeof details),
                  NET_OK, "GetModel during a commit: %s", details);
     cr_assert_gt(model.len, 0);
     net_buf_free(&model);
@@ -548,7 +548,7 @@ static void *getter_main(void *arg) {
     NetBuf model = {0};
     pthread_barrier_wait(p->go);
     p->st = net_download(ch, "/strait.Federation/GetModel", buf, blen, &lim, 60000, &model, NULL,
-                         p->details, sizeof p->details);
+                         NULL, p->details, sizeof p->details);
     net_buf_free(&model);
     net_channel_destroy(ch);
     return NULL;
@@ -791,7 +791,7 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
         size_t n = strait__get_model_request__pack(&req, buf);
         NetBuf payload;
         cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
-                                  NULL, details, sizeof details),
+                                  NULL, NULL, details, sizeof details),
                      NET_OK, "%s", details);
         BlobKind kind = compress_blob_kind(payload.data, payload.len);
         if (k == 0) {
