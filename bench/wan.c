@@ -42,30 +42,12 @@ static const char *model = "small";
 static int rounds = 8, steps = 20, slow = 0;
 
 static void ini_set(const char *fed, const char *section, const char *key, const char *value) {
-    char path[600], *text = NULL, err[ERR_LEN];
+    char path[600], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/federation.ini", fed);
-    if (file_read_all(path, 1 << 20, &text, NULL, err) != 0) {
+    if (config_file_set(path, section, key, value, err) != 0) {
         fprintf(stderr, "bench/wan: %s\n", err);
         exit(1);
     }
-    /* the key is in the template: replace its line within its section */
-    char head[64], want[96];
-    snprintf(head, sizeof head, "[%s]\n", section);
-    snprintf(want, sizeof want, "\n%s = ", key);
-    char *sec = strstr(text, head), *at = sec ? strstr(sec, want) : NULL;
-    if (at == NULL) {
-        fprintf(stderr, "bench/wan: no %s in [%s] of %s\n", key, section, path);
-        exit(1);
-    }
-    char *eol = strchr(at + 1, '\n');
-    size_t out_len = strlen(text) + strlen(value) + 64;
-    char *out = malloc(out_len);
-    snprintf(out, out_len, "%.*s\n%s = %s%s", (int)(at - text), text, key, value, eol ? eol : "");
-    if (file_write_atomic(path, out, strlen(out), 0600, err) != 0) {
-        fprintf(stderr, "bench/wan: %s\n", err);
-        exit(1);
-    }
-    free(out), free(text);
 }
 
 /* A CPU share for pid: a cgroup (v1's cpu controller, else v2's) with a
@@ -295,8 +277,12 @@ int main(int argc, char **argv) {
         if (getcwd(cwd, sizeof cwd))
             snprintf(strait_bin, sizeof strait_bin, "%s/%s", cwd, bin ? bin : "build/strait");
     }
-    snprintf(root, sizeof root, "/tmp/strait-bench-wan-XXXXXX");
-    if (mkdtemp(root) == NULL) return 1;
+    /* the logs and stores stay for a reader: said on stderr at the end */
+    snprintf(root, sizeof root, "/tmp/strait-bench-wan-XXXXXX"); /* mkdtemp's template */
+    if (mkdtemp(root) == NULL) {
+        fprintf(stderr, "bench/wan: cannot make a folder under /tmp: %s\n", strerror(errno));
+        return 1;
+    }
     setenv("STRAIT_LOG", "info", 0);
     setenv("OMP_NUM_THREADS", "1", 0), setenv("OPENBLAS_NUM_THREADS", "1", 0);
     static Result sync, over;

@@ -120,7 +120,6 @@ typedef struct RoundTrained {
     double train_loss, eval, start_eval;
     int steps;
     uint64_t train_ms;
-    int cut; /* stopped early: the round closed without this site */
 } RoundTrained;
 
 /* The inner steps of `round` from θ in ss->m.params (the trainer takes

@@ -22,7 +22,6 @@
  *
  * One rank only: a site of several ranks runs the rounds synchronously.
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +77,16 @@ static void *inflight_main(void *arg) {
     f->next_round = served;
     security_sha256(f->next, view.n_params * 4, f->next_sha);
     return NULL;
+}
+
+/* The model the thread brought becomes the base (its buffer and theta's
+ * trade places: the old base is the next thread's output). */
+static void adopt_next(Session *ss, Inflight *f) {
+    float *old = ss->theta;
+    ss->theta = f->next, f->next = old;
+    memcpy(ss->theta_sha, f->next_sha, 32);
+    ss->have_round = (int64_t)f->next_round;
+    session_log_model(ss, f->next_round);
 }
 
 /* The current model into ss->theta (synchronously): at the start, and
@@ -138,25 +147,15 @@ int rounds_overlap(Session *ss, char *err) {
                          "round %llu closed before this site's update for it was trained; "
                          "dropping it and training from round %llu's model",
                          (unsigned long long)target, (unsigned long long)f.next_round);
-                float *old = ss->theta;
-                ss->theta = f.next, f.next = old;
-                memcpy(ss->theta_sha, f.next_sha, 32);
-                ss->have_round = (int64_t)f.next_round;
+                adopt_next(ss, &f);
                 target = f.next_round;
-                session_log_model(ss, target);
                 continue;
             }
         }
         if (session_encode(ss, ss->theta, ss->theta_sha, &t, &times, f.blob_sha, f.meta, &f.mlen,
                            err) != 0)
             goto out;
-        if (have_next) { /* the next base: the model after the round before */
-            float *old = ss->theta;
-            ss->theta = f.next, f.next = old;
-            memcpy(ss->theta_sha, f.next_sha, 32);
-            ss->have_round = (int64_t)f.next_round;
-            session_log_model(ss, f.next_round);
-        }
+        if (have_next) adopt_next(ss, &f); /* the next base: the model after the round before */
         if (site_state_save(&ss->s, m, &ss->ef, target, ss->tl.pos, err) != 0) goto out;
         f.ss = ss;
         f.round = target;

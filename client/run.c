@@ -318,7 +318,7 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
             if (site_heartbeat(&ss->s, round) > round) {
                 log_warn("site", "round %llu closed without this site; stopping its training",
                          (unsigned long long)round);
-                go = 0, out->cut = 1;
+                go = 0;
             }
         }
         ranks_bcast(&go, sizeof go); /* the other ranks step when rank 0 does */

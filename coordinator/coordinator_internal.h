@@ -144,6 +144,7 @@ typedef struct Rounds {
     RoundUpdate *upd;
     int n_reported, cap_reports;
     SiteArrivals *arrivals; /* every site's that has reported; owned */
+    int64_t adaptive_ms;    /* the open round's adaptive deadline, from earlier rounds; 0: none */
     int n_arrivals, cap_arrivals;
     RoundSiteCount *counts; /* this round's, reset when it opens; owned */
     int n_counts, cap_counts;

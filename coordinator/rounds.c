@@ -233,6 +233,9 @@ static int open_round(Coordinator *co, char *err) {
     }
     r->opened_ms = time_wall_ms();
     r->extensions = 0;
+    /* from the rounds before: fixed for the round (its own arrivals count
+     * from the next one on) */
+    r->adaptive_ms = r->set.adaptive_deadline ? rounds_adaptive_deadline(r) : 0;
     round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     r->n_kept = 0;
     round_updates_free(r->upd, r->n_reported);
@@ -532,9 +535,7 @@ static void *ticker_main(void *arg) {
         /* the adaptive deadline: with a quorum in, once twice the slowest
          * site's usual arrival has passed (never later than the deadline) */
         int64_t due = r->opened_ms + r->set.deadline_ms * (r->extensions + 1);
-        int64_t adaptive = r->set.adaptive_deadline && r->extensions == 0 && r->n_reported > 0
-                               ? rounds_adaptive_deadline(r)
-                               : 0;
+        int64_t adaptive = r->extensions == 0 && r->n_reported > 0 ? r->adaptive_ms : 0;
         int early = adaptive > 0 && r->opened_ms + adaptive < due &&
                     now >= r->opened_ms + adaptive && r->state == ROUND_OPEN &&
                     r->sum.accepted > 0 && r->n_reported >= rounds_quorum(co);

@@ -111,10 +111,11 @@ static void run_site(int i) {
 }
 
 /* The bed with n sites on links, and a federation of model across it
- * (rounds, min_sites, deadline; the other keys as strait init writes them
- * unless set after); skips the test when this machine cannot make a bed. */
+ * (rounds, min_sites, deadline, then settings: section, key, value, …,
+ * NULL; may be NULL; the other keys as strait init writes them); skips the
+ * test when this machine cannot make a bed. */
 static void setup(int n, const BedLink *links, const char *model, const char *rounds,
-                  const char *min_sites, const char *deadline) {
+                  const char *min_sites, const char *deadline, const char *const *settings) {
     char why[512];
     if (bed_open(&bed, n, links, why, sizeof why) != 0) {
         cr_skip_test("the WAN bed cannot be made here: %s", why);
@@ -132,6 +133,8 @@ static void setup(int n, const BedLink *links, const char *model, const char *ro
     ini("rounds", "min_sites", min_sites);
     ini("rounds", "deadline", deadline);
     ini("rounds", "inner_steps", "10");
+    for (int i = 0; settings && settings[i]; i += 3)
+        ini(settings[i], settings[i + 1], settings[i + 2]);
     start_coordinator();
     for (int i = 0; i < n; i++) enroll_join(i);
 }
@@ -204,6 +207,16 @@ static void assert_db_check(void) {
     proc_result_free(&r);
 }
 
+/* site's relay has reset at least one connection (the fault happened) */
+static void assert_relay_reset(int site) {
+    char stats[200];
+    cr_assert_eq(bed_stats(&bed, site, stats, sizeof stats), 0, "relay %d: no stats", site);
+    unsigned long long resets = 0;
+    const char *at = strstr(stats, "resets=");
+    cr_assert(at && sscanf(at, "resets=%llu", &resets) == 1, "%s", stats);
+    cr_assert_gt(resets, 0, "the relay reset nothing: %s", stats);
+}
+
 static int participants(int64_t n) {
     return (int)wait_committed(n, 1).participants;
 }
@@ -211,7 +224,7 @@ static int participants(int64_t n) {
 Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     BedLink l = {10, 20, 20, 2, 0.001};
     BedLink links[3] = {l, l, l};
-    setup(3, links, "tiny", "10", "2", "30s");
+    setup(3, links, "tiny", "10", "2", "30s", NULL);
     for (int i = 0; i < 3; i++) run_site(i);
     /* three rounds of arrivals: the adaptive deadline knows the sites */
     wait_committed(3, 120);
@@ -271,21 +284,14 @@ Test(wan, a_connection_reset_mid_upload_resumes_from_its_offset) {
      * keeps) over 8 Mbit/s: 3.4 s of upload */
     BedLink slow = {8, 20, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
     BedLink links[2] = {slow, fast};
-    setup(2, links, "small", "4", "2", "120s");
-    ini("codec", "uplink", "fp32");
-    proc_stop(coord, 10000); /* the codec is read at start */
-    start_coordinator();
+    setup(2, links, "small", "4", "2", "120s", (const char *[]){"codec", "uplink", "fp32", NULL});
     for (int i = 0; i < 2; i++) run_site(i);
     wait_committed(0, 120);
     /* round 1's upload from site 0: reset 2.5 MB in, two chunks held */
     cr_assert_eq(bed_command(&bed, 0, "after 2500000 reset"), 0);
     wait_committed(3, 240);
     wait_sites(120);
-    char stats[200];
-    cr_assert_eq(bed_stats(&bed, 0, stats, sizeof stats), 0, "relay 0: no stats");
-    unsigned long long resets = 0;
-    cr_assert_eq(sscanf(strstr(stats, "resets="), "resets=%llu", &resets), 1, "%s", stats);
-    cr_assert_gt(resets, 0, "the relay reset nothing: %s", stats);
+    assert_relay_reset(0);
     char *log = read_log("site-0.log");
     cr_assert_not_null(strstr(log, "(resumed)"), "the reset upload started over: %s", log);
     free(log);
@@ -298,11 +304,8 @@ Test(wan, a_connection_reset_mid_upload_resumes_from_its_offset) {
 Test(wan, a_half_open_path_is_noticed_and_the_upload_retried, .timeout = 500) {
     BedLink slow = {8, 20, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
     BedLink links[2] = {slow, fast};
-    setup(2, links, "small", "3", "2", "300s");
-    ini("codec", "uplink", "fp32");
-    ini("limits", "upload_idle", "10s");
-    proc_stop(coord, 10000);
-    start_coordinator();
+    setup(2, links, "small", "3", "2", "300s",
+          (const char *[]){"codec", "uplink", "fp32", "limits", "upload_idle", "10s", NULL});
     for (int i = 0; i < 2; i++) run_site(i);
     wait_committed(0, 120);
     /* site 0's packets stop arriving 2.5 MB into its next upload; what the
@@ -326,7 +329,7 @@ Test(wan, a_half_open_path_is_noticed_and_the_upload_retried, .timeout = 500) {
 Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
     BedLink l = {10, 20, 30, 3, 0.001};
     BedLink links[3] = {l, l, l};
-    setup(3, links, "tiny", "6", "3", "60s");
+    setup(3, links, "tiny", "6", "3", "60s", NULL);
     for (int i = 0; i < 3; i++) run_site(i);
     StoreRound before = wait_committed(1, 120);
     kill(coord, SIGKILL);
@@ -353,10 +356,7 @@ Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
 Test(wan, overlapped_rounds_keep_every_model_identical) {
     BedLink l = {10, 20, 20, 2, 0.001};
     BedLink links[3] = {l, l, l};
-    setup(3, links, "tiny", "6", "3", "60s");
-    ini("rounds", "overlap", "on");
-    proc_stop(coord, 10000); /* read at start */
-    start_coordinator();
+    setup(3, links, "tiny", "6", "3", "60s", (const char *[]){"rounds", "overlap", "on", NULL});
     for (int i = 0; i < 3; i++) run_site(i);
     wait_committed(5, 240);
     wait_sites(120);
@@ -386,20 +386,13 @@ Test(wan, overlapped_rounds_keep_every_model_identical) {
 Test(wan, a_connection_reset_mid_download_resumes_from_its_offset) {
     BedLink slow = {20, 8, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
     BedLink links[2] = {slow, fast};
-    setup(2, links, "small", "3", "2", "120s");
-    ini("codec", "downlink", "fp32");
-    proc_stop(coord, 10000); /* the codec is read at start */
-    start_coordinator();
+    setup(2, links, "small", "3", "2", "120s", (const char *[]){"codec", "downlink", "fp32", NULL});
     for (int i = 0; i < 2; i++) run_site(i);
     wait_committed(0, 120);
     cr_assert_eq(bed_command(&bed, 0, "after-b 1500000 reset"), 0);
     wait_committed(2, 240);
     wait_sites(120);
-    char stats[200];
-    cr_assert_eq(bed_stats(&bed, 0, stats, sizeof stats), 0, "relay 0: no stats");
-    unsigned long long resets = 0;
-    cr_assert_eq(sscanf(strstr(stats, "resets="), "resets=%llu", &resets), 1, "%s", stats);
-    cr_assert_gt(resets, 0, "the relay reset nothing: %s", stats);
+    assert_relay_reset(0);
     char *log = read_log("site-0.log");
     cr_assert_not_null(strstr(log, "model download resumed at 1048576"),
                        "the cut download started over: %s", log);
