@@ -1,11 +1,13 @@
 /*
  * wan.c — federations across the WAN test bed (tests/wan_bed.h), by round
- * mode: synchronous rounds against overlapped ones ([rounds] overlap), on
- * the same links, sites, data and seeds. The bed: 4 sites, each link 100 ms
- * round trip (50 ms each way), 0.1% loss each way and 50 Mbit/s both ways
- * but site 3's at 10 Mbit/s; each site a CPU share of its own through a
- * cgroup's CFS quota (0.4 of a core; with --slow, site 2 gets a third of
- * that: three times slower at training). One JSON line per mode:
+ * mode: synchronous rounds against overlapped ones ([rounds] overlap) and
+ * asynchronous ones ([rounds] mode = async: a round merges on a quorum of 3
+ * of the 4 sites and a grace window, and takes updates up to 4 rounds old),
+ * on the same links, sites, data and seeds. Async runs half as many rounds
+ * again (each merges fewer updates), so that it can reach sync's loss. The bed: 4 sites, each link
+ * 100 ms round trip (50 ms each way), 0.1% loss each way and 50 Mbit/s both ways but site 3's at 10
+ * Mbit/s; each site a CPU share of its own through a cgroup's CFS quota (0.4 of a core; with
+ * --slow, site 2 gets a third of that: three times slower at training). One JSON line per mode:
  *
  *   mode, wall_s (first opening to last commit), utilization and goodput
  *   (the store's, over every committed round: docs/operations.md),
@@ -13,12 +15,12 @@
  *   on collections no site trains on), time_to_target_s (the first commit
  *   whose checkpoint reaches sync's final loss), speedup_vs_sync (sync's
  *   time to that target over this mode's) and loss_vs_sync (this mode's
- *   final loss over sync's, at equal tokens).
+ *   held-out loss over sync's at equal tokens: both curves of loss against
+ *   accepted tokens, read at the smaller of their last token counts).
  *
  *   build/bench/wan [--model M] [--rounds R] [--steps H] [--slow]
  *
  * Needs root (namespaces, TUN, tc, cgroups); without it, one line says why.
- * Asynchronous rounds are not built yet: no line for them.
  */
 #include <errno.h>
 #include <math.h>
@@ -82,10 +84,16 @@ typedef struct Result {
     double wall_s, utilization, goodput, final_loss, ttt_s;
     int64_t bytes_up, bytes_down;
     int committed;
-    double loss[256], at_s[256]; /* each committed round's checkpoint, and when */
+    /* each committed round's checkpoint loss, when, and the tokens accepted
+     * up to it */
+    double loss[384], at_s[384], tokens[384];
 } Result;
 
-static int run_mode(int overlap, double target, Result *out) {
+enum { SYNC, OVERLAP, ASYNC };
+static const char *const mode_names[] = {"sync", "overlap", "async"};
+
+static int run_mode(int mode, double target, Result *out) {
+    int overlap = mode; /* the folders' and logs' number */
     memset(out, 0, sizeof *out);
     BedLink fast = {50, 50, 50, 0, 0.001}, thin = {10, 10, 50, 0, 0.001};
     BedLink links[SITES] = {fast, fast, fast, thin};
@@ -97,7 +105,7 @@ static int run_mode(int overlap, double target, Result *out) {
     }
     snprintf(fed, sizeof fed, "%s/fed-%d", root, overlap);
     char r_s[16], h_s[16];
-    snprintf(r_s, sizeof r_s, "%d", rounds);
+    snprintf(r_s, sizeof r_s, "%d", mode == ASYNC ? rounds + rounds / 2 : rounds);
     snprintf(h_s, sizeof h_s, "%d", steps);
     char *init[] = {strait_bin, "init",        fed, "--listen", BED_COORD_HOST ":7700",
                     "--model",  (char *)model, NULL};
@@ -109,10 +117,11 @@ static int run_mode(int overlap, double target, Result *out) {
     char cgroups[SITES][400] = {{0}};
     if (rc == 0) {
         ini_set(fed, "rounds", "total", r_s);
-        ini_set(fed, "rounds", "min_sites", "4");
+        ini_set(fed, "rounds", "min_sites", mode == ASYNC ? "3" : "4");
         ini_set(fed, "rounds", "deadline", "600s");
         ini_set(fed, "rounds", "inner_steps", h_s);
-        ini_set(fed, "rounds", "overlap", overlap ? "on" : "off");
+        ini_set(fed, "rounds", "overlap", mode == OVERLAP ? "on" : "off");
+        ini_set(fed, "rounds", "mode", mode == ASYNC ? "async" : "sync");
         char log[500];
         snprintf(log, sizeof log, "%s/coordinator-%d.log", root, overlap);
         char *argv[] = {strait_bin, "coordinator", "start", fed, NULL};
@@ -197,9 +206,10 @@ static int run_mode(int overlap, double target, Result *out) {
         char path[1000];
         snprintf(path, sizeof path, "%s/%s", fed, ar[i].r.checkpoint_path);
         double loss = NAN;
-        if (out->committed < 256 &&
+        if (out->committed < 384 &&
             gpt_eval_checkpoint(path, held, 2, 8, 64, 16, &loss, err) == 0) {
             out->loss[out->committed] = loss;
+            out->tokens[out->committed] = got;
             out->at_s[out->committed++] = (double)(ar[i].r.closed_at - t0) / 1e3;
         }
     }
@@ -219,6 +229,26 @@ static int run_mode(int overlap, double target, Result *out) {
     return 0;
 }
 
+/* r's held-out loss after `tokens` accepted tokens, linear between its
+ * commits (its first commit's below them) */
+static double loss_at(const Result *r, double tokens) {
+    if (r->committed == 0) return NAN;
+    if (tokens <= r->tokens[0]) return r->loss[0];
+    for (int i = 1; i < r->committed; i++)
+        if (tokens <= r->tokens[i]) {
+            double f = (tokens - r->tokens[i - 1]) / (r->tokens[i] - r->tokens[i - 1]);
+            return r->loss[i - 1] + f * (r->loss[i] - r->loss[i - 1]);
+        }
+    return r->loss[r->committed - 1];
+}
+
+/* r's loss over sync's at the same accepted tokens */
+static double loss_vs(const Result *r, const Result *sync) {
+    if (r->committed == 0 || sync->committed == 0) return NAN;
+    double t = fmin(r->tokens[r->committed - 1], sync->tokens[sync->committed - 1]);
+    return loss_at(r, t) / loss_at(sync, t);
+}
+
 /* a number, or null when there is none (JSON has no NaN) */
 static const char *num(double v, int digits, char *buf, size_t len) {
     if (!isfinite(v)) return "null";
@@ -233,14 +263,13 @@ static void emit(const char *mode, const Result *r, const Result *sync) {
            "(site 3: 10 Mbit/s)\",\"cpu_per_site\":0.4,\"committed\":%d,\"wall_s\":%s,"
            "\"utilization\":%s,\"goodput\":%s,\"bytes_up\":%lld,\"bytes_down\":%lld,"
            "\"final_loss\":%s,\"time_to_target_s\":%s",
-           mode, model, SITES, rounds, steps, slow ? "true" : "false", r->committed,
-           num(r->wall_s, 1, a, sizeof a), num(r->utilization, 4, b, sizeof b),
+           mode, model, SITES, r->committed ? r->committed : rounds, steps, slow ? "true" : "false",
+           r->committed, num(r->wall_s, 1, a, sizeof a), num(r->utilization, 4, b, sizeof b),
            num(r->goodput, 4, c, sizeof c), (long long)r->bytes_up, (long long)r->bytes_down,
            num(r->final_loss, 4, d, sizeof d), num(r->ttt_s, 1, e, sizeof e));
     if (sync != r)
         printf(",\"speedup_vs_sync\":%s,\"loss_vs_sync\":%s",
-               num(sync->ttt_s / r->ttt_s, 3, f, sizeof f),
-               num(r->final_loss / sync->final_loss, 4, g, sizeof g));
+               num(sync->ttt_s / r->ttt_s, 3, f, sizeof f), num(loss_vs(r, sync), 4, g, sizeof g));
     printf("}\n");
     fflush(stdout);
 }
@@ -285,13 +314,15 @@ int main(int argc, char **argv) {
     }
     setenv("STRAIT_LOG", "info", 0);
     setenv("OMP_NUM_THREADS", "1", 0), setenv("OPENBLAS_NUM_THREADS", "1", 0);
-    static Result sync, over;
-    if (run_mode(0, NAN, &sync) != 0) return 1;
+    static Result sync, other;
+    if (run_mode(SYNC, NAN, &sync) != 0) return 1;
     /* sync's final loss is the target, reached by definition at its last commit */
     sync.ttt_s = sync.committed ? sync.at_s[sync.committed - 1] : NAN;
     emit("sync", &sync, &sync);
-    if (run_mode(1, sync.final_loss, &over) != 0) return 1;
-    emit("overlap", &over, &sync);
+    for (int m = OVERLAP; m <= ASYNC; m++) {
+        if (run_mode(m, sync.final_loss, &other) != 0) return 1;
+        emit(mode_names[m], &other, &sync);
+    }
     fprintf(stderr, "bench/wan: logs and stores in %s\n", root);
     return 0;
 }

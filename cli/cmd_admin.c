@@ -463,6 +463,7 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
             json_object_set_new(o, "decode_ms", json_integer(u->decode_ms));
             json_object_set_new(o, "eval_ms", json_integer(u->eval_ms));
             json_object_set_new(o, "encode_ms", json_integer(u->encode_ms));
+            json_object_set_new(o, "staleness", json_integer(u->staleness));
             json_object_set_new(o, "wait_ms",
                                 u->wait_ms >= 0 ? json_integer(u->wait_ms) : json_null());
             json_object_set_new(o, "utilization", json_real_or_null(u->utilization));
@@ -505,13 +506,17 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
         char wait[24] = "-", util[16] = "-";
         if (u->wait_ms >= 0) snprintf(wait, sizeof wait, "%lld", (long long)u->wait_ms);
         if (isfinite(u->utilization)) snprintf(util, sizeof util, "%.1f%%", 100 * u->utilization);
+        char age[64] = ""; /* async: trained from an older model */
+        if (u->staleness > 0)
+            snprintf(age, sizeof age, " (from the model %lld round%s before)",
+                     (long long)u->staleness, u->staleness == 1 ? "" : "s");
         snprintf(line, sizeof line,
                  "%-20s %-6s %9.3f %9.3f %7s %8lld %8s %8s %7lld %7lld %7lld %8lld %7lld %7lld "
-                 "%7s %6s  %s%s%s",
+                 "%7s %6s  %s%s%s%s",
                  u->site_name, u->codec, u->raw_bytes / 1e6, u->wire_bytes / 1e6, ratio,
                  (long long)u->tokens, train, val, (long long)u->download_ms,
                  (long long)u->decode_ms, (long long)u->eval_ms, (long long)u->train_ms,
-                 (long long)u->encode_ms, (long long)u->upload_ms, wait, util, u->state,
+                 (long long)u->encode_ms, (long long)u->upload_ms, wait, util, u->state, age,
                  u->reason[0] ? ": " : "", u->reason);
         printf("%s\n", line);
     }

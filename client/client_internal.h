@@ -68,8 +68,9 @@ Strait__HelloResponse *site_hello(Site *s, char *err);
 int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
                    uint64_t *served, RoundTimes *times, char *err);
 /* One Heartbeat, never retried: the federation's current round, or 0 when
- * the coordinator did not answer. */
-uint64_t site_heartbeat(Site *s, uint64_t round);
+ * the coordinator did not answer; *reported (may be NULL) whether this
+ * site has an update in that round. */
+uint64_t site_heartbeat(Site *s, uint64_t round, int *reported);
 /* Waits for the round after `after`; *resend is set when the coordinator is
  * still at `after` without this site's update (it restarted, or the round
  * was reopened), and the update must go again. */

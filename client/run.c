@@ -233,10 +233,11 @@ static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     kernels_set_threads(o->threads);
     if (rk->rank == 0)
         log_info("site",
-                 "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink%s%s)",
+                 "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink%s%s%s)",
                  ss->s.name, hr->federation, (unsigned long long)hr->current_round, hr->model,
                  ss->H, hr->uplink_codec, hr->downlink_codec[0] ? hr->downlink_codec : "lossless",
-                 rk->size > 1 ? ", several ranks" : "", hr->overlap ? ", overlapped" : "");
+                 rk->size > 1 ? ", several ranks" : "", hr->overlap ? ", overlapped" : "",
+                 hr->staleness ? ", async rounds" : "");
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */
     if (!resumed && hr->model_sha256.len == 32) {
@@ -315,7 +316,8 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
             go = 0;
         if (rk->rank == 0 && go && (now - last_beat) / 1000000 >= HEARTBEAT_MS) {
             last_beat = now;
-            if (site_heartbeat(&ss->s, round) > round) {
+            /* async rounds take an update up to `staleness` rounds late */
+            if (site_heartbeat(&ss->s, round, NULL) > round + hr->staleness) {
                 log_warn("site", "round %llu closed without this site; stopping its training",
                          (unsigned long long)round);
                 go = 0;
@@ -377,10 +379,30 @@ int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
     return 0;
 }
 
-/* ---- the synchronous rounds ------------------------------------------------------ */
+/* ---- the rounds ------------------------------------------------------------------- */
+
+/* Asynchronous rounds ([rounds] mode = async): the update trained from
+ * round v's model joins whichever round is open when it arrives (up to
+ * `staleness` rounds later), one update per site and round. A site whose
+ * last update is still in the open round (it was trained from an older
+ * model, and this one from the model after it) waits for that round to
+ * merge before it sends this one, which then joins the next. */
+static int async_wait_turn(Session *ss, uint64_t round, char *err) {
+    int reported = 0;
+    uint64_t current = site_heartbeat(&ss->s, round, &reported);
+    if (current == 0 || !reported) return 0; /* unanswered: the upload's retries take over */
+    int finished = 0, resend = 0;
+    log_info("site", "round %llu holds this site's last update; sending this one to the next",
+             (unsigned long long)current);
+    return site_wait_round(&ss->s, current, 0, &current, &finished, &resend, err);
+}
 
 /* Round after round: the model (when this site does not hold the round's),
- * the inner steps, the update, the wait for the round to move. */
+ * the inner steps, the update, the wait for the round to move. With async
+ * rounds the wait ends at once when the round has moved past the model the
+ * update was trained from (a slow site does not wait for the fast ones),
+ * and the site trains from the newest model. */
+
 static int rounds_sync(Session *ss, char *err) {
     const Ranks *rk = &ss->rk;
     GPT *m = &ss->m;
@@ -426,6 +448,7 @@ static int rounds_sync(Session *ss, char *err) {
             return -1;
         log_info("site", "round %llu: loss %.4f, eval %.4f", (unsigned long long)round,
                  t.train_loss, t.eval);
+        if (ss->hr->staleness > 0 && async_wait_turn(ss, round, err) != 0) return -1;
         int resend = 1, refused = 0;
         while (resend) {
             site_upload(&ss->s, round, &ss->blob, meta, mlen, blob_sha, &refused);

@@ -185,7 +185,8 @@ static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBu
 
 /* One Heartbeat, never retried: the federation's current round, or 0 when
  * the coordinator did not answer (no news is not a reason to stop). */
-uint64_t site_heartbeat(Site *s, uint64_t round) {
+uint64_t site_heartbeat(Site *s, uint64_t round, int *reported) {
+    if (reported) *reported = 0;
     Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
     req.round = round;
     req.state = "training";
@@ -199,6 +200,7 @@ uint64_t site_heartbeat(Site *s, uint64_t round) {
     Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
     net_buf_free(&resp);
     uint64_t current = hr ? hr->current_round : 0;
+    if (hr && reported) *reported = hr->reported;
     if (hr) strait__heartbeat_response__free_unpacked(hr, NULL);
     return current;
 }

@@ -483,6 +483,7 @@ static void h_round_updates(NetCall *c, void *user) {
             u->decode_ms = (uint64_t)ups[i].decode_ms;
             u->eval_ms = (uint64_t)ups[i].eval_ms;
             u->encode_ms = (uint64_t)ups[i].encode_ms;
+            u->staleness = (uint64_t)ups[i].staleness;
             u->wait_ms = ups[i].wait_ms;
             u->utilization = ups[i].utilization;
             ptrs[i] = u;

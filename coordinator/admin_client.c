@@ -383,6 +383,7 @@ int admin_round_updates(Admin *a, int64_t number, AdminRound *round, StoreUpdate
         o->decode_ms = (int64_t)u->decode_ms;
         o->eval_ms = (int64_t)u->eval_ms;
         o->encode_ms = (int64_t)u->encode_ms;
+        o->staleness = u->staleness <= 1000000 ? (int64_t)u->staleness : 0;
         o->wait_ms = u->wait_ms;
         o->utilization = u->utilization;
     }

@@ -45,6 +45,14 @@ typedef struct RoundsSettings {
     /* [rounds] overlap: round r also takes updates trained from θ_{r−1}
      * (the one-step-delayed outer step), so sites train while they send */
     int overlap;
+    /* [rounds] mode = async: a round merges once its quorum is in and a
+     * grace window (grace × the time the quorum took) has passed, and takes
+     * updates trained from a model up to `staleness` rounds old, each
+     * weighted by tokens / sqrt(1 + its staleness) (FedBuff); older ones are
+     * refused as `stale`. sync: a round takes its own model's updates. */
+    int async;
+    int64_t staleness; /* async only; 0 in sync */
+    double grace;
     int keeps_updates; /* the rule keeps updates whole (aggregate_rule_keeps_updates) */
     char recipe[16];   /* [recipe] name: the defaults below came from it */
     CodecParams uplink;
@@ -98,8 +106,10 @@ typedef struct RoundSiteCount {
     int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
 } RoundSiteCount;
 
-#define NORM_HISTORY    5 /* rounds whose median norms set the bound */
-#define ARRIVAL_HISTORY 8 /* rounds whose arrivals set the adaptive deadline */
+#define NORM_HISTORY    5                   /* rounds whose median norms set the bound */
+#define ARRIVAL_HISTORY 8                   /* rounds whose arrivals set the adaptive deadline */
+#define MAX_STALENESS   16                  /* [rounds] staleness at most */
+#define MODEL_HISTORY   (MAX_STALENESS + 1) /* the current model's hash and those before */
 
 /* When a site's accepted updates arrived in recent rounds, in ms after
  * their round opened (a ring of the last ARRIVAL_HISTORY). */
@@ -154,10 +164,13 @@ typedef struct Rounds {
     int n_history;
     Served *ckpt;          /* the current model's checkpoint, served by GetModel; a ref */
     uint8_t theta_sha[32]; /* SHA-256 of θ_r's parameters: an update's base must be it */
-    /* with overlap, or θ_{r−1}'s (has_prev 0: not known, as after a restart
-     * whose previous checkpoint is gone) */
-    uint8_t prev_sha[32];
-    int has_prev;
+    /* the SHA-256 of recent rounds' models, a ring by round number (round
+     * -1: that slot is empty, as after a restart that could not read the
+     * checkpoint): with overlap an update may be trained from θ_{r−1},
+     * with async rounds from up to `staleness` rounds before */
+    uint8_t hist_sha[MODEL_HISTORY][32];
+    int64_t hist_round[MODEL_HISTORY];
+    int64_t quorum_ms; /* async: when the open round's quorum was in; 0: not yet */
     /* the way from the previous round's model to the current one, for sites
      * that hold the previous: the outer update in the downlink codec (an
      * update blob; θ_r = θ_{r-1} + decoded, here as at every site) or the
@@ -243,6 +256,15 @@ int rounds_reserve(Rounds *r, int need);
  * no site has reported in three rounds yet. */
 void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms);
 int64_t rounds_adaptive_deadline(const Rounds *r);
+/* Under rounds.lock: the model of `round` has parameters of SHA-256 sha
+ * (kept while within MODEL_HISTORY rounds of the newest). */
+void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]);
+/* Under rounds.lock: the SHA-256 of round's model, or NULL when it is not
+ * known here (never was, or too old). */
+const uint8_t *rounds_history_sha(const Rounds *r, int64_t round);
+/* How much an update trained `staleness` rounds back counts per token:
+ * 1 / sqrt(1 + staleness) (FedBuff's polynomial discount, a = 0.5). */
+double rounds_staleness_weight(int64_t staleness);
 /* The most sites a round takes updates from ([rounds] min_sites' bound). */
 #define ROUNDS_MAX_SITES 1000000
 /* Under rounds.lock: fails the open round when a site that reported in it

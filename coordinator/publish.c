@@ -391,11 +391,11 @@ out:
 void round_next_install(Coordinator *co, RoundNext *nx) {
     Rounds *r = &co->rounds;
     memcpy(r->delta_base_sha, r->theta_sha, 32);
-    memcpy(r->prev_sha, r->theta_sha, 32), r->has_prev = 1;
     float *old = r->model.params; /* a swap, not a copy of the model under the lock */
     r->model.params = nx->theta;
     nx->theta = old; /* freed with nx */
     memcpy(r->theta_sha, nx->theta_sha, 32);
+    rounds_history_add(r, r->number + 1, r->theta_sha); /* the round it opens */
     outer_free(&r->outer);
     r->outer = nx->outer;
     memset(&nx->outer, 0, sizeof nx->outer);

@@ -85,9 +85,11 @@ static void h_get_model(NetCall *c, void *user) {
 /* The update's row in the ledger; -1 (err set) when the store refused it. */
 static int record_update(Coordinator *co, int64_t round_id, int64_t site_id, const char *codec,
                          const Strait__UpdateMeta *meta, int64_t wire, int64_t upload_ms,
-                         const char *code, const char *reason, int64_t *update_id, char *err) {
+                         int64_t staleness, const char *code, const char *reason,
+                         int64_t *update_id, char *err) {
     StoreUpdate u;
     memset(&u, 0, sizeof u);
+    u.staleness = staleness;
     u.round_id = round_id, u.site_id = site_id;
     snprintf(u.codec, sizeof u.codec, "%s", codec);
     u.raw_bytes = 4 * (int64_t)co->rounds.model.n_params;
@@ -125,9 +127,11 @@ static double claimed_loss(double x) {
 }
 
 /* Why an update from `site` is refused before the gates (code and text), or
- * NULL. Under r->lock. */
+ * NULL; *staleness gets how many rounds old the model it trained from is
+ * (async; else 0). Under r->lock. */
 static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
-                            const Strait__UpdateMeta *meta, char *why, size_t why_len) {
+                            const Strait__UpdateMeta *meta, int64_t *staleness, char *why,
+                            size_t why_len) {
     int dup = 0;
     for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site) == 0;
     const uint8_t *b = got->data;
@@ -164,25 +168,52 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                  (long long)r->number);
         return "stale_round";
     }
-    if (got->round != (uint64_t)r->number) {
+    /* the model it trained from must be one this round takes, to the bit:
+     * what keeps every copy of the model identical */
+    const uint8_t *base = NULL;
+    *staleness = 0;
+    if (r->set.async) { /* async: the round it names, up to `staleness` rounds back */
+        if (got->round > (uint64_t)r->number) {
+            snprintf(why, why_len,
+                     "update trained from round %llu's model; the federation is at round %lld",
+                     (unsigned long long)got->round, (long long)r->number);
+            return "wrong_base";
+        }
+        *staleness = r->number - (int64_t)got->round;
+        base = rounds_history_sha(r, (int64_t)got->round);
+        if (*staleness > r->set.staleness || base == NULL) {
+            snprintf(why, why_len,
+                     "update trained from round %llu's model, %lld rounds old; this federation "
+                     "takes updates up to %lld rounds old ([rounds] staleness)%s: download the "
+                     "current model",
+                     (unsigned long long)got->round, (long long)*staleness,
+                     (long long)r->set.staleness,
+                     base == NULL && *staleness <= r->set.staleness
+                         ? ", and that model is no longer known here"
+                         : "");
+            return "stale";
+        }
+    } else if (got->round != (uint64_t)r->number) {
         snprintf(why, why_len, "update for round %llu; the federation is at round %lld",
                  (unsigned long long)got->round, (long long)r->number);
         return "stale_round";
     }
-    /* the model it trained from must be this round's, to the bit: what
-     * keeps every copy of the model identical (an older site sends none) */
-    /* with overlap, from the round before's too (the one-step-delayed
-     * outer step: applied to θ_r, trained from θ_{r−1}) */
-    int base_ok =
-        meta->base_sha256.len == 0 ||
-        (meta->base_sha256.len == 32 &&
-         (memcmp(meta->base_sha256.data, r->theta_sha, 32) == 0 ||
-          (r->set.overlap && r->has_prev && memcmp(meta->base_sha256.data, r->prev_sha, 32) == 0)));
+    /* sync: this round's model (an older site sends none); with overlap the
+     * round before's too (the one-step-delayed outer step: applied to θ_r,
+     * trained from θ_{r−1}) */
+    const uint8_t *prev = r->set.overlap ? rounds_history_sha(r, r->number - 1) : NULL;
+    int base_ok = base
+                      ? meta->base_sha256.len == 32 && memcmp(meta->base_sha256.data, base, 32) == 0
+                      : meta->base_sha256.len == 0 ||
+                            (meta->base_sha256.len == 32 &&
+                             (memcmp(meta->base_sha256.data, r->theta_sha, 32) == 0 ||
+                              (prev && memcmp(meta->base_sha256.data, prev, 32) == 0)));
     if (!base_ok) {
         snprintf(why, why_len,
-                 "update trained from another model than round %lld's%s (its SHA-256 differs); "
+                 "update trained from another model than round %llu's%s (its SHA-256 %s); "
                  "the site must download the model again",
-                 (long long)r->number, r->set.overlap ? " or the round before's" : "");
+                 (unsigned long long)got->round, r->set.overlap ? " or the round before's" : "",
+                 meta->base_sha256.len == 32 ? "differs" : "is missing");
         return "wrong_base";
     }
     if (meta->steps > (uint64_t)r->set.inner_steps) {
@@ -274,6 +305,17 @@ static void h_push_update(NetCall *c, void *user) {
     const uint8_t *blob = got.data;
     size_t len = got.length;
     double weight = meta ? (double)meta->tokens : 0;
+    /* async: an update that arrives while a round commits joins the next
+     * one (it would be refused as late in a sync federation) */
+    pthread_mutex_lock(&r->lock);
+    if (r->set.async) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60;
+        while (r->state == ROUND_COMMITTING && !r->stop)
+            if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    }
+    pthread_mutex_unlock(&r->lock);
     /* the update alone, outside the lock: its structure, checksums, finite
      * values, model and norm (the model's table never changes) */
     pthread_mutex_lock(&r->reading);
@@ -288,7 +330,10 @@ static void h_push_update(NetCall *c, void *user) {
     char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
     if (g.code == NULL && r->set.keeps_updates) {
         pthread_mutex_lock(&r->lock);
-        int64_t open = r->state == ROUND_OPEN && got.round == (uint64_t)r->number ? r->number : -1;
+        int takes = r->set.async ? got.round <= (uint64_t)r->number &&
+                                       r->number - (int64_t)got.round <= r->set.staleness
+                                 : got.round == (uint64_t)r->number;
+        int64_t open = r->state == ROUND_OPEN && takes ? r->number : -1;
         pthread_mutex_unlock(&r->lock);
         round_kept_name(open, kept, sizeof kept);
         if (open >= 0)
@@ -300,7 +345,9 @@ static void h_push_update(NetCall *c, void *user) {
     CodecParams sent;
     const char *codec =
         codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
-    const char *code = precheck(r, site.name, &got, meta, why, sizeof why);
+    int64_t staleness = 0;
+    const char *code = precheck(r, site.name, &got, meta, &staleness, why, sizeof why);
+    weight *= rounds_staleness_weight(staleness); /* an older update counts for less */
     if (code == NULL && round_sum_judge(&r->sum, weight, &g) != 0) {
         code = g.code;
         snprintf(why, sizeof why, "%s", g.why);
@@ -311,7 +358,7 @@ static void h_push_update(NetCall *c, void *user) {
                  keep_err);
     }
     /* the ledger first: an update the store cannot record is not applied */
-    if (record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms, code,
+    if (record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms, staleness, code,
                       code ? why : NULL, &update_id, err) != 0) {
         log_error("rounds", "cannot record the update of %s: %s", site.name, err);
         if (code == NULL) {
@@ -354,6 +401,8 @@ static void h_push_update(NetCall *c, void *user) {
      * and none of them revoked since */
     RoundClosing *closing = NULL;
     int64_t active = accepted ? rounds_active_sites(co) : 0; /* one read of the sites */
+    if (accepted && r->quorum_ms == 0 && r->n_reported >= rounds_quorum_of(r, active))
+        r->quorum_ms = time_wall_ms(); /* async rounds merge a grace window after it */
     if (accepted && r->n_reported >= active && r->n_reported >= rounds_quorum_of(r, active) &&
         !rounds_drop_revoked(co))
         closing = rounds_close(co);
@@ -365,8 +414,15 @@ static void h_push_update(NetCall *c, void *user) {
     /* the site hears first; the commit (files, hashes, the store) follows
      * on this worker, outside the lock */
     if (accepted) {
-        log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
-                 (unsigned long long)got.round, site.name, len);
+        if (staleness > 0)
+            log_info("rounds",
+                     "round %lld: update from %s accepted (%zu bytes; trained from round %llu's "
+                     "model, weight x %.3f)",
+                     (long long)(int64_t)(got.round + (uint64_t)staleness), site.name, len,
+                     (unsigned long long)got.round, rounds_staleness_weight(staleness));
+        else
+            log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
+                     (unsigned long long)got.round, site.name, len);
         net_upload_answer(c, got.upload_id, got.length, 1);
     } else {
         log_warn("rounds", "update from %s refused (%s): %s", site.name, code, why);
@@ -408,6 +464,7 @@ static void h_heartbeat(NetCall *c, void *user) {
     pthread_mutex_lock(&r->lock);
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->state == ROUND_FINISHED;
+    for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
     pthread_mutex_unlock(&r->lock);
     SEND_RESPONSE(c, strait__heartbeat_response, resp);
 }

@@ -184,6 +184,23 @@ int64_t rounds_adaptive_deadline(const Rounds *r) {
     return 2 * slowest > 1000 ? 2 * slowest : 1000;
 }
 
+void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]) {
+    if (round < 0) return;
+    int slot = (int)(round % MODEL_HISTORY);
+    memcpy(r->hist_sha[slot], sha, 32);
+    r->hist_round[slot] = round;
+}
+
+const uint8_t *rounds_history_sha(const Rounds *r, int64_t round) {
+    if (round < 0) return NULL;
+    int slot = (int)(round % MODEL_HISTORY);
+    return r->hist_round[slot] == round ? r->hist_sha[slot] : NULL;
+}
+
+double rounds_staleness_weight(int64_t staleness) {
+    return staleness <= 0 ? 1.0 : 1.0 / sqrt(1.0 + (double)staleness);
+}
+
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
     for (int i = 0; i < r->n_counts; i++)
         if (r->counts[i].site_id == site_id) return &r->counts[i];
@@ -232,6 +249,7 @@ static int open_round(Coordinator *co, char *err) {
         return -1;
     }
     r->opened_ms = time_wall_ms();
+    r->quorum_ms = 0;
     r->extensions = 0;
     /* from the rounds before: fixed for the round (its own arrivals count
      * from the next one on) */
@@ -545,7 +563,20 @@ static void *ticker_main(void *arg) {
                 "round %lld: closing with %d updates at the adaptive deadline of %.1f s (twice "
                 "the slowest site's usual arrival; [rounds] deadline %.1f s)",
                 (long long)r->number, r->n_reported, adaptive / 1e3, r->set.deadline_ms / 1e3);
-        if (r->state == ROUND_OPEN && (early || now >= due)) {
+        /* async: once the quorum is in, a grace window of `grace` × the
+         * time it took, for the updates a moment behind it */
+        int merge = 0;
+        if (r->set.async && r->state == ROUND_OPEN && r->sum.accepted > 0 && r->quorum_ms > 0) {
+            int64_t took = r->quorum_ms - r->opened_ms;
+            merge = now >= r->quorum_ms + (int64_t)(r->set.grace * (double)(took > 0 ? took : 0));
+            if (merge && !early && now < due)
+                log_info("rounds",
+                         "round %lld: merging %d updates, %.1f s after its quorum was in "
+                         "(async; grace %g x %.1f s)",
+                         (long long)r->number, r->n_reported, (now - r->quorum_ms) / 1e3,
+                         r->set.grace, took / 1e3);
+        }
+        if (r->state == ROUND_OPEN && (early || merge || now >= due)) {
             int64_t quorum = rounds_quorum(co);
             if (r->n_reported >= quorum && r->sum.accepted > 0) {
                 if (!rounds_drop_revoked(co)) closing = rounds_close(co);
@@ -581,6 +612,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->round_budget_ms = (uint64_t)r->set.budget_ms;
     hr->finished = r->state == ROUND_FINISHED;
     hr->overlap = r->set.overlap;
+    hr->staleness = (uint32_t)r->set.staleness;
     /* static strings: the settings never change while serving */
     hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);
     hr->downlink_codec =
@@ -614,7 +646,7 @@ static void warn_weak_rule(Coordinator *co) {
                  rule, (long long)n, n == 1 ? "" : "s");
 }
 
-static int previous_model_sha(Coordinator *co, const StoreRound *last, uint8_t sha[32]);
+static int earlier_model_sha(Coordinator *co, int64_t round, uint8_t sha[32]);
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
@@ -667,8 +699,16 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->theta0_norm = r->theta_norm;
     r->last_commit_s = NAN;
     security_sha256(r->model.params, r->model.n_params * 4, r->theta_sha);
-    if (r->set.overlap && rc == 0 && previous_model_sha(co, &last, r->prev_sha) == 0)
-        r->has_prev = 1;
+    for (int i = 0; i < MODEL_HISTORY; i++) r->hist_round[i] = -1;
+    rounds_history_add(r, r->number, r->theta_sha);
+    /* the models updates may still be trained from: the round before's
+     * with overlap, `staleness` rounds back with async rounds */
+    int64_t back = r->set.async ? r->set.staleness : r->set.overlap ? 1 : 0;
+    for (int64_t k = 1; rc == 0 && k <= back && r->number - k >= 0; k++) {
+        uint8_t sha[32];
+        if (earlier_model_sha(co, r->number - k, sha) != 0) break;
+        rounds_history_add(r, r->number - k, sha);
+    }
     if (r->number >= r->set.total) {
         round_state_set(r, ROUND_FINISHED);
     } else if (open_round(co, err) != 0) {
@@ -679,34 +719,37 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     return 0;
 }
 
-/* SHA-256 of the parameters of the model before the resumed one (the
- * checkpoint of the round before `last`, or the seeded θ_0): what overlap
- * takes updates from too after a restart; -1 when it is not known. */
-static int previous_model_sha(Coordinator *co, const StoreRound *last, uint8_t sha[32]) {
+/* SHA-256 of the parameters of round `round`'s model, read from the
+ * checkpoint of the round before (or the seeded θ_0, or the pretrained
+ * one): what updates trained before a restart name as their base; -1 when
+ * it is not at hand (its checkpoint gone), said in one line. */
+static int earlier_model_sha(Coordinator *co, int64_t round, uint8_t sha[32]) {
     GPT m;
     char err[ERR_LEN];
     if (gpt_build(&m, &co->model_cfg, (uint64_t)co->rounds.set.seed, err) != 0) return -1;
     int rc = -1;
     StoreRound prev;
     char path[1600];
-    if (last->number == 0) { /* θ_0: the seeded model, or the pretrained one */
+    if (round == 0) { /* θ_0: the seeded model, or the pretrained one */
         rc = co->model_init[0] ? gpt_load(&m, co->model_init, NULL, err) : 0;
     } else {
         pthread_mutex_lock(&co->store_lock);
-        int got = store_round_get(co->store, last->number - 1, &prev, err);
+        int got = store_round_get(co->store, round - 1, &prev, err);
         pthread_mutex_unlock(&co->store_lock);
         if (got == 0 && strcmp(prev.state, "committed") == 0) {
             snprintf(path, sizeof path, "%s/%s", co->dir, prev.checkpoint_path);
             rc = gpt_load(&m, path, NULL, err);
+        } else if (got == 0) {
+            err_set(err, "round %lld is not committed", (long long)round - 1);
         }
     }
     if (rc == 0)
         security_sha256(m.params, m.n_params * 4, sha);
     else
         log_warn("rounds",
-                 "overlap: the model before round %lld's is not at hand (%s); this "
-                 "round takes updates from its own model only",
-                 (long long)last->number + 1, err);
+                 "the model of round %lld is not at hand (%s); updates trained from it are "
+                 "refused as stale",
+                 (long long)round, err);
     gpt_free(&m);
     return rc;
 }

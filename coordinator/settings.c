@@ -175,6 +175,28 @@ static int read_min_sites(const Config *cfg, int64_t *out, char *err) {
     return config_get_int(cfg, "rounds", "min_sites", 1, 1, ROUNDS_MAX_SITES, out, err);
 }
 
+/* [rounds] mode (sync or async) and, for async, staleness and grace. */
+static int read_mode(const Config *cfg, RoundsSettings *o, char *err) {
+    const char *mode = config_get_str(cfg, "rounds", "mode", "sync");
+    if (strcmp(mode, "sync") != 0 && strcmp(mode, "async") != 0)
+        return err_set(err, "federation.ini: [rounds] mode = %s; use sync or async", mode);
+    o->async = strcmp(mode, "async") == 0;
+    int64_t staleness;
+    if (config_get_int(cfg, "rounds", "staleness", 4, 1, MAX_STALENESS, &staleness, err) ||
+        config_get_double(cfg, "rounds", "grace", 0.25, &o->grace, err))
+        return -1;
+    if (!(o->grace >= 0 && o->grace <= 10))
+        return err_set(err,
+                       "federation.ini: [rounds] grace = %g; use 0 to 10 (times what the round's "
+                       "quorum took)",
+                       o->grace);
+    if (o->async && o->overlap)
+        return err_set(err, "federation.ini: [rounds] mode = async with overlap = on; async "
+                            "rounds already take updates from older models: set overlap = off");
+    o->staleness = o->async ? staleness : 0;
+    return 0;
+}
+
 int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {
     memset(o, 0, sizeof *o);
     GPTConfig gc = *model;
@@ -186,7 +208,7 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
         config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
-        config_get_bool(cfg, "rounds", "overlap", 0, &o->overlap, err) ||
+        config_get_bool(cfg, "rounds", "overlap", 0, &o->overlap, err) || read_mode(cfg, o, err) ||
         config_get_bool(cfg, "rounds", "adaptive_deadline", 1, &o->adaptive_deadline, err) ||
         config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
         config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||

@@ -21,12 +21,13 @@
 #include "util/util.h"
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
-    schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[];
+    schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[],
+    schema_store_v8_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {
     schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql, schema_store_v4_sql,
-    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql};
+    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql, schema_store_v8_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -644,9 +645,10 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     static const char sql[] =
         "INSERT INTO updates (round_id, site_id, codec, raw_bytes, wire_bytes, tokens, "
         "train_loss, eval_loss, train_ms, upload_ms, state, reason, received_at, "
-        "start_eval_loss, reason_code, steps, download_ms, decode_ms, eval_ms, encode_ms) "
+        "start_eval_loss, reason_code, steps, download_ms, decode_ms, eval_ms, encode_ms, "
+        "staleness) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, nullif(?12, ''), ?13, ?14, "
-        "nullif(?15, ''), ?16, ?17, ?18, ?19, ?20)";
+        "nullif(?15, ''), ?16, ?17, ?18, ?19, ?20, ?21)";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     sqlite3_bind_int64(st, 1, u->round_id);
@@ -675,6 +677,7 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     sqlite3_bind_int64(st, 18, u->decode_ms);
     sqlite3_bind_int64(st, 19, u->eval_ms);
     sqlite3_bind_int64(st, 20, u->encode_ms);
+    sqlite3_bind_int64(st, 21, u->staleness);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     switch (rc) {
@@ -758,6 +761,7 @@ static void update_row(sqlite3_stmt *st, void *row) {
     u->decode_ms = sqlite3_column_int64(st, 19);
     u->eval_ms = sqlite3_column_int64(st, 20);
     u->encode_ms = sqlite3_column_int64(st, 21);
+    u->staleness = sqlite3_column_int64(st, 22);
 }
 
 const char *const store_reason_codes[] = {STORE_REASON_CODES, NULL};
@@ -786,7 +790,7 @@ int store_updates_list(Store *s, int64_t round_id, StoreUpdate **out, size_t *n,
         "SELECT u.id, u.round_id, u.site_id, s.name, u.codec, u.raw_bytes, u.wire_bytes, "
         "u.tokens, u.train_loss, u.eval_loss, u.train_ms, u.upload_ms, u.state, "
         "coalesce(u.reason, ''), u.received_at, u.start_eval_loss, coalesce(u.reason_code, ''), "
-        "u.steps, u.download_ms, u.decode_ms, u.eval_ms, u.encode_ms "
+        "u.steps, u.download_ms, u.decode_ms, u.eval_ms, u.encode_ms, u.staleness "
         "FROM updates u JOIN sites s ON s.id = u.site_id "
         "WHERE u.round_id = ?1 ORDER BY u.id";
     sqlite3_stmt *st = store_stmt(s, sql, err);

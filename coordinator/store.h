@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -154,6 +154,7 @@ typedef struct StoreUpdate {
     /* where the rest of its round went, as the site claims (bounded when
      * recorded; 0: not sent) */
     int64_t download_ms, decode_ms, eval_ms, encode_ms;
+    int64_t staleness;      /* rounds back its model was (async rounds; 0: the round's own) */
     double start_eval_loss; /* the received model's held-out loss before training;
                              * <= 0 or NAN: not measured */
     char state[12];         /* received, accepted, rejected, discarded */
@@ -172,7 +173,7 @@ typedef struct StoreUpdate {
 #define STORE_REASON_CODES                                                                         \
     "non_finite", "wrong_model", "norm_gate", "duplicate", "stale_round", "finished",              \
         "no_metadata", "bad_weight", "too_many_sites", "wrong_codec", "malformed", "revoked",      \
-        "internal", "wrong_base"
+        "internal", "wrong_base", "stale"
 extern const char *const store_reason_codes[]; /* NULL-terminated */
 int store_reason_code_valid(const char *code);
 

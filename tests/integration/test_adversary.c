@@ -1271,3 +1271,164 @@ Test(adversary, a_parked_wait_that_expires_in_round_0_is_answered) {
     net_buf_free(&resp);
     net_channel_destroy(b);
 }
+
+/* ---- asynchronous rounds: the base a site names is a claim --------------------------- */
+
+/* θ − the weighted mean of the updates (outer = avg, lr 1, lossless
+ * downlink), by the coordinator's own code, in the order they arrived. */
+static void step_avg(float *theta, size_t n, uint64_t table_hash, const Blob *ups, const double *w,
+                     int k) {
+    char err[ERR_LEN];
+    RoundSum rs;
+    cr_assert_eq(round_sum_init(&rs, n, table_hash, 0, err), 0, "%s", err);
+    for (int i = 0; i < k; i++)
+        cr_assert_eq(round_sum_add(&rs, ups[i].data, ups[i].len, w[i], err), 0, "%s", err);
+    float *mean = malloc(n * 4);
+    cr_assert_eq(round_sum_mean(&rs, mean, err), 0, "%s", err);
+    OuterOpt o;
+    cr_assert_eq(outer_init(&o, OUTER_AVG, n, 1.0f, 0, err), 0, "%s", err);
+    outer_step(&o, theta, mean);
+    outer_free(&o);
+    round_sum_free(&rs);
+    free(mean);
+}
+
+/* How many rounds back a site's update in the round was trained (its
+ * refused one, or the other). */
+static int64_t staleness_of(int64_t round_id, const char *site, int rejected) {
+    char err[ERR_LEN];
+    Store *s = store_ro();
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_updates_list(s, round_id, &ups, &n, err), 0, "%s", err);
+    int64_t k = -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ups[i].site_name, site) == 0 &&
+            (strcmp(ups[i].state, "rejected") == 0) == rejected)
+            k = ups[i].staleness;
+    free(ups);
+    store_close(s);
+    return k;
+}
+
+Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
+    federation_ini("mean", "2", "60s");
+    ini_set("rounds", "total", "3");
+    ini_set("rounds", "mode", "async");
+    ini_set("rounds", "staleness", "1");
+    ini_set("optimizer", "outer", "avg");
+    ini_set("optimizer", "lr", "1");
+    ini_set("codec", "downlink", "lossless");
+    ini_set("limits", "refusals_per_round", "100");
+    start_coordinator();
+    char a_dir[700], b_dir[700], details[256];
+    site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
+    NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
+    GPT t = tiny();
+    size_t n = t.n_params;
+    Blob u[4];
+    for (int i = 0; i < 4; i++) u[i] = attacker_update("int8", t.table_hash, n, 0, 1e-3f * (i + 1));
+    uint8_t sha[3][32];
+    float *theta = malloc(n * 4);
+    memcpy(theta, t.params, n * 4);
+    security_sha256(theta, n * 4, sha[0]);
+    /* round 0: both sites from θ0 */
+    AttackClaim a0 = {0, "a-r0", 1000, NULL, 10, sha[0], 0, 0, 0};
+    AttackClaim b0 = {0, "b-r0", 1000, NULL, 10, sha[0], 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &a0, &u[0], details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &b0, &u[1], details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    step_avg(theta, n, t.table_hash, u, (double[]){1000, 1000}, 2);
+    assert_model_is(&r0, theta);
+    security_sha256(theta, n * 4, sha[1]);
+    /* round 1: b's second update is still from θ0 (one round old: it
+     * counts 1/sqrt(2) per token); a's from θ1. A base is a claim: θ0's
+     * hash under round 1's name, or a round to come, is refused. */
+    AttackClaim lie = {1, "b-lie", 1000, NULL, 10, sha[0], 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &lie, &u[2], details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "another model"), "%s", details);
+    AttackClaim ahead = {7, "b-ahead", 1000, NULL, 10, sha[0], 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &ahead, &u[2], details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "at round 1"), "%s", details);
+    AttackClaim b1 = {0, "b-r0-again", 1000, NULL, 10, sha[0], 0, 0, 0};
+    AttackClaim a1 = {1, "a-r1", 1000, NULL, 10, sha[1], 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &b1, &u[2], details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(a, &a1, &u[3], details, sizeof details), NET_OK, "%s", details);
+    StoreRound r1 = wait_committed(1, 30);
+    Blob order[2] = {u[2], u[3]};
+    step_avg(theta, n, t.table_hash, order, (double[]){1000.0 * (1.0 / sqrt(2.0)), 1000}, 2);
+    assert_model_is(&r1, theta);
+    security_sha256(theta, n * 4, sha[2]);
+    cr_assert_eq(staleness_of(r1.id, "b", 0), 1);
+    cr_assert_eq(staleness_of(r1.id, "a", 0), 0);
+    /* round 2: an update from θ0 is two rounds old, past the bound: refused
+     * as stale (counted apart from the other refusals), and the round
+     * commits from the current ones alone */
+    AttackClaim old = {0, "b-r0-old", 1000, NULL, 10, sha[0], 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &old, &u[0], details, sizeof details), NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "2 rounds old"), "%s", details);
+    cr_assert_not_null(strstr(details, "download the current model"), "%s", details);
+    AttackClaim a2 = {2, "a-r2", 1000, NULL, 10, sha[2], 0, 0, 0};
+    AttackClaim b2 = {2, "b-r2", 1000, NULL, 10, sha[2], 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &a2, &u[1], details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &b2, &u[0], details, sizeof details), NET_OK, "%s", details);
+    StoreRound r2 = wait_committed(2, 30);
+    Blob last[2] = {u[1], u[0]};
+    step_avg(theta, n, t.table_hash, last, (double[]){1000, 1000}, 2);
+    assert_model_is(&r2, theta);
+    cr_assert_eq(rejected_with(r2.id, "stale"), 1);
+    cr_assert_eq(staleness_of(r2.id, "b", 1), 2);
+    cr_assert_eq(rejected_with(r1.id, "wrong_base"), 2);
+    cr_assert_eq(rejected_with(r1.id, "stale") + rejected_with(r0.id, "stale"), 0);
+    ProcResult r = S("db", "check", fed);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    free(theta);
+    for (int i = 0; i < 4; i++) blob_free(&u[i]);
+    net_channel_destroy(a), net_channel_destroy(b);
+    gpt_free(&t);
+}
+
+/* An async round merges once its quorum is in and its grace window has
+ * passed, not at its deadline: the slowest site's update joins the next
+ * round instead. */
+Test(adversary, an_async_round_merges_on_its_quorum_without_the_slowest) {
+    federation_ini("mean", "2", "120s");
+    ini_set("rounds", "total", "2");
+    ini_set("rounds", "mode", "async");
+    ini_set("rounds", "grace", "0.5");
+    start_coordinator();
+    char dirs[3][700], details[256];
+    NetChannel *ch[3];
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%d", i);
+        site(name, dirs[i], sizeof dirs[i]);
+        ch[i] = attacker_channel(dirs[i], addr);
+    }
+    GPT t = tiny();
+    Blob u = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    uint8_t theta0[32];
+    security_sha256(t.params, t.n_params * 4, theta0);
+    uint64_t t0 = time_monotonic_ns();
+    AttackClaim c0 = {0, "s0-r0", 1000, NULL, 10, theta0, 0, 0, 0};
+    AttackClaim c1 = {0, "s1-r0", 1000, NULL, 10, theta0, 0, 0, 0};
+    cr_assert_eq(attacker_push(ch[0], &c0, &u, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(ch[1], &c1, &u, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 60); /* the deadline is 120 s */
+    double took = (double)(time_monotonic_ns() - t0) / 1e9;
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_lt(took, 100, "the round waited for its deadline: %.1f s", took);
+    /* the third site's update, from θ0, joins round 1 one round old */
+    AttackClaim c2 = {0, "s2-r0", 1000, NULL, 10, theta0, 0, 0, 0};
+    cr_assert_eq(attacker_push(ch[2], &c2, &u, details, sizeof details), NET_OK, "%s", details);
+    StoreRound open1;
+    Store *s = store_ro();
+    char err[ERR_LEN];
+    cr_assert_eq(store_round_get(s, 1, &open1, err), 0, "%s", err);
+    store_close(s);
+    cr_assert_eq(staleness_of(open1.id, "s2", 0), 1);
+    blob_free(&u);
+    for (int i = 0; i < 3; i++) net_channel_destroy(ch[i]);
+    gpt_free(&t);
+}
