@@ -262,6 +262,11 @@ void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]);
 /* Under rounds.lock: the SHA-256 of round's model, or NULL when it is not
  * known here (never was, or too old). */
 const uint8_t *rounds_history_sha(const Rounds *r, int64_t round);
+/* Under rounds.lock: whether site has an accepted update in the open round. */
+int rounds_reported(const Rounds *r, const char *site);
+/* Under rounds.lock: whether the open round takes an update trained from
+ * round's model (sync: its own; async: up to `staleness` rounds back). */
+int rounds_takes_base(const Rounds *r, uint64_t round);
 /* How much an update trained `staleness` rounds back counts per token:
  * 1 / sqrt(1 + staleness) (FedBuff's polynomial discount, a = 0.5). */
 double rounds_staleness_weight(int64_t staleness);

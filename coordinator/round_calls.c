@@ -132,8 +132,7 @@ static double claimed_loss(double x) {
 static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                             const Strait__UpdateMeta *meta, int64_t *staleness, char *why,
                             size_t why_len) {
-    int dup = 0;
-    for (int i = 0; i < r->n_reported; i++) dup |= strcmp(r->reported[i], site) == 0;
+    int dup = rounds_reported(r, site);
     const uint8_t *b = got->data;
     if (r->state == ROUND_FINISHED) {
         snprintf(why, why_len, "the federation has finished");
@@ -181,7 +180,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
         }
         *staleness = r->number - (int64_t)got->round;
         base = rounds_history_sha(r, (int64_t)got->round);
-        if (*staleness > r->set.staleness || base == NULL) {
+        if (!rounds_takes_base(r, got->round) || base == NULL) {
             snprintf(why, why_len,
                      "update trained from round %llu's model, %lld rounds old; this federation "
                      "takes updates up to %lld rounds old ([rounds] staleness)%s: download the "
@@ -193,7 +192,7 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
                          : "");
             return "stale";
         }
-    } else if (got->round != (uint64_t)r->number) {
+    } else if (!rounds_takes_base(r, got->round)) {
         snprintf(why, why_len, "update for round %llu; the federation is at round %lld",
                  (unsigned long long)got->round, (long long)r->number);
         return "stale_round";
@@ -307,15 +306,15 @@ static void h_push_update(NetCall *c, void *user) {
     double weight = meta ? (double)meta->tokens : 0;
     /* async: an update that arrives while a round commits joins the next
      * one (it would be refused as late in a sync federation) */
-    pthread_mutex_lock(&r->lock);
-    if (r->set.async) {
+    if (r->set.async) { /* the settings are fixed at start: read without the lock */
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 60;
+        pthread_mutex_lock(&r->lock);
         while (r->state == ROUND_COMMITTING && !r->stop)
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+        pthread_mutex_unlock(&r->lock);
     }
-    pthread_mutex_unlock(&r->lock);
     /* the update alone, outside the lock: its structure, checksums, finite
      * values, model and norm (the model's table never changes) */
     pthread_mutex_lock(&r->reading);
@@ -330,10 +329,7 @@ static void h_push_update(NetCall *c, void *user) {
     char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
     if (g.code == NULL && r->set.keeps_updates) {
         pthread_mutex_lock(&r->lock);
-        int takes = r->set.async ? got.round <= (uint64_t)r->number &&
-                                       r->number - (int64_t)got.round <= r->set.staleness
-                                 : got.round == (uint64_t)r->number;
-        int64_t open = r->state == ROUND_OPEN && takes ? r->number : -1;
+        int64_t open = r->state == ROUND_OPEN && rounds_takes_base(r, got.round) ? r->number : -1;
         pthread_mutex_unlock(&r->lock);
         round_kept_name(open, kept, sizeof kept);
         if (open >= 0)
@@ -464,7 +460,7 @@ static void h_heartbeat(NetCall *c, void *user) {
     pthread_mutex_lock(&r->lock);
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->state == ROUND_FINISHED;
-    for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
+    resp.reported = rounds_reported(r, site.name);
     pthread_mutex_unlock(&r->lock);
     SEND_RESPONSE(c, strait__heartbeat_response, resp);
 }
@@ -490,8 +486,7 @@ static void h_wait_round(NetCall *c, void *user) {
     int64_t left = net_call_deadline_ms(c);
     int64_t wait = left < WAIT_POLL_MS ? left - 500 : WAIT_POLL_MS;
     pthread_mutex_lock(&r->lock);
-    int reported = 0;
-    for (int i = 0; i < r->n_reported; i++) reported |= strcmp(r->reported[i], site.name) == 0;
+    int reported = rounds_reported(r, site.name);
     /* a round reopened (a restart, no quorum) without this site's update
      * answers at once, so the site sends it again */
     int must_wait = (reported || r->number != after) && r->state != ROUND_FINISHED && !r->stop &&
@@ -524,8 +519,7 @@ static void h_wait_round(NetCall *c, void *user) {
     Strait__WaitRoundResponse resp = STRAIT__WAIT_ROUND_RESPONSE__INIT;
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->state == ROUND_FINISHED;
-    resp.reported = 0;
-    for (int i = 0; i < r->n_reported; i++) resp.reported |= strcmp(r->reported[i], site.name) == 0;
+    resp.reported = rounds_reported(r, site.name);
     pthread_mutex_unlock(&r->lock);
     uint8_t buf[64];
     size_t n = strait__wait_round_response__pack(&resp, buf);

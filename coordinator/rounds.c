@@ -197,6 +197,17 @@ const uint8_t *rounds_history_sha(const Rounds *r, int64_t round) {
     return r->hist_round[slot] == round ? r->hist_sha[slot] : NULL;
 }
 
+int rounds_reported(const Rounds *r, const char *site) {
+    for (int i = 0; i < r->n_reported; i++)
+        if (strcmp(r->reported[i], site) == 0) return 1;
+    return 0;
+}
+
+int rounds_takes_base(const Rounds *r, uint64_t round) {
+    if (!r->set.async) return round == (uint64_t)r->number;
+    return round <= (uint64_t)r->number && r->number - (int64_t)round <= r->set.staleness;
+}
+
 double rounds_staleness_weight(int64_t staleness) {
     return staleness <= 0 ? 1.0 : 1.0 / sqrt(1.0 + (double)staleness);
 }
@@ -471,7 +482,7 @@ void rounds_answer_waiters(Coordinator *co, int all) {
         Strait__WaitRoundResponse wr = STRAIT__WAIT_ROUND_RESPONSE__INIT;
         wr.current_round = (uint64_t)r->number;
         wr.finished = r->state == ROUND_FINISHED;
-        for (int k = 0; k < r->n_reported; k++) wr.reported |= strcmp(r->reported[k], w->site) == 0;
+        wr.reported = rounds_reported(r, w->site);
         lens[n] = strait__wait_round_response__pack(&wr, resp[n]);
         ready[n++] = *w;
         r->waiters[i] = r->waiters[--r->n_waiters];
@@ -569,6 +580,9 @@ static void *ticker_main(void *arg) {
         if (r->set.async && r->state == ROUND_OPEN && r->sum.accepted > 0 && r->quorum_ms > 0) {
             int64_t took = r->quorum_ms - r->opened_ms;
             merge = now >= r->quorum_ms + (int64_t)(r->set.grace * (double)(took > 0 ? took : 0));
+            /* the quorum may have grown since (more active sites): wait for
+             * it again rather than extend the round at every tick */
+            if (merge && r->n_reported < rounds_quorum(co)) merge = 0, r->quorum_ms = 0;
             if (merge && !early && now < due)
                 log_info("rounds",
                          "round %lld: merging %d updates, %.1f s after its quorum was in "
@@ -646,7 +660,7 @@ static void warn_weak_rule(Coordinator *co) {
                  rule, (long long)n, n == 1 ? "" : "s");
 }
 
-static int earlier_model_sha(Coordinator *co, int64_t round, uint8_t sha[32]);
+static int earlier_model_sha(Coordinator *co, GPT *scratch, int64_t round, uint8_t sha[32]);
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
@@ -677,6 +691,11 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->spool = net_spool_open(dir, (uint64_t)set->spool_bytes, per_site, 24LL * 3600 * 1000, err);
     if (r->spool == NULL) return -1;
     net_spool_drop_all_kept(r->spool); /* a round's kept updates do not outlive the process */
+    /* θ_0 (seeded, or pretrained), before a resume replaces it: a base
+     * that overlap and async rounds may still take */
+    uint8_t theta0_sha[32];
+    int64_t back = set->async ? set->staleness : set->overlap ? 1 : 0;
+    if (back > 0) security_sha256(r->model.params, r->model.n_params * 4, theta0_sha);
     /* resume from the last committed round, or start from the seeded model */
     StoreRound last;
     int rc = store_resume_point(co->store, co->dir, &last, err);
@@ -703,12 +722,16 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     rounds_history_add(r, r->number, r->theta_sha);
     /* the models updates may still be trained from: the round before's
      * with overlap, `staleness` rounds back with async rounds */
-    int64_t back = r->set.async ? r->set.staleness : r->set.overlap ? 1 : 0;
+    GPT scratch = {0}; /* built once, for the checkpoints read back */
     for (int64_t k = 1; rc == 0 && k <= back && r->number - k >= 0; k++) {
         uint8_t sha[32];
-        if (earlier_model_sha(co, r->number - k, sha) != 0) break;
+        if (r->number - k == 0)
+            memcpy(sha, theta0_sha, 32);
+        else if (earlier_model_sha(co, &scratch, r->number - k, sha) != 0)
+            break;
         rounds_history_add(r, r->number - k, sha);
     }
+    if (scratch.params) gpt_free(&scratch);
     if (r->number >= r->set.total) {
         round_state_set(r, ROUND_FINISHED);
     } else if (open_round(co, err) != 0) {
@@ -719,39 +742,33 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     return 0;
 }
 
-/* SHA-256 of the parameters of round `round`'s model, read from the
- * checkpoint of the round before (or the seeded θ_0, or the pretrained
- * one): what updates trained before a restart name as their base; -1 when
+/* SHA-256 of the parameters of round `round`'s model (round > 0), read
+ * from the checkpoint of the round before into scratch (built on first
+ * use): what updates trained before a restart name as their base; -1 when
  * it is not at hand (its checkpoint gone), said in one line. */
-static int earlier_model_sha(Coordinator *co, int64_t round, uint8_t sha[32]) {
-    GPT m;
+static int earlier_model_sha(Coordinator *co, GPT *scratch, int64_t round, uint8_t sha[32]) {
     char err[ERR_LEN];
-    if (gpt_build(&m, &co->model_cfg, (uint64_t)co->rounds.set.seed, err) != 0) return -1;
-    int rc = -1;
     StoreRound prev;
-    char path[1600];
-    if (round == 0) { /* θ_0: the seeded model, or the pretrained one */
-        rc = co->model_init[0] ? gpt_load(&m, co->model_init, NULL, err) : 0;
-    } else {
-        pthread_mutex_lock(&co->store_lock);
-        int got = store_round_get(co->store, round - 1, &prev, err);
-        pthread_mutex_unlock(&co->store_lock);
-        if (got == 0 && strcmp(prev.state, "committed") == 0) {
-            snprintf(path, sizeof path, "%s/%s", co->dir, prev.checkpoint_path);
-            rc = gpt_load(&m, path, NULL, err);
-        } else if (got == 0) {
-            err_set(err, "round %lld is not committed", (long long)round - 1);
-        }
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_round_get(co->store, round - 1, &prev, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc == 0 && strcmp(prev.state, "committed") != 0)
+        rc = err_set(err, "round %lld is not committed", (long long)round - 1);
+    if (rc == 0 && scratch->params == NULL)
+        rc = gpt_build(scratch, &co->model_cfg, (uint64_t)co->rounds.set.seed, err);
+    if (rc == 0) {
+        char path[1600];
+        snprintf(path, sizeof path, "%s/%s", co->dir, prev.checkpoint_path);
+        rc = gpt_load(scratch, path, NULL, err);
     }
     if (rc == 0)
-        security_sha256(m.params, m.n_params * 4, sha);
+        security_sha256(scratch->params, scratch->n_params * 4, sha);
     else
         log_warn("rounds",
                  "the model of round %lld is not at hand (%s); updates trained from it are "
                  "refused as stale",
                  (long long)round, err);
-    gpt_free(&m);
-    return rc;
+    return rc == 0 ? 0 : -1;
 }
 
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err) {

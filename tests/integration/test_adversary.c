@@ -1311,6 +1311,26 @@ static int64_t staleness_of(int64_t round_id, const char *site, int rejected) {
     return k;
 }
 
+/* Heartbeat's answer: whether the caller has an update in the open round
+ * (what an async site waits on before it sends its next). */
+static int heartbeat_reported(NetChannel *ch) {
+    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
+    req.state = "training";
+    uint8_t buf[64];
+    size_t n = strait__heartbeat_request__pack(&req, buf);
+    NetBuf resp;
+    char details[256];
+    NetStatus st =
+        net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 5000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s", details);
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    net_buf_free(&resp);
+    cr_assert_not_null(hr);
+    int reported = hr->reported;
+    strait__heartbeat_response__free_unpacked(hr, NULL);
+    return reported;
+}
+
 Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     federation_ini("mean", "2", "60s");
     ini_set("rounds", "total", "3");
@@ -1353,6 +1373,8 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     AttackClaim b1 = {0, "b-r0-again", 1000, NULL, 10, sha[0], 0, 0, 0};
     AttackClaim a1 = {1, "a-r1", 1000, NULL, 10, sha[1], 0, 0, 0};
     cr_assert_eq(attacker_push(b, &b1, &u[2], details, sizeof details), NET_OK, "%s", details);
+    cr_assert(heartbeat_reported(b), "b's update is in the open round");
+    cr_assert(!heartbeat_reported(a), "a has sent nothing to round 1");
     cr_assert_eq(attacker_push(a, &a1, &u[3], details, sizeof details), NET_OK, "%s", details);
     StoreRound r1 = wait_committed(1, 30);
     Blob order[2] = {u[2], u[3]};

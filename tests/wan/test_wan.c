@@ -401,4 +401,3 @@ Test(wan, a_connection_reset_mid_download_resumes_from_its_offset) {
     assert_models_identical(3);
     assert_db_check();
 }
-
