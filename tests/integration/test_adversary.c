@@ -1423,7 +1423,7 @@ Test(adversary, an_async_round_merges_on_its_quorum_without_the_slowest) {
     char dirs[3][700], details[256];
     NetChannel *ch[3];
     for (int i = 0; i < 3; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "s%d", i);
         site(name, dirs[i], sizeof dirs[i]);
         ch[i] = attacker_channel(dirs[i], addr);
