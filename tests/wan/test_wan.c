@@ -401,3 +401,58 @@ Test(wan, a_connection_reset_mid_download_resumes_from_its_offset) {
     assert_models_identical(3);
     assert_db_check();
 }
+
+/* The round's updates in the ledger: how many were trained from an older
+ * model than the round's (async), and how many were refused as stale. */
+static void count_stale(int64_t round_id, int *older, int *stale) {
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_updates_list(s, round_id, &ups, &n, err), 0, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        int refused = strcmp(ups[i].state, "rejected") == 0;
+        *older += !refused && ups[i].staleness > 0;
+        *stale += refused && strcmp(ups[i].reason_code, "stale") == 0;
+    }
+    free(ups);
+    store_close(s);
+}
+
+/* [rounds] mode = async with one site on a thin link (0.25 Mbit/s up and
+ * down, 40 ms round trips for the others): rounds merge on the two fast
+ * sites' quorum, the slow site's updates join later rounds trained from
+ * older models (weighted down, never refused while within the bound), no
+ * site waits for it, and every site holds the coordinator's model bit for
+ * bit. */
+Test(wan, async_rounds_take_the_slow_sites_late_updates_and_keep_models_identical) {
+    BedLink fast = {20, 20, 20, 2, 0.001}, thin = {0.25, 0.25, 20, 2, 0};
+    BedLink links[3] = {fast, fast, thin};
+    setup(3, links, "tiny", "8", "2", "60s",
+          (const char *[]){"rounds", "mode", "async", "rounds", "staleness", "4", NULL});
+    for (int i = 0; i < 3; i++) run_site(i);
+    wait_committed(7, 300);
+    wait_sites(180);
+    int older = 0, stale = 0, from_slow = 0;
+    for (int64_t n = 0; n <= 7; n++) {
+        StoreRound r = wait_committed(n, 1);
+        cr_assert_geq(r.participants, 2, "round %lld merged without its quorum", (long long)n);
+        from_slow += r.participants == 3;
+        count_stale(r.id, &older, &stale);
+    }
+    cr_assert_gt(older, 0, "no update trained from an older model was taken");
+    cr_assert_eq(stale, 0, "updates within the staleness bound were refused");
+    char *log = read_log("site-2.log");
+    /* Its last update may come after the last round merged: being told the
+     * federation has finished is no refusal of its work. */
+    const char *done = "update refused (FAILED_PRECONDITION): the federation has finished";
+    for (const char *p = strstr(log, "update refused"); p; p = strstr(p + 1, "update refused"))
+        cr_assert(strncmp(p, done, strlen(done)) == 0, "the slow site's update was refused: %.300s",
+                  p);
+    free(log);
+    cr_assert_gt(from_slow, 0, "the slow site's updates never joined a round");
+    cr_assert_gt(assert_models_identical(8), 2 * 6);
+    assert_db_check();
+}
