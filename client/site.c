@@ -95,12 +95,54 @@ Strait__HelloResponse *site_hello(Site *s, char *err) {
  * (through SITEDIR/model.safetensors). */
 static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err);
 
-/* The current model into m (theta: the model of round `have` the site
- * holds, the base a delta applies to); *served gets the round the
- * coordinator says it is, which may be past the one the site asked in (a
- * download that outlived rounds: a cut link). */
+static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
+                          int64_t have, uint64_t *served, int *was_delta, RoundTimes *times,
+                          char *err);
+
+/* The model of round *served (or a later one) into m (theta: the model of
+ * round `have` the site holds, the base a delta applies to); *served gets
+ * the round the coordinator says it is, which may be past the one the site
+ * asked for (a download that outlived rounds: a cut link). A site some
+ * rounds behind may be served a chain of deltas, one round each, when they
+ * add up to less than the checkpoint: each is applied onto the model the
+ * last one gave, until the round asked for. */
 int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
                    uint64_t *served, RoundTimes *times, char *err) {
+    const uint64_t want = *served;
+    const int64_t first = have;
+    RoundTimes sum = {0, 0, 0, 0};
+    float *step = NULL; /* the model a link gave, the base of the next */
+    uint8_t step_sha[32];
+    int links = 0;
+    for (;;) {
+        int was_delta = 0;
+        RoundTimes t = {0, 0, 0, 0};
+        int rc = get_model_once(s, m, step ? step : theta, step ? step_sha : theta_sha, have,
+                                served, &was_delta, &t, err);
+        sum.download += t.download, sum.decode += t.decode;
+        if (rc != 0 || !was_delta || have < 0 || *served >= want || *served <= (uint64_t)have) {
+            if (rc == 0 && links)
+                log_info("site", "caught up from round %lld to %llu by a chain of %d deltas%s",
+                         (long long)first, (unsigned long long)*served, links + was_delta,
+                         was_delta ? "" : " and the checkpoint");
+            times->download = sum.download, times->decode = sum.decode;
+            free(step);
+            return rc;
+        }
+        if (step == NULL && (step = malloc(sizeof(float) * m->n_params)) == NULL) {
+            *served = want;
+            times->download = sum.download, times->decode = sum.decode;
+            return err_set(err, "out of memory for the model (%zu parameters)", m->n_params);
+        }
+        memcpy(step, m->params, sizeof(float) * m->n_params);
+        security_sha256(step, m->n_params * 4, step_sha);
+        have = (int64_t)*served, *served = want, links++;
+    }
+}
+
+static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
+                          int64_t have, uint64_t *served, int *was_delta, RoundTimes *times,
+                          char *err) {
     uint64_t t0 = time_monotonic_ns();
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
@@ -139,6 +181,7 @@ int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[
     }
     times->download = ms_since(t0);
     t0 = time_monotonic_ns();
+    *was_delta = compress_blob_kind(payload.data, payload.len) != BLOB_KIND_NONE;
     int rc = decode_model(s, m, theta, have, &payload, err);
     times->decode = ms_since(t0);
     return rc;

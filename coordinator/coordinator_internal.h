@@ -79,6 +79,15 @@ typedef struct Served {
     uint8_t sha[32];
 } Served;
 
+/* One delta of the chain a site that fell behind may take: the way from
+ * round `from`'s model (whose SHA-256 is base_sha) to the next round's. */
+#define DELTA_CHAIN 16 /* links at most */
+typedef struct DeltaLink {
+    Served *sv; /* a ref */
+    int64_t from;
+    uint8_t base_sha[32];
+} DeltaLink;
+
 /* A WaitRound parked until its round moves (or its poll expires). */
 typedef struct Waiter {
     NetCall *call;
@@ -178,11 +187,18 @@ typedef struct Rounds {
     Served *delta;
     int64_t delta_from;         /* the round whose model the delta applies to; -1: none */
     uint8_t delta_base_sha[32]; /* SHA-256 of that model's parameters */
-    int64_t bytes_down;         /* sent by GetModel this round */
-    ErrorFeedback down_ef;      /* what the downlink codec has not yet sent of θ's moves */
-    NetSpool *spool;            /* owned */
-    pthread_mutex_t lock;       /* guards everything above */
-    pthread_cond_t changed;     /* a round committed or the federation finished */
+    /* the deltas before it, oldest first, each from round `from` to the
+     * next: a site that fell behind takes the chain when it is smaller than
+     * the checkpoint. Kept while all of them and `delta` add up to at most
+     * the checkpoint's bytes, so that they never cost more memory than one
+     * model's file */
+    DeltaLink chain[DELTA_CHAIN];
+    int n_chain;
+    int64_t bytes_down;     /* sent by GetModel this round */
+    ErrorFeedback down_ef;  /* what the downlink codec has not yet sent of θ's moves */
+    NetSpool *spool;        /* owned */
+    pthread_mutex_t lock;   /* guards everything above */
+    pthread_cond_t changed; /* a round committed or the federation finished */
     pthread_t ticker;
     int stop;
     /* ROUND_UNOPENED: the ticker tries again every second from reopen_at_ms */

@@ -388,8 +388,35 @@ out:
     return rc;
 }
 
+/* The delta being replaced joins the chain, which keeps only links that
+ * lead to the current model without a gap and, with the new delta, add up
+ * to at most the new checkpoint's bytes (oldest dropped first). */
+static void chain_push(Rounds *r, Served *next_delta, const Served *next_ckpt) {
+    if (r->delta == NULL || next_delta == NULL) { /* a gap: nothing before it leads here */
+        for (int i = 0; i < r->n_chain; i++) served_unref(r->chain[i].sv);
+        r->n_chain = 0;
+        served_unref(r->delta);
+        return;
+    }
+    if (r->n_chain == DELTA_CHAIN) {
+        served_unref(r->chain[0].sv);
+        memmove(r->chain, r->chain + 1, sizeof r->chain[0] * --r->n_chain);
+    }
+    DeltaLink *l = &r->chain[r->n_chain++];
+    l->sv = r->delta, l->from = r->delta_from;
+    memcpy(l->base_sha, r->delta_base_sha, 32);
+    size_t total = next_delta->len;
+    for (int i = 0; i < r->n_chain; i++) total += r->chain[i].sv->len;
+    while (r->n_chain > 0 && (next_ckpt == NULL || total > next_ckpt->len)) {
+        total -= r->chain[0].sv->len;
+        served_unref(r->chain[0].sv);
+        memmove(r->chain, r->chain + 1, sizeof r->chain[0] * --r->n_chain);
+    }
+}
+
 void round_next_install(Coordinator *co, RoundNext *nx) {
     Rounds *r = &co->rounds;
+    chain_push(r, nx->delta_served, nx->ckpt); /* takes r->delta's ref */
     memcpy(r->delta_base_sha, r->theta_sha, 32);
     float *old = r->model.params; /* a swap, not a copy of the model under the lock */
     r->model.params = nx->theta;
@@ -407,7 +434,6 @@ void round_next_install(Coordinator *co, RoundNext *nx) {
     served_unref(r->ckpt); /* downloads in flight keep theirs */
     r->ckpt = nx->ckpt;
     nx->ckpt = NULL;
-    served_unref(r->delta);
     r->delta = nx->delta_served;
     nx->delta_served = NULL;
     r->delta_from = r->delta ? r->number : -1;

@@ -36,10 +36,26 @@ static void h_get_model(NetCall *c, void *user) {
     }
     Rounds *r = &co->rounds;
     pthread_mutex_lock(&r->lock);
-    /* downloads per site and round are bounded, and bytes_down counts each
-     * model once per site and round, however often it is fetched */
+    /* the delta when the site holds the model it applies to, a link of the
+     * chain when it holds an older one the chain starts from, else the
+     * whole checkpoint; a reference, not a copy: a round that commits
+     * meanwhile installs another, and the last download of this one frees
+     * it. A delta only onto exactly the model it was made from: the same
+     * round number and the same bytes (after a restore from a backup, a
+     * round number may name another history's model) */
+    int held = req && req->has_model && req->have_sha256.len == 32;
+    int delta = held && r->delta && (int64_t)req->have_round == r->delta_from &&
+                memcmp(req->have_sha256.data, r->delta_base_sha, 32) == 0;
+    const DeltaLink *link = NULL;
+    for (int i = 0; held && r->delta && !delta && link == NULL && i < r->n_chain; i++)
+        if ((int64_t)req->have_round == r->chain[i].from &&
+            memcmp(req->have_sha256.data, r->chain[i].base_sha, 32) == 0)
+            link = &r->chain[i];
+    /* downloads per site and round are bounded (a chain's links each count,
+     * with room for the longest chain), and bytes_down counts each model
+     * once per site and round, however often it is fetched */
     RoundSiteCount *sc = rounds_site_count(r, site.id);
-    if (sc && sc->downloads >= r->set.downloads) {
+    if (sc && sc->downloads >= r->set.downloads + (link ? DELTA_CHAIN : 0)) {
         int64_t number = r->number;
         pthread_mutex_unlock(&r->lock);
         if (req) strait__get_model_request__free_unpacked(req, NULL);
@@ -50,30 +66,23 @@ static void h_get_model(NetCall *c, void *user) {
         return;
     }
     if (sc) sc->downloads++;
-    /* the delta when the site holds the model it applies to, else the whole
-     * checkpoint; a reference, not a copy: a round that commits meanwhile
-     * installs another, and the last download of this one frees it */
-    /* a delta only onto exactly the model it was made from: the same round
-     * number and the same bytes (after a restore from a backup, a round
-     * number may name another history's model) */
-    int delta = req && req->has_model && r->delta && (int64_t)req->have_round == r->delta_from &&
-                req->have_sha256.len == 32 &&
-                memcmp(req->have_sha256.data, r->delta_base_sha, 32) == 0;
-    Served *sv = delta ? r->delta : r->ckpt;
+    Served *sv = link ? link->sv : delta ? r->delta : r->ckpt;
     sv->refs++;
-    uint64_t number = (uint64_t)r->number;
+    /* the round whose model the site holds once it has applied this */
+    uint64_t number = link ? (uint64_t)link->from + 1 : (uint64_t)r->number;
     /* a download cut part-way goes on from what the site holds of it, when
      * that is still the payload to serve */
     uint64_t from = req && req->resume_sha256.len == 32 && req->resume_offset < sv->len &&
                             memcmp(req->resume_sha256.data, sv->sha, 32) == 0
                         ? req->resume_offset
                         : 0;
-    int *counted = sc ? (delta ? &sc->got_delta : &sc->got_ckpt) : NULL;
+    int *counted = sc && !link ? (delta ? &sc->got_delta : &sc->got_ckpt) : NULL;
     if (counted == NULL || !*counted) r->bytes_down += (int64_t)sv->len;
     if (counted) *counted = 1;
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
-    NetTransferSpec spec = {delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
+    NetTransferSpec spec = {
+        link || delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
     char err[ERR_LEN];
     if (net_download_send_from(c, &spec, sv->data, sv->len, from, err) != 0)
         net_call_status(c, NET_UNAVAILABLE, "%s", err);

@@ -798,6 +798,7 @@ void rounds_stop(Coordinator *co) {
     net_spool_close(r->spool);
     served_unref(r->ckpt);
     served_unref(r->delta);
+    for (int i = 0; i < r->n_chain; i++) served_unref(r->chain[i].sv);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->reading);
     pthread_cond_destroy(&r->changed);

@@ -819,3 +819,66 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
     gpt_free(&base);
     gpt_free(&final);
 }
+
+/* A site some rounds behind gets a chain of deltas, one round each, while
+ * they add up to less than the checkpoint: here round 1's model (round
+ * 0's checkpoint) gets the int8 outer update from round 1 to round 2, as
+ * round 2 is named, and that added onto it, float for float, is the
+ * coordinator's round-1 checkpoint; then the way on to the last. A model
+ * the chain was not made from gets the whole checkpoint. */
+Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
+    setup_federation("3", "1", "60s", 1);
+    run_site(0);
+    wait_committed(2, 120);
+    GPT m[3];
+    load_params("checkpoints/round-000000.safetensors", &m[0]); /* round 1's model */
+    load_params("checkpoints/round-000001.safetensors", &m[1]); /* round 2's */
+    load_params("checkpoints/round-000002.safetensors", &m[2]); /* the last */
+    NetChannel *ch = site_channel("s0");
+    NetLimits lim = {.max_total = 64u << 20};
+    char details[256], err[ERR_LEN];
+    size_t n_params = m[0].n_params;
+    float *u = malloc(n_params * 4);
+    for (int k = 0; k < 3; k++) {
+        /* k = 0, 1: the chain from round 1's model, then the delta from
+         * round 2's; k = 2: round 1's number with other bytes */
+        uint8_t sha[32];
+        security_sha256(m[k == 1].params, n_params * 4, sha);
+        if (k == 2) sha[0] ^= 1;
+        Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+        req.has_model = 1;
+        req.have_round = k == 1 ? 2 : 1;
+        req.have_sha256.data = sha;
+        req.have_sha256.len = 32;
+        uint8_t buf[96];
+        size_t n = strait__get_model_request__pack(&req, buf);
+        NetBuf payload;
+        uint64_t served = 0;
+        cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
+                                  &served, NULL, details, sizeof details),
+                     NET_OK, "%s", details);
+        BlobKind kind = compress_blob_kind(payload.data, payload.len);
+        if (k == 2) {
+            cr_assert_eq(kind, BLOB_KIND_NONE, "a link was sent onto a model it was not made from");
+            net_buf_free(&payload);
+            continue;
+        }
+        cr_assert_eq(kind, BLOB_KIND_UPDATE, "round %d's model got %zu bytes, not an update", k + 1,
+                     payload.len);
+        if (k == 0)
+            cr_assert_eq(served, 2, "the first link is named round %llu, not 2",
+                         (unsigned long long)served);
+        cr_assert_eq(codec_decode(payload.data, payload.len, u, n_params, err), 0, "%s", err);
+        size_t differ = 0;
+        for (size_t i = 0; i < n_params; i++) {
+            float x = m[k].params[i] + u[i];
+            differ += memcmp(&x, &m[k + 1].params[i], 4) != 0;
+        }
+        cr_assert_eq(differ, 0, "link %d: %zu parameters differ from the coordinator's checkpoint",
+                     k, differ);
+        net_buf_free(&payload);
+    }
+    free(u);
+    net_channel_destroy(ch);
+    for (int k = 0; k < 3; k++) gpt_free(&m[k]);
+}
