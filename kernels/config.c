@@ -45,6 +45,7 @@ static const struct Preset {
     {"small", ARCH_GPT2, 4, 128, 4, 4, 512, 128, 256, 1, 0, 1e-5f, NO_SCALING},
     {"base", ARCH_GPT2, 6, 384, 6, 6, 1536, 256, 256, 1, 0, 1e-5f, NO_SCALING},
     {"gpt2-124m", ARCH_GPT2, 12, 768, 12, 12, 3072, 1024, 50257, 1, 0, 1e-5f, NO_SCALING},
+    {"gpt2-large", ARCH_GPT2, 36, 1280, 20, 20, 5120, 1024, 50257, 1, 0, 1e-5f, NO_SCALING},
     {"llama-tiny", ARCH_LLAMA, 2, 64, 4, 2, 176, 64, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
     {"llama-small", ARCH_LLAMA, 4, 128, 4, 2, 352, 128, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
     {"qwen2-tiny", ARCH_QWEN2, 2, 64, 4, 2, 176, 64, 256, 1, 1000000.0f, 1e-6f, NO_SCALING},
