@@ -82,7 +82,9 @@ int harness_start_coordinator(const char *fed, char *addr) {
     int fd;
     int pid = proc_spawn(argv, &fd);
     char line[256];
-    int got = proc_read_line(fd, line, sizeof line, 30000);
+    /* a large model (gpt2-large: 3 GB) takes most of a minute to load and
+     * hash before the coordinator listens; one that fails ends the line */
+    int got = proc_read_line(fd, line, sizeof line, 300000);
     close(fd);
     const char *p = got > 0 ? strstr(line, "port ") : NULL;
     if (p == NULL) {

@@ -5,8 +5,7 @@
  * a thousand trainers) for several rounds, over loopback. Every round must
  * commit with every site's update, no upload that should be taken may be
  * refused, and the coordinator's memory and CPU per round are printed (one
- * JSON line a round on stderr). A second case: six sites of GPT-2 large
- * beside NVIDIA FLARE's published figure.
+ * JSON line a round on stderr).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,7 +17,6 @@
 
 #include "coordinator/store.h"
 #include "compress/compress.h"
-#include "kernels/device.h"
 #include "kernels/model.h"
 #include "net/net.h"
 #include "tests/attacker.h"
@@ -205,17 +203,4 @@ static void load_run(const char *model, int n_sites, int threads, int rounds, co
 
 Test(load, a_thousand_sites_every_round_commits) {
     load_run("tiny", SITES, PUSHERS, ROUNDS, "int8");
-}
-
-/* The largest figure NVIDIA FLARE publishes (examples/advanced/
- * tensor-stream/COMPARISON.md): 6 sites and GPT-2 large (774M parameters),
- * 154 s a round and 81.75 GiB at peak on a 256 GB machine that also ran
- * the six trainers. Here the sites are prepared updates, so a round's time
- * is the coordinator's alone: six uploads over loopback TLS, the merge, the
- * checkpoint and the next model's delta. fp32 updates, as FLARE sends the
- * model, then Strait's int8. Needs about 20 GiB free. */
-Test(load, six_sites_of_gpt2_large_as_flare_measures_it, .timeout = 3600) {
-    double avail = kernels_mem_available() / (double)(1u << 30);
-    if (avail < 20) cr_skip_test("%.1f GiB of memory free; this needs about 20", avail);
-    load_run("gpt2-large", 6, 6, 2, "fp32");
 }

@@ -248,9 +248,6 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     cr_assert_gt(caught_up, 0, "site 2 never reported again after its link came back");
     char *log = read_log("site-2.log");
     cr_assert_not_null(strstr(log, "round 9: model sha256"), "site 2 did not catch up: %s", log);
-    /* two rounds or more behind, it took the deltas, not the whole model */
-    cr_assert_not_null(strstr(log, "by a chain of"), "site 2 caught up without the chain: %s",
-                       log);
     free(log);
     /* the figures an operator reads: a round with one of three sites cut
      * off had at most two thirds of the tokens it could have had */
