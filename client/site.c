@@ -96,8 +96,12 @@ Strait__HelloResponse *site_hello(Site *s, char *err) {
 static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err);
 
 static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
-                          int64_t have, uint64_t *served, int *was_delta, RoundTimes *times,
-                          char *err);
+                          int64_t have, uint64_t *served, uint64_t *current, int *was_delta,
+                          RoundTimes *times, char *err);
+
+/* the most pieces one catch-up takes (the coordinator's chain is shorter):
+ * a coordinator that names ever later rounds cannot keep a site here */
+#define CHAIN_PIECES_MAX 64
 
 /* The model of round *served (or a later one) into m (theta: the model of
  * round `have` the site holds, the base a delta applies to); *served gets
@@ -105,10 +109,12 @@ static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t the
  * asked for (a download that outlived rounds: a cut link). A site some
  * rounds behind may be served a chain of deltas, one round each, when they
  * add up to less than the checkpoint: each is applied onto the model the
- * last one gave, until the round asked for. */
+ * last one gave, until the round asked for or, when the stream says the
+ * federation is further on (a download that waited out a cut link), that
+ * round: a site does not train a model rounds old only to be refused. */
 int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
                    uint64_t *served, RoundTimes *times, char *err) {
-    const uint64_t want = *served;
+    uint64_t want = *served;
     const int64_t first = have;
     RoundTimes sum = {0, 0, 0, 0};
     float *step = NULL; /* the model a link gave, the base of the next */
@@ -117,10 +123,13 @@ int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[
     for (;;) {
         int was_delta = 0;
         RoundTimes t = {0, 0, 0, 0};
+        uint64_t current = 0;
         int rc = get_model_once(s, m, step ? step : theta, step ? step_sha : theta_sha, have,
-                                served, &was_delta, &t, err);
+                                served, &current, &was_delta, &t, err);
         sum.download += t.download, sum.decode += t.decode;
-        if (rc != 0 || !was_delta || have < 0 || *served >= want || *served <= (uint64_t)have) {
+        if (current > want) want = current;
+        if (rc != 0 || !was_delta || have < 0 || *served >= want || *served <= (uint64_t)have ||
+            links + 1 >= CHAIN_PIECES_MAX) {
             if (rc == 0 && links)
                 log_info("site", "caught up from round %lld to %llu by a chain of %d deltas%s",
                          (long long)first, (unsigned long long)*served, links + was_delta,
@@ -141,8 +150,8 @@ int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[
 }
 
 static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
-                          int64_t have, uint64_t *served, int *was_delta, RoundTimes *times,
-                          char *err) {
+                          int64_t have, uint64_t *served, uint64_t *current, int *was_delta,
+                          RoundTimes *times, char *err) {
     uint64_t t0 = time_monotonic_ns();
     NetLimits lim = {.max_total = (uint64_t)m->n_params * 8 + (8u << 20)};
     Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
@@ -162,10 +171,16 @@ static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t the
         req.resume_sha256.len = held.have ? 32 : 0;
         size_t n = strait__get_model_request__pack(&req, buf);
         uint64_t from = held.have;
+        NetDownloadHead head;
         NetStatus st =
             net_download(s->ch, "/strait.Federation/GetModel", buf, n, &lim, CALL_TIMEOUT_MS * 5,
-                         &payload, served, &held, details, sizeof details);
+                         &payload, &head, &held, details, sizeof details);
         if (st == NET_OK) {
+            *served = head.round;
+            /* the federation's round, a claim the loop above bounds */
+            Strait__ModelMeta *mm = strait__model_meta__unpack(NULL, head.meta_len, head.meta);
+            *current = mm ? mm->current_round : 0;
+            if (mm) strait__model_meta__free_unpacked(mm, NULL);
             if (from)
                 log_info("site", "model download resumed at %llu of %zu bytes",
                          (unsigned long long)from, payload.len);

@@ -70,6 +70,12 @@ static void h_get_model(NetCall *c, void *user) {
     sv->refs++;
     /* the round whose model the site holds once it has applied this */
     uint64_t number = link ? (uint64_t)link->from + 1 : (uint64_t)r->number;
+    /* and the round the federation is at: past `number` for a link, so the
+     * site asks again from there instead of training a model rounds old */
+    Strait__ModelMeta mm = STRAIT__MODEL_META__INIT;
+    mm.current_round = (uint64_t)r->number;
+    uint8_t meta[16];
+    size_t meta_len = strait__model_meta__pack(&mm, meta);
     /* a download cut part-way goes on from what the site holds of it, when
      * that is still the payload to serve */
     uint64_t from = req && req->resume_sha256.len == 32 && req->resume_offset < sv->len &&
@@ -82,7 +88,7 @@ static void h_get_model(NetCall *c, void *user) {
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
     NetTransferSpec spec = {
-        link || delta ? "model-delta" : "model", number, "model", 0, NULL, 0, sv->sha};
+        link || delta ? "model-delta" : "model", number, "model", 0, meta, meta_len, sv->sha};
     char err[ERR_LEN];
     if (net_download_send_from(c, &spec, sv->data, sv->len, from, err) != 0)
         net_call_status(c, NET_UNAVAILABLE, "%s", err);

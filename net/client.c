@@ -43,9 +43,13 @@ NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err) {
         return NULL;
     }
     net_channel_creds_tls13(creds);
-    grpc_arg args[NET_COMMON_ARGS + 1];
+    grpc_arg args[NET_COMMON_ARGS + 2];
     int n = net_common_args(args, cfg->max_message ? cfg->max_message : NET_MAX_MESSAGE_DEFAULT,
                             cfg->keepalive_ms > 0 ? cfg->keepalive_ms : NET_KEEPALIVE_DEFAULT_MS);
+    /* reconnect attempts back off to 10 s, not gRPC's 120 s: a site whose
+     * link comes back after a long outage rejoins within seconds */
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[n++].value.integer = NET_RECONNECT_BACKOFF_MAX_MS;
     if (cfg->server_name) {
         args[n].type = GRPC_ARG_STRING;
         args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

@@ -378,15 +378,24 @@ typedef struct NetDownloadHeld {
     uint8_t sha[32];
 } NetDownloadHeld;
 void net_download_held_free(NetDownloadHeld *h);
+/* What a download's header said: its round (what the sender says it sent)
+ * and its purpose-specific meta (a header with more is malformed). */
+#define NET_DOWNLOAD_META_MAX 64
+typedef struct NetDownloadHead {
+    uint64_t round;
+    uint8_t meta[NET_DOWNLOAD_META_MAX];
+    size_t meta_len;
+} NetDownloadHead;
 /* Client side: sends the request, receives and verifies the payload into a
- * malloc'd buffer (header checked against lim before allocating); *round
- * (may be NULL) gets the header's round: what the sender says it sent.
+ * malloc'd buffer (header checked against lim before allocating); *head
+ * (may be NULL) gets the header's round and meta.
  * With held (may be NULL): a download cut part-way leaves what came in it,
  * and the next call (whose request asks to resume at held->have, a
  * protocol's matter) takes a header at exactly that offset, of the same
  * payload, as the rest of it; a header at 0 starts over. */
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
-                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
-                       NetDownloadHeld *held, char *details, size_t details_len);
+                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload,
+                       NetDownloadHead *head, NetDownloadHeld *held, char *details,
+                       size_t details_len);
 
 #endif /* STRAIT_NET_H */

@@ -15,9 +15,10 @@
 
 #include "net.h"
 
-#define NET_MAX_MESSAGE_DEFAULT  (8u << 20)
-#define NET_KEEPALIVE_DEFAULT_MS 30000
-#define NET_COMMON_ARGS          7
+#define NET_MAX_MESSAGE_DEFAULT      (8u << 20)
+#define NET_KEEPALIVE_DEFAULT_MS     30000
+#define NET_RECONNECT_BACKOFF_MAX_MS 10000
+#define NET_COMMON_ARGS              7
 
 /* TLS 1.3 as the minimum on SSL credentials just created (before use);
  * without the setter in this libgrpc (see net_tls13_only) they do nothing. */

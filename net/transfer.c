@@ -793,11 +793,12 @@ void net_download_held_free(NetDownloadHeld *h) {
 }
 
 NetStatus net_download(NetChannel *ch, const char *method, const void *req, size_t req_len,
-                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload, uint64_t *round,
-                       NetDownloadHeld *held, char *details, size_t details_len) {
+                       const NetLimits *lim, int64_t timeout_ms, NetBuf *payload,
+                       NetDownloadHead *head, NetDownloadHeld *held, char *details,
+                       size_t details_len) {
     payload->data = NULL;
     payload->len = 0;
-    if (round) *round = 0;
+    if (head) memset(head, 0, sizeof *head);
     char err[ERR_LEN] = "";
     NetClientCall *c = net_client_start(ch, method, timeout_ms, err);
     if (c == NULL) {
@@ -825,12 +826,17 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
             const Strait__TransferHeader *h = f.pb->header;
             total = h->total_length;
             chunk = h->chunk_size;
-            if (round) *round = h->round;
+            if (head && h->meta.len <= sizeof head->meta) {
+                head->round = h->round;
+                if (h->meta.len) memcpy(head->meta, h->meta.data, h->meta.len);
+                head->meta_len = h->meta.len;
+            }
             if (total > lim->max_total) {
                 bad = NET_RESOURCE_EXHAUSTED;
                 err_set(err, "download of %llu bytes is over the limit of %llu",
                         (unsigned long long)total, (unsigned long long)lim->max_total);
             } else if (h->sha256.len != 32 || chunk < NET_CHUNK_MIN || chunk > NET_CHUNK_MAX ||
+                       h->meta.len > NET_DOWNLOAD_META_MAX ||
                        (h->offset != 0 &&
                         (held == NULL || h->offset != held->have || total != held->total ||
                          memcmp(h->sha256.data, held->sha, 32) != 0))) {

@@ -174,3 +174,25 @@ Blob attacker_update(const char *codec, uint64_t table_hash, uint64_t n, float v
     free(x);
     return b;
 }
+
+NetStatus attacker_heartbeat(NetChannel *ch, uint64_t round, int64_t timeout_ms, AttackBeat *out,
+                             char *details, size_t details_len) {
+    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
+    req.round = round;
+    req.state = "training";
+    uint8_t buf[64];
+    size_t n = strait__heartbeat_request__pack(&req, buf);
+    NetBuf resp;
+    NetStatus st = net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, timeout_ms,
+                             details, details_len);
+    if (st != NET_OK) return st;
+    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
+    net_buf_free(&resp);
+    cr_assert_not_null(hr, "a Heartbeat answer that does not parse");
+    if (out) {
+        out->current_round = hr->current_round;
+        out->finished = hr->finished, out->reported = hr->reported;
+    }
+    strait__heartbeat_response__free_unpacked(hr, NULL);
+    return NET_OK;
+}

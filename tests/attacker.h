@@ -55,4 +55,15 @@ uint64_t attacker_query(NetChannel *ch, const char *upload_id);
  * (or a gentle pattern of size scale when v is 0). */
 Blob attacker_update(const char *codec, uint64_t table_hash, uint64_t n, float v, float scale);
 
+/* One Heartbeat for `round` (state "training"), as a site sends it. With
+ * NET_OK and out non-NULL, *out gets the answer: the round the coordinator
+ * is at, whether it has finished, whether the caller's update is in the
+ * open round. */
+typedef struct AttackBeat {
+    uint64_t current_round;
+    int finished, reported;
+} AttackBeat;
+NetStatus attacker_heartbeat(NetChannel *ch, uint64_t round, int64_t timeout_ms, AttackBeat *out,
+                             char *details, size_t details_len);
+
 #endif

@@ -217,23 +217,13 @@ static NetStatus push(NetChannel *ch, uint64_t round, const char *id, const Blob
 /* A Heartbeat for round 0 answered within 10 s, with round 0 current and
  * the federation not finished; `when` names the moment for the messages. */
 static void heartbeat_says_round_0(NetChannel *ch, const char *when) {
-    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
-    req.round = 0;
-    req.state = "training";
-    uint8_t buf[64];
-    size_t n = strait__heartbeat_request__pack(&req, buf);
-    NetBuf resp;
+    AttackBeat beat;
     char details[256];
-    cr_assert_eq(net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 10000, details,
-                           sizeof details),
-                 NET_OK, "Heartbeat %s: %s", when, details);
-    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
-    cr_assert_not_null(hr);
-    cr_assert_eq(hr->current_round, 0, "Heartbeat %s: round %llu", when,
-                 (unsigned long long)hr->current_round);
-    cr_assert(!hr->finished);
-    strait__heartbeat_response__free_unpacked(hr, NULL);
-    net_buf_free(&resp);
+    cr_assert_eq(attacker_heartbeat(ch, 0, 10000, &beat, details, sizeof details), NET_OK,
+                 "Heartbeat %s: %s", when, details);
+    cr_assert_eq(beat.current_round, 0, "Heartbeat %s: round %llu", when,
+                 (unsigned long long)beat.current_round);
+    cr_assert(!beat.finished);
 }
 
 Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
@@ -853,9 +843,9 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
         uint8_t buf[96];
         size_t n = strait__get_model_request__pack(&req, buf);
         NetBuf payload;
-        uint64_t served = 0;
+        NetDownloadHead head;
         cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
-                                  &served, NULL, details, sizeof details),
+                                  &head, NULL, details, sizeof details),
                      NET_OK, "%s", details);
         BlobKind kind = compress_blob_kind(payload.data, payload.len);
         if (k == 2) {
@@ -865,9 +855,19 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
         }
         cr_assert_eq(kind, BLOB_KIND_UPDATE, "round %d's model got %zu bytes, not an update", k + 1,
                      payload.len);
-        if (k == 0)
-            cr_assert_eq(served, 2, "the first link is named round %llu, not 2",
-                         (unsigned long long)served);
+        /* the header's meta names the federation's round: past the link's
+         * own for a link (the site asks again), the stream's for the head */
+        Strait__ModelMeta *mm = strait__model_meta__unpack(NULL, head.meta_len, head.meta);
+        cr_assert_not_null(mm, "GetModel's header carries no ModelMeta");
+        if (k == 0) {
+            cr_assert_eq(head.round, 2, "the first link is named round %llu, not 2",
+                         (unsigned long long)head.round);
+            cr_assert_gt(mm->current_round, 2, "a link does not say the federation is further on");
+        } else {
+            cr_assert_eq(mm->current_round, head.round, "the head delta names round %llu of %llu",
+                         (unsigned long long)head.round, (unsigned long long)mm->current_round);
+        }
+        strait__model_meta__free_unpacked(mm, NULL);
         cr_assert_eq(codec_decode(payload.data, payload.len, u, n_params, err), 0, "%s", err);
         size_t differ = 0;
         for (size_t i = 0; i < n_params; i++) {

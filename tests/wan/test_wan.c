@@ -224,7 +224,7 @@ static int participants(int64_t n) {
 Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     BedLink l = {10, 20, 20, 2, 0.001};
     BedLink links[3] = {l, l, l};
-    setup(3, links, "tiny", "10", "2", "30s", NULL);
+    setup(3, links, "tiny", "16", "2", "30s", NULL);
     for (int i = 0; i < 3; i++) run_site(i);
     /* three rounds of arrivals: the adaptive deadline knows the sites */
     wait_committed(3, 120);
@@ -235,11 +235,14 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     int64_t cut_from = r.number + 1;
     wait_committed(cut_from + 1, 120);
     cr_assert_eq(bed_command(&bed, 2, "heal"), 0);
-    wait_committed(9, 240);
+    /* back within the rounds left: how soon depends on where TCP's
+     * retransmission backoff stood when the link came back, not on the
+     * rounds' pace (a fast machine runs them in seconds) */
+    wait_committed(15, 240);
     wait_sites(120);
     int short_rounds = 0, caught_up = 0;
     for (int64_t n = cut_from; n <= cut_from + 1; n++) short_rounds += participants(n) == 2;
-    for (int64_t n = cut_from + 2; n <= 9; n++) caught_up += participants(n) == 3;
+    for (int64_t n = cut_from + 2; n <= 15; n++) caught_up += participants(n) == 3;
     char *co = read_log("coordinator.log");
     cr_assert_not_null(strstr(co, "at the adaptive deadline"),
                        "no round closed at the adaptive deadline: %s", co);
@@ -247,7 +250,7 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
     cr_assert_eq(short_rounds, 2, "the rounds while site 2 was cut did not commit on quorum");
     cr_assert_gt(caught_up, 0, "site 2 never reported again after its link came back");
     char *log = read_log("site-2.log");
-    cr_assert_not_null(strstr(log, "round 9: model sha256"), "site 2 did not catch up: %s", log);
+    cr_assert_not_null(strstr(log, "round 15: model sha256"), "site 2 did not catch up: %s", log);
     free(log);
     /* the figures an operator reads: a round with one of three sites cut
      * off had at most two thirds of the tokens it could have had */
@@ -274,8 +277,8 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
         json_decref(o);
     }
     proc_result_free(&pr);
-    cr_assert_eq(rows, 10);
-    cr_assert_gt(assert_models_identical(10), 3 * 6);
+    cr_assert_eq(rows, 16);
+    cr_assert_gt(assert_models_identical(16), 3 * 12);
     assert_db_check();
 }
 
