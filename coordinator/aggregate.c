@@ -169,6 +169,11 @@ int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, 
     return gate_then_apply(rs, blob, len, weight, 1, why);
 }
 
+void round_sum_restart(RoundSum *rs) {
+    rs->touched = 0, rs->weight = 0, rs->accepted = 0;
+    rs->norm_gate = 0, rs->max_norm = 0;
+}
+
 int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
     if (rs->accepted == 0 || !(rs->weight > 0)) return err_set(err, "no update was accepted");
     float inv = (float)(1.0 / rs->weight);
@@ -385,20 +390,6 @@ int outer_init(OuterOpt *o, OuterKind kind, uint64_t n, float lr, float momentum
     if (o->b == NULL || (kind == OUTER_ADAM && o->v == NULL)) {
         outer_free(o);
         return err_set(err, "out of memory for the outer optimizer");
-    }
-    return 0;
-}
-
-int outer_clone(const OuterOpt *src, OuterOpt *dst, char *err) {
-    *dst = *src;
-    dst->b = dst->v = NULL;
-    if (src->b && (dst->b = malloc(sizeof(float) * src->n)) != NULL)
-        memcpy(dst->b, src->b, sizeof(float) * src->n);
-    if (src->v && (dst->v = malloc(sizeof(float) * src->n)) != NULL)
-        memcpy(dst->v, src->v, sizeof(float) * src->n);
-    if ((src->b && !dst->b) || (src->v && !dst->v)) {
-        outer_free(dst);
-        return err_set(err, "out of memory for the outer optimizer's next state");
     }
     return 0;
 }

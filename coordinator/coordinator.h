@@ -219,6 +219,10 @@ int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, 
 int round_sum_check(RoundSum *rs, const uint8_t *blob, size_t len, double weight, char *why);
 /* mean (n) = Σ w_i Δ_i / Σ w_i; -1 when nothing was accepted. */
 int round_sum_mean(const RoundSum *rs, float *mean, char *err);
+/* Forgets what was added and lifts the gates, keeping the buffer (the next
+ * add writes over it): a close that adds the round's updates again, with
+ * their weights capped, where they were summed. */
+void round_sum_restart(RoundSum *rs);
 
 /* How a round's updates combine ([rounds] aggregate): one table in
  * aggregate.c names each rule and says how it runs. The mean streams (each
@@ -259,8 +263,6 @@ typedef struct OuterOpt {
 
 int outer_init(OuterOpt *o, OuterKind kind, uint64_t n, float lr, float momentum, char *err);
 void outer_free(OuterOpt *o);
-/* A deep copy (a commit steps the copy and keeps it only once stored). */
-int outer_clone(const OuterOpt *src, OuterOpt *dst, char *err);
 void outer_step(OuterOpt *o, float *theta, const float *delta_mean);
 /* "nesterov", "avg", "adam" → kind; -1 if unknown */
 int outer_kind_parse(const char *name, OuterKind *out);

@@ -196,6 +196,8 @@ typedef struct Rounds {
     int n_chain;
     int64_t bytes_down;     /* sent by GetModel this round */
     ErrorFeedback down_ef;  /* what the downlink codec has not yet sent of θ's moves */
+    int state_lost;         /* a failed commit stepped outer and down_ef in place and they
+                             * could not be read back: no round opens until they are */
     NetSpool *spool;        /* owned */
     pthread_mutex_t lock;   /* guards everything above */
     pthread_cond_t changed; /* a round committed or the federation finished */
@@ -238,15 +240,14 @@ typedef struct RoundClosing {
 
 /* What a commit makes and an install puts in place; owned. */
 typedef struct RoundNext {
-    float *theta;          /* θ_{r+1} */
-    OuterOpt outer;        /* the outer optimizer after the step */
-    ErrorFeedback next_ef; /* the downlink's residual after it (e only) */
-    Served *ckpt;          /* the checkpoint, as it will be served */
+    float *theta; /* θ_{r+1} */
+    Served *ckpt; /* the checkpoint, as it will be served */
     uint8_t theta_sha[32];
     Blob delta;           /* the way from θ_r, as it is built (empty: none) */
     Served *delta_served; /* and as it will be served (NULL: none) */
     double theta_norm;
     int64_t bytes_down; /* served in the round, as recorded by the commit */
+    int state_lost;     /* failed, and the optimizer's state could not be read back */
 } RoundNext;
 
 /* Takes the open round for its commit (under rounds.lock): NULL when it is
@@ -301,7 +302,11 @@ void rounds_answer_waiters(Coordinator *co, int all);
 /* Builds c's successor — aggregate, outer step, downlink, checkpoint and
  * state files, their hashes — and commits it in the store, outside
  * rounds.lock; 0, or -1 with every file it wrote removed. */
-int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *next, char *err);
+int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *next, char *err);
+/* The outer optimizer's state and the downlink's residual as the last
+ * committed round's state file holds them (round 0's zeros when none is
+ * committed): after a commit that stepped them and failed. */
+int round_state_restore(Coordinator *co, char *err);
 /* Under rounds.lock, after a build: the successor becomes the served model. */
 void round_next_install(Coordinator *co, RoundNext *next);
 void round_next_free(RoundNext *next);

@@ -182,27 +182,29 @@ out:
     return rc;
 }
 
-/* The round's mean, with no update weighing more than weight_cap × the
- * round's (lower) median claim, nor reaching further than clip × its
- * median norm: a site inside every bound of its own cannot take the mean
- * over. When no update is beyond either, the sum streamed as the updates
- * came is the mean (the same bits); else the updates are added again from
- * their maps with their weights capped and their norms clipped. */
-static int weighed_mean_of(Coordinator *co, const RoundClosing *c, double *claimed, double *norms,
-                           double *weight, double *scale, float *mean, char *err);
-static int weighed_mean(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
+/* The round's mean, in the round's sum (the sum is spent: a model's size
+ * of memory the commit does not take again), with no update weighing more
+ * than weight_cap × the round's (lower) median claim, nor reaching further
+ * than clip × its median norm: a site inside every bound of its own cannot
+ * take the mean over. When no update is beyond either, the sum streamed as
+ * the updates came is the mean (the same bits); else the updates are added
+ * again from their maps, over the sum, with their weights capped and their
+ * norms clipped. */
+static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, double *norms,
+                           double *weight, double *scale, char *err);
+static int weighed_mean(Coordinator *co, RoundClosing *c, char *err) {
     int n = c->n_reported;
     double *claimed = malloc(4 * (size_t)(n ? n : 1) * sizeof *claimed);
     if (claimed == NULL) return err_set(err, "out of memory weighing %d updates", n);
     double *norms = claimed + n, *weight = norms + n, *scale = weight + n;
-    int rc = weighed_mean_of(co, c, claimed, norms, weight, scale, mean, err);
+    int rc = weighed_mean_of(co, c, claimed, norms, weight, scale, err);
     free(claimed);
     return rc;
 }
 
 /* weighed_mean with its scratch: four arrays of n_reported doubles. */
-static int weighed_mean_of(Coordinator *co, const RoundClosing *c, double *claimed, double *norms,
-                           double *weight, double *scale, float *mean, char *err) {
+static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, double *norms,
+                           double *weight, double *scale, char *err) {
     Rounds *r = &co->rounds;
     int n = c->n_reported;
     for (int i = 0; i < n; i++) claimed[i] = c->upd[i].weight, norms[i] = c->upd[i].norm;
@@ -221,24 +223,20 @@ static int weighed_mean_of(Coordinator *co, const RoundClosing *c, double *claim
                  (long long)c->number, c->site[i], weight[i], claimed[i], scale[i], norms[i],
                  r->set.weight_cap, r->set.clip);
     }
-    if (!changed) return round_sum_mean(&c->sum, mean, err);
-    RoundSum rs;
-    if (round_sum_init(&rs, r->model.n_params, r->model.table_hash, 0, err) != 0) return -1;
+    RoundSum *rs = &c->sum;
+    if (!changed) return round_sum_mean(rs, rs->sum, err);
+    round_sum_restart(rs);
     double total = 0;
     char why[ERR_LEN];
     for (int i = 0; i < n; i++) {
         if (c->upd[i].data == NULL ||
-            round_sum_add(&rs, c->upd[i].data, c->upd[i].len, weight[i] * scale[i], why) != 0) {
-            round_sum_free(&rs);
+            round_sum_add(rs, c->upd[i].data, c->upd[i].len, weight[i] * scale[i], why) != 0)
             return err_set(err, "cannot add the update of %s again: %s", c->site[i],
                            c->upd[i].data ? why : "its bytes were not kept");
-        }
         total += weight[i];
     }
-    rs.weight = total; /* clipped updates weigh their weight: the clip shortens them */
-    int rc = round_sum_mean(&rs, mean, err);
-    round_sum_free(&rs);
-    return rc;
+    rs->weight = total; /* clipped updates weigh their weight: the clip shortens them */
+    return round_sum_mean(rs, rs->sum, err);
 }
 
 double round_l2_norm(const float *x, size_t n) {
@@ -258,24 +256,53 @@ static void test_hold(void) {
 }
 
 void round_next_free(RoundNext *nx) {
-    free(nx->theta), free(nx->next_ef.e);
+    free(nx->theta);
     served_unref(nx->ckpt); /* not installed: no one else holds them */
     served_unref(nx->delta_served);
-    outer_free(&nx->outer);
     blob_free(&nx->delta);
     memset(nx, 0, sizeof *nx);
 }
 
+int round_state_restore(Coordinator *co, char *err) {
+    Rounds *r = &co->rounds;
+    StoreRound last;
+    char why[ERR_LEN];
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_round_last_committed(co->store, &last, why);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc == STORE_NOT_FOUND) { /* round 0's: zeros */
+        size_t bytes = sizeof(float) * r->model.n_params;
+        if (r->outer.b) memset(r->outer.b, 0, bytes);
+        if (r->outer.v) memset(r->outer.v, 0, bytes);
+        if (r->down_ef.e) memset(r->down_ef.e, 0, bytes);
+        r->outer.step = 0;
+        return 0;
+    }
+    rc = rc == 0 ? round_outer_load(co, &last, why) : -1; /* 1 restored, 0 no file */
+    if (rc == 1 || (rc == 0 && r->outer.b == NULL && r->down_ef.e == NULL)) return 0;
+    if (rc == 0) snprintf(why, sizeof why, "round %lld has none", (long long)last.number);
+    return err_set(err,
+                   "a commit that failed had stepped the outer optimizer, and its state cannot be "
+                   "read back from the last committed round's state file (%s); free the disk or "
+                   "mend the file, or restart the coordinator",
+                   why);
+}
+
 /* Aggregate, outer step, downlink, checkpoint and state files, store
- * commit — all or nothing: on any failure the files are removed and
- * nothing of Rounds has changed. */
-int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char *err) {
+ * commit — all or nothing: on any failure the files are removed and θ,
+ * the round and the served models are what they were. The optimizer's
+ * state and the downlink's residual are stepped in place (copies would be
+ * two more model-sized arrays beside the five a commit holds: θ, the
+ * next θ, the round's sum as its mean, the momentum and the residual); a
+ * failed commit reads them back from the last committed round's state
+ * file, and until that succeeds (nx->state_lost) no round opens. */
+int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err) {
     Rounds *r = &co->rounds;
     size_t n = r->model.n_params;
     memset(nx, 0, sizeof *nx);
-    nx->next_ef = r->down_ef;
-    nx->next_ef.e = NULL;
-    float *mean = malloc(sizeof(float) * n);
+    assert(c->sum.sum != NULL && c->sum.n == n);
+    float *mean = c->sum.sum; /* the sum becomes the mean: it is spent with the round */
+    int stepped = 0;
     nx->theta = malloc(sizeof(float) * n);
     char rel[128], path[1300], sha[65], state_rel[160] = "", state_path[1400] = "", state_sha[65];
     int64_t state_bytes = 0;
@@ -283,30 +310,23 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
     snprintf(rel, sizeof rel, "%s/round-%06lld.safetensors", STORE_CHECKPOINT_DIR,
              (long long)c->number);
     snprintf(path, sizeof path, "%s/%s", co->dir, rel);
-    if (mean == NULL || nx->theta == NULL) {
+    if (nx->theta == NULL) {
         err_set(err, "out of memory for the outer step");
         goto out;
     }
-    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err) : weighed_mean(co, c, mean, err)) !=
-            0 ||
-        outer_clone(&r->outer, &nx->outer, err) != 0)
+    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err) : weighed_mean(co, c, err)) != 0)
         goto out;
     float *theta = nx->theta;
     memcpy(theta, r->model.params, sizeof(float) * n);
-    outer_step(&nx->outer, theta, mean);
+    outer_step(&r->outer, theta, mean);
+    stepped = 1;
     if (r->down_ef.e) {
         /* the downlink: the outer update θ' − θ_r, compressed with the
          * error feedback kept here; θ_{r+1} = θ_r + decoded, the very floats
          * every site adds to its copy, so every copy stays identical */
         float *u = mean; /* the mean is spent: the decoded update goes there */
         CodecLayout L = {r->model.table_hash, n, NULL, 0};
-        nx->next_ef.e = malloc(sizeof(float) * n);
-        if (nx->next_ef.e == NULL) {
-            err_set(err, "out of memory for the downlink's error feedback");
-            goto out;
-        }
-        memcpy(nx->next_ef.e, r->down_ef.e, sizeof(float) * n);
-        if (ef_encode(&nx->next_ef, &r->set.downlink, &L, theta, r->model.params, u, &nx->delta,
+        if (ef_encode(&r->down_ef, &r->set.downlink, &L, theta, r->model.params, u, &nx->delta,
                       err) != 0)
             goto out;
         for (size_t i = 0; i < n; i++) theta[i] = r->model.params[i] + u[i];
@@ -323,9 +343,9 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
     const float *bases[3];
     const char *prefixes[3];
     int n_bases = 0;
-    if (nx->outer.b) bases[n_bases] = nx->outer.b, prefixes[n_bases++] = "outer_b.";
-    if (nx->outer.v) bases[n_bases] = nx->outer.v, prefixes[n_bases++] = "outer_v.";
-    if (nx->next_ef.e) bases[n_bases] = nx->next_ef.e, prefixes[n_bases++] = "down_e.";
+    if (r->outer.b) bases[n_bases] = r->outer.b, prefixes[n_bases++] = "outer_b.";
+    if (r->outer.v) bases[n_bases] = r->outer.v, prefixes[n_bases++] = "outer_v.";
+    if (r->down_ef.e) bases[n_bases] = r->down_ef.e, prefixes[n_bases++] = "down_e.";
     if (n_bases > 0) {
         outer_rel(rel, state_rel, sizeof state_rel);
         snprintf(state_path, sizeof state_path, "%s/%s", co->dir, state_rel);
@@ -342,7 +362,7 @@ int round_next_build(Coordinator *co, const RoundClosing *c, RoundNext *nx, char
                     (nx->ckpt = served_map_file(path, ck_err)) == NULL;
 #pragma omp section
         state_failed = n_bases > 0 &&
-                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases, nx->outer.step,
+                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases, r->outer.step,
                                        state_err) != 0 ||
                         security_sha256_file(state_path, state_sha, &state_bytes, state_err) != 0);
 #pragma omp section
@@ -383,9 +403,18 @@ out:
         unlink(path);
         if (state_path[0]) unlink(state_path);
         round_next_free(nx);
+        char why[ERR_LEN];
+        if (stepped && round_state_restore(co, why) != 0) {
+            log_error("rounds", "%s", why);
+            nx->state_lost = 1;
+        }
     }
-    free(mean);
     return rc;
+}
+
+static void chain_drop_oldest(Rounds *r) {
+    served_unref(r->chain[0].sv);
+    memmove(r->chain, r->chain + 1, sizeof r->chain[0] * --r->n_chain);
 }
 
 /* The delta being replaced joins the chain, which keeps only links that
@@ -398,10 +427,7 @@ static void chain_push(Rounds *r, Served *next_delta, const Served *next_ckpt) {
         served_unref(r->delta);
         return;
     }
-    if (r->n_chain == DELTA_CHAIN) {
-        served_unref(r->chain[0].sv);
-        memmove(r->chain, r->chain + 1, sizeof r->chain[0] * --r->n_chain);
-    }
+    if (r->n_chain == DELTA_CHAIN) chain_drop_oldest(r);
     DeltaLink *l = &r->chain[r->n_chain++];
     l->sv = r->delta, l->from = r->delta_from;
     memcpy(l->base_sha, r->delta_base_sha, 32);
@@ -409,8 +435,7 @@ static void chain_push(Rounds *r, Served *next_delta, const Served *next_ckpt) {
     for (int i = 0; i < r->n_chain; i++) total += r->chain[i].sv->len;
     while (r->n_chain > 0 && (next_ckpt == NULL || total > next_ckpt->len)) {
         total -= r->chain[0].sv->len;
-        served_unref(r->chain[0].sv);
-        memmove(r->chain, r->chain + 1, sizeof r->chain[0] * --r->n_chain);
+        chain_drop_oldest(r);
     }
 }
 
@@ -423,15 +448,7 @@ void round_next_install(Coordinator *co, RoundNext *nx) {
     nx->theta = old; /* freed with nx */
     memcpy(r->theta_sha, nx->theta_sha, 32);
     rounds_history_add(r, r->number + 1, r->theta_sha); /* the round it opens */
-    outer_free(&r->outer);
-    r->outer = nx->outer;
-    memset(&nx->outer, 0, sizeof nx->outer);
-    if (nx->next_ef.e) {
-        free(r->down_ef.e);
-        r->down_ef.e = nx->next_ef.e;
-        nx->next_ef.e = NULL;
-    }
-    served_unref(r->ckpt); /* downloads in flight keep theirs */
+    served_unref(r->ckpt);                              /* downloads in flight keep theirs */
     r->ckpt = nx->ckpt;
     nx->ckpt = NULL;
     r->delta = nx->delta_served;

@@ -241,6 +241,14 @@ int64_t rounds_quorum(Coordinator *co) {
  * update is taken, and the ticker tries again every second. Under r->lock. */
 static int open_round(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
+    /* a round stepped from an optimizer state a failed commit left would
+     * not be the round it claims to be */
+    if (r->state_lost) {
+        if (round_state_restore(co, err) != 0) return -1;
+        r->state_lost = 0;
+        log_info("rounds",
+                 "the outer optimizer's state is read back from the last committed round");
+    }
     RoundSum sum;
     int64_t now = time_wall_ms();
     int rc = round_sum_init(&sum, r->model.n_params, r->model.table_hash, 10.0, err);
@@ -422,6 +430,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
         pthread_cond_broadcast(&r->changed);
     } else { /* the round fails, θ and the state are what they were */
         log_error("rounds", "commit failed: %s", err);
+        r->state_lost = nx.state_lost; /* no round opens until it is read back */
         char reason[ERR_LEN + 32];
         snprintf(reason, sizeof reason, "commit failed: %s", err);
         fail_round(co, reason);

@@ -429,6 +429,98 @@ Test(adversary, a_failed_commit_changes_nothing) {
     gpt_free(&t);
 }
 
+/* The optimizer's momentum and the downlink's residual are stepped in
+ * place by a commit: one that fails past its outer step (round 1's
+ * checkpoint cannot be written) reads them back from round 0's state file,
+ * so the retried round steps them once. Its model and state are what
+ * round 0's checkpoint and state give, one step on, bit for bit. */
+Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
+    federation_ini("mean", "1", "3s");
+    ini_set("rounds", "total", "2");
+    start_coordinator();
+    char b_dir[700], details[256], squat[800], path[1200], err[ERR_LEN];
+    site("b", b_dir, sizeof b_dir);
+    NetChannel *b = attacker_channel(b_dir, addr);
+    GPT t = tiny();
+    Blob u0 = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob u1 = attacker_update("int8", t.table_hash, t.n_params, 0, -2e-3f);
+    AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &a, &u0, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    snprintf(squat, sizeof squat, "%s/checkpoints/round-000001.safetensors", fed);
+    cr_assert_eq(file_mkdir_p(squat, 0700, err), 0, "%s", err);
+    a.round = 1, a.upload_id = "b-r1";
+    cr_assert_eq(attacker_push(b, &a, &u1, details, sizeof details), NET_OK, "%s", details);
+    /* round 1's first attempt fails at its checkpoint, after its step */
+    int failed = 0;
+    for (int i = 0; i < 100 && !failed; i++) {
+        Store *s = store_ro();
+        StoreRound *list = NULL;
+        size_t k = 0;
+        cr_assert_eq(store_rounds_list(s, 10, 0, &list, &k, err), 0, "%s", err);
+        store_close(s);
+        for (size_t j = 0; j < k; j++)
+            failed |= list[j].number == 1 && strcmp(list[j].state, "failed") == 0 &&
+                      strstr(list[j].failed_reason, "commit failed") != NULL;
+        free(list);
+        if (!failed) usleep(100000);
+    }
+    cr_assert(failed, "round 1's commit did not fail");
+    cr_assert_eq(rmdir(squat), 0);
+    a.upload_id = "b-r1-again";
+    cr_assert_eq(attacker_push(b, &a, &u1, details, sizeof details), NET_OK, "%s", details);
+    StoreRound r1 = wait_committed(1, 30);
+    cr_assert_eq(r1.attempt, 2, "round 1 committed at attempt %lld", (long long)r1.attempt);
+    /* one step from round 0's files, by the coordinator's own code */
+    GPT m = tiny();
+    size_t n = m.n_params;
+    float *b0 = calloc(n, 4), *e0 = calloc(n, 4), *mean = malloc(n * 4);
+    snprintf(path, sizeof path, "%s/%s", fed, r0.checkpoint_path);
+    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/%s", fed, r0.state_path);
+    float *dsts[2] = {b0, e0};
+    const char *prefixes[2] = {"outer_b.", "down_e."};
+    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
+    OuterOpt o;
+    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, n, 0.7f, 0.3f, err), 0);
+    memcpy(o.b, b0, n * 4);
+    o.step = 1;
+    RoundSum rs;
+    cr_assert_eq(round_sum_init(&rs, n, m.table_hash, 0, err), 0);
+    cr_assert_eq(round_sum_add(&rs, u1.data, u1.len, 1000, err), 0, "%s", err);
+    cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
+    round_sum_free(&rs);
+    float *theta = malloc(n * 4);
+    memcpy(theta, m.params, n * 4);
+    outer_step(&o, theta, mean);
+    CodecParams down = codec_params_default(CODEC_INT8);
+    CodecLayout L = {m.table_hash, n, NULL, 0};
+    ErrorFeedback ef;
+    Blob d = {0};
+    cr_assert_eq(ef_init(&ef, n, m.table_hash, 1.0f, err), 0, "%s", err);
+    memcpy(ef.e, e0, n * 4);
+    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m.params, NULL, &d, err), 0, "%s", err);
+    cr_assert_eq(codec_decode(d.data, d.len, mean, n, err), 0, "%s", err);
+    for (size_t i = 0; i < n; i++) theta[i] = m.params[i] + mean[i];
+    assert_model_is(&r1, theta);
+    /* and the state it pinned: momentum and residual stepped once */
+    snprintf(path, sizeof path, "%s/%s", fed, r1.state_path);
+    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
+    size_t bad_b = 0, bad_e = 0;
+    for (size_t i = 0; i < n; i++)
+        bad_b += memcmp(&b0[i], &o.b[i], 4) != 0, bad_e += memcmp(&e0[i], &ef.e[i], 4) != 0;
+    cr_assert_eq(bad_b, 0, "%zu momenta differ from one step on round 0's", bad_b);
+    cr_assert_eq(bad_e, 0, "%zu residuals differ from one step on round 0's", bad_e);
+    outer_free(&o);
+    ef_free(&ef);
+    blob_free(&d);
+    free(b0), free(e0), free(mean), free(theta);
+    gpt_free(&m);
+    net_channel_destroy(b);
+    blob_free(&u0), blob_free(&u1);
+    gpt_free(&t);
+}
+
 /* ---- no site can starve the others ------------------------------------------------- */
 
 typedef struct Waiting {
@@ -871,21 +963,13 @@ Test(adversary, calls_whose_client_gave_up_stop_counting) {
     }
     usleep(500000);
     /* b's calls queue behind them and its client gives up on each */
-    uint8_t hb[16];
-    Strait__HeartbeatRequest hr = STRAIT__HEARTBEAT_REQUEST__INIT;
-    hr.state = "training";
-    size_t hn = strait__heartbeat_request__pack(&hr, hb);
-    NetBuf resp;
     for (int i = 0; i < NET_PER_PEER_DEFAULT; i++)
-        cr_assert_eq(net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 300, details,
-                               sizeof details),
+        cr_assert_eq(attacker_heartbeat(b, 0, 300, NULL, details, sizeof details),
                      NET_DEADLINE_EXCEEDED, "%s", details);
     /* and its next call is not told it has too many */
-    NetStatus st =
-        net_unary(b, "/strait.Federation/Heartbeat", hb, hn, &resp, 20000, details, sizeof details);
+    NetStatus st = attacker_heartbeat(b, 0, 20000, NULL, details, sizeof details);
     cr_assert_eq(st, NET_OK, "after its abandoned calls, b got %s: %s", net_status_name(st),
                  details);
-    net_buf_free(&resp);
     for (int i = 0; i < 2; i++) net_client_finish(hold[i], details, sizeof details);
     net_channel_destroy(m), net_channel_destroy(b);
     blob_free(&good);
@@ -1314,21 +1398,11 @@ static int64_t staleness_of(int64_t round_id, const char *site, int rejected) {
 /* Heartbeat's answer: whether the caller has an update in the open round
  * (what an async site waits on before it sends its next). */
 static int heartbeat_reported(NetChannel *ch) {
-    Strait__HeartbeatRequest req = STRAIT__HEARTBEAT_REQUEST__INIT;
-    req.state = "training";
-    uint8_t buf[64];
-    size_t n = strait__heartbeat_request__pack(&req, buf);
-    NetBuf resp;
+    AttackBeat beat;
     char details[256];
-    NetStatus st =
-        net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, 5000, details, sizeof details);
-    cr_assert_eq(st, NET_OK, "%s", details);
-    Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
-    net_buf_free(&resp);
-    cr_assert_not_null(hr);
-    int reported = hr->reported;
-    strait__heartbeat_response__free_unpacked(hr, NULL);
-    return reported;
+    cr_assert_eq(attacker_heartbeat(ch, 0, 5000, &beat, details, sizeof details), NET_OK, "%s",
+                 details);
+    return beat.reported;
 }
 
 Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
