@@ -321,9 +321,12 @@ void round_kept_name(int64_t round, char *out, size_t len);
 void round_drop_kept(Rounds *r, int64_t round, char (*owners)[32], int n);
 double round_l2_norm(const float *x, size_t n);
 /* A checkpoint file as served (mapped, hashed, its pages let go); NULL with
- * err set. A delta blob as served (takes b's bytes). */
+ * err set. A delta blob as served (takes b's bytes): from an unlinked file
+ * in dir, mapped, so the current delta and the chain before it cost page
+ * cache rather than the heap (dir NULL, or a file that cannot be written:
+ * on the heap). */
 Served *served_map_file(const char *path, char *err);
-Served *served_from_blob(Blob *b);
+Served *served_from_blob(Blob *b, const char *dir);
 /* Under rounds.lock (or before anyone else can see s). NULL is fine. */
 void served_unref(Served *s);
 

@@ -13,6 +13,7 @@
  * restarts at the last round the store committed.
  */
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,11 +59,38 @@ Served *served_map_file(const char *path, char *err) {
     return s;
 }
 
-Served *served_from_blob(Blob *b) {
+/* b's bytes in an unlinked file of dir, mapped: page cache the kernel may
+ * write back and drop, not the heap; NULL (b untouched) when it cannot. */
+static uint8_t *spill(const Blob *b, const char *dir) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/.served-XXXXXX", dir);
+    int fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0) return NULL;
+    unlink(path); /* nothing of it outlives the process */
+    size_t at = 0;
+    while (at < b->len) {
+        ssize_t w = write(fd, b->data + at, b->len - at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        at += (size_t)w;
+    }
+    void *p = at == b->len ? mmap(NULL, b->len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+Served *served_from_blob(Blob *b, const char *dir) {
     Served *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    s->refs = 1, s->data = b->data, s->len = b->len;
-    security_sha256(s->data, s->len, s->sha);
+    s->refs = 1, s->len = b->len;
+    security_sha256(b->data, b->len, s->sha);
+    uint8_t *mapped = dir && b->len > 0 ? spill(b, dir) : NULL;
+    if (mapped) {
+        s->data = mapped, s->mapped = b->len;
+        blob_free(b);
+    } else { /* on the heap, as it was built */
+        s->data = b->data;
+    }
     memset(b, 0, sizeof *b);
     return s;
 }
@@ -373,7 +401,9 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
             if (r->down_ef.e == NULL &&
                 ckpt_encode(theta, n * 4, 4, r->model.params, 1, &nx->delta, derr) != 0)
                 blob_free(&nx->delta);
-            if (nx->delta.data) nx->delta_served = served_from_blob(&nx->delta);
+            char dir[1100];
+            snprintf(dir, sizeof dir, "%s/%s", co->dir, STORE_CHECKPOINT_DIR);
+            if (nx->delta.data) nx->delta_served = served_from_blob(&nx->delta, dir);
         }
 #pragma omp section
         { /* what updates name as their base, and the norm that bounds theirs */

@@ -403,6 +403,14 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     Rounds *r = &co->rounds;
     RoundNext nx;
     char err[ERR_LEN];
+    /* the inspections' buffers go before the commit, not after it: the
+     * last update's decoded sections are a model's size of fp32 (an idle
+     * coordinator holds none; the next round's first update pays them
+     * again) */
+    pthread_mutex_lock(&r->reading);
+    CodecChecked *fresh = codec_checked_new();
+    if (fresh) codec_checked_free(r->pool), r->pool = fresh;
+    pthread_mutex_unlock(&r->reading);
     uint64_t t0 = time_monotonic_ns();
     int rc = round_next_build(co, c, &nx, err);
     double took = (double)(time_monotonic_ns() - t0) / 1e9;
@@ -436,12 +444,6 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
         fail_round(co, reason);
     }
     pthread_mutex_unlock(&r->lock);
-    /* the inspections' buffers go between rounds: an idle coordinator holds
-     * none (the next round's first update pays them again) */
-    pthread_mutex_lock(&r->reading);
-    CodecChecked *fresh = codec_checked_new();
-    if (fresh) codec_checked_free(r->pool), r->pool = fresh;
-    pthread_mutex_unlock(&r->reading);
     round_next_free(&nx);
     if (rc == 0) flag_disputed_losses(co, c);
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);

@@ -183,8 +183,8 @@ NetStatus attacker_heartbeat(NetChannel *ch, uint64_t round, int64_t timeout_ms,
     uint8_t buf[64];
     size_t n = strait__heartbeat_request__pack(&req, buf);
     NetBuf resp;
-    NetStatus st = net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, timeout_ms,
-                             details, details_len);
+    NetStatus st = net_unary(ch, "/strait.Federation/Heartbeat", buf, n, &resp, timeout_ms, details,
+                             details_len);
     if (st != NET_OK) return st;
     Strait__HeartbeatResponse *hr = strait__heartbeat_response__unpack(NULL, resp.len, resp.data);
     net_buf_free(&resp);
