@@ -106,6 +106,38 @@ static GPT tiny(void) {
     return m;
 }
 
+/* The next θ from m's by the default recipe, as the coordinator computes
+ * it with its own code: Nesterov's step (lr 0.7, momentum 0.3) of the
+ * round's mean (consumed), then the int8 downlink, θ + the decoded outer
+ * update. The momentum and the residual start from b and e (NULL: zeros)
+ * and are stepped there; step is the optimizer's step count. */
+static float *recipe_step(const GPT *m, float *mean, float *b, float *e, int step) {
+    size_t n = m->n_params;
+    char err[ERR_LEN];
+    OuterOpt o;
+    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, n, 0.7f, 0.3f, err), 0);
+    if (b) memcpy(o.b, b, n * 4);
+    o.step = step;
+    float *theta = malloc(n * 4);
+    memcpy(theta, m->params, n * 4);
+    outer_step(&o, theta, mean);
+    if (b) memcpy(b, o.b, n * 4);
+    outer_free(&o);
+    CodecParams down = codec_params_default(CODEC_INT8);
+    CodecLayout L = {m->table_hash, n, NULL, 0};
+    ErrorFeedback ef;
+    Blob d = {0};
+    cr_assert_eq(ef_init(&ef, n, m->table_hash, 1.0f, err), 0, "%s", err);
+    if (e) memcpy(ef.e, e, n * 4);
+    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m->params, NULL, &d, err), 0, "%s", err);
+    if (e) memcpy(e, ef.e, n * 4);
+    cr_assert_eq(codec_decode(d.data, d.len, mean, n, err), 0, "%s", err);
+    for (size_t i = 0; i < n; i++) theta[i] = m->params[i] + mean[i];
+    ef_free(&ef);
+    blob_free(&d);
+    return theta;
+}
+
 /* θ1 from θ0 and the honest updates alone, by the coordinator's own code
  * (weighted mean, or the median), then Nesterov's first step and the
  * int8 downlink of the default recipe. */
@@ -130,24 +162,7 @@ static float *expected_theta_as(const Blob *honest, const double *tokens, int n_
         cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
         round_sum_free(&rs);
     }
-    OuterOpt o;
-    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, m.n_params, 0.7f, 0.3f, err), 0);
-    float *theta = malloc(m.n_params * 4);
-    memcpy(theta, m.params, m.n_params * 4);
-    outer_step(&o, theta, mean);
-    outer_free(&o);
-    /* the recipe's downlink (int8, error feedback from zero): θ1 = θ0 + the
-     * decoded outer update, as the coordinator and every site compute it */
-    CodecParams down = codec_params_default(CODEC_INT8);
-    CodecLayout L = {m.table_hash, m.n_params, NULL, 0};
-    ErrorFeedback ef;
-    Blob b = {0};
-    cr_assert_eq(ef_init(&ef, m.n_params, m.table_hash, 1.0f, err), 0, "%s", err);
-    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m.params, NULL, &b, err), 0, "%s", err);
-    cr_assert_eq(codec_decode(b.data, b.len, mean, m.n_params, err), 0, "%s", err);
-    for (size_t i = 0; i < m.n_params; i++) theta[i] = m.params[i] + mean[i];
-    ef_free(&ef);
-    blob_free(&b);
+    float *theta = recipe_step(&m, mean, NULL, NULL, 0);
     free(mean);
     gpt_free(&m);
     return theta;
@@ -481,40 +496,24 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     float *dsts[2] = {b0, e0};
     const char *prefixes[2] = {"outer_b.", "down_e."};
     cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
-    OuterOpt o;
-    cr_assert_eq(outer_init(&o, OUTER_NESTEROV, n, 0.7f, 0.3f, err), 0);
-    memcpy(o.b, b0, n * 4);
-    o.step = 1;
     RoundSum rs;
     cr_assert_eq(round_sum_init(&rs, n, m.table_hash, 0, err), 0);
     cr_assert_eq(round_sum_add(&rs, u1.data, u1.len, 1000, err), 0, "%s", err);
     cr_assert_eq(round_sum_mean(&rs, mean, err), 0);
     round_sum_free(&rs);
-    float *theta = malloc(n * 4);
-    memcpy(theta, m.params, n * 4);
-    outer_step(&o, theta, mean);
-    CodecParams down = codec_params_default(CODEC_INT8);
-    CodecLayout L = {m.table_hash, n, NULL, 0};
-    ErrorFeedback ef;
-    Blob d = {0};
-    cr_assert_eq(ef_init(&ef, n, m.table_hash, 1.0f, err), 0, "%s", err);
-    memcpy(ef.e, e0, n * 4);
-    cr_assert_eq(ef_encode(&ef, &down, &L, theta, m.params, NULL, &d, err), 0, "%s", err);
-    cr_assert_eq(codec_decode(d.data, d.len, mean, n, err), 0, "%s", err);
-    for (size_t i = 0; i < n; i++) theta[i] = m.params[i] + mean[i];
+    float *theta = recipe_step(&m, mean, b0, e0, 1); /* b0, e0: stepped once */
     assert_model_is(&r1, theta);
     /* and the state it pinned: momentum and residual stepped once */
+    float *b1 = malloc(n * 4), *e1 = malloc(n * 4);
+    float *got[2] = {b1, e1};
     snprintf(path, sizeof path, "%s/%s", fed, r1.state_path);
-    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
+    cr_assert_eq(gpt_load_state(&m, path, got, prefixes, 2, err), 0, "%s", err);
     size_t bad_b = 0, bad_e = 0;
     for (size_t i = 0; i < n; i++)
-        bad_b += memcmp(&b0[i], &o.b[i], 4) != 0, bad_e += memcmp(&e0[i], &ef.e[i], 4) != 0;
+        bad_b += memcmp(&b0[i], &b1[i], 4) != 0, bad_e += memcmp(&e0[i], &e1[i], 4) != 0;
     cr_assert_eq(bad_b, 0, "%zu momenta differ from one step on round 0's", bad_b);
     cr_assert_eq(bad_e, 0, "%zu residuals differ from one step on round 0's", bad_e);
-    outer_free(&o);
-    ef_free(&ef);
-    blob_free(&d);
-    free(b0), free(e0), free(mean), free(theta);
+    free(b0), free(e0), free(b1), free(e1), free(mean), free(theta);
     gpt_free(&m);
     net_channel_destroy(b);
     blob_free(&u0), blob_free(&u1);
