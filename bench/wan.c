@@ -20,14 +20,29 @@
  *
  *   build/bench/wan [--model M] [--rounds R] [--steps H] [--slow]
  *
+ * --pipe instead: a long fat pipe (issue 27's item 6). One site of
+ * gpt2-124m with the fedavg recipe (fp32 updates, about 330 MB on the wire
+ * after zstd) on a 1 Gbit/s link each way with 100 ms round trip and no
+ * loss, 3 rounds of one inner step each, with [limits] stream_window = auto
+ * and then fixed at 4 MiB; beside them, in the same run, raw TCP over the
+ * same link each way (1 GiB through one socket, these namespaces' 64 MiB
+ * TCP buffers). One JSON line per window: each round's upload and download
+ * in Mbit/s (the update's wire bytes over the upload time the coordinator
+ * measured; the round's model bytes over the download time the site
+ * reported) and as a fraction of the link's 1000 Mbit/s.
+ *
  * Needs root (namespaces, TUN, tc, cgroups); without it, one line says why.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,7 +110,7 @@ static const char *const mode_names[] = {"sync", "overlap", "async"};
 static int run_mode(int mode, double target, Result *out) {
     int overlap = mode; /* the folders' and logs' number */
     memset(out, 0, sizeof *out);
-    BedLink fast = {50, 50, 50, 0, 0.001}, thin = {10, 10, 50, 0, 0.001};
+    BedLink fast = {50, 50, 50, 0, 0.001, 0}, thin = {10, 10, 50, 0, 0.001, 0};
     BedLink links[SITES] = {fast, fast, fast, thin};
     Bed bed;
     char why[512], fed[400], err[ERR_LEN];
@@ -274,7 +289,214 @@ static void emit(const char *mode, const Result *r, const Result *sync) {
     fflush(stdout);
 }
 
+/* ---- --pipe: one transfer on a long fat link ------------------------------ */
+
+#define PIPE_MBIT     1000
+#define PIPE_DELAY_MS 50 /* each way */
+#define TCP_PORT      7799
+#define TCP_BYTES     (1L << 30)
+#define PIPE_ROUNDS   3
+#define PIPE_ROUNDS_S "3"
+
+/* Run as a child inside a namespace (bed_spawn of this binary): accept one
+ * connection on port, read it to its end, close. Prints "ready" once
+ * listening. */
+static int tcp_sink(int port) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) return 1;
+    printf("ready\n");
+    fflush(stdout);
+    int c = accept(ls, NULL, NULL);
+    static char buf[1 << 20];
+    while (c >= 0 && read(c, buf, sizeof buf) > 0) {
+    }
+    if (c >= 0) close(c);
+    close(ls);
+    return 0;
+}
+
+/* The other end: TCP_BYTES to host:port, then the time until the sink has
+ * read them all (its close), printed as Mbit/s. */
+static int tcp_send(const char *host, int port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (s < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1 ||
+        connect(s, (struct sockaddr *)&a, sizeof a) != 0)
+        return 1;
+    static char buf[1 << 20];
+    memset(buf, 0x5a, sizeof buf);
+    int64_t t0 = time_monotonic_ns();
+    for (long sent = 0; sent < TCP_BYTES;) {
+        ssize_t w = write(s, buf, sizeof buf);
+        if (w <= 0) return 1;
+        sent += w;
+    }
+    shutdown(s, SHUT_WR);
+    while (read(s, buf, sizeof buf) > 0) {
+    }
+    double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    printf("%.1f\n", (double)TCP_BYTES * 8 / secs / 1e6);
+    close(s);
+    return 0;
+}
+
+static char self_bin[1200];
+
+/* Raw TCP across the bed from `from` to `to` (-1: the coordinator's
+ * namespace, 0: the site's), Mbit/s; NAN when it failed. */
+static double raw_tcp(const Bed *bed, int from, int to) {
+    char port[16], log[500], line[64];
+    snprintf(port, sizeof port, "%d", TCP_PORT);
+    snprintf(log, sizeof log, "%s/tcp.log", root);
+    char *sink[] = {self_bin, "--tcp-sink", port, NULL};
+    char *send[] = {self_bin, "--tcp-send", to < 0 ? BED_COORD_HOST : "10.79.1.2", port, NULL};
+    int sfd = -1, cfd = -1, spid = bed_spawn(bed, to, sink, log, &sfd), cpid = -1;
+    double mbit = NAN;
+    if (spid > 0 && proc_read_line(sfd, line, sizeof line, 10000) > 0 &&
+        (cpid = bed_spawn(bed, from, send, log, &cfd)) > 0 &&
+        proc_read_line(cfd, line, sizeof line, 120000) > 0)
+        mbit = atof(line);
+    if (sfd >= 0) close(sfd);
+    if (cfd >= 0) close(cfd);
+    if (cpid > 0) proc_stop(cpid, 2000);
+    if (spid > 0) proc_stop(spid, 2000);
+    return mbit;
+}
+
+typedef struct PipeRound {
+    double up_mbit, down_mbit;
+    long long up_bytes, down_bytes;
+} PipeRound;
+
+/* One federation on the bed with [limits] stream_window = window; its
+ * rounds' transfer rates from the store. 0, or -1 with why on stderr. */
+static int pipe_run(const Bed *bed, const char *window, PipeRound out[PIPE_ROUNDS]) {
+    char fed[400], dir[400], log[500];
+    snprintf(fed, sizeof fed, "%s/pipe-%s", root, window);
+    snprintf(dir, sizeof dir, "%s/pipe-site-%s", root, window);
+    char *init[] = {strait_bin, "init",      fed,        "--listen", BED_COORD_HOST ":7700",
+                    "--model",  "gpt2-124m", "--recipe", "fedavg",   NULL};
+    ProcResult pr = proc_run(init);
+    int rc = pr.status == 0 ? 0 : -1;
+    if (rc) fprintf(stderr, "bench/wan: init: %s\n", pr.err);
+    proc_result_free(&pr);
+    if (rc) return -1;
+    ini_set(fed, "rounds", "total", PIPE_ROUNDS_S);
+    ini_set(fed, "rounds", "min_sites", "1");
+    ini_set(fed, "rounds", "deadline", "600s");
+    ini_set(fed, "rounds", "inner_steps", "1");
+    ini_set(fed, "limits", "stream_window", window);
+    snprintf(log, sizeof log, "%s/pipe-coordinator-%s.log", root, window);
+    char *argv[] = {strait_bin, "coordinator", "start", fed, NULL};
+    int fd, coord = bed_spawn(bed, -1, argv, log, &fd), site = -1;
+    char line[256];
+    if (coord < 0 || proc_read_line(fd, line, sizeof line, 60000) <= 0) rc = -1;
+    if (coord >= 0) close(fd);
+    if (rc == 0) {
+        char *en[] = {strait_bin, "site", "enroll", fed, "s0", NULL};
+        pr = proc_run(en);
+        const char *nl = strchr(pr.out, '\n'), *ca = strstr(pr.out, "--ca-sha256 ");
+        char token[65] = "", fp[65] = "";
+        if (pr.status == 0 && nl && ca && strlen(nl + 1) >= 64 && strlen(ca + 12) >= 64)
+            memcpy(token, nl + 1, 64), memcpy(fp, ca + 12, 64);
+        proc_result_free(&pr);
+        char *join[] = {strait_bin, "site", "join",          dir,
+                        "--name",   "s0",   "--coordinator", BED_COORD_HOST ":7700",
+                        "--token",  token,  "--ca-sha256",   fp,
+                        NULL};
+        pr = bed_run(bed, 0, join);
+        if (pr.status != 0) fprintf(stderr, "bench/wan: join: %s\n", pr.err), rc = -1;
+        proc_result_free(&pr);
+    }
+    if (rc == 0) {
+        snprintf(log, sizeof log, "%s/pipe-site-%s.log", root, window);
+        char *run[] = {
+            strait_bin, "site", "run",   dir,  "--data", "/usr/share/games/fortunes/fortunes",
+            "--batch",  "1",    "--seq", "32", "--seed", "7",
+            NULL};
+        site = bed_spawn(bed, 0, run, log, NULL);
+        int st = -1;
+        for (int t = 0; site > 0 && t < 9000 && waitpid(site, &st, WNOHANG) != site; t++)
+            usleep(100000); /* 15 minutes at most */
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "bench/wan: the site ended with %d (its log: %s)\n", st, log);
+            rc = -1;
+            proc_stop(site, 5000);
+        }
+    }
+    if (coord > 0) proc_stop(coord, 20000);
+    if (rc) return -1;
+    char db[500];
+    snprintf(db, sizeof db, "%s/strait.db", fed);
+    sqlite3 *h = NULL;
+    sqlite3_stmt *q = NULL;
+    int n = 0;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(h,
+                           "SELECT u.wire_bytes, u.upload_ms, r.bytes_down, u.download_ms "
+                           "FROM updates u JOIN rounds r ON r.id = u.round_id "
+                           "WHERE u.state = 'accepted' ORDER BY r.number",
+                           -1, &q, NULL) == SQLITE_OK)
+        for (; n < PIPE_ROUNDS && sqlite3_step(q) == SQLITE_ROW; n++) {
+            long long up = sqlite3_column_int64(q, 0), down = sqlite3_column_int64(q, 2);
+            double up_ms = (double)sqlite3_column_int64(q, 1);
+            double down_ms = (double)sqlite3_column_int64(q, 3);
+            out[n].up_bytes = up, out[n].down_bytes = down;
+            out[n].up_mbit = up_ms > 0 ? (double)up * 8 / up_ms / 1e3 : NAN;
+            out[n].down_mbit = down_ms > 0 && down > 0 ? (double)down * 8 / down_ms / 1e3 : NAN;
+        }
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    if (n != PIPE_ROUNDS)
+        fprintf(stderr, "bench/wan: %s holds %d accepted updates, not %d\n", db, n, PIPE_ROUNDS);
+    return n == PIPE_ROUNDS ? 0 : -1;
+}
+
+static int pipe_case(void) {
+    BedLink link = {PIPE_MBIT, PIPE_MBIT, PIPE_DELAY_MS, 0, 0, 9000};
+    Bed bed;
+    char why[512];
+    if (bed_open(&bed, 1, &link, why, sizeof why) != 0) {
+        printf("{\"bench\":\"wan\",\"case\":\"pipe\",\"skipped\":\"%s\"}\n", why);
+        return 0;
+    }
+    double tcp_up = raw_tcp(&bed, 0, -1), tcp_down = raw_tcp(&bed, -1, 0);
+    static const char *const windows[] = {"auto", "4194304"};
+    int rc = 0;
+    for (int w = 0; w < 2 && rc == 0; w++) {
+        PipeRound r[PIPE_ROUNDS];
+        if (pipe_run(&bed, windows[w], r) != 0) {
+            rc = -1;
+            break;
+        }
+        char a[6][32];
+        printf("{\"bench\":\"wan\",\"case\":\"pipe\",\"model\":\"gpt2-124m\",\"recipe\":\"fedavg\","
+               "\"link\":\"%d Mbit/s each way, %d ms RTT, no loss, MTU "
+               "9000\",\"stream_window\":\"%s\","
+               "\"raw_tcp_up_mbit\":%s,\"raw_tcp_down_mbit\":%s,\"rounds\":[",
+               PIPE_MBIT, 2 * PIPE_DELAY_MS, windows[w], num(tcp_up, 1, a[0], sizeof a[0]),
+               num(tcp_down, 1, a[1], sizeof a[1]));
+        for (int i = 0; i < PIPE_ROUNDS; i++)
+            printf("%s{\"up_bytes\":%lld,\"up_mbit\":%s,\"up_of_link\":%s,\"down_bytes\":%lld,"
+                   "\"down_mbit\":%s,\"down_of_link\":%s}",
+                   i ? "," : "", r[i].up_bytes, num(r[i].up_mbit, 1, a[2], sizeof a[2]),
+                   num(r[i].up_mbit / PIPE_MBIT, 3, a[3], sizeof a[3]), r[i].down_bytes,
+                   num(r[i].down_mbit, 1, a[4], sizeof a[4]),
+                   num(r[i].down_mbit / PIPE_MBIT, 3, a[5], sizeof a[5]));
+        printf("]}\n");
+        fflush(stdout);
+    }
+    bed_close(&bed);
+    fprintf(stderr, "bench/wan: logs and stores in %s\n", root);
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    int pipe_mode = 0;
+    if (argc == 3 && strcmp(argv[1], "--tcp-sink") == 0) return tcp_sink(atoi(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "--tcp-send") == 0) return tcp_send(argv[2], atoi(argv[3]));
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
@@ -284,9 +506,12 @@ int main(int argc, char **argv) {
             steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--slow") == 0)
             slow = 1;
+        else if (strcmp(argv[i], "--pipe") == 0)
+            pipe_mode = 1;
         else {
             fprintf(stderr,
-                    "usage: bench/wan [--model M] [--rounds R (1-256)] [--steps H] [--slow]\n");
+                    "usage: bench/wan [--model M] [--rounds R (1-256)] [--steps H] [--slow] | "
+                    "--pipe\n");
             return 2;
         }
     }
@@ -314,6 +539,10 @@ int main(int argc, char **argv) {
     }
     setenv("STRAIT_LOG", "info", 0);
     setenv("OMP_NUM_THREADS", "1", 0), setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    if (pipe_mode) {
+        if (realpath("/proc/self/exe", self_bin) == NULL) return 1;
+        return pipe_case();
+    }
     static Result sync, other;
     if (run_mode(SYNC, NAN, &sync) != 0) return 1;
     /* sync's final loss is the target, reached by definition at its last commit */

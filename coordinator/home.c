@@ -186,10 +186,16 @@ static const char ini_template[] =
     "streams_per_connection = 32\n"
     "; failed joins from one address in a minute before it is refused for the minute\n"
     "join_failures = 10\n"
-    "; bytes one upload may have in flight to the coordinator (fixed, so memory is\n"
-    "; uploads x this at most); a link's full speed needs bandwidth x round trip\n"
-    "; (4 MiB: 220 Mbit/s at 150 ms)\n"
-    "stream_window = 4194304\n"
+    "; bytes a connection may have in flight to the coordinator: auto sizes it from\n"
+    "; the link's bandwidth x round trip (a 1 Gbit/s, 100 ms link needs 12.5 MB, and\n"
+    "; the hosts' net.ipv4.tcp_wmem and tcp_rmem maximum at least twice that); a\n"
+    "; number fixes it per upload, which caps a link at about that much per round\n"
+    "; trip (4194304 at 100 ms: 54 Mbit/s measured)\n"
+    "stream_window = auto\n"
+    "; what the transport may hold for every connection together: past 80%% of it\n"
+    "; windows shrink, then idle connections close, then streams are cancelled\n"
+    "; (uploads resume from their offset)\n"
+    "transport_memory = 268435456\n"
     "\n"
     "[metrics]\n"
     "; a Prometheus endpoint (plain HTTP, GET /metrics) at HOST:PORT, e.g. 127.0.0.1:9464\n"
@@ -329,7 +335,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         }
     }
     model_section(model_ini, sizeof model_ini, o, &pre, init_sha, source_sha);
-    char ini[8192], min_sites[24] = "quorum";
+    char ini[12288], min_sites[24] = "quorum";
     if (o->min_sites > 0) snprintf(min_sites, sizeof min_sites, "%d", o->min_sites);
     snprintf(ini, sizeof ini, ini_template, name, listen, advertise, model_ini,
              o->rounds > 0 ? o->rounds : 100, min_sites, o->deadline ? o->deadline : "10m",

@@ -361,6 +361,7 @@ static int check_keys(const Config *cfg, char *err) {
                                          "upload_life",
                                          "join_failures",
                                          "stream_window",
+                                         "transport_memory",
                                          "upload_min_rate",
                                          "upload_grace",
                                          "refusals_per_round",
@@ -397,6 +398,19 @@ static void bound_address(const char *listen, int port, char *out, size_t len) {
     snprintf(out, len, "%.200s:%d", wildcard ? "127.0.0.1" : host, port);
 }
 
+/* [limits] stream_window: "auto" (the default: sized from the link) or
+ * bytes, fixed. */
+static int stream_window_read(const Config *cfg, int64_t *window, char *err) {
+    const char *v = config_get(cfg, "limits", "stream_window");
+    if (v == NULL || strcmp(v, "auto") == 0) {
+        *window = NET_STREAM_WINDOW_AUTO;
+        return 0;
+    }
+    if (strspn(v, "0123456789") != strlen(v))
+        return err_set(err, "federation.ini: [limits] stream_window = '%s'; use auto or bytes", v);
+    return config_get_int(cfg, "limits", "stream_window", 0, 65536, 1LL << 30, window, err);
+}
+
 int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err) {
     Coordinator co;
     memset(&co, 0, sizeof co);
@@ -417,7 +431,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
         return -1;
     }
     int64_t days, workers, per_site, reserve, ttl_unused, window, conns, conns_addr, streams;
-    int64_t conns_site_addr;
+    int64_t conns_site_addr, transport;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
     char listen_addr[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
@@ -435,8 +449,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                              &per_site, err) ||
               config_get_int(cfg, "limits", "admin_reserve", 2, 0, 64, &reserve, err) ||
               config_get_int(cfg, "limits", "join_failures", 10, 1, 100000, &co.join_limit, err) ||
-              config_get_int(cfg, "limits", "stream_window", NET_STREAM_WINDOW_DEFAULT, 65536,
-                             1LL << 30, &window, err) ||
+              stream_window_read(cfg, &window, err) ||
+              config_get_int(cfg, "limits", "transport_memory", NET_TRANSPORT_MEMORY_DEFAULT,
+                             64LL << 20, 1LL << 40, &transport, err) ||
               config_get_int(cfg, "limits", "connections", 4096, 16, 1 << 20, &conns, err) ||
               config_get_int(cfg, "limits", "connections_per_address", 128, 1, 1 << 20, &conns_addr,
                              err) ||
@@ -485,6 +500,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                           .per_peer = (int)per_site,
                           .reserve = (int)reserve,
                           .stream_window = (uint32_t)window,
+                          .transport_memory = (size_t)transport,
                           .connections = {.total = (int)conns,
                                           .per_addr = (int)conns_addr,
                                           .trusted_per_addr = (int)conns_site_addr},

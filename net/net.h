@@ -105,9 +105,10 @@ typedef enum NetMethodKind {
  * OK. */
 typedef void (*NetHandler)(NetCall *call, void *user);
 
-#define NET_PER_PEER_DEFAULT      4
-#define NET_MAX_PARKED_DEFAULT    4096
-#define NET_STREAM_WINDOW_DEFAULT (4u << 20)
+#define NET_PER_PEER_DEFAULT         4
+#define NET_MAX_PARKED_DEFAULT       4096
+#define NET_STREAM_WINDOW_AUTO       0u           /* stream_window: sized from the link */
+#define NET_TRANSPORT_MEMORY_DEFAULT (256u << 20) /* bytes: 10 Gbit/s in at 100 ms, twice over */
 
 /* What peers may hold of the server's connections (net/guard.c): per_addr
  * at once from an address not yet trusted, and total − reserve for all of
@@ -146,12 +147,18 @@ typedef struct NetServerConfig {
     int max_parked;     /* parked calls at most (0: NET_MAX_PARKED_DEFAULT) */
     int backlog;        /* calls that may wait for a worker (0: 4 x workers, -1: none); beyond,
                          * and with every worker busy: RESOURCE_EXHAUSTED */
-    /* bytes a stream may have in flight towards the server, fixed (HTTP/2's
-     * window, without gRPC's bandwidth probing, which on a fast link grows
-     * each stream's buffers to many MiB): what the transport holds per
-     * upload. A link's full speed needs bandwidth × RTT (4 MiB: 220 Mbit/s
-     * at 150 ms). 0: NET_STREAM_WINDOW_DEFAULT */
+    /* bytes a stream may have in flight towards the server. AUTO (0):
+     * gRPC's bandwidth probe sizes each connection's window from its
+     * bandwidth × RTT (a 1 Gbit/s, 100 ms link: 0.95 of it on the bed), and
+     * transport_memory bounds what all of them hold. A number: that window,
+     * fixed, no probe (what an upload holds is then that at most, but a
+     * link gets about one message per RTT: 4 MiB at 100 ms, 54 Mbit/s) */
     uint32_t stream_window;
+    /* what gRPC's transport may hold for all connections together (its
+     * resource quota): past 80% of it the windows shrink, then idle
+     * connections close, then streams are cancelled, which an upload
+     * resumes from (0: NET_TRANSPORT_MEMORY_DEFAULT) */
+    size_t transport_memory;
     NetGuardLimits connections; /* capped below the descriptor limit less 256 */
     int max_streams;            /* HTTP/2 streams open at once per connection (0: 32) */
     int handshake_ms;           /* TLS and the HTTP/2 preface must be done within (0: 10 s) */

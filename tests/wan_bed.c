@@ -100,6 +100,40 @@ static int tbf(const char *ns, const char *dev, double mbit, char *why, size_t l
                     ns, dev, (long)(mbit * 1e6), burst, limit + burst);
 }
 
+/* Writes value to /proc/sys/<key> inside namespace ns (a child that
+ * enters it: /proc/sys/net is the reader's namespace's). */
+static int ns_sysctl(const char *ns, const char *key, const char *value, char *why, size_t len) {
+    char path[128];
+    snprintf(path, sizeof path, NETNS_DIR "/%s", ns);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char file[128];
+        snprintf(file, sizeof file, "/proc/sys/%s", key);
+        int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) _exit(126);
+        int fd = open(file, O_WRONLY | O_CLOEXEC);
+        size_t n = strlen(value);
+        _exit(fd >= 0 && write(fd, value, n) == (ssize_t)n ? 0 : 1);
+    }
+    int st = -1;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(why, len, "cannot set %s in namespace %s", key, ns);
+        return -1;
+    }
+    return 0;
+}
+
+/* TCP as on a host tuned for long fat links: buffers to 64 MiB each way,
+ * bandwidth × RTT to 2.5 Gbit/s at 100 ms (a fresh namespace's send buffer
+ * stops at 4 MiB: 208 Mbit/s of raw TCP at 100 ms, measured), and no
+ * return to slow start after an idle spell (a site's connection idles
+ * while it trains). */
+static int tune_tcp(const char *ns, char *why, size_t len) {
+    return ns_sysctl(ns, "net/ipv4/tcp_wmem", "4096 16384 67108864", why, len) ||
+           ns_sysctl(ns, "net/ipv4/tcp_rmem", "4096 131072 67108864", why, len) ||
+           ns_sysctl(ns, "net/ipv4/tcp_slow_start_after_idle", "0", why, len);
+}
+
 static int start_relay(Bed *b, int i, const BedLink *l, char *why, size_t len) {
     char dev[16], delay[32], jitter[32], loss[32], seed[16];
     snprintf(dev, sizeof dev, "sc%d", i);
@@ -148,6 +182,14 @@ static int make_link(Bed *b, int i, const BedLink *l, char *why, size_t len) {
         return -1;
     char dev[16];
     snprintf(dev, sizeof dev, "sc%d", i);
+    int mtu = l->mtu > 0 ? l->mtu : 1500;
+    if (mtu < 576 || mtu > 9000) {
+        snprintf(why, len, "a link's mtu is 576 to 9000, not %d", mtu);
+        return -1;
+    }
+    if (run_line(why, len, IP " -n %s link set wan0 mtu %d", s, mtu) ||
+        run_line(why, len, IP " -n %s link set %s mtu %d", c, dev, mtu))
+        return -1;
     if (tbf(s, "wan0", l->up_mbit, why, len) || tbf(c, dev, l->down_mbit, why, len)) return -1;
     return 0;
 }
@@ -172,6 +214,7 @@ int bed_open(Bed *b, int n_sites, const BedLink *links, char *why, size_t len) {
         return -1;
     }
     if (run_line(why, len, IP " -n %s link set lo up", b->coord_ns) ||
+        tune_tcp(b->coord_ns, why, len) ||
         run_line(why, len, IP " -n %s addr add " BED_COORD_HOST "/32 dev lo", b->coord_ns))
         goto fail;
     for (int i = 0; i < n_sites; i++) {
@@ -182,7 +225,7 @@ int bed_open(Bed *b, int n_sites, const BedLink *links, char *why, size_t len) {
         }
         b->n_sites = i + 1;
         if (run_line(why, len, IP " -n %s link set lo up", b->site_ns[i]) ||
-            make_link(b, i, &links[i], why, len) != 0)
+            tune_tcp(b->site_ns[i], why, len) || make_link(b, i, &links[i], why, len) != 0)
             goto fail;
     }
     return 0;

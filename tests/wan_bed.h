@@ -5,7 +5,8 @@
  * between a TUN device at each end, with tc tbf on both devices for the
  * bandwidth each way. Every address lives inside the namespaces: the
  * coordinator is 10.79.0.1 (on its loopback) to every site, site i is
- * 10.79.(i+1).2. Faults are the relay's commands (bed_command).
+ * 10.79.(i+1).2. Faults are the relay's commands (bed_command). Each
+ * namespace's TCP buffers go to 64 MiB, as on a host tuned for long links.
  *
  * Needs CAP_NET_ADMIN and /dev/net/tun (bed_open says why it cannot);
  * bed_close kills whatever still runs in the namespaces and removes them,
@@ -26,6 +27,8 @@ typedef struct BedLink {
     double up_mbit, down_mbit; /* tbf rates: site → coordinator, back; 0: not limited */
     int delay_ms, jitter_ms;   /* one way, both directions (the RTT is twice the delay) */
     double loss;               /* each direction */
+    int mtu;                   /* the link's, up to 9000 (0: 1500); jumbo frames let the
+                                * relay carry 1 Gbit/s on two cores */
 } BedLink;
 
 typedef struct Bed {

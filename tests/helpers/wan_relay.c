@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PKT_MAX   2048
+#define PKT_MAX   9216  /* a jumbo frame: links of 9000 bytes (the bed's mtu) */
 #define QUEUE_MAX 32768 /* packets a way: 1 Gbit/s × 100 ms is about 8,300 of 1500 bytes */
 #define FLOWS_MAX 256
 

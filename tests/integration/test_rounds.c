@@ -546,6 +546,8 @@ static void *getter_main(void *arg) {
     return NULL;
 }
 
+static const char *transport_memory = "67108864";
+
 static double round_peak(int n_sites, const Blob *updates) {
     char ms[16];
     snprintf(ms, sizeof ms, "%d", n_sites);
@@ -554,6 +556,7 @@ static double round_peak(int n_sites, const Blob *updates) {
     char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     harness_ini_set(ini, "codec", "uplink", "fp32");
+    harness_ini_set(ini, "limits", "transport_memory", transport_memory);
     start_coordinator();
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, (unsigned)n_sites);
@@ -610,7 +613,9 @@ Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
             blob_mib, two, sixteen);
     cr_log_info("coordinator peak RSS: %.0f MiB with 2 sites, %.0f MiB with 16", two, sixteen);
     /* fourteen more updates in flight may cost a few updates' worth (the
-     * ones being read), never one each */
+     * ones being read) and the transport's memory (64 MiB here: its
+     * windows, sized from the link, fill while the coordinator reads
+     * slower than 16 senders write), never one each */
     cr_assert_lt(sixteen, two + 4 * blob_mib,
                  "memory grew with the sites: %.0f MiB with 16, %.0f MiB with 2 (an update is "
                  "%.0f MiB)",
@@ -723,6 +728,34 @@ Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_nam
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "unknown key 'inner_step' in section [rounds]"), "%s", r.err);
     proc_result_free(&r);
+}
+
+/* [limits] stream_window is auto or bytes, transport_memory bytes within
+ * its range: anything else stops the coordinator with a line naming the
+ * key and what to write. */
+Test(rounds, a_bad_window_or_transport_memory_stops_the_coordinator_saying_what_to_use) {
+    net_global_init();
+    root = harness_tmpdir("rounds");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char path[700];
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    static const char *const cases[][3] = {
+        {"stream_window", "fast", "stream_window = 'fast'; use auto or bytes"},
+        {"stream_window", "1024", "stream_window = 1024 is out of range; use 65536 to"},
+        {"transport_memory", "1000", "transport_memory = 1000 is out of range; use 67108864 to"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        harness_ini_set(path, "limits", cases[i][0], cases[i][1]);
+        r = S("coordinator", "start", fed);
+        cr_assert_eq(r.status, 1, "%s = %s: %s", cases[i][0], cases[i][1], r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+        cr_assert_not_null(strstr(r.err, cases[i][2]), "%s", r.err);
+        proc_result_free(&r);
+        harness_ini_set(path, "limits", cases[i][0], i < 2 ? "auto" : "1073741824");
+    }
 }
 
 /* The outer momentum is pinned in the store with the checkpoint: a

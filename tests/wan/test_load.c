@@ -214,7 +214,8 @@ Test(load, a_thousand_sites_every_round_commits) {
  * is the coordinator's alone: six uploads over loopback TLS, the merge, the
  * checkpoint and the next model's delta; fp32 updates, as FLARE sends the
  * model. Measured on a 2-core, 24 GB machine: 152 s and 132 s a round, the
- * coordinator's peak 17.4 GiB (six of the model's 2.9 GiB of fp32); with
+ * coordinator's peak 17.4 GiB with fixed windows, 18.6 GiB with windows
+ * sized from the link (six of the model's 2.9 GiB of fp32); with
  * the prepared update and 2 GiB besides, it skips, saying so, where less
  * than seven models' worth is free. */
 Test(load, six_sites_of_gpt2_large_as_flare_measures_it, .timeout = 3600) {

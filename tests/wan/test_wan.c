@@ -222,7 +222,7 @@ static int participants(int64_t n) {
 }
 
 Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
-    BedLink l = {10, 20, 20, 2, 0.001};
+    BedLink l = {10, 20, 20, 2, 0.001, 0};
     BedLink links[3] = {l, l, l};
     setup(3, links, "tiny", "16", "2", "30s", NULL);
     for (int i = 0; i < 3; i++) run_site(i);
@@ -285,7 +285,7 @@ Test(wan, a_cut_link_rounds_go_on_on_quorum_and_the_site_catches_up) {
 Test(wan, a_connection_reset_mid_upload_resumes_from_its_offset) {
     /* fp32 updates of small (3.4 MB, four chunks of 1 MiB: what a resume
      * keeps) over 8 Mbit/s: 3.4 s of upload */
-    BedLink slow = {8, 20, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
+    BedLink slow = {8, 20, 20, 0, 0, 0}, fast = {20, 20, 20, 0, 0, 0};
     BedLink links[2] = {slow, fast};
     setup(2, links, "small", "4", "2", "120s", (const char *[]){"codec", "uplink", "fp32", NULL});
     for (int i = 0; i < 2; i++) run_site(i);
@@ -305,7 +305,7 @@ Test(wan, a_connection_reset_mid_upload_resumes_from_its_offset) {
 }
 
 Test(wan, a_half_open_path_is_noticed_and_the_upload_retried, .timeout = 500) {
-    BedLink slow = {8, 20, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
+    BedLink slow = {8, 20, 20, 0, 0, 0}, fast = {20, 20, 20, 0, 0, 0};
     BedLink links[2] = {slow, fast};
     setup(2, links, "small", "3", "2", "300s",
           (const char *[]){"codec", "uplink", "fp32", "limits", "upload_idle", "10s", NULL});
@@ -330,7 +330,7 @@ Test(wan, a_half_open_path_is_noticed_and_the_upload_retried, .timeout = 500) {
 }
 
 Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
-    BedLink l = {10, 20, 30, 3, 0.001};
+    BedLink l = {10, 20, 30, 3, 0.001, 0};
     BedLink links[3] = {l, l, l};
     setup(3, links, "tiny", "6", "3", "60s", NULL);
     for (int i = 0; i < 3; i++) run_site(i);
@@ -357,7 +357,7 @@ Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
  * round before's model are taken, and every site holds the coordinator's
  * model bit for bit. */
 Test(wan, overlapped_rounds_keep_every_model_identical) {
-    BedLink l = {10, 20, 20, 2, 0.001};
+    BedLink l = {10, 20, 20, 2, 0.001, 0};
     BedLink links[3] = {l, l, l};
     setup(3, links, "tiny", "6", "3", "60s", (const char *[]){"rounds", "overlap", "on", NULL});
     for (int i = 0; i < 3; i++) run_site(i);
@@ -387,7 +387,7 @@ Test(wan, overlapped_rounds_keep_every_model_identical) {
  * updates of small (about 3 MB, three 1 MiB chunks) down 8 Mbit/s, every
  * connection reset 1.5 MB into round 1's download. */
 Test(wan, a_connection_reset_mid_download_resumes_from_its_offset) {
-    BedLink slow = {20, 8, 20, 0, 0}, fast = {20, 20, 20, 0, 0};
+    BedLink slow = {20, 8, 20, 0, 0, 0}, fast = {20, 20, 20, 0, 0, 0};
     BedLink links[2] = {slow, fast};
     setup(2, links, "small", "3", "2", "120s", (const char *[]){"codec", "downlink", "fp32", NULL});
     for (int i = 0; i < 2; i++) run_site(i);
@@ -431,7 +431,7 @@ static void count_stale(int64_t round_id, int *older, int *stale) {
  * site waits for it, and every site holds the coordinator's model bit for
  * bit. */
 Test(wan, async_rounds_take_the_slow_sites_late_updates_and_keep_models_identical) {
-    BedLink fast = {20, 20, 20, 2, 0.001}, thin = {0.25, 0.25, 20, 2, 0};
+    BedLink fast = {20, 20, 20, 2, 0.001, 0}, thin = {0.25, 0.25, 20, 2, 0, 0};
     BedLink links[3] = {fast, fast, thin};
     setup(3, links, "tiny", "8", "2", "60s",
           (const char *[]){"rounds", "mode", "async", "rounds", "staleness", "4", NULL});
