@@ -18,7 +18,12 @@
  *   held-out loss over sync's at equal tokens: both curves of loss against
  *   accepted tokens, read at the smaller of their last token counts).
  *
- *   build/bench/wan [--model M] [--rounds R] [--steps H] [--slow]
+ *   build/bench/wan [--model M] [--rounds R] [--steps H] [--slow] [--faults]
+ *
+ * --faults runs the three modes under a fault schedule (the Schedule
+ * below: link cuts, resets mid-upload, a coordinator restart); each line
+ * then also says what was carried out and how many committed rounds went
+ * missing after (rounds_lost, to be 0). A site that stops fails the run.
  *
  * --pipe instead: a long fat pipe (issue 27's item 6). One site of
  * gpt2-124m with the fedavg recipe (fp32 updates, about 330 MB on the wire
@@ -56,7 +61,7 @@
 
 static char strait_bin[1200], root[256];
 static const char *model = "small";
-static int rounds = 8, steps = 20, slow = 0;
+static int rounds = 8, steps = 20, slow = 0, faults = 0;
 
 static void ini_set(const char *fed, const char *section, const char *key, const char *value) {
     char path[600], err[ERR_LEN];
@@ -99,6 +104,8 @@ typedef struct Result {
     double wall_s, utilization, goodput, final_loss, ttt_s;
     int64_t bytes_up, bytes_down;
     int committed;
+    int cuts, resets, restarts; /* the fault schedule's, as carried out */
+    int rounds_lost;            /* rounds committed once and missing after */
     /* each committed round's checkpoint loss, when, and the tokens accepted
      * up to it */
     double loss[384], at_s[384], tokens[384];
@@ -107,8 +114,75 @@ typedef struct Result {
 enum { SYNC, OVERLAP, ASYNC };
 static const char *const mode_names[] = {"sync", "overlap", "async"};
 
+/* The fault schedule (--faults): a 60 s cut of one site's link every ten
+ * rounds (rounds 5, 15, ...; the sites in turn), one connection reset
+ * mid-upload each round (armed on one site, in turn, when the round opens:
+ * its next 400 KB towards the coordinator, about half of a small int8
+ * update, then every connection on its link is reset), and the coordinator
+ * stopped and started again once, when round 3 opens. The round the
+ * federation is at comes from the store (read-only, beside the running
+ * coordinator). */
+typedef struct Schedule {
+    char db[600];
+    int next_round; /* the first round not yet acted on */
+    int cuts, resets, restarts;
+    int64_t committed_max; /* the most rounds ever seen committed */
+} Schedule;
+
+/* The open round's number, or the last committed one's + 1; -1 when the
+ * store cannot be read now. */
+static int64_t store_round(const char *db, int64_t *committed) {
+    sqlite3 *h = NULL;
+    sqlite3_stmt *q = NULL;
+    int64_t r = -1;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, 2000) == SQLITE_OK &&
+        sqlite3_prepare_v2(h,
+                           "SELECT coalesce(max(number), -1), "
+                           "(SELECT count(DISTINCT number) FROM rounds WHERE state = 'committed') "
+                           "FROM rounds WHERE state IN ('open', 'committed')",
+                           -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        r = sqlite3_column_int64(q, 0), *committed = sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    return r;
+}
+
+static int start_coordinator(const Bed *bed, const char *fed, int tag, int *coord) {
+    char log[500], line[256];
+    snprintf(log, sizeof log, "%s/coordinator-%d.log", root, tag);
+    char *argv[] = {strait_bin, "coordinator", "start", (char *)fed, NULL};
+    int fd;
+    *coord = bed_spawn(bed, -1, argv, log, &fd);
+    if (*coord < 0) return -1;
+    int ok = proc_read_line(fd, line, sizeof line, 60000) > 0;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static int fault_step(const Bed *bed, Schedule *s, const char *fed, int tag, int *coord) {
+    int64_t committed = 0, at = store_round(s->db, &committed);
+    if (at < 0) return 0; /* busy: the next poll */
+    if (committed > s->committed_max) s->committed_max = committed;
+    for (; s->next_round <= at; s->next_round++) {
+        int n = s->next_round;
+        if (bed_command(bed, n % SITES, "after 400000 reset") == 0) s->resets++;
+        if (n % 10 == 5 && bed_command(bed, (n / 10) % SITES, "cut 60000") == 0) s->cuts++;
+        if (n == 3) {
+            proc_stop(*coord, 20000);
+            if (start_coordinator(bed, fed, tag, coord) != 0) {
+                fprintf(stderr, "bench/wan: the coordinator did not start again\n");
+                return -1;
+            }
+            s->restarts++;
+        }
+    }
+    return 0;
+}
+
 static int run_mode(int mode, double target, Result *out) {
-    int overlap = mode; /* the folders' and logs' number */
+    int overlap = mode + 3 * faults; /* the folders' and logs' number */
     memset(out, 0, sizeof *out);
     BedLink fast = {50, 50, 50, 0, 0.001, 0}, thin = {10, 10, 50, 0, 0.001, 0};
     BedLink links[SITES] = {fast, fast, fast, thin};
@@ -137,14 +211,7 @@ static int run_mode(int mode, double target, Result *out) {
         ini_set(fed, "rounds", "inner_steps", h_s);
         ini_set(fed, "rounds", "overlap", mode == OVERLAP ? "on" : "off");
         ini_set(fed, "rounds", "mode", mode == ASYNC ? "async" : "sync");
-        char log[500];
-        snprintf(log, sizeof log, "%s/coordinator-%d.log", root, overlap);
-        char *argv[] = {strait_bin, "coordinator", "start", fed, NULL};
-        int fd;
-        coord = bed_spawn(&bed, -1, argv, log, &fd);
-        char line[256];
-        if (coord < 0 || proc_read_line(fd, line, sizeof line, 30000) <= 0) rc = -1;
-        if (coord >= 0) close(fd);
+        if (start_coordinator(&bed, fed, overlap, &coord) != 0) rc = -1;
     }
     static const char *data[SITES] = {
         "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
@@ -181,14 +248,32 @@ static int run_mode(int mode, double target, Result *out) {
             rc = -1;
         }
     }
-    for (int i = 0; rc == 0 && i < SITES; i++) { /* bounded: an hour at most */
-        int st = -1;
-        for (int t = 0; t < 36000 && waitpid(pids[i], &st, WNOHANG) != pids[i]; t++) usleep(100000);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "bench/wan: site %d ended with %d (its log: %s)\n", i, st, root);
-            rc = -1;
+    /* the sites run to the federation's end (an hour at most), under the
+     * fault schedule when asked for */
+    Schedule sched = {.next_round = 0};
+    snprintf(sched.db, sizeof sched.db, "%s/strait.db", fed);
+    int running = rc == 0 ? SITES : 0;
+    for (int t = 0; running > 0 && t < 18000; t++) {
+        for (int i = 0; i < SITES; i++) {
+            int st = -1;
+            if (pids[i] <= 0 || waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
+            pids[i] = 0, running--;
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "bench/wan: site %d ended with %d (its log: %s)\n", i, st, root);
+                rc = -1, running = 0;
+            }
         }
-        pids[i] = 0;
+        if (faults && running > 0 && fault_step(&bed, &sched, fed, overlap, &coord) != 0)
+            rc = -1, running = 0;
+        usleep(200000);
+    }
+    if (running > 0) fprintf(stderr, "bench/wan: the sites ran past an hour\n"), rc = -1;
+    out->cuts = sched.cuts, out->restarts = sched.restarts;
+    for (int i = 0; i < SITES; i++) { /* the resets carried out, not armed */
+        char stats[256];
+        const char *r =
+            bed_stats(&bed, i, stats, sizeof stats) == 0 ? strstr(stats, "resets=") : NULL;
+        if (r) out->resets += atoi(r + 7) > 0;
     }
     for (int i = 0; i < SITES; i++)
         if (pids[i] > 0) proc_stop(pids[i], 5000);
@@ -196,6 +281,9 @@ static int run_mode(int mode, double target, Result *out) {
     bed_close(&bed);
     for (int i = 0; i < SITES; i++)
         if (cgroups[i][0]) rmdir(cgroups[i]);
+    int64_t final_committed = 0;
+    if (store_round(sched.db, &final_committed) >= 0 && sched.committed_max > final_committed)
+        out->rounds_lost = (int)(sched.committed_max - final_committed);
     if (rc != 0) return -1;
     /* the figures, from the store (the coordinator has stopped) */
     Admin *a = admin_open(fed, err);
@@ -282,6 +370,11 @@ static void emit(const char *mode, const Result *r, const Result *sync) {
            r->committed, num(r->wall_s, 1, a, sizeof a), num(r->utilization, 4, b, sizeof b),
            num(r->goodput, 4, c, sizeof c), (long long)r->bytes_up, (long long)r->bytes_down,
            num(r->final_loss, 4, d, sizeof d), num(r->ttt_s, 1, e, sizeof e));
+    if (faults)
+        printf(",\"faults\":\"a 60 s link cut every 10 rounds, a reset mid-upload each round, a "
+               "coordinator restart\",\"cuts\":%d,\"links_reset\":%d,\"restarts\":%d,"
+               "\"rounds_lost\":%d",
+               r->cuts, r->resets, r->restarts, r->rounds_lost);
     if (sync != r)
         printf(",\"speedup_vs_sync\":%s,\"loss_vs_sync\":%s",
                num(sync->ttt_s / r->ttt_s, 3, f, sizeof f), num(loss_vs(r, sync), 4, g, sizeof g));
@@ -508,10 +601,12 @@ int main(int argc, char **argv) {
             slow = 1;
         else if (strcmp(argv[i], "--pipe") == 0)
             pipe_mode = 1;
+        else if (strcmp(argv[i], "--faults") == 0)
+            faults = 1;
         else {
             fprintf(stderr,
-                    "usage: bench/wan [--model M] [--rounds R (1-256)] [--steps H] [--slow] | "
-                    "--pipe\n");
+                    "usage: bench/wan [--model M] [--rounds R (1-256)] [--steps H] [--slow] "
+                    "[--faults] | --pipe\n");
             return 2;
         }
     }

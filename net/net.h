@@ -149,7 +149,7 @@ typedef struct NetServerConfig {
                          * and with every worker busy: RESOURCE_EXHAUSTED */
     /* bytes a stream may have in flight towards the server. AUTO (0):
      * gRPC's bandwidth probe sizes each connection's window from its
-     * bandwidth × RTT (a 1 Gbit/s, 100 ms link: 0.95 of it on the bed), and
+     * bandwidth × RTT (a 1 Gbit/s, 100 ms link: 0.93–0.99 of it on the bed, warm), and
      * transport_memory bounds what all of them hold. A number: that window,
      * fixed, no probe (what an upload holds is then that at most, but a
      * link gets about one message per RTT: 4 MiB at 100 ms, 54 Mbit/s) */
