@@ -252,6 +252,13 @@ $(VENV)/.ok.3:
 	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers from PyPI)"
 	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers && touch $@
 
+# bench/aggregate's baselines are Flower's own functions: flwr from PyPI in
+# a venv of the benchmarks' own (about 300 MB), made by `make bench`
+BENCH_VENV := build/venv-bench
+$(BENCH_VENV)/.ok.1:
+	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
+	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
+
 test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
@@ -290,12 +297,12 @@ bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 	$(Q)$(BUILD)/bench/gpu $(BENCH_ARGS)
 
 bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
-	@$(MAKE) --no-print-directory $(BENCH_BINS) >&2
+	@$(MAKE) --no-print-directory $(BENCH_BINS) $(BENCH_VENV)/.ok.1 >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \
 	  [ -x "$$b" ] || { echo "make bench: no benchmark '$(B)'; see bench/" >&2; exit 2; }; \
-	  $$b $(BENCH_ARGS); \
+	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_SRC=$(abspath .) $$b $(BENCH_ARGS); \
 	done
 
 # ---- fuzzing: libFuzzer targets over the decoders of untrusted bytes ----------

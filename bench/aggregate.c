@@ -1,24 +1,40 @@
 /*
  * aggregate.c — the coordinator's aggregation of N sites' updates, one JSON
- * line per (codec, N, rule): seconds per round, values per second, the
- * process's peak RSS so far, beside the baseline of the issue measured in
- * the same run: a numpy weighted mean of the same N fp32 arrays, the way
- * Python federated frameworks aggregate (Flower's aggregate(): each array
- * times its weight, reduced with np.add, divided by the total).
+ * line per (codec, N, rule, baseline), beside what a Flower user runs on the
+ * same sizes in the same run: Flower 1.42's own functions (flwr from PyPI,
+ * bench/flower_aggregate.py says how each is called): the mean against
+ * FedAvg.aggregate_train (its current Message API) and against the legacy
+ * aggregate_inplace, the median against aggregate_median (FedMedian), the
+ * trimmed mean (0.1 from each end) against aggregate_trimmed_avg
+ * (FedTrimmedAvg). Flower aggregates fp32 arrays whatever Strait's codec:
+ * Strait's int8 lines compare what each sends over the wire.
+ *
+ * Both sides are warm: each case runs REPS times in its process, the first
+ * repetition reported apart (first_seconds), seconds the median of the
+ * others. ratio is the baseline's seconds over Strait's (above 1: Strait is
+ * faster). read_once_s is the time to read every input byte once (a 64-bit
+ * sum over the N blobs, all cores), so vs_read_once says how far the rule
+ * is from the memory's own speed.
  *
  * peak_rss_mb is the process's, which holds the bench's own inputs (the
  * blobs, the source vector and the result): inputs_rss_mb is that peak once
- * they are built, so the aggregation's own memory is the difference.
+ * they are built, so the aggregation's own memory is the difference; the
+ * baseline's two are its process's, likewise (peak so far: its cases run in
+ * the order above).
  *
  * The mean is the coordinator's streaming path (RoundSum: each update gated
  * — checksums, finite values, norm — then accumulated from what its
- * inspection kept, as it arrives); median and trimmed mean are robust_aggregate over the N blobs,
- * as the coordinator runs them over the kept files. The N updates are four
- * distinct encoded updates taken in turn (memory stays four blobs).
+ * inspection kept, as it arrives); median and trimmed mean are
+ * robust_aggregate over the N blobs, as the coordinator runs them over the
+ * kept files. The N updates are four distinct encoded updates taken in turn
+ * (memory stays four blobs; Flower's side likewise references four arrays).
  *
  *   build/bench/aggregate [--full]
- *     2^24 values (a 64 MB model), N 4 and 16; --full: GPT-2 124M's
+ *     25 M values (a 100 MB model), N 4 and 16; --full: GPT-2 124M's
  *     124 439 808 values, N 4, 16 and 64
+ *
+ * STRAIT_BENCH_PYTHON names the Python with flwr (make bench sets it to
+ * build/venv-bench's); without one the lines say so and carry no ratio.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,11 +42,14 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include <jansson.h>
+
 #include "compress/compress.h"
 #include "coordinator/coordinator.h"
 #include "util/util.h"
 
 #define DISTINCT 4
+#define REPS     5
 
 static double peak_rss_mb(void) {
     struct rusage ru;
@@ -38,74 +57,178 @@ static double peak_rss_mb(void) {
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-/* numpy's weighted mean of N fp32 arrays of n values: seconds, or NAN with
- * the reason in why when there is no Python with numpy. */
-static double numpy_mean_s(uint64_t n, int N, char *why, size_t why_len) {
-    const char *py = getenv("STRAIT_PYTHON");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s -c 'import numpy as np, time, functools\n"
-             "n, N = %llu, %d\n"
-             "rng = np.random.default_rng(1)\n"
-             "base = [rng.standard_normal(n, dtype=np.float32) * np.float32(0.01) for _ in "
-             "range(%d)]\n"
-             "xs = [base[i %% %d] for i in range(N)]\n"
-             "ws = [float(1 + i %% 3) for i in range(N)]\n"
-             "t = time.perf_counter()\n"
-             "weighted = [x * w for x, w in zip(xs, ws)]\n"
-             "mean = functools.reduce(np.add, weighted) / sum(ws)\n"
-             "print(time.perf_counter() - t)' 2>&1",
-             py && py[0] ? py : "build/venv/bin/python", (unsigned long long)n, N, DISTINCT,
-             DISTINCT);
-    FILE *p = popen(cmd, "r");
-    double s = NAN;
-    char line[512] = "";
-    if (p) {
-        if (fgets(line, sizeof line, p) == NULL) line[0] = '\0';
-        pclose(p);
-        char *end;
-        s = strtod(line, &end);
-        if (end == line) s = NAN;
+/* One Flower function's figures. */
+typedef struct Baseline {
+    char fn[64];
+    double median_s, first_s, peak_rss_mb, inputs_rss_mb;
+} Baseline;
+
+enum { FL_TRAIN, FL_INPLACE, FL_MEDIAN, FL_TRIMMED, FL_N };
+static const char *const fl_names[FL_N] = {"flwr FedAvg.aggregate_train", "flwr aggregate_inplace",
+                                           "flwr aggregate_median", "flwr aggregate_trimmed_avg"};
+
+/* Runs bench/flower_aggregate.py for n values and N sites; 0 with out[]
+ * filled, or -1 with why. */
+static int flower(uint64_t n, int N, Baseline out[FL_N], char *why, size_t why_len) {
+    const char *py = getenv("STRAIT_BENCH_PYTHON"), *src = getenv("STRAIT_SRC");
+    if (py == NULL || !py[0]) {
+        snprintf(why, why_len,
+                 "no Flower baseline: STRAIT_BENCH_PYTHON unset (make bench sets it)");
+        return -1;
     }
-    if (isnan(s)) snprintf(why, why_len, "no numpy baseline: %.200s", line[0] ? line : "no python");
-    return s;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s/bench/flower_aggregate.py %llu %d %d 2>&1", py,
+             src && src[0] ? src : ".", (unsigned long long)n, N, REPS);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL) {
+        snprintf(why, why_len, "no Flower baseline: cannot run %s", py);
+        return -1;
+    }
+    memset(out, 0, sizeof(Baseline) * FL_N);
+    char line[4096], last[300] = "";
+    int got = 0;
+    while (fgets(line, sizeof line, p)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        const char *fn = o ? json_string_value(json_object_get(o, "fn")) : NULL;
+        for (int k = 0; fn && k < FL_N; k++)
+            if (strcmp(fn, fl_names[k]) == 0) {
+                snprintf(out[k].fn, sizeof out[k].fn, "%s", fn);
+                out[k].median_s = json_number_value(json_object_get(o, "median_s"));
+                out[k].first_s = json_number_value(json_object_get(o, "first_s"));
+                out[k].peak_rss_mb = json_number_value(json_object_get(o, "peak_rss_mb"));
+                out[k].inputs_rss_mb = json_number_value(json_object_get(o, "inputs_rss_mb"));
+                got |= 1 << k;
+            }
+        if (fn == NULL) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(last, sizeof last, "%.290s", line);
+        }
+        json_decref(o);
+    }
+    int st = pclose(p);
+    if (got != (1 << FL_N) - 1) {
+        snprintf(why, why_len, "no Flower baseline (exit %d): %s", st,
+                 last[0] ? last : "no output");
+        return -1;
+    }
+    return 0;
+}
+
+/* Seconds to read every byte of the N inputs once, the best of three. */
+static double read_once_s(const uint8_t *const *bp, const size_t *lens, int N) {
+    double best = INFINITY;
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t t0 = time_monotonic_ns(), total = 0;
+        for (int u = 0; u < N; u++) {
+            const uint64_t *w = (const uint64_t *)bp[u];
+            size_t words = lens[u] / 8;
+            uint64_t acc = 0;
+#pragma omp parallel for reduction(+ : acc) schedule(static)
+            for (size_t i = 0; i < words; i++) acc += w[i];
+            total += acc;
+        }
+        sink += total;
+        double s = (double)(time_monotonic_ns() - t0) / 1e9;
+        if (s < best) best = s;
+    }
+    (void)sink;
+    return best;
 }
 
 static double inputs_rss_mb; /* peak RSS once a codec's inputs are built, before it runs */
 
-static void emit(const char *codec, int N, uint64_t n, const char *rule, double secs,
-                 double baseline_s, const char *why) {
+/* Strait's figures for one case: REPS runs, the first apart. */
+typedef struct Timing {
+    double median_s, first_s;
+} Timing;
+
+static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing t, double read_s,
+                 const Baseline *b, const char *why) {
     json_t *o = json_object();
     json_object_set_new(o, "bench", json_string("aggregate"));
     json_object_set_new(o, "case", json_string(rule));
     json_object_set_new(o, "codec", json_string(codec));
     json_object_set_new(o, "sites", json_integer(N));
     json_object_set_new(o, "values", json_integer((json_int_t)n));
-    json_object_set_new(o, "seconds", json_real(secs));
-    json_object_set_new(o, "values_per_s", json_real((double)N * (double)n / secs));
+    json_object_set_new(o, "seconds", json_real(t.median_s));
+    json_object_set_new(o, "first_seconds", json_real(t.first_s));
+    json_object_set_new(o, "reps", json_integer(REPS));
+    json_object_set_new(o, "values_per_s", json_real((double)N * (double)n / t.median_s));
+    json_object_set_new(o, "read_once_s", json_real(read_s));
+    json_object_set_new(o, "vs_read_once", json_real(t.median_s / read_s));
     json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
     json_object_set_new(o, "inputs_rss_mb", json_real(inputs_rss_mb));
     json_object_set_new(o, "model_mb", json_real(4.0 * (double)n / 1048576.0));
-    if (!isnan(baseline_s)) {
-        json_object_set_new(o, "baseline", json_string("numpy weighted mean of N fp32 arrays"));
-        json_object_set_new(o, "baseline_seconds", json_real(baseline_s));
-        json_object_set_new(o, "ratio", json_real(baseline_s / secs));
-    } else if (why && why[0]) {
+    if (b) {
+        json_object_set_new(o, "baseline", json_string(b->fn));
+        json_object_set_new(o, "baseline_seconds", json_real(b->median_s));
+        json_object_set_new(o, "baseline_first_seconds", json_real(b->first_s));
+        json_object_set_new(o, "baseline_peak_rss_mb", json_real(b->peak_rss_mb));
+        json_object_set_new(o, "baseline_inputs_rss_mb", json_real(b->inputs_rss_mb));
+        json_object_set_new(o, "ratio", json_real(b->median_s / t.median_s));
+    } else {
         json_object_set_new(o, "baseline", json_string(why));
     }
     json_emit_line(stdout, o);
 }
 
+/* The streaming mean as the coordinator runs it: each update gated
+ * (inspected whole: checksums, finite values, norms) then
+ * decode-accumulated as it arrives. */
+static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n,
+                        float *out) {
+    char err[ERR_LEN];
+    RoundSum rs;
+    if (round_sum_init(&rs, n, 0x5eed, 0, err) != 0) DIE("%s", err);
+    uint64_t t0 = time_monotonic_ns();
+    for (int u = 0; u < N; u++) {
+        char why[ERR_LEN];
+        if (round_sum_add(&rs, bp[u], lens[u], (double)(1 + u % 3), why) != 0)
+            DIE("update %d refused: %s", u, why);
+    }
+    if (round_sum_mean(&rs, out, err) != 0) DIE("%s", err);
+    double s = (double)(time_monotonic_ns() - t0) / 1e9;
+    round_sum_free(&rs);
+    return s;
+}
+
+static double robust_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n,
+                          AggregateRule rule, float *out) {
+    char err[ERR_LEN];
+    uint64_t t0 = time_monotonic_ns();
+    if (robust_aggregate(bp, lens, N, n, rule, 0.1, out, err) != 0) DIE("%s", err);
+    return (double)(time_monotonic_ns() - t0) / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static Timing timing(const double *s) {
+    double rest[REPS - 1];
+    memcpy(rest, s + 1, sizeof rest);
+    qsort(rest, REPS - 1, sizeof *rest, cmp_double);
+    int m = (REPS - 1) / 2;
+    Timing t = {(REPS - 1) % 2 ? rest[m] : 0.5 * (rest[m - 1] + rest[m]), s[0]};
+    return t;
+}
+
 int main(int argc, char **argv) {
     int full = argc > 1 && strcmp(argv[1], "--full") == 0;
     log_set_level(LOG_ERROR);
-    uint64_t n = full ? 124439808ull : (1ull << 24);
+    uint64_t n = full ? 124439808ull : 25000000ull;
     int sites[3] = {4, 16, 64}, n_sites = full ? 3 : 2;
     float *x = mallocCheck(n * 4), *out = mallocCheck(n * 4);
     char err[ERR_LEN];
-    double numpy_s[3];
-    char why[3][300] = {"", "", ""};
-    for (int k = 0; k < n_sites; k++) numpy_s[k] = numpy_mean_s(n, sites[k], why[k], sizeof why[k]);
+    /* Flower first, in its own process, so that its inputs are not this one's */
+    Baseline fl[3][FL_N];
+    char why[3][400] = {"", "", ""};
+    int have[3];
+    for (int k = 0; k < n_sites; k++)
+        have[k] = flower(n, sites[k], fl[k], why[k], sizeof why[k]) == 0;
     const char *codecs[] = {"int8", "fp32"};
     for (int c = 0; c < 2; c++) {
         CodecParams p;
@@ -128,27 +251,17 @@ int main(int argc, char **argv) {
             size_t *lens = mallocCheck(sizeof *lens * (size_t)N);
             for (int u = 0; u < N; u++)
                 bp[u] = blobs[u % DISTINCT].data, lens[u] = blobs[u % DISTINCT].len;
-            /* the streaming mean as the coordinator runs it: each update gated
-             * (inspected whole: checksums, finite values, norms) then
-             * decode-accumulated as it arrives */
-            RoundSum rs;
-            if (round_sum_init(&rs, n, 0x5eed, 0, err) != 0) DIE("%s", err);
-            uint64_t t0 = time_monotonic_ns();
-            for (int u = 0; u < N; u++) {
-                char why[ERR_LEN];
-                if (round_sum_add(&rs, bp[u], lens[u], (double)(1 + u % 3), why) != 0)
-                    DIE("update %d refused: %s", u, why);
-            }
-            if (round_sum_mean(&rs, out, err) != 0) DIE("%s", err);
-            double mean_s = (double)(time_monotonic_ns() - t0) / 1e9;
-            round_sum_free(&rs);
-            emit(codecs[c], N, n, "mean", mean_s, numpy_s[k], why[k]);
+            double read_s = read_once_s(bp, lens, N), secs[REPS];
+            for (int r = 0; r < REPS; r++) secs[r] = mean_once(bp, lens, N, n, out);
+            Timing t = timing(secs);
+            emit(codecs[c], N, n, "mean", t, read_s, have[k] ? &fl[k][FL_TRAIN] : NULL, why[k]);
+            emit(codecs[c], N, n, "mean", t, read_s, have[k] ? &fl[k][FL_INPLACE] : NULL, why[k]);
             const AggregateRule rules[] = {AGG_MEDIAN, AGG_TRIMMED_MEAN};
+            const int against[] = {FL_MEDIAN, FL_TRIMMED};
             for (int r = 0; r < 2; r++) {
-                t0 = time_monotonic_ns();
-                if (robust_aggregate(bp, lens, N, n, rules[r], 0.1, out, err) != 0) DIE("%s", err);
-                double secs = (double)(time_monotonic_ns() - t0) / 1e9;
-                emit(codecs[c], N, n, aggregate_rule_name(rules[r]), secs, NAN, "");
+                for (int i = 0; i < REPS; i++) secs[i] = robust_once(bp, lens, N, n, rules[r], out);
+                emit(codecs[c], N, n, aggregate_rule_name(rules[r]), timing(secs), read_s,
+                     have[k] ? &fl[k][against[r]] : NULL, why[k]);
             }
             free(bp), free(lens);
         }
