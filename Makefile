@@ -253,7 +253,8 @@ $(VENV)/.ok.3:
 	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers && touch $@
 
 # bench/aggregate's baselines are Flower's own functions: flwr from PyPI in
-# a venv of the benchmarks' own (about 300 MB), made by `make bench`
+# a venv of the benchmarks' own (about 300 MB), made by `make bench` when it
+# runs aggregate (all of them, or B=aggregate)
 BENCH_VENV := build/venv-bench
 $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
@@ -297,7 +298,7 @@ bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 	$(Q)$(BUILD)/bench/gpu $(BENCH_ARGS)
 
 bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
-	@$(MAKE) --no-print-directory $(BENCH_BINS) $(BENCH_VENV)/.ok.1 >&2
+	@$(MAKE) --no-print-directory $(BENCH_BINS) $(if $(filter-out aggregate,$(or $(B),aggregate)),,$(BENCH_VENV)/.ok.1) >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \

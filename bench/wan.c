@@ -104,8 +104,9 @@ typedef struct Result {
     double wall_s, utilization, goodput, final_loss, ttt_s;
     int64_t bytes_up, bytes_down;
     int committed;
-    int cuts, resets, restarts; /* the fault schedule's, as carried out */
-    int rounds_lost;            /* rounds committed once and missing after */
+    int cuts, restarts; /* the fault schedule's, as carried out */
+    long resets;        /* connections the relays reset */
+    int rounds_lost;    /* rounds committed once and missing after */
     /* each committed round's checkpoint loss, when, and the tokens accepted
      * up to it */
     double loss[384], at_s[384], tokens[384];
@@ -125,7 +126,7 @@ static const char *const mode_names[] = {"sync", "overlap", "async"};
 typedef struct Schedule {
     char db[600];
     int next_round; /* the first round not yet acted on */
-    int cuts, resets, restarts;
+    int cuts, restarts;
     int64_t committed_max; /* the most rounds ever seen committed */
 } Schedule;
 
@@ -149,9 +150,10 @@ static int64_t store_round(const char *db, int64_t *committed) {
     return r;
 }
 
-static int start_coordinator(const Bed *bed, const char *fed, int tag, int *coord) {
-    char log[500], line[256];
-    snprintf(log, sizeof log, "%s/coordinator-%d.log", root, tag);
+/* Starts the coordinator of fed in the bed, its log at log; 0 once it says
+ * it listens. */
+static int start_coordinator(const Bed *bed, const char *fed, const char *log, int *coord) {
+    char line[256];
     char *argv[] = {strait_bin, "coordinator", "start", (char *)fed, NULL};
     int fd;
     *coord = bed_spawn(bed, -1, argv, log, &fd);
@@ -161,17 +163,38 @@ static int start_coordinator(const Bed *bed, const char *fed, int tag, int *coor
     return ok ? 0 : -1;
 }
 
-static int fault_step(const Bed *bed, Schedule *s, const char *fed, int tag, int *coord) {
+/* Enrolls site `name` with fed and joins it from site `i`'s namespace into
+ * dir; 0, or -1 with why on stderr. */
+static int enroll_join(const Bed *bed, const char *fed, int i, const char *name, const char *dir) {
+    char *en[] = {strait_bin, "site", "enroll", (char *)fed, (char *)name, NULL};
+    ProcResult pr = proc_run(en);
+    const char *nl = strchr(pr.out, '\n'), *ca = strstr(pr.out, "--ca-sha256 ");
+    char token[65] = "", fp[65] = "";
+    if (pr.status == 0 && nl && ca && strlen(nl + 1) >= 64 && strlen(ca + 12) >= 64)
+        memcpy(token, nl + 1, 64), memcpy(fp, ca + 12, 64);
+    proc_result_free(&pr);
+    char *join[] = {strait_bin, "site",       "join",          (char *)dir,
+                    "--name",   (char *)name, "--coordinator", BED_COORD_HOST ":7700",
+                    "--token",  token,        "--ca-sha256",   fp,
+                    NULL};
+    pr = bed_run(bed, i, join);
+    int rc = pr.status == 0 ? 0 : -1;
+    if (rc) fprintf(stderr, "bench/wan: join %s: %s\n", name, pr.err);
+    proc_result_free(&pr);
+    return rc;
+}
+
+static int fault_step(const Bed *bed, Schedule *s, const char *fed, const char *log, int *coord) {
     int64_t committed = 0, at = store_round(s->db, &committed);
     if (at < 0) return 0; /* busy: the next poll */
     if (committed > s->committed_max) s->committed_max = committed;
     for (; s->next_round <= at; s->next_round++) {
         int n = s->next_round;
-        if (bed_command(bed, n % SITES, "after 400000 reset") == 0) s->resets++;
+        bed_command(bed, n % SITES, "after 400000 reset"); /* the relay counts what it does */
         if (n % 10 == 5 && bed_command(bed, (n / 10) % SITES, "cut 60000") == 0) s->cuts++;
         if (n == 3) {
             proc_stop(*coord, 20000);
-            if (start_coordinator(bed, fed, tag, coord) != 0) {
+            if (start_coordinator(bed, fed, log, coord) != 0) {
                 fprintf(stderr, "bench/wan: the coordinator did not start again\n");
                 return -1;
             }
@@ -193,6 +216,8 @@ static int run_mode(int mode, double target, Result *out) {
         return -1;
     }
     snprintf(fed, sizeof fed, "%s/fed-%d", root, overlap);
+    char coord_log[500];
+    snprintf(coord_log, sizeof coord_log, "%s/coordinator-%d.log", root, overlap);
     char r_s[16], h_s[16];
     snprintf(r_s, sizeof r_s, "%d", mode == ASYNC ? rounds + rounds / 2 : rounds);
     snprintf(h_s, sizeof h_s, "%d", steps);
@@ -211,7 +236,7 @@ static int run_mode(int mode, double target, Result *out) {
         ini_set(fed, "rounds", "inner_steps", h_s);
         ini_set(fed, "rounds", "overlap", mode == OVERLAP ? "on" : "off");
         ini_set(fed, "rounds", "mode", mode == ASYNC ? "async" : "sync");
-        if (start_coordinator(&bed, fed, overlap, &coord) != 0) rc = -1;
+        if (start_coordinator(&bed, fed, coord_log, &coord) != 0) rc = -1;
     }
     static const char *data[SITES] = {
         "/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
@@ -220,20 +245,7 @@ static int run_mode(int mode, double target, Result *out) {
         char name[16], dir[500];
         snprintf(name, sizeof name, "s%d", i);
         snprintf(dir, sizeof dir, "%s/site-%d-%d", root, overlap, i);
-        char *en[] = {strait_bin, "site", "enroll", fed, name, NULL};
-        pr = proc_run(en);
-        const char *nl = strchr(pr.out, '\n'), *ca = strstr(pr.out, "--ca-sha256 ");
-        char token[65] = "", fp[65] = "";
-        if (pr.status == 0 && nl && ca && strlen(nl + 1) >= 64 && strlen(ca + 12) >= 64)
-            memcpy(token, nl + 1, 64), memcpy(fp, ca + 12, 64);
-        proc_result_free(&pr);
-        char *join[] = {strait_bin, "site", "join",          dir,
-                        "--name",   name,   "--coordinator", BED_COORD_HOST ":7700",
-                        "--token",  token,  "--ca-sha256",   fp,
-                        NULL};
-        pr = bed_run(&bed, i, join);
-        if (pr.status != 0) fprintf(stderr, "bench/wan: join %s: %s\n", name, pr.err), rc = -1;
-        proc_result_free(&pr);
+        rc = enroll_join(&bed, fed, i, name, dir);
     }
     for (int i = 0; rc == 0 && i < SITES; i++) {
         char dir[500], log[500];
@@ -263,7 +275,7 @@ static int run_mode(int mode, double target, Result *out) {
                 rc = -1, running = 0;
             }
         }
-        if (faults && running > 0 && fault_step(&bed, &sched, fed, overlap, &coord) != 0)
+        if (faults && running > 0 && fault_step(&bed, &sched, fed, coord_log, &coord) != 0)
             rc = -1, running = 0;
         usleep(200000);
     }
@@ -273,7 +285,7 @@ static int run_mode(int mode, double target, Result *out) {
         char stats[256];
         const char *r =
             bed_stats(&bed, i, stats, sizeof stats) == 0 ? strstr(stats, "resets=") : NULL;
-        if (r) out->resets += atoi(r + 7) > 0;
+        if (r) out->resets += atol(r + 7);
     }
     for (int i = 0; i < SITES; i++)
         if (pids[i] > 0) proc_stop(pids[i], 5000);
@@ -372,7 +384,7 @@ static void emit(const char *mode, const Result *r, const Result *sync) {
            num(r->final_loss, 4, d, sizeof d), num(r->ttt_s, 1, e, sizeof e));
     if (faults)
         printf(",\"faults\":\"a 60 s link cut every 10 rounds, a reset mid-upload each round, a "
-               "coordinator restart\",\"cuts\":%d,\"links_reset\":%d,\"restarts\":%d,"
+               "coordinator restart\",\"cuts\":%d,\"connections_reset\":%ld,\"restarts\":%d,"
                "\"rounds_lost\":%d",
                r->cuts, r->resets, r->restarts, r->rounds_lost);
     if (sync != r)
@@ -482,27 +494,9 @@ static int pipe_run(const Bed *bed, const char *window, PipeRound out[PIPE_ROUND
     ini_set(fed, "rounds", "inner_steps", "1");
     ini_set(fed, "limits", "stream_window", window);
     snprintf(log, sizeof log, "%s/pipe-coordinator-%s.log", root, window);
-    char *argv[] = {strait_bin, "coordinator", "start", fed, NULL};
-    int fd, coord = bed_spawn(bed, -1, argv, log, &fd), site = -1;
-    char line[256];
-    if (coord < 0 || proc_read_line(fd, line, sizeof line, 60000) <= 0) rc = -1;
-    if (coord >= 0) close(fd);
-    if (rc == 0) {
-        char *en[] = {strait_bin, "site", "enroll", fed, "s0", NULL};
-        pr = proc_run(en);
-        const char *nl = strchr(pr.out, '\n'), *ca = strstr(pr.out, "--ca-sha256 ");
-        char token[65] = "", fp[65] = "";
-        if (pr.status == 0 && nl && ca && strlen(nl + 1) >= 64 && strlen(ca + 12) >= 64)
-            memcpy(token, nl + 1, 64), memcpy(fp, ca + 12, 64);
-        proc_result_free(&pr);
-        char *join[] = {strait_bin, "site", "join",          dir,
-                        "--name",   "s0",   "--coordinator", BED_COORD_HOST ":7700",
-                        "--token",  token,  "--ca-sha256",   fp,
-                        NULL};
-        pr = bed_run(bed, 0, join);
-        if (pr.status != 0) fprintf(stderr, "bench/wan: join: %s\n", pr.err), rc = -1;
-        proc_result_free(&pr);
-    }
+    int coord = -1, site = -1;
+    if (start_coordinator(bed, fed, log, &coord) != 0 || enroll_join(bed, fed, 0, "s0", dir) != 0)
+        rc = -1;
     if (rc == 0) {
         snprintf(log, sizeof log, "%s/pipe-site-%s.log", root, window);
         char *run[] = {

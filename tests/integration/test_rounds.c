@@ -714,15 +714,21 @@ Test(rounds, a_time_budget_bounds_the_inner_steps_and_heartbeats_answer) {
     store_close(s);
 }
 
-Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_name) {
+/* A federation of tiny that no coordinator runs; its federation.ini's path. */
+static void init_stopped_federation(char path[700]) {
     net_global_init();
     root = harness_tmpdir("rounds");
     snprintf(fed, sizeof fed, "%s/fed", root);
     ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
+    snprintf(path, 700, "%s/federation.ini", fed);
+}
+
+Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_name) {
     char path[700];
-    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    init_stopped_federation(path);
+    ProcResult r;
     harness_ini_set(path, "rounds", "inner_step", "20"); /* appends a second [rounds] */
     r = S("coordinator", "start", fed);
     cr_assert_eq(r.status, 1, "%s", r.err);
@@ -734,14 +740,9 @@ Test(rounds, a_misspelt_key_in_federation_ini_stops_the_coordinator_with_its_nam
  * its range: anything else stops the coordinator with a line naming the
  * key and what to write. */
 Test(rounds, a_bad_window_or_transport_memory_stops_the_coordinator_saying_what_to_use) {
-    net_global_init();
-    root = harness_tmpdir("rounds");
-    snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    proc_result_free(&r);
     char path[700];
-    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    init_stopped_federation(path);
+    ProcResult r;
     static const char *const cases[][3] = {
         {"stream_window", "fast", "stream_window = 'fast'; use auto or bytes"},
         {"stream_window", "1024", "stream_window = 1024 is out of range; use 65536 to"},
