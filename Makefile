@@ -2,11 +2,22 @@
 # (the modules, for tests and benchmarks), the tests and the benchmarks.
 #
 #   make            build everything (installs missing Debian packages first)
-#   make test       build and run every test; SAN=1 for ASan+UBSan
+#   make test       build and run the unit and integration tests
 #   make test-wan   federations across emulated WAN links (root: namespaces)
-#   make demo       a whole federation on this machine
+#   make test-hf    transformers reading Strait's export (a venv of ~800 MB)
+#   make test-gpu   the CUDA ops and GPU training against the CPU (needs a GPU)
+#   make demo       a whole federation on this machine (DEMO_ARGS=...)
 #   make bench      run the benchmarks (B=NAME for one), JSON lines out
-#   make CUDA=0     a CPU-only build; CUDA_ARCH=90 picks the GPU generation
+#   make bench-gpu  the GPU figures (needs a GPU)
+#   make fuzz       libFuzzer over the decoders (FUZZ_SECONDS=30 each)
+#   make coverage   line and branch coverage per module (gcov, lcov)
+#   make lint       clang-format and cppcheck; make format rewrites
+#   make install    build/strait into PREFIX/bin (PREFIX=/usr/local)
+#   make deps       the Debian packages only; make clean removes build/
+# Knobs: SAN=1 (ASan+UBSan), CUDA=0 (CPU only), CUDA_ARCH=90 (GPU
+# generation), MPI=0 (no MPI ranks), V=1 (full commands), JOBS=N (test-wan).
+# Test builds: build/strait-test is build/strait with fault injection and
+# the test hooks linked in (tests/faultsim/faultsim.h); build/strait never.
 #
 # Goals that build first run `make deps`, then re-enter make (STRAIT_INNER=1)
 # so the capability probes see the packages deps just installed.
@@ -18,7 +29,8 @@ CUDA ?= auto
 CUDA_ARCH ?= 90
 SAN ?= 0
 # Separate trees for builds whose objects differ, so switching never mixes them.
-BUILD := build$(if $(filter 1,$(SAN)),/san)$(if $(filter 0,$(CUDA)),/cpu)$(if $(filter 0,$(MPI)),/nompi)
+COV ?= 0
+BUILD := build$(if $(filter 1,$(SAN)),/san)$(if $(filter 1,$(COV)),/cov)$(if $(filter 0,$(CUDA)),/cpu)$(if $(filter 0,$(MPI)),/nompi)
 
 # The reference safetensors package from PyPI, for the interoperability test.
 VENV := build/venv
@@ -26,7 +38,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help
+.PHONY: all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help coverage
 .DEFAULT_GOAL := all
 
 deps:
@@ -45,7 +57,7 @@ lint:
 	  --suppress=missingIncludeSystem -D__GNUC__ -DSTRAIT_HAVE_CUDA $(filter-out tests/%,$(filter %.c,$(FORMAT_FILES)))
 
 help:
-	@sed -n '2,11s/^# \{0,1\}//p' Makefile
+	@sed -n '3,20s/^# \{0,1\}//p' Makefile
 
 ifndef STRAIT_INNER
 # ---- outer make: deps first, then the real build in a fresh make --------------
@@ -84,6 +96,12 @@ CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototy
 LDFLAGS := -pthread
 LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lpcre2-8 -licuuc -lm
 
+# make coverage: gcov's counters in every object (atomic: the coordinator
+# is threaded), written when each process exits
+ifeq ($(COV),1)
+CFLAGS += -O1 --coverage -fprofile-update=atomic
+LDFLAGS += --coverage
+endif
 ifeq ($(SAN),1)
 CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
@@ -157,7 +175,7 @@ GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 GPU_BIN := $(BUILD)/tests/gpu_ops
 HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/helpers/*.c))
 
-all: $(BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(WAN_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
+all: $(BIN) $(TEST_BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(WAN_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
 
 $(PROTO_C) $(PROTO_H) &: schema/strait.proto
 	@mkdir -p $(BUILD)/gen
@@ -202,10 +220,21 @@ FORCE:
 $(BIN): $(CLI_OBJ) $(LIB) | $(CUDA_PLUGIN)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The test build (tests/faultsim/faultsim.h): build/strait-test is the same
+# objects as build/strait linked with fault injection and the test hooks,
+# which build/strait never holds; the unit tests are linked the same way.
+FAULTSIM_OBJ := $(BUILD)/obj/tests/faultsim/faultsim.o
+comma := ,
+FAULTSIM_WRAP := $(foreach f,malloc calloc realloc strdup strndup open mkostemp fopen write pwrite fsync \
+  rename renameat2 round_next_build net_upload_receive,-Wl$(comma)--wrap=$(f))
+TEST_BIN := $(BUILD)/strait-test
+$(TEST_BIN): $(CLI_OBJ) $(FAULTSIM_OBJ) $(LIB) | $(CUDA_PLUGIN)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $(FAULTSIM_WRAP) $^ $(LDLIBS) -o $@
+
 TEST_LDLIBS := -lcriterion -lutil
-$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
+$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(FAULTSIM_OBJ) $(LIB)
 	@mkdir -p $(@D)
-	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $(FAULTSIM_WRAP) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
 $(INTEG_BIN): $(INTEG_SRC:%.c=$(BUILD)/obj/%.o) $(TEST_COMMON_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 	@mkdir -p $(@D)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ $(TEST_LDLIBS) $(LDLIBS) -o $@
@@ -241,7 +270,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 # under ASan to initialise at all.
 # Criterion runs tests in parallel, one per core: each test runs single-threaded
 # (OpenMP and OpenBLAS both spin, and oversubscribed they crawl).
-TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
+TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_TEST_BIN=$(abspath $(TEST_BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
   STRAIT_PYTHON=$(abspath $(VENV))/bin/python STRAIT_SRC=$(abspath .) \
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
@@ -260,7 +289,7 @@ $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
 	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
 
-test: $(BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
+test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"
@@ -340,6 +369,15 @@ fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
 	  fi; \
 	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(FUZZ_DIR)/$$t.log; \
 	done
+
+# make coverage: the unit and integration tests in a build with gcov's
+# counters (build/cov), then line and branch coverage per module from lcov
+# (mk/coverage.sh; the report is build/cov/coverage.info, lcov's format).
+coverage:
+	@$(MAKE) --no-print-directory COV=1 CUDA=0 -j$$(nproc) all
+	@find build/cov -name '*.gcda' -delete
+	@$(MAKE) --no-print-directory COV=1 CUDA=0 test
+	@bash mk/coverage.sh build/cov/cpu
 
 install: $(BIN)
 	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/strait

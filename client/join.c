@@ -109,14 +109,25 @@ int client_join(const SiteJoinOptions *o, char *err) {
     req.csr_pem.data = (uint8_t *)csr;
     req.csr_pem.len = strlen(csr);
     size_t n = strait__join_request__get_packed_size(&req);
-    uint8_t *buf = malloc(n);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) {
+        err_set(err, "out of memory for the join request");
+        goto out;
+    }
     strait__join_request__pack(&req, buf);
     char details[512];
     NetStatus st = net_unary(ch, "/strait.Federation/Join", buf, n, &resp, CALL_TIMEOUT_MS, details,
                              sizeof details);
     free(buf);
     if (st != NET_OK) {
-        err_set(err, "join refused (%s): %s", net_status_name(st), details);
+        /* a token is spent by the join the coordinator answered, even one
+         * whose answer this site then could not keep */
+        err_set(err, "join refused (%s): %s%s", net_status_name(st), details,
+                st == NET_PERMISSION_DENIED
+                    ? "; ask the federation's operator to enroll this site again (strait site "
+                      "enroll; for a site whose join was answered but not kept, strait site "
+                      "revoke first)"
+                    : "");
         goto out;
     }
     jr = strait__join_response__unpack(NULL, resp.len, resp.data);
@@ -136,11 +147,16 @@ int client_join(const SiteJoinOptions *o, char *err) {
     snprintf(ini, sizeof ini,
              "; site.ini — written by `strait site join`.\n[site]\nname = %s\ncoordinator = %s\n",
              o->name, o->coordinator);
+    /* site.ini last: its presence marks a joined site, so one that could
+     * not be synced into place is taken away again */
     if (write_site(o->site_dir, "site.key", f.key, 0600, err) ||
         write_site(o->site_dir, "site.crt", f.cert, 0644, err) ||
-        write_site(o->site_dir, "ca.crt", f.ca, 0644, err) ||
-        write_site(o->site_dir, "site.ini", ini, 0644, err))
+        write_site(o->site_dir, "ca.crt", f.ca, 0644, err))
         goto out;
+    if (write_site(o->site_dir, "site.ini", ini, 0644, err)) {
+        unlink(path);
+        goto out;
+    }
     rc = 0;
 out:
     if (jr) strait__join_response__free_unpacked(jr, NULL);
@@ -200,7 +216,11 @@ int client_renew(const char *site_dir, char *err) {
     req.csr_pem.data = (uint8_t *)csr;
     req.csr_pem.len = strlen(csr);
     size_t n = strait__renew_request__get_packed_size(&req);
-    uint8_t *buf = malloc(n);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) {
+        err_set(err, "out of memory for the renewal request");
+        goto out;
+    }
     strait__renew_request__pack(&req, buf);
     NetBuf resp;
     char details[512];
@@ -221,6 +241,7 @@ int client_renew(const char *site_dir, char *err) {
     strait__renew_response__free_unpacked(rr, NULL);
     /* both files land under temporary names, then are renamed; a crash
      * between the renames is finished by finish_renewal at the next load */
+    if (cert == NULL) err_set(err, "out of memory for the renewed certificate");
     if (cert && write_site(site_dir, "renew.key", key, 0600, err) == 0 &&
         write_site(site_dir, "renew.crt", cert, 0644, err) == 0) {
         finish_renewal(site_dir);

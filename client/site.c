@@ -6,7 +6,9 @@
  * after each round (docs/sites.md).
  */
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -323,23 +325,52 @@ int site_check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err) 
  * parameters would be a model's size written and synced each round for
  * nothing (earlier versions wrote them to inner.safetensors; it is
  * removed). */
+/* Removes a folder of plain files (a state folder) and what it holds. */
+static void remove_state_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    char path[1400];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The state is a folder written whole: its files go to state.new, which
+ * then takes the place of state in one exchange (renameat2), so a failure
+ * or a crash anywhere leaves the last whole state, never one file of a
+ * newer round beside another of an older one; the folder it replaced is
+ * removed after. */
 int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
                     size_t pos, char *err) {
-    char dir[1200], path[1300];
+    char dir[1200], fresh[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/state", s->o.site_dir);
-    if (file_mkdir_p(dir, 0700, err) != 0) return -1;
-    snprintf(path, sizeof path, "%s/inner.safetensors", dir);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return err_set(err, "cannot remove %s: %s", path, strerror(errno));
-    snprintf(path, sizeof path, "%s/inner.opt.safetensors", dir);
-    if (gpt_save_optimizer(m, path, err) != 0) return -1;
-    snprintf(path, sizeof path, "%s/ef.bin", dir);
-    if (ef_save(ef, path, 0600, err) != 0) return -1;
+    snprintf(fresh, sizeof fresh, "%s/state.new", s->o.site_dir);
+    remove_state_dir(fresh); /* a save that failed before this one */
+    if (file_mkdir_p(fresh, 0700, err) != 0) return -1;
     char ini[256];
     snprintf(ini, sizeof ini, "[state]\nround = %llu\ndata_pos = %zu\n", (unsigned long long)round,
              pos);
-    snprintf(path, sizeof path, "%s/state.ini", dir);
-    return file_write_atomic(path, ini, strlen(ini), 0600, err); /* last: marks a whole state */
+    int bad = 0;
+    snprintf(path, sizeof path, "%s/inner.opt.safetensors", fresh);
+    bad = bad || gpt_save_optimizer(m, path, err) != 0;
+    snprintf(path, sizeof path, "%s/ef.bin", fresh);
+    bad = bad || ef_save(ef, path, 0600, err) != 0;
+    snprintf(path, sizeof path, "%s/state.ini", fresh);
+    bad = bad || file_write_atomic(path, ini, strlen(ini), 0600, err) != 0;
+    if (!bad && (access(dir, F_OK) == 0 ? renameat2(AT_FDCWD, fresh, AT_FDCWD, dir, RENAME_EXCHANGE)
+                                        : rename(fresh, dir)) != 0)
+        bad = err_set_errno(err, "cannot put the saved state %s in place of %s", fresh, dir);
+    if (bad) {
+        remove_state_dir(fresh);
+        return -1;
+    }
+    remove_state_dir(fresh); /* the state it replaced */
+    return file_fsync_dir(s->o.site_dir, err);
 }
 
 /* 1 when a saved state was loaded, 0 when there is none, -1 on a damaged one. */

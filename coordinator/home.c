@@ -360,7 +360,8 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     }
     Store *st = store_open(path, STORE_READWRITE, err);
     if (st == NULL) goto out;
-    store_event_add(st, "strait init", "federation.init", name, time_wall_ms(), NULL);
+    /* the audit log starts with the federation: no init without it */
+    int logged = store_event_add(st, "strait init", "federation.init", name, time_wall_ms(), err);
     if (o->init_from) { /* where round 0 came from, in the audit log */
         char detail[1800];
         snprintf(detail, sizeof detail,
@@ -368,16 +369,24 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
                  "heads, context %d, vocabulary %d; %s sha256 %s",
                  o->init_from, source_sha, pre.cfg.L, pre.cfg.C, pre.cfg.NH, pre.cfg.T, pre.cfg.V,
                  COORD_INIT_MODEL, init_sha);
-        store_event_add(st, "strait init", "model.init", detail, time_wall_ms(), NULL);
+        if (logged == 0)
+            logged = store_event_add(st, "strait init", "model.init", detail, time_wall_ms(), err);
     }
     store_close(st);
+    if (logged != 0) goto out;
     chmod(path, 0600);
     snprintf(sub, sizeof sub, "%s/%s", dir, STORE_CHECKPOINT_DIR);
     if (file_mkdir_p(sub, 0700, err) != 0) goto out;
-    /* federation.ini last: its presence marks a complete federation */
-    if (write_file(dir, "federation.ini", ini, 0644, err) != 0) goto out;
+    /* federation.ini last, with nothing after it that can fail: its
+     * presence marks a complete federation */
     SecurityIdentity id;
     if (security_cert_identity(ca, &id, err) != 0) goto out;
+    if (write_file(dir, "federation.ini", ini, 0644, err) != 0) {
+        /* renamed into place but its folder not synced: not complete */
+        snprintf(path, sizeof path, "%s/federation.ini", dir);
+        unlink(path);
+        goto out;
+    }
     memcpy(ca_sha256, id.sha256_hex, 65);
     rc = 0;
 out:

@@ -275,14 +275,6 @@ double round_l2_norm(const float *x, size_t n) {
 
 /* ---- the next round's model ----------------------------------------------------- */
 
-/* STRAIT_TEST_COMMIT_HOLD=PATH holds every commit here, its model built and
- * nothing written, while PATH exists: test_rounds checks that the calls are
- * answered meanwhile. Unset, it costs one getenv a round. */
-static void test_hold(void) {
-    const char *hold = getenv("STRAIT_TEST_COMMIT_HOLD");
-    while (hold && *hold && access(hold, F_OK) == 0) usleep(10000);
-}
-
 void round_next_free(RoundNext *nx) {
     free(nx->theta);
     served_unref(nx->ckpt); /* not installed: no one else holds them */
@@ -364,7 +356,6 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
             err_set(err, "the outer step made parameter %zu non-finite", i);
             goto out;
         }
-    test_hold();
     GPT view = r->model;
     view.params = theta;
     /* the optimizer's state and the downlink's residual beside the checkpoint */

@@ -13,7 +13,7 @@ packages=(
   libjansson-dev libinih-dev libcriterion-dev libmicrohttpd-dev libpcre2-dev libicu-dev
   fortunes fortunes-de fortunes-es fortunes-it
   python3 python3-venv openssl
-  iproute2 util-linux
+  iproute2 util-linux lcov
   openmpi-bin libopenmpi-dev
 )
 

@@ -550,7 +550,12 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     out->round = h->round;
     if (h->meta.len) {
         out->meta = malloc(h->meta.len);
-        if (out->meta) memcpy(out->meta, h->meta.data, h->meta.len), out->meta_len = h->meta.len;
+        if (out->meta == NULL) { /* not an update without its claims: one that failed here */
+            err_set(err, "out of memory for the metadata of upload %s", h->upload_id);
+            st = NET_RESOURCE_EXHAUSTED;
+            goto out;
+        }
+        memcpy(out->meta, h->meta.data, h->meta.len), out->meta_len = h->meta.len;
     }
     uint32_t chunk_size = h->chunk_size;
     uint64_t from = h->offset; /* where this stream started: its rate counts from there */

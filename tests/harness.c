@@ -55,6 +55,22 @@ const char *harness_strait_bin(void) {
     return b ? b : "build/strait";
 }
 
+void harness_use_test_build(int on) {
+    static char saved[1024];
+    static int using;
+    if (on && !using) {
+        const char *test_bin = getenv("STRAIT_TEST_BIN");
+        cr_assert_not_null(test_bin,
+                           "STRAIT_TEST_BIN (build/strait-test) is not set: run make test");
+        snprintf(saved, sizeof saved, "%s", harness_strait_bin());
+        setenv("STRAIT_BIN", test_bin, 1);
+        using = 1;
+    } else if (!on && using) {
+        setenv("STRAIT_BIN", saved, 1);
+        using = 0;
+    }
+}
+
 char *harness_tmpdir(const char *tag) {
     char *path = NULL;
     cr_assert_gt(asprintf(&path, "/tmp/strait-test-%s-XXXXXX", tag), 0);

@@ -34,6 +34,12 @@ ProcResult proc_run_strait(const char *first, ...);
 /* The strait binary under test (STRAIT_BIN, set by make test). */
 const char *harness_strait_bin(void);
 
+/* With on, the strait processes started from here run the test build
+ * (STRAIT_TEST_BIN: build/strait-test, with the fault injection and test
+ * hooks of tests/faultsim/faultsim.h) instead of STRAIT_BIN; off puts
+ * STRAIT_BIN back. Fails the test when make test did not set it. */
+void harness_use_test_build(int on);
+
 /* A fresh empty folder under /tmp; the caller removes it with
  * harness_rmtree. Returns a malloc'd path. */
 char *harness_tmpdir(const char *tag);

@@ -24,6 +24,7 @@ struct Config {
     size_t n, cap;
     char origin[256]; /* file name for messages */
     char dup_error[ERR_LEN];
+    int out_of_memory; /* the handler's: inih would name the line as invalid */
 };
 
 static const ConfigEntry *config_find(const Config *cfg, const char *section, const char *key) {
@@ -45,7 +46,7 @@ static int config_handler(void *user, const char *section, const char *key, cons
     if (cfg->n == cfg->cap) {
         size_t ncap = cfg->cap ? cfg->cap * 2 : 16;
         ConfigEntry *ne = realloc(cfg->entries, ncap * sizeof *ne);
-        if (ne == NULL) return 0;
+        if (ne == NULL) return cfg->out_of_memory = 1, 0;
         cfg->entries = ne;
         cfg->cap = ncap;
     }
@@ -57,6 +58,7 @@ static int config_handler(void *user, const char *section, const char *key, cons
         free(e->section);
         free(e->key);
         free(e->value);
+        cfg->out_of_memory = 1;
         return 0;
     }
     cfg->n++;
@@ -69,7 +71,7 @@ static Config *config_finish(Config *cfg, int rc, char *err) {
         err_set(err, "%s", cfg->dup_error);
     else if (rc == -1)
         err_set_errno(err, "cannot open %s", cfg->origin);
-    else if (rc == -2)
+    else if (rc == -2 || cfg->out_of_memory)
         err_set(err, "out of memory reading %s", cfg->origin);
     else
         err_set(err, "%s:%d: not a valid INI line; expected 'key = value' or '[section]'",

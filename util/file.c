@@ -22,6 +22,7 @@ struct AtomicFile {
     int fd;
     char *path; /* the target */
     char *tmp;  /* "<path>.tmp.XXXXXX", created by mkstemp */
+    char *dir;  /* the target's folder, synced after the rename */
 };
 
 static char *dir_of(const char *path) {
@@ -46,9 +47,10 @@ AtomicFile *file_atomic_open(const char *path, int mode, char *err) {
     if (af == NULL) goto oom;
     af->fd = -1;
     af->path = strdup(path);
+    af->dir = dir_of(path); /* here: after the rename, nothing but the sync may fail */
     size_t n = strlen(path) + sizeof ".tmp.XXXXXX";
     af->tmp = malloc(n);
-    if (af->path == NULL || af->tmp == NULL) goto oom;
+    if (af->path == NULL || af->dir == NULL || af->tmp == NULL) goto oom;
     snprintf(af->tmp, n, "%s.tmp.XXXXXX", path);
     af->fd = mkostemp(af->tmp, O_CLOEXEC);
     if (af->fd < 0) {
@@ -67,6 +69,7 @@ fail:
     if (af) {
         if (af->fd >= 0) close(af->fd);
         free(af->path);
+        free(af->dir);
         free(af->tmp);
         free(af);
     }
@@ -90,6 +93,7 @@ int file_atomic_write(AtomicFile *af, const void *data, size_t len, char *err) {
 static void atomic_free(AtomicFile *af) {
     if (af->fd >= 0) close(af->fd);
     free(af->path);
+    free(af->dir);
     free(af->tmp);
     free(af);
 }
@@ -116,14 +120,7 @@ int file_atomic_commit(AtomicFile *af, char *err) {
         err_set_errno(err, "cannot rename %s to %s", af->tmp, af->path);
         goto fail;
     }
-    char *dir = dir_of(af->path);
-    if (dir == NULL) {
-        err_set(err, "out of memory");
-        atomic_free(af);
-        return -1;
-    }
-    rc = file_fsync_dir(dir, err);
-    free(dir);
+    rc = file_fsync_dir(af->dir, err);
     atomic_free(af);
     return rc;
 fail:

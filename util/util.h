@@ -86,12 +86,15 @@ int time_parse_duration_ms(const char *text, int64_t *out_ms, char *err);
  * target, and the folder fsynced. A crash at any instant leaves either the old
  * content or the new, never a mix; a crash before commit may leave a
  * "<path>.tmp.XXXXXX" file behind, which file_atomic_cleanup removes.
- * Ownership: the AtomicFile owns its fd and both path strings. */
+ * Ownership: the AtomicFile owns its fd and its path strings. */
 typedef struct AtomicFile AtomicFile;
 
 AtomicFile *file_atomic_open(const char *path, int mode, char *err);
 int file_atomic_write(AtomicFile *af, const void *data, size_t len, char *err);
-/* fsync, rename into place, fsync the folder; frees af in every case. */
+/* fsync, rename into place, fsync the folder; frees af in every case. A
+ * failure before the rename leaves the target as it was; the only failure
+ * after it is the folder's sync (the new content in place, its rename not
+ * yet durable), which a caller whose file marks completion undoes. */
 int file_atomic_commit(AtomicFile *af, char *err);
 /* Unlinks the temporary file and frees af. */
 void file_atomic_abort(AtomicFile *af);

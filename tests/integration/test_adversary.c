@@ -444,6 +444,239 @@ Test(adversary, a_failed_commit_changes_nothing) {
     gpt_free(&t);
 }
 
+/* The faultsim log's line for attempt a of scope ("faultsim: SCOPE attempt
+ * A: C calls, F failed, built|failed"), waited for: F, and *built. */
+static int attempt_logged(const char *log, const char *scope, int a, int *built) {
+    char want[64], err[ERR_LEN];
+    snprintf(want, sizeof want, "%s attempt %d: ", scope, a);
+    for (int i = 0; i < 600; i++) {
+        char *text = NULL;
+        size_t len;
+        const char *p =
+            file_read_all(log, 1 << 24, &text, &len, err) == 0 ? strstr(text, want) : NULL;
+        if (p) {
+            long long calls, f;
+            char what[16];
+            int ok = sscanf(p + strlen(want), "%lld calls, %lld failed, %15s", &calls, &f, what);
+            free(text);
+            cr_assert_eq(ok, 3, "a bad faultsim line for attempt %d", a);
+            *built = strcmp(what, "built") == 0;
+            return (int)f;
+        }
+        free(text);
+        cr_assert_eq(waitpid(coord, NULL, WNOHANG), 0, "the coordinator died at %s attempt %d",
+                     scope, a);
+        usleep(50000);
+    }
+    cr_assert_fail("%s attempt %d never ran", scope, a);
+    return -1;
+}
+
+/* Waits until round `number` has `fails` failed rows, each failed by its
+ * commit with the reason in one line. */
+static void wait_failed_rows(int64_t number, int fails) {
+    char err[ERR_LEN];
+    int got = 0;
+    for (int i = 0; i < 300 && got < fails; i++) {
+        Store *s = store_ro();
+        StoreRound *list = NULL;
+        size_t n = 0;
+        cr_assert_eq(store_rounds_list(s, 4000, 0, &list, &n, err), 0, "%s", err);
+        store_close(s);
+        got = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (list[j].number != number || strcmp(list[j].state, "failed") != 0) continue;
+            got++;
+            cr_assert_not_null(strstr(list[j].failed_reason, "commit failed: "), "%s",
+                               list[j].failed_reason);
+            cr_assert_null(strchr(list[j].failed_reason, '\n'), "not one line: %s",
+                           list[j].failed_reason);
+        }
+        free(list);
+        if (got < fails) usleep(50000);
+    }
+    cr_assert_eq(got, fails, "round %lld has %d failed attempts, not %d", (long long)number, got,
+                 fails);
+}
+
+typedef struct Walk {
+    int failed;    /* attempts failed by their fault */
+    int tolerated; /* faults a commit went on past, by design (a lossless stage kept raw) */
+    int rounds;    /* rounds committed */
+    int injected;  /* faults injected in all */
+} Walk;
+
+/* Every fault point of a scope, one attempt each (SQLite's faultsim, in
+ * tests/faultsim/faultsim.h): the test build fails attempt a of the scope
+ * named in `fault` (a round's commit, or an upload's receipt) at its a-th
+ * call of the kind there, so each attempt walks one point further, until
+ * one has fewer calls than its number. A commit its fault failed fails the
+ * round with the reason in one line and leaves no file, and the site sends
+ * its update again; a receipt its fault failed answers the site with a
+ * status and one line, and the site sends again. An attempt that went on
+ * past its fault, or had none, takes the update and commits the round.
+ * Every committed round's model is, bit for bit, what the coordinator's
+ * own code makes of the update from the round before's, so no failed
+ * attempt stepped anything; then the test build stops cleanly (under ASan:
+ * nothing leaked), nothing of a failed attempt is left, `strait db check`
+ * passes and the production binary starts on the federation. */
+static Walk fault_walk(const char *fault, int max_attempts) {
+    char scope[16];
+    snprintf(scope, sizeof scope, "%.*s", (int)strcspn(fault, ":"), fault);
+    int upload = strcmp(scope, "upload") == 0;
+    federation_ini("mean", "1", "3s");
+    ini_set("rounds", "total", "1000");
+    char log[700];
+    snprintf(log, sizeof log, "%s/faultsim.log", root);
+    harness_use_test_build(1);
+    setenv("STRAIT_FAULT", fault, 1);
+    setenv("STRAIT_FAULT_LOG", log, 1);
+    start_coordinator();
+    unsetenv("STRAIT_FAULT");
+    unsetenv("STRAIT_FAULT_LOG");
+    harness_use_test_build(0);
+    char b_dir[700], details[256], err[ERR_LEN], id[48];
+    site("b", b_dir, sizeof b_dir);
+    NetChannel *b = attacker_channel(b_dir, addr);
+    GPT m = tiny();
+    size_t n = m.n_params;
+    Blob good = attacker_update("int8", m.table_hash, n, 0, 1e-3f);
+    /* the round's mean of the one update, and the recipe's state */
+    float *mean0 = malloc(n * 4), *mean = malloc(n * 4), *ob = calloc(n, 4), *oe = calloc(n, 4);
+    RoundSum rs;
+    cr_assert_eq(round_sum_init(&rs, n, m.table_hash, 0, err), 0);
+    cr_assert_eq(round_sum_add(&rs, good.data, good.len, 1000, err), 0, "%s", err);
+    cr_assert_eq(round_sum_mean(&rs, mean0, err), 0);
+    round_sum_free(&rs);
+    AttackClaim claim = {0, id, 1000, NULL, 0, NULL, 0, 0, 0};
+    Walk w = {0, 0, 0, 0};
+    int persistent = strstr(fault, ":short") != NULL; /* every write, from the first */
+    int fails_here = 0, done = 0;
+    for (int a = 1; a <= max_attempts && !done; a++) {
+        snprintf(id, sizeof id, "b-r%d-%d", w.rounds, a);
+        claim.round = (uint64_t)w.rounds;
+        NetStatus st = NET_UNKNOWN;
+        for (int i = 0; i < (upload ? 1 : 50) && st != NET_OK; i++) {
+            details[0] = '\0';
+            st = attacker_push(b, &claim, &good, details, sizeof details);
+            if (st != NET_OK && !upload) usleep(100000); /* the round reopening */
+        }
+        int built, f = attempt_logged(log, scope, a, &built);
+        w.injected += f;
+        if (upload && !built) { /* the site is told, in one line */
+            cr_assert_eq(f, 1, "upload attempt %d failed with %d faults injected", a, f);
+            cr_assert_neq(st, NET_OK, "upload attempt %d failed, and the site was told OK", a);
+            cr_assert(details[0] && !strchr(details, '\n'), "upload attempt %d: '%s'", a, details);
+            w.failed++;
+            continue;
+        }
+        cr_assert_eq(st, NET_OK, "attempt %d: the update was refused: %s", a, details);
+        if (!built) {
+            cr_assert_eq(f, 1, "commit attempt %d failed with %d faults injected", a, f);
+            w.failed++;
+            wait_failed_rows(w.rounds, ++fails_here);
+            continue;
+        }
+        StoreRound r = wait_committed(w.rounds, 30);
+        cr_assert_eq(r.attempt, fails_here + 1, "round %d committed at attempt %lld, not %d",
+                     w.rounds, (long long)r.attempt, fails_here + 1);
+        memcpy(mean, mean0, n * 4);
+        float *theta = recipe_step(&m, mean, ob, oe, w.rounds);
+        assert_model_is(&r, theta);
+        memcpy(m.params, theta, n * 4);
+        free(theta);
+        w.rounds++, fails_here = 0;
+        if (f == 0 || persistent)
+            done = 1; /* fewer calls than its number: past the last point */
+        else
+            w.tolerated++;
+    }
+    if (getenv("STRAIT_FAULT_SHOW")) {
+        char *text = NULL;
+        size_t len;
+        if (file_read_all(log, 1 << 24, &text, &len, err) == 0) fprintf(stderr, "%s", text);
+        free(text);
+    }
+    cr_assert(done, "%s: the walk did not end in %d attempts", fault, max_attempts);
+    net_channel_destroy(b);
+    blob_free(&good);
+    free(mean0), free(mean), free(ob), free(oe);
+    gpt_free(&m);
+    cr_assert_eq(proc_stop(coord, 10000), 0, "the test build did not stop cleanly");
+    coord = -1;
+    /* nothing of a failed attempt is left beside the committed rounds' files */
+    char dir[800], next[64];
+    snprintf(dir, sizeof dir, "%s/%s", fed, STORE_CHECKPOINT_DIR);
+    snprintf(next, sizeof next, "round-%06d.", w.rounds);
+    ProcResult ls = proc_run((char *const[]){"/bin/ls", dir, NULL});
+    cr_assert_eq(ls.status, 0);
+    cr_assert(strstr(ls.out, ".tmp.") == NULL && strstr(ls.out, next) == NULL, "left in %s:\n%s",
+              dir, ls.out);
+    proc_result_free(&ls);
+    ProcResult chk = S("db", "check", fed);
+    cr_assert_eq(chk.status, 0, "strait db check after %d failed commits: %s%s", w.failed, chk.out,
+                 chk.err);
+    proc_result_free(&chk);
+    start_coordinator(); /* the production binary, on what the walk left */
+    cr_log_info("%s: %d attempts failed by their fault, %d faults gone past by design, %d rounds",
+                fault, w.failed, w.tolerated, w.rounds);
+    return w;
+}
+
+Test(adversary, every_allocation_of_a_commit_can_fail, .timeout = 600) {
+    Walk w = fault_walk("commit:alloc:enomem", 2000);
+    cr_assert_gt(w.failed, 0, "no allocation of the commit was made to fail");
+}
+
+Test(adversary, every_file_call_of_a_commit_can_fail, .timeout = 600) {
+    Walk w = fault_walk("commit:io:enospc", 2000);
+    cr_assert_gt(w.failed, 0, "no file call of the commit was made to fail");
+    /* the two a commit goes on past: the downlink delta's spill file (its
+     * mkostemp and its write), kept on the heap instead */
+    cr_assert_leq(w.tolerated, 2, "%d file calls failed and the commit went on", w.tolerated);
+}
+
+Test(adversary, every_store_write_of_a_commit_can_fail, .timeout = 600) {
+    Walk w = fault_walk("commit:sql:ioerr", 2000);
+    cr_assert_gt(w.failed, 0, "no store write of the commit was made to fail");
+    cr_assert_eq(w.tolerated, 0, "%d store writes failed and the commit went on", w.tolerated);
+}
+
+/* A full disk seen by SQLite is a failure like any other I/O error. */
+Test(adversary, a_full_store_fails_a_commit_cleanly, .timeout = 600) {
+    Walk w = fault_walk("commit:sql:full", 2000);
+    cr_assert_gt(w.failed, 0, "no store write of the commit was made to fail");
+    cr_assert_eq(w.tolerated, 0);
+}
+
+/* Short writes are not failures: every write of the commit carries half
+ * of what it was asked (faultsim.h), and the commit is whole at its first
+ * attempt. */
+Test(adversary, short_writes_make_the_same_commit) {
+    Walk w = fault_walk("commit:io:short", 1);
+    cr_assert_eq(w.failed, 0);
+    cr_assert_gt(w.injected, 0, "no write of the commit was cut short");
+}
+
+Test(adversary, every_allocation_of_an_upload_can_fail, .timeout = 600) {
+    Walk w = fault_walk("upload:alloc:enomem", 2000);
+    cr_assert_gt(w.failed, 0, "no allocation of the upload was made to fail");
+}
+
+Test(adversary, every_file_call_of_an_upload_can_fail, .timeout = 600) {
+    Walk w = fault_walk("upload:io:enospc", 2000);
+    cr_assert_gt(w.failed, 0, "no file call of the upload was made to fail");
+    cr_assert_eq(w.tolerated, 0, "%d file calls failed and the upload went on", w.tolerated);
+}
+
+/* A busy store (another writer's lock, once) waits for it within its busy
+ * timeout and commits at its first attempt. */
+Test(adversary, a_busy_store_commits_at_the_first_attempt) {
+    Walk w = fault_walk("commit:sql:busy", 20);
+    cr_assert_eq(w.failed, 0, "a busy store failed %d commits", w.failed);
+    cr_assert_gt(w.tolerated, 0, "the store's lock was never refused");
+}
+
 /* The optimizer's momentum and the downlink's residual are stepped in
  * place by a commit: one that fails past its outer step (round 1's
  * checkpoint cannot be written) reads them back from round 0's state file,

@@ -325,8 +325,10 @@ static void held_commit_federation(const char *rounds, char hold[700], Blob *goo
     FILE *hf = fopen(hold, "w");
     cr_assert_not_null(hf);
     fclose(hf);
-    setenv("STRAIT_TEST_COMMIT_HOLD", hold, 1);
+    setenv("STRAIT_TEST_COMMIT_HOLD", hold, 1); /* a hook of the test build's */
+    harness_use_test_build(1);
     start_coordinator();
+    harness_use_test_build(0);
     unsetenv("STRAIT_TEST_COMMIT_HOLD");
     GPT m;
     GPTConfig cfg;

@@ -1,0 +1,282 @@
+/*
+ * test_faults.c — every fault point of the commands an operator runs, one
+ * run each (SQLite's do_faultsim_test): `strait init`, `strait site
+ * enroll` and `strait site join` run as the test build
+ * (tests/faultsim/faultsim.h) with STRAIT_FAULT=main:KIND:ERR:k for k =
+ * 1, 2, … until a run injects nothing. A run its fault failed says why in
+ * one line and exits non-zero, never by a signal; what it left lets the
+ * production binary run the same command to the end, and `strait db
+ * check` finds the federation consistent. The commit's fault points are
+ * walked in test_adversary.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "net/net.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+static char *root, fed[600], addr[64];
+static int coord = -1;
+
+#define S(...) harness_strait(__VA_ARGS__)
+
+static void teardown(void) {
+    if (root == NULL) return;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(faults, .fini = teardown, .timeout = 600);
+
+static void setup_root(void) {
+    net_global_init();
+    root = harness_tmpdir("faults");
+    snprintf(fed, sizeof fed, "%s/fed", root);
+}
+
+/* The faults each command is walked with. */
+static const char *const kinds[] = {"alloc:enomem", "io:enospc", "sql:ioerr"};
+#define N_KINDS (sizeof kinds / sizeof kinds[0])
+
+typedef struct Run {
+    ProcResult r;
+    int injected;  /* faultsim lines on stderr */
+    char why[512]; /* the one other line, when it failed */
+} Run;
+
+/* args (NULL-terminated, without the binary) run by the test build with
+ * fault `kind` at call k of its main thread. */
+static Run run_faulted(const char *kind, int k, const char *const *args) {
+    char fault[64];
+    snprintf(fault, sizeof fault, "main:%s:%d", kind, k);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = getenv("STRAIT_TEST_BIN");
+    cr_assert_not_null(argv[0], "STRAIT_TEST_BIN (build/strait-test) is not set: run make test");
+    for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    setenv("STRAIT_FAULT", fault, 1);
+    Run run = {proc_run((char *const *)argv), 0, ""};
+    unsetenv("STRAIT_FAULT");
+    int others = 0;
+    for (char *line = run.r.err; line && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (strncmp(line, "faultsim: ", 10) == 0) {
+            run.injected++;
+        } else if (len > 0) {
+            others++;
+            snprintf(run.why, sizeof run.why, "%.*s", (int)len, line);
+        }
+        line = nl ? nl + 1 : line + len;
+    }
+    cr_assert_lt(run.r.status, 128, "%s %s at call %d: killed by signal %d:\n%s", args[0], kind, k,
+                 run.r.status - 128, run.r.err);
+    if (run.r.status != 0) {
+        cr_assert_eq(others, 1, "%s %s at call %d: not one line of error:\n%s", args[0], kind, k,
+                     run.r.err);
+        cr_assert_eq(strncmp(run.why, "strait ", 7), 0, "%s", run.why);
+    }
+    return run;
+}
+
+static void db_check(const char *dir, const char *after) {
+    ProcResult chk = S("db", "check", dir);
+    cr_assert_eq(chk.status, 0, "strait db check after %s: %s%s", after, chk.out, chk.err);
+    proc_result_free(&chk);
+}
+
+/* Whether `strait events DIR` lists an event whose line holds both words. */
+static int has_event(const char *dir, const char *action, const char *detail) {
+    ProcResult ev = S("events", dir, "--last", "100000");
+    int found = 0;
+    for (char *line = ev.out; ev.status == 0 && line && *line && !found;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        found = strstr(line, action) && strstr(line, detail);
+        line = nl ? nl + 1 : NULL;
+    }
+    proc_result_free(&ev);
+    return found;
+}
+
+/* What one command's walk found: runs its fault failed, runs that went on
+ * past theirs, and fault points in all. */
+typedef struct Walked {
+    int failed, tolerated, points;
+} Walked;
+
+static void report(const char *what, const char *kind, Walked w) {
+    cr_log_info("%s, %s: %d fault points, %d failed the command, %d gone past", what, kind,
+                w.points, w.failed, w.tolerated);
+}
+
+/* ---- strait init ----------------------------------------------------------------- */
+
+/* A failed init leaves no federation.ini (its presence marks a complete
+ * federation), so init run again finishes it without --force. */
+Test(faults, every_fault_point_of_init_leaves_a_folder_init_can_finish) {
+    setup_root();
+    for (size_t i = 0; i < N_KINDS; i++) {
+        Walked w = {0, 0, 0};
+        for (int k = 1; k <= 5000; k++) {
+            char dir[700], ini[800], what[800];
+            snprintf(dir, sizeof dir, "%s/init-%zu-%d", root, i, k);
+            snprintf(ini, sizeof ini, "%s/federation.ini", dir);
+            snprintf(what, sizeof what, "init with %s at call %d", kinds[i], k);
+            const char *args[] = {"init", dir, "--listen", "127.0.0.1:0", "--model", "tiny", NULL};
+            Run run = run_faulted(kinds[i], k, args);
+            int injected = run.injected, ok = run.r.status == 0;
+            proc_result_free(&run.r);
+            if (injected == 0) {
+                cr_assert(ok, "%s: failed with nothing injected: %s", what, run.why);
+                db_check(dir, what);
+                break;
+            }
+            w.points++;
+            if (ok) { /* a write SQLite retries, or its checkpoint at close: the log is whole */
+                w.tolerated++;
+                cr_assert(has_event(dir, "federation.init", ""),
+                          "%s succeeded without its audit event", what);
+            } else {
+                w.failed++;
+                cr_assert_neq(access(ini, F_OK), 0, "%s failed (%s) but left federation.ini", what,
+                              run.why);
+                ProcResult again = S("init", dir, "--listen", "127.0.0.1:0", "--model", "tiny");
+                cr_assert_eq(again.status, 0, "init after %s: %s", what, again.err);
+                proc_result_free(&again);
+            }
+            db_check(dir, what);
+            harness_rmtree(dir);
+        }
+        report("init", kinds[i], w);
+        cr_assert_gt(w.failed, 0, "init with %s: nothing was made to fail", kinds[i]);
+        if (strncmp(kinds[i], "sql", 3) != 0)
+            cr_assert_eq(w.tolerated, 0, "init with %s: %d faults went unnoticed", kinds[i],
+                         w.tolerated);
+    }
+}
+
+/* ---- strait site enroll ----------------------------------------------------------- */
+
+/* A failed enroll issued no token the operator saw; enroll run again
+ * issues one, and the store stays consistent. */
+Test(faults, every_fault_point_of_enroll_fails_it_whole) {
+    setup_root();
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    for (size_t i = 0; i < N_KINDS; i++) {
+        Walked w = {0, 0, 0};
+        for (int k = 1; k <= 5000; k++) {
+            char name[64], what[200];
+            snprintf(name, sizeof name, "s%zu-%d", i, k);
+            snprintf(what, sizeof what, "enroll with %s at call %d", kinds[i], k);
+            const char *args[] = {"site", "enroll", fed, name, NULL};
+            Run run = run_faulted(kinds[i], k, args);
+            int injected = run.injected, ok = run.r.status == 0;
+            proc_result_free(&run.r);
+            if (injected == 0) {
+                cr_assert(ok, "%s: failed with nothing injected: %s", what, run.why);
+                break;
+            }
+            w.points++;
+            if (ok) { /* a write SQLite retries, or its checkpoint at close: the log is whole */
+                w.tolerated++;
+                cr_assert(has_event(fed, "site.enroll", name), "%s succeeded without its event",
+                          what);
+            } else {
+                w.failed++;
+                ProcResult again = S("site", "enroll", fed, name);
+                cr_assert_eq(again.status, 0, "enroll after %s: %s", what, again.err);
+                proc_result_free(&again);
+            }
+            db_check(fed, what);
+        }
+        report("enroll", kinds[i], w);
+        cr_assert_gt(w.failed, 0, "enroll with %s: nothing was made to fail", kinds[i]);
+        if (strncmp(kinds[i], "sql", 3) != 0)
+            cr_assert_eq(w.tolerated, 0, "enroll with %s: %d faults went unnoticed", kinds[i],
+                         w.tolerated);
+    }
+}
+
+/* ---- strait site join ------------------------------------------------------------- */
+
+/* The token and CA fingerprint `strait site enroll` printed for name. */
+static void enroll(const char *name, char token[65], char fp[65]) {
+    ProcResult r = S("site", "enroll", fed, name);
+    cr_assert_eq(r.status, 0, "enroll %s: %s", name, r.err);
+    const char *nl = strchr(r.out, '\n'), *ca = strstr(r.out, "--ca-sha256 ");
+    cr_assert(nl && strlen(nl + 1) >= 64 && ca && strlen(ca + 12) >= 64, "%s", r.out);
+    memcpy(token, nl + 1, 64), token[64] = 0;
+    memcpy(fp, ca + 12, 64), fp[64] = 0;
+    proc_result_free(&r);
+}
+
+/* A join its fault failed leaves a site folder that a join with a fresh
+ * token finishes (the operator enrolls the site again, revoking it first
+ * in case the coordinator had answered the failed join); a site that
+ * joined says hello. */
+Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
+    setup_root();
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "the coordinator did not start");
+    for (size_t i = 0; i < N_KINDS; i++) {
+        if (strncmp(kinds[i], "sql", 3) == 0) continue; /* a site keeps no store */
+        Walked w = {0, 0, 0};
+        for (int k = 1; k <= 5000; k++) {
+            char name[64], dir[700], what[200], token[65], fp[65];
+            snprintf(name, sizeof name, "j%zu-%d", i, k);
+            snprintf(dir, sizeof dir, "%s/%s", root, name);
+            snprintf(what, sizeof what, "join with %s at call %d", kinds[i], k);
+            enroll(name, token, fp);
+            const char *args[] = {"site", "join",    dir,   "--name",      name, "--coordinator",
+                                  addr,   "--token", token, "--ca-sha256", fp,   NULL};
+            Run run = run_faulted(kinds[i], k, args);
+            int injected = run.injected, ok = run.r.status == 0;
+            proc_result_free(&run.r);
+            if (injected == 0) {
+                cr_assert(ok, "%s: failed with nothing injected: %s", what, run.why);
+                break;
+            }
+            w.points++;
+            if (ok) {
+                w.tolerated++;
+            } else if (strstr(run.why, "joined, but the first hello failed")) {
+                w.failed++; /* joined: the hello below is the test */
+            } else {
+                w.failed++;
+                /* as the error says: enrolled again (revoked first, should the
+                 * coordinator have answered the join), then joined */
+                ProcResult rv = S("site", "revoke", fed, name);
+                proc_result_free(&rv);
+                enroll(name, token, fp);
+                ProcResult again = S("site", "join", dir, "--name", name, "--coordinator", addr,
+                                     "--token", token, "--ca-sha256", fp);
+                cr_assert_eq(again.status, 0, "join after %s: %s", what, again.err);
+                proc_result_free(&again);
+            }
+            ProcResult hello = S("site", "hello", dir);
+            cr_assert_eq(hello.status, 0, "hello after %s: %s", what, hello.err);
+            proc_result_free(&hello);
+            harness_rmtree(dir);
+        }
+        report("join", kinds[i], w);
+        cr_assert_gt(w.failed, 0, "join with %s: nothing was made to fail", kinds[i]);
+        cr_assert_eq(w.tolerated, 0, "join with %s: %d faults went unnoticed", kinds[i],
+                     w.tolerated);
+    }
+    db_check(fed, "the joins");
+}
