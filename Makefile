@@ -376,8 +376,9 @@ fuzz: $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS)) $(BUILD)/fuzz-seed
 coverage:
 	@$(MAKE) --no-print-directory COV=1 CUDA=0 -j$$(nproc) all
 	@find build/cov -name '*.gcda' -delete
-	@$(MAKE) --no-print-directory COV=1 CUDA=0 test
-	@bash mk/coverage.sh build/cov/cpu
+	@failed=0; $(MAKE) --no-print-directory COV=1 CUDA=0 test || failed=1; \
+	bash mk/coverage.sh build/cov/cpu; \
+	if [ $$failed = 1 ]; then echo "make coverage: tests failed (above); the figures are of what ran" >&2; exit 1; fi
 
 install: $(BIN)
 	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/strait

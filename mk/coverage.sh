@@ -6,14 +6,20 @@
 set -euo pipefail
 build=${1:?usage: coverage.sh BUILD}
 info=$build/coverage.info
+# every compiled line, run or not (a file no test reaches counts as 0%),
+# then what the tests ran
+lcov --quiet --capture --initial --directory "$build/obj" --base-directory . \
+  --rc lcov_branch_coverage=1 --output-file "$info.base" 2>"$build/lcov.log"
 lcov --quiet --capture --directory "$build/obj" --base-directory . \
-  --rc lcov_branch_coverage=1 --output-file "$info.all" 2>"$build/lcov.log"
+  --rc lcov_branch_coverage=1 --output-file "$info.run" 2>>"$build/lcov.log"
+lcov --quiet --rc lcov_branch_coverage=1 --add-tracefile "$info.base" --add-tracefile "$info.run" \
+  --output-file "$info.all" 2>>"$build/lcov.log"
 # the repository's own sources only: not generated code, not the tests
 lcov --quiet --rc lcov_branch_coverage=1 --extract "$info.all" "$PWD/*" \
   --output-file "$info.repo" 2>>"$build/lcov.log"
 lcov --quiet --rc lcov_branch_coverage=1 --remove "$info.repo" "$PWD/tests/*" "$PWD/bench/*" \
   "$PWD/build/*" --output-file "$info" 2>>"$build/lcov.log"
-rm -f "$info.all" "$info.repo"
+rm -f "$info.base" "$info.run" "$info.all" "$info.repo"
 awk -v root="$PWD/" '
   /^SF:/ { f = substr($0, 4); sub(root, "", f); m = f; sub("/.*", "/", m); mods[m] = 1 }
   /^LF:/ { lf[m] += substr($0, 4) } /^LH:/ { lh[m] += substr($0, 4) }

@@ -36,6 +36,9 @@ static _Atomic int armed_kind;
 static _Atomic int64_t armed_nth, counted, fired;
 static int armed_err, armed_persist;
 static _Thread_local int in_scope;
+/* set at exit: what runs after main (gcov's counters written in a
+ * coverage build, which allocate) is not the program's to fail */
+static _Atomic int exiting;
 
 void faultsim_arm(FaultKind kind, int64_t nth, int err, int persist) {
     atomic_store(&armed_kind, 0);
@@ -86,7 +89,7 @@ __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
 
 /* Whether this call of kind (named fn) is to fail; counts it. */
 static int fault_here(FaultKind kind, const char *fn) {
-    if (!in_scope || atomic_load(&armed_kind) != (int)kind) return 0;
+    if (!in_scope || atomic_load(&armed_kind) != (int)kind || atomic_load(&exiting)) return 0;
     int64_t k = atomic_fetch_add(&counted, 1) + 1, nth = atomic_load(&armed_nth);
     if (k != nth && !(armed_persist && k > nth)) return 0;
     atomic_fetch_add(&fired, 1);
@@ -335,9 +338,15 @@ static int parse_err(FaultKind kind, const char *s) {
     return 0;
 }
 
+static void faultsim_exiting(void) {
+    atomic_store(&exiting, 1);
+}
+
 /* STRAIT_FAULT, read before main: a wrong value stops the process, since a
- * test that meant a fault and got none would pass for the wrong reason. */
+ * test that meant a fault and got none would pass for the wrong reason.
+ * The exit handler registered here runs before the destructors. */
 __attribute__((constructor)) static void faultsim_env(void) {
+    atexit(faultsim_exiting);
     const char *v = getenv("STRAIT_FAULT");
     if (v == NULL || *v == '\0') return;
     char scope[16] = "", kind[16] = "", err[16] = "";
