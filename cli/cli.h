@@ -96,12 +96,6 @@ int demo_run_wait(char *const argv[], const char *log_path);
  * writes DIR/summary.json. */
 int demo_score(const DemoRun *d, const struct StoreTotals *tot, int baseline, char *err);
 
-/* Writes prompt and n sampled tokens (temperature 0: the likeliest) to out,
- * decoded by tok, or as bytes when tok is NULL (a byte-level model). */
-struct GPT;
-struct Tokenizer;
-void cli_sample_text(struct GPT *m, struct Tokenizer *tok, const char *prompt, int n,
-                     float temperature, uint64_t seed, FILE *out);
 /* The tokenizer of --tokenizer DIR (DIR/vocab.json, DIR/merges.txt) or of
  * --vocab and --merges, which win over DIR's files. NULL with err set. */
 struct Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges,

@@ -26,6 +26,7 @@
 #include "coordinator/coordinator.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
+#include "kernels/sampler.h"
 #include "util/util.h"
 
 #define FORTUNES DEMO_FORTUNES
@@ -422,7 +423,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, rounds - 1);
     if (gpt_build(&m, &cfg, 1, err) == 0 && gpt_load(&m, ckpt, NULL, err) == 0) {
         printf("\na sample from the final model:\n\n");
-        cli_sample_text(&m, NULL, "The ", 240, 0.8f, 7, stdout);
+        gpt_sample_text(&m, NULL, "The ", 240, 0.8f, 7, stdout);
     }
     gpt_free(&m);
     printf("\nthe federation, its store and the logs stay in %s\n", dir);

@@ -45,13 +45,6 @@ static int dir_is_empty_or_absent(const char *path) {
     return empty;
 }
 
-static int write_shard(const char *out, int index, const TokenBuf *b, size_t from, size_t n,
-                       char *err) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tokens_%06d.bin", out, index);
-    return tokens_write_bin(path, b->ids + from, n, err);
-}
-
 int cmd_tokenize(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {
         {"tokenizer", required_argument, NULL, 'T'},    {"vocab", required_argument, NULL, 'v'},
@@ -106,10 +99,10 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
     }
     ProgressBar pb;
     progress_init(&pb, stderr, "tokenize", total);
-    TokenBuf b = {0};
+    ShardWriter w;
+    shard_writer_init(&w, out, (size_t)shard_tokens);
     uint64_t done = 0;
-    size_t flushed = 0, n_tokens = 0;
-    int shards = 0, rc = 0, eot = tokenizer_doc_start(tok);
+    int rc = 0, eot = tokenizer_doc_start(tok);
     for (int i = optind; rc == 0 && i < argc; i++) {
         char *text, *norm;
         size_t len, pos = 0, nlen;
@@ -125,37 +118,27 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
         if (norm) free(text), text = norm, len = nlen;
         /* each file is a document; like llm.c's data scripts, <|endoftext|> opens it
          * (<|begin_of_text|> where the tokenizer has one: Llama 3) */
-        if (eot >= 0 && token_buf_push(&b, eot) != 0) {
+        if (eot >= 0 && token_buf_push(&w.b, eot) != 0) {
             free(text);
             rc = err_set(err, "out of memory");
             break;
         }
         while (rc == 0 && pos < len) {
             size_t before = pos;
-            rc = tokenizer_encode_some(tok, text, len, &pos, (size_t)1 << 20, &b, err);
+            rc = tokenizer_encode_some(tok, text, len, &pos, (size_t)1 << 20, &w.b, err);
             done += pos - before;
             char suffix[64];
-            snprintf(suffix, sizeof suffix, "%zu tokens", n_tokens + b.n - flushed);
+            snprintf(suffix, sizeof suffix, "%zu tokens", w.written + w.b.n);
             progress_update(&pb, done, suffix);
-            while (rc == 0 && b.n - flushed >= (size_t)shard_tokens) {
-                rc = write_shard(out, shards++, &b, flushed, (size_t)shard_tokens, err);
-                flushed += (size_t)shard_tokens;
-                n_tokens += (size_t)shard_tokens;
-            }
-            if (flushed > 0) { /* keep only what is not in a shard yet */
-                memmove(b.ids, b.ids + flushed, (b.n - flushed) * sizeof *b.ids);
-                b.n -= flushed;
-                flushed = 0;
-            }
+            if (rc == 0) rc = shard_writer_flush(&w, 0, err);
         }
         free(text);
     }
-    if (rc == 0 && b.n > flushed) {
-        rc = write_shard(out, shards++, &b, flushed, b.n - flushed, err);
-        n_tokens += b.n - flushed;
-    }
+    if (rc == 0) rc = shard_writer_flush(&w, 1, err);
     progress_finish(&pb, done, rc == 0 ? "done" : "failed");
-    token_buf_free(&b);
+    size_t n_tokens = w.written;
+    int shards = w.shards;
+    shard_writer_free(&w);
     int vocab_size = tokenizer_vocab_size(tok);
     tokenizer_free(tok);
     if (rc != 0) return cli_fail(cmd, "%s", err);

@@ -14,6 +14,7 @@
 #include "kernels/data.h"
 #include "kernels/tokenizer.h"
 #include "kernels/train.h"
+#include "kernels/sampler.h"
 #include "kernels/tokenizer.h"
 #include "util/util.h"
 
@@ -224,60 +225,6 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     return rc;
 }
 
-void cli_sample_text(GPT *m, Tokenizer *tok, const char *prompt, int n, float temperature,
-                     uint64_t seed, FILE *out) {
-    const GPTConfig cfg = m->cfg;
-    size_t plen = strlen(prompt);
-    TokenBuf ctx = {0};
-    char err[ERR_LEN];
-    if (tok != NULL) {
-        if (plen == 0 && tokenizer_eot(tok) >= 0) token_buf_push(&ctx, tokenizer_eot(tok));
-        tokenizer_encode(tok, prompt, plen, &ctx, err);
-    } else {
-        for (size_t i = 0; i < plen; i++) token_buf_push(&ctx, (uint8_t)prompt[i]);
-    }
-    if (ctx.n == 0)
-        token_buf_push(&ctx, tok ? tokenizer_eot(tok) < 0 ? 0 : tokenizer_eot(tok) : '\n');
-    int *ids = mallocCheck(sizeof(int) * (ctx.n + (size_t)n));
-    int len = 0;
-    for (size_t i = 0; i < ctx.n; i++) ids[len++] = ctx.ids[i];
-    token_buf_free(&ctx);
-    float *logits = mallocCheck(sizeof(float) * (size_t)cfg.V);
-    /* only ids the vocabulary has: a padded or larger model's others never come out */
-    int usable = tok ? tokenizer_vocab_size(tok) : 256;
-    if (usable > cfg.V) usable = cfg.V;
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    fputs(prompt, out);
-    for (int k = 0; k < n; k++) {
-        gpt_next_logits(m, ids, len, logits);
-        int next = 0;
-        if (temperature == 0) {
-            for (int v = 1; v < usable; v++) next = logits[v] > logits[next] ? v : next;
-        } else {
-            float mx = logits[0];
-            for (int v = 1; v < usable; v++) mx = logits[v] > mx ? logits[v] : mx;
-            double sum = 0;
-            for (int v = 0; v < usable; v++) sum += exp((logits[v] - mx) / temperature);
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            double u = (double)(s >> 11) / 9007199254740992.0 * sum, acc = 0;
-            for (next = 0; next < usable - 1; next++) {
-                acc += exp((logits[next] - mx) / temperature);
-                if (acc > u) break;
-            }
-        }
-        ids[len++] = next;
-        if (tok != NULL) {
-            size_t bl;
-            const uint8_t *bytes = tokenizer_decode(tok, next, &bl);
-            if (bytes) fwrite(bytes, 1, bl, out);
-        } else {
-            fputc(next, out);
-        }
-    }
-    fputc('\n', out);
-    free(ids), free(logits);
-}
-
 int cmd_sample(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},      {"tokens", required_argument, NULL, 'n'},
@@ -345,7 +292,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
         tokenizer_free(tok);
         return cli_fail(cmd, "%s", err);
     }
-    cli_sample_text(&m, tok, prompt, n, temperature, seed, stdout);
+    gpt_sample_text(&m, tok, prompt, n, temperature, seed, stdout);
     tokenizer_free(tok);
     gpt_free(&m);
     return EXIT_OK;

@@ -2,73 +2,13 @@
  * codec_cast.c — the dense codecs: fp32 (the identity), fp16 and bf16
  * (round-to-nearest-even casts). fp16 pseudo-gradients lose nothing
  * measurable (OpenDiLoCo); a value beyond fp16's range is refused at encode
- * rather than sent as infinity.
+ * rather than sent as infinity. The casts themselves, one value at a time
+ * and in lanes, are simd.c's: this file calls it, never the other way.
  */
 #include <math.h>
 
 #include "compress_internal.h"
 #include "util/util.h"
-
-/* ---- conversions -------------------------------------------------------- */
-
-uint16_t codec_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float codec_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t codec_f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x3ffu); /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds to >= 65520: infinity */
-    if (a < 0x38800000u) {                       /* below 2^-14: subnormal or zero */
-        if (a < 0x33000000u) return sign;        /* below 2^-25: rounds to zero */
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e; /* 14..24 */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u))) r++;
-        return sign | (uint16_t)r;
-    }
-    uint32_t r = ((a - 0x38000000u) >> 13); /* rebias exponent 127 → 15 */
-    uint32_t rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
-    return sign | (uint16_t)r;
-}
-
-float codec_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0) {
-        if (m == 0) {
-            u = sign;
-        } else { /* subnormal: normalise */
-            e = 113;
-            while (!(m & 0x400u)) {
-                m <<= 1;
-                e--;
-            }
-            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- fp32 -------------------------------------------------------------- */
 

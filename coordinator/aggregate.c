@@ -7,6 +7,7 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,48 +182,6 @@ int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
     return 0;
 }
 
-/* ---- the rules ------------------------------------------------------------------------ */
-
-static const struct {
-    AggregateRule rule;
-    const char *name;
-    int keeps_updates;
-} RULES[] = {
-    {AGG_MEAN, "mean", 0}, {AGG_MEDIAN, "median", 1}, {AGG_TRIMMED_MEAN, "trimmed_mean", 1}};
-
-#define N_RULES ((int)(sizeof RULES / sizeof RULES[0]))
-
-int aggregate_rule_parse(const char *name, AggregateRule *out) {
-    for (int i = 0; i < N_RULES; i++)
-        if (strcmp(RULES[i].name, name) == 0) {
-            *out = RULES[i].rule;
-            return 0;
-        }
-    return -1;
-}
-
-const char *aggregate_rule_name(AggregateRule rule) {
-    assert((int)rule >= 0 && (int)rule < N_RULES && RULES[rule].rule == rule);
-    return RULES[rule].name;
-}
-
-int aggregate_trim_count(double trim, int n_updates) {
-    int drop = (int)floor(trim * n_updates);
-    /* a trim asked for removes at least one from each end once there are
-     * three: floor(0.1 x 3) = 0 would make the robust rule a plain mean */
-    if (trim > 0 && drop == 0 && n_updates >= 3) drop = 1;
-    return drop;
-}
-
-const char *aggregate_rule_names(void) {
-    return "mean, median or trimmed_mean";
-}
-
-int aggregate_rule_keeps_updates(AggregateRule rule) {
-    assert((int)rule >= 0 && (int)rule < N_RULES && RULES[rule].rule == rule);
-    return RULES[rule].keeps_updates;
-}
-
 /* ---- robust aggregation ------------------------------------------------------------- */
 
 /* A column of one value per update, sorted, for the few updates a round
@@ -297,13 +256,92 @@ static float column_trimmed_mean(float *col, int n, int drop) {
     return (float)(s / keep);
 }
 
+/* ---- the rules ------------------------------------------------------------------------ */
+
+/* One row per rule. A coordinate-wise rule combines one coordinate's
+ * column of values (one per kept update, its own to reorder; drop is
+ * aggregate_trim_count's for rules that trim); the mean streams instead
+ * and has none. A new rule is its column function and one row here, plus
+ * its name in AggregateRule. */
+typedef float (*ColumnFn)(float *col, int n, int drop);
+static float column_median_of(float *col, int n, int drop) {
+    (void)drop;
+    return column_median(col, n);
+}
+static const struct {
+    AggregateRule rule;
+    const char *name;
+    int keeps_updates; /* the updates kept whole until the round closes */
+    int trims;         /* [rounds] trim applies */
+    ColumnFn column;   /* NULL: streamed (RoundSum) */
+} RULES[] = {
+    {AGG_MEAN, "mean", 0, 0, NULL},
+    {AGG_MEDIAN, "median", 1, 0, column_median_of},
+    {AGG_TRIMMED_MEAN, "trimmed_mean", 1, 1, column_trimmed_mean},
+};
+
+#define N_RULES ((int)(sizeof RULES / sizeof RULES[0]))
+
+int aggregate_rule_parse(const char *name, AggregateRule *out) {
+    for (int i = 0; i < N_RULES; i++)
+        if (strcmp(RULES[i].name, name) == 0) {
+            *out = RULES[i].rule;
+            return 0;
+        }
+    return -1;
+}
+
+static int rule_row(AggregateRule rule) {
+    assert((int)rule >= 0 && (int)rule < N_RULES && RULES[rule].rule == rule);
+    return (int)rule;
+}
+
+const char *aggregate_rule_name(AggregateRule rule) {
+    return RULES[rule_row(rule)].name;
+}
+
+int aggregate_rule_keeps_updates(AggregateRule rule) {
+    return RULES[rule_row(rule)].keeps_updates;
+}
+
+int aggregate_rule_trims(AggregateRule rule) {
+    return RULES[rule_row(rule)].trims;
+}
+
+int aggregate_trim_count(double trim, int n_updates) {
+    int drop = (int)floor(trim * n_updates);
+    /* a trim asked for removes at least one from each end once there are
+     * three: floor(0.1 x 3) = 0 would make the robust rule a plain mean */
+    if (trim > 0 && drop == 0 && n_updates >= 3) drop = 1;
+    return drop;
+}
+
+/* "mean, median or trimmed_mean": the table's names, built once */
+static char rule_names[256];
+static void names_build(void) {
+    size_t len = 0;
+    for (int i = 0; i < N_RULES; i++)
+        len += (size_t)snprintf(rule_names + len, sizeof rule_names - len, "%s%s",
+                                i == 0             ? ""
+                                : i == N_RULES - 1 ? " or "
+                                                   : ", ",
+                                RULES[i].name);
+    assert(len < sizeof rule_names);
+}
+const char *aggregate_rule_names(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, names_build);
+    return rule_names;
+}
+
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
                      AggregateRule rule, double trim, float *out, char *err) {
     enum { BLOCK = 1 << 16 };
     if (n_updates < 1) return err_set(err, "no updates to aggregate");
-    if (rule != AGG_MEDIAN && rule != AGG_TRIMMED_MEAN)
+    ColumnFn column = RULES[rule_row(rule)].column;
+    if (column == NULL)
         return err_set(err, "%s is not a coordinate-wise rule", aggregate_rule_name(rule));
-    if (rule == AGG_TRIMMED_MEAN && !(trim >= 0 && trim < 0.5))
+    if (RULES[rule].trims && !(trim >= 0 && trim < 0.5))
         return err_set(err, "trim fraction %g must be in [0, 0.5)", trim);
     for (int u = 0; u < n_updates; u++) {
         char why[ERR_LEN];
@@ -326,7 +364,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             return -1;
         }
     }
-    int drop = rule == AGG_TRIMMED_MEAN ? aggregate_trim_count(trim, n_updates) : 0;
+    int drop = RULES[rule].trims ? aggregate_trim_count(trim, n_updates) : 0;
     int rc = 0;
     /* block by block, with every core: the updates' cursors decode side by
      * side, then each coordinate's column is sorted on its own (a column is
@@ -353,8 +391,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
             for (uint64_t i = lo; i < hi; i++) {
                 if (col == NULL) continue;
                 for (int u = 0; u < n_updates; u++) col[u] = block[(size_t)u * BLOCK + (i - lo)];
-                out[i] = rule == AGG_MEDIAN ? column_median(col, n_updates)
-                                            : column_trimmed_mean(col, n_updates, drop);
+                out[i] = column(col, n_updates, drop);
             }
             free(col);
         }

@@ -225,7 +225,8 @@ int round_sum_mean(const RoundSum *rs, float *mean, char *err);
 void round_sum_restart(RoundSum *rs);
 
 /* How a round's updates combine ([rounds] aggregate): one table in
- * aggregate.c names each rule and says how it runs. The mean streams (each
+ * aggregate.c (RULES) names each rule, says how it runs and holds its
+ * column function; the names and messages come from it. The mean streams (each
  * update decode-accumulated as it arrives, then dropped); the robust rules
  * keep the updates whole until the round closes and combine them
  * coordinate-wise (robust_aggregate). */
@@ -240,6 +241,8 @@ const char *aggregate_rule_names(void);
 int aggregate_trim_count(double trim, int n_updates);
 /* 1 when the rule keeps the updates whole until the round closes */
 int aggregate_rule_keeps_updates(AggregateRule rule);
+/* 1 when [rounds] trim applies to the rule */
+int aggregate_rule_trims(AggregateRule rule);
 
 /* Coordinate-wise robust aggregation over spooled updates (untrusted silos),
  * block by block through one CodecCursor per update, so each update is

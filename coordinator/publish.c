@@ -96,7 +96,9 @@ Served *served_from_blob(Blob *b, const char *dir) {
 }
 
 void served_unref(Served *s) {
-    if (s == NULL || --s->refs > 0) return;
+    if (s == NULL) return;
+    assert(s->refs > 0); /* not already released to nothing */
+    if (--s->refs > 0) return;
     if (s->mapped)
         munmap(s->data, s->mapped);
     else

@@ -12,7 +12,9 @@
  * gates from the first one on, and it is recorded in the store before it
  * touches the sum.
  */
+#include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,59 @@
 #include "util/util.h"
 
 #define WAIT_POLL_MS 20000
+
+/* ---- who is calling (also for service.c's Hello and Renew) ----------------- */
+
+/* The site behind the call's certificate, or a refusal set on the call. */
+int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
+    const NetPeer *p = net_call_peer(c);
+    if (!p->has_cert) {
+        net_call_status(c, NET_UNAUTHENTICATED, "a site certificate is required");
+        return -1;
+    }
+    if (strcmp(p->sha256_hex, co->admin_sha) == 0) {
+        net_call_status(c, NET_PERMISSION_DENIED, "the admin certificate is not a site's");
+        return -1;
+    }
+    StoreCert cert;
+    char err[ERR_LEN];
+    int64_t now = time_wall_ms();
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_cert_find(co->store, p->sha256_hex, site, &cert, err);
+    int retired = rc == 0 && cert.revoked_at != 0 && cert.revoked_at <= now;
+    if (rc == 0 && strcmp(site->state, "active") == 0 && !retired)
+        store_site_touch(co->store, site->id, now, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc < 0) {
+        log_error("coordinator", "%s", err);
+        net_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
+        return -1;
+    }
+    if (rc == STORE_NOT_FOUND) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "certificate %.16s… was not issued to a site of this federation",
+                        p->sha256_hex);
+        return -1;
+    }
+    if (strcmp(site->state, "active") != 0) {
+        net_call_status(c, NET_PERMISSION_DENIED, "site %s is revoked", site->name);
+        return -1;
+    }
+    if (retired) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "certificate %.16s… of site %s was replaced by a renewal; use the site's "
+                        "newest (strait site run loads it when it starts)",
+                        p->sha256_hex, site->name);
+        return -1;
+    }
+    if (cert.not_after <= now) {
+        net_call_status(c, NET_UNAUTHENTICATED,
+                        "the certificate of site %s has expired; enroll the site again",
+                        site->name);
+        return -1;
+    }
+    return 0;
+}
 
 static void h_get_model(NetCall *c, void *user) {
     Coordinator *co = user;
@@ -67,6 +122,7 @@ static void h_get_model(NetCall *c, void *user) {
     }
     if (sc) sc->downloads++;
     Served *sv = link ? link->sv : delta ? r->delta : r->ckpt;
+    assert(sv != NULL && sv->refs > 0); /* the served model is installed, not yet released */
     sv->refs++;
     /* the round whose model the site holds once it has applied this */
     uint64_t number = link ? (uint64_t)link->from + 1 : (uint64_t)r->number;

@@ -659,11 +659,11 @@ static void warn_weak_rule(Coordinator *co) {
     if (!r->set.keeps_updates) return;
     int64_t n = rounds_quorum(co);
     const char *rule = aggregate_rule_name(r->set.rule);
-    if (r->set.rule == AGG_TRIMMED_MEAN && aggregate_trim_count(r->set.trim, (int)n) == 0)
+    if (aggregate_rule_trims(r->set.rule) && aggregate_trim_count(r->set.trim, (int)n) == 0)
         log_warn("rounds",
-                 "aggregate = trimmed_mean with trim = %g removes no update from a round of %lld "
+                 "aggregate = %s with trim = %g removes no update from a round of %lld "
                  "(min_sites): such a round is a plain mean; raise min_sites to 3 or more",
-                 r->set.trim, (long long)n);
+                 rule, r->set.trim, (long long)n);
     else if (n < 3)
         log_warn("rounds",
                  "aggregate = %s over a round of %lld update%s (min_sites) is their mean; it "

@@ -4,9 +4,10 @@
  * service (the Admin service is admin.c, the rounds rounds.c).
  *
  * Identity is the verified client certificate, looked up by its SHA-256
- * fingerprint on every call — never a field of a message — so a revocation
- * written to the store by `strait site revoke` refuses the very next call,
- * also on connections opened before it.
+ * fingerprint on every call (coordinator_authorize_site, in round_calls.c
+ * beside the calls that use it most, so the two files call one way) — never a field of a message —
+ * so a revocation written to the store by `strait site revoke` refuses the very next call, also on
+ * connections opened before it.
  *
  * Threading: handlers run on net/'s workers; the one store connection is
  * guarded by store_lock.
@@ -24,58 +25,7 @@
 #include "security/security.h"
 #include "util/util.h"
 
-/* ---- identity ------------------------------------------------------------------ */
-
-/* The site behind the call's certificate, or a refusal set on the call. */
-int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
-    const NetPeer *p = net_call_peer(c);
-    if (!p->has_cert) {
-        net_call_status(c, NET_UNAUTHENTICATED, "a site certificate is required");
-        return -1;
-    }
-    if (strcmp(p->sha256_hex, co->admin_sha) == 0) {
-        net_call_status(c, NET_PERMISSION_DENIED, "the admin certificate is not a site's");
-        return -1;
-    }
-    StoreCert cert;
-    char err[ERR_LEN];
-    int64_t now = time_wall_ms();
-    pthread_mutex_lock(&co->store_lock);
-    int rc = store_cert_find(co->store, p->sha256_hex, site, &cert, err);
-    int retired = rc == 0 && cert.revoked_at != 0 && cert.revoked_at <= now;
-    if (rc == 0 && strcmp(site->state, "active") == 0 && !retired)
-        store_site_touch(co->store, site->id, now, NULL);
-    pthread_mutex_unlock(&co->store_lock);
-    if (rc < 0) {
-        log_error("coordinator", "%s", err);
-        net_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
-        return -1;
-    }
-    if (rc == STORE_NOT_FOUND) {
-        net_call_status(c, NET_UNAUTHENTICATED,
-                        "certificate %.16s… was not issued to a site of this federation",
-                        p->sha256_hex);
-        return -1;
-    }
-    if (strcmp(site->state, "active") != 0) {
-        net_call_status(c, NET_PERMISSION_DENIED, "site %s is revoked", site->name);
-        return -1;
-    }
-    if (retired) {
-        net_call_status(c, NET_UNAUTHENTICATED,
-                        "certificate %.16s… of site %s was replaced by a renewal; use the site's "
-                        "newest (strait site run loads it when it starts)",
-                        p->sha256_hex, site->name);
-        return -1;
-    }
-    if (cert.not_after <= now) {
-        net_call_status(c, NET_UNAUTHENTICATED,
-                        "the certificate of site %s has expired; enroll the site again",
-                        site->name);
-        return -1;
-    }
-    return 0;
-}
+/* ---- identity ---------------------------------------------------------------- */
 
 static int cert_record(const char *pem, StoreCert *out, char *err) {
     SecurityIdentity id;

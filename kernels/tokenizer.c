@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tokenizer.h"
+#include "data.h"
 #include "util/util.h"
 
 /* GPT-2's pre-tokenization pattern (encoder.py, and `tokenizers`' ByteLevel) */
@@ -764,4 +765,42 @@ int tokenizer_normalize(const Tokenizer *t, const char *text, size_t len, char *
 int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, char *err) {
     size_t pos = 0;
     return tokenizer_encode_some(t, text, len, &pos, 0, out, err);
+}
+
+/* ---- shards ---------------------------------------------------------------------- */
+
+void shard_writer_init(ShardWriter *w, const char *dir, size_t shard_tokens) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    w->shard_tokens = shard_tokens;
+}
+
+static int shard_write(ShardWriter *w, size_t from, size_t n, char *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokens_%06d.bin", w->dir, w->shards);
+    if (tokens_write_bin(path, w->b.ids + from, n, err) != 0) return -1;
+    w->shards++, w->written += n;
+    return 0;
+}
+
+int shard_writer_flush(ShardWriter *w, int last, char *err) {
+    size_t from = 0;
+    int rc = 0;
+    while (rc == 0 && w->b.n - from >= w->shard_tokens) {
+        rc = shard_write(w, from, w->shard_tokens, err);
+        from += w->shard_tokens;
+    }
+    if (rc == 0 && last && w->b.n > from) {
+        rc = shard_write(w, from, w->b.n - from, err);
+        from = w->b.n;
+    }
+    if (from > 0) { /* keep only what is not in a shard yet */
+        memmove(w->b.ids, w->b.ids + from, (w->b.n - from) * sizeof *w->b.ids);
+        w->b.n -= from;
+    }
+    return rc;
+}
+
+void shard_writer_free(ShardWriter *w) {
+    token_buf_free(&w->b);
 }

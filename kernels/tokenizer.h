@@ -72,4 +72,20 @@ const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len);
 int token_buf_push(TokenBuf *b, int id);
 void token_buf_free(TokenBuf *b);
 
+/* Token shards in a folder, as `strait tokenize` writes them (llm.c's .bin
+ * shards: data.h reads them): DIR/tokens_000000.bin on, shard_tokens ids
+ * each, the last fewer. Ids go into w->b (tokenizer_encode_some appends
+ * there); shard_writer_flush writes every full shard it holds, and with
+ * last the rest. */
+typedef struct ShardWriter {
+    char dir[1024];
+    size_t shard_tokens;
+    TokenBuf b;     /* ids not yet in a shard */
+    int shards;     /* written so far */
+    size_t written; /* ids in them */
+} ShardWriter;
+void shard_writer_init(ShardWriter *w, const char *dir, size_t shard_tokens);
+int shard_writer_flush(ShardWriter *w, int last, char *err);
+void shard_writer_free(ShardWriter *w);
+
 #endif /* STRAIT_TOKENIZER_H */

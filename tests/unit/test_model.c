@@ -16,6 +16,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "kernels/model.h"
+#include "kernels/sampler.h"
 #include "kernels/formats.h"
 #include "kernels/data.h"
 #include "kernels/train.h"
@@ -765,4 +766,26 @@ Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
     cr_assert_eq(trainer_eval_tokens(t, v, 3), gpt_eval_tokens(&m, v, B, T, 3));
     trainer_free(t);
     gpt_free(&m);
+}
+
+/* The sampler: greedy is the argmax; at temperature 1 the draws follow the
+ * softmax (logits 0 and ln 3: the second three times in four), the same
+ * seed draws the same ids, and ids past `usable` never come out. */
+Test(model, the_sampler_draws_from_the_softmax_and_is_seeded) {
+    float logits[4] = {0.0f, logf(3.0f), 50.0f, 50.0f};
+    Sampler g;
+    sampler_init(&g, 1, 0);
+    cr_assert_eq(sampler_next(&g, logits, 2), 1);
+    cr_assert_eq(sampler_next(&g, logits, 4), 2);
+    Sampler a, b;
+    sampler_init(&a, 7, 1.0f), sampler_init(&b, 7, 1.0f);
+    int ones = 0, n = 20000;
+    for (int i = 0; i < n; i++) {
+        int x = sampler_next(&a, logits, 2);
+        cr_assert(x == 0 || x == 1, "id %d is past the usable two", x);
+        cr_assert_eq(x, sampler_next(&b, logits, 2), "draw %d differs under the same seed", i);
+        ones += x;
+    }
+    double f = (double)ones / n; /* 0.75, sd 0.003 */
+    cr_assert(fabs(f - 0.75) < 0.02, "id 1 drawn %.3f of the time, not 0.75", f);
 }
