@@ -362,8 +362,25 @@ int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64
     bad = bad || ef_save(ef, path, 0600, err) != 0;
     snprintf(path, sizeof path, "%s/state.ini", fresh);
     bad = bad || file_write_atomic(path, ini, strlen(ini), 0600, err) != 0;
-    if (!bad && (access(dir, F_OK) == 0 ? renameat2(AT_FDCWD, fresh, AT_FDCWD, dir, RENAME_EXCHANGE)
-                                        : rename(fresh, dir)) != 0)
+    char old[1200];
+    snprintf(old, sizeof old, "%s/state.old", s->o.site_dir);
+    int exists = !bad && access(dir, F_OK) == 0;
+    int rc = bad      ? -1
+             : exists ? renameat2(AT_FDCWD, fresh, AT_FDCWD, dir, RENAME_EXCHANGE)
+                      : rename(fresh, dir);
+    if (rc != 0 && exists && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        /* a file system without the exchange (NFS): two renames, and a
+         * crash between them leaves state.old, which site_state_load reads */
+        remove_state_dir(old);
+        rc = rename(dir, old);
+        if (rc == 0 && (rc = rename(fresh, dir)) != 0) {
+            int e = errno;
+            if (rename(old, dir) != 0) log_warn("site", "the last state is in %s", old);
+            errno = e;
+        }
+        if (rc == 0) remove_state_dir(old);
+    }
+    if (!bad && rc != 0)
         bad = err_set_errno(err, "cannot put the saved state %s in place of %s", fresh, dir);
     if (bad) {
         remove_state_dir(fresh);
@@ -377,8 +394,15 @@ int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64
 int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
                     char *err) {
     char path[1300];
+    /* state, or state.old when a save without the exchange stopped between
+     * its two renames */
+    const char *sub = "state";
     snprintf(path, sizeof path, "%s/state/state.ini", s->o.site_dir);
-    if (access(path, F_OK) != 0) return 0;
+    if (access(path, F_OK) != 0) {
+        sub = "state.old";
+        snprintf(path, sizeof path, "%s/state.old/state.ini", s->o.site_dir);
+        if (access(path, F_OK) != 0) return 0;
+    }
     Config *cfg = config_load(path, err);
     if (cfg == NULL) return -1;
     int64_t r, p;
@@ -386,9 +410,9 @@ int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, s
               config_get_int(cfg, "state", "data_pos", 0, 0, INT64_MAX, &p, err);
     config_free(cfg);
     if (bad) return -1;
-    snprintf(path, sizeof path, "%s/state/inner.opt.safetensors", s->o.site_dir);
+    snprintf(path, sizeof path, "%s/%s/inner.opt.safetensors", s->o.site_dir, sub);
     if (access(path, F_OK) == 0 && gpt_load_optimizer(m, path, err) != 0) return -1;
-    snprintf(path, sizeof path, "%s/state/ef.bin", s->o.site_dir);
+    snprintf(path, sizeof path, "%s/%s/ef.bin", s->o.site_dir, sub);
     char *data;
     size_t len;
     if (file_read_all(path, (size_t)1 << 36, &data, &len, err) != 0) return -1;

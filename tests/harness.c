@@ -55,13 +55,17 @@ const char *harness_strait_bin(void) {
     return b ? b : "build/strait";
 }
 
+const char *harness_strait_test_bin(void) {
+    const char *b = getenv("STRAIT_TEST_BIN");
+    cr_assert_not_null(b, "STRAIT_TEST_BIN (build/strait-test) is not set: run make test");
+    return b;
+}
+
 void harness_use_test_build(int on) {
     static char saved[1024];
     static int using;
     if (on && !using) {
-        const char *test_bin = getenv("STRAIT_TEST_BIN");
-        cr_assert_not_null(test_bin,
-                           "STRAIT_TEST_BIN (build/strait-test) is not set: run make test");
+        const char *test_bin = harness_strait_test_bin();
         snprintf(saved, sizeof saved, "%s", harness_strait_bin());
         setenv("STRAIT_BIN", test_bin, 1);
         using = 1;

@@ -34,6 +34,9 @@ ProcResult proc_run_strait(const char *first, ...);
 /* The strait binary under test (STRAIT_BIN, set by make test). */
 const char *harness_strait_bin(void);
 
+/* The test build (STRAIT_TEST_BIN, set by make test; the test fails
+ * without it). */
+const char *harness_strait_test_bin(void);
 /* With on, the strait processes started from here run the test build
  * (STRAIT_TEST_BIN: build/strait-test, with the fault injection and test
  * hooks of tests/faultsim/faultsim.h) instead of STRAIT_BIN; off puts

@@ -101,7 +101,7 @@ static int fault_here(FaultKind kind, const char *fn) {
 
 /* An I/O fault that is an error (a short write is not one). */
 static int io_fails(const char *fn) {
-    if (armed_err == FAULTSIM_SHORT || !fault_here(FAULT_IO, fn)) return 0;
+    if (!in_scope || armed_err == FAULTSIM_SHORT || !fault_here(FAULT_IO, fn)) return 0;
     errno = armed_err;
     return 1;
 }
@@ -158,7 +158,7 @@ FILE *__wrap_fopen(const char *path, const char *mode) {
 }
 /* a short write carries at most half (at least one byte) */
 static size_t short_len(size_t n, const char *fn) {
-    if (armed_err != FAULTSIM_SHORT || n < 2 || !fault_here(FAULT_IO, fn)) return n;
+    if (!in_scope || armed_err != FAULTSIM_SHORT || n < 2 || !fault_here(FAULT_IO, fn)) return n;
     return n / 2;
 }
 ssize_t __wrap_write(int fd, const void *buf, size_t n) {
@@ -194,7 +194,9 @@ static sqlite3_vfs *real_vfs;
 /* An I/O fault of SQLite's: full and ioerr fail writes, syncs, truncates
  * and opens; busy fails locks. */
 static int sql_fault(int is_lock, const char *fn, int ioerr_code) {
-    if (atomic_load(&armed_kind) != FAULT_SQL || (armed_err == SQLITE_BUSY) != is_lock) return 0;
+    /* in scope first: the armed error is the armed thread's to read */
+    if (!in_scope || atomic_load(&armed_kind) != FAULT_SQL || (armed_err == SQLITE_BUSY) != is_lock)
+        return 0;
     if (!fault_here(FAULT_SQL, fn)) return 0;
     if (armed_err == SQLITE_BUSY) return SQLITE_BUSY;
     return armed_err == SQLITE_FULL && ioerr_code == SQLITE_IOERR_WRITE ? SQLITE_FULL : ioerr_code;

@@ -57,12 +57,8 @@ typedef struct Run {
 static Run run_faulted(const char *kind, int k, const char *const *args) {
     char fault[64];
     snprintf(fault, sizeof fault, "main:%s:%d", kind, k);
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = getenv("STRAIT_TEST_BIN");
-    cr_assert_not_null(argv[0], "STRAIT_TEST_BIN (build/strait-test) is not set: run make test");
-    for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
-    argv[n] = NULL;
+    const char *argv[32] = {harness_strait_test_bin()};
+    for (int i = 0; args[i] && i < 30; i++) argv[i + 1] = args[i]; /* NULL-terminated by the rest */
     setenv("STRAIT_FAULT", fault, 1);
     Run run = {proc_run((char *const *)argv), 0, ""};
     unsetenv("STRAIT_FAULT");
