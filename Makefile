@@ -47,7 +47,7 @@ deps:
 clean:
 	rm -rf build
 
-FORMAT_FILES = $(shell find util net security compress kernels client coordinator cli tests bench \( -name '*.[ch]' -o -name '*.cu' \) 2>/dev/null)
+FORMAT_FILES = $(shell find util net security compress kernels client coordinator demo cli tests bench \( -name '*.[ch]' -o -name '*.cu' \) 2>/dev/null)
 format:
 	clang-format -i $(FORMAT_FILES)
 
@@ -147,7 +147,7 @@ CUDA_LDLIBS += -lnccl
 endif
 endif
 
-MODULES := util net security compress kernels client coordinator
+MODULES := util net security compress kernels client coordinator demo
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c)) $(wildcard kernels/cpu/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 UNIT_SRC := $(wildcard tests/unit/*.c)
@@ -167,6 +167,7 @@ CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/buildinfo.o
 LIB := $(BUILD)/libstrait.a
 BIN := $(BUILD)/strait
+TEST_BIN := $(BUILD)/strait-test
 UNIT_BIN := $(BUILD)/tests/unit
 INTEG_BIN := $(BUILD)/tests/integration
 WAN_BIN := $(BUILD)/tests/wan
@@ -227,7 +228,6 @@ FAULTSIM_OBJ := $(BUILD)/obj/tests/faultsim/faultsim.o
 comma := ,
 FAULTSIM_WRAP := $(foreach f,malloc calloc realloc strdup strndup open mkostemp fopen write pwrite fsync \
   rename renameat2 round_next_build net_upload_receive,-Wl$(comma)--wrap=$(f))
-TEST_BIN := $(BUILD)/strait-test
 $(TEST_BIN): $(CLI_OBJ) $(FAULTSIM_OBJ) $(LIB) | $(CUDA_PLUGIN)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $(FAULTSIM_WRAP) $^ $(LDLIBS) -o $@
 

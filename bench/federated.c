@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util/util.h"
@@ -32,17 +31,9 @@
 static char strait_bin[1200];
 
 static int run(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *out = freopen(log, "w", stdout);
-        FILE *err = freopen(log, "a", stderr);
-        (void)out, (void)err;
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    unlink(log); /* each run's log alone */
+    int pid = proc_start(argv, &(ProcIo){.log = log});
+    return pid < 0 ? -1 : proc_wait(pid);
 }
 
 typedef struct Stat {

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #ifdef STRAIT_HAVE_OPENMP
 #include <omp.h>
@@ -207,20 +206,11 @@ int main(int argc, char **argv) {
             continue;
         }
         fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            char *cargv[] = {argv[0],
-                             "--child",
-                             (char *)shapes[k].preset,
-                             shapes[k].bf16 ? "bf16" : "fp32",
-                             full ? "--full" : NULL,
-                             NULL};
-            execv("/proc/self/exe", cargv);
-            _exit(127);
-        }
-        int st;
-        if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            DIE("the %s case failed", shapes[k].preset);
+        char *cargv[] = {"/proc/self/exe",         "--child",
+                         (char *)shapes[k].preset, shapes[k].bf16 ? "bf16" : "fp32",
+                         full ? "--full" : NULL,   NULL};
+        int pid = proc_start(cargv, NULL);
+        if (pid < 0 || proc_wait(pid) != 0) DIE("the %s case failed", shapes[k].preset);
     }
     int counts[2] = {1, max_threads};
     for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {

@@ -75,27 +75,6 @@ int cmd_sample(const Command *cmd, int argc, char **argv);
 int cmd_export(const Command *cmd, int argc, char **argv);
 int cmd_tokenize(const Command *cmd, int argc, char **argv);
 
-/* ---- strait demo (cmd_demo.c, demo_score.c) ---- */
-#define DEMO_FORTUNES "/usr/share/games/fortunes"
-struct GPTConfig;
-struct StoreTotals;
-/* A finished demo federation, for scoring. */
-typedef struct DemoRun {
-    const char *exe, *dir, *fed, *model, *recipe; /* fed: the federation's folder */
-    const struct GPTConfig *cfg;
-    int sites, rounds, steps, non_iid, seed;
-    int64_t fed_ms;
-    char (*files)[512]; /* every site's collections */
-    int n_files;
-} DemoRun;
-/* Runs argv with stdout and stderr to log_path; its exit status, -1 if it
- * could not run or was killed. */
-int demo_run_wait(char *const argv[], const char *log_path);
-/* Scores the final model, prints the two-way bytes (tot) and, with
- * baseline, trains and scores the centralized and data-parallel runs;
- * writes DIR/summary.json. */
-int demo_score(const DemoRun *d, const struct StoreTotals *tot, int baseline, char *err);
-
 /* The tokenizer of --tokenizer DIR (DIR/vocab.json, DIR/merges.txt) or of
  * --vocab and --merges, which win over DIR's files. NULL with err set. */
 struct Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges,

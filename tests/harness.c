@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -22,20 +21,9 @@
 #include "util/util.h"
 
 int proc_spawn(char *const argv[], int *out_fd) {
-    int po[2];
-    cr_assert_eq(pipe2(po, O_CLOEXEC), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDWR);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        if (getenv("STRAIT_TEST_VERBOSE") == NULL) dup2(devnull, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(po[1]);
-    *out_fd = po[0];
+    const char *log = getenv("STRAIT_TEST_VERBOSE") ? NULL : "/dev/null";
+    int pid = proc_start(argv, &(ProcIo){.log = log, .out_fd = out_fd});
+    cr_assert_gt(pid, 0, "cannot start %s", argv[0]);
     return pid;
 }
 

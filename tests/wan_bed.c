@@ -144,23 +144,11 @@ static int start_relay(Bed *b, int i, const BedLink *l, char *why, size_t len) {
     char *argv[] = {
         (char *)relay_bin(), b->site_ns[i], "wan0",   b->coord_ns, dev,      "--delay", delay,
         "--jitter",          jitter,        "--loss", loss,        "--seed", seed,      NULL};
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-        snprintf(why, len, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execv(argv[0], argv);
-        fprintf(stderr, "exec %s failed\n", argv[0]);
-        _exit(127);
-    }
-    close(in[0]), close(out[1]);
-    b->relay_pid[i] = pid, b->relay_in[i] = in[1], b->relay_out[i] = out[0];
+    int in = -1, out = -1;
+    int pid = proc_start(argv, &(ProcIo){.out_fd = &out, .in_fd = &in});
+    b->relay_pid[i] = pid, b->relay_in[i] = in, b->relay_out[i] = out;
     char line[64];
-    if (pid < 0 || proc_read_line(out[0], line, sizeof line, 10000) <= 0 ||
+    if (pid < 0 || proc_read_line(out, line, sizeof line, 10000) <= 0 ||
         strcmp(line, "ready") != 0) {
         snprintf(why, len, "wan_relay for site %d did not start (TUN devices need /dev/net/tun)",
                  i);
@@ -273,26 +261,7 @@ int bed_spawn(const Bed *b, int where, char *const argv[], const char *log, int 
     char path[128];
     snprintf(path, sizeof path, NETNS_DIR "/%s", ns_of(b, where));
     if (where < -1 || where >= b->n_sites) return -1;
-    int po[2] = {-1, -1};
-    if (out_fd && pipe2(po, O_CLOEXEC) != 0) return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        if (out_fd) close(po[0]), close(po[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-        int lf = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        int null = open("/dev/null", O_RDONLY);
-        if (nsfd < 0 || lf < 0 || null < 0 || setns(nsfd, CLONE_NEWNET) != 0) _exit(126);
-        dup2(null, 0);
-        dup2(out_fd ? po[1] : lf, 1);
-        dup2(lf, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (out_fd) close(po[1]), *out_fd = po[0];
-    return pid;
+    return proc_start(argv, &(ProcIo){.log = log, .out_fd = out_fd, .netns = path});
 }
 
 ProcResult bed_run(const Bed *b, int where, char *const argv[]) {

@@ -1,10 +1,14 @@
 /*
  * proc.c — running other programs: to completion with stdout and stderr
  * captured (read with poll, so neither pipe can fill and block the child),
- * a line from a child's pipe within a time, and a stop that escalates from
- * SIGTERM to SIGKILL. For the tests, the WAN bed and the benchmarks.
+ * in the background with their streams to a log, a pipe or a network
+ * namespace (proc_start), a line from a child's pipe within a time, and a
+ * stop that escalates from SIGTERM to SIGKILL. The one place Strait starts
+ * a program: for `strait demo`, the tests, the WAN bed and the benchmarks.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +18,10 @@
 #include <unistd.h>
 
 #include "util.h"
+
+static int status_of(int st) {
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 static int append(char **buf, size_t *len, const char *data, size_t n) {
     char *grown = realloc(*buf, *len + n + 1);
@@ -61,8 +69,7 @@ ProcResult proc_run(char *const argv[]) {
         }
     }
     int st;
-    if (waitpid(pid, &st, 0) == pid)
-        r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (waitpid(pid, &st, 0) == pid) r.status = status_of(st);
     return r;
 fail:
     for (int i = 0; i < 2; i++) {
@@ -96,11 +103,68 @@ int proc_stop(int pid, int grace_ms) {
     kill(pid, SIGTERM);
     int st;
     for (int waited = 0; waited < grace_ms; waited += 10) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (waitpid(pid, &st, WNOHANG) == pid) return status_of(st);
         usleep(10000);
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return 128 + SIGKILL;
+}
+
+int proc_wait(int pid) {
+    int st;
+    while (waitpid(pid, &st, 0) != pid)
+        if (errno != EINTR) return -1;
+    return status_of(st);
+}
+
+int proc_ended(int pid, int *status) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == 0) return 0;
+    if (r != pid) return -1;
+    *status = status_of(st);
+    return 1;
+}
+
+/* In the child, before exec: only async-signal-safe calls. */
+static void child(char *const argv[], const ProcIo *io, const int out[2], const int in[2]) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (io->netns) {
+        int nsfd = open(io->netns, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) _exit(126);
+    }
+    int null = open("/dev/null", O_RDONLY);
+    int log = io->log ? open(io->log, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+    if (null < 0 || (io->log && log < 0)) _exit(126);
+    dup2(io->in_fd ? in[0] : null, 0);
+    if (io->out_fd)
+        dup2(out[1], 1);
+    else if (log >= 0)
+        dup2(log, 1);
+    if (log >= 0) dup2(log, 2);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+int proc_start(char *const argv[], const ProcIo *io) {
+    static const ProcIo none;
+    if (io == NULL) io = &none;
+    int out[2] = {-1, -1}, in[2] = {-1, -1};
+    if ((io->out_fd && pipe2(out, O_CLOEXEC) != 0) || (io->in_fd && pipe2(in, O_CLOEXEC) != 0))
+        goto fail;
+    pid_t pid = fork();
+    if (pid < 0) goto fail;
+    if (pid == 0) child(argv, io, out, in);
+    if (io->out_fd) close(out[1]), *io->out_fd = out[0];
+    if (io->in_fd) close(in[0]), *io->in_fd = in[1];
+    return pid;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0) close(out[i]);
+        if (in[i] >= 0) close(in[i]);
+    }
+    return -1;
 }

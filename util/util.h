@@ -190,4 +190,23 @@ int proc_read_line(int fd, char *buf, size_t size, int timeout_ms);
 /* SIGTERM, then SIGKILL after grace_ms; the exit status as proc_run's. */
 int proc_stop(int pid, int grace_ms);
 
+/* Where a started process's streams go. Zeroed: stdin from /dev/null,
+ * stdout and stderr this process's own. */
+typedef struct ProcIo {
+    const char *log;   /* stdout and stderr appended to this file (created 0600) */
+    int *out_fd;       /* stdout to a pipe instead; its read end lands here */
+    int *in_fd;        /* stdin from a pipe; its write end lands here */
+    const char *netns; /* a network namespace's file (/run/netns/NAME) to enter */
+} ProcIo;
+
+/* Starts argv (argv[0] a path) in the background with io's streams and no
+ * blocked signals (whatever mask this process runs with); the pipe ends it
+ * hands back are close-on-exec. Its pid, or -1 with nothing left open. */
+int proc_start(char *const argv[], const ProcIo *io);
+/* Waits for pid to end: its exit status as proc_run's, -1 if not ours. */
+int proc_wait(int pid);
+/* Whether pid has ended, without waiting: 1 with *status as proc_run's,
+ * 0 while it runs, -1 if not ours. */
+int proc_ended(int pid, int *status);
+
 #endif /* STRAIT_UTIL_H */

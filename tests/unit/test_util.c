@@ -1,7 +1,8 @@
 /*
  * test_util.c — util/: errors, logging, time and durations, atomic writes
  * (with real crashes injected by SIGKILL), file helpers, JSON lines, INI
- * configuration and the progress bar (on a pipe and on a pseudo-terminal).
+ * configuration, the progress bar (on a pipe and on a pseudo-terminal) and
+ * starting processes (their streams, signal mask and exit statuses).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -440,4 +441,76 @@ Test(progress, draws_in_place_on_a_terminal) {
     cr_assert_not_null(strstr(out, " 25% 50/200 loss 2.1"), "got: %s", out);
     cr_assert_null(strstr(out, "throttled away"), "redraw was not throttled: %s", out);
     cr_assert_not_null(strstr(out, "100% 200/200 done"), "got: %s", out);
+}
+
+/* ---- processes ---- */
+
+Test(proc, start_sends_both_streams_to_the_log_and_appends) {
+    char *dir = harness_tmpdir("proc");
+    char log[512];
+    snprintf(log, sizeof log, "%s/child.log", dir);
+    char *argv[] = {"/bin/sh", "-c", "echo out; echo err >&2; read x; echo \"in:$x\"", NULL};
+    for (int k = 0; k < 2; k++) {
+        int pid = proc_start(argv, &(ProcIo){.log = log});
+        cr_assert_gt(pid, 0);
+        cr_assert_eq(proc_wait(pid), 0);
+    }
+    char *text = NULL;
+    size_t n = 0;
+    char err[ERR_LEN];
+    cr_assert_eq(file_read_all(log, 1 << 20, &text, &n, err), 0, "%s", err);
+    /* stdin was /dev/null (read fails, $x empty); two runs, appended */
+    cr_assert_str_eq(text, "out\nerr\nin:\nout\nerr\nin:\n");
+    free(text);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(proc, start_pipes_stdin_and_stdout) {
+    char *argv[] = {"/bin/sh", "-c", "read x; echo \"got $x\"", NULL};
+    int in = -1, out = -1;
+    int pid = proc_start(argv, &(ProcIo){.out_fd = &out, .in_fd = &in});
+    cr_assert_gt(pid, 0);
+    cr_assert(in >= 0 && out >= 0);
+    cr_assert_eq(write(in, "hello\n", 6), 6);
+    char line[64];
+    cr_assert_gt(proc_read_line(out, line, sizeof line, 10000), 0);
+    cr_assert_str_eq(line, "got hello");
+    cr_assert_eq(proc_wait(pid), 0);
+    /* the pipe ends handed back do not leak into later children */
+    cr_assert_eq(fcntl(in, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    cr_assert_eq(fcntl(out, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    close(in), close(out);
+}
+
+Test(proc, children_take_signals_this_process_blocks) {
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, &old);
+    char *argv[] = {"/bin/sleep", "30", NULL};
+    int pid = proc_start(argv, NULL);
+    cr_assert_gt(pid, 0);
+    int st;
+    cr_assert_eq(proc_ended(pid, &st), 0, "sleep ended at once");
+    /* SIGTERM ends it within the grace: its mask was not ours */
+    cr_assert_eq(proc_stop(pid, 10000), 128 + SIGTERM);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+Test(proc, exit_statuses_and_a_program_that_cannot_start) {
+    char *fails[] = {"/bin/sh", "-c", "exit 3", NULL};
+    int pid = proc_start(fails, NULL), st = -1;
+    cr_assert_gt(pid, 0);
+    for (int i = 0; i < 1000 && proc_ended(pid, &st) == 0; i++) usleep(10000);
+    cr_assert_eq(st, 3);
+    cr_assert_eq(proc_ended(pid, &st), -1, "reaped twice");
+    cr_assert_eq(proc_wait(pid), -1);
+    char *missing[] = {"/nonexistent/strait", NULL};
+    pid = proc_start(missing, NULL);
+    cr_assert_gt(pid, 0);
+    cr_assert_eq(proc_wait(pid), 127);
+    char *nsless[] = {"/bin/true", NULL};
+    pid = proc_start(nsless, &(ProcIo){.netns = "/nonexistent/netns"});
+    cr_assert_eq(proc_wait(pid), 126, "a namespace it cannot enter stops the child first");
 }

@@ -1,5 +1,5 @@
 /*
- * demo_score.c — the scores of `strait demo`: the federation's final model
+ * score.c — the scores of `strait demo`: the federation's final model
  * on held-out collections no site trained on and, with --baseline, the two
  * runs it must match at equal tokens, trained in this process by the
  * trainer `strait train` uses:
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "demo.h"
 #include "coordinator/store.h"
 #include "kernels/device.h"
 #include "kernels/formats.h"
@@ -43,13 +43,13 @@ static int baseline_progress(void *ctx, Trainer *t, const TrainProgress *p) {
  * last 10% of the data held out); saved as DIR/NAME.safetensors and scored
  * on the held-out collections. */
 static int train_baseline(const DemoRun *d, const char *name, long long steps, int batch,
-                          double *loss, double *wall_s, char *err) {
+                          double *loss, double *wall_s, FILE *report, char *err) {
     char out[700];
     int T = d->cfg->T < 128 ? d->cfg->T : 128;
     snprintf(out, sizeof out, "%s/%s.safetensors", d->dir, name);
-    printf("baseline: %s, on the sites' %d collections, %lld steps of %d x %d...\n", name,
-           d->n_files, steps, batch, T);
-    fflush(stdout);
+    fprintf(report, "baseline: %s, on the sites' %d collections, %lld steps of %d x %d...\n", name,
+            d->n_files, steps, batch, T);
+    fflush(report);
     const char *paths[256];
     int n = d->n_files < 256 ? d->n_files : 256;
     for (int i = 0; i < n; i++) paths[i] = d->files[i];
@@ -75,21 +75,23 @@ static int train_baseline(const DemoRun *d, const char *name, long long steps, i
     return rc == 0 ? held_out(d, out, loss, err) : -1;
 }
 
-int demo_score(const DemoRun *d, const StoreTotals *tot, int baseline, char *err) {
+int demo_score(const DemoRun *d, const StoreTotals *tot, int baseline, FILE *out, char *err) {
     char ckpt[800], path[700];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", d->fed, d->rounds - 1);
     double fed;
     if (held_out(d, ckpt, &fed, err) != 0) return -1;
     double untrained = logf((float)d->cfg->V);
-    printf("the final global model on held-out text (platitudes, miscellaneous): %.4f "
-           "(an untrained model: %.2f)\n",
-           fed, untrained);
+    fprintf(out,
+            "the final global model on held-out text (platitudes, miscellaneous): %.4f "
+            "(an untrained model: %.2f)\n",
+            fed, untrained);
     /* both ways, against dense data-parallel training (docs/communication.md) */
     double ratio = store_dense_ratio(tot->dense_bytes, tot->bytes_up, tot->bytes_down);
-    printf("bytes moved: %.2f MB up and %.2f MB down (%.2f MB refused); dense data-parallel "
-           "training, one fp32 gradient up and down per step, would move %.1f MB: %.0fx more\n",
-           tot->bytes_up / 1e6, tot->bytes_down / 1e6, tot->bytes_rejected / 1e6,
-           tot->dense_bytes / 1e6, ratio);
+    fprintf(out,
+            "bytes moved: %.2f MB up and %.2f MB down (%.2f MB refused); dense data-parallel "
+            "training, one fp32 gradient up and down per step, would move %.1f MB: %.0fx more\n",
+            tot->bytes_up / 1e6, tot->bytes_down / 1e6, tot->bytes_rejected / 1e6,
+            tot->dense_bytes / 1e6, ratio);
     json_t *o = json_object();
     json_object_set_new(o, "recipe", json_string(d->recipe));
     json_object_set_new(o, "model", json_string(d->model));
@@ -113,19 +115,20 @@ int demo_score(const DemoRun *d, const StoreTotals *tot, int baseline, char *err
     if (baseline) {
         double central, central_s, dp, dp_s;
         long long sequential = (long long)d->rounds * d->steps;
-        if (train_baseline(d, "centralized", sequential * d->sites, 8, &central, &central_s, err) !=
-                0 ||
-            train_baseline(d, "data-parallel", sequential, 8 * d->sites, &dp, &dp_s, err) != 0) {
+        if (train_baseline(d, "centralized", sequential * d->sites, 8, &central, &central_s, out,
+                           err) != 0 ||
+            train_baseline(d, "data-parallel", sequential, 8 * d->sites, &dp, &dp_s, out, err) !=
+                0) {
             json_decref(o);
             return -1;
         }
-        printf("held-out loss (platitudes, miscellaneous: no site trained on them):\n");
-        printf("  federated      %.4f  (%d sites, %d rounds, %.0f s)\n", fed, d->sites, d->rounds,
-               d->fed_ms / 1000.0);
-        printf("  centralized    %.4f  (%.0f s)   federated / centralized   %.3f\n", central,
-               central_s, fed / central);
-        printf("  data-parallel  %.4f  (%.0f s)   federated / data-parallel %.3f\n", dp, dp_s,
-               fed / dp);
+        fprintf(out, "held-out loss (platitudes, miscellaneous: no site trained on them):\n");
+        fprintf(out, "  federated      %.4f  (%d sites, %d rounds, %.0f s)\n", fed, d->sites,
+                d->rounds, d->fed_ms / 1000.0);
+        fprintf(out, "  centralized    %.4f  (%.0f s)   federated / centralized   %.3f\n", central,
+                central_s, fed / central);
+        fprintf(out, "  data-parallel  %.4f  (%.0f s)   federated / data-parallel %.3f\n", dp, dp_s,
+                fed / dp);
         json_object_set_new(o, "central_val_loss", json_real(central));
         json_object_set_new(o, "dataparallel_val_loss", json_real(dp));
         json_object_set_new(o, "central_wall_s", json_real(central_s));
