@@ -85,6 +85,30 @@ static int random_serial(X509 *cert) {
     return ok ? 0 : -1;
 }
 
+/* The fields every certificate Strait issues has: version 3, a random
+ * serial, validity from now + not_before_s to now + not_after_s, the
+ * subject's key and CN, and the issuer's name (issuer NULL: self-issued).
+ * -1 with err set when OpenSSL cannot make any of them. */
+static int fill_cert(X509 *cert, EVP_PKEY *pub, const char *cn, X509 *issuer, long not_before_s,
+                     long not_after_s, char *err) {
+    if (random_serial(cert) != 0) return err_set(err, "cannot draw a certificate serial");
+    X509_NAME *name = X509_get_subject_name(cert);
+    if (!X509_set_version(cert, 2) || !X509_gmtime_adj(X509_getm_notBefore(cert), not_before_s) ||
+        !X509_gmtime_adj(X509_getm_notAfter(cert), not_after_s) || !X509_set_pubkey(cert, pub) ||
+        !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)cn, -1, -1,
+                                    0) ||
+        !X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name))
+        return err_set(err, "cannot fill in the certificate for '%s' (out of memory)", cn);
+    return 0;
+}
+
+/* Signs cert with key and checks the signature: OpenSSL 3.0's
+ * ASN1_item_sign_ctx returns the signature's size even when the signing
+ * itself failed for memory, leaving an empty signature behind. */
+static int signed_ok(X509 *cert, EVP_PKEY *key) {
+    return X509_sign(cert, key, EVP_sha256()) > 0 && X509_verify(cert, key) == 1;
+}
+
 int security_cert_create(const SecurityCertSpec *spec, const char *ca_cert_pem,
                          const char *ca_key_pem, char **out_cert_pem, char **out_key_pem,
                          char *err) {
@@ -104,18 +128,9 @@ int security_cert_create(const SecurityCertSpec *spec, const char *ca_cert_pem,
             goto out;
         }
     }
-    X509_set_version(cert, 2);
-    if (random_serial(cert) != 0) {
-        err_set(err, "cannot draw a certificate serial");
+    if (fill_cert(cert, key, spec->common_name, ca, spec->not_before_offset_s - 300,
+                  spec->not_after_offset_s, err) != 0)
         goto out;
-    }
-    X509_gmtime_adj(X509_getm_notBefore(cert), spec->not_before_offset_s - 300);
-    X509_gmtime_adj(X509_getm_notAfter(cert), spec->not_after_offset_s);
-    X509_set_pubkey(cert, key);
-    X509_NAME *name = X509_get_subject_name(cert);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)spec->common_name,
-                               -1, -1, 0);
-    X509_set_issuer_name(cert, ca ? X509_get_subject_name(ca) : name);
     X509 *issuer = ca ? ca : cert;
     int bad = 0;
     if (spec->is_ca) {
@@ -132,7 +147,7 @@ int security_cert_create(const SecurityCertSpec *spec, const char *ca_cert_pem,
         err_set(err, "cannot add certificate extensions (SANs '%s')", spec->sans ? spec->sans : "");
         goto out;
     }
-    if (!X509_sign(cert, ca ? ca_key : key, EVP_sha256())) {
+    if (!signed_ok(cert, ca ? ca_key : key)) {
         err_set(err, "cannot sign the certificate");
         goto out;
     }
@@ -157,25 +172,33 @@ int security_cert_identity(const char *pem, SecurityIdentity *id, char *err) {
     memset(id, 0, sizeof *id);
     X509 *c = cert_parse(pem);
     if (c == NULL) return err_set(err, "not a PEM certificate");
+    /* a certificate without a CN has an empty name, which no site has */
     X509_NAME_get_text_by_NID(X509_get_subject_name(c), NID_commonName, id->name, sizeof id->name);
-    const ASN1_INTEGER *serial = X509_get0_serialNumber(c);
-    BIGNUM *bn = ASN1_INTEGER_to_BN(serial, NULL);
+    BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(c), NULL);
     char *hex = bn ? BN_bn2hex(bn) : NULL;
-    if (hex) snprintf(id->serial_hex, sizeof id->serial_hex, "%s", hex);
-    OPENSSL_free(hex);
-    BN_free(bn);
     unsigned char md[SHA256_LEN];
     unsigned int n = 0;
-    if (!X509_digest(c, EVP_sha256(), md, &n) || n != SHA256_LEN) {
-        X509_free(c);
-        return err_set(err, "cannot fingerprint the certificate");
-    }
-    security_hex(md, SHA256_LEN, id->sha256_hex);
-    const ASN1_TIME *na = X509_get0_notAfter(c);
     struct tm tm;
-    if (ASN1_TIME_to_tm(na, &tm)) id->not_after = (int64_t)timegm(&tm) * 1000;
+    int rc = 0;
+    /* every field or none: an identity without its serial or its expiry
+     * would slip past the revocation and expiry checks */
+    if (hex == NULL)
+        rc = err_set(err, "cannot read the certificate's serial (out of memory)");
+    else if (!X509_digest(c, EVP_sha256(), md, &n) || n != SHA256_LEN)
+        rc = err_set(err, "cannot fingerprint the certificate");
+    else if (!ASN1_TIME_to_tm(X509_get0_notAfter(c), &tm))
+        rc = err_set(err, "cannot read the certificate's expiry");
+    if (rc == 0) {
+        snprintf(id->serial_hex, sizeof id->serial_hex, "%s", hex);
+        security_hex(md, SHA256_LEN, id->sha256_hex);
+        id->not_after = (int64_t)timegm(&tm) * 1000;
+    } else {
+        memset(id, 0, sizeof *id);
+    }
+    OPENSSL_free(hex);
+    BN_free(bn);
     X509_free(c);
-    return 0;
+    return rc;
 }
 
 /* ---- CSRs, tokens, fingerprints ------------------------------------------------ */
@@ -189,11 +212,15 @@ int security_csr_create(const char *name, char **out_csr_pem, char **out_key_pem
         err_set(err, "cannot generate an EC P-256 key");
         goto out;
     }
-    X509_REQ_set_version(req, 0);
-    X509_NAME_add_entry_by_txt(X509_REQ_get_subject_name(req), "CN", MBSTRING_UTF8,
-                               (const unsigned char *)name, -1, -1, 0);
-    X509_REQ_set_pubkey(req, key);
-    if (!X509_REQ_sign(req, key, EVP_sha256())) {
+    if (!X509_REQ_set_version(req, 0) ||
+        !X509_NAME_add_entry_by_txt(X509_REQ_get_subject_name(req), "CN", MBSTRING_UTF8,
+                                    (const unsigned char *)name, -1, -1, 0) ||
+        !X509_REQ_set_pubkey(req, key)) {
+        err_set(err, "cannot fill in the certificate request (out of memory)");
+        goto out;
+    }
+    /* checked as signed_ok checks a certificate */
+    if (X509_REQ_sign(req, key, EVP_sha256()) <= 0 || X509_REQ_verify(req, key) != 1) {
         err_set(err, "cannot sign the certificate request");
         goto out;
     }
@@ -256,17 +283,7 @@ int security_csr_sign(const char *ca_cert_pem, const char *ca_key_pem, const uin
         err_set(err, "cannot load the federation CA");
         goto out;
     }
-    X509_set_version(cert, 2);
-    if (random_serial(cert) != 0) {
-        err_set(err, "cannot draw a certificate serial");
-        goto out;
-    }
-    X509_gmtime_adj(X509_getm_notBefore(cert), -300);
-    X509_gmtime_adj(X509_getm_notAfter(cert), days * 86400L);
-    X509_set_pubkey(cert, pub);
-    X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_UTF8,
-                               (const unsigned char *)site_name, -1, -1, 0);
-    X509_set_issuer_name(cert, X509_get_subject_name(ca));
+    if (fill_cert(cert, pub, site_name, ca, -300, days * 86400L, err) != 0) goto out;
     char san[96];
     snprintf(san, sizeof san, "DNS:%s", site_name);
     if (add_ext(cert, ca, NID_basic_constraints, "critical,CA:FALSE") ||
@@ -278,7 +295,7 @@ int security_csr_sign(const char *ca_cert_pem, const char *ca_key_pem, const uin
         err_set(err, "cannot build the certificate for '%s'", site_name);
         goto out;
     }
-    if (!X509_sign(cert, ca_key, EVP_sha256())) {
+    if (!signed_ok(cert, ca_key)) {
         err_set(err, "cannot sign the certificate");
         goto out;
     }

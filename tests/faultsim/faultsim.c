@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -40,7 +41,15 @@ static _Thread_local int in_scope;
  * coverage build, which allocate) is not the program's to fail */
 static _Atomic int exiting;
 
+static int ssl_hooked;
+
 void faultsim_arm(FaultKind kind, int64_t nth, int err, int persist) {
+    if (kind == FAULT_SSL && !ssl_hooked) {
+        static const char msg[] = "faultsim: OpenSSL allocated before its hooks went in\n";
+        ssize_t ignored = __real_write(2, msg, sizeof msg - 1);
+        (void)ignored;
+        abort();
+    }
     atomic_store(&armed_kind, 0);
     armed_err = err, armed_persist = persist;
     atomic_store(&armed_nth, nth);
@@ -60,6 +69,7 @@ int64_t faultsim_disarm(int64_t *n_fired) {
 static const char *err_name(FaultKind kind, int err) {
     if (err == FAULTSIM_SHORT) return "a short write";
     if (kind == FAULT_SQL) return sqlite3_errstr(err);
+    if (kind == FAULT_SSL) return "ENOMEM";
     return strerrorname_np(err) ? strerrorname_np(err) : "an error";
 }
 
@@ -93,7 +103,7 @@ static int fault_here(FaultKind kind, const char *fn) {
     int64_t k = atomic_fetch_add(&counted, 1) + 1, nth = atomic_load(&armed_nth);
     if (k != nth && !(armed_persist && k > nth)) return 0;
     atomic_fetch_add(&fired, 1);
-    const char *names[] = {"", "alloc", "io", "sql"};
+    const char *names[] = {"", "alloc", "io", "sql", "ssl"};
     say("faultsim: %s call %lld (%s) failed with %s\n", names[kind], (long long)k, fn,
         err_name(kind, armed_err));
     return 1;
@@ -133,6 +143,30 @@ char *__wrap_strdup(const char *s) {
 char *__wrap_strndup(const char *s, size_t n) {
     if (fault_here(FAULT_ALLOC, "strndup")) return errno = ENOMEM, NULL;
     return __real_strndup(s, n);
+}
+
+/* ---- OpenSSL's allocations -------------------------------------------------- */
+
+/* OpenSSL allocates through these once they are installed, which it allows
+ * only before its first allocation: hence a constructor, run before main
+ * and before any test. faultsim_arm(FAULT_SSL, ...) without them (some
+ * library allocated first) stops the test: it would pass for nothing. */
+static void *ssl_malloc(size_t n, const char *file, int line) {
+    (void)file, (void)line;
+    if (fault_here(FAULT_SSL, "CRYPTO_malloc")) return NULL;
+    return __real_malloc(n);
+}
+static void *ssl_realloc(void *p, size_t n, const char *file, int line) {
+    (void)file, (void)line;
+    if (fault_here(FAULT_SSL, "CRYPTO_realloc")) return NULL;
+    return __real_realloc(p, n);
+}
+static void ssl_free(void *p, const char *file, int line) {
+    (void)file, (void)line;
+    free(p);
+}
+__attribute__((constructor(101))) static void faultsim_ssl_install(void) {
+    ssl_hooked = CRYPTO_set_mem_functions(ssl_malloc, ssl_realloc, ssl_free) == 1;
 }
 
 /* ---- files -------------------------------------------------------------------- */
@@ -331,10 +365,10 @@ static int parse_err(FaultKind kind, const char *s) {
         FaultKind kind;
         const char *name;
         int err;
-    } errs[] = {{FAULT_ALLOC, "enomem", ENOMEM},  {FAULT_IO, "enospc", ENOSPC},
-                {FAULT_IO, "eio", EIO},           {FAULT_IO, "short", FAULTSIM_SHORT},
-                {FAULT_SQL, "full", SQLITE_FULL}, {FAULT_SQL, "ioerr", SQLITE_IOERR},
-                {FAULT_SQL, "busy", SQLITE_BUSY}};
+    } errs[] = {{FAULT_ALLOC, "enomem", ENOMEM},     {FAULT_SSL, "enomem", ENOMEM},
+                {FAULT_IO, "enospc", ENOSPC},        {FAULT_IO, "eio", EIO},
+                {FAULT_IO, "short", FAULTSIM_SHORT}, {FAULT_SQL, "full", SQLITE_FULL},
+                {FAULT_SQL, "ioerr", SQLITE_IOERR},  {FAULT_SQL, "busy", SQLITE_BUSY}};
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
         if (errs[i].kind == kind && strcmp(errs[i].name, s) == 0) return errs[i].err;
     return 0;
@@ -357,6 +391,7 @@ __attribute__((constructor)) static void faultsim_env(void) {
     env_kind = strcmp(kind, "alloc") == 0 ? FAULT_ALLOC
                : strcmp(kind, "io") == 0  ? FAULT_IO
                : strcmp(kind, "sql") == 0 ? FAULT_SQL
+               : strcmp(kind, "ssl") == 0 ? FAULT_SSL
                                           : 0;
     env_err = env_kind ? parse_err(env_kind, err) : 0;
     env_scope = strcmp(scope, "main") == 0     ? SCOPE_MAIN
@@ -366,7 +401,7 @@ __attribute__((constructor)) static void faultsim_env(void) {
     if (n < 3 || env_kind == 0 || env_err == 0 || env_scope == SCOPE_NONE || nth < 1) {
         fprintf(stderr,
                 "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|upload, alloc:enomem, "
-                "io:enospc|eio|short, sql:full|ioerr|busy, K from 1)\n",
+                "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, K from 1)\n",
                 v);
         _exit(2);
     }
