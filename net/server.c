@@ -76,6 +76,7 @@ struct NetCall {
     int sent_initial_md;
     int close_done, cancelled; /* RECV_CLOSE_ON_SERVER */
     int status_set;
+    int sent;  /* messages sent */
     int ended; /* net_call_end sent the status already */
     NetStatus status;
     char details[512];
@@ -270,6 +271,10 @@ NetRecv net_call_recv_within(NetCall *c, NetBuf *msg, int64_t wait_ms) {
     }
     int rc = net_bb_read(bb, msg);
     grpc_byte_buffer_destroy(bb);
+    if (rc != 0) /* the peer sent it whole: what failed is this side's */
+        net_call_status(c, NET_RESOURCE_EXHAUSTED,
+                        "the coordinator is out of memory for a "
+                        "request; try again");
     return rc == 0 ? NET_RECV_MESSAGE : NET_RECV_BROKEN;
 }
 
@@ -296,6 +301,7 @@ int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t
     n++;
     int rc = call_batch_within(c, ops, n, c->server->cfg.send_ms);
     grpc_byte_buffer_destroy(bb);
+    c->sent += rc == 0;
     return rc;
 }
 
@@ -359,9 +365,20 @@ static void live_remove(NetCall *c) {
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The status a call ends with when its handler set none: OK, except for a
+ * unary call that answered nothing, which a client would read as an empty
+ * answer (a handler that returned on a failure it did not report). */
+static void default_status(NetCall *c) {
+    if (c->status_set) return;
+    if (c->method && c->method->kind == NET_UNARY && c->sent == 0 && c->answer == NULL)
+        net_call_status(c, NET_INTERNAL, "the coordinator failed the call without saying why");
+    else
+        c->status = NET_OK, c->details[0] = '\0';
+}
+
 void net_call_end(NetCall *c) {
     if (c->ended) return;
-    if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
+    default_status(c);
     send_status(c, c->status, c->details);
     c->ended = 1;
 }
@@ -398,7 +415,7 @@ static void call_finish(NetCall *c) {
             ops[n].op = GRPC_OP_SEND_MESSAGE;
             ops[n++].data.send_message.send_message = bb;
         }
-        if (!c->status_set) c->status = NET_OK, c->details[0] = '\0';
+        default_status(c);
         c->final_details = grpc_slice_from_copied_string(c->details);
         c->has_final_details = 1;
         memset(&ops[n], 0, sizeof ops[n]);

@@ -354,7 +354,7 @@ typedef struct Coordinator Coordinator;
 typedef struct RoundClosing RoundClosing;
 typedef struct RoundNext RoundNext;
 
-enum { SCOPE_NONE, SCOPE_MAIN, SCOPE_COMMIT, SCOPE_UPLOAD };
+enum { SCOPE_NONE, SCOPE_MAIN, SCOPE_COMMIT, SCOPE_UPLOAD, SCOPE_ADMIN, SCOPE_SERVE };
 static FaultKind env_kind;
 static int env_err, env_scope;
 static int64_t env_nth;
@@ -397,10 +397,13 @@ __attribute__((constructor)) static void faultsim_env(void) {
     env_scope = strcmp(scope, "main") == 0     ? SCOPE_MAIN
                 : strcmp(scope, "commit") == 0 ? SCOPE_COMMIT
                 : strcmp(scope, "upload") == 0 ? SCOPE_UPLOAD
+                : strcmp(scope, "admin") == 0  ? SCOPE_ADMIN
+                : strcmp(scope, "serve") == 0  ? SCOPE_SERVE
                                                : SCOPE_NONE;
     if (n < 3 || env_kind == 0 || env_err == 0 || env_scope == SCOPE_NONE || nth < 1) {
         fprintf(stderr,
-                "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|upload, alloc:enomem, "
+                "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|upload|admin|serve, "
+                "alloc:enomem, "
                 "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, K from 1)\n",
                 v);
         _exit(2);
@@ -418,10 +421,10 @@ static int64_t scope_begin(void) {
     faultsim_arm(env_kind, a, env_err, env_err == FAULTSIM_SHORT);
     return a;
 }
-static void scope_end(const char *scope, int64_t a, int ok) {
+static void scope_end(const char *scope, int64_t a, const char *outcome) {
     int64_t n_fired, calls = faultsim_disarm(&n_fired);
     say("faultsim: %s attempt %lld: %lld calls, %lld failed, %s\n", scope, (long long)a,
-        (long long)calls, (long long)n_fired, ok ? "built" : "failed");
+        (long long)calls, (long long)n_fired, outcome);
 }
 
 /* STRAIT_TEST_COMMIT_HOLD holds each commit at its start, outside the
@@ -433,7 +436,7 @@ int __wrap_round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, cha
     if (env_scope != SCOPE_COMMIT) return __real_round_next_build(co, c, nx, err);
     int64_t a = scope_begin();
     int rc = __real_round_next_build(co, c, nx, err);
-    scope_end("commit", a, rc == 0);
+    scope_end("commit", a, rc == 0 ? "built" : "failed");
     return rc;
 }
 
@@ -445,6 +448,39 @@ NetStatus __wrap_net_upload_receive(NetCall *c, NetSpool *sp, const char *owner,
     if (env_scope != SCOPE_UPLOAD) return __real_net_upload_receive(c, sp, owner, lim, out, err);
     int64_t a = scope_begin();
     NetStatus st = __real_net_upload_receive(c, sp, owner, lim, out, err);
-    scope_end("upload", a, st == NET_OK);
+    scope_end("upload", a, st == NET_OK ? "built" : "failed");
     return st;
+}
+
+/* A call's handler as an attempt: every admin method (scope admin), or
+ * GetModel, a model served (scope serve). The methods are registered once
+ * at start, so a fixed table of them is enough. */
+typedef struct Hooked {
+    NetHandler fn;
+    void *user;
+    const char *scope;
+} Hooked;
+static Hooked hooked[32];
+static _Atomic int n_hooked;
+
+static void hooked_call(NetCall *c, void *user) {
+    const Hooked *h = user;
+    int64_t a = scope_begin();
+    h->fn(c, h->user);
+    scope_end(h->scope, a, "answered");
+}
+
+int __real_net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int flags,
+                                 NetHandler handler, void *user, char *err);
+int __wrap_net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, int flags,
+                                 NetHandler handler, void *user, char *err) {
+    const char *scope =
+        env_scope == SCOPE_ADMIN && strncmp(path, "/strait.Admin/", 14) == 0           ? "admin"
+        : env_scope == SCOPE_SERVE && strcmp(path, "/strait.Federation/GetModel") == 0 ? "serve"
+                                                                                       : NULL;
+    int i = scope ? atomic_fetch_add(&n_hooked, 1) : -1;
+    if (i < 0 || i >= (int)(sizeof hooked / sizeof hooked[0]))
+        return __real_net_server_add_method(s, path, kind, flags, handler, user, err);
+    hooked[i] = (Hooked){handler, user, scope};
+    return __real_net_server_add_method(s, path, kind, flags, hooked_call, &hooked[i], err);
 }

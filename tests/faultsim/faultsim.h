@@ -24,6 +24,10 @@
  *            upload  each upload's receipt (net_upload_receive: its chunks
  *                    spooled, synced and hashed), attempt by attempt as
  *                    a commit's
+ *            admin   each call of the admin API (Status, Rounds, Sites, …),
+ *                    attempt by attempt
+ *            serve   each GetModel (a model served to a site), attempt by
+ *                    attempt
  *     KIND   alloc (ERR: enomem), io (enospc, eio, short: every write
  *            and pwrite carries at most half of what was asked, and none
  *            fails), sql (full, ioerr, busy), ssl (enomem: OpenSSL's

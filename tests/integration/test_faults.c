@@ -6,8 +6,10 @@
  * 1, 2, … until a run injects nothing. A run its fault failed says why in
  * one line and exits non-zero, never by a signal; what it left lets the
  * production binary run the same command to the end, and `strait db
- * check` finds the federation consistent. The commit's fault points are
- * walked in test_adversary.c.
+ * check` finds the federation consistent. Then the calls a running
+ * coordinator answers: every admin call behind `strait status`, `rounds`,
+ * `site list` and `events`, and GetModel (a model served to a site). The
+ * commit's fault points are walked in test_adversary.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,4 +277,157 @@ Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
                      w.tolerated);
     }
     db_check(fed, "the joins");
+}
+
+/* ---- the admin API, in a running coordinator ---------------------------------- */
+
+/* The last "faultsim: SCOPE attempt A: C calls, F failed" line of log:
+ * its F (-1 when there is none), and A in *attempt. */
+static int last_attempt(const char *log, const char *scope, long long *attempt) {
+    char *text = NULL, err[ERR_LEN], want[64];
+    size_t len;
+    int failed = -1;
+    snprintf(want, sizeof want, "faultsim: %s attempt ", scope);
+    if (file_read_all(log, 64 << 20, &text, &len, err) != 0) return -1;
+    for (char *p = strstr(text, want); p; p = strstr(p + 1, want)) {
+        long long a, calls, f;
+        if (sscanf(p + strlen(want), "%lld: %lld calls, %lld failed", &a, &calls, &f) == 3)
+            failed = (int)f, *attempt = a;
+    }
+    free(text);
+    return failed;
+}
+
+/* Every allocation of the admin calls behind one command: the coordinator
+ * runs as the test build with admin:alloc:enomem, so its a-th admin call
+ * fails at its a-th allocation; the command (the production binary) runs
+ * until a call it makes injects nothing. Each run prints what it should or
+ * fails with one line; the coordinator answers the next call, keeps
+ * running, and stops cleanly at the end. */
+static void walk_admin(const char *what, const char *const *args, const char *expect) {
+    char log[700], fault[] = "admin:alloc:enomem";
+    snprintf(log, sizeof log, "%s/admin-%s.log", root, args[0]);
+    setenv("STRAIT_FAULT", fault, 1);
+    setenv("STRAIT_FAULT_LOG", log, 1);
+    harness_use_test_build(1);
+    coord = harness_start_coordinator(fed, addr);
+    harness_use_test_build(0);
+    unsetenv("STRAIT_FAULT");
+    unsetenv("STRAIT_FAULT_LOG");
+    cr_assert_gt(coord, 0, "the test build's coordinator did not start");
+    Walked w = {0, 0, 0};
+    for (int run = 1;; run++) {
+        cr_assert_leq(run, 3000, "%s: its calls still fail after 3000 runs", what);
+        const char *argv[16] = {harness_strait_bin()};
+        for (int i = 0; args[i] && i < 14; i++) argv[i + 1] = args[i];
+        ProcResult r = proc_run((char *const *)argv);
+        cr_assert_lt(r.status, 2, "%s, run %d: status %d: %s", what, run, r.status, r.err);
+        if (r.status == 0) {
+            cr_assert_not_null(strstr(r.out, expect), "%s, run %d: printed without '%s':\n%s", what,
+                               run, expect, r.out);
+        } else {
+            w.failed++;
+            cr_assert_null(strstr(r.err, "without a message"),
+                           "%s, run %d: a failed call answered OK and empty: %s", what, run, r.err);
+            size_t n = strlen(r.err);
+            cr_assert(n > 0 && strchr(r.err, '\n') == r.err + n - 1 &&
+                          strncmp(r.err, "strait ", 7) == 0,
+                      "%s, run %d: not one line of error:\n%s", what, run, r.err);
+        }
+        int st;
+        cr_assert_eq(proc_ended(coord, &st), 0, "%s, run %d: the coordinator ended (%d)", what, run,
+                     st);
+        long long attempt = 0;
+        int failed = last_attempt(log, "admin", &attempt);
+        proc_result_free(&r);
+        if (r.status == 0 && failed == 0) {
+            w.points = (int)attempt;
+            break;
+        }
+    }
+    cr_log_info("%s: %d admin calls walked, %d runs failed", what, w.points, w.failed);
+    cr_assert_gt(w.failed, 0, "%s: no fault failed a run", what);
+    cr_assert_eq(proc_stop(coord, 20000), 0, "%s: the coordinator did not stop cleanly", what);
+    coord = -1;
+    db_check(fed, what);
+}
+
+Test(faults, every_allocation_of_an_admin_call_fails_that_call_alone) {
+    setup_root();
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    /* a site that joined, for the lists to hold */
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0);
+    char site_dir[700];
+    snprintf(site_dir, sizeof site_dir, "%s/site-a", root);
+    harness_enroll_join(fed, addr, "site-a", site_dir);
+    cr_assert_eq(proc_stop(coord, 20000), 0);
+    coord = -1;
+    const char *status[] = {"status", fed, "--json", NULL};
+    walk_admin("strait status", status, "\"running\":true");
+    const char *rounds[] = {"rounds", fed, "--json", NULL};
+    walk_admin("strait rounds", rounds, "\"round\":0");
+    const char *sites[] = {"site", "list", fed, NULL};
+    walk_admin("strait site list", sites, "site-a");
+    const char *events[] = {"events", fed, NULL};
+    walk_admin("strait events", events, "site.enroll");
+}
+
+/* ---- a model served: GetModel ----------------------------------------------------- */
+
+/* A demo federation whose coordinator (the test build, as are all its
+ * processes) fails its a-th GetModel at that call's a-th allocation: each
+ * site that was refused a download asks again, every round commits, and
+ * the demo ends well. */
+Test(faults, every_allocation_of_a_model_served_fails_that_download_alone) {
+    setup_root();
+    char dir[700], log[700], summary[800];
+    snprintf(dir, sizeof dir, "%s/demo", root);
+    snprintf(log, sizeof log, "%s/serve.log", root);
+    snprintf(summary, sizeof summary, "%s/summary.json", dir);
+    setenv("STRAIT_FAULT", "serve:alloc:enomem", 1);
+    setenv("STRAIT_FAULT_LOG", log, 1);
+    const char *argv[] = {harness_strait_test_bin(),
+                          "demo",
+                          "--sites",
+                          "2",
+                          "--rounds",
+                          "3",
+                          "--steps",
+                          "5",
+                          "--model",
+                          "tiny",
+                          "--dir",
+                          dir,
+                          NULL};
+    ProcResult r = proc_run((char *const *)argv);
+    unsetenv("STRAIT_FAULT");
+    unsetenv("STRAIT_FAULT_LOG");
+    cr_assert_eq(r.status, 0, "the demo under serve faults: %s", r.err);
+    proc_result_free(&r);
+    long long attempt = 0;
+    cr_assert_eq(last_attempt(log, "serve", &attempt), 0, "the last download still failed");
+    char *text = NULL, err[ERR_LEN];
+    size_t len;
+    cr_assert_eq(file_read_all(log, 1 << 20, &text, &len, err), 0, "%s", err);
+    int refused = 0;
+    for (char *p = strstr(text, " 1 failed, answered"); p; p = strstr(p + 1, " 1 failed, answered"))
+        refused++;
+    free(text);
+    cr_log_info("GetModel: %lld calls served, %d refused by a fault", attempt, refused);
+    cr_assert_gt(refused, 0, "no download was made to fail");
+    cr_assert_eq(access(summary, F_OK), 0, "the demo wrote no summary");
+    char fed_dir[800];
+    snprintf(fed_dir, sizeof fed_dir, "%s/fed", dir);
+    ProcResult rounds = S("rounds", fed_dir, "--json");
+    cr_assert_eq(rounds.status, 0, "%s", rounds.err);
+    int committed = 0;
+    for (char *p = strstr(rounds.out, "\"state\":\"committed\""); p;
+         p = strstr(p + 1, "\"state\":\"committed\""))
+        committed++;
+    cr_assert_eq(committed, 3, "%d rounds committed:\n%s", committed, rounds.out);
+    proc_result_free(&rounds);
+    db_check(fed_dir, "the demo under serve faults");
 }
