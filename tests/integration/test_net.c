@@ -149,6 +149,95 @@ static void h_download(NetCall *c, void *u) {
     free(data);
 }
 
+/* A coordinator that lies in its download: the request names how. The
+ * payload is 8 KiB of harness_fill(…, 9) in chunks of NET_CHUNK_MIN. */
+#define HOSTILE_LEN (2 * NET_CHUNK_MIN)
+static void send_frame(NetCall *c, Strait__StreamFrame *f) {
+    size_t n = strait__stream_frame__get_packed_size(f);
+    uint8_t *b = malloc(n ? n : 1);
+    strait__stream_frame__pack(f, b);
+    net_call_send(c, b, n);
+    free(b);
+}
+static void send_header(NetCall *c, uint64_t total, const uint8_t *sha, size_t sha_len,
+                        uint32_t chunk, uint64_t offset, size_t meta_len) {
+    static uint8_t meta[256];
+    Strait__TransferHeader h = STRAIT__TRANSFER_HEADER__INIT;
+    h.purpose = "model";
+    h.upload_id = "dl";
+    h.total_length = total;
+    h.sha256.data = (uint8_t *)sha;
+    h.sha256.len = sha_len;
+    h.chunk_size = chunk;
+    h.offset = offset;
+    h.meta.data = meta;
+    h.meta.len = meta_len;
+    Strait__StreamFrame f = STRAIT__STREAM_FRAME__INIT;
+    f.frame_case = STRAIT__STREAM_FRAME__FRAME_HEADER;
+    f.header = &h;
+    send_frame(c, &f);
+}
+static void send_chunk(NetCall *c, uint64_t offset, const uint8_t *data, size_t len) {
+    Strait__Chunk ck = STRAIT__CHUNK__INIT;
+    ck.offset = offset;
+    ck.data.data = (uint8_t *)data;
+    ck.data.len = len;
+    Strait__StreamFrame f = STRAIT__STREAM_FRAME__INIT;
+    f.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+    f.chunk = &ck;
+    send_frame(c, &f);
+}
+static void h_hostile_download(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    char mode[32];
+    snprintf(mode, sizeof mode, "%.*s", (int)m.len, (const char *)m.data);
+    net_buf_free(&m);
+    static uint8_t data[HOSTILE_LEN];
+    uint8_t sha[32], wrong[32];
+    harness_fill(data, sizeof data, 9);
+    security_sha256(data, sizeof data, sha);
+    memset(wrong, 5, sizeof wrong);
+    const uint32_t K = NET_CHUNK_MIN;
+    if (!strcmp(mode, "chunk-first")) {
+        send_chunk(c, 0, data, K);
+    } else if (!strcmp(mode, "garbage")) {
+        net_call_send(c, "\xff\xff\xff not a frame", 18);
+    } else if (!strcmp(mode, "short-sha")) {
+        send_header(c, HOSTILE_LEN, sha, 16, K, 0, 0);
+    } else if (!strcmp(mode, "tiny-chunks")) {
+        send_header(c, HOSTILE_LEN, sha, 32, 16, 0, 0);
+    } else if (!strcmp(mode, "huge-meta")) {
+        send_header(c, HOSTILE_LEN, sha, 32, K, 0, NET_DOWNLOAD_META_MAX + 1);
+    } else if (!strcmp(mode, "unasked-resume")) {
+        send_header(c, HOSTILE_LEN, sha, 32, K, K, 0);
+        send_chunk(c, K, data + K, K);
+    } else if (!strcmp(mode, "too-big")) {
+        send_header(c, 1ull << 40, sha, 32, K, 0, 0);
+    } else {
+        send_header(c, HOSTILE_LEN, !strcmp(mode, "wrong-sha") ? wrong : sha, 32, K, 0, 0);
+        if (!strcmp(mode, "bad-offset")) {
+            send_chunk(c, 5, data, K);
+        } else if (!strcmp(mode, "empty-chunk")) {
+            send_chunk(c, 0, data, 0);
+        } else if (!strcmp(mode, "past-end")) {
+            send_chunk(c, 0, data, K);
+            send_chunk(c, K, data, K);
+            send_chunk(c, 2 * K, data, K);
+        } else if (!strcmp(mode, "oversized-chunk")) {
+            send_chunk(c, 0, data, 2 * K);
+        } else if (!strcmp(mode, "header-twice")) {
+            send_header(c, HOSTILE_LEN, sha, 32, K, 0, 0);
+        } else if (!strcmp(mode, "truncated")) {
+            send_chunk(c, 0, data, K);
+        } else { /* "honest", "wrong-sha" */
+            send_chunk(c, 0, data, K);
+            send_chunk(c, K, data + K, K);
+        }
+    }
+}
+
 static void h_slow(NetCall *c, void *u) {
     (void)u;
     NetBuf m;
@@ -195,6 +284,7 @@ static void start_server_with(int workers, int reserve, int backlog) {
              {"/strait.Test/Upload", NET_CLIENT_STREAM, 1, h_upload},
              {"/strait.Test/Query", NET_UNARY, 1, h_query},
              {"/strait.Test/Download", NET_SERVER_STREAM, 1, h_download},
+             {"/strait.Test/HostileDownload", NET_SERVER_STREAM, 1, h_hostile_download},
              {"/strait.Test/Slow", NET_UNARY, 1, h_slow},
              {"/strait.Test/Block", NET_UNARY, 1, h_block},
              {"/strait.Test/Admin", NET_UNARY, NET_REQUIRE_CERT | NET_USE_RESERVE, h_echo}};
@@ -459,6 +549,153 @@ Test(net, transfer_refusals_commit_nothing) {
     st = raw_upload(ch, "honest", 4096, sha, offs, data, lens, 2, details);
     cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
     cr_assert_eq(seen.accepted, 1);
+    net_channel_destroy(ch);
+}
+
+/* A site downloading from a coordinator that lies: every header field
+ * and chunk a download's receiver checks, each broken alone, is refused
+ * with its reason, and nothing of it is handed back or kept for a resume. */
+Test(net, a_hostile_download_is_refused_field_by_field) {
+    NetChannel *ch = site_channel();
+    static const struct {
+        const char *mode;
+        NetStatus want;
+        const char *why;
+    } cases[] = {
+        {"chunk-first", NET_INTERNAL, "did not start with its header"},
+        {"garbage", NET_INTERNAL, "did not start with its header"},
+        {"short-sha", NET_INTERNAL, "malformed download header"},
+        {"tiny-chunks", NET_INTERNAL, "malformed download header"},
+        {"huge-meta", NET_INTERNAL, "malformed download header"},
+        {"unasked-resume", NET_INTERNAL, "malformed download header"},
+        {"too-big", NET_RESOURCE_EXHAUSTED, "over the limit"},
+        {"bad-offset", NET_INTERNAL, "out of order or out of bounds at 0"},
+        {"empty-chunk", NET_INTERNAL, "out of order or out of bounds at 0"},
+        {"past-end", NET_INTERNAL, "out of order or out of bounds at 8192"},
+        {"oversized-chunk", NET_INTERNAL, "out of order or out of bounds at 0"},
+        {"header-twice", NET_INTERNAL, "out of order or out of bounds at 0"},
+        {"truncated", NET_DATA_LOSS, "failed its length or SHA-256 check"},
+        {"wrong-sha", NET_DATA_LOSS, "failed its length or SHA-256 check"},
+    };
+    NetLimits lim = {.max_total = 1 << 20};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        NetBuf got;
+        NetDownloadHeld held = {0};
+        NetDownloadHead head;
+        char details[256] = "";
+        NetStatus st =
+            net_download(ch, "/strait.Test/HostileDownload", cases[i].mode, strlen(cases[i].mode),
+                         &lim, 20000, &got, &head, &held, details, sizeof details);
+        cr_assert_eq(st, cases[i].want, "%s: %s (%s)", cases[i].mode, net_status_name(st), details);
+        cr_assert_not_null(strstr(details, cases[i].why), "%s: want '%s', got '%s'", cases[i].mode,
+                           cases[i].why, details);
+        cr_assert_null(got.data, "%s: a refused download was handed back", cases[i].mode);
+        cr_assert_null(held.data, "%s: a refused download was kept to resume", cases[i].mode);
+    }
+    /* the same server telling the truth is believed */
+    NetBuf got;
+    char details[256] = "";
+    NetStatus st = net_download(ch, "/strait.Test/HostileDownload", "honest", 6, &lim, 20000, &got,
+                                NULL, NULL, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s", details);
+    cr_assert_eq(got.len, HOSTILE_LEN);
+    net_buf_free(&got);
+    net_channel_destroy(ch);
+}
+
+/* The header an upload's receiver checks, each field broken alone, and
+ * frames that are not the chunk it expects: each refused with its reason
+ * and nothing spooled. */
+typedef struct BadHeader {
+    const char *name;
+    uint32_t chunk_size;
+    size_t sha_len, meta_len;
+    const char *purpose;
+    uint64_t offset;
+    const char *then; /* after the header: "header", "garbage", "zero", "long" or NULL */
+    NetStatus want;
+    const char *why;
+} BadHeader;
+
+static NetStatus header_upload(NetChannel *ch, const BadHeader *b, const uint8_t *sha,
+                               const uint8_t *data, char *details) {
+    static uint8_t meta[70000];
+    Strait__TransferHeader h = STRAIT__TRANSFER_HEADER__INIT;
+    h.purpose = (char *)b->purpose;
+    h.upload_id = (char *)b->name;
+    h.total_length = 8192;
+    h.sha256.data = (uint8_t *)sha;
+    h.sha256.len = b->sha_len;
+    h.chunk_size = b->chunk_size;
+    h.offset = b->offset;
+    h.meta.data = meta;
+    h.meta.len = b->meta_len;
+    Strait__StreamFrame f = STRAIT__STREAM_FRAME__INIT;
+    f.frame_case = STRAIT__STREAM_FRAME__FRAME_HEADER;
+    f.header = &h;
+    size_t len = strait__stream_frame__get_packed_size(&f);
+    uint8_t *buf = malloc(len);
+    strait__stream_frame__pack(&f, buf);
+    char err[ERR_LEN];
+    NetClientCall *c = net_client_start(ch, "/strait.Test/Upload", 20000, err);
+    cr_assert_not_null(c, "%s", err);
+    net_client_send(c, buf, len);
+    if (b->then && !strcmp(b->then, "header")) net_client_send(c, buf, len);
+    free(buf);
+    if (b->then && !strcmp(b->then, "garbage")) net_client_send(c, "\xff\xfe junk", 7);
+    if (b->then && (!strcmp(b->then, "zero") || !strcmp(b->then, "long"))) {
+        Strait__Chunk ck = STRAIT__CHUNK__INIT;
+        ck.data.data = (uint8_t *)data;
+        ck.data.len = !strcmp(b->then, "zero") ? 0 : 8192; /* longer than a chunk */
+        Strait__StreamFrame cf = STRAIT__STREAM_FRAME__INIT;
+        cf.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+        cf.chunk = &ck;
+        uint8_t *out = malloc(strait__stream_frame__get_packed_size(&cf) + 1);
+        size_t ol = strait__stream_frame__pack(&cf, out);
+        net_client_send(c, out, ol);
+        free(out);
+    }
+    net_client_close_send(c);
+    NetBuf m;
+    if (net_client_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    return net_client_finish(c, details, 256);
+}
+
+Test(net, a_hostile_upload_header_is_refused_field_by_field) {
+    NetChannel *ch = site_channel();
+    uint8_t data[8192], sha[32];
+    harness_fill(data, sizeof data, 3);
+    security_sha256(data, sizeof data, sha);
+    const uint32_t K = NET_CHUNK_MIN;
+    static char long_purpose[200];
+    memset(long_purpose, 'p', sizeof long_purpose - 1);
+    const char *bad = "malformed transfer header";
+    const BadHeader cases[] = {
+        {"tiny-chunks", 16, 32, 0, "update", 0, NULL, NET_INVALID_ARGUMENT, bad},
+        {"huge-chunks", NET_CHUNK_MAX + 1, 32, 0, "update", 0, NULL, NET_INVALID_ARGUMENT, bad},
+        {"short-sha", K, 20, 0, "update", 0, NULL, NET_INVALID_ARGUMENT, bad},
+        {"long-purpose", K, 32, 0, long_purpose, 0, NULL, NET_INVALID_ARGUMENT, bad},
+        {"huge-meta", K, 32, 65537, "update", 0, NULL, NET_INVALID_ARGUMENT, bad},
+        {"past-end", K, 32, 0, "update", 8193, NULL, NET_INVALID_ARGUMENT, bad},
+        {"unheld-resume", K, 32, 0, "update", 4096, NULL, NET_FAILED_PRECONDITION,
+         "resume from there"},
+        {"two-headers", K, 32, 0, "update", 0, "header", NET_INVALID_ARGUMENT, "expected a chunk"},
+        {"junk-frame", K, 32, 0, "update", 0, "garbage", NET_INVALID_ARGUMENT, "expected a chunk"},
+        {"empty-chunk", K, 32, 0, "update", 0, "zero", NET_INVALID_ARGUMENT,
+         "chunk of 0 bytes at 0"},
+        {"long-chunk", K, 32, 0, "update", 0, "long", NET_INVALID_ARGUMENT,
+         "chunk of 8192 bytes at 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char details[256] = "";
+        NetStatus st = header_upload(ch, &cases[i], sha, data, details);
+        cr_assert_eq(st, cases[i].want, "%s: %s (%s)", cases[i].name, net_status_name(st), details);
+        cr_assert_not_null(strstr(details, cases[i].why), "%s: want '%s', got '%s'", cases[i].name,
+                           cases[i].why, details);
+        cr_assert_eq(net_spool_committed(spool, OWNER, cases[i].name), 0,
+                     "%s: a refused upload was spooled", cases[i].name);
+    }
+    cr_assert_eq(seen.accepted, 0, "a refused upload was accepted");
     net_channel_destroy(ch);
 }
 
