@@ -43,22 +43,33 @@ NetChannel *attacker_channel(const char *site_dir, const char *addr) {
     return ch;
 }
 
-static size_t pack_meta(const AttackClaim *a, uint8_t *buf) {
+static size_t pack_meta(const AttackClaim *a, const AttackMore *more, uint8_t *buf) {
+    static const AttackMore none;
+    if (more == NULL) more = &none;
     Strait__UpdateMeta meta = STRAIT__UPDATE_META__INIT;
     meta.tokens = a->tokens;
-    meta.train_loss = 3.0;
-    meta.eval_loss = a->eval_loss > 0 ? a->eval_loss : 3.0;
+    meta.train_loss = more->train_loss != 0 ? more->train_loss : 3.0;
+    meta.eval_loss = a->eval_loss != 0 ? a->eval_loss : 3.0;
     meta.steps = a->steps;
     meta.train_ms = a->train_ms;
     meta.download_ms = a->download_ms;
+    meta.decode_ms = more->decode_ms;
+    meta.eval_ms = more->eval_ms;
+    meta.encode_ms = more->encode_ms;
+    meta.start_eval_loss = more->start_eval_loss;
     if (a->base) meta.base_sha256.data = (uint8_t *)a->base, meta.base_sha256.len = 32;
     return strait__update_meta__pack(&meta, buf);
 }
 
 NetStatus attacker_push(NetChannel *ch, const AttackClaim *a, const Blob *b, char *details,
                         size_t details_len) {
-    uint8_t mbuf[128];
-    size_t mlen = pack_meta(a, mbuf);
+    return attacker_push_more(ch, a, NULL, b, details, details_len);
+}
+
+NetStatus attacker_push_more(NetChannel *ch, const AttackClaim *a, const AttackMore *more,
+                             const Blob *b, char *details, size_t details_len) {
+    uint8_t mbuf[192];
+    size_t mlen = pack_meta(a, more, mbuf);
     NetTransferSpec spec = {
         a->purpose ? a->purpose : "update", a->round, a->upload_id, 0, mbuf, mlen, NULL};
     /* 30 s, and a second more for every 4 MB past that (a GPT-2 large update
@@ -94,7 +105,7 @@ static int send_chunk(NetClientCall *c, const Blob *b, uint64_t at, size_t n) {
 
 NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *a, const Blob *b) {
     uint8_t mbuf[128], sha[32];
-    size_t mlen = pack_meta(a, mbuf);
+    size_t mlen = pack_meta(a, NULL, mbuf);
     security_sha256(b->data, b->len, sha);
     Strait__TransferHeader h = STRAIT__TRANSFER_HEADER__INIT;
     h.purpose = (char *)(a->purpose ? a->purpose : "update");

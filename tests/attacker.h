@@ -33,10 +33,19 @@ typedef struct AttackClaim {
     double eval_loss;    /* the held-out loss it reports; 0: 3.0 */
     uint64_t train_ms, download_ms; /* where it says its round went; 0: not sent */
 } AttackClaim;
+/* The rest of what an update's metadata claims, for attacker_push_more. */
+typedef struct AttackMore {
+    uint64_t decode_ms, eval_ms, encode_ms; /* 0: not sent */
+    double train_loss;                      /* 0: 3.0 */
+    double start_eval_loss;                 /* 0: not sent */
+} AttackMore;
 
 /* A whole PushUpdate (with the resume query), as a site would send it. */
 NetStatus attacker_push(NetChannel *ch, const AttackClaim *claim, const Blob *b, char *details,
                         size_t details_len);
+/* The same, claiming more in its metadata. */
+NetStatus attacker_push_more(NetChannel *ch, const AttackClaim *claim, const AttackMore *more,
+                             const Blob *b, char *details, size_t details_len);
 /* Opens a PushUpdate and sends only its header (declaring len bytes of
  * sha256 at offset 0); the stream stays open for attacker_stream_rest. */
 NetClientCall *attacker_open(NetChannel *ch, const AttackClaim *claim, const Blob *b);

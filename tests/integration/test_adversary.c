@@ -1501,7 +1501,10 @@ Test(adversary, a_lying_loss_report_is_outvoted_and_flagged) {
  * time of years and an impossible download moves θ no differently from an
  * honest one, its utilization is capped at 100%, the impossible claim is
  * recorded as not sent, and the round's goodput cannot pass 100% (a site
- * can only misstate its own figure). */
+ * can only misstate its own figure); so are impossible decode, eval and
+ * encode times, and losses that are negative, not a number or beyond any
+ * model's, which are recorded as not measured and leave the round's
+ * losses to the honest sites. */
 Test(adversary, claimed_times_change_only_the_claimants_figures) {
     federation("mean", "3", "30s");
     char b_dir[700], c_dir[700], m_dir[700], details[256];
@@ -1514,8 +1517,12 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.1e-3f);
     AttackClaim ab = {0, "b-r0", 1000, NULL, 0, NULL, 0, 2, 50}; /* ms: under any wall time */
     AttackClaim ac = {0, "c-r0", 1000, NULL, 0, NULL, 0, 3, 50};
-    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL, 0, 1000000000000ull, 1ull << 60};
-    cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+    /* and impossible times for the rest of its round, and losses no model
+     * has: negative, not a number, beyond any vocabulary's */
+    AttackClaim am = {0, "m-r0", 1000, NULL, 0, NULL, -1.0, 1000000000000ull, 1ull << 60};
+    AttackMore more = {1ull << 60, 1ull << 60, 1ull << 60, NAN, 1e9};
+    cr_assert_eq(attacker_push_more(m, &am, &more, &gm, details, sizeof details), NET_OK, "%s",
+                 details);
     cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s", details);
     StoreRound r = wait_committed(0, 30);
@@ -1539,6 +1546,14 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
             cr_assert_eq(util, 1.0, "m's claim of years of training is not capped at 100%%");
             cr_assert_eq(down, 0, "an impossible download time was recorded: %lld",
                          (long long)down);
+            static const char *const times[] = {"decode_ms", "eval_ms", "encode_ms"};
+            for (int k = 0; k < 3; k++)
+                cr_assert_eq(json_integer_value(json_object_get(o, times[k])), 0,
+                             "an impossible %s was recorded", times[k]);
+            static const char *const losses[] = {"train_loss", "eval_loss", "start_eval_loss"};
+            for (int k = 0; k < 3; k++)
+                cr_assert(json_is_null(json_object_get(o, losses[k])),
+                          "m's impossible %s was recorded as a loss", losses[k]);
         } else {
             cr_assert_lt(util, 1.0);
             cr_assert_eq(down, 50);
@@ -1555,6 +1570,8 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
     cr_assert_not_null(o, "%s: %s", je.text, pr.out);
     double util = json_real_value(json_object_get(o, "utilization"));
     double good = json_real_value(json_object_get(o, "goodput"));
+    double train = json_real_value(json_object_get(o, "train_loss"));
+    cr_assert_float_eq(train, 3.0, 1e-9, "m's loss moved the round's: %g", train);
     cr_assert(util > 0 && util <= 1, "round utilization %g", util);
     cr_assert(good > 0 && good <= 1, "round goodput %g", good);
     json_decref(o);

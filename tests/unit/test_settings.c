@@ -1,0 +1,146 @@
+/*
+ * test_settings.c — federation.ini's round settings (coordinator/settings.c),
+ * read from text: every key refused with a message that names it when its
+ * value is not of its kind or out of its range, the combinations that
+ * contradict each other refused, and each recipe read with its own codecs
+ * and optimizer, a key written in the file winning over the recipe's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "coordinator/coordinator_internal.h"
+#include "kernels/model.h"
+#include "util/util.h"
+
+static int read_text(const char *text, RoundsSettings *o, char *err) {
+    GPTConfig gc;
+    cr_assert_eq(gpt_config_preset("tiny", &gc), 0);
+    Config *cfg = config_parse_string(text, "federation.ini", err);
+    cr_assert_not_null(cfg, "%s: %s", text, err);
+    int rc = rounds_settings_read(cfg, &gc, o, err);
+    config_free(cfg);
+    return rc;
+}
+
+Test(settings, every_bad_value_is_refused_naming_its_key) {
+    static const struct {
+        const char *ini, *names;
+    } cases[] = {
+        {"[rounds]\ntotal = 0\n", "[rounds] total"},
+        {"[rounds]\ntotal = ten\n", "[rounds] total"},
+        {"[rounds]\nmin_sites = 0\n", "[rounds] min_sites"},
+        {"[rounds]\nmin_sites = most\n", "[rounds] min_sites"},
+        {"[rounds]\ndeadline = soon\n", "[rounds] deadline"},
+        {"[rounds]\ndeadline = 10ms\n", "[rounds] deadline"},
+        {"[rounds]\ninner_steps = 0\n", "[rounds] inner_steps"},
+        {"[rounds]\nmax_extensions = -1\n", "[rounds] max_extensions"},
+        {"[rounds]\ntime_budget = a while\n", "[rounds] time_budget"},
+        {"[rounds]\ntime_budget = 30d\n", "[rounds] time_budget"},
+        {"[rounds]\noverlap = perhaps\n", "[rounds] overlap"},
+        {"[rounds]\nmode = lockstep\n", "[rounds] mode"},
+        {"[rounds]\nmode = async\nstaleness = 0\n", "[rounds] staleness"},
+        {"[rounds]\ngrace = long\n", "[rounds] grace"},
+        {"[rounds]\ngrace = 11\n", "[rounds] grace"},
+        {"[rounds]\nmode = async\noverlap = on\n", "overlap = on"},
+        {"[rounds]\nadaptive_deadline = sometimes\n", "[rounds] adaptive_deadline"},
+        {"[rounds]\nbatch = 0\n", "[rounds] batch"},
+        {"[rounds]\nseq = 100000\n", "[rounds] seq"},
+        {"[rounds]\nmax_update_ratio = big\n", "[rounds] max_update_ratio"},
+        {"[rounds]\nmax_update_ratio = -1\n", "[rounds] max_update_ratio"},
+        {"[rounds]\nnorm_bound = wide\n", "[rounds] norm_bound"},
+        {"[rounds]\nnorm_bound = 0.5\n", "[rounds] norm_bound"},
+        {"[rounds]\nclip = 0.5\n", "[rounds] clip"},
+        {"[rounds]\nclip = x\n", "[rounds] clip"},
+        {"[rounds]\nweight_cap = 2e6\n", "[rounds] weight_cap"},
+        {"[rounds]\nweight_cap = y\n", "[rounds] weight_cap"},
+        {"[rounds]\ntrim = 0.5\n", "[rounds] trim"},
+        {"[rounds]\ntrim = some\n", "[rounds] trim"},
+        {"[rounds]\naggregate = majority\n", "[rounds] aggregate"},
+        {"[limits]\nupload_min_rate = -1\n", "[limits] upload_min_rate"},
+        {"[limits]\nupload_grace = never\n", "[limits] upload_grace"},
+        {"[limits]\nupload_grace = 10ms\n", "[limits] upload_grace"},
+        {"[limits]\nrefusals_per_round = 0\n", "[limits] refusals_per_round"},
+        {"[limits]\ndownloads_per_round = 0\n", "[limits] downloads_per_round"},
+        {"[limits]\nspool = 1\n", "[limits] spool"},
+        {"[limits]\nspool_per_site = -1\n", "[limits] spool_per_site"},
+        {"[limits]\nupload_header = x\n", "[limits] upload_header"},
+        {"[limits]\nupload_header = 10ms\n", "[limits] upload_header"},
+        {"[limits]\nupload_idle = x\n", "[limits] upload_idle"},
+        {"[limits]\nupload_idle = 10ms\n", "[limits] upload_idle"},
+        {"[limits]\nupload_life = x\n", "[limits] upload_life"},
+        {"[limits]\nupload_life = 100ms\n", "[limits] upload_life"},
+        {"[model]\nseed = -1\n", "[model] seed"},
+        {"[recipe]\nname = sgd\n", "[recipe] name"},
+        {"[codec]\nuplink = zip\n", "[codec] uplink"},
+        {"[codec]\ndensity = thin\n", "[codec] density"},
+        {"[codec]\ndensity = 0.9\n", "[codec] density"},
+        {"[codec]\ndownlink = zip\n", "[codec] downlink"},
+        {"[codec]\nef_decay = slow\n", "[codec] ef_decay"},
+        {"[codec]\nef_decay = 0\n", "[codec] ef_decay"},
+        {"[optimizer]\nouter = sgd\n", "[optimizer] outer"},
+        {"[optimizer]\nlr = fast\n", "[optimizer] lr"},
+        {"[optimizer]\nlr = 0\n", "[optimizer] lr"},
+        {"[optimizer]\nlr = 11\n", "[optimizer] lr"},
+        {"[optimizer]\nmomentum = lots\n", "[optimizer] momentum"},
+        {"[optimizer]\nmomentum = 1\n", "[optimizer] momentum"},
+        {"[optimizer]\neps = tiny\n", "[optimizer] eps"},
+        {"[optimizer]\neps = 0\n", "[optimizer] eps"},
+        {"[optimizer]\neps = 2\n", "[optimizer] eps"},
+        {"[optimizer]\nouter = avg\nmomentum = 0.5\n", "outer = avg"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RoundsSettings o;
+        char err[ERR_LEN] = "";
+        cr_assert_eq(read_text(cases[i].ini, &o, err), -1, "taken: %s", cases[i].ini);
+        cr_assert_not_null(strstr(err, cases[i].names), "%s: want '%s' named, got '%s'",
+                           cases[i].ini, cases[i].names, err);
+        cr_assert_not_null(strstr(err, "federation.ini"), "%s: '%s' does not name the file",
+                           cases[i].ini, err);
+        cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+    }
+}
+
+Test(settings, each_recipe_brings_its_codecs_and_optimizer) {
+    RoundsSettings o;
+    char err[ERR_LEN];
+    cr_assert_eq(read_text("", &o, err), 0, "%s", err);
+    cr_assert_str_eq(o.recipe, "diloco");
+    cr_assert_eq(o.uplink.id, CODEC_INT8);
+    cr_assert_eq(o.outer, OUTER_NESTEROV);
+    cr_assert_eq(o.min_sites, 0, "min_sites unset is a quorum");
+    cr_assert_eq(o.total, 10);
+    cr_assert_eq(o.staleness, 0, "sync rounds take no stale updates");
+
+    cr_assert_eq(read_text("[recipe]\nname = fedavg\n", &o, err), 0, "%s", err);
+    cr_assert_eq(o.uplink.id, CODEC_FP32);
+    cr_assert(o.downlink_lossless, "fedavg sends the exact model down");
+    cr_assert_eq(o.outer, OUTER_AVG);
+    cr_assert_float_eq(o.outer_lr, 1.0, 1e-12);
+
+    cr_assert_eq(read_text("[recipe]\nname = sparseloco\n", &o, err), 0, "%s", err);
+    cr_assert_eq(o.uplink.id, CODEC_TOPK);
+    cr_assert_float_eq(o.uplink.density, 256.0 / 4096, 1e-9);
+    cr_assert_float_eq(o.ef_decay, 0.95, 1e-12);
+
+    /* a key in the file wins; another outer optimizer brings its own defaults */
+    cr_assert_eq(read_text("[recipe]\nname = fedavg\n[optimizer]\nouter = nesterov\n", &o, err), 0,
+                 "%s", err);
+    cr_assert_eq(o.outer, OUTER_NESTEROV);
+    cr_assert_float_eq(o.outer_lr, 0.7, 1e-12);
+    cr_assert_float_eq(o.momentum, 0.3, 1e-12);
+    cr_assert_eq(read_text("[optimizer]\nouter = adam\n", &o, err), 0, "%s", err);
+    cr_assert_float_eq(o.outer_lr, 0.01, 1e-12);
+    cr_assert_float_eq(o.momentum, 0.9, 1e-12);
+    cr_assert_eq(read_text("[codec]\nuplink = topk\ndownlink = topk\ndensity = 0.01\n[rounds]\n"
+                           "mode = async\nstaleness = 3\nmin_sites = quorum\naggregate = median\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert_float_eq(o.uplink.density, 0.01, 1e-12);
+    cr_assert_float_eq(o.downlink.density, 0.01, 1e-12, "density applies to both directions");
+    cr_assert(o.async);
+    cr_assert_eq(o.staleness, 3);
+    cr_assert(o.keeps_updates, "the median keeps every update");
+}
