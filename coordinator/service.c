@@ -361,6 +361,14 @@ static int stream_window_read(const Config *cfg, int64_t *window, char *err) {
     return config_get_int(cfg, "limits", "stream_window", 0, 65536, 1LL << 30, window, err);
 }
 
+/* [federation] listen, with the key named: the check alone speaks of an
+ * address, as it does for strait init's --listen. */
+static int check_listen_setting(const char *listen, char *err) {
+    char why[ERR_LEN];
+    if (coordinator_check_listen(listen, why) == 0) return 0;
+    return err_set(err, "federation.ini: [federation] listen = %s: %s", listen, why);
+}
+
 int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err) {
     Coordinator co;
     memset(&co, 0, sizeof co);
@@ -389,7 +397,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     /* every setting read and checked before anything changes (the store
      * marks an open round failed at start: not for a typo) */
     RoundsSettings rs;
-    int bad = coordinator_check_listen(listen_addr, err) ||
+    int bad = check_listen_setting(listen_addr, err) ||
               config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
               config_get_duration_ms(cfg, "security", "token_ttl", 0, &ttl_unused, err) ||
               config_get_duration_ms(cfg, "security", "renew_overlap", 600000, &co.renew_overlap_ms,

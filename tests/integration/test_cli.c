@@ -1,14 +1,17 @@
 /*
  * test_cli.c — the real `strait` binary run as a separate process: help,
- * version and its capability line, and the usage-error conventions (one line
- * on stderr, exit status 2).
+ * version and its capability line, the usage-error conventions (one line
+ * on stderr, exit status 2), and a coordinator that refuses each bad
+ * setting of federation.ini before it touches its store.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 #include <jansson.h>
 
 #include "tests/harness.h"
+#include "util/util.h"
 
 static ProcResult strait(const char *a1, const char *a2, const char *a3) {
     char *argv[] = {(char *)harness_strait_bin(), (char *)a1, (char *)a2, (char *)a3, NULL};
@@ -138,4 +141,65 @@ Test(cli, no_arguments_is_a_usage_error) {
     cr_assert_eq(r.status, 2);
     cr_assert_not_null(strstr(r.err, "usage: strait COMMAND"));
     proc_result_free(&r);
+}
+
+/* `strait coordinator start` reads and checks every setting before it
+ * touches anything: each bad value below is refused with one line that
+ * names its key, exit status 1, and the store is as it was (a start marks
+ * an open round failed: never for a typo). */
+Test(cli, coordinator_start_refuses_each_bad_setting_before_touching_the_store, .timeout = 120) {
+    char *root = harness_tmpdir("cli-settings"), fed[600], ini[700], db[700], err[ERR_LEN];
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    snprintf(db, sizeof db, "%s/strait.db", fed);
+    ProcResult r = harness_strait("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char *original = NULL, *db_before = NULL;
+    size_t len, db_len;
+    cr_assert_eq(file_read_all(ini, 1 << 20, &original, &len, err), 0, "%s", err);
+    cr_assert_eq(file_read_all(db, 64 << 20, &db_before, &db_len, err), 0, "%s", err);
+    static const struct {
+        const char *section, *key, *value, *names;
+    } cases[] = {
+        {"federation", "listen", "nowhere", "listen"},
+        {"security", "site_cert_days", "0", "[security] site_cert_days"},
+        {"security", "token_ttl", "forever", "[security] token_ttl"},
+        {"security", "renew_overlap", "soon", "[security] renew_overlap"},
+        {"limits", "workers", "1", "[limits] workers"},
+        {"limits", "calls_per_site", "0", "[limits] calls_per_site"},
+        {"limits", "admin_reserve", "65", "[limits] admin_reserve"},
+        {"limits", "admin_reserve", "16", "admin_reserve = 16; use fewer than workers"},
+        {"limits", "join_failures", "0", "[limits] join_failures"},
+        {"limits", "transport_memory", "1", "[limits] transport_memory"},
+        {"limits", "connections", "1", "[limits] connections"},
+        {"limits", "connections_per_address", "0", "[limits] connections_per_address"},
+        {"limits", "connections_per_site_address", "0", "[limits] connections_per_site_address"},
+        {"limits", "streams_per_connection", "1", "[limits] streams_per_connection"},
+        {"model", "preset", "gpt-17", "[model] preset = gpt-17"},
+        {"model", "init", "../elsewhere.safetensors", "[model] init"},
+        {"model", "init", "/etc/passwd", "[model] init"},
+        {"rounds", "total", "0", "[rounds] total"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(file_write_atomic(ini, original, len, 0600, err), 0, "%s", err);
+        cr_assert_eq(config_file_set(ini, cases[i].section, cases[i].key, cases[i].value, err), 0,
+                     "%s", err);
+        r = harness_strait("coordinator", "start", fed);
+        cr_assert_eq(r.status, 1, "[%s] %s = %s: status %d: %s", cases[i].section, cases[i].key,
+                     cases[i].value, r.status, r.err);
+        cr_assert_not_null(strstr(r.err, cases[i].names), "want '%s' named, got: %s",
+                           cases[i].names, r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "not one line: %s", r.err);
+        proc_result_free(&r);
+        char *db_now = NULL;
+        size_t now_len;
+        cr_assert_eq(file_read_all(db, 64 << 20, &db_now, &now_len, err), 0, "%s", err);
+        cr_assert(now_len == db_len && memcmp(db_now, db_before, db_len) == 0,
+                  "[%s] %s = %s changed the store", cases[i].section, cases[i].key, cases[i].value);
+        free(db_now);
+    }
+    free(original), free(db_before);
+    harness_rmtree(root);
+    free(root);
 }
