@@ -395,3 +395,75 @@ Test(security, a_malformed_csr_is_refused_and_spends_no_token) {
     net_channel_destroy(ch);
     free(ca), free(csr), free(key), free(issued);
 }
+
+/* Every field of a Join is a stranger's claim (no certificate yet): bytes
+ * that are not a JoinRequest, a name with control characters (refused,
+ * and audited with them replaced), a token of the wrong length and one
+ * that was never issued are each refused with their reason and issue no
+ * certificate; the same holds for Renew and Hello bytes from a site that
+ * has one; and the honest join that follows is taken. */
+Test(security, a_hostile_join_renew_and_hello_are_refused_field_by_field) {
+    char token[65], details[256];
+    enroll("alpha", NULL, token);
+    NetChannel *ch = channel_with(NULL, NULL);
+    NetBuf resp = {NULL, 0};
+    NetStatus st = net_unary(ch, "/strait.Federation/Join", "\xff\xff\xff\x01", 4, &resp, 20000,
+                             details, sizeof details);
+    cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "malformed JoinRequest"), "%s", details);
+    cr_assert_null(resp.data);
+    static const struct {
+        const char *name, *token;
+        NetStatus want;
+        const char *why;
+    } cases[] = {
+        {"al\x01pha", NULL, NET_INVALID_ARGUMENT, "bad site name 'al?pha'"},
+        {"alpha", "abc", NET_INVALID_ARGUMENT, "malformed enrollment token"},
+        {"alpha", "00000000000000000000000000000000000000000000000000000000000000ff",
+         NET_PERMISSION_DENIED, ""},
+    };
+    char *csr, *key, err[ERR_LEN];
+    cr_assert_eq(security_csr_create("alpha", &csr, &key, err), 0, "%s", err);
+    uint8_t buf[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Strait__JoinRequest req = STRAIT__JOIN_REQUEST__INIT;
+        req.token = (char *)(cases[i].token ? cases[i].token : token);
+        req.site_name = (char *)cases[i].name;
+        req.csr_pem.data = (uint8_t *)csr;
+        req.csr_pem.len = strlen(csr);
+        size_t n = strait__join_request__pack(&req, buf);
+        st =
+            net_unary(ch, "/strait.Federation/Join", buf, n, &resp, 20000, details, sizeof details);
+        cr_assert_eq(st, cases[i].want, "%s: %s: %s", cases[i].name, net_status_name(st), details);
+        cr_assert_not_null(strstr(details, cases[i].why), "want '%s', got '%s'", cases[i].why,
+                           details);
+        cr_assert_null(resp.data, "a refused join was answered with a certificate");
+    }
+    ProcResult ev = S("events", fed, "--last", "100");
+    cr_assert_not_null(strstr(ev.out, "al?pha"), "the audit log lacks the printable name:\n%s",
+                       ev.out);
+    cr_assert_null(strstr(ev.out, "al\x01pha"), "a control character reached the audit log");
+    proc_result_free(&ev);
+    net_channel_destroy(ch);
+    free(csr), free(key);
+    /* the token was spent by none of them */
+    ProcResult r = join(site_dir, "alpha", token, ca_fp);
+    cr_assert_eq(r.status, 0, "join after the refusals: %s", r.err);
+    proc_result_free(&r);
+    /* a site with a certificate sending bytes that are not its request */
+    char *cert = read_text(site_dir, "site.crt"), *skey = read_text(site_dir, "site.key");
+    ch = channel_with(cert, skey);
+    st = net_unary(ch, "/strait.Federation/Renew", "\xff\xff\xff\x01", 4, &resp, 20000, details,
+                   sizeof details);
+    cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "malformed RenewRequest"), "%s", details);
+    st = net_unary(ch, "/strait.Federation/Hello", "\xff\xff\xff\x01", 4, &resp, 20000, details,
+                   sizeof details);
+    cr_assert_eq(st, NET_INVALID_ARGUMENT, "%s: %s", net_status_name(st), details);
+    cr_assert_not_null(strstr(details, "malformed HelloRequest"), "%s", details);
+    char name[65];
+    cr_assert_eq(hello(ch, 1, name, details), NET_OK, "%s", details);
+    cr_assert_str_eq(name, "alpha");
+    net_channel_destroy(ch);
+    free(cert), free(skey);
+}
