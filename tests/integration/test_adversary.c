@@ -1780,3 +1780,47 @@ Test(adversary, an_async_round_merges_on_its_quorum_without_the_slowest) {
     for (int i = 0; i < 3; i++) net_channel_destroy(ch[i]);
     gpt_free(&t);
 }
+
+/* A resume point is a claim: a GetModel that says it holds part of a
+ * payload the coordinator is not serving (another hash), or more of it
+ * than there is, is served the model whole from the start; the payload is
+ * the same bytes an honest download gets. */
+Test(adversary, a_lying_resume_point_is_served_the_whole_model) {
+    federation("mean", "3", "30s");
+    char m_dir[700], details[256];
+    site("m", m_dir, sizeof m_dir);
+    NetChannel *m = attacker_channel(m_dir, addr);
+    NetLimits lim = {.max_total = 64u << 20};
+    NetBuf honest = {NULL, 0};
+    cr_assert_eq(net_download(m, "/strait.Federation/GetModel", "", 0, &lim, 20000, &honest, NULL,
+                              NULL, details, sizeof details),
+                 NET_OK, "%s", details);
+    uint8_t sha[32], wrong[32];
+    security_sha256(honest.data, honest.len, sha);
+    memset(wrong, 0x5a, sizeof wrong);
+    const struct {
+        uint64_t offset;
+        const uint8_t *sha;
+        const char *what;
+    } lies[] = {{100, wrong, "another payload's hash"},
+                {honest.len + 10, sha, "more bytes than the payload has"},
+                {honest.len, sha, "all of it already"}};
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+        req.resume_offset = lies[i].offset;
+        req.resume_sha256.data = (uint8_t *)lies[i].sha;
+        req.resume_sha256.len = 32;
+        uint8_t buf[128];
+        size_t n = strait__get_model_request__pack(&req, buf);
+        NetBuf got = {NULL, 0};
+        /* no held bytes: a stream that started past 0 would be refused here */
+        NetStatus st = net_download(m, "/strait.Federation/GetModel", buf, n, &lim, 20000, &got,
+                                    NULL, NULL, details, sizeof details);
+        cr_assert_eq(st, NET_OK, "%s: %s: %s", lies[i].what, net_status_name(st), details);
+        cr_assert(got.len == honest.len && memcmp(got.data, honest.data, got.len) == 0,
+                  "%s: not the model an honest download gets", lies[i].what);
+        net_buf_free(&got);
+    }
+    net_buf_free(&honest);
+    net_channel_destroy(m);
+}
