@@ -1,19 +1,15 @@
 /*
- * cmd_tokenize.c — `strait tokenize`: text files to llm.c's token shards with
- * GPT-2's byte-level BPE (kernels/tokenizer.h), and the tokenizer options
- * that `strait sample` shares.
+ * cmd_tokenize.c — `strait tokenize`: its flags, then text files to llm.c's
+ * token shards (kernels/tokenizer.h's tokenize_files), and the tokenizer
+ * options that `strait sample` shares.
  */
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "kernels/model.h"
 #include "kernels/data.h"
-#include "kernels/tokenizer.h"
 #include "kernels/tokenizer.h"
 #include "util/util.h"
 
@@ -32,17 +28,6 @@ Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *me
         return NULL;
     }
     return tokenizer_load(vocab, merges, err);
-}
-
-static int dir_is_empty_or_absent(const char *path) {
-    DIR *d = opendir(path);
-    if (d == NULL) return errno == ENOENT;
-    struct dirent *e;
-    int empty = 1;
-    while (empty && (e = readdir(d)) != NULL)
-        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
-    closedir(d);
-    return empty;
 }
 
 int cmd_tokenize(const Command *cmd, int argc, char **argv) {
@@ -78,70 +63,19 @@ int cmd_tokenize(const Command *cmd, int argc, char **argv) {
     if (out == NULL) return cli_usage_error(cmd, "give the output folder with --out DIR");
     if (optind == argc) return cli_usage_error(cmd, "give the text files to tokenize");
     if (shard_tokens < 1024) return cli_usage_error(cmd, "--shard-tokens must be at least 1024");
-    if (!dir_is_empty_or_absent(out))
-        return cli_fail(cmd, "%s is not empty: give a new folder, so no old shard is mixed in",
-                        out);
     char err[ERR_LEN];
+    if (tokenize_dir_check(out, err) != 0) return cli_fail(cmd, "%s", err);
     Tokenizer *tok = cli_tokenizer_open(tdir, vocab, merges, err);
     if (tok == NULL) return cli_fail(cmd, "%s", err);
-    uint64_t total = 0;
-    for (int i = optind; i < argc; i++) {
-        struct stat st;
-        if (stat(argv[i], &st) != 0 || !S_ISREG(st.st_mode)) {
-            tokenizer_free(tok);
-            return cli_fail(cmd, "%s: not a readable file", argv[i]);
-        }
-        total += (uint64_t)st.st_size;
-    }
-    if (file_mkdir_p(out, 0755, err) != 0) {
-        tokenizer_free(tok);
-        return cli_fail(cmd, "%s", err);
-    }
-    ProgressBar pb;
-    progress_init(&pb, stderr, "tokenize", total);
-    ShardWriter w;
-    shard_writer_init(&w, out, (size_t)shard_tokens);
-    uint64_t done = 0;
-    int rc = 0, eot = tokenizer_doc_start(tok);
-    for (int i = optind; rc == 0 && i < argc; i++) {
-        char *text, *norm;
-        size_t len, pos = 0, nlen;
-        if (file_read_all(argv[i], (size_t)1 << 34, &text, &len, err) != 0) {
-            rc = -1;
-            break;
-        }
-        if (tokenizer_normalize(tok, text, len, &norm, &nlen, err) != 0) { /* Qwen2's NFC */
-            free(text);
-            rc = -1;
-            break;
-        }
-        if (norm) free(text), text = norm, len = nlen;
-        /* each file is a document; like llm.c's data scripts, <|endoftext|> opens it
-         * (<|begin_of_text|> where the tokenizer has one: Llama 3) */
-        if (eot >= 0 && token_buf_push(&w.b, eot) != 0) {
-            free(text);
-            rc = err_set(err, "out of memory");
-            break;
-        }
-        while (rc == 0 && pos < len) {
-            size_t before = pos;
-            rc = tokenizer_encode_some(tok, text, len, &pos, (size_t)1 << 20, &w.b, err);
-            done += pos - before;
-            char suffix[64];
-            snprintf(suffix, sizeof suffix, "%zu tokens", w.written + w.b.n);
-            progress_update(&pb, done, suffix);
-            if (rc == 0) rc = shard_writer_flush(&w, 0, err);
-        }
-        free(text);
-    }
-    if (rc == 0) rc = shard_writer_flush(&w, 1, err);
-    progress_finish(&pb, done, rc == 0 ? "done" : "failed");
-    size_t n_tokens = w.written;
-    int shards = w.shards;
-    shard_writer_free(&w);
+    TokenizeStats ts;
+    int rc = tokenize_files(tok, argv + optind, argc - optind, out, (size_t)shard_tokens, stderr,
+                            &ts, err);
     int vocab_size = tokenizer_vocab_size(tok);
     tokenizer_free(tok);
     if (rc != 0) return cli_fail(cmd, "%s", err);
+    uint64_t total = ts.bytes;
+    size_t n_tokens = ts.tokens;
+    int shards = ts.shards;
     printf("%d file%s, %llu bytes -> %zu tokens (%.2f bytes a token) in %d shard%s under %s; "
            "vocabulary %d\n",
            argc - optind, argc - optind == 1 ? "" : "s", (unsigned long long)total, n_tokens,

@@ -167,28 +167,20 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (T == 0) T = cfg.T;
     if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
     kernels_set_threads(threads);
-    if (vocab < 0 || vocab > 65536 || (vocab && init_from))
+    if (vocab < 0 || vocab > 65536 || (vocab && init_from)) {
+        if (init_from) gpt_free(&m);
         return cli_usage_error(cmd, "--vocab is 1 to 65536, and not with --init-from (its "
                                     "config.json has one)");
+    }
     TokenSet ts;
     if (tokens_load(&ts, data, n_data, err) != 0) {
         if (init_from) gpt_free(&m);
         return cli_fail(cmd, "%s", err);
     }
-    /* a byte-level preset's vocabulary: --vocab, else bytes for text and
-     * GPT-2's for shards (more if their ids go higher); the published
-     * shapes keep their own */
-    if (!init_from && (vocab || (ts.shards && cfg.V == 256))) {
-        cfg.V = vocab ? vocab : ts.vocab > 50257 ? ts.vocab : 50257;
-        cfg.Vp = (cfg.V + 63) / 64 * 64;
-    }
-    if (ts.vocab > cfg.V) {
+    if (gpt_config_fit_tokens(&cfg, vocab, init_from != NULL, &ts, preset, err) != 0) {
         tokens_free(&ts);
         if (init_from) gpt_free(&m);
-        return cli_fail(cmd,
-                        "the data holds token ids up to %d, beyond model %s's vocabulary of %d; "
-                        "give --vocab (at least %d) or the model its tokenizer was made for",
-                        ts.vocab - 1, preset, cfg.V, ts.vocab);
+        return cli_fail(cmd, "%s", err);
     }
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/arch.h"
+#include "kernels/data.h"
 #include "kernels/model.h"
 #include "util/util.h"
 
@@ -283,4 +284,21 @@ int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err) 
                      vp, c.Vp);
     if (rc == 0) *cfg = c;
     return rc;
+}
+
+int gpt_config_fit_tokens(GPTConfig *cfg, int vocab, int pretrained, const TokenSet *ts,
+                          const char *name, char *err) {
+    if (vocab < 0 || vocab > 65536 || (vocab && pretrained))
+        return err_set(err, "--vocab is 1 to 65536, and not with --init-from (its config.json "
+                            "has one)");
+    if (!pretrained && (vocab || (ts->shards && cfg->V == 256))) {
+        cfg->V = vocab ? vocab : ts->vocab > 50257 ? ts->vocab : 50257;
+        cfg->Vp = (cfg->V + 63) / 64 * 64;
+    }
+    if (ts->vocab > cfg->V)
+        return err_set(err,
+                       "the data holds token ids up to %d, beyond model %s's vocabulary of %d; "
+                       "give --vocab (at least %d) or the model its tokenizer was made for",
+                       ts->vocab - 1, name, cfg->V, ts->vocab);
+    return 0;
 }

@@ -54,6 +54,14 @@ double gpt_train_bytes(const GPTConfig *cfg, int B, int T, int moments_bf16);
 int gpt_config_preset(const char *name, GPTConfig *cfg);
 /* The presets' names, comma-separated, for messages. */
 const char *model_preset_names(void);
+struct TokenSet;
+/* The vocabulary cfg (model `name`) trains with on ts: a byte-level preset
+ * (256) takes vocab when it is given, else GPT-2's 50257 for shards (more
+ * if their ids go higher); a published or pretrained shape keeps its own
+ * (vocab must be 0 then). -1 with err when vocab is out of 1-65536 or the
+ * data holds ids beyond the vocabulary. */
+int gpt_config_fit_tokens(GPTConfig *cfg, int vocab, int pretrained, const struct TokenSet *ts,
+                          const char *name, char *err);
 /* A GPT-2 shape given by someone else (a config.json, a coordinator):
  * checked to be one this code can build — 1..256 layers, channels 1..65536
  * a multiple of heads, context 1..2^20, vocabulary 2..2^22, at most 4

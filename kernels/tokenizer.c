@@ -15,6 +15,10 @@
  * decodable as their text, never matched inside a document.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdlib.h>
@@ -803,4 +807,79 @@ int shard_writer_flush(ShardWriter *w, int last, char *err) {
 
 void shard_writer_free(ShardWriter *w) {
     token_buf_free(&w->b);
+}
+
+/* ---- files to shards ----------------------------------------------------------------- */
+
+static int dir_is_empty_or_absent(const char *path) {
+    DIR *d = opendir(path);
+    if (d == NULL) return errno == ENOENT;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)) != NULL)
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+int tokenize_dir_check(const char *dir, char *err) {
+    if (dir_is_empty_or_absent(dir)) return 0;
+    return err_set(err, "%s is not empty: give a new folder, so no old shard is mixed in", dir);
+}
+
+/* One file's ids into w, its text normalized first where the tokenizer
+ * says (Qwen2's NFC); done counts the bytes encoded, for the progress. */
+static int tokenize_file(Tokenizer *t, const char *path, ShardWriter *w, ProgressBar *pb,
+                         uint64_t *done, char *err) {
+    char *text, *norm;
+    size_t len, pos = 0, nlen;
+    if (file_read_all(path, (size_t)1 << 34, &text, &len, err) != 0) return -1;
+    if (tokenizer_normalize(t, text, len, &norm, &nlen, err) != 0) {
+        free(text);
+        return -1;
+    }
+    if (norm) free(text), text = norm, len = nlen;
+    int rc = 0, eot = tokenizer_doc_start(t);
+    if (eot >= 0 && token_buf_push(&w->b, eot) != 0) rc = err_set(err, "out of memory");
+    while (rc == 0 && pos < len) {
+        size_t before = pos;
+        rc = tokenizer_encode_some(t, text, len, &pos, (size_t)1 << 20, &w->b, err);
+        *done += pos - before;
+        if (pb) {
+            char suffix[64];
+            snprintf(suffix, sizeof suffix, "%zu tokens", w->written + w->b.n);
+            progress_update(pb, *done, suffix);
+        }
+        if (rc == 0) rc = shard_writer_flush(w, 0, err);
+    }
+    free(text);
+    return rc;
+}
+
+int tokenize_files(Tokenizer *t, char *const *paths, int n, const char *dir, size_t shard_tokens,
+                   FILE *progress, TokenizeStats *out, char *err) {
+    memset(out, 0, sizeof *out);
+    if (!dir_is_empty_or_absent(dir))
+        return err_set(err, "%s is not empty: give a new folder, so no old shard is mixed in", dir);
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode))
+            return err_set(err, "%s: not a readable file", paths[i]);
+        out->bytes += (uint64_t)st.st_size;
+    }
+    if (file_mkdir_p(dir, 0755, err) != 0) return -1;
+    ProgressBar pb;
+    if (progress) progress_init(&pb, progress, "tokenize", out->bytes);
+    ShardWriter w;
+    shard_writer_init(&w, dir, shard_tokens);
+    uint64_t done = 0;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = tokenize_file(t, paths[i], &w, progress ? &pb : NULL, &done, err);
+    if (rc == 0) rc = shard_writer_flush(&w, 1, err);
+    if (progress) progress_finish(&pb, done, rc == 0 ? "done" : "failed");
+    out->tokens = w.written;
+    out->shards = w.shards;
+    shard_writer_free(&w);
+    return rc;
 }

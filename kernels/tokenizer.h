@@ -15,6 +15,7 @@
 #define STRAIT_TOKENIZER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef struct Tokenizer Tokenizer;
@@ -87,5 +88,21 @@ typedef struct ShardWriter {
 void shard_writer_init(ShardWriter *w, const char *dir, size_t shard_tokens);
 int shard_writer_flush(ShardWriter *w, int last, char *err);
 void shard_writer_free(ShardWriter *w);
+
+/* What `strait tokenize` does: each file one document (opened by the
+ * tokenizer's document-start token, as llm.c's data scripts do), encoded
+ * in pieces of 1 MiB into shards of shard_tokens ids in dir, which must be
+ * new or empty so no old shard is mixed in; the progress drawn on progress
+ * (NULL: none). *out: the bytes read, the ids and shards written. */
+typedef struct TokenizeStats {
+    uint64_t bytes;
+    size_t tokens;
+    int shards;
+} TokenizeStats;
+int tokenize_files(Tokenizer *t, char *const *paths, int n, const char *dir, size_t shard_tokens,
+                   FILE *progress, TokenizeStats *out, char *err);
+/* tokenize_files' check of dir alone, for a caller that would say so
+ * before it loads a tokenizer: 0, or -1 with err. */
+int tokenize_dir_check(const char *dir, char *err);
 
 #endif /* STRAIT_TOKENIZER_H */
