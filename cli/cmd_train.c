@@ -23,9 +23,20 @@
 typedef struct TrainOut {
     ProgressBar pb;
     TokenView val;
-    int B, T, val_every, json, have_val;
+    int B, T, steps, val_every, json, have_val, cuda, started;
     float val_loss, loss;
 } TrainOut;
+
+static void train_started(void *ctx, const TrainJobStart *s) {
+    TrainOut *o = ctx;
+    o->val = s->val, o->T = s->T, o->started = 1;
+    o->have_val = s->val.n > (size_t)o->B * s->T; /* at least one batch of validation */
+    if (!o->json)
+        fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d%s\n",
+                s->name, s->n_params, s->train_tokens, o->steps, o->B, s->T,
+                o->cuda ? " per GPU" : "");
+    progress_init(&o->pb, stderr, "train", (uint64_t)o->steps);
+}
 
 static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
     TrainOut *o = ctx;
@@ -153,68 +164,33 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (cuda) return cli_usage_error(cmd, "--device cuda: this strait was built without CUDA");
 #endif
     if (gpus < 1) return cli_usage_error(cmd, "--gpus must be at least 1");
-    GPTConfig cfg;
-    GPT m;
-    char err[ERR_LEN];
-    if (init_from) { /* the pretrained model's shape, and its weights */
-        if (gpt_import_hf(&m, init_from, err) != 0) return cli_fail(cmd, "%s", err);
-        cfg = m.cfg;
-        preset = init_from;
-    } else if (gpt_config_preset(preset, &cfg) != 0) {
-        return cli_usage_error(cmd, "unknown model '%s'; use one of %s", preset,
-                               model_preset_names());
-    }
-    if (T == 0) T = cfg.T;
-    if (T > cfg.T) return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
-    kernels_set_threads(threads);
-    if (vocab < 0 || vocab > 65536 || (vocab && init_from)) {
-        if (init_from) gpt_free(&m);
+    if (vocab < 0 || vocab > 65536 || (vocab && init_from))
         return cli_usage_error(cmd, "--vocab is 1 to 65536, and not with --init-from (its "
                                     "config.json has one)");
-    }
-    TokenSet ts;
-    if (tokens_load(&ts, data, n_data, err) != 0) {
-        if (init_from) gpt_free(&m);
-        return cli_fail(cmd, "%s", err);
-    }
-    if (gpt_config_fit_tokens(&cfg, vocab, init_from != NULL, &ts, preset, err) != 0) {
-        tokens_free(&ts);
-        if (init_from) gpt_free(&m);
-        return cli_fail(cmd, "%s", err);
-    }
-    TokenView train, val;
-    tokens_split(&ts, 0.1, &train, &val);
-    if (!init_from && gpt_build(&m, &cfg, seed, err) != 0) {
-        tokens_free(&ts);
-        return cli_fail(cmd, "%s", err);
-    }
-    m.moments_bf16 = moments_bf16;
-    TrainOut o = {
-        .val = val, .B = B, .T = T, .val_every = val_every, .json = json, .val_loss = NAN};
-    o.have_val = val.n > (size_t)B * T; /* at least one batch of validation */
-    if (!json)
-        fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d%s\n",
-                preset, m.n_params, train.n, steps, B, T, cuda ? " per GPU" : "");
-    progress_init(&o.pb, stderr, "train", (uint64_t)steps);
-    TrainConfig tc = train_defaults(lr, steps);
-    if (train_run(&m, &tc, train, cuda ? gpus : 0, B, T, seed, train_observe, &o, err) != 0) {
-        progress_finish(&o.pb, 0, "failed");
-        gpt_free(&m);
-        tokens_free(&ts);
-        return cli_fail(cmd, "%s%s", cuda ? "--device cuda: " : "", err);
+    GPTConfig cfg; /* a preset's flags are checked here; a folder's, once it is read */
+    if (!init_from && gpt_config_preset(preset, &cfg) != 0)
+        return cli_usage_error(cmd, "unknown model '%s'; use one of %s", preset,
+                               model_preset_names());
+    if (!init_from && T > cfg.T)
+        return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
+    kernels_set_threads(threads);
+    TrainJob job = {data, n_data, preset,          init_from,    out, vocab, steps,
+                    B,    T,      cuda ? gpus : 0, moments_bf16, lr,  seed};
+    TrainOut o = {.B = B,
+                  .steps = steps,
+                  .val_every = val_every,
+                  .json = json,
+                  .val_loss = NAN,
+                  .cuda = cuda};
+    char err[ERR_LEN];
+    if (train_job(&job, train_started, train_observe, &o, err) != 0) {
+        if (o.started) progress_finish(&o.pb, 0, "failed");
+        return cli_fail(cmd, "%s%s", cuda && o.started ? "--device cuda: " : "", err);
     }
     progress_finish(&o.pb, (uint64_t)steps, "done");
-    int rc = EXIT_OK;
-    if (out) {
-        if (gpt_save(&m, out, steps, err) != 0)
-            rc = cli_fail(cmd, "%s", err);
-        else if (!json)
-            fprintf(stderr, "checkpoint written to %s\n", out);
-    }
+    if (out && !json) fprintf(stderr, "checkpoint written to %s\n", out);
     if (!json) printf("final loss %.4f, validation loss %.4f\n", o.loss, o.val_loss);
-    gpt_free(&m);
-    tokens_free(&ts);
-    return rc;
+    return EXIT_OK;
 }
 
 int cmd_sample(const Command *cmd, int argc, char **argv) {

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/data.h"
 #include "kernels/device.h"
 #include "kernels/formats.h"
+#include "kernels/model.h"
 #include "kernels/half.h"
 #include "kernels/ranks.h"
 #include "kernels/train.h"
@@ -336,5 +338,41 @@ int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths,
         tokens_free(&ts);
     }
     gpt_free(&m);
+    return rc;
+}
+
+int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart *s),
+              TrainObserver obs, void *ctx, char *err) {
+    GPTConfig cfg;
+    GPT m;
+    memset(&m, 0, sizeof m);
+    const char *name = j->init_from ? j->init_from : j->preset;
+    if (j->init_from) { /* the pretrained model's shape, and its weights */
+        if (gpt_import_hf(&m, j->init_from, err) != 0) return -1;
+        cfg = m.cfg;
+    } else if (gpt_config_preset(j->preset, &cfg) != 0) {
+        return err_set(err, "unknown model '%s'; use one of %s", j->preset, model_preset_names());
+    }
+    int T = j->T ? j->T : cfg.T, rc = -1;
+    TokenSet ts = {0};
+    if (T > cfg.T) {
+        err_set(err, "--seq %d is longer than %s's %d", T, name, cfg.T);
+        goto out;
+    }
+    if (tokens_load(&ts, j->data, j->n_data, err) != 0 ||
+        gpt_config_fit_tokens(&cfg, j->vocab, j->init_from != NULL, &ts, name, err) != 0)
+        goto out;
+    TokenView train, val;
+    tokens_split(&ts, 0.1, &train, &val);
+    if (!j->init_from && gpt_build(&m, &cfg, j->seed, err) != 0) goto out;
+    m.moments_bf16 = j->moments_bf16;
+    TrainJobStart st = {name, m.n_params, train.n, val, T};
+    if (started) started(ctx, &st);
+    TrainConfig tc = train_defaults(j->lr, j->steps);
+    if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
+    rc = j->out ? gpt_save(&m, j->out, j->steps, err) : 0;
+out:
+    gpt_free(&m);
+    tokens_free(&ts);
     return rc;
 }

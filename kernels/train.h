@@ -119,4 +119,30 @@ typedef int (*TrainObserver)(void *ctx, Trainer *t, const TrainProgress *p);
 int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
               TrainObserver obs, void *ctx, char *err);
 
+/* What `strait train` runs, the baseline every federated run is measured
+ * against: the model (a preset, or a Hugging Face folder's shape and
+ * weights), its vocabulary fitted to the data (gpt_config_fit_tokens), the
+ * last 10% of the tokens held out, `steps` of train_run under
+ * train_defaults(lr), and a checkpoint at out (NULL: none). */
+typedef struct TrainJob {
+    const char *const *data;
+    int n_data;
+    const char *preset, *init_from, *out; /* init_from: a Hugging Face folder, or NULL */
+    int vocab;                            /* a byte-level preset's vocabulary; 0: its rule */
+    int steps, B, T;                      /* T 0: the model's context */
+    int gpus;                             /* 0: the CPU */
+    int moments_bf16;
+    float lr;
+    uint64_t seed;
+} TrainJob;
+/* What the job tells its caller before the first step. */
+typedef struct TrainJobStart {
+    const char *name; /* the preset or the folder */
+    size_t n_params, train_tokens;
+    TokenView val; /* the held-out tokens, for a caller that scores on them */
+    int T;         /* the sequence length it trains at */
+} TrainJobStart;
+int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart *s),
+              TrainObserver obs, void *ctx, char *err);
+
 #endif /* STRAIT_KERNELS_TRAIN_H */
