@@ -203,7 +203,8 @@ static void h_hostile_download(NetCall *c, void *u) {
     if (!strcmp(mode, "chunk-first")) {
         send_chunk(c, 0, data, K);
     } else if (!strcmp(mode, "garbage")) {
-        net_call_send(c, "\xff\xff\xff not a frame", 18);
+        static const char junk[] = "\xff\xff\xff not a frame";
+        net_call_send(c, junk, sizeof junk - 1);
     } else if (!strcmp(mode, "short-sha")) {
         send_header(c, HOSTILE_LEN, sha, 16, K, 0, 0);
     } else if (!strcmp(mode, "tiny-chunks")) {
@@ -642,7 +643,8 @@ static NetStatus header_upload(NetChannel *ch, const BadHeader *b, const uint8_t
     net_client_send(c, buf, len);
     if (b->then && !strcmp(b->then, "header")) net_client_send(c, buf, len);
     free(buf);
-    if (b->then && !strcmp(b->then, "garbage")) net_client_send(c, "\xff\xfe junk", 7);
+    static const char junk[] = "\xff\xfe junk";
+    if (b->then && !strcmp(b->then, "garbage")) net_client_send(c, junk, sizeof junk - 1);
     if (b->then && (!strcmp(b->then, "zero") || !strcmp(b->then, "long"))) {
         Strait__Chunk ck = STRAIT__CHUNK__INIT;
         ck.data.data = (uint8_t *)data;
