@@ -41,11 +41,12 @@ static _Thread_local int in_scope;
  * coverage build, which allocate) is not the program's to fail */
 static _Atomic int exiting;
 
-static int ssl_hooked;
+static int ssl_hooked, sqlmem_hooked;
 
 void faultsim_arm(FaultKind kind, int64_t nth, int err, int persist) {
-    if (kind == FAULT_SSL && !ssl_hooked) {
-        static const char msg[] = "faultsim: OpenSSL allocated before its hooks went in\n";
+    if ((kind == FAULT_SSL && !ssl_hooked) || (kind == FAULT_SQLMEM && !sqlmem_hooked)) {
+        static const char msg[] =
+            "faultsim: OpenSSL or SQLite allocated before its hooks went in\n";
         ssize_t ignored = __real_write(2, msg, sizeof msg - 1);
         (void)ignored;
         abort();
@@ -69,7 +70,7 @@ int64_t faultsim_disarm(int64_t *n_fired) {
 static const char *err_name(FaultKind kind, int err) {
     if (err == FAULTSIM_SHORT) return "a short write";
     if (kind == FAULT_SQL) return sqlite3_errstr(err);
-    if (kind == FAULT_SSL) return "ENOMEM";
+    if (kind == FAULT_SSL || kind == FAULT_SQLMEM) return "ENOMEM";
     return strerrorname_np(err) ? strerrorname_np(err) : "an error";
 }
 
@@ -103,7 +104,7 @@ static int fault_here(FaultKind kind, const char *fn) {
     int64_t k = atomic_fetch_add(&counted, 1) + 1, nth = atomic_load(&armed_nth);
     if (k != nth && !(armed_persist && k > nth)) return 0;
     atomic_fetch_add(&fired, 1);
-    const char *names[] = {"", "alloc", "io", "sql", "ssl"};
+    const char *names[] = {"", "alloc", "io", "sql", "ssl", "sqlmem"};
     say("faultsim: %s call %lld (%s) failed with %s\n", names[kind], (long long)k, fn,
         err_name(kind, armed_err));
     return 1;
@@ -167,6 +168,47 @@ static void ssl_free(void *p, const char *file, int line) {
 }
 __attribute__((constructor(101))) static void faultsim_ssl_install(void) {
     ssl_hooked = CRYPTO_set_mem_functions(ssl_malloc, ssl_realloc, ssl_free) == 1;
+}
+
+/* ---- SQLite's own allocations ------------------------------------------------ */
+
+/* SQLite allocates through these (SQLITE_CONFIG_MALLOC, set before it
+ * initializes: the VFS's constructor below runs after this one). Each
+ * block carries its size in front, which SQLite asks for. */
+static void *sq_malloc(int n) {
+    if (fault_here(FAULT_SQLMEM, "sqlite3_malloc")) return NULL;
+    int64_t *p = __real_malloc((size_t)n + 8);
+    if (p == NULL) return NULL;
+    p[0] = n;
+    return p + 1;
+}
+static void sq_free(void *p) {
+    if (p) free((int64_t *)p - 1);
+}
+static void *sq_realloc(void *p, int n) {
+    if (fault_here(FAULT_SQLMEM, "sqlite3_realloc")) return NULL;
+    int64_t *q = __real_realloc(p ? (int64_t *)p - 1 : NULL, (size_t)n + 8);
+    if (q == NULL) return NULL;
+    q[0] = n;
+    return q + 1;
+}
+static int sq_size(void *p) {
+    return p ? (int)((int64_t *)p)[-1] : 0;
+}
+static int sq_roundup(int n) {
+    return (n + 7) & ~7;
+}
+static int sq_init(void *app) {
+    (void)app;
+    return SQLITE_OK;
+}
+static void sq_shutdown(void *app) {
+    (void)app;
+}
+__attribute__((constructor(102))) static void faultsim_sqlmem_install(void) {
+    static const sqlite3_mem_methods m = {sq_malloc,  sq_free, sq_realloc,  sq_size,
+                                          sq_roundup, sq_init, sq_shutdown, NULL};
+    sqlmem_hooked = sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK;
 }
 
 /* ---- files -------------------------------------------------------------------- */
@@ -388,11 +430,12 @@ __attribute__((constructor)) static void faultsim_env(void) {
     char scope[16] = "", kind[16] = "", err[16] = "";
     long long nth = 1;
     int n = sscanf(v, "%15[^:]:%15[^:]:%15[^:]:%lld", scope, kind, err, &nth);
-    env_kind = strcmp(kind, "alloc") == 0 ? FAULT_ALLOC
-               : strcmp(kind, "io") == 0  ? FAULT_IO
-               : strcmp(kind, "sql") == 0 ? FAULT_SQL
-               : strcmp(kind, "ssl") == 0 ? FAULT_SSL
-                                          : 0;
+    env_kind = strcmp(kind, "alloc") == 0    ? FAULT_ALLOC
+               : strcmp(kind, "io") == 0     ? FAULT_IO
+               : strcmp(kind, "sql") == 0    ? FAULT_SQL
+               : strcmp(kind, "ssl") == 0    ? FAULT_SSL
+               : strcmp(kind, "sqlmem") == 0 ? FAULT_SQLMEM
+                                             : 0;
     env_err = env_kind ? parse_err(env_kind, err) : 0;
     env_scope = strcmp(scope, "main") == 0     ? SCOPE_MAIN
                 : strcmp(scope, "commit") == 0 ? SCOPE_COMMIT
@@ -404,7 +447,7 @@ __attribute__((constructor)) static void faultsim_env(void) {
         fprintf(stderr,
                 "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|upload|admin|serve, "
                 "alloc:enomem, "
-                "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, K from 1)\n",
+                "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, sqlmem:enomem, K from 1)\n",
                 v);
         _exit(2);
     }

@@ -3,9 +3,9 @@
  * link time): build/strait-test and the unit tests are linked with
  * -Wl,--wrap for Strait's own calls of malloc, calloc, realloc, strdup, strndup,
  * open, mkostemp, fopen, write, pwrite, fsync and rename, and with a SQLite
- * VFS over the default one, and OpenSSL allocates through faultsim's
- * functions (CRYPTO_set_mem_functions), so the k-th of those calls can be
- * made to fail.
+ * VFS over the default one, and OpenSSL and SQLite allocate through
+ * faultsim's functions (CRYPTO_set_mem_functions, SQLITE_CONFIG_MALLOC), so
+ * the k-th of those calls can be made to fail.
  * The production binary, build/strait, is linked without any of it: no test
  * hook is in it.
  *
@@ -31,7 +31,7 @@
  *     KIND   alloc (ERR: enomem), io (enospc, eio, short: every write
  *            and pwrite carries at most half of what was asked, and none
  *            fails), sql (full, ioerr, busy), ssl (enomem: OpenSSL's
- *            own allocations)
+ *            own allocations), sqlmem (enomem: SQLite's)
  *   STRAIT_TEST_COMMIT_HOLD=PATH   every commit waits at its start (the
  *            round closed, nothing built or written) while PATH exists
  * Each injected fault writes one line to stderr, and to the end of the file
@@ -45,7 +45,7 @@
 
 #include <stdint.h>
 
-typedef enum FaultKind { FAULT_ALLOC = 1, FAULT_IO, FAULT_SQL, FAULT_SSL } FaultKind;
+typedef enum FaultKind { FAULT_ALLOC = 1, FAULT_IO, FAULT_SQL, FAULT_SSL, FAULT_SQLMEM } FaultKind;
 
 /* What a fault does: an errno for FAULT_ALLOC and FAULT_IO (ENOMEM, ENOSPC,
  * EIO), FAULTSIM_SHORT for short writes, or a SQLite result code for

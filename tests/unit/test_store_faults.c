@@ -2,7 +2,8 @@
  * test_store_faults.c — every SQLite write of the store's transactions that
  * are not a round's commit (walked in integration/test_adversary.c) made to
  * fail, one at a time (tests/faultsim/faultsim.h: SQLITE_IOERR, SQLITE_FULL
- * and SQLITE_BUSY through its VFS): a site's revocation, a join (its token
+ * and SQLITE_BUSY through its VFS), and every allocation SQLite makes for
+ * them (SQLite's own do_malloc_test): a site's revocation, a join (its token
  * consumed, the site and its certificate recorded in one transaction), a
  * renewal, a round failed and an update recorded. For each k on a fresh
  * store: the call fails with its reason in one line and changes nothing of
@@ -36,6 +37,7 @@ static StoreCert cert_of(const char *serial, char c) {
 
 /* The state every walk starts from: site "a" with its certificate, a token
  * for "b", round 0 open. */
+static int64_t site_a, round0; /* their ids, so the calls walked look nothing up */
 static void prepare(Store *s) {
     char err[ERR_LEN];
     int64_t site, round;
@@ -44,6 +46,7 @@ static void prepare(Store *s) {
     cr_assert_eq(store_cert_add(s, site, &k, NOW, NOW, err), 0, "%s", err);
     cr_assert_eq(store_token_add(s, TOKEN, "b", NOW, NOW + 3600000, err), 0, "%s", err);
     cr_assert_eq(store_round_open(s, 0, NOW, &round, err), 0, "%s", err);
+    site_a = site, round0 = round;
 }
 
 typedef struct Op {
@@ -82,10 +85,8 @@ static int joined(Store *s) {
 }
 
 static int renew(Store *s, char *err) {
-    StoreSite site;
-    cr_assert_eq(store_site_get(s, "a", &site, NULL), 0);
     StoreCert k = cert_of("1a", 'c');
-    return store_cert_add(s, site.id, &k, NOW + 600000, NOW + 1, err);
+    return store_cert_add(s, site_a, &k, NOW + 600000, NOW + 1, err);
 }
 static int renewed(Store *s) {
     StoreCert old;
@@ -97,9 +98,7 @@ static int renewed(Store *s) {
 }
 
 static int fail_round(Store *s, char *err) {
-    StoreRound r;
-    cr_assert_eq(store_round_get(s, 0, &r, NULL), 0);
-    return store_round_fail(s, r.id, "walked", 0, NOW + 1, err);
+    return store_round_fail(s, round0, "walked", 0, NOW + 1, err);
 }
 static int failed_round(Store *s) {
     StoreRound r;
@@ -108,11 +107,7 @@ static int failed_round(Store *s) {
 }
 
 static int record(Store *s, char *err) {
-    StoreRound r;
-    StoreSite site;
-    cr_assert_eq(store_round_get(s, 0, &r, NULL), 0);
-    cr_assert_eq(store_site_get(s, "a", &site, NULL), 0);
-    StoreUpdate u = {.round_id = r.id, .site_id = site.id, .tokens = 100, .wire_bytes = 10};
+    StoreUpdate u = {.round_id = round0, .site_id = site_a, .tokens = 100, .wire_bytes = 10};
     snprintf(u.codec, sizeof u.codec, "int8");
     snprintf(u.state, sizeof u.state, "received");
     int64_t id;
@@ -142,20 +137,24 @@ Test(store_faults, every_write_of_the_stores_transactions_fails_whole, .timeout 
                              {"a round failed", fail_round, failed_round},
                              {"an update recorded", record, recorded}};
     static const struct {
+        FaultKind kind;
         int err;
         const char *name;
-    } kinds[] = {{SQLITE_IOERR, "ioerr"}, {SQLITE_FULL, "full"}, {SQLITE_BUSY, "busy"}};
+    } kinds[] = {{FAULT_SQL, SQLITE_IOERR, "ioerr"},
+                 {FAULT_SQL, SQLITE_FULL, "full"},
+                 {FAULT_SQL, SQLITE_BUSY, "busy"},
+                 {FAULT_SQLMEM, ENOMEM, "SQLite's allocations"}};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
             int failed = 0, tolerated = 0, k;
-            for (k = 1; k <= 500; k++) {
+            for (k = 1; k <= 5000; k++) {
                 StoreFixture fx;
                 store_fixture_init(&fx, "store-faults");
                 prepare(fx.store);
                 char err[ERR_LEN] = "", what[128];
                 snprintf(what, sizeof what, "%s with %s at write %d", ops[o].name, kinds[i].name,
                          k);
-                faultsim_arm(FAULT_SQL, k, kinds[i].err, 0);
+                faultsim_arm(kinds[i].kind, k, kinds[i].err, 0);
                 int rc = ops[o].run(fx.store, err);
                 int64_t fired;
                 faultsim_disarm(&fired);
@@ -180,9 +179,9 @@ Test(store_faults, every_write_of_the_stores_transactions_fails_whole, .timeout 
                 }
                 store_fixture_fini(&fx);
             }
-            cr_assert_leq(k, 500, "%s with %s: still failing at 500 writes", ops[o].name,
+            cr_assert_leq(k, 5000, "%s with %s: still failing at 5000 calls", ops[o].name,
                           kinds[i].name);
-            cr_log_info("%s, %s: %d writes failed it, %d gone past", ops[o].name, kinds[i].name,
+            cr_log_info("%s, %s: %d faults failed it, %d gone past", ops[o].name, kinds[i].name,
                         failed, tolerated);
             /* a lock it could not take, the store waits out (its busy
              * timeout): those go past; a write that fails fails the call */
