@@ -108,22 +108,22 @@ static int backup_into(Store *s, sqlite3 *dst, char *err) {
     } while (rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED);
     sqlite3_backup_finish(b);
     if (rc != SQLITE_DONE) return err_set(err, "backup failed: %s", sqlite3_errstr(rc));
-    char *bad = NULL;
+    char bad[256] = ""; /* on the stack: a verdict lost for memory is never an "ok" */
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(dst, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
         return err_set(err, "cannot check the backup: %s", sqlite3_errmsg(dst));
     if (sqlite3_step(st) == SQLITE_ROW) {
         const char *verdict = (const char *)sqlite3_column_text(st, 0);
         if (verdict == NULL || strcmp(verdict, "ok") != 0)
-            bad = strdup(verdict ? verdict : "no verdict");
+            snprintf(bad, sizeof bad, "%s", verdict ? verdict : "no verdict");
     } else {
-        bad = strdup(sqlite3_errmsg(dst));
+        snprintf(bad, sizeof bad, "%s", sqlite3_errmsg(dst));
     }
     sqlite3_finalize(st);
-    if (bad) {
-        err_set(err, "the backup copy fails integrity_check: %.200s", bad);
-        free(bad);
-        return -1;
+    if (bad[0]) {
+        for (char *p = bad; *p; p++) /* SQLite's verdict spans lines; the message is one */
+            if (*p == '\n') *p = ' ';
+        return err_set(err, "the backup copy fails integrity_check: %.200s", bad);
     }
     /* a single file that needs no -wal beside it */
     if (sqlite3_exec(dst, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL) != SQLITE_OK)
@@ -141,6 +141,7 @@ int store_backup(Store *s, const char *path, char *err) {
     if (rc != SQLITE_OK) {
         err_set(err, "cannot create %s: %s", tmp, dst ? sqlite3_errmsg(dst) : sqlite3_errstr(rc));
         sqlite3_close(dst);
+        unlink(tmp); /* an open that failed part-way may have made the file */
         return -1;
     }
     rc = backup_into(s, dst, err);

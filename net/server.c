@@ -147,7 +147,8 @@ struct NetServer {
 
 /* ---- calls --------------------------------------------------------------- */
 
-/* "ipv4:127.0.0.1:5000" → "127.0.0.1" and port 5000; "ipv6:[::1]:5000" → "::1" */
+/* "ipv4:127.0.0.1:5000" → "127.0.0.1" and port 5000; "ipv6:[::1]:5000",
+ * or as gRPC 1.51 writes it "ipv6:%5B::1%5D:5000", → "::1" */
 static void load_addr(NetCall *c) {
     char *peer = grpc_call_get_peer(c->call);
     const char *p = peer ? peer : "";
@@ -157,6 +158,7 @@ static void load_addr(NetCall *c) {
     size_t n = end ? (size_t)(end - p) : strlen(p);
     c->peer_port = end ? atoi(end + 1) : 0;
     if (n > 1 && p[0] == '[' && p[n - 1] == ']') p++, n -= 2;
+    if (n > 6 && strncmp(p, "%5B", 3) == 0 && strncmp(p + n - 3, "%5D", 3) == 0) p += 3, n -= 6;
     snprintf(c->peer.addr, sizeof c->peer.addr, "%.*s", (int)(n < 60 ? n : 60), p);
     if (peer) gpr_free(peer);
 }

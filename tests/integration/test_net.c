@@ -58,6 +58,15 @@ static void h_echo(NetCall *c, void *u) {
     net_buf_free(&m);
 }
 
+static void h_addr(NetCall *c, void *u) {
+    (void)u;
+    NetBuf m;
+    if (net_call_recv(c, &m) != NET_RECV_MESSAGE) return;
+    net_buf_free(&m);
+    const NetPeer *p = net_call_peer(c);
+    net_call_send(c, p->addr, strlen(p->addr));
+}
+
 static void h_open(NetCall *c, void *u) {
     (void)u;
     NetBuf m;
@@ -699,6 +708,60 @@ Test(net, a_hostile_upload_header_is_refused_field_by_field) {
     }
     cr_assert_eq(seen.accepted, 0, "a refused upload was accepted");
     net_channel_destroy(ch);
+}
+
+/* What net/ refuses to build and what it fills in: a server without its
+ * CA, certificate or key, a channel without a CA or with a certificate
+ * and no key; a server of all defaults serves, over IPv6 loopback too,
+ * where the peer's address comes without its brackets and port; status
+ * names and targets as the messages print them. */
+Test(net, configuration_refusals_defaults_and_ipv6_peers) {
+    char err[ERR_LEN] = "";
+    NetServerConfig bad = {.listen = "127.0.0.1:0", .tls = {tls.ca_cert, NULL, tls.server_key}};
+    cr_assert_null(net_server_create(&bad, err));
+    cr_assert_not_null(strstr(err, "needs the CA, its certificate and its key"), "%s", err);
+    NetChannelConfig nca = {target, {NULL, NULL, NULL}, NULL, 0, 0};
+    cr_assert_null(net_channel_create(&nca, err));
+    cr_assert_neq(err[0], '\0');
+    NetChannelConfig half = {target, {tls.ca_cert, tls.site_cert, NULL}, NULL, 0, 0};
+    err[0] = '\0';
+    cr_assert_null(net_channel_create(&half, err));
+    cr_assert_neq(err[0], '\0');
+    cr_assert_str_eq(net_status_name(NET_OK), "OK");
+    cr_assert_str_eq(net_status_name((NetStatus)999), "UNKNOWN");
+    char t[128];
+    net_target("127.0.0.1:7700", t, sizeof t);
+    cr_assert_str_eq(t, "ipv4:127.0.0.1:7700");
+    net_target("coordinator.example:7700", t, sizeof t);
+    cr_assert_str_eq(t, "coordinator.example:7700", "a name is left to the resolver");
+    /* every knob at 0: the defaults; on [::1] */
+    NetServerConfig cfg = {.listen = "[::1]:0",
+                           .tls = {tls.ca_cert, tls.server_cert, tls.server_key}};
+    NetServer *s6 = net_server_create(&cfg, err);
+    cr_assert_not_null(s6, "%s", err);
+    cr_assert_eq(net_server_add_method(s6, "/strait.Test/Addr", NET_UNARY, 1, h_addr, NULL, err), 0,
+                 "%s", err);
+    int port;
+    if (net_server_start(s6, &port, err) != 0) { /* a host without IPv6 loopback */
+        cr_log_warn("no IPv6 loopback here (%s): the IPv6 half is skipped", err);
+        net_server_stop(s6, 1000);
+        return;
+    }
+    char t6[64];
+    snprintf(t6, sizeof t6, "ipv6:[::1]:%d", port);
+    NetChannelConfig cc = {t6, {tls.ca_cert, tls.site_cert, tls.site_key}, "localhost", 0, 0};
+    NetChannel *ch = net_channel_create(&cc, err);
+    cr_assert_not_null(ch, "%s", err);
+    NetBuf resp;
+    char details[256];
+    NetStatus st =
+        net_unary(ch, "/strait.Test/Addr", "?", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert(resp.len == 3 && memcmp(resp.data, "::1", 3) == 0, "peer address '%.*s'",
+              (int)resp.len, resp.data);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+    net_server_stop(s6, 1000);
 }
 
 /* ---- a real uploader killed mid-upload, then resumed ------------------------------ */

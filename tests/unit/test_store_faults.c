@@ -9,12 +9,15 @@
  * store: the call fails with its reason in one line and changes nothing of
  * what it would have written, or succeeds whole (SQLite went on past the
  * fault, as at a checkpoint); the store passes its integrity check, and the
- * same call without a fault then succeeds.
+ * same call without a fault then succeeds. And a backup, at every write,
+ * SQLite allocation and file call: whole or absent, nothing left beside it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -55,7 +58,7 @@ typedef struct Op {
     int (*done)(Store *s); /* whether its effect is in the store: 1, 0 */
 } Op;
 
-static int revoke(Store *s, char *err) {
+static int revoke_a(Store *s, char *err) {
     return store_site_revoke(s, "a", "admin", NOW + 1, err);
 }
 static int revoked(Store *s) {
@@ -131,7 +134,7 @@ static void consistent(StoreFixture *fx, const char *what) {
 }
 
 Test(store_faults, every_write_of_the_stores_transactions_fails_whole, .timeout = 600) {
-    static const Op ops[] = {{"a revocation", revoke, revoked},
+    static const Op ops[] = {{"a revocation", revoke_a, revoked},
                              {"a join", join, joined},
                              {"a renewal", renew, renewed},
                              {"a round failed", fail_round, failed_round},
@@ -192,5 +195,80 @@ Test(store_faults, every_write_of_the_stores_transactions_fails_whole, .timeout 
                 cr_assert_gt(failed, 0, "%s with %s: nothing was made to fail", ops[o].name,
                              kinds[i].name);
         }
+    }
+}
+
+/* Whether a file other than the store's own (strait.db, its -wal and -shm)
+ * and the backup named `keep` is in dir: a temporary left behind. */
+static int stray_files(const char *dir, const char *keep) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.' && strncmp(e->d_name, "strait.db", 9) != 0 &&
+             strcmp(e->d_name, keep) != 0 && strcmp(e->d_name, "checkpoints") != 0;
+    closedir(d);
+    return n;
+}
+
+/* A backup (SQLite's online backup into a temporary, its integrity checked,
+ * synced, renamed into place) with each write, SQLite allocation and file
+ * call failing in turn: path is absent and no temporary is left, or path is
+ * a whole store that opens and passes its check (the one failure after the
+ * rename is the folder's sync, which says so). */
+Test(store_faults, a_backup_is_whole_or_absent_at_every_fault, .timeout = 600) {
+    static const struct {
+        FaultKind kind;
+        int err;
+        const char *name;
+    } kinds[] = {{FAULT_SQL, SQLITE_IOERR, "ioerr"},
+                 {FAULT_SQL, SQLITE_FULL, "full"},
+                 {FAULT_SQLMEM, ENOMEM, "SQLite's allocations"},
+                 {FAULT_IO, EIO, "file calls (EIO)"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int failed = 0, tolerated = 0, k;
+        for (k = 1; k <= 5000; k++) {
+            StoreFixture fx;
+            store_fixture_init(&fx, "store-backup");
+            prepare(fx.store);
+            char path[700], err[ERR_LEN] = "";
+            snprintf(path, sizeof path, "%s/backup.db", fx.home);
+            faultsim_arm(kinds[i].kind, k, kinds[i].err, 0);
+            int rc = store_backup(fx.store, path, err);
+            int64_t fired;
+            faultsim_disarm(&fired);
+            int there = access(path, F_OK) == 0;
+            cr_assert_eq(stray_files(fx.home, "backup.db"), 0,
+                         "%s at %d: a temporary was left beside the backup", kinds[i].name, k);
+            if (rc != 0) {
+                cr_assert_eq(fired, 1, "%s at %d: failed with nothing injected: %s", kinds[i].name,
+                             k, err);
+                cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+                if (there)
+                    cr_assert(strstr(err, "sync folder") || strstr(err, "to sync it"),
+                              "%s at %d: failed (%s) but left a backup", kinds[i].name, k, err);
+                failed++;
+            }
+            if (there) { /* whole: it opens and passes its check */
+                Store *b = store_open(path, STORE_READONLY, err);
+                cr_assert_not_null(b, "%s at %d: the backup does not open: %s", kinds[i].name, k,
+                                   err);
+                StoreCheck chk;
+                cr_assert_eq(store_check(b, fx.home, &chk, NULL, NULL, err), 0, "%s", err);
+                cr_assert(chk.integrity_ok && chk.sites == 1, "%s at %d: %s, %lld sites",
+                          kinds[i].name, k, chk.integrity, (long long)chk.sites);
+                store_close(b);
+            } else {
+                cr_assert_neq(rc, 0, "%s at %d: succeeded without a backup", kinds[i].name, k);
+            }
+            tolerated += rc == 0 && fired > 0;
+            store_fixture_fini(&fx);
+            if (fired == 0) break;
+        }
+        cr_assert_leq(k, 5000, "%s: still failing at 5000 calls", kinds[i].name);
+        cr_log_info("a backup, %s: %d faults failed it, %d gone past", kinds[i].name, failed,
+                    tolerated);
+        cr_assert_gt(failed, 0, "a backup with %s: nothing was made to fail", kinds[i].name);
     }
 }
