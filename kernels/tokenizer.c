@@ -859,8 +859,7 @@ static int tokenize_file(Tokenizer *t, const char *path, ShardWriter *w, Progres
 int tokenize_files(Tokenizer *t, char *const *paths, int n, const char *dir, size_t shard_tokens,
                    FILE *progress, TokenizeStats *out, char *err) {
     memset(out, 0, sizeof *out);
-    if (!dir_is_empty_or_absent(dir))
-        return err_set(err, "%s is not empty: give a new folder, so no old shard is mixed in", dir);
+    if (tokenize_dir_check(dir, err) != 0) return -1;
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode))

@@ -36,23 +36,11 @@ static int append(char **buf, size_t *len, const char *data, size_t n) {
 ProcResult proc_run(char *const argv[]) {
     ProcResult r = {-1, NULL, NULL};
     size_t olen = 0, elen = 0;
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    if (append(&r.out, &olen, "", 0) != 0 || append(&r.err, &elen, "", 0) != 0 ||
-        pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)
-        goto fail;
-    pid_t pid = fork();
-    if (pid < 0) goto fail;
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        execv(argv[0], argv);
-        fprintf(stderr, "exec %s failed\n", argv[0]);
-        _exit(127);
-    }
-    close(po[1]), close(pe[1]);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    int out = -1, err = -1, pid = -1;
+    if (append(&r.out, &olen, "", 0) == 0 && append(&r.err, &elen, "", 0) == 0)
+        pid = proc_start(argv, &(ProcIo){.out_fd = &out, .err_fd = &err});
+    if (pid < 0) return r;
+    struct pollfd fds[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
     for (int open_fds = 2; open_fds > 0;) {
         if (poll(fds, 2, -1) < 0) continue;
         for (int i = 0; i < 2; i++) {
@@ -68,14 +56,7 @@ ProcResult proc_run(char *const argv[]) {
             }
         }
     }
-    int st;
-    if (waitpid(pid, &st, 0) == pid) r.status = status_of(st);
-    return r;
-fail:
-    for (int i = 0; i < 2; i++) {
-        if (po[i] >= 0) close(po[i]);
-        if (pe[i] >= 0) close(pe[i]);
-    }
+    r.status = proc_wait(pid);
     return r;
 }
 
@@ -127,8 +108,9 @@ int proc_ended(int pid, int *status) {
     return 1;
 }
 
-/* In the child, before exec: only async-signal-safe calls. */
-static void child(char *const argv[], const ProcIo *io, const int out[2], const int in[2]) {
+/* In the child, before exec: only async-signal-safe calls. p: the pipes
+ * for stdin, stdout and stderr, those io asks for. */
+static void child(char *const argv[], const ProcIo *io, int p[3][2]) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -139,32 +121,34 @@ static void child(char *const argv[], const ProcIo *io, const int out[2], const 
     int null = open("/dev/null", O_RDONLY);
     int log = io->log ? open(io->log, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
     if (null < 0 || (io->log && log < 0)) _exit(126);
-    dup2(io->in_fd ? in[0] : null, 0);
-    if (io->out_fd)
-        dup2(out[1], 1);
-    else if (log >= 0)
-        dup2(log, 1);
-    if (log >= 0) dup2(log, 2);
+    dup2(io->in_fd ? p[0][0] : null, 0);
+    if (io->out_fd || log >= 0) dup2(io->out_fd ? p[1][1] : log, 1);
+    if (io->err_fd || log >= 0) dup2(io->err_fd ? p[2][1] : log, 2);
     execv(argv[0], argv);
+    static const char msg[] = "exec failed: ";
+    ssize_t ignored =
+        write(2, msg, sizeof msg - 1) + write(2, argv[0], strlen(argv[0])) + write(2, "\n", 1);
+    (void)ignored;
     _exit(127);
 }
 
 int proc_start(char *const argv[], const ProcIo *io) {
     static const ProcIo none;
     if (io == NULL) io = &none;
-    int out[2] = {-1, -1}, in[2] = {-1, -1};
-    if ((io->out_fd && pipe2(out, O_CLOEXEC) != 0) || (io->in_fd && pipe2(in, O_CLOEXEC) != 0))
-        goto fail;
+    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+    int *want[3] = {io->in_fd, io->out_fd, io->err_fd};
+    for (int i = 0; i < 3; i++)
+        if (want[i] && pipe2(p[i], O_CLOEXEC) != 0) goto fail;
     pid_t pid = fork();
     if (pid < 0) goto fail;
-    if (pid == 0) child(argv, io, out, in);
-    if (io->out_fd) close(out[1]), *io->out_fd = out[0];
-    if (io->in_fd) close(in[0]), *io->in_fd = in[1];
+    if (pid == 0) child(argv, io, p);
+    /* the parent keeps stdin's write end and the others' read ends */
+    for (int i = 0; i < 3; i++)
+        if (want[i]) close(p[i][i == 0 ? 0 : 1]), *want[i] = p[i][i == 0 ? 1 : 0];
     return pid;
 fail:
-    for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0) close(out[i]);
-        if (in[i] >= 0) close(in[i]);
-    }
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++)
+            if (p[i][k] >= 0) close(p[i][k]);
     return -1;
 }

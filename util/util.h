@@ -195,6 +195,7 @@ int proc_stop(int pid, int grace_ms);
 typedef struct ProcIo {
     const char *log;   /* stdout and stderr appended to this file (created 0600) */
     int *out_fd;       /* stdout to a pipe instead; its read end lands here */
+    int *err_fd;       /* stderr to a pipe instead; its read end lands here */
     int *in_fd;        /* stdin from a pipe; its write end lands here */
     const char *netns; /* a network namespace's file (/run/netns/NAME) to enter */
 } ProcIo;

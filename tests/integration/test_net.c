@@ -490,6 +490,29 @@ Test(net, an_unknown_method_is_unimplemented_not_a_hang) {
 
 /* Sends a raw upload stream: a header frame with the given fields, then the
  * given chunks; returns the status. */
+/* A chunk frame at offset, as an uploader sends it (or a hostile one). */
+static void client_chunk(NetClientCall *c, uint64_t offset, const uint8_t *data, size_t len) {
+    Strait__Chunk ck = STRAIT__CHUNK__INIT;
+    ck.offset = offset;
+    ck.data.data = (uint8_t *)data;
+    ck.data.len = len;
+    Strait__StreamFrame cf = STRAIT__STREAM_FRAME__INIT;
+    cf.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
+    cf.chunk = &ck;
+    uint8_t *out = malloc(strait__stream_frame__get_packed_size(&cf) + 1);
+    size_t ol = strait__stream_frame__pack(&cf, out);
+    net_client_send(c, out, ol);
+    free(out);
+}
+
+/* Ends an upload's stream and takes the receiver's answer and status. */
+static NetStatus client_finish(NetClientCall *c, char *details) {
+    net_client_close_send(c);
+    NetBuf m;
+    if (net_client_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
+    return net_client_finish(c, details, 256);
+}
+
 static NetStatus raw_upload(NetChannel *ch, const char *id, uint64_t total, const uint8_t *sha,
                             const uint64_t *offsets, const uint8_t *data, const size_t *lens,
                             int n_chunks, char *details) {
@@ -509,23 +532,8 @@ static NetStatus raw_upload(NetChannel *ch, const char *id, uint64_t total, cons
     NetClientCall *c = net_client_start(ch, "/strait.Test/Upload", 20000, err);
     cr_assert_not_null(c);
     net_client_send(c, buf, len);
-    for (int i = 0; i < n_chunks; i++) {
-        Strait__Chunk ck = STRAIT__CHUNK__INIT;
-        ck.offset = offsets[i];
-        ck.data.data = (uint8_t *)data + offsets[i];
-        ck.data.len = lens[i];
-        Strait__StreamFrame cf = STRAIT__STREAM_FRAME__INIT;
-        cf.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
-        cf.chunk = &ck;
-        uint8_t *out = malloc(strait__stream_frame__get_packed_size(&cf));
-        size_t ol = strait__stream_frame__pack(&cf, out);
-        net_client_send(c, out, ol);
-        free(out);
-    }
-    net_client_close_send(c);
-    NetBuf m;
-    if (net_client_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
-    return net_client_finish(c, details, 256);
+    for (int i = 0; i < n_chunks; i++) client_chunk(c, offsets[i], data + offsets[i], lens[i]);
+    return client_finish(c, details);
 }
 
 Test(net, transfer_refusals_commit_nothing) {
@@ -654,22 +662,9 @@ static NetStatus header_upload(NetChannel *ch, const BadHeader *b, const uint8_t
     free(buf);
     static const char junk[] = "\xff\xfe junk";
     if (b->then && !strcmp(b->then, "garbage")) net_client_send(c, junk, sizeof junk - 1);
-    if (b->then && (!strcmp(b->then, "zero") || !strcmp(b->then, "long"))) {
-        Strait__Chunk ck = STRAIT__CHUNK__INIT;
-        ck.data.data = (uint8_t *)data;
-        ck.data.len = !strcmp(b->then, "zero") ? 0 : 8192; /* longer than a chunk */
-        Strait__StreamFrame cf = STRAIT__STREAM_FRAME__INIT;
-        cf.frame_case = STRAIT__STREAM_FRAME__FRAME_CHUNK;
-        cf.chunk = &ck;
-        uint8_t *out = malloc(strait__stream_frame__get_packed_size(&cf) + 1);
-        size_t ol = strait__stream_frame__pack(&cf, out);
-        net_client_send(c, out, ol);
-        free(out);
-    }
-    net_client_close_send(c);
-    NetBuf m;
-    if (net_client_recv(c, &m) == NET_RECV_MESSAGE) net_buf_free(&m);
-    return net_client_finish(c, details, 256);
+    if (b->then && (!strcmp(b->then, "zero") || !strcmp(b->then, "long")))
+        client_chunk(c, 0, data, !strcmp(b->then, "zero") ? 0 : 8192); /* 8192: over a chunk */
+    return client_finish(c, details);
 }
 
 Test(net, a_hostile_upload_header_is_refused_field_by_field) {

@@ -420,7 +420,7 @@ Test(security, a_hostile_join_renew_and_hello_are_refused_field_by_field) {
         {"al\x01pha", NULL, NET_INVALID_ARGUMENT, "bad site name 'al?pha'"},
         {"alpha", "abc", NET_INVALID_ARGUMENT, "malformed enrollment token"},
         {"alpha", "00000000000000000000000000000000000000000000000000000000000000ff",
-         NET_PERMISSION_DENIED, ""},
+         NET_PERMISSION_DENIED, "unknown token"},
     };
     char *csr, *key, err[ERR_LEN];
     cr_assert_eq(security_csr_create("alpha", &csr, &key, err), 0, "%s", err);

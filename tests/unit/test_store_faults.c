@@ -126,6 +126,19 @@ static int recorded(Store *s) {
     return n == 1;
 }
 
+/* The faults a walk injects, and their names in its messages. */
+typedef struct Kind {
+    FaultKind kind;
+    int err;
+    const char *name;
+} Kind;
+#define IOERR                                                                                      \
+    { FAULT_SQL, SQLITE_IOERR, "ioerr" }
+#define FULL                                                                                       \
+    { FAULT_SQL, SQLITE_FULL, "full" }
+#define SQLMEM                                                                                     \
+    { FAULT_SQLMEM, ENOMEM, "SQLite's allocations" }
+
 static void consistent(StoreFixture *fx, const char *what) {
     StoreCheck chk;
     char err[ERR_LEN];
@@ -139,14 +152,7 @@ Test(store_faults, every_write_of_the_stores_transactions_fails_whole, .timeout 
                              {"a renewal", renew, renewed},
                              {"a round failed", fail_round, failed_round},
                              {"an update recorded", record, recorded}};
-    static const struct {
-        FaultKind kind;
-        int err;
-        const char *name;
-    } kinds[] = {{FAULT_SQL, SQLITE_IOERR, "ioerr"},
-                 {FAULT_SQL, SQLITE_FULL, "full"},
-                 {FAULT_SQL, SQLITE_BUSY, "busy"},
-                 {FAULT_SQLMEM, ENOMEM, "SQLite's allocations"}};
+    static const Kind kinds[] = {IOERR, FULL, {FAULT_SQL, SQLITE_BUSY, "busy"}, SQLMEM};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
             int failed = 0, tolerated = 0, k;
@@ -218,14 +224,7 @@ static int stray_files(const char *dir, const char *keep) {
  * a whole store that opens and passes its check (the one failure after the
  * rename is the folder's sync, which says so). */
 Test(store_faults, a_backup_is_whole_or_absent_at_every_fault, .timeout = 600) {
-    static const struct {
-        FaultKind kind;
-        int err;
-        const char *name;
-    } kinds[] = {{FAULT_SQL, SQLITE_IOERR, "ioerr"},
-                 {FAULT_SQL, SQLITE_FULL, "full"},
-                 {FAULT_SQLMEM, ENOMEM, "SQLite's allocations"},
-                 {FAULT_IO, EIO, "file calls (EIO)"}};
+    static const Kind kinds[] = {IOERR, FULL, SQLMEM, {FAULT_IO, EIO, "file calls (EIO)"}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         int failed = 0, tolerated = 0, k;
         for (k = 1; k <= 5000; k++) {

@@ -466,16 +466,20 @@ Test(proc, start_sends_both_streams_to_the_log_and_appends) {
     free(dir);
 }
 
-Test(proc, start_pipes_stdin_and_stdout) {
-    char *argv[] = {"/bin/sh", "-c", "read x; echo \"got $x\"", NULL};
-    int in = -1, out = -1;
-    int pid = proc_start(argv, &(ProcIo){.out_fd = &out, .in_fd = &in});
+Test(proc, start_pipes_stdin_stdout_and_stderr) {
+    char *argv[] = {"/bin/sh", "-c", "read x; echo \"got $x\"; echo \"err $x\" >&2", NULL};
+    int in = -1, out = -1, err = -1;
+    int pid = proc_start(argv, &(ProcIo){.out_fd = &out, .err_fd = &err, .in_fd = &in});
     cr_assert_gt(pid, 0);
-    cr_assert(in >= 0 && out >= 0);
+    cr_assert(in >= 0 && out >= 0 && err >= 0);
     cr_assert_eq(write(in, "hello\n", 6), 6);
     char line[64];
     cr_assert_gt(proc_read_line(out, line, sizeof line, 10000), 0);
     cr_assert_str_eq(line, "got hello");
+    cr_assert_gt(proc_read_line(err, line, sizeof line, 10000), 0);
+    cr_assert_str_eq(line, "err hello", "stderr went elsewhere: '%s'", line);
+    cr_assert_eq(fcntl(err, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    close(err);
     cr_assert_eq(proc_wait(pid), 0);
     /* the pipe ends handed back do not leak into later children */
     cr_assert_eq(fcntl(in, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
