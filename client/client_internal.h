@@ -52,8 +52,11 @@ static inline uint64_t ms_since(uint64_t t0) {
 
 /* Whether a failed call is worth retrying. */
 int site_transient(NetStatus st);
-/* Sleeps before retry `attempt` (0, 1, …): 250 ms doubling to 10 s, ± 25 %. */
-void site_backoff(int attempt, uint64_t *rng);
+/* Waits before retry `attempt` (0, 1, …) of a call: 250 ms doubling to
+ * 10 s, ± 25 %; when the channel had lost its connection, only until it has
+ * it back (an eighth of the wait at least), so a site goes on within a
+ * connection's set-up of its link or coordinator returning. */
+void site_retry_wait(Site *s, int attempt);
 /* Reads SITEDIR's name, coordinator, key and certificates; opens the channel. */
 int site_read(Site *s, char *err);
 /* A unary call, retried while the failure is transient. */

@@ -26,14 +26,21 @@ int site_transient(NetStatus st) {
            st == NET_INTERNAL || st == NET_CANCELLED || st == NET_ABORTED || st == NET_UNKNOWN;
 }
 
-/* sleeps before retry `attempt` (0, 1, …): 250 ms doubling to 10 s, ± 25 % */
-void site_backoff(int attempt, uint64_t *rng) {
+void site_retry_wait(Site *s, int attempt) {
     int64_t ms = 250;
     for (int i = 0; i < attempt && ms < BACKOFF_MAX_MS; i++) ms *= 2;
     if (ms > BACKOFF_MAX_MS) ms = BACKOFF_MAX_MS;
-    *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
-    ms = ms * 3 / 4 + (int64_t)(*rng % (uint64_t)(ms / 2 + 1));
-    usleep((useconds_t)ms * 1000);
+    s->rng ^= s->rng << 13, s->rng ^= s->rng >> 7, s->rng ^= s->rng << 17;
+    ms = ms * 3 / 4 + (int64_t)(s->rng % (uint64_t)(ms / 2 + 1));
+    /* the floor keeps a server that drops every connection it takes from
+     * being called in a loop */
+    int64_t floor = ms / 8;
+    int lost = !net_channel_wait_ready(s->ch, 0); /* connected: a full wait */
+    usleep((useconds_t)floor * 1000);
+    uint64_t t0 = time_monotonic_ns();
+    if (lost && net_channel_wait_ready(s->ch, ms - floor)) return;
+    int64_t left = ms - floor - (int64_t)((time_monotonic_ns() - t0) / 1000000);
+    if (left > 0) usleep((useconds_t)left * 1000);
 }
 
 int site_read(Site *s, char *err) {
@@ -65,7 +72,7 @@ NetStatus site_call(Site *s, const char *method, const void *req, size_t len, Ne
         NetStatus st = net_unary(s->ch, method, req, len, resp, CALL_TIMEOUT_MS, details, 256);
         if (st == NET_OK || !site_transient(st)) return st;
         log_warn("site", "%s: %s (%s); retrying", method, net_status_name(st), details);
-        site_backoff(attempt, &s->rng);
+        site_retry_wait(s, attempt);
     }
 }
 
@@ -194,7 +201,7 @@ static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t the
         }
         log_warn("site", "model download: %s (%s); retrying%s", net_status_name(st), details,
                  held.have ? " from where it stopped" : "");
-        site_backoff(attempt, &s->rng);
+        site_retry_wait(s, attempt);
     }
     times->download = ms_since(t0);
     t0 = time_monotonic_ns();
@@ -471,6 +478,6 @@ int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, 
             return 0;
         }
         log_warn("site", "upload: %s (%s); retrying", net_status_name(st), details);
-        site_backoff(attempt, &s->rng);
+        site_retry_wait(s, attempt);
     }
 }

@@ -43,13 +43,18 @@ NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err) {
         return NULL;
     }
     net_channel_creds_tls13(creds);
-    grpc_arg args[NET_COMMON_ARGS + 2];
+    grpc_arg args[NET_COMMON_ARGS + 3];
     int n = net_common_args(args, cfg->max_message ? cfg->max_message : NET_MAX_MESSAGE_DEFAULT,
                             cfg->keepalive_ms > 0 ? cfg->keepalive_ms : NET_KEEPALIVE_DEFAULT_MS);
-    /* reconnect attempts back off to 10 s, not gRPC's 120 s: a site whose
-     * link comes back after a long outage rejoins within seconds */
+    /* reconnect attempts back off to NET_RECONNECT_BACKOFF_MAX_MS, not
+     * gRPC's 120 s, and an attempt whose SYNs go unanswered (a cut link)
+     * gives up after NET_CONNECT_TIMEOUT_MS, not 20 s, to start afresh: a
+     * site whose link or coordinator comes back rejoins within seconds
+     * (bench/wan --faults measures it) */
     args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[n++].value.integer = NET_RECONNECT_BACKOFF_MAX_MS;
+    args[n].type = GRPC_ARG_INTEGER, args[n].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
+    args[n++].value.integer = NET_CONNECT_TIMEOUT_MS;
     if (cfg->server_name) {
         args[n].type = GRPC_ARG_STRING;
         args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -70,6 +75,25 @@ NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err) {
         return NULL;
     }
     return ch;
+}
+
+int net_channel_wait_ready(NetChannel *ch, int64_t timeout_ms) {
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch->channel, 1);
+    if (st == GRPC_CHANNEL_READY) return 1;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec until =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    /* each watch ends on the next change of state or at the deadline */
+    while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_SHUTDOWN &&
+           gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), until) < 0) {
+        grpc_channel_watch_connectivity_state(ch->channel, st, until, cq, &tag_op);
+        grpc_event ev =
+            grpc_completion_queue_pluck(cq, &tag_op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE || !ev.success) break; /* the deadline */
+        st = grpc_channel_check_connectivity_state(ch->channel, 1);
+    }
+    net_cq_drain_destroy(cq);
+    return st == GRPC_CHANNEL_READY;
 }
 
 void net_channel_destroy(NetChannel *ch) {

@@ -70,6 +70,12 @@ int net_tls13_only(void);
  * starts gRPC, and routes its log into util's. Call once, first thing. */
 void net_global_init(void);
 void net_global_shutdown(void);
+/* net_global_shutdown, waiting at most timeout_ms: 0 once gRPC has freed
+ * everything, 1 when it still holds connections (gRPC 1.51 waits 10 s for
+ * a transport whose peer stopped answering: a link cut or reset mid-write).
+ * On 1 the process must end with _exit, which frees them, rather than
+ * returning from main while gRPC's clean-up runs. */
+int net_global_shutdown_within(int timeout_ms);
 /* Waits for one of the blocked signals (or timeout_ms; -1 forever) and
  * returns it, 0 on timeout. */
 int net_wait_signal(int timeout_ms);
@@ -259,6 +265,11 @@ typedef struct NetChannelConfig {
 
 NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err);
 void net_channel_destroy(NetChannel *ch);
+/* Waits up to timeout_ms for the channel to be connected, asking it to
+ * connect: 1 once it is, 0 at the deadline. A retry after a lost
+ * connection waits here, so it goes as soon as the link is back rather
+ * than at the end of a fixed backoff; a timeout of 0 only asks. */
+int net_channel_wait_ready(NetChannel *ch, int64_t timeout_ms);
 
 /* One request, one response. *details (may be NULL) gets the status
  * message. Returns the call's status. */

@@ -17,7 +17,8 @@
 
 #define NET_MAX_MESSAGE_DEFAULT      (8u << 20)
 #define NET_KEEPALIVE_DEFAULT_MS     30000
-#define NET_RECONNECT_BACKOFF_MAX_MS 10000
+#define NET_RECONNECT_BACKOFF_MAX_MS 4000
+#define NET_CONNECT_TIMEOUT_MS       5000 /* SYNs at 0, 1 and 3 s, then a new attempt */
 #define NET_COMMON_ARGS              7
 
 /* TLS 1.3 as the minimum on SSL credentials just created (before use);

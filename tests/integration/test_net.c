@@ -272,9 +272,11 @@ static void h_block(NetCall *c, void *u) {
 /* ---- fixture --------------------------------------------------------------- */
 
 /* backlog -1: none, a busy pool refuses at once */
+static char listen_at[64] = "127.0.0.1:0"; /* a test that restarts its server sets the port */
+
 static void start_server_with(int workers, int reserve, int backlog) {
     char err[ERR_LEN];
-    NetServerConfig cfg = {.listen = "127.0.0.1:0",
+    NetServerConfig cfg = {.listen = listen_at,
                            .tls = {tls.ca_cert, tls.server_cert, tls.server_key},
                            .workers = workers,
                            .per_peer = 64,
@@ -344,6 +346,36 @@ static NetChannel *site_channel(void) {
 }
 
 /* ---- round trips ------------------------------------------------------------ */
+
+/* A site's retry waits on net_channel_wait_ready: it must see a connection
+ * lost and come back on the same address, and a wait of 0 only asks. */
+Test(net, a_channel_waits_for_its_server_to_come_back) {
+    NetChannel *ch = site_channel();
+    cr_assert_eq(net_channel_wait_ready(ch, 20000), 1, "the server is up");
+    cr_assert_eq(net_channel_wait_ready(ch, 0), 1);
+    int port = atoi(strrchr(target, ':') + 1);
+    net_server_stop(server, 1000);
+    server = NULL;
+    NetBuf resp;
+    char details[256];
+    NetStatus st = NET_OK;
+    /* the channel learns the server went: bounded in count */
+    for (int i = 0; i < 200 && st == NET_OK; i++) {
+        st = net_unary(ch, "/strait.Test/Echo", "x", 1, &resp, 2000, details, sizeof details);
+        if (st == NET_OK) net_buf_free(&resp), usleep(20000);
+    }
+    cr_assert_eq(st, NET_UNAVAILABLE, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(net_channel_wait_ready(ch, 0), 0, "nothing listens");
+    cr_assert_eq(net_channel_wait_ready(ch, 300), 0, "nothing listens");
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", port);
+    start_server(4);
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:0");
+    cr_assert_eq(net_channel_wait_ready(ch, 30000), 1, "the server came back on port %d", port);
+    st = net_unary(ch, "/strait.Test/Echo", "x", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+}
 
 Test(net, unary_round_trip_sees_the_verified_peer) {
     NetChannel *ch = site_channel();
