@@ -4,6 +4,7 @@
  * arguments, byte buffers, queue teardown and status names.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,46 @@ void net_global_init(void) {
 
 void net_global_shutdown(void) {
     grpc_shutdown_blocking();
+}
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    int done;
+} shut = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+static void *shutdown_main(void *arg) {
+    (void)arg;
+    grpc_shutdown_blocking();
+    pthread_mutex_lock(&shut.lock);
+    shut.done = 1;
+    pthread_cond_signal(&shut.done_cv);
+    pthread_mutex_unlock(&shut.lock);
+    return NULL;
+}
+
+int net_global_shutdown_within(int timeout_ms) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, shutdown_main, NULL) != 0) {
+        net_global_shutdown(); /* no thread to spare: wait it out */
+        return 0;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&shut.lock);
+    while (!shut.done && pthread_cond_timedwait(&shut.done_cv, &shut.lock, &until) == 0) {
+    }
+    int done = shut.done;
+    pthread_mutex_unlock(&shut.lock);
+    if (done) {
+        pthread_join(t, NULL);
+        return 0;
+    }
+    pthread_detach(t);
+    return 1;
 }
 
 int net_wait_signal(int timeout_ms) {
