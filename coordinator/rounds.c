@@ -169,6 +169,40 @@ static int cmp_i64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* The arrivals of the last ARRIVAL_HISTORY committed rounds, from the
+ * store (an accepted update's receipt after its round attempt opened, as
+ * rounds_arrival took it live): a restarted coordinator keeps its adaptive
+ * deadline rather than wait out the configured one for a site cut off
+ * just after the restart. */
+static void arrivals_restore(Coordinator *co) {
+    StoreRound *rs = NULL;
+    size_t n = 0;
+    char err[ERR_LEN];
+    if (store_rounds_list(co->store, 4 * ARRIVAL_HISTORY, 0, &rs, &n, err) != 0) {
+        log_warn("rounds", "the adaptive deadline starts without the rounds before: %s", err);
+        return;
+    }
+    size_t pick[ARRIVAL_HISTORY];
+    int k = 0;
+    for (size_t i = 0; i < n && k < ARRIVAL_HISTORY; i++) /* newest first */
+        if (strcmp(rs[i].state, "committed") == 0) pick[k++] = i;
+    for (int j = k - 1; j >= 0; j--) { /* oldest first, as they came */
+        const StoreRound *sr = &rs[pick[j]];
+        StoreUpdate *u = NULL;
+        size_t m = 0;
+        if (store_updates_list(co->store, sr->id, &u, &m, err) != 0) {
+            log_warn("rounds", "the adaptive deadline starts without round %lld: %s",
+                     (long long)sr->number, err);
+            continue;
+        }
+        for (size_t i = 0; i < m; i++)
+            if (strcmp(u[i].state, "accepted") == 0)
+                rounds_arrival(&co->rounds, u[i].site_id, u[i].received_at - sr->opened_at);
+        free(u);
+    }
+    free(rs);
+}
+
 int64_t rounds_adaptive_deadline(const Rounds *r) {
     int64_t slowest = -1;
     for (int i = 0; i < r->n_arrivals; i++) {
@@ -721,6 +755,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         log_info("rounds", "resuming after round %lld (checkpoint %s verified%s)",
                  (long long)last.number, last.checkpoint_path,
                  outer ? ", outer optimizer state restored" : "");
+        arrivals_restore(co);
     }
     char initial[64];
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);

@@ -186,6 +186,31 @@ Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
     proc_result_free(&r);
 }
 
+/* The adaptive deadline learns each site's arrivals; a restart reads them
+ * back from the store, so a site lost at the restart costs the round twice
+ * the slowest usual arrival, not the configured 120 s deadline. */
+Test(rounds, a_restarted_coordinator_keeps_its_adaptive_deadline) {
+    setup_federation("8", "2", "120s", 3);
+    for (int i = 0; i < 3; i++) run_site(i);
+    wait_committed(3, 120); /* four rounds of every site's arrivals */
+    proc_stop(coord, 10000), coord = -1;
+    proc_stop(sites_pid[2], 5000), sites_pid[2] = 0; /* gone with the old coordinator */
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound last;
+    cr_assert_eq(store_round_last_committed(s, &last, err), 0, "%s", err);
+    store_close(s);
+    start_coordinator();
+    StoreRound next = wait_committed(last.number + 1, 100);
+    cr_assert_eq(next.participants, 2);
+    cr_assert_lt(next.closed_at - next.opened_at, 120000,
+                 "round %lld waited out the configured deadline: the restart forgot the "
+                 "arrivals",
+                 (long long)next.number);
+}
+
 Test(rounds, rounds_commit_on_quorum_when_a_site_never_reports) {
     setup_federation("2", "2", "3s", 3);
     run_site(0);
