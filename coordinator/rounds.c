@@ -171,9 +171,9 @@ static int cmp_i64(const void *x, const void *y) {
 
 /* The arrivals of the last ARRIVAL_HISTORY committed rounds, from the
  * store (an accepted update's receipt after its round attempt opened, as
- * rounds_arrival took it live): a restarted coordinator keeps its adaptive
- * deadline rather than wait out the configured one for a site cut off
- * just after the restart. */
+ * rounds_arrival took it live, round 0 left out as there): a restarted
+ * coordinator keeps its adaptive deadline rather than wait out the
+ * configured one for a site cut off just after the restart. */
 static void arrivals_restore(Coordinator *co) {
     StoreRound *rs = NULL;
     size_t n = 0;
@@ -185,7 +185,7 @@ static void arrivals_restore(Coordinator *co) {
     size_t pick[ARRIVAL_HISTORY];
     int k = 0;
     for (size_t i = 0; i < n && k < ARRIVAL_HISTORY; i++) /* newest first */
-        if (strcmp(rs[i].state, "committed") == 0) pick[k++] = i;
+        if (strcmp(rs[i].state, "committed") == 0 && rs[i].number > 0) pick[k++] = i;
     for (int j = k - 1; j >= 0; j--) { /* oldest first, as they came */
         const StoreRound *sr = &rs[pick[j]];
         StoreUpdate *u = NULL;
