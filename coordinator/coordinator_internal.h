@@ -121,11 +121,13 @@ typedef struct RoundSiteCount {
 #define MODEL_HISTORY   (MAX_STALENESS + 1) /* the current model's hash and those before */
 
 /* When a site's accepted updates arrived in recent rounds, in ms after
- * their round opened (a ring of the last ARRIVAL_HISTORY). */
+ * their round opened (a ring of the last ARRIVAL_HISTORY, round 0 left
+ * out), and the last round that took one. */
 typedef struct SiteArrivals {
     int64_t site_id;
     int64_t ms[ARRIVAL_HISTORY];
     int n, next;
+    int64_t last_round;
 } SiteArrivals;
 
 /* The round's state (rounds.c draws the machine and asserts each move).
@@ -164,6 +166,7 @@ typedef struct Rounds {
     int n_reported, cap_reports;
     SiteArrivals *arrivals; /* every site's that has reported; owned */
     int64_t adaptive_ms;    /* the open round's adaptive deadline, from earlier rounds; 0: none */
+    int64_t away_check_ms;  /* when the ticker next looks for sites away (rounds_rest_away) */
     int n_arrivals, cap_arrivals;
     RoundSiteCount *counts; /* this round's, reset when it opens; owned */
     int n_counts, cap_counts;
@@ -268,10 +271,12 @@ RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
 /* Under rounds.lock: room for `need` accepted updates in the open round; -1
  * when out of memory. */
 int rounds_reserve(Rounds *r, int need);
-/* Under rounds.lock: records when site's accepted update arrived in the
- * open round; the adaptive deadline (ms after the round opened), or 0 when
- * no site has reported in three rounds yet. */
-void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms);
+/* Under rounds.lock: records that round `round` took site's update, ms
+ * after the round opened (round 0's arrivals hold every site's start-up
+ * and a whole model's download, which later rounds do not: the adaptive
+ * deadline learns from the rounds after); the adaptive deadline (ms after
+ * the round opened), or 0 when no site has reported in three rounds yet. */
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t ms);
 int64_t rounds_adaptive_deadline(const Rounds *r);
 /* Under rounds.lock: the model of `round` has parameters of SHA-256 sha
  * (kept while within MODEL_HISTORY rounds of the newest). */

@@ -458,10 +458,7 @@ static void h_push_update(NetCall *c, void *user) {
             if (u->mapped) madvise(u->data, u->mapped, MADV_DONTNEED);
         }
         snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
-        /* round 0's arrivals hold every site's start-up and a whole
-         * model's download, which later rounds do not: the adaptive
-         * deadline learns from the rounds after */
-        if (r->number > 0) rounds_arrival(r, site.id, time_wall_ms() - r->opened_ms);
+        rounds_arrival(r, site.id, r->number, time_wall_ms() - r->opened_ms);
     } else if (strcmp(code, "internal") != 0) { /* the coordinator's failures are not the site's */
         RoundSiteCount *now = rounds_site_count(r, site.id);
         if (now) now->refused++;

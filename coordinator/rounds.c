@@ -146,7 +146,7 @@ int rounds_reserve(Rounds *r, int need) {
     return 0;
 }
 
-void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms) {
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t ms) {
     SiteArrivals *a = NULL;
     for (int i = 0; i < r->n_arrivals && !a; i++)
         if (r->arrivals[i].site_id == site_id) a = &r->arrivals[i];
@@ -158,7 +158,10 @@ void rounds_arrival(Rounds *r, int64_t site_id, int64_t ms) {
         a = &r->arrivals[r->n_arrivals++];
         memset(a, 0, sizeof *a);
         a->site_id = site_id;
+        a->last_round = -1;
     }
+    if (round > a->last_round) a->last_round = round;
+    if (round == 0) return;
     a->ms[a->next] = ms < 0 ? 0 : ms;
     a->next = (a->next + 1) % ARRIVAL_HISTORY;
     if (a->n < ARRIVAL_HISTORY) a->n++;
@@ -171,9 +174,9 @@ static int cmp_i64(const void *x, const void *y) {
 
 /* The arrivals of the last ARRIVAL_HISTORY committed rounds, from the
  * store (an accepted update's receipt after its round attempt opened, as
- * rounds_arrival took it live, round 0 left out as there): a restarted
- * coordinator keeps its adaptive deadline rather than wait out the
- * configured one for a site cut off just after the restart. */
+ * rounds_arrival took it live): a restarted coordinator keeps its adaptive
+ * deadline rather than wait out the configured one for a site cut off just
+ * after the restart, and knows who was in the round before. */
 static void arrivals_restore(Coordinator *co) {
     StoreRound *rs = NULL;
     size_t n = 0;
@@ -185,7 +188,7 @@ static void arrivals_restore(Coordinator *co) {
     size_t pick[ARRIVAL_HISTORY];
     int k = 0;
     for (size_t i = 0; i < n && k < ARRIVAL_HISTORY; i++) /* newest first */
-        if (strcmp(rs[i].state, "committed") == 0 && rs[i].number > 0) pick[k++] = i;
+        if (strcmp(rs[i].state, "committed") == 0) pick[k++] = i;
     for (int j = k - 1; j >= 0; j--) { /* oldest first, as they came */
         const StoreRound *sr = &rs[pick[j]];
         StoreUpdate *u = NULL;
@@ -197,7 +200,8 @@ static void arrivals_restore(Coordinator *co) {
         }
         for (size_t i = 0; i < m; i++)
             if (strcmp(u[i].state, "accepted") == 0)
-                rounds_arrival(&co->rounds, u[i].site_id, u[i].received_at - sr->opened_at);
+                rounds_arrival(&co->rounds, u[i].site_id, sr->number,
+                               u[i].received_at - sr->opened_at);
         free(u);
     }
     free(rs);
@@ -573,6 +577,44 @@ static void cancel_revoked(Coordinator *co) {
     free(peers); /* NULL when n is -1 */
 }
 
+/* With a quorum in, a round does not wait for a site that is away: one
+ * the round before did not take an update from and that has not called
+ * since this round opened (a cut link, a stopped site). It does not hold
+ * this round's model, so an update from it would need a download first;
+ * a site that calls is waited for as before. 1 when the quorum is in and
+ * every active site not in is away (the names of the first few in
+ * `names`), 0 otherwise. One read of the sites; under r->lock. */
+static int rest_away(Coordinator *co, char *names, size_t cap) {
+    Rounds *r = &co->rounds;
+    StoreSite *sites;
+    size_t n = 0;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_site_list(co->store, &sites, &n, NULL);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return 0;
+    int64_t active = 0;
+    int away = 0, waiting = 0;
+    size_t len = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(sites[i].state, "active") != 0) continue;
+        active++;
+        if (rounds_reported(r, sites[i].name)) continue;
+        const SiteArrivals *a = NULL;
+        for (int j = 0; j < r->n_arrivals && !a; j++)
+            if (r->arrivals[j].site_id == sites[i].id) a = &r->arrivals[j];
+        if ((a && a->last_round == r->number - 1) || sites[i].last_seen >= r->opened_ms) {
+            waiting = 1;
+            break;
+        }
+        if (away++ < 4 && len + 70 < cap)
+            len += (size_t)snprintf(names + len, cap - len, "%s%s", away > 1 ? ", " : "",
+                                    sites[i].name);
+    }
+    free(sites);
+    return !waiting && away > 0 && r->n_reported >= rounds_quorum_of(r, active);
+}
+
 /* The deadline: every 200 ms, close, extend or fail the open round; answer
  * the WaitRounds that can be; once a second, end a revoked site's calls. */
 static void *ticker_main(void *arg) {
@@ -635,7 +677,21 @@ static void *ticker_main(void *arg) {
                          (long long)r->number, r->n_reported, (now - r->quorum_ms) / 1e3,
                          r->set.grace, took / 1e3);
         }
-        if (r->state == ROUND_OPEN && (early || merge || now >= due)) {
+        /* sites away: looked for once a second with a quorum in, from
+         * round 1 on (round 0 waits for every site's start-up) */
+        int away = 0;
+        if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
+            r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
+            char names[320];
+            r->away_check_ms = now + 1000;
+            away = rest_away(co, names, sizeof names);
+            if (away)
+                log_info("rounds",
+                         "round %lld: closing with %d updates; %s away (nothing from them in "
+                         "round %lld, and no call since this round opened)",
+                         (long long)r->number, r->n_reported, names, (long long)r->number - 1);
+        }
+        if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
             int64_t quorum = rounds_quorum(co);
             if (r->n_reported >= quorum && r->sum.accepted > 0) {
                 if (!rounds_drop_revoked(co)) closing = rounds_close(co);

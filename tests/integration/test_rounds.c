@@ -211,6 +211,28 @@ Test(rounds, a_restarted_coordinator_keeps_its_adaptive_deadline) {
                  (long long)next.number);
 }
 
+/* With its quorum in, a round does not wait for a site away: s2 never
+ * runs, so it sent nothing to the round before and has not called since
+ * the round opened. Round 0 waits its 3 s deadline for every site's
+ * start-up; after the deadline goes to 120 s, rounds 1 and 2 (with no
+ * adaptive deadline yet: too few rounds) close once s0 and s1 are in. */
+Test(rounds, a_round_does_not_wait_for_a_site_away) {
+    setup_federation("4", "2", "3s", 3);
+    run_site(0);
+    run_site(1);
+    StoreRound r0 = wait_committed(0, 60);
+    cr_assert_eq(r0.participants, 2);
+    proc_stop(coord, 10000), coord = -1;
+    ini_set("deadline", "120s");
+    start_coordinator();
+    for (int64_t n = 1; n <= 2; n++) {
+        StoreRound r = wait_committed(n, 100);
+        cr_assert_eq(r.participants, 2);
+        cr_assert_lt(r.closed_at - r.opened_at, 120000,
+                     "round %lld waited out the deadline for s2, which was away", (long long)n);
+    }
+}
+
 Test(rounds, rounds_commit_on_quorum_when_a_site_never_reports) {
     setup_federation("2", "2", "3s", 3);
     run_site(0);
