@@ -332,6 +332,14 @@ double round_l2_norm(const float *x, size_t n);
  * on the heap). */
 Served *served_map_file(const char *path, char *err);
 Served *served_from_blob(Blob *b, const char *dir);
+/* At a resume: the lossless delta from round `from`'s model (base, its
+ * parameters' SHA-256 base_sha) to the current one (XOR byte planes, zstd:
+ * exact whatever the downlink codec, whose own delta, the encoded outer
+ * update, is not kept across a restart), so that sites holding that model
+ * take it rather than the whole checkpoint; kept only when smaller. Best
+ * effort: without it they take the checkpoint. */
+void round_delta_restore(Coordinator *co, const float *base, const uint8_t base_sha[32],
+                         int64_t from);
 /* Under rounds.lock (or before anyone else can see s). NULL is fine. */
 void served_unref(Served *s);
 

@@ -462,6 +462,32 @@ static void chain_push(Rounds *r, Served *next_delta, const Served *next_ckpt) {
     }
 }
 
+void round_delta_restore(Coordinator *co, const float *base, const uint8_t base_sha[32],
+                         int64_t from) {
+    Rounds *r = &co->rounds;
+    if (r->delta != NULL || r->ckpt == NULL) return;
+    Blob b = {0};
+    char err[ERR_LEN], dir[1100];
+    if (ckpt_encode(r->model.params, r->model.n_params * 4, 4, base, 1, &b, err) != 0) {
+        log_warn("rounds", "no delta from round %lld's model (%s): sites take the checkpoint",
+                 (long long)from, err);
+        return;
+    }
+    if (b.len >= r->ckpt->len) { /* no smaller than the model itself */
+        blob_free(&b);
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/%s", co->dir, STORE_CHECKPOINT_DIR);
+    if ((r->delta = served_from_blob(&b, dir)) == NULL) {
+        blob_free(&b);
+        return;
+    }
+    r->delta_from = from;
+    memcpy(r->delta_base_sha, base_sha, 32);
+    log_info("rounds", "the delta from round %lld's model is rebuilt: %zu bytes, the model %zu",
+             (long long)from, r->delta->len, r->ckpt->len);
+}
+
 void round_next_install(Coordinator *co, RoundNext *nx) {
     Rounds *r = &co->rounds;
     chain_push(r, nx->delta_served, nx->ckpt); /* takes r->delta's ref */

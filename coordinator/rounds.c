@@ -825,10 +825,22 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     /* the models updates may still be trained from: the round before's
      * with overlap, `staleness` rounds back with async rounds */
     GPT scratch = {0}; /* built once, for the checkpoints read back */
+    /* a delta from the round before's model, rebuilt from its checkpoint:
+     * the sites that hold it take that, not the whole model (round 0's
+     * model is the seeded or pretrained one, not kept) */
+    uint8_t prev_sha[32];
+    int have_prev = 0;
+    if (rc == 0 && r->number >= 2 &&
+        earlier_model_sha(co, &scratch, r->number - 1, prev_sha) == 0) {
+        round_delta_restore(co, scratch.params, prev_sha, r->number - 1);
+        have_prev = 1;
+    }
     for (int64_t k = 1; rc == 0 && k <= back && r->number - k >= 0; k++) {
         uint8_t sha[32];
         if (r->number - k == 0)
             memcpy(sha, theta0_sha, 32);
+        else if (k == 1 && have_prev)
+            memcpy(sha, prev_sha, 32);
         else if (earlier_model_sha(co, &scratch, r->number - k, sha) != 0)
             break;
         rounds_history_add(r, r->number - k, sha);

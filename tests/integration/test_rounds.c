@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -896,6 +897,58 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
         }
         net_buf_free(&payload);
     }
+    net_channel_destroy(ch);
+    gpt_free(&base);
+    gpt_free(&final);
+}
+
+/* A restarted coordinator has not kept the downlink's own delta (the
+ * encoded outer update), so it rebuilds one from the round before's
+ * checkpoint: lossless, smaller than the model, and onto that model it
+ * gives the coordinator's checkpoint to the bit. A site that held the
+ * model before the restart takes that, not the whole model. */
+Test(rounds, a_restarted_coordinator_serves_a_delta_onto_the_round_before) {
+    setup_federation("3", "1", "60s", 1);
+    run_site(0);
+    wait_committed(2, 120);
+    proc_stop(sites_pid[0], 5000), sites_pid[0] = 0;
+    proc_stop(coord, 10000), coord = -1;
+    start_coordinator();
+    GPT base, final;
+    load_params("checkpoints/round-000001.safetensors", &base); /* round 2's model */
+    load_params("checkpoints/round-000002.safetensors", &final);
+    char path[800], err[ERR_LEN], details[256];
+    snprintf(path, sizeof path, "%s/checkpoints/round-000002.safetensors", fed);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    uint8_t sha[32];
+    security_sha256(base.params, base.n_params * 4, sha);
+    NetChannel *ch = site_channel("s0");
+    NetLimits lim = {.max_total = 64u << 20};
+    Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+    req.has_model = 1;
+    req.have_round = 2;
+    req.have_sha256.data = sha;
+    req.have_sha256.len = 32;
+    uint8_t buf[96];
+    size_t n = strait__get_model_request__pack(&req, buf);
+    NetBuf payload;
+    cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000, &payload,
+                              NULL, NULL, details, sizeof details),
+                 NET_OK, "%s", details);
+    cr_assert_eq(compress_blob_kind(payload.data, payload.len), BLOB_KIND_CHECKPOINT,
+                 "after the restart the site holding round 2's model got %zu bytes, not a delta",
+                 payload.len);
+    cr_assert_lt((off_t)payload.len, st.st_size,
+                 "the delta (%zu bytes) is no smaller than the model", payload.len);
+    float *theta = malloc(base.n_params * 4);
+    cr_assert_eq(ckpt_decode_into(payload.data, payload.len, base.params, base.n_params * 4, theta,
+                                  base.n_params * 4, err),
+                 0, "%s", err);
+    cr_assert_eq(memcmp(theta, final.params, base.n_params * 4), 0,
+                 "the rebuilt delta does not give the coordinator's checkpoint");
+    free(theta);
+    net_buf_free(&payload);
     net_channel_destroy(ch);
     gpt_free(&base);
     gpt_free(&final);
