@@ -80,6 +80,11 @@ NetChannel *net_channel_create(const NetChannelConfig *cfg, char *err) {
 int net_channel_wait_ready(NetChannel *ch, int64_t timeout_ms) {
     grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch->channel, 1);
     if (st == GRPC_CHANNEL_READY) return 1;
+    /* a channel between failed attempts tries again now: the caller's
+     * backoff paces the retries, not gRPC's (up to 4 s on top of it after a
+     * restarted coordinator refused a few) */
+    if (timeout_ms > 0 && st == GRPC_CHANNEL_TRANSIENT_FAILURE)
+        grpc_channel_reset_connect_backoff(ch->channel);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec until =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));

@@ -268,7 +268,9 @@ void net_channel_destroy(NetChannel *ch);
 /* Waits up to timeout_ms for the channel to be connected, asking it to
  * connect: 1 once it is, 0 at the deadline. A retry after a lost
  * connection waits here, so it goes as soon as the link is back rather
- * than at the end of a fixed backoff; a timeout of 0 only asks. */
+ * than at the end of a fixed backoff; a channel between failed connection
+ * attempts is told to try at once (the caller's backoff paces them, not
+ * gRPC's). A timeout of 0 only asks. */
 int net_channel_wait_ready(NetChannel *ch, int64_t timeout_ms);
 
 /* One request, one response. *details (may be NULL) gets the status
