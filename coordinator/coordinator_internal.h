@@ -157,6 +157,7 @@ typedef struct Rounds {
     int n_waiters, cap_waiters;
     int64_t revocation_check_ms;
     int64_t number, round_id, opened_ms;
+    int64_t attempt;  /* the open attempt's, 1 for a round's first */
     RoundState state; /* round_state_set moves it */
     int extensions;
     /* the sites with an accepted update in the round, and beside each its
@@ -271,12 +272,14 @@ RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
 /* Under rounds.lock: room for `need` accepted updates in the open round; -1
  * when out of memory. */
 int rounds_reserve(Rounds *r, int need);
-/* Under rounds.lock: records that round `round` took site's update, ms
- * after the round opened (round 0's arrivals hold every site's start-up
- * and a whole model's download, which later rounds do not: the adaptive
- * deadline learns from the rounds after); the adaptive deadline (ms after
- * the round opened), or 0 when no site has reported in three rounds yet. */
-void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t ms);
+/* Under rounds.lock: records that attempt `attempt` of round `round` took
+ * site's update, ms after the attempt opened. The adaptive deadline learns
+ * from first attempts after round 0: round 0's arrivals hold every site's
+ * start-up and a whole model's download, a reopened attempt's the sites'
+ * reconnection after a restart or a failed commit, which other rounds do
+ * not. rounds_adaptive_deadline: the adaptive deadline (ms after the round
+ * opened), or 0 when no site has reported in three rounds yet. */
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms);
 int64_t rounds_adaptive_deadline(const Rounds *r);
 /* Under rounds.lock: the model of `round` has parameters of SHA-256 sha
  * (kept while within MODEL_HISTORY rounds of the newest). */

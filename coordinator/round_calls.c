@@ -458,7 +458,7 @@ static void h_push_update(NetCall *c, void *user) {
             if (u->mapped) madvise(u->data, u->mapped, MADV_DONTNEED);
         }
         snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
-        rounds_arrival(r, site.id, r->number, time_wall_ms() - r->opened_ms);
+        rounds_arrival(r, site.id, r->number, r->attempt, time_wall_ms() - r->opened_ms);
     } else if (strcmp(code, "internal") != 0) { /* the coordinator's failures are not the site's */
         RoundSiteCount *now = rounds_site_count(r, site.id);
         if (now) now->refused++;

@@ -146,7 +146,7 @@ int rounds_reserve(Rounds *r, int need) {
     return 0;
 }
 
-void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t ms) {
+void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms) {
     SiteArrivals *a = NULL;
     for (int i = 0; i < r->n_arrivals && !a; i++)
         if (r->arrivals[i].site_id == site_id) a = &r->arrivals[i];
@@ -161,7 +161,7 @@ void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t ms) {
         a->last_round = -1;
     }
     if (round > a->last_round) a->last_round = round;
-    if (round == 0) return;
+    if (round == 0 || attempt != 1) return;
     a->ms[a->next] = ms < 0 ? 0 : ms;
     a->next = (a->next + 1) % ARRIVAL_HISTORY;
     if (a->n < ARRIVAL_HISTORY) a->n++;
@@ -200,7 +200,7 @@ static void arrivals_restore(Coordinator *co) {
         }
         for (size_t i = 0; i < m; i++)
             if (strcmp(u[i].state, "accepted") == 0)
-                rounds_arrival(&co->rounds, u[i].site_id, sr->number,
+                rounds_arrival(&co->rounds, u[i].site_id, sr->number, sr->attempt,
                                u[i].received_at - sr->opened_at);
         free(u);
     }
@@ -297,6 +297,10 @@ static int open_round(Coordinator *co, char *err) {
                                                       r->stale_bytes_down, now, err)) == 0)
             r->stale_id = 0;
         if (rc == 0) rc = store_round_open(co->store, r->number, now, &r->round_id, err);
+        StoreRound opened; /* which attempt it is; unknown: not the first */
+        r->attempt = rc == 0 && store_round_get(co->store, r->number, &opened, NULL) == 0
+                         ? opened.attempt
+                         : 2;
         pthread_mutex_unlock(&co->store_lock);
         if (rc != 0) round_sum_free(&sum);
     }
