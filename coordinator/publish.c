@@ -469,6 +469,7 @@ void round_delta_restore(Coordinator *co, const float *base, const uint8_t base_
     Blob b = {0};
     char err[ERR_LEN], dir[1100];
     if (ckpt_encode(r->model.params, r->model.n_params * 4, 4, base, 1, &b, err) != 0) {
+        blob_free(&b);
         log_warn("rounds", "no delta from round %lld's model (%s): sites take the checkpoint",
                  (long long)from, err);
         return;
