@@ -662,6 +662,15 @@ Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
             "once): %.0f MiB with 2 sites, %.0f MiB with 16\n",
             blob_mib, two, sixteen);
     cr_log_info("coordinator peak RSS: %.0f MiB with 2 sites, %.0f MiB with 16", two, sixteen);
+    for (int k = 0; k < 16; k++) blob_free(&b[k]);
+    root = NULL; /* already removed */
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan keeps freed memory in quarantine (256 MB by default), and
+     * sixteen sites free more of it than two: RSS says nothing here (in
+     * CI it read 797 MiB against 623 + 4 updates); both rounds committed
+     * and every download was whole, above */
+    return;
+#endif
     /* fourteen more updates in flight may cost a few updates' worth (the
      * ones being read) and the transport's memory (64 MiB here: its
      * windows, sized from the link, fill while the coordinator reads
@@ -670,8 +679,6 @@ Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
                  "memory grew with the sites: %.0f MiB with 16, %.0f MiB with 2 (an update is "
                  "%.0f MiB)",
                  sixteen, two, blob_mib);
-    for (int k = 0; k < 16; k++) blob_free(&b[k]);
-    root = NULL; /* already removed */
 }
 
 Test(rounds, a_median_round_ignores_a_hostile_site) {
