@@ -152,6 +152,16 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
 }
 
+/* Whatever a command sets or forgets to set: every process that links the
+ * ops starts with OpenBLAS single-threaded (run after OpenBLAS's own
+ * initializer, a library this executable depends on). A command that used
+ * the ops without kernels_set_threads — the demo's held-out score and its
+ * sample — ran OpenBLAS's pool inside every OpenMP thread: on 16 cores the
+ * demo's 240-token sample had not ended after 80 s. */
+__attribute__((constructor)) static void blas_single_threaded(void) {
+    openblas_set_num_threads(1);
+}
+
 void kernels_set_threads(int n) {
 #ifdef _OPENMP
     if (n > 0) omp_set_num_threads(n);
