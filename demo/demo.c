@@ -335,6 +335,7 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
             "\nvalidation loss at the sites (their models after the local steps): %.4f after the "
             "first round, %.4f after round %d (nats/byte)\n",
             first, last, o->rounds - 1);
+    fflush(out);
     char files[64][512];
     int n_files = 0;
     for (int i = 0; i < o->sites && n_files < 48; i++)
@@ -344,6 +345,7 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
     char serr[ERR_LEN];
     if (demo_score(&run, &tot, o->baseline, out, serr) != 0 && rc == 0)
         rc = err_set(err, "%s", serr);
+    fflush(out);
     GPT m;
     memset(&m, 0, sizeof m);
     char ckpt[800];

@@ -50,6 +50,8 @@ extern "C" void kernels_cuda_to_host(void *h, const void *d, size_t bytes) {
 }
 extern "C" void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes) {
     cudaCheck(cudaMemcpy(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice));
+    /* a device-to-device cudaMemcpy returns before the copy is done */
+    cudaCheck(cudaDeviceSynchronize());
 }
 
 /* ---- finite check and casts ------------------------------------------- */
