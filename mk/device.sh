@@ -5,15 +5,19 @@
 #
 #   bash mk/device.sh pack     here: build, then bundle the binaries, the
 #                              shared libraries they need that are not glibc's
-#                              or CUDA's, and a few fortune collections into
+#                              or CUDA's, and Debian's English fortune collections into
 #                              build/device/bundle.tar.xz (carry build/device)
-#   bash mk/device.sh check    there: unpack, find CUDA's libraries, and run
+#   bash mk/device.sh check [NAME...]
+#                              there: unpack, find CUDA's libraries, and run
 #                              each check under its own time limit, one log
-#                              per check under $OUT (at most 8 files come back)
+#                              per check under $OUT (at most 8 files come back);
+#                              NAMEs: only those checks (test-gpu codec-cuda
+#                              bench-gpu train train-cpu demo); a check that
+#                              runs past its limit has its stacks in its log
 #
 # The device tool's call, from the repository root:
 #   run(command="bash mk/device.sh check", carry=["build/device"], timeout_s=600)
-# Its checks' limits add up to under 600 s; each ends far sooner when it works.
+# Its checks' limits add up to 330 s; each ends far sooner when it works.
 # The checks: nvidia-smi and `strait version`; the GPU tests (make test-gpu's
 # binary); the unit tests' CPU-against-GPU codec checks; bench/gpu; a short
 # `strait train --device cuda` beside the same run on the CPU; a two-site
@@ -29,15 +33,22 @@ pack() {
     rm -rf build/device && mkdir -p "$d/bin" "$d/lib" "$d/fortunes"
     cp build/strait build/libstrait-cuda.so build/tests/gpu_ops build/tests/unit "$d/bin/"
     cp build/bench/gpu "$d/bin/bench-gpu"
+    # eu-stack (elfutils): a step that runs past its limit has every thread
+    # of its processes' stacks printed into its log before it is ended
+    if ! command -v eu-stack >/dev/null; then
+        if [ "$(id -u)" = 0 ]; then apt-get install -y -q elfutils >/dev/null; fi
+    fi
+    command -v eu-stack >/dev/null && cp "$(command -v eu-stack)" "$d/bin/"
     # every library the binaries load, but glibc's own, the compiler's
     # runtime (the machine's is newer, and CUDA's libraries need it) and
     # CUDA's (the machine's match its driver)
     for b in "$d"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
         grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu|/libnccl' |
         while read -r lib; do cp -L "$lib" "$d/lib/"; done
-    for f in fortunes literature riddles science linuxcookie humorists art; do
-        [ -r "/usr/share/games/fortunes/$f" ] && cp "/usr/share/games/fortunes/$f" "$d/fortunes/"
-    done
+    # the English collections (the demo's sites train on twelve of them and
+    # score on platitudes and miscellaneous); their indexes are not needed
+    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' \
+        -exec cp {} "$d/fortunes/" \;
     git rev-parse --short HEAD > "$d/commit"
     tar -C "$d" -cJf build/device/bundle.tar.xz .
     rm -rf "$d"
@@ -45,14 +56,45 @@ pack() {
         "(carry build/device; the limit is 64 MiB with the working tree)"
 }
 
+# stacks FILE: every thread's stack of every process started from the
+# bundle that is still running (eu-stack, else each thread's name and
+# kernel wait channel), appended to FILE
+stacks() {
+    local p
+    for p in $(pgrep -f /tmp/strait-device/bin/); do
+        [ "$p" = "$$" ] && continue
+        echo "== pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)"
+        if [ -x /tmp/strait-device/bin/eu-stack ]; then
+            timeout 20 /tmp/strait-device/bin/eu-stack -p "$p" 2>&1 | head -400
+        else
+            for t in /proc/"$p"/task/*; do
+                echo "  $(cat "$t/comm" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"
+            done
+        fi
+    done >> "$1" 2>&1
+}
+
 # step NAME SECONDS COMMAND...: runs it, its output into $OUT/NAME.txt, and
-# one line of the summary
+# one line of the summary; 10 s before its limit, the stacks of what still
+# runs go into the same log
 step() {
     local name=$1 limit=$2
     shift 2
+    if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
     local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    (
+        trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+        sleep $((limit - 10)) &
+        nap=$!
+        wait "$nap"
+        echo "== $name: still running after $((limit - 10)) s; stacks:"
+        stacks "$OUT/$name.txt"
+    ) < /dev/null >> "$OUT/$name.txt" 2>&1 &
+    local dog=$!
+    timeout -k 5 "$limit" "$@" >> "$OUT/$name.txt" 2>&1
     local rc=$?
+    kill "$dog" 2>/dev/null
+    wait "$dog" 2>/dev/null
     printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" | tee -a "$OUT/summary.txt"
 }
 
@@ -69,8 +111,8 @@ check() {
         xargs -r -n1 dirname | sort -u | paste -sd:)
     export LD_LIBRARY_PATH="$s/lib${cudalibs:+:$cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export STRAIT_CUDA_PLUGIN="$s/bin/libstrait-cuda.so" STRAIT_LOG=${STRAIT_LOG:-info}
-    if [ ! -r /usr/share/games/fortunes/fortunes ]; then # where strait demo reads them
-        mkdir -p /usr/share/games && cp -r "$s/fortunes" /usr/share/games/fortunes
+    if [ ! -r /usr/share/games/fortunes/platitudes ]; then # where strait demo reads them
+        mkdir -p /usr/share/games/fortunes && cp -n "$s"/fortunes/* /usr/share/games/fortunes/
     fi
     local bin=$s/bin
     {
@@ -81,17 +123,17 @@ check() {
         "$bin/strait" version 2>&1
     } > "$OUT/system.txt" 2>&1
     : > "$OUT/summary.txt"
-    step test-gpu 180 env STRAIT_LOG=error "$bin/gpu_ops" --short-filename --verbose
-    step codec-cuda 60 env STRAIT_LOG=error "$bin/unit" --filter 'codec_cuda/*' --verbose
-    step bench-gpu 120 "$bin/bench-gpu"
+    step test-gpu 100 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/gpu_ops" --short-filename --verbose
+    step codec-cuda 40 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/unit" --filter 'codec_cuda/*' --verbose
+    step bench-gpu 60 "$bin/bench-gpu"
     # the same run on the GPU and on the CPU (same seed, data and steps):
     # their losses should track each other
     local f=/usr/share/games/fortunes
     local data=(--model small --steps 60 --val-every 20 --data "$f/fortunes" --data "$f/literature")
-    step train 45 "$bin/strait" train --device cuda "${data[@]}"
-    step train-cpu 60 "$bin/strait" train --device cpu "${data[@]}"
+    step train 30 "$bin/strait" train --device cuda "${data[@]}"
+    step train-cpu 30 "$bin/strait" train --device cpu "${data[@]}"
     rm -rf /tmp/strait-device-demo
-    step demo 120 "$bin/strait" demo --device cuda --sites 2 --rounds 3 --model small --steps 20 \
+    step demo 90 "$bin/strait" demo --device cuda --sites 2 --rounds 3 --model small --steps 20 \
         --dir /tmp/strait-device-demo
     for l in /tmp/strait-device-demo/site-*.log; do
         [ -r "$l" ] && { echo "== $l"; tail -n 20 "$l"; } >> "$OUT/demo.txt"
@@ -101,7 +143,11 @@ check() {
 
 case "$mode" in
 pack) pack ;;
-check) check ;;
+check)
+    shift
+    ONLY="$*" # names of checks to run; all when none
+    check
+    ;;
 *)
     echo "usage: bash mk/device.sh pack (here) | check (on the device machine)" >&2
     exit 2

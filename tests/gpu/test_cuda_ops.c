@@ -197,6 +197,7 @@ static void fifty_steps(const char *preset) {
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < 50; s++) {
+        if (s % 10 == 0) cr_log_info("%s: step %d of 50", preset, s); /* where a hang stands */
         for (int i = 0; i < B * T; i++)
             in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
         float lc = gpt_forward(&cpu, in, tg, B, T);
