@@ -6,7 +6,7 @@
  * site send byte-identical blobs. Decode-accumulate into GPU memory walks
  * the blob on the CPU (checksums, zstd) and adds each section on the GPU;
  * error feedback keeps its residual there, so a GPU site's round moves only
- * the payloads between host and device. Never run on a GPU yet.
+ * the payloads between host and device.
  */
 #include <stdlib.h>
 
@@ -15,25 +15,25 @@
 #include "util/util.h"
 
 #ifdef STRAIT_HAVE_CUDA
-static int gpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
-                       uint8_t *out, char *err) {
-    const float *x = (const float *)ctx + offset;
+/* A section's payload from x + offset (device memory); residual: NULL, or
+ * x itself for error feedback, which the kernels then leave as x − the
+ * payload's decoded values for the dense codecs (top-k's few values are
+ * quantized here on the CPU: the caller scatters them back) */
+static int encode_section(float *x, const CodecParams *p, uint64_t offset, uint32_t count,
+                          uint8_t *out, float *residual, char *err) {
+    x += offset;
+    float *r = residual ? x : NULL;
     int rc = 0;
     switch (p->id) {
     case CODEC_FP32:
-        rc = kernels_cuda_copy_checked(x, count, (float *)(void *)out, NULL);
+        rc = kernels_cuda_copy_checked(x, count, (float *)(void *)out, r, NULL);
         break;
     case CODEC_FP16:
-    case CODEC_BF16: {
-        uint16_t *h = malloc(2 * (size_t)count);
-        if (h == NULL) return err_set(err, "out of memory");
-        rc = kernels_cuda_cast_half(x, count, p->id == CODEC_BF16, h, NULL);
-        for (uint32_t i = 0; i < count; i++) st16(out + 2 * (size_t)i, h[i]);
-        free(h);
+    case CODEC_BF16:
+        rc = kernels_cuda_cast_half(x, count, p->id == CODEC_BF16, out, r, NULL);
         break;
-    }
     case CODEC_INT8:
-        rc = kernels_cuda_int8_encode(x, count, p->block, out, NULL);
+        rc = kernels_cuda_int8_encode(x, count, p->block, out, r, NULL);
         break;
     case CODEC_TOPK: {
         uint64_t K = topk_total_k(p, count);
@@ -58,6 +58,11 @@ static int gpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_
                        "%s range",
                        (unsigned long long)offset, codec_name(p->id));
     return 0;
+}
+
+static int gpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
+                       uint8_t *out, char *err) {
+    return encode_section(ctx, p, offset, count, out, NULL, err);
 }
 
 typedef struct GpuAccumulate {
@@ -104,7 +109,8 @@ static int gpu_accumulate(void *ctx, const CodecParams *p, const uint8_t *raw, u
  * blob to decode it */
 static int gpu_ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
                           uint8_t *raw, char *err) {
-    if (gpu_section(ctx, p, offset, count, raw, err) != 0) return -1;
+    if (encode_section(ctx, p, offset, count, raw, ctx, err) != 0) return -1;
+    if (p->id != CODEC_TOPK) return 0; /* the kernels took the payload off already */
     GpuAccumulate a = {-1.0f, ctx};
     return gpu_accumulate(&a, p, raw, offset, count, err);
 }

@@ -30,6 +30,10 @@ void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes);
  * kernels/cuda/ops.cu, ops_llama.cu): device pointers, a stream. Results
  * match the CPU's within the tolerances make test-gpu states. */
 const Ops *kernels_cuda_ops(void);
+/* The GPU matmuls' precision from the next op on: fp32 (0, the default,
+ * what make test-gpu compares with the CPU) or TF32 tensor cores (1:
+ * inputs rounded to 10 bits of mantissa, sums in fp32; llm.c's default) */
+void kernels_cuda_set_tf32(int on);
 void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
 /* global L2 norm of grads, scaled down to max_norm if above */
@@ -71,13 +75,20 @@ void gpt_cuda_keep_base(GPTCuda *g);
  * current one, where the caller's own allocations then land. */
 const float *gpt_cuda_params(GPTCuda *g, const float **base);
 
-/* fp32 section payload: x copied to h_out after a finite check */
-int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream);
-/* fp16 (bf16 = 0) or bf16 payload of x[0..n) into h_out */
-int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint16_t *h_out, void *stream);
-/* int8 payload of a section (tables and codes, codec_int8.c's layout) */
+/* A section's payload from x (device memory) into host memory. residual:
+ * NULL, or x itself for error feedback's second step, x ← x − the
+ * payload's decoded values, made on the device from the payload still
+ * there (the floats of ef.c's host loop). -1: x holds a value that is not
+ * finite, or beyond the format's range. */
+/* fp32: x copied to h_out after a finite check */
+int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, float *residual,
+                              void *stream);
+/* fp16 (bf16 = 0) or bf16, little-endian, into h_out (2n bytes) */
+int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint8_t *h_out, float *residual,
+                           void *stream);
+/* int8 (tables and codes, codec_int8.c's layout) */
 int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block, uint8_t *h_raw,
-                             void *stream);
+                             float *residual, void *stream);
 /* sum[0..count) += w * decoded int8 payload h_raw */
 void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t count, uint32_t block, float w,
                                   float *sum, void *stream);

@@ -168,14 +168,17 @@ FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host, int what), 
 FORWARD_VOID(gpt_cuda_to_host, (GPTCuda * g, GPT *host, int what), (g, host, what))
 FORWARD_VOID(gpt_cuda_keep_base, (GPTCuda * g), (g))
 FORWARD(const float *, gpt_cuda_params, (GPTCuda * g, const float **base), (g, base))
-FORWARD(int, kernels_cuda_copy_checked, (const float *x, uint64_t n, float *h_out, void *stream),
-        (x, n, h_out, stream))
+FORWARD_VOID(kernels_cuda_set_tf32, (int on), (on))
+FORWARD(int, kernels_cuda_copy_checked,
+        (const float *x, uint64_t n, float *h_out, float *residual, void *stream),
+        (x, n, h_out, residual, stream))
 FORWARD(int, kernels_cuda_cast_half,
-        (const float *x, uint64_t n, int bf16, uint16_t *h_out, void *stream),
-        (x, n, bf16, h_out, stream))
+        (const float *x, uint64_t n, int bf16, uint8_t *h_out, float *residual, void *stream),
+        (x, n, bf16, h_out, residual, stream))
 FORWARD(int, kernels_cuda_int8_encode,
-        (const float *x, uint32_t count, uint32_t block, uint8_t *h_raw, void *stream),
-        (x, count, block, h_raw, stream))
+        (const float *x, uint32_t count, uint32_t block, uint8_t *h_raw, float *residual,
+         void *stream),
+        (x, count, block, h_raw, residual, stream))
 FORWARD_VOID(kernels_cuda_int8_accumulate,
              (const uint8_t *h_raw, uint32_t count, uint32_t block, float w, float *sum,
               void *stream),

@@ -14,6 +14,7 @@
  * with file:line (cudaCheck). A non-finite input is a normal refusal: the
  * wrapper returns -1.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,69 @@ extern "C" void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes) 
     cudaCheck(cudaDeviceSynchronize());
 }
 
+/* ---- scratch ------------------------------------------------------------ */
+
+/* Device memory the wrappers below keep between calls, per host thread and
+ * slot, grown when a call needs more: a cudaMalloc and a cudaFree cost about
+ * a device synchronisation each, and a section's encode with error feedback
+ * made three of each (on an H200, a GPU site's end of round with int8 took
+ * 4.2 times the host path's time). Freed when its thread ends. */
+enum { SLOT_RAW, SLOT_BAD, SLOT_IDX, SLOT_VALS, SLOTS };
+typedef struct Scratch {
+    void *p[SLOTS];
+    size_t cap[SLOTS];
+    int dev[SLOTS];
+} Scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_release(void *v) {
+    Scratch *s = (Scratch *)v;
+    for (int i = 0; i < SLOTS; i++)
+        if (s->p[i]) {
+            cudaSetDevice(s->dev[i]);
+            cudaFree(s->p[i]);
+        }
+    free(s);
+}
+static void scratch_key_make(void) {
+    if (pthread_key_create(&scratch_key, scratch_release) != 0) abort();
+}
+
+/* slot's memory, at least bytes, on the calling thread's current device */
+static void *scratch(int slot, size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_make);
+    Scratch *s = (Scratch *)pthread_getspecific(scratch_key);
+    if (s == NULL) {
+        s = (Scratch *)calloc(1, sizeof *s);
+        if (s == NULL || pthread_setspecific(scratch_key, s) != 0) {
+            fprintf(stderr, "fatal (%s:%d): out of memory\n", __FILE__, __LINE__);
+            abort();
+        }
+    }
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (s->p[slot] == NULL || s->cap[slot] < bytes || s->dev[slot] != dev) {
+        if (s->p[slot]) {
+            int cur = dev;
+            cudaCheck(cudaSetDevice(s->dev[slot]));
+            cudaCheck(cudaFree(s->p[slot]));
+            cudaCheck(cudaSetDevice(cur));
+        }
+        size_t cap = bytes < 4096 ? 4096 : bytes;
+        s->p[slot] = kernels_cuda_alloc(cap);
+        s->cap[slot] = cap, s->dev[slot] = dev;
+    }
+    return s->p[slot];
+}
+
+/* a cleared flag for a kernel's refusals */
+static int *bad_flag(cudaStream_t st) {
+    int *bad = (int *)scratch(SLOT_BAD, sizeof(int));
+    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    return bad;
+}
+
 /* ---- finite check and casts ------------------------------------------- */
 
 __global__ void finite_kernel(const float *x, uint64_t n, int *bad) {
@@ -67,15 +131,21 @@ static int grid_for(uint64_t n) {
     return (int)(g > 65535 ? 65535 : (g ? g : 1));
 }
 
-extern "C" int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, void *stream) {
-    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
-    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), as_stream(stream)));
-    finite_kernel<<<grid_for(n), 256, 0, as_stream(stream)>>>(x, n, bad);
+__global__ void fp32_accumulate_kernel(const float *x, uint64_t n, float w, float *sum);
+
+extern "C" int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, float *residual,
+                                         void *stream) {
+    cudaStream_t st = as_stream(stream);
+    int *bad = bad_flag(st), h_bad = 0;
+    finite_kernel<<<grid_for(n), 256, 0, st>>>(x, n, bad);
     launchCheck();
-    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, as_stream(stream)));
-    cudaCheck(cudaMemcpyAsync(h_out, x, n * 4, cudaMemcpyDeviceToHost, as_stream(stream)));
-    cudaCheck(cudaStreamSynchronize(as_stream(stream)));
-    kernels_cuda_free(bad);
+    cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaMemcpyAsync(h_out, x, n * 4, cudaMemcpyDeviceToHost, st));
+    if (residual) { /* e - e, as the host's e[i] - decoded[i] */
+        fp32_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(residual, n, -1.0f, residual);
+        launchCheck();
+    }
+    cudaCheck(cudaStreamSynchronize(st));
     return h_bad ? -1 : 0;
 }
 
@@ -118,19 +188,24 @@ __global__ void cast_kernel(const float *x, uint64_t n, int bf16, uint16_t *out,
     }
 }
 
-extern "C" int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint16_t *h_out,
-                                      void *stream) {
+__global__ void half_accumulate_kernel(const uint16_t *h, uint64_t n, int bf16, float w,
+                                       float *sum);
+
+/* the payload is little-endian, as the device: its bytes come back as they are */
+extern "C" int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint8_t *h_out,
+                                      float *residual, void *stream) {
     cudaStream_t st = as_stream(stream);
-    uint16_t *d = (uint16_t *)kernels_cuda_alloc(n * 2);
-    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
-    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    uint16_t *d = (uint16_t *)scratch(SLOT_RAW, n * 2);
+    int *bad = bad_flag(st), h_bad = 0;
     cast_kernel<<<grid_for(n), 256, 0, st>>>(x, n, bf16, d, bad);
     launchCheck();
     cudaCheck(cudaMemcpyAsync(h_out, d, n * 2, cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    if (residual) {
+        half_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, bf16, -1.0f, residual);
+        launchCheck();
+    }
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d);
-    kernels_cuda_free(bad);
     return h_bad ? -1 : 0;
 }
 
@@ -220,21 +295,25 @@ __global__ void int8_encode_kernel(const float *x, uint32_t count, uint32_t bloc
     store_f32(table + 4 * q, __double2float_rn(__dmul_rn(mean, (double)scale)));
 }
 
+__global__ void int8_accumulate_kernel(const uint8_t *raw, uint32_t count, uint32_t block, float w,
+                                       float *sum);
+
 extern "C" int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block,
-                                        uint8_t *h_raw, void *stream) {
+                                        uint8_t *h_raw, float *residual, void *stream) {
     cudaStream_t st = as_stream(stream);
     uint32_t blocks = (count + block - 1) / block;
     size_t raw_len = (size_t)blocks * 1024 + count;
-    uint8_t *d = (uint8_t *)kernels_cuda_alloc(raw_len);
-    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
-    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    uint8_t *d = (uint8_t *)scratch(SLOT_RAW, raw_len);
+    int *bad = bad_flag(st), h_bad = 0;
     int8_encode_kernel<<<blocks, 256, 0, st>>>(x, count, block, d, bad);
     launchCheck();
     cudaCheck(cudaMemcpyAsync(h_raw, d, raw_len, cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
+    if (residual) { /* from the payload still on the device */
+        int8_accumulate_kernel<<<blocks, 256, 0, st>>>(d, count, block, -1.0f, residual);
+        launchCheck();
+    }
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d);
-    kernels_cuda_free(bad);
     return h_bad ? -1 : 0;
 }
 
@@ -256,12 +335,11 @@ extern "C" void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t coun
     cudaStream_t st = as_stream(stream);
     uint32_t blocks = (count + block - 1) / block;
     size_t raw_len = (size_t)blocks * 1024 + count;
-    uint8_t *d = (uint8_t *)kernels_cuda_alloc(raw_len);
+    uint8_t *d = (uint8_t *)scratch(SLOT_RAW, raw_len);
     cudaCheck(cudaMemcpyAsync(d, h_raw, raw_len, cudaMemcpyHostToDevice, st));
     int8_accumulate_kernel<<<blocks, 256, 0, st>>>(d, count, block, w, sum);
     launchCheck();
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d);
 }
 
 /* ---- dense and sparse accumulation, error feedback ------------------------ */
@@ -318,39 +396,35 @@ __global__ void ef_step_kernel(float *e, const float *base, const float *local, 
 extern "C" void kernels_cuda_fp32_accumulate(const uint8_t *h_raw, uint64_t n, float w, float *sum,
                                              void *stream) {
     cudaStream_t st = as_stream(stream);
-    float *d = (float *)kernels_cuda_alloc(n * 4);
+    float *d = (float *)scratch(SLOT_RAW, n * 4);
     cudaCheck(cudaMemcpyAsync(d, h_raw, n * 4, cudaMemcpyHostToDevice, st));
     fp32_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, w, sum);
     launchCheck();
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d);
 }
 
 extern "C" void kernels_cuda_half_accumulate(const uint8_t *h_raw, uint64_t n, int bf16, float w,
                                              float *sum, void *stream) {
     cudaStream_t st = as_stream(stream);
-    uint16_t *d = (uint16_t *)kernels_cuda_alloc(n * 2);
+    uint16_t *d = (uint16_t *)scratch(SLOT_RAW, n * 2);
     /* the payload is little-endian, as the device */
     cudaCheck(cudaMemcpyAsync(d, h_raw, n * 2, cudaMemcpyHostToDevice, st));
     half_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, bf16, w, sum);
     launchCheck();
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d);
 }
 
 extern "C" void kernels_cuda_scatter_accumulate(const uint32_t *h_idx, const float *h_vals,
                                                 uint64_t k, float w, float *sum, void *stream) {
     if (k == 0) return;
     cudaStream_t st = as_stream(stream);
-    uint32_t *d_idx = (uint32_t *)kernels_cuda_alloc(k * 4);
-    float *d_vals = (float *)kernels_cuda_alloc(k * 4);
+    uint32_t *d_idx = (uint32_t *)scratch(SLOT_IDX, k * 4);
+    float *d_vals = (float *)scratch(SLOT_VALS, k * 4);
     cudaCheck(cudaMemcpyAsync(d_idx, h_idx, k * 4, cudaMemcpyHostToDevice, st));
     cudaCheck(cudaMemcpyAsync(d_vals, h_vals, k * 4, cudaMemcpyHostToDevice, st));
     scatter_accumulate_kernel<<<grid_for(k), 256, 0, st>>>(d_idx, d_vals, k, w, sum);
     launchCheck();
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d_idx);
-    kernels_cuda_free(d_vals);
 }
 
 extern "C" void kernels_cuda_ef_step(float *e, const float *base, const float *local, float beta,
@@ -436,12 +510,11 @@ extern "C" int kernels_cuda_topk_select(const float *x, uint32_t count, uint32_t
                                         uint32_t ppm, uint64_t total_k, uint16_t *h_sel,
                                         float *h_vals, void *stream) {
     cudaStream_t st = as_stream(stream);
-    int *bad = (int *)kernels_cuda_alloc(sizeof(int)), h_bad = 0;
-    cudaCheck(cudaMemsetAsync(bad, 0, sizeof(int), st));
+    int *bad = bad_flag(st), h_bad = 0;
     finite_kernel<<<grid_for(count), 256, 0, st>>>(x, count, bad);
     launchCheck();
-    uint16_t *d_sel = (uint16_t *)kernels_cuda_alloc(total_k * 2);
-    float *d_vals = (float *)kernels_cuda_alloc(total_k * 4);
+    uint16_t *d_sel = (uint16_t *)scratch(SLOT_IDX, total_k * 2);
+    float *d_vals = (float *)scratch(SLOT_VALS, total_k * 4);
     uint32_t chunks = (count + chunk - 1) / chunk;
     topk_select_kernel<<<chunks, 256, 0, st>>>(x, count, chunk, ppm, d_sel, d_vals);
     launchCheck();
@@ -449,8 +522,5 @@ extern "C" int kernels_cuda_topk_select(const float *x, uint32_t count, uint32_t
     cudaCheck(cudaMemcpyAsync(h_vals, d_vals, total_k * 4, cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaStreamSynchronize(st));
-    kernels_cuda_free(d_sel);
-    kernels_cuda_free(d_vals);
-    kernels_cuda_free(bad);
     return h_bad ? -1 : 0;
 }
