@@ -8,7 +8,7 @@
  * and a GPU site's end of round (Δ, error feedback, encode) on the host
  * against on the device, same blobs checked.
  * Without a GPU (or without a CUDA build) it prints one line saying why and
- * exits 0, so `make bench` runs everywhere. Never run on a GPU yet.
+ * exits 0, so `make bench` runs everywhere.
  *
  *   build/bench/gpu [--full]     64 Mi values (256 Mi with --full)
  */
@@ -40,7 +40,7 @@ static double median3(double a, double b, double c) {
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
 
-static double tokens_per_s(int gpus, int B, int T, int steps) {
+static double tokens_per_s(int gpus, int B, int T, int steps, int tf32) {
     GPTConfig cfg;
     gpt_config_preset("gpt2-124m", &cfg);
     GPT m;
@@ -51,6 +51,7 @@ static double tokens_per_s(int gpus, int B, int T, int steps) {
     for (size_t i = 0; i < bt; i++)
         in[i] = (int)((i * 31) % 50257), tg[i] = (int)((i * 17 + 1) % 50257);
     TrainConfig c = train_defaults(3e-4f, steps + 2);
+    c.tf32 = tf32;
     Trainer *t = trainer_create(&m, &c, gpus, B, T, err);
     if (t == NULL) DIE("%s", err);
     uint64_t t0 = 0;
@@ -183,22 +184,28 @@ int main(int argc, char **argv) {
     site_round_row(name, "topk", n, x, d_x);
     kernels_cuda_free(d_x), kernels_cuda_free(d_y);
     free(x);
+    /* both matmul precisions: fp32 (what make test-gpu compares with the
+     * CPU) and TF32 tensor cores (the default of strait train and site run
+     * on GPUs, as of llm.c) */
     int steps = full ? 20 : 5, B = 4, T = 1024;
-    double one = tokens_per_s(1, B, T, steps);
-    for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
-        double tps = g == 1 ? one : tokens_per_s(g, B, T, steps);
-        json_t *o = json_object();
-        json_object_set_new(o, "bench", json_string("gpu"));
-        json_object_set_new(o, "case", json_string("train"));
-        json_object_set_new(o, "device", json_string(name));
-        json_object_set_new(o, "model", json_string("gpt2-124m"));
-        json_object_set_new(o, "B", json_integer(B));
-        json_object_set_new(o, "T", json_integer(T));
-        json_object_set_new(o, "gpus", json_integer(g));
-        json_object_set_new(o, "tokens_per_s", json_real(tps));
-        json_object_set_new(o, "scaling_vs_1_gpu", json_real(tps / one));
-        json_emit_line(stdout, o);
-        if (g == gpus) break;
+    for (int tf32 = 0; tf32 <= 1; tf32++) {
+        double one = tokens_per_s(1, B, T, steps, tf32);
+        for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
+            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, tf32);
+            json_t *o = json_object();
+            json_object_set_new(o, "bench", json_string("gpu"));
+            json_object_set_new(o, "case", json_string("train"));
+            json_object_set_new(o, "device", json_string(name));
+            json_object_set_new(o, "model", json_string("gpt2-124m"));
+            json_object_set_new(o, "matmul", json_string(tf32 ? "tf32" : "fp32"));
+            json_object_set_new(o, "B", json_integer(B));
+            json_object_set_new(o, "T", json_integer(T));
+            json_object_set_new(o, "gpus", json_integer(g));
+            json_object_set_new(o, "tokens_per_s", json_real(tps));
+            json_object_set_new(o, "scaling_vs_1_gpu", json_real(tps / one));
+            json_emit_line(stdout, o);
+            if (g == gpus) break;
+        }
     }
     return 0;
 #endif

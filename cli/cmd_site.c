@@ -185,16 +185,22 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},      {"threads", required_argument, NULL, 'j'},
-        {"batch", required_argument, NULL, 'b'},     {"seq", required_argument, NULL, 't'},
-        {"lr", required_argument, NULL, 'l'},        {"device", required_argument, NULL, 'D'},
-        {"gpus", required_argument, NULL, 'g'},      {"seed", required_argument, NULL, 's'},
-        {"init-from", required_argument, NULL, 'I'}, {"max-memory", required_argument, NULL, 'M'},
-        {"moments", required_argument, NULL, 'o'},   {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {"max-memory", required_argument, NULL, 'M'},
+                                         {"moments", required_argument, NULL, 'o'},
+                                         {"matmul", required_argument, NULL, 'x'},
+                                         {NULL, 0, NULL, 0}};
     const char *data[64];
     SiteRunOptions o = {.data = data};
-    int c;
+    int c, tf32 = -1;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         if (c == -2) return EXIT_USAGE;
@@ -226,6 +232,8 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return cli_usage_error(cmd, "--moments is fp32 or bf16, not '%s'", optarg);
             o.moments_bf16 = strcmp(optarg, "bf16") == 0;
+        } else if (c == 'x') {
+            if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
         } else if (c == 'M') {
             char *end;
             double v = strtod(optarg, &end);
@@ -245,6 +253,8 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
         return cli_usage_error(cmd, "--threads, --batch, --seq, --lr and --gpus must not be "
                                     "negative (0 or no flag takes the default)");
     if (o.gpus > 0 && !o.cuda) return cli_usage_error(cmd, "--gpus needs --device cuda");
+    if (tf32 == 1 && !o.cuda) return cli_usage_error(cmd, "--matmul tf32 needs --device cuda");
+    o.tf32 = o.cuda && tf32 != 0;
     o.site_dir = argv[optind];
     char err[ERR_LEN];
     if (client_run(&o, err) != 0) return cli_fail(cmd, "%s", err);

@@ -69,26 +69,19 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"batch", required_argument, NULL, 'b'},
-                                         {"seq", required_argument, NULL, 't'},
-                                         {"lr", required_argument, NULL, 'l'},
-                                         {"threads", required_argument, NULL, 'j'},
-                                         {"device", required_argument, NULL, 'D'},
-                                         {"out", required_argument, NULL, 'o'},
-                                         {"val-every", required_argument, NULL, 'v'},
-                                         {"gpus", required_argument, NULL, 'g'},
-                                         {"seed", required_argument, NULL, 'S'},
-                                         {"json", no_argument, NULL, 'J'},
-                                         {"init-from", required_argument, NULL, 'I'},
-                                         {"vocab", required_argument, NULL, 'V'},
-                                         {"moments", required_argument, NULL, 'M'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
+        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
+        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
+        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
+        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'J'},          {"init-from", required_argument, NULL, 'I'},
+        {"vocab", required_argument, NULL, 'V'},   {"moments", required_argument, NULL, 'M'},
+        {"matmul", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0}};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
-        gpus = 1, moments_bf16 = 0;
+        gpus = 1, moments_bf16 = 0, tf32 = -1;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -148,6 +141,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                 return cli_usage_error(cmd, "--moments is fp32 or bf16, not '%s'", optarg);
             moments_bf16 = strcmp(optarg, "bf16") == 0;
             break;
+        case 'x':
+            if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
+            break;
         }
     }
     for (; optind < argc; optind++) { /* paths may follow --data as plain operands */
@@ -164,6 +160,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (cuda) return cli_usage_error(cmd, "--device cuda: this strait was built without CUDA");
 #endif
     if (gpus < 1) return cli_usage_error(cmd, "--gpus must be at least 1");
+    if (tf32 == 1 && !cuda) return cli_usage_error(cmd, "--matmul tf32 needs --device cuda");
     if (vocab < 0 || vocab > 65536 || (vocab && init_from))
         return cli_usage_error(cmd, "--vocab is 1 to 65536, and not with --init-from (its "
                                     "config.json has one)");
@@ -174,8 +171,20 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (!init_from && T > cfg.T)
         return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
     kernels_set_threads(threads);
-    TrainJob job = {data, n_data, preset,          init_from,    out, vocab, steps,
-                    B,    T,      cuda ? gpus : 0, moments_bf16, lr,  seed};
+    TrainJob job = {.data = data,
+                    .n_data = n_data,
+                    .preset = preset,
+                    .init_from = init_from,
+                    .out = out,
+                    .vocab = vocab,
+                    .steps = steps,
+                    .B = B,
+                    .T = T,
+                    .gpus = cuda ? gpus : 0,
+                    .moments_bf16 = moments_bf16,
+                    .tf32 = cuda && tf32 != 0,
+                    .lr = lr,
+                    .seed = seed};
     TrainOut o = {.B = B,
                   .steps = steps,
                   .val_every = val_every,

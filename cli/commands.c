@@ -49,7 +49,8 @@ const Command cli_commands[] = {
      "A new key is made here; the coordinator signs it for the same site.\n", cmd_site_renew},
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
-     "[--gpus N] [--seed S] [--init-from HFDIR] [--max-memory BYTES] [--moments fp32|bf16]",
+     "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
+     "[--moments fp32|bf16]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -62,6 +63,7 @@ const Command cli_commands[] = {
      "  --device D    cpu (default) or cuda (a build with CUDA)\n"
      "  --gpus N      with cuda: data-parallel replicas over N GPUs (NCCL), each taking\n"
      "                its own batch of B x T (default 1)\n"
+     "  --matmul M    with cuda: tf32 (default; tensor cores, as llm.c) or fp32\n"
      "  --init-from HFDIR  the pretrained folder the federation started from, held here:\n"
      "                round 0 is built from it when its SHA-256 matches, not downloaded\n"
      "  --max-memory BYTES  the most memory the site may take (16G, 512M); a federation\n"
@@ -83,7 +85,8 @@ const Command cli_commands[] = {
      cmd_site_revoke},
     {"train",
      "--data PATH... [--model PRESET | --init-from HFDIR] [--steps N] [--batch B] [--seq T]\n"
-     "     [--lr X] [--moments fp32|bf16] [--out CKPT]",
+     "     [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32] [--moments fp32|bf16]\n"
+     "     [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -105,6 +108,7 @@ const Command cli_commands[] = {
      "  --device D        cpu (default) or cuda\n"
      "  --gpus N          with cuda: data-parallel replicas over N GPUs (NCCL), each\n"
      "                    taking its own batch of B x T (default 1)\n"
+     "  --matmul M        with cuda: tf32 (default; tensor cores, as llm.c) or fp32\n"
      "  --val-every K     validation loss every K steps (default 100)\n"
      "  --seed S          initialisation and data order (default 1)\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"

@@ -89,6 +89,13 @@ int cli_float(const Command *cmd, const char *flag, float *out) {
     return 0;
 }
 
+int cli_matmul(const Command *cmd, const char *value) {
+    if (strcmp(value, "tf32") == 0) return 1;
+    if (strcmp(value, "fp32") == 0) return 0;
+    cli_usage_error(cmd, "--matmul is tf32 or fp32, not '%s'", value);
+    return -2;
+}
+
 int cli_u64(const Command *cmd, const char *flag, unsigned long long *out) {
     char *end;
     errno = 0;

@@ -60,6 +60,8 @@ typedef struct SiteRunOptions {
     /* AdamW's moments in bf16 (CPU sites): 12 bytes a parameter instead of
      * 16; θ and every update stay fp32 and bit-exact */
     int moments_bf16;
+    /* GPU sites: matmuls on TF32 tensor cores (TrainConfig's tf32) */
+    int tf32;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

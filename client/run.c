@@ -213,6 +213,7 @@ static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
                  ss->s.name, (unsigned long long)saved_round);
     ss->lr = o->lr > 0 ? o->lr : 3e-3f;
     TrainConfig tc = train_defaults(ss->lr, ss->H);
+    tc.tf32 = o->tf32;
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
     ss->replicas = trainer_replicas(ss->trainer); /* batches a step takes, on this rank */
@@ -224,8 +225,7 @@ static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
      * 0's, so they bring θ_local to the host and encode there.) */
     ss->on_gpu = gpus > 0 && rk->size == 1 && trainer_keep_base(ss->trainer) == 0;
     if (ss->on_gpu && rk->rank == 0)
-        log_info("site", "the update's error feedback and codec run on the GPU (never run on one "
-                         "before this build: report what you see)");
+        log_info("site", "the update's error feedback and codec run on the GPU");
     ss->theta = mallocCheck(sizeof(float) * m->n_params);
     size_t batch = (size_t)B * T * ss->replicas * rk->size;
     ss->in = mallocCheck(sizeof(int) * batch);

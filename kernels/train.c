@@ -84,7 +84,7 @@ float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_fr
 }
 
 TrainConfig train_defaults(float lr, int total_steps) {
-    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps};
+    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0};
     c.warmup = total_steps / 10 < 100 ? total_steps / 10 : 100;
     return c;
 }
@@ -152,6 +152,7 @@ Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int
         free(t);
         return NULL;
     }
+    if (gpus > 0) kernels_cuda_set_tf32(c->tf32);
     if (gpus > 0 && (t->gpu = gpt_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
                                                     ranks > 1 ? id : NULL, err)) == NULL) {
         free(t);
@@ -369,6 +370,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     TrainJobStart st = {name, m.n_params, train.n, val, T};
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
+    tc.tf32 = j->tf32;
     if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
     rc = j->out ? gpt_save(&m, j->out, j->steps, err) : 0;
 out:

@@ -31,6 +31,7 @@ typedef struct TrainConfig {
     float min_lr_frac;   /* the cosine's floor, as a fraction of lr */
     float max_grad_norm; /* 0: no clipping */
     int warmup, total_steps;
+    int tf32; /* GPU trainers: matmuls on TF32 tensor cores (kernels_cuda_set_tf32) */
 } TrainConfig;
 
 TrainConfig train_defaults(float lr, int total_steps);
@@ -132,6 +133,7 @@ typedef struct TrainJob {
     int steps, B, T;                      /* T 0: the model's context */
     int gpus;                             /* 0: the CPU */
     int moments_bf16;
+    int tf32; /* on GPUs: TrainConfig's tf32 */
     float lr;
     uint64_t seed;
 } TrainJob;

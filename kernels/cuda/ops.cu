@@ -48,8 +48,15 @@ static int blocks(size_t n, int per) {
  * the device) would be lost with the thread, step after step. cuBLAS may be
  * called on one handle from several threads; here one thread at a time
  * drives a device (a replica's step thread, or the caller between steps). */
+static int tf32_wanted; /* kernels_cuda_set_tf32 */
+
+extern "C" void kernels_cuda_set_tf32(int on) {
+    __atomic_store_n(&tf32_wanted, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
 static cublasHandle_t blas(void *stream) {
     static cublasHandle_t handles[16];
+    static int tf32_set[16];
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
@@ -59,9 +66,14 @@ static cublasHandle_t blas(void *stream) {
         abort();
     }
     pthread_mutex_lock(&lock);
-    if (handles[dev] == NULL) {
-        cublasCheck(cublasCreate(&handles[dev]));
-        cublasCheck(cublasSetMathMode(handles[dev], CUBLAS_PEDANTIC_MATH)); /* fp32, no TF32 */
+    int tf32 = __atomic_load_n(&tf32_wanted, __ATOMIC_RELAXED);
+    if (handles[dev] == NULL || tf32_set[dev] != tf32) {
+        if (handles[dev] == NULL) cublasCheck(cublasCreate(&handles[dev]));
+        /* fp32 to the bit of the CPU's products, or TF32 tensor cores
+         * (inputs rounded to 10 bits of mantissa, fp32 sums) */
+        cublasCheck(cublasSetMathMode(handles[dev],
+                                      tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+        tf32_set[dev] = tf32;
     }
     cublasHandle_t h = handles[dev];
     pthread_mutex_unlock(&lock);

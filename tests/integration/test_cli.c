@@ -106,6 +106,22 @@ Test(cli, site_run_device_flags_are_checked_before_anything_runs) {
     cr_assert_eq(r.status, 2, "stderr: %s", r.err);
     cr_assert_not_null(strstr(r.err, "--gpus needs --device cuda"), "stderr: %s", r.err);
     proc_result_free(&r);
+    /* --matmul: a precision of the GPU's matmuls, refused elsewhere and
+     * beyond its two values, for site run and train alike */
+    const char *matmul[][3] = {{"--matmul", "tf32", "--matmul tf32 needs --device cuda"},
+                               {"--matmul", "fp16", "--matmul is tf32 or fp32, not 'fp16'"}};
+    for (int i = 0; i < 2; i++) {
+        r = harness_strait("site", "run", "/nonexistent", "--data", "x", matmul[i][0],
+                           matmul[i][1]);
+        cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "stderr: %s", r.err);
+        cr_assert_not_null(strstr(r.err, matmul[i][2]), "stderr: %s", r.err);
+        proc_result_free(&r);
+        r = harness_strait("train", "--data", "x", matmul[i][0], matmul[i][1]);
+        cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+        cr_assert_not_null(strstr(r.err, matmul[i][2]), "stderr: %s", r.err);
+        proc_result_free(&r);
+    }
     /* admin commands need a federation folder or a kit */
     r = harness_strait("rounds", "/nonexistent");
     cr_assert_eq(r.status, 1, "stderr: %s", r.err);
