@@ -174,8 +174,7 @@ const Command cli_commands[] = {
      "  --seed S       the sites read their data in a fixed order (site i: S + i)\n"
      "  --set S.K=V    write K = V in federation.ini's [S] before the coordinator starts\n"
      "                 (e.g. --set optimizer.lr=0.5 --set codec.downlink=lossless)\n"
-     "  --device D     where the sites train: cpu (default) or cuda (every site on GPU 0;\n"
-     "                 the CUDA path has not run on a GPU yet)\n"
+     "  --device D     where the sites train: cpu (default) or cuda (every site on GPU 0)\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
      cmd_demo},
     {"version", "[--json]",

@@ -56,7 +56,7 @@ Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, ch
 /* The same as one of the ranks of a site (kernels/ranks.h; every rank calls
  * it): on the CPU the gradients are averaged over the ranks with MPI and
  * every rank takes rank 0's clip factor; on GPUs every GPU of every rank is
- * in one NCCL communicator bootstrapped over MPI (never run on a GPU yet).
+ * in one NCCL communicator bootstrapped over MPI.
  * A step takes trainer_replicas() batches; the ranks' steps together are
  * one step on all their batches. rk NULL or of size 1: trainer_create. */
 struct Ranks;
@@ -101,7 +101,7 @@ int trainer_keep_base(Trainer *t);
 int trainer_device_params(Trainer *t, const float **d_params, const float **d_base);
 /* gpt_eval_tokens of the trainer's model on its (B, T) batches where it
  * trains: on the CPU, the host model; on GPUs, replica 0's parameters (no
- * copy to the host; the forward on the GPU, never run on one yet). */
+ * copy to the host; the forward on the GPU). */
 double trainer_eval_tokens(Trainer *t, TokenView v, int batches);
 
 /* What train_run reports after every step. */
