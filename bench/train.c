@@ -8,13 +8,16 @@
  * RSS and model FLOPs utilization against the cores' measured sgemm rate,
  * or, where the training state would not fit, what it needs.
  *
- * The baseline of the issue, llm.c's train_gpt2.c on this shape and kind of
- * machine (about 3 900 tokens/s), cannot be built here (no network beyond
- * Debian and PyPI); it is printed as a reference figure, labelled as such.
- * So is llm.c's figure for GPT-2 124M at B 4, T 64 on 2 threads (51
- * tokens/s, 2.5 GB peak, measured with upstream llm.c on this kind of
- * machine), beside Strait's on that shape, run in a child process so its
- * peak memory is its own.
+ * GPT-2 124M's baseline is measured in the same run: transformers' own
+ * FlaxGPT2LMHeadModel trained on JAX's CPU backend at the same shape,
+ * threads and steps (bench/hf_train.py, in make test-hf's venv, which
+ * make bench makes; STRAIT_HF_PYTHON names its Python), warm, in a process
+ * of its own. llm.c's train_gpt2.c cannot be built here (no network beyond
+ * Debian and PyPI): its figures stay beside as references, labelled as
+ * such (about 3 900 tokens/s for `small`'s shape; 51 tokens/s and 2.5 GB
+ * peak for GPT-2 124M at B 4, T 64 on 2 threads, measured with upstream
+ * llm.c on this kind of machine). Each shape runs in a child process so
+ * its peak memory is its own.
  *
  *   build/bench/train [--full]     (--full: more steps)
  */
@@ -117,11 +120,23 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         json_object_set_new(o, "mfu", json_real(6.0 * params * tok_s / peak));
     }
     if (strcmp(preset, "gpt2-124m") == 0) {
-        json_object_set_new(o, "baseline",
+        /* the peer measured by the parent in this run (hf_peer), when it ran */
+        const char *ptok = getenv("STRAIT_BENCH_PEER_TOK_S"),
+                   *prss = getenv("STRAIT_BENCH_PEER_RSS_MB");
+        double peer = ptok ? atof(ptok) : 0;
+        if (peer > 0) {
+            json_object_set_new(o, "baseline",
+                                json_string("transformers FlaxGPT2LMHeadModel on JAX's CPU, same "
+                                            "shape, threads and steps, measured in this run"));
+            json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
+            json_object_set_new(o, "baseline_peak_rss_mb", json_real(prss ? atof(prss) : 0));
+            json_object_set_new(o, "ratio", json_real(tok_s / peer));
+        }
+        json_object_set_new(o, "reference",
                             json_string("llm.c train_gpt2.c, reference figure, not measured here"));
-        json_object_set_new(o, "baseline_tokens_per_s", json_real(LLMC_GPT2_REFERENCE_TOK_S));
-        json_object_set_new(o, "baseline_peak_rss_mb", json_real(LLMC_GPT2_REFERENCE_MB));
-        json_object_set_new(o, "ratio", json_real(tok_s / LLMC_GPT2_REFERENCE_TOK_S));
+        json_object_set_new(o, "reference_tokens_per_s", json_real(LLMC_GPT2_REFERENCE_TOK_S));
+        json_object_set_new(o, "reference_peak_rss_mb", json_real(LLMC_GPT2_REFERENCE_MB));
+        json_object_set_new(o, "reference_ratio", json_real(tok_s / LLMC_GPT2_REFERENCE_TOK_S));
     }
     if (strcmp(preset, "small") == 0) {
         json_object_set_new(o, "baseline",
@@ -129,6 +144,57 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         json_object_set_new(o, "baseline_tokens_per_s", json_real(LLMC_REFERENCE_TOK_S));
         json_object_set_new(o, "ratio", json_real(tok_s / LLMC_REFERENCE_TOK_S));
     }
+    json_emit_line(stdout, o);
+}
+
+/* transformers' GPT-2 124M trained by JAX at B x T on `threads` cores for
+ * `steps` timed steps (bench/hf_train.py): its line goes out as it is, with
+ * this bench's keys, and its figures into the environment the gpt2-124m
+ * child reads; without the venv, one line saying why */
+static void hf_peer(int B, int T, int threads, int steps) {
+    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
+    char why[400] = "", cmd[2048], line[4096], last[300] = "";
+    json_t *row = NULL;
+    if (py == NULL || !py[0] || access(py, X_OK) != 0) {
+        snprintf(why, sizeof why,
+                 "no transformers baseline: STRAIT_HF_PYTHON unset or not runnable (make bench "
+                 "makes build/venv-hf and sets it)");
+    } else {
+        snprintf(cmd, sizeof cmd, "%s %s/bench/hf_train.py %d %d %d %d 2>&1", py,
+                 src && src[0] ? src : ".", B, T, threads, steps);
+        fflush(stdout);
+        FILE *p = popen(cmd, "r");
+        while (p && fgets(line, sizeof line, p)) {
+            json_t *o = json_loads(line, 0, NULL);
+            if (o && json_object_get(o, "peer")) {
+                json_decref(row);
+                row = o;
+            } else {
+                json_decref(o);
+                line[strcspn(line, "\n")] = 0;
+                if (line[0]) snprintf(last, sizeof last, "%.290s", line);
+            }
+        }
+        int st = p ? pclose(p) : -1;
+        if (row == NULL || st != 0)
+            snprintf(why, sizeof why, "no transformers baseline: hf_train.py ended (status %d): %s",
+                     st, last);
+    }
+    if (row == NULL || why[0]) {
+        json_decref(row);
+        json_emit_line(stdout, json_pack("{s:s,s:s,s:s}", "bench", "train", "case",
+                                         "gpt2-124m_transformers", "reason", why));
+        return;
+    }
+    char v[64];
+    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "tokens_per_s")));
+    setenv("STRAIT_BENCH_PEER_TOK_S", v, 1);
+    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "peak_rss_mb")));
+    setenv("STRAIT_BENCH_PEER_RSS_MB", v, 1);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i}", "bench", "train", "case", "gpt2-124m_transformers",
+                          "B", B, "T", T);
+    json_object_update(o, row);
+    json_decref(row);
     json_emit_line(stdout, o);
 }
 
@@ -186,6 +252,7 @@ int main(int argc, char **argv) {
      * started by the classifier above, does not survive a fork. A shape
      * whose training state would not fit 80% of the memory available is
      * reported, not run. */
+    hf_peer(4, 64, max_threads < 2 ? max_threads : 2, full ? 10 : 3);
     static const struct {
         const char *preset;
         int bf16;
