@@ -112,7 +112,10 @@ check() {
     export LD_LIBRARY_PATH="$s/lib${cudalibs:+:$cudalibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export STRAIT_CUDA_PLUGIN="$s/bin/libstrait-cuda.so" STRAIT_LOG=${STRAIT_LOG:-info}
     if [ ! -r /usr/share/games/fortunes/platitudes ]; then # where strait demo reads them
-        mkdir -p /usr/share/games/fortunes && cp -n "$s"/fortunes/* /usr/share/games/fortunes/
+        mkdir -p /usr/share/games/fortunes
+        for f in "$s"/fortunes/*; do
+            [ -e "/usr/share/games/fortunes/${f##*/}" ] || cp "$f" /usr/share/games/fortunes/
+        done
     fi
     local bin=$s/bin
     {
