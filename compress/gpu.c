@@ -15,14 +15,14 @@
 #include "util/util.h"
 
 #ifdef STRAIT_HAVE_CUDA
-/* A section's payload from x + offset (device memory); residual: NULL, or
- * x itself for error feedback, which the kernels then leave as x − the
- * payload's decoded values for the dense codecs (top-k's few values are
- * quantized here on the CPU: the caller scatters them back) */
+/* A section's payload from x + offset (device memory). take_off: x is
+ * error feedback's residual, which the kernels then leave as x − the
+ * payload's decoded values, for the dense codecs (top-k's few values are
+ * quantized here on the CPU: the caller scatters them back). */
 static int encode_section(float *x, const CodecParams *p, uint64_t offset, uint32_t count,
-                          uint8_t *out, float *residual, char *err) {
+                          uint8_t *out, int take_off, char *err) {
     x += offset;
-    float *r = residual ? x : NULL;
+    float *r = take_off ? x : NULL;
     int rc = 0;
     switch (p->id) {
     case CODEC_FP32:
@@ -62,7 +62,7 @@ static int encode_section(float *x, const CodecParams *p, uint64_t offset, uint3
 
 static int gpu_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
                        uint8_t *out, char *err) {
-    return encode_section(ctx, p, offset, count, out, NULL, err);
+    return encode_section(ctx, p, offset, count, out, 0, err);
 }
 
 typedef struct GpuAccumulate {
@@ -109,7 +109,7 @@ static int gpu_accumulate(void *ctx, const CodecParams *p, const uint8_t *raw, u
  * blob to decode it */
 static int gpu_ef_section(void *ctx, const CodecParams *p, uint64_t offset, uint32_t count,
                           uint8_t *raw, char *err) {
-    if (encode_section(ctx, p, offset, count, raw, ctx, err) != 0) return -1;
+    if (encode_section(ctx, p, offset, count, raw, 1, err) != 0) return -1;
     if (p->id != CODEC_TOPK) return 0; /* the kernels took the payload off already */
     GpuAccumulate a = {-1.0f, ctx};
     return gpu_accumulate(&a, p, raw, offset, count, err);
