@@ -250,7 +250,7 @@ $(GPU_BIN): $(GPU_TEST_SRC:%.c=$(BUILD)/obj/%.o) $(LIB)
 # The CUDA ops against the CPU, and GPU training against the CPU trainer; run on
 # a machine with a GPU (the tests report SKIP elsewhere). Not part of make test.
 test-gpu: $(GPU_BIN) $(CUDA_PLUGIN)
-	$(Q)STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(GPU_BIN) --short-filename --verbose
+	$(Q)$(TEST_ENV) $(GPU_BIN) --short-filename --verbose
 
 # helper programs the integration tests run as separate processes
 $(BUILD)/tests/%: $(BUILD)/obj/tests/helpers/%.o $(LIB)

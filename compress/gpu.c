@@ -22,18 +22,17 @@
 static int encode_section(float *x, const CodecParams *p, uint64_t offset, uint32_t count,
                           uint8_t *out, int take_off, char *err) {
     x += offset;
-    float *r = take_off ? x : NULL;
     int rc = 0;
     switch (p->id) {
     case CODEC_FP32:
-        rc = kernels_cuda_copy_checked(x, count, (float *)(void *)out, r, NULL);
+        rc = kernels_cuda_copy_checked(x, count, (float *)(void *)out, take_off, NULL);
         break;
     case CODEC_FP16:
     case CODEC_BF16:
-        rc = kernels_cuda_cast_half(x, count, p->id == CODEC_BF16, out, r, NULL);
+        rc = kernels_cuda_cast_half(x, count, p->id == CODEC_BF16, out, take_off, NULL);
         break;
     case CODEC_INT8:
-        rc = kernels_cuda_int8_encode(x, count, p->block, out, r, NULL);
+        rc = kernels_cuda_int8_encode(x, count, p->block, out, take_off, NULL);
         break;
     case CODEC_TOPK: {
         uint64_t K = topk_total_k(p, count);

@@ -75,20 +75,19 @@ void gpt_cuda_keep_base(GPTCuda *g);
  * current one, where the caller's own allocations then land. */
 const float *gpt_cuda_params(GPTCuda *g, const float **base);
 
-/* A section's payload from x (device memory) into host memory. residual:
- * NULL, or x itself for error feedback's second step, x ← x − the
- * payload's decoded values, made on the device from the payload still
- * there (the floats of ef.c's host loop). -1: x holds a value that is not
+/* A section's payload from x (device memory) into host memory. take_off:
+ * x is error feedback's residual, and becomes x − the payload's decoded
+ * values, made on the device from the payload still there (the floats of
+ * ef.c's host loop); 0 leaves x as it is. -1: x holds a value that is not
  * finite, or beyond the format's range. */
 /* fp32: x copied to h_out after a finite check */
-int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, float *residual,
-                              void *stream);
+int kernels_cuda_copy_checked(float *x, uint64_t n, float *h_out, int take_off, void *stream);
 /* fp16 (bf16 = 0) or bf16, little-endian, into h_out (2n bytes) */
-int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint8_t *h_out, float *residual,
+int kernels_cuda_cast_half(float *x, uint64_t n, int bf16, uint8_t *h_out, int take_off,
                            void *stream);
 /* int8 (tables and codes, codec_int8.c's layout) */
-int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block, uint8_t *h_raw,
-                             float *residual, void *stream);
+int kernels_cuda_int8_encode(float *x, uint32_t count, uint32_t block, uint8_t *h_raw, int take_off,
+                             void *stream);
 /* sum[0..count) += w * decoded int8 payload h_raw */
 void kernels_cuda_int8_accumulate(const uint8_t *h_raw, uint32_t count, uint32_t block, float w,
                                   float *sum, void *stream);

@@ -170,15 +170,14 @@ FORWARD_VOID(gpt_cuda_keep_base, (GPTCuda * g), (g))
 FORWARD(const float *, gpt_cuda_params, (GPTCuda * g, const float **base), (g, base))
 FORWARD_VOID(kernels_cuda_set_tf32, (int on), (on))
 FORWARD(int, kernels_cuda_copy_checked,
-        (const float *x, uint64_t n, float *h_out, float *residual, void *stream),
-        (x, n, h_out, residual, stream))
+        (float *x, uint64_t n, float *h_out, int take_off, void *stream),
+        (x, n, h_out, take_off, stream))
 FORWARD(int, kernels_cuda_cast_half,
-        (const float *x, uint64_t n, int bf16, uint8_t *h_out, float *residual, void *stream),
-        (x, n, bf16, h_out, residual, stream))
+        (float *x, uint64_t n, int bf16, uint8_t *h_out, int take_off, void *stream),
+        (x, n, bf16, h_out, take_off, stream))
 FORWARD(int, kernels_cuda_int8_encode,
-        (const float *x, uint32_t count, uint32_t block, uint8_t *h_raw, float *residual,
-         void *stream),
-        (x, count, block, h_raw, residual, stream))
+        (float *x, uint32_t count, uint32_t block, uint8_t *h_raw, int take_off, void *stream),
+        (x, count, block, h_raw, take_off, stream))
 FORWARD_VOID(kernels_cuda_int8_accumulate,
              (const uint8_t *h_raw, uint32_t count, uint32_t block, float w, float *sum,
               void *stream),

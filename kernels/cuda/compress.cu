@@ -134,7 +134,7 @@ static int grid_for(uint64_t n) {
 
 __global__ void fp32_accumulate_kernel(const float *x, uint64_t n, float w, float *sum);
 
-extern "C" int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_out, float *residual,
+extern "C" int kernels_cuda_copy_checked(float *x, uint64_t n, float *h_out, int take_off,
                                          void *stream) {
     cudaStream_t st = as_stream(stream);
     int *bad = bad_flag(st), h_bad = 0;
@@ -142,8 +142,8 @@ extern "C" int kernels_cuda_copy_checked(const float *x, uint64_t n, float *h_ou
     launchCheck();
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(h_out, x, n * 4, cudaMemcpyDeviceToHost, st));
-    if (residual) { /* e - e, as the host's e[i] - decoded[i] */
-        fp32_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(residual, n, -1.0f, residual);
+    if (take_off) { /* e - e, as the host's e[i] - decoded[i] */
+        fp32_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(x, n, -1.0f, x);
         launchCheck();
     }
     cudaCheck(cudaStreamSynchronize(st));
@@ -193,8 +193,8 @@ __global__ void half_accumulate_kernel(const uint16_t *h, uint64_t n, int bf16, 
                                        float *sum);
 
 /* the payload is little-endian, as the device: its bytes come back as they are */
-extern "C" int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint8_t *h_out,
-                                      float *residual, void *stream) {
+extern "C" int kernels_cuda_cast_half(float *x, uint64_t n, int bf16, uint8_t *h_out, int take_off,
+                                      void *stream) {
     cudaStream_t st = as_stream(stream);
     uint16_t *d = (uint16_t *)scratch(SLOT_RAW, n * 2);
     int *bad = bad_flag(st), h_bad = 0;
@@ -202,8 +202,8 @@ extern "C" int kernels_cuda_cast_half(const float *x, uint64_t n, int bf16, uint
     launchCheck();
     cudaCheck(cudaMemcpyAsync(h_out, d, n * 2, cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
-    if (residual) {
-        half_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, bf16, -1.0f, residual);
+    if (take_off) {
+        half_accumulate_kernel<<<grid_for(n), 256, 0, st>>>(d, n, bf16, -1.0f, x);
         launchCheck();
     }
     cudaCheck(cudaStreamSynchronize(st));
@@ -299,8 +299,8 @@ __global__ void int8_encode_kernel(const float *x, uint32_t count, uint32_t bloc
 __global__ void int8_accumulate_kernel(const uint8_t *raw, uint32_t count, uint32_t block, float w,
                                        float *sum);
 
-extern "C" int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t block,
-                                        uint8_t *h_raw, float *residual, void *stream) {
+extern "C" int kernels_cuda_int8_encode(float *x, uint32_t count, uint32_t block, uint8_t *h_raw,
+                                        int take_off, void *stream) {
     cudaStream_t st = as_stream(stream);
     uint32_t blocks = (count + block - 1) / block;
     size_t raw_len = (size_t)blocks * 1024 + count;
@@ -310,8 +310,8 @@ extern "C" int kernels_cuda_int8_encode(const float *x, uint32_t count, uint32_t
     launchCheck();
     cudaCheck(cudaMemcpyAsync(h_raw, d, raw_len, cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, st));
-    if (residual) { /* from the payload still on the device */
-        int8_accumulate_kernel<<<blocks, 256, 0, st>>>(d, count, block, -1.0f, residual);
+    if (take_off) { /* from the payload still on the device */
+        int8_accumulate_kernel<<<blocks, 256, 0, st>>>(d, count, block, -1.0f, x);
         launchCheck();
     }
     cudaCheck(cudaStreamSynchronize(st));

@@ -225,12 +225,29 @@ Test(cuda_ops, fifty_steps_of_small_and_llama_small_track_the_cpu_trainer, .time
 }
 
 /* TF32 tensor cores (strait train's and site run's default on GPUs): the
- * matmuls' inputs lose 13 bits of mantissa, and the losses still follow
+ * matmuls' inputs lose 13 bits of mantissa, so the same forward gives
+ * another loss than fp32's (the setting took), and the losses still follow
  * the CPU's fp32 run step for step, within a wider bound */
 Test(cuda_ops, fifty_steps_with_tf32_matmuls_track_the_cpu_trainer, .timeout = 600) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_preset("small", &cfg), 0);
+    GPT host;
+    char err[ERR_LEN];
+    cr_assert_eq(gpt_build(&host, &cfg, 3, err), 0);
+    int B = 4, T = 64, in[4 * 64], tg[4 * 64];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 31) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+    GPTCuda *g = gpt_cuda_create(&host, 1, B, T, err);
+    cr_assert_not_null(g, "%s", err);
+    kernels_cuda_set_tf32(0);
+    float fp32 = gpt_cuda_loss(g, in, tg);
     kernels_cuda_set_tf32(1);
+    float tf32 = gpt_cuda_loss(g, in, tg);
+    cr_assert_neq(memcmp(&fp32, &tf32, sizeof fp32), 0,
+                  "the same forward gave loss %.9g with TF32 and with fp32: TF32 is not on", tf32);
+    gpt_cuda_free(g);
+    gpt_free(&host);
     fifty_steps("small", 5e-2f);
     fifty_steps("llama-small", 5e-2f);
     kernels_cuda_set_tf32(0);
