@@ -22,9 +22,11 @@
  * baseline's two are its process's, likewise (peak so far: its cases run in
  * the order above).
  *
- * The mean is the coordinator's streaming path (RoundSum: each update gated
- * — checksums, finite values, norm — then accumulated from what its
- * inspection kept, as it arrives); median and trimmed mean are
+ * The mean is the coordinator's streaming path (RoundSum: each update read
+ * once as it arrives — checksums, finite values and norm checked and the
+ * update added into the sum's stage section by section, the stage swapped
+ * in when the gates pass; a fresh sum and stage each repetition, their
+ * first pages paid as a round pays them); median and trimmed mean are
  * robust_aggregate over the N blobs, as the coordinator runs them over the
  * kept files. The N updates are four distinct encoded updates taken in turn
  * (memory stays four blobs; Flower's side likewise references four arrays).
@@ -174,9 +176,8 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
     json_emit_line(stdout, o);
 }
 
-/* The streaming mean as the coordinator runs it: each update gated
- * (inspected whole: checksums, finite values, norms) then
- * decode-accumulated as it arrives. */
+/* The streaming mean as the coordinator runs it: each update checked,
+ * added into the stage and gated in one read, as it arrives. */
 static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n,
                         float *out) {
     char err[ERR_LEN];

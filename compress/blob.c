@@ -423,8 +423,18 @@ int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *e
 }
 
 /* Reads section i's header at *pos and checks it against the blob. */
+/* A read section's stored bytes against the checksum in its header. */
+static int section_verify(const Section *s, char *err) {
+    const uint8_t *h = s->stored - SECTION_HEADER_LEN;
+    if (ld64(h + 24) != section_checksum(h, s->stored, s->stored_len))
+        return err_set(err, "section at value %llu: checksum mismatch",
+                       (unsigned long long)s->offset);
+    return 0;
+}
+
+/* Reads the section header at *pos (and, with verify, its checksum). */
 static int read_section(const CodecParams *p, const uint8_t *b, size_t len, size_t *pos,
-                        uint64_t expect_offset, uint64_t n, Section *s, char *err) {
+                        uint64_t expect_offset, uint64_t n, int verify, Section *s, char *err) {
     if (len - *pos < SECTION_HEADER_LEN) return err_set(err, "blob truncated in a section header");
     const uint8_t *h = b + *pos;
     s->offset = ld64(h);
@@ -453,9 +463,7 @@ static int read_section(const CodecParams *p, const uint8_t *b, size_t len, size
     if (len - *pos - SECTION_HEADER_LEN < s->stored_len)
         return err_set(err, "blob truncated in a section payload");
     s->stored = h + SECTION_HEADER_LEN;
-    if (ld64(h + 24) != section_checksum(h, s->stored, s->stored_len))
-        return err_set(err, "section at value %llu: checksum mismatch",
-                       (unsigned long long)s->offset);
+    if (verify && section_verify(s, err) != 0) return -1;
     *pos += SECTION_HEADER_LEN + s->stored_len;
     return 0;
 }
@@ -592,12 +600,58 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
     }
 }
 
+/* Checks a section's raw payload and writes dst = src + w x its values
+ * (src NULL: dst = w x its values) in one pass: tile by tile, each tile
+ * checked and then added while it is still in cache. The norm is the sum of
+ * the tiles' norms in order, which is what the codec's check of the whole
+ * section gives (CodecOps.tile), so both paths gate alike. dst is left
+ * unspecified when it fails. */
+static int check_add_section(const CodecOps *ops, const CodecParams *p, const Section *s,
+                             const uint8_t *raw, float w, const float *src, float *dst,
+                             float *buf, double *norm2, uint64_t *nonzeros, char *err) {
+    uint32_t tile = ops->tile ? ops->tile(p) : s->count;
+    double sum = 0;
+    uint64_t nnz = 0;
+    src = src ? src + s->offset : NULL;
+    dst += s->offset;
+    for (uint32_t t0 = 0; t0 < s->count; t0 += tile) {
+        uint32_t m = s->count - t0 < tile ? s->count - t0 : tile;
+        const uint8_t *r = t0 ? raw + ops->raw_len(p, t0) : raw; /* whole sections: any codec */
+        double part = 0;
+        uint64_t part_nnz = 0;
+        int bad; /* the tile is made in buf (in cache), then streamed out */
+        if (ops->check_add && tile == s->count) {
+            bad = ops->check_add(p, r, m, w, src ? src + t0 : NULL, dst + t0, &part, &part_nnz, err);
+            if (bad) return bad;
+            sum += part, nnz += part_nnz;
+            continue;
+        }
+        if (ops->check_add) {
+            bad = ops->check_add(p, r, m, w, src ? src + t0 : NULL, buf, &part, &part_nnz, err);
+        } else {
+            if (src)
+                memcpy(buf, src + t0, sizeof(float) * m);
+            else
+                memset(buf, 0, sizeof(float) * m);
+            bad = ops->check(p, r, m, &part, &part_nnz, err);
+            if (!bad) ops->apply(p, r, m, w, buf, 1);
+        }
+        if (bad) return bad;
+        codec_simd()->stream(dst + t0, buf, m);
+        sum += part, nnz += part_nnz;
+    }
+    *norm2 = sum, *nonzeros = nnz;
+    return 0;
+}
+
 /* Walks all sections: reads and checks headers serially (cheap), then runs
- * `mode` on the sections in parallel. mode 0: check; 1: accumulate; 2: set;
- * 3: check, then set what passed.
- * With kept (mode 0), what was checked is kept there for an apply. */
+ * `mode` on the sections in parallel, each section's checksum first. mode
+ * 0: check; 1: accumulate; 2: set; 3: check, then set what passed; 4: check
+ * and dst = src + w x values in one pass (check_add_section).
+ * With kept (modes 0 and 4), what was checked is kept there for an apply. */
 static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t expect_n, int mode,
-                float w, float *dst, BlobInfo *info, CodecChecked *kept, char *err) {
+                float w, const float *src, float *dst, BlobInfo *info, CodecChecked *kept,
+                char *err) {
     if (kept) { /* empty until this blob passes, whatever it held */
         kept->n_sec = 0;
         free(kept->secs);
@@ -607,18 +661,21 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
     uint64_t hash = 0, n = 0;
     uint32_t n_sec = 0;
     if (read_header(b, len, &p, &hash, &n, &n_sec, err) != 0) return -1;
+    int wrong = mode == 4 ? CODEC_WRONG_MODEL : -1;
     if (expect_hash && hash != expect_hash)
         return err_set(err, "blob is for parameter table %016llx, this model's is %016llx",
-                       (unsigned long long)hash, (unsigned long long)expect_hash);
+                       (unsigned long long)hash, (unsigned long long)expect_hash),
+               wrong;
     if ((expect_n || mode != 0) && n != expect_n)
         return err_set(err, "blob has %llu values, this model has %llu", (unsigned long long)n,
-                       (unsigned long long)expect_n);
+                       (unsigned long long)expect_n),
+               wrong;
     Section *secs = malloc((n_sec ? n_sec : 1) * sizeof *secs);
     if (secs == NULL) return err_set(err, "out of memory reading %u sections", n_sec);
     size_t pos = BLOB_HEADER_LEN;
     uint64_t off = 0;
     for (uint32_t i = 0; i < n_sec; i++) {
-        if (read_section(&p, b, len, &pos, off, n, &secs[i], err) != 0) {
+        if (read_section(&p, b, len, &pos, off, n, 0, &secs[i], err) != 0) {
             free(secs);
             return -1;
         }
@@ -648,17 +705,28 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         size_t scratch_cap = 0;
         SectionScratch x = {dz, &scratch, &scratch_cap, NULL, 0};
         char e[ERR_LEN];
+        /* mode 4: a tile's floats, made here before they are streamed out */
+        float *tile = mode == 4 ? malloc(sizeof(float) * (ops->tile ? ops->tile(&p) : 0) +
+                                         sizeof(float) * CODEC_SECTION_MAX * !ops->tile)
+                                : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_run; i++) {
             /* kept: a decompressed payload stays, in that section's buffer */
             x.raw = kept ? &kept->own[i] : &scratch;
             x.raw_cap = kept ? &kept->own_cap[i] : &scratch_cap;
-            const uint8_t *raw = dz ? section_raw(&secs[i], ops->word, &x, e) : NULL;
+            if (dz == NULL || (mode == 4 && tile == NULL)) err_set(e, "out of memory");
+            const uint8_t *raw = dz == NULL || (mode == 4 && tile == NULL) ||
+                                         section_verify(&secs[i], e) != 0
+                                     ? NULL
+                                     : section_raw(&secs[i], ops->word, &x, e);
             if (raw != NULL && kept != NULL) kept->raw[i] = raw;
             int bad = raw == NULL ? -1 : 0;
-            if (!bad && (mode == 0 || mode == 3))
+            if (!bad && mode == 4)
+                bad = check_add_section(ops, &p, &secs[i], raw, w, src, dst, tile, &norms[i],
+                                        &nnz[i], e);
+            else if (!bad && (mode == 0 || mode == 3))
                 bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
-            if (!bad && mode != 0)
+            if (!bad && mode != 0 && mode != 4)
                 ops->apply(&p, raw, secs[i].count, w, dst + secs[i].offset, mode == 1);
             if (bad) {
 #pragma omp critical
@@ -667,13 +735,14 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
                     if (i < first_bad) {
                         first_bad = i;
                         bad_rc = bad == CODEC_NON_FINITE ? CODEC_NON_FINITE : -1;
-                        snprintf(bad_err, sizeof bad_err, "%s", dz ? e : "out of memory");
+                        snprintf(bad_err, sizeof bad_err, "%s", e);
                     }
                 }
             }
         }
         free(scratch);
         free(x.planes);
+        free(tile);
         ZSTD_freeDCtx(dz);
     }
     if (!failed && info) {
@@ -718,7 +787,7 @@ int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, Sect
     for (uint32_t i = 0; rc == 0 && i < n_sec; i++) {
         Section s;
         const uint8_t *raw;
-        if (read_section(&p, b, len, &pos, off, n, &s, err) != 0 ||
+        if (read_section(&p, b, len, &pos, off, n, 1, &s, err) != 0 ||
             (raw = section_raw(&s, codec_ops(p.id)->word, &x, err)) == NULL ||
             fn(ctx, &p, raw, s.offset, s.count, err) != 0)
             rc = -1;
@@ -735,28 +804,36 @@ int codec_for_each_section(const uint8_t *b, size_t len, uint64_t expect_n, Sect
 int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                        BlobInfo *info, char *err) {
     BlobInfo local;
-    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, NULL, err);
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, NULL, info ? info : &local, NULL,
+                err);
 }
 
 int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                      BlobInfo *info, CodecChecked *c, char *err) {
     BlobInfo local;
-    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, info ? info : &local, c, err);
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, NULL, info ? info : &local, c, err);
+}
+
+int codec_blob_check_add(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,
+                         float weight, const float *sum, float *out, BlobInfo *info,
+                         CodecChecked *c, char *err) {
+    BlobInfo local;
+    return walk(blob, len, expect_hash, n, 4, weight, sum, out, info ? info : &local, c, err);
 }
 
 int codec_inspect_decode(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,
                          float *x, BlobInfo *info, char *err) {
     BlobInfo local;
-    return walk(blob, len, expect_hash, n, 3, 0.0f, x, info ? info : &local, NULL, err);
+    return walk(blob, len, expect_hash, n, 3, 0.0f, NULL, x, info ? info : &local, NULL, err);
 }
 
 int codec_decode_accumulate(const uint8_t *blob, size_t len, float weight, float *sum, uint64_t n,
                             char *err) {
-    return walk(blob, len, 0, n, 1, weight, sum, NULL, NULL, err);
+    return walk(blob, len, 0, n, 1, weight, NULL, sum, NULL, NULL, err);
 }
 
 int codec_decode(const uint8_t *blob, size_t len, float *x, uint64_t n, char *err) {
-    return walk(blob, len, 0, n, 2, 0.0f, x, NULL, NULL, err);
+    return walk(blob, len, 0, n, 2, 0.0f, NULL, x, NULL, NULL, err);
 }
 
 /* ---- sequential range reads: each section decoded once ---------------------------------- */
@@ -815,7 +892,7 @@ static int cursor_advance(CodecCursor *c, char *err) {
         return err_set(err, "blob ends before value %llu", (unsigned long long)c->next);
     Section s;
     const uint8_t *raw;
-    if (read_section(&c->p, c->blob, c->len, &c->pos, c->next, c->n, &s, err) != 0 ||
+    if (read_section(&c->p, c->blob, c->len, &c->pos, c->next, c->n, 1, &s, err) != 0 ||
         (raw = section_raw(&s, codec_ops(c->p.id)->word, &c->x, err)) == NULL)
         return -1;
     char why[ERR_LEN];

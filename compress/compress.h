@@ -122,6 +122,9 @@ int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *e
  * that is not finite (a site's training diverged), as against -1 for one
  * that is malformed. */
 #define CODEC_NON_FINITE (-2)
+/* What codec_blob_check_add returns for a well-formed header of another
+ * model: another parameter table, or another count of values. */
+#define CODEC_WRONG_MODEL (-3)
 
 /* Validates a whole blob from an untrusted peer (see above). expect_hash and
  * expect_n are what the receiver's model has; 0 skips that check. 0, -1 or
@@ -147,6 +150,18 @@ int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint
  * and a TLB shootdown across all the process's threads. */
 void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, int fresh);
 void codec_checked_free(CodecChecked *c); /* NULL is fine */
+/* codec_blob_check (expect_hash 0: any) and, in the same pass, out = sum + weight * decoded
+ * (sum NULL: out = 0 + weight * decoded, the floats of a fresh
+ * codec_checked_accumulate), each section checked and added tile by tile
+ * while it is in cache: the update is read once. out's floats are those of
+ * copying sum and then codec_checked_accumulate. On failure out holds
+ * anything and c is empty; sum is only read, so a receiver that keeps its
+ * sum in sum and adds into a second buffer (swapped in when the update
+ * passes its gates) loses nothing to a refused update. n values; a blob
+ * of another table or count: CODEC_WRONG_MODEL. */
+int codec_blob_check_add(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,
+                         float weight, const float *sum, float *out, BlobInfo *info,
+                         CodecChecked *c, char *err);
 
 /* codec_blob_inspect and codec_decode in one pass, each section checked
  * before it is decoded: for a receiver that gives up on a bad blob, since

@@ -18,6 +18,12 @@
 
 /* ---- streaming weighted sum ------------------------------------------------------ */
 
+/* A process-wide count, so that a gen is never reused by another sum. */
+static uint64_t next_gen(void) {
+    static _Atomic uint64_t gen = 0;
+    return ++gen;
+}
+
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err) {
     memset(rs, 0, sizeof *rs);
     if (n == 0 || n > CODEC_MAX_ELEMENTS)
@@ -32,11 +38,13 @@ int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_ga
     rs->table_hash = table_hash;
     rs->norm_gate = norm_gate;
     rs->gate_min = 2;
+    rs->gen = next_gen();
     return 0;
 }
 
 void round_sum_free(RoundSum *rs) {
     free(rs->sum);
+    free(rs->stage);
     free(rs->norms);
     codec_checked_free(rs->pool);
     memset(rs, 0, sizeof *rs);
@@ -98,6 +106,39 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
     return 0;
 }
 
+/* The stage, taken on first use when the machine has room for it twice
+ * over; NULL: none (the update is checked, then added, in two reads). */
+static float *stage_of(RoundSum *rs) {
+    if (rs->stage == NULL && mem_available() >= 2.0 * sizeof(float) * (double)rs->n)
+        rs->stage = malloc(sizeof(float) * rs->n);
+    return rs->stage;
+}
+
+int round_sum_inspect_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                          RoundGate *g) {
+    float *stage = weight > 0 && isfinite(weight) ? stage_of(rs) : NULL;
+    if (stage == NULL) return round_gate_inspect(rs->n, rs->table_hash, blob, len, rs->pool, g);
+    memset(g, 0, sizeof *g);
+    g->checked = rs->pool;
+    BlobInfo info;
+    char reason[ERR_LEN];
+    int rc = codec_blob_check_add(blob, len, rs->table_hash, rs->n, (float)weight,
+                                  rs->touched ? rs->sum : NULL, stage, &info, g->checked, reason);
+    if (rc != 0) {
+        g->code = rc == CODEC_NON_FINITE    ? "non_finite"
+                  : rc == CODEC_WRONG_MODEL ? "wrong_model"
+                                            : "malformed";
+        snprintf(g->why, sizeof g->why, "%.250s", reason);
+    }
+    if (g->code != NULL) {
+        g->checked = NULL;
+        return 1;
+    }
+    g->norm = sqrt(info.norm2);
+    g->staged = 1, g->staged_gen = rs->gen, g->staged_weight = weight;
+    return 0;
+}
+
 void round_gate_free(RoundGate *g) {
     if (g->owns_checked) codec_checked_free(g->checked);
     g->checked = NULL;
@@ -146,7 +187,14 @@ int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumul
         rs->norms = grown;
         rs->norms_cap = cap;
     }
-    if (accumulate) codec_checked_accumulate(g->checked, (float)weight, rs->sum, !rs->touched);
+    if (accumulate && g->staged && g->staged_gen == rs->gen && g->staged_weight == weight &&
+        rs->stage != NULL) {
+        float *was = rs->sum;
+        rs->sum = rs->stage, rs->stage = was;
+    } else if (accumulate) {
+        codec_checked_accumulate(g->checked, (float)weight, rs->sum, !rs->touched);
+    }
+    if (accumulate) rs->gen = next_gen();
     rs->touched |= accumulate;
     rs->norms[rs->accepted++] = g->norm;
     rs->weight += weight;
@@ -156,8 +204,10 @@ int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumul
 static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
                            int accumulate, char *why) {
     RoundGate g;
-    int rc = round_sum_gate(rs, blob, len, weight, &g) != 0 ? err_set(why, "%s", g.why),
-        1 : round_sum_apply(rs, &g, weight, accumulate, why);
+    int refused = accumulate ? round_sum_inspect_add(rs, blob, len, weight, &g) != 0 ||
+                                   round_sum_judge(rs, weight, &g) != 0
+                             : round_sum_gate(rs, blob, len, weight, &g) != 0;
+    int rc = refused ? err_set(why, "%s", g.why), 1 : round_sum_apply(rs, &g, weight, accumulate, why);
     round_gate_free(&g);
     return rc;
 }
@@ -172,13 +222,16 @@ int round_sum_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight, 
 
 void round_sum_restart(RoundSum *rs) {
     rs->touched = 0, rs->weight = 0, rs->accepted = 0;
+    rs->gen = next_gen();
     rs->norm_gate = 0, rs->max_norm = 0;
 }
 
 int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
     if (rs->accepted == 0 || !(rs->weight > 0)) return err_set(err, "no update was accepted");
     float inv = (float)(1.0 / rs->weight);
-    for (uint64_t i = 0; i < rs->n; i++) mean[i] = rs->sum[i] * inv;
+    const float *sum = rs->sum;
+#pragma omp parallel for schedule(static)
+    for (uint64_t i = 0; i < rs->n; i++) mean[i] = sum[i] * inv;
     return 0;
 }
 

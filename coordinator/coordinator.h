@@ -173,6 +173,13 @@ typedef struct RoundSum {
     int gate_min;       /* the gate applies once this many updates are in */
     double max_norm;    /* refuse norms above this, from the first update on (0: off) */
     CodecChecked *pool; /* owned: round_sum_gate's inspections, refilled */
+    /* One pass per update: an update is checked and added into stage
+     * (stage = sum + w Δ) together, and a gated update's apply swaps stage
+     * and sum; a refused one leaves sum as it was. n floats more, taken on
+     * the first add when the machine has twice that free (otherwise each
+     * update is read twice: checked, then added). */
+    float *stage; /* owned, n floats; NULL: not (yet) taken */
+    uint64_t gen; /* changes whenever sum does: a stage is for one gen */
 } RoundSum;
 
 /* What the gates made of an update: its norm, or why it is refused (code:
@@ -184,6 +191,9 @@ typedef struct RoundGate {
     char why[256];
     CodecChecked *checked; /* what was checked; the blob must outlive it */
     int owns_checked;      /* round_gate_free frees it (it was not a caller's pool) */
+    int staged;            /* the sum's stage holds sum + staged_weight x update */
+    uint64_t staged_gen;   /* the sum's gen it was added to */
+    double staged_weight;
 } RoundGate;
 
 int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_gate, char *err);
@@ -199,6 +209,12 @@ void round_sum_free(RoundSum *rs);
  * (g->norm, g->checked set), 1 refused. */
 int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, size_t len,
                        CodecChecked *pool, RoundGate *g);
+/* round_gate_inspect and, in the same pass, the update added with weight
+ * into the sum's stage (round_sum_apply then swaps it in rather than
+ * reading the update again); without room for a stage, only the
+ * inspection. Changes nothing of the sum. */
+int round_sum_inspect_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
+                          RoundGate *g);
 /* The round's gates on an inspected update: its weight, the absolute norm
  * bound, the norm against the median of those accepted. 0 passed, 1 refused
  * (g->code set; also when the inspection refused it). */
@@ -208,8 +224,9 @@ int round_sum_gate(const RoundSum *rs, const uint8_t *blob, size_t len, double w
                    RoundGate *g);
 void round_gate_free(RoundGate *g);
 /* Counts a gated update (its norm joins the relative gate's median) and,
- * when accumulate, adds weight × update to the sum from what its inspection
- * kept. -1: out of memory. */
+ * when accumulate, adds weight × update to the sum: the stage swapped in
+ * when it holds this update at this weight on this sum, else from what its
+ * inspection kept. -1: out of memory. */
 int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumulate, char *err);
 /* Gate then apply; 0 added, 1 refused (reason in why, nothing added), -1 on
  * an internal failure. */

@@ -144,6 +144,7 @@ typedef struct Rounds {
     GPT model;          /* θ of the current round in model.params; owned */
     OuterOpt outer;     /* owned */
     RoundSum sum;       /* owned */
+    float *spare_stage; /* owned: a closed round's stage, for the next round's sum */
     RoundsSettings set; /* as read at start; never changes while serving */
     /* robust rounds: the updates kept whole, each a file in its site's
      * spool folder ("site-ID"), named kept-rN.blob; cap_reports long, owned */

@@ -338,6 +338,7 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
     }
     if ((r->set.keeps_updates ? robust_mean(co, c, mean, err) : weighed_mean(co, c, err)) != 0)
         goto out;
+    mean = c->sum.sum; /* a mean weighed again was summed again: into the other buffer */
     float *theta = nx->theta;
     memcpy(theta, r->model.params, sizeof(float) * n);
     outer_step(&r->outer, theta, mean);

@@ -386,11 +386,15 @@ static void h_push_update(NetCall *c, void *user) {
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
         pthread_mutex_unlock(&r->lock);
     }
-    /* the update alone, outside the lock: its structure, checksums, finite
-     * values, model and norm (the model's table never changes) */
+    /* a robust round's update alone, outside the lock: its structure,
+     * checksums, finite values, model and norm (the model's table never
+     * changes); a mean's is read once, under the lock below, checked and
+     * added to the sum's stage in the same pass */
     pthread_mutex_lock(&r->reading);
     RoundGate g;
-    round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, r->pool, &g);
+    memset(&g, 0, sizeof g);
+    if (r->set.keeps_updates)
+        round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, r->pool, &g);
     /* a robust round keeps the update whole: written now, outside the lock,
      * and dropped if the round refuses it (O_EXCL: a second update of the
      * same site and round is not written over the first). Only an update
@@ -415,6 +419,8 @@ static void h_push_update(NetCall *c, void *user) {
     int64_t staleness = 0;
     const char *code = precheck(r, site.name, &got, meta, &staleness, why, sizeof why);
     weight *= rounds_staleness_weight(staleness); /* an older update counts for less */
+    if (code == NULL && !r->set.keeps_updates)
+        round_sum_inspect_add(&r->sum, blob, len, weight, &g);
     if (code == NULL && round_sum_judge(&r->sum, weight, &g) != 0) {
         code = g.code;
         snprintf(why, sizeof why, "%s", g.why);

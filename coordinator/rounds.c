@@ -324,6 +324,7 @@ static int open_round(Coordinator *co, char *err) {
     round_state_set(r, ROUND_OPEN);
     round_sum_free(&r->sum);
     r->sum = sum;
+    r->sum.stage = r->spare_stage, r->spare_stage = NULL;
     r->sum.max_norm = norm_bound(r);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
@@ -371,6 +372,8 @@ RoundClosing *rounds_close(Coordinator *co) {
     c->number = r->number;
     c->round_id = r->round_id;
     c->sum = r->sum; /* moved: the round takes no update from here on */
+    free(r->spare_stage); /* its stage (pages mapped) goes to the next round */
+    r->spare_stage = c->sum.stage, c->sum.stage = NULL;
     memset(&r->sum, 0, sizeof r->sum);
     assert(r->n_kept <= r->n_reported && r->n_reported <= r->cap_reports);
     memcpy(c->kept_owner, r->kept_owner, sizeof c->kept_owner[0] * (size_t)r->n_kept);
@@ -909,6 +912,7 @@ void rounds_stop(Coordinator *co) {
     round_updates_free(r->upd, r->n_reported);
     free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts), free(r->arrivals);
     round_sum_free(&r->sum);
+    free(r->spare_stage);
     codec_checked_free(r->pool);
     outer_free(&r->outer);
     ef_free(&r->down_ef);

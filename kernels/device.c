@@ -8,17 +8,10 @@
 #include <unistd.h>
 
 #include "kernels/device.h"
+#include "util/util.h"
 
 double kernels_mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb > 0) return kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (double)pages * page : 0;
+    return mem_available();
 }
 
 KernelsBuildCaps kernels_build_caps(void) {

@@ -5,6 +5,7 @@
  * namespace (proc_start), a line from a child's pipe within a time, and a
  * stop that escalates from SIGTERM to SIGKILL. The one place Strait starts
  * a program: for `strait demo`, the tests, the WAN bed and the benchmarks.
+ * Also what the machine has left: its available memory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -151,4 +152,16 @@ fail:
         for (int k = 0; k < 2; k++)
             if (p[i][k] >= 0) close(p[i][k]);
     return -1;
+}
+
+double mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb > 0) return kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * page : 0;
 }

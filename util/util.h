@@ -209,5 +209,8 @@ int proc_wait(int pid);
 /* Whether pid has ended, without waiting: 1 with *status as proc_run's,
  * 0 while it runs, -1 if not ours. */
 int proc_ended(int pid, int *status);
+/* Bytes of memory the machine can still give without swapping
+ * (/proc/meminfo's MemAvailable; free pages where it has none). */
+double mem_available(void);
 
 #endif /* STRAIT_UTIL_H */

@@ -85,6 +85,53 @@ Test(aggregate, refused_updates_leave_the_sum_untouched) {
     round_sum_free(&rs);
 }
 
+/* Each update is read once (checked and added to the stage in one pass,
+ * swapped in when it passes): the sum is the two-pass sum to the bit, and
+ * a stage made before the sum moved is not swapped in: the update is added
+ * from its inspection instead. */
+Test(aggregate, one_pass_sums_are_the_two_pass_sums) {
+    uint64_t n = 3000;
+    char why[ERR_LEN];
+    float *a = vec(n, 1, 0.5f), *b = vec(n, -2, 0.25f), *c = vec(n, 3, -1);
+    Blob ba = encode(a, n, HASH), bb = encode(b, n, HASH), bc = encode(c, n, HASH);
+    RoundSum one, two;
+    cr_assert_eq(round_sum_init(&one, n, HASH, 10.0, why), 0);
+    cr_assert_eq(round_sum_init(&two, n, HASH, 10.0, why), 0);
+    const Blob *order[3] = {&ba, &bb, &bc};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(round_sum_add(&one, order[i]->data, order[i]->len, 1 + i, why), 0, "%s",
+                     why);
+        RoundGate g; /* two passes: inspect, judge, add from what was kept */
+        cr_assert_eq(round_sum_gate(&two, order[i]->data, order[i]->len, 1 + i, &g), 0);
+        cr_assert_eq(g.staged, 0);
+        cr_assert_eq(round_sum_apply(&two, &g, 1 + i, 1, why), 0);
+        round_gate_free(&g);
+    }
+    cr_assert_not_null(one.stage, "the first add took no stage");
+    cr_assert_eq(memcmp(one.sum, two.sum, n * 4), 0, "one pass and two differ");
+    /* staged on a sum that was started again before the apply (a close
+     * that adds its updates again): added from its inspection instead */
+    RoundGate g;
+    cr_assert_eq(round_sum_inspect_add(&one, ba.data, ba.len, 5, &g), 0);
+    cr_assert_eq(g.staged, 1);
+    round_sum_restart(&one);
+    cr_assert_eq(round_sum_judge(&one, 5, &g), 0);
+    cr_assert_eq(round_sum_apply(&one, &g, 5, 1, why), 0);
+    round_gate_free(&g);
+    round_sum_restart(&two);
+    cr_assert_eq(round_sum_add(&two, ba.data, ba.len, 5, why), 0, "%s", why);
+    cr_assert_eq(memcmp(one.sum, two.sum, n * 4), 0, "a stale stage was swapped in");
+    /* staged at one weight, applied at another: added again at the other */
+    cr_assert_eq(round_sum_inspect_add(&one, bc.data, bc.len, 2, &g), 0);
+    cr_assert_eq(round_sum_apply(&one, &g, 3, 1, why), 0);
+    round_gate_free(&g);
+    cr_assert_eq(round_sum_add(&two, bc.data, bc.len, 3, why), 0, "%s", why);
+    cr_assert_eq(memcmp(one.sum, two.sum, n * 4), 0, "a stage of another weight was swapped in");
+    blob_free(&ba), blob_free(&bb), blob_free(&bc);
+    free(a), free(b), free(c);
+    round_sum_free(&one), round_sum_free(&two);
+}
+
 Test(aggregate, median_and_trimmed_mean_across_blocks) {
     /* 34 blocks of 64 Ki over three sections: the tensor cut at n/3 falls
      * inside a block and the second tensor is cut again at CODEC_SECTION_MAX */

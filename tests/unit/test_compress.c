@@ -1404,3 +1404,86 @@ Test(codec, inspect_decode_is_inspect_then_decode) {
     }
     free(x), free(want), free(got);
 }
+
+/* ---- one pass: check and add ------------------------------------------- */
+
+/* codec_blob_check_add against its two-pass definition, for every codec,
+ * with and without the lossless stage, onto a sum and onto nothing: out is
+ * copy-then-accumulate to the bit, the norm is the inspection's, the sum it
+ * read is unchanged; a damaged, non-finite or other-model blob fails with
+ * its code. */
+Test(compress, check_add_is_check_then_accumulate_to_the_bit) {
+    const char *codecs[] = {"fp32", "fp16", "bf16", "int8", "int8", "topk", "topk2"};
+    uint64_t n = CODEC_SECTION_MAX + 123457, sizes[3] = {1000, CODEC_SECTION_MAX, 122457};
+    CodecLayout L = {HASH, n, sizes, 3};
+    float *x = make_vec(n, 1, 0.01f), *sum = make_vec(n, 0, 1.0f);
+    float *want = malloc(n * 4), *got = malloc(n * 4), *kept = malloc(n * 4);
+    memcpy(kept, sum, n * 4);
+    char err[ERR_LEN];
+    for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++)
+        for (int z = 0; z < 2; z++)
+            for (int fresh = 0; fresh < 2; fresh++) {
+                CodecParams p;
+                cr_assert_eq(codec_params_parse(codecs[c], &p, err), 0, "%s", err);
+                p.zstd_level = z;
+                if (c == 4) p.block = 1000; /* blocks that end inside a section */
+                Blob b = {0};
+                cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+                CodecChecked *ck = codec_checked_new();
+                BlobInfo ref, info;
+                cr_assert_eq(codec_blob_check(b.data, b.len, HASH, n, &ref, ck, err), 0, "%s",
+                             err);
+                if (fresh)
+                    memset(want, 0, n * 4);
+                else
+                    memcpy(want, sum, n * 4);
+                codec_checked_accumulate(ck, 0.75f, want, 0);
+                memset(got, 0x7f, n * 4);
+                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n, 0.75f,
+                                                  fresh ? NULL : sum, got, &info, ck, err),
+                             0, "%s: %s", codecs[c], err);
+                cr_assert_eq(memcmp(want, got, n * 4), 0, "%s zstd %d fresh %d: not the bits",
+                             codecs[c], z, fresh);
+                cr_assert_eq(info.norm2, ref.norm2, "%s: norm %g against %g", codecs[c],
+                             info.norm2, ref.norm2);
+                cr_assert_eq(info.nonzeros, ref.nonzeros);
+                cr_assert_eq(memcmp(sum, kept, n * 4), 0, "the sum it read changed");
+                /* and what it kept accumulates as an inspection's does */
+                memcpy(got, sum, n * 4);
+                if (fresh) memset(got, 0, n * 4);
+                codec_checked_accumulate(ck, 0.75f, got, 0);
+                cr_assert_eq(memcmp(want, got, n * 4), 0);
+                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH + 1, n, 1, sum, got, NULL,
+                                                  ck, err),
+                             CODEC_WRONG_MODEL);
+                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n - 1, 1, sum, got, NULL,
+                                                  ck, err),
+                             CODEC_WRONG_MODEL);
+                b.data[b.len - 7] ^= 0x10; /* the last section's payload */
+                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n, 1, sum, got, NULL, ck,
+                                                  err),
+                             -1, "%s: a damaged blob passed", codecs[c]);
+                cr_assert_not_null(strstr(err, "checksum"), "%s", err);
+                codec_checked_free(ck);
+                blob_free(&b);
+            }
+    /* a value that is not finite: refused as such, fp32 and int8 alike (one
+     * section, its checksum made again, so only the value is wrong) */
+    const char *raw_codecs[] = {"fp32", "int8"};
+    CodecLayout small = flat(5000);
+    for (int c = 0; c < 2; c++) {
+        CodecParams p;
+        cr_assert_eq(codec_params_parse(raw_codecs[c], &p, err), 0);
+        p.zstd_level = 0;
+        Blob b = {0};
+        cr_assert_eq(codec_encode(&p, &small, x, &b, err), 0, "%s", err);
+        uint8_t *sec = b.data + BLOB_HEADER_LEN;
+        float inf = INFINITY; /* fp32: a value; int8: a table entry */
+        memcpy(sec + SECTION_HEADER_LEN + 40, &inf, 4);
+        reseal_section(sec);
+        cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, 5000, 1, sum, got, NULL, NULL, err),
+                     CODEC_NON_FINITE, "%s: %s", raw_codecs[c], err);
+        blob_free(&b);
+    }
+    free(x), free(sum), free(want), free(got), free(kept);
+}
