@@ -2,7 +2,9 @@
  * fuzz_blob.c — libFuzzer target for the update blob decoder, the bytes a
  * coordinator takes from every site: inspect, and when inspection passes,
  * decode-accumulate and decode; and the one-pass inspect-and-decode a site
- * runs on the coordinator's update, held to inspection's verdict. Any crash, out-of-bounds access,
+ * runs on the coordinator's update, held to inspection's verdict; and the
+ * coordinator's one-pass check-and-add, held to the same verdict and to
+ * decode-accumulate's floats. Any crash, out-of-bounds access,
  * leak or undefined behaviour is a finding (ASan and UBSan are on).
  *
  * Each input runs twice: as it is, and with its checksums recomputed (a
@@ -32,19 +34,23 @@ static void run(const uint8_t *data, size_t size) {
     if (once && (codec_inspect_decode(data, size, 0, n, once, NULL, err2) != rc ||
                  (rc != 0 && strcmp(err, err2) != 0)))
         abort();
+    float *staged = once ? malloc(n * sizeof(float)) : NULL;
+    if (staged && codec_blob_check_add(data, size, 0, n, 0.5f, NULL, staged, NULL, NULL, err2) != rc)
+        abort();
     if (rc != 0 || info.n > (1u << 22)) { /* refused, or valid but too large to decode here */
-        free(once);
+        free(once), free(staged);
         return;
     }
     float *sum = calloc(info.n ? info.n : 1, sizeof(float));
     if (sum == NULL) {
-        free(once);
+        free(once), free(staged);
         return;
     }
     if (codec_decode_accumulate(data, size, 0.5f, sum, info.n, err) != 0) abort();
+    if (staged && memcmp(staged, sum, info.n * sizeof(float)) != 0) abort(); /* 0 + 0.5 v alike */
     if (codec_decode(data, size, sum, info.n, err) != 0) abort(); /* inspected: must decode */
     if (once && memcmp(once, sum, info.n * sizeof(float)) != 0) abort();
-    free(sum), free(once);
+    free(sum), free(once), free(staged);
 }
 
 /* The header's and every section's checksum made right for their bytes,
