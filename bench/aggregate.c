@@ -25,8 +25,9 @@
  * The mean is the coordinator's streaming path (RoundSum: each update read
  * once as it arrives — checksums, finite values and norm checked and the
  * update added into the sum's stage section by section, the stage swapped
- * in when the gates pass; a fresh sum and stage each repetition, their
- * first pages paid as a round pays them); median and trimmed mean are
+ * in when the gates pass; a fresh sum each repetition, its first pages
+ * paid as a round pays them, and the stage handed on from the repetition
+ * before, as a closed round hands it to the next); median and trimmed mean are
  * robust_aggregate over the N blobs, as the coordinator runs them over the
  * kept files. The N updates are four distinct encoded updates taken in turn
  * (memory stays four blobs; Flower's side likewise references four arrays).
@@ -178,11 +179,14 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
 
 /* The streaming mean as the coordinator runs it: each update checked,
  * added into the stage and gated in one read, as it arrives. */
+static float *spare_stage; /* the stage a round hands the next, as rounds.c does */
+
 static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n,
                         float *out) {
     char err[ERR_LEN];
     RoundSum rs;
     if (round_sum_init(&rs, n, 0x5eed, 0, err) != 0) DIE("%s", err);
+    rs.stage = spare_stage, spare_stage = NULL;
     uint64_t t0 = time_monotonic_ns();
     for (int u = 0; u < N; u++) {
         char why[ERR_LEN];
@@ -191,6 +195,7 @@ static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uin
     }
     if (round_sum_mean(&rs, out, err) != 0) DIE("%s", err);
     double s = (double)(time_monotonic_ns() - t0) / 1e9;
+    spare_stage = rs.stage, rs.stage = NULL;
     round_sum_free(&rs);
     return s;
 }
@@ -268,6 +273,6 @@ int main(int argc, char **argv) {
         }
         for (int d = 0; d < DISTINCT; d++) blob_free(&blobs[d]);
     }
-    free(x), free(out);
+    free(x), free(out), free(spare_stage);
     return 0;
 }
