@@ -29,6 +29,7 @@ int round_sum_init(RoundSum *rs, uint64_t n, uint64_t table_hash, double norm_ga
     if (n == 0 || n > CODEC_MAX_ELEMENTS)
         return err_set(err, "bad model size %llu", (unsigned long long)n);
     rs->sum = calloc(n, sizeof(float));
+    mem_prefer_huge_pages(rs->sum, sizeof(float) * n);
     rs->pool = codec_checked_new();
     if (rs->sum == NULL || rs->pool == NULL) {
         round_sum_free(rs);
@@ -109,8 +110,10 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
 /* The stage, taken on first use when the machine has room for it twice
  * over; NULL: none (the update is checked, then added, in two reads). */
 static float *stage_of(RoundSum *rs) {
-    if (rs->stage == NULL && mem_available() >= 2.0 * sizeof(float) * (double)rs->n)
+    if (rs->stage == NULL && mem_available() >= 2.0 * sizeof(float) * (double)rs->n) {
         rs->stage = malloc(sizeof(float) * rs->n);
+        mem_prefer_huge_pages(rs->stage, sizeof(float) * rs->n);
+    }
     return rs->stage;
 }
 

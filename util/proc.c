@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,4 +165,10 @@ double mem_available(void) {
     if (kb > 0) return kb * 1024;
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (double)pages * page : 0;
+}
+
+void mem_prefer_huge_pages(void *p, size_t bytes) {
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (p != NULL && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 }
