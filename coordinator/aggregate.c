@@ -107,10 +107,11 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
     return 0;
 }
 
-/* The stage, taken on first use when the machine has room for it twice
- * over; NULL: none (the update is checked, then added, in two reads). */
+/* The stage, taken on first use when the machine has four times its size
+ * free (the stage, and the commit's next θ and scratch after it); NULL:
+ * none (the update is checked, then added, in two reads). */
 static float *stage_of(RoundSum *rs) {
-    if (rs->stage == NULL && mem_available() >= 2.0 * sizeof(float) * (double)rs->n) {
+    if (rs->stage == NULL && mem_available() >= 4.0 * sizeof(float) * (double)rs->n) {
         rs->stage = malloc(sizeof(float) * rs->n);
         mem_prefer_huge_pages(rs->stage, sizeof(float) * rs->n);
     }
