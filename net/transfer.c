@@ -429,6 +429,76 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* The receiver's hash on a thread of its own: it follows the chunks
+ * through the spool file's map (written, so in the page cache) while the
+ * receiving thread goes on reading the stream, so the hash takes a core
+ * other than the receiving one. Without the thread (it could not start),
+ * the receiving thread hashes each chunk itself. */
+typedef struct Hasher {
+    pthread_t thread;
+    int running, failed, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t moved;
+    EVP_MD_CTX *md;
+    const uint8_t *map;
+    uint64_t done, ready; /* hashed; written and ready to hash */
+} Hasher;
+
+static void *hasher_main(void *arg) {
+    Hasher *hs = arg;
+    pthread_mutex_lock(&hs->mu);
+    for (;;) {
+        while (hs->done == hs->ready && !hs->stop) pthread_cond_wait(&hs->moved, &hs->mu);
+        if (hs->done == hs->ready) break; /* stopped, and nothing left */
+        uint64_t from = hs->done, to = hs->ready;
+        pthread_mutex_unlock(&hs->mu);
+        int ok = EVP_DigestUpdate(hs->md, hs->map + from, to - from) == 1;
+        pthread_mutex_lock(&hs->mu);
+        hs->failed |= !ok;
+        hs->done = to;
+    }
+    pthread_mutex_unlock(&hs->mu);
+    return NULL;
+}
+
+/* Starts the hasher from byte `from` of map (what came before is hashed). */
+static void hasher_start(Hasher *hs, EVP_MD_CTX *md, const uint8_t *map, uint64_t from) {
+    memset(hs, 0, sizeof *hs);
+    hs->md = md, hs->map = map, hs->done = hs->ready = from;
+    pthread_mutex_init(&hs->mu, NULL);
+    pthread_cond_init(&hs->moved, NULL);
+    hs->running = map != NULL && pthread_create(&hs->thread, NULL, hasher_main, hs) == 0;
+}
+
+/* Bytes up to `to` are written: hashed by the thread, or here. */
+static int hasher_feed(Hasher *hs, const uint8_t *chunk, size_t len, uint64_t to) {
+    if (!hs->running) return EVP_DigestUpdate(hs->md, chunk, len) == 1 ? 0 : -1;
+    pthread_mutex_lock(&hs->mu);
+    hs->ready = to;
+    pthread_cond_signal(&hs->moved);
+    pthread_mutex_unlock(&hs->mu);
+    return 0;
+}
+
+/* Waits for the thread to hash what it was given and end; -1 if a digest
+ * update failed. Safe to call when it never started, and twice. */
+static int hasher_finish(Hasher *hs) {
+    if (hs->running) {
+        pthread_mutex_lock(&hs->mu);
+        hs->stop = 1;
+        pthread_cond_signal(&hs->moved);
+        pthread_mutex_unlock(&hs->mu);
+        pthread_join(hs->thread, NULL);
+        hs->running = 0;
+    }
+    if (hs->md != NULL) {
+        pthread_mutex_destroy(&hs->mu);
+        pthread_cond_destroy(&hs->moved);
+        hs->md = NULL;
+    }
+    return hs->failed ? -1 : 0;
+}
+
 NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const NetLimits *lim,
                              NetReceived *out, char *err) {
     memset(out, 0, sizeof *out);
@@ -464,6 +534,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     char claimed_id[NET_UPLOAD_ID_MAX + 1] = "";
     uint8_t *map = NULL; /* the spool file, read-only, `total` bytes long */
     EVP_MD_CTX *md = NULL;
+    Hasher hs = {0};
     uint8_t sha[32];
     uint64_t total = h->total_length, expected = h->offset;
     char path[1200] = "";
@@ -545,6 +616,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_INTERNAL;
         goto out;
     }
+    hasher_start(&hs, md, map, h->offset);
     snprintf(out->upload_id, sizeof out->upload_id, "%s", h->upload_id);
     snprintf(out->purpose, sizeof out->purpose, "%s", h->purpose);
     out->round = h->round;
@@ -614,7 +686,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
             st = NET_INTERNAL;
             goto out;
         }
-        if (EVP_DigestUpdate(md, f.data, f.len) != 1) {
+        if (hasher_feed(&hs, f.data, f.len, expected + f.len) != 0) {
             err_set(err, "cannot hash upload %s", out->upload_id);
             st = NET_INTERNAL;
             goto out;
@@ -631,6 +703,11 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     }
     uint8_t got[32];
     unsigned int glen = 0;
+    if (hasher_finish(&hs) != 0) {
+        err_set(err, "cannot hash upload %s", out->upload_id);
+        st = NET_INTERNAL;
+        goto out;
+    }
     EVP_DigestFinal_ex(md, got, &glen);
     close(fd);
     fd = -1;
@@ -653,6 +730,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
     }
     st = NET_OK;
 out:
+    hasher_finish(&hs); /* before the map goes: it reads from it */
     if (map != NULL) munmap(map, total);
     EVP_MD_CTX_free(md);
     if (fd >= 0) close(fd);
