@@ -895,6 +895,7 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
     uint64_t total = 0, at = 0;
     uint32_t chunk = 0;
     uint8_t sha[32];
+    Hasher hs = {0}; /* the hash follows the payload on a thread of its own */
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
         bad = NET_RESOURCE_EXHAUSTED;
@@ -944,6 +945,7 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
         }
         frame_free(&f);
         net_buf_free(&m);
+        if (bad == NET_OK) hasher_start(&hs, md, payload->data, at);
         while (bad == NET_OK && (r = net_client_recv(c, &m)) == NET_RECV_MESSAGE) {
             if (frame_parse(&m, &f) != 0 || !f.is_chunk || f.offset != at || f.len == 0 ||
                 f.len > chunk || f.len > total - at) {
@@ -952,12 +954,19 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
                         (unsigned long long)at);
             } else { /* hashed as it arrives: no pass over the whole after the stream */
                 memcpy(payload->data + at, f.data, f.len);
-                EVP_DigestUpdate(md, f.data, f.len);
+                if (hasher_feed(&hs, payload->data + at, f.len, at + f.len) != 0) {
+                    bad = NET_INTERNAL;
+                    err_set(err, "cannot hash the download");
+                }
                 at += f.len;
             }
             frame_free(&f);
             net_buf_free(&m);
         }
+    }
+    if (hasher_finish(&hs) != 0 && bad == NET_OK) {
+        bad = NET_INTERNAL;
+        err_set(err, "cannot hash the download");
     }
     if (bad != NET_OK) net_client_cancel(c);
     NetStatus st = net_client_finish(c, details, details_len);
