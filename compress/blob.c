@@ -601,42 +601,34 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
 }
 
 /* Checks a section's raw payload and writes dst = src + w x its values
- * (src NULL: dst = w x its values) in one pass: tile by tile, each tile
- * checked and then added while it is still in cache. The norm is the sum of
- * the tiles' norms in order, which is what the codec's check of the whole
- * section gives (CodecOps.tile), so both paths gate alike. dst is left
- * unspecified when it fails. */
+ * (src NULL: dst = 0 + w x its values) in one read of the payload. A codec
+ * with check_add does it over the section (int8, fp32: the payload read
+ * again from cache to add it); the others tile by tile through buf, each
+ * tile checked and added while it is in cache and then streamed out to
+ * dst. The norm is the sum of the tiles' norms in order, which is what the
+ * codec's check of the whole section gives (CodecOps.tile), so both paths
+ * gate alike. dst is left unspecified when it fails. */
 static int check_add_section(const CodecOps *ops, const CodecParams *p, const Section *s,
                              const uint8_t *raw, float w, const float *src, float *dst,
                              float *buf, double *norm2, uint64_t *nonzeros, char *err) {
+    src = src ? src + s->offset : NULL;
+    dst += s->offset;
+    if (ops->check_add) return ops->check_add(p, raw, s->count, w, src, dst, norm2, nonzeros, err);
     uint32_t tile = ops->tile ? ops->tile(p) : s->count;
     double sum = 0;
     uint64_t nnz = 0;
-    src = src ? src + s->offset : NULL;
-    dst += s->offset;
     for (uint32_t t0 = 0; t0 < s->count; t0 += tile) {
         uint32_t m = s->count - t0 < tile ? s->count - t0 : tile;
         const uint8_t *r = t0 ? raw + ops->raw_len(p, t0) : raw; /* whole sections: any codec */
         double part = 0;
         uint64_t part_nnz = 0;
-        int bad; /* the tile is made in buf (in cache), then streamed out */
-        if (ops->check_add && tile == s->count) {
-            bad = ops->check_add(p, r, m, w, src ? src + t0 : NULL, dst + t0, &part, &part_nnz, err);
-            if (bad) return bad;
-            sum += part, nnz += part_nnz;
-            continue;
-        }
-        if (ops->check_add) {
-            bad = ops->check_add(p, r, m, w, src ? src + t0 : NULL, buf, &part, &part_nnz, err);
-        } else {
-            if (src)
-                memcpy(buf, src + t0, sizeof(float) * m);
-            else
-                memset(buf, 0, sizeof(float) * m);
-            bad = ops->check(p, r, m, &part, &part_nnz, err);
-            if (!bad) ops->apply(p, r, m, w, buf, 1);
-        }
+        if (src)
+            memcpy(buf, src + t0, sizeof(float) * m);
+        else
+            memset(buf, 0, sizeof(float) * m);
+        int bad = ops->check(p, r, m, &part, &part_nnz, err);
         if (bad) return bad;
+        ops->apply(p, r, m, w, buf, 1);
         codec_simd()->stream(dst + t0, buf, m);
         sum += part, nnz += part_nnz;
     }
@@ -705,17 +697,19 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         size_t scratch_cap = 0;
         SectionScratch x = {dz, &scratch, &scratch_cap, NULL, 0};
         char e[ERR_LEN];
-        /* mode 4: a tile's floats, made here before they are streamed out */
-        float *tile = mode == 4 ? malloc(sizeof(float) * (ops->tile ? ops->tile(&p) : 0) +
-                                         sizeof(float) * CODEC_SECTION_MAX * !ops->tile)
-                                : NULL;
+        /* mode 4 without the codec's check_add: a tile's floats, made here
+         * before they are streamed out (check_add writes in place) */
+        float *tile = mode == 4 && !ops->check_add
+                          ? malloc(sizeof(float) * (ops->tile ? ops->tile(&p) : CODEC_SECTION_MAX))
+                          : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_run; i++) {
             /* kept: a decompressed payload stays, in that section's buffer */
             x.raw = kept ? &kept->own[i] : &scratch;
             x.raw_cap = kept ? &kept->own_cap[i] : &scratch_cap;
-            if (dz == NULL || (mode == 4 && tile == NULL)) err_set(e, "out of memory");
-            const uint8_t *raw = dz == NULL || (mode == 4 && tile == NULL) ||
+            int no_tile = mode == 4 && !ops->check_add && tile == NULL;
+            if (dz == NULL || no_tile) err_set(e, "out of memory");
+            const uint8_t *raw = dz == NULL || no_tile ||
                                          section_verify(&secs[i], e) != 0
                                      ? NULL
                                      : section_raw(&secs[i], ops->word, &x, e);

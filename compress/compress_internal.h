@@ -62,9 +62,9 @@ typedef struct CodecOps {
      * and add a tile at a time. NULL: only whole sections. */
     uint32_t (*tile)(const CodecParams *p);
     /* check, and dst[i] = src[i] + w * v[i] (src NULL: 0 + w * v[i]), the
-     * floats of apply's accumulate on a copy of src, in one read of the
-     * payload and of src; NULL: check, then apply. dst unspecified when it
-     * fails. */
+     * floats of apply's accumulate on a copy of src, over a whole section,
+     * reading src once; NULL: check, then apply, tile by tile. dst
+     * unspecified when it fails. */
     int (*check_add)(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                      const float *src, float *dst, double *norm2, uint64_t *nonzeros, char *err);
     /* dst[i] = dst[i] + w * v[i] (accumulate) or dst[i] = v[i]; only after
