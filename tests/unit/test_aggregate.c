@@ -189,12 +189,15 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
     free(med), free(trim);
 }
 
-/* Past a few dozen updates a column is selected, not sorted: the median is
- * the very value a sort gives (ties, an even count and hostile outliers
- * included), the trimmed mean the same within the sum's rounding. */
+/* Up to SORT_MAX updates the columns are sorted side by side by a sorting
+ * network, past a few dozen each is selected: either way the median is the
+ * very value an insertion sort gives (ties, an even count and hostile
+ * outliers included), the trimmed mean the same within the sum's rounding. */
 Test(aggregate, many_updates_are_selected_as_a_sort_would) {
     uint64_t n = 3000;
-    for (int U = 40; U <= 41; U++) {
+    static const int counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 40, 41};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        int U = counts[c];
         float **x = malloc(sizeof *x * U);
         Blob *b = malloc(sizeof *b * U);
         const uint8_t **blobs = malloc(sizeof *blobs * U);
@@ -216,7 +219,7 @@ Test(aggregate, many_updates_are_selected_as_a_sort_would) {
         cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_MEDIAN, 0, med, err), 0, "%s", err);
         cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.1, trim, err), 0, "%s",
                      err);
-        int drop = (int)floor(0.1 * U);
+        int drop = aggregate_trim_count(0.1, U);
         for (uint64_t i = 0; i < n; i++) {
             for (int u = 0; u < U; u++) col[u] = x[u][i];
             for (int p = 1; p < U; p++) /* insertion sort, the reference */
