@@ -110,11 +110,14 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
     return 0;
 }
 
-/* The stage, taken on first use when the machine has four times its size
- * free (the stage, and the commit's next θ and scratch after it); NULL:
- * none (the update is checked, then added, in two reads). */
+/* The stage, taken on first use when the machine has eight times its size
+ * available: the sum's own pages (calloc's, untouched until the first add),
+ * the commit's next θ, its encoded downlink and files come after it, and a
+ * coordinator near the machine's memory (GPT-2 large's six fp32 updates on
+ * 24 GiB: already six times the model at its peak) must read its updates
+ * twice rather than be killed for memory. NULL: none. */
 static float *stage_of(RoundSum *rs) {
-    if (rs->stage == NULL && mem_available() >= 4.0 * sizeof(float) * (double)rs->n) {
+    if (rs->stage == NULL && mem_available() >= 8.0 * sizeof(float) * (double)rs->n) {
         rs->stage = malloc(sizeof(float) * rs->n);
         mem_prefer_huge_pages(rs->stage, sizeof(float) * rs->n);
     }

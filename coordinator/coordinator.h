@@ -176,7 +176,7 @@ typedef struct RoundSum {
     /* One pass per update: an update is checked and added into stage
      * (stage = sum + w Δ) together, and a gated update's apply swaps stage
      * and sum; a refused one leaves sum as it was. n floats more, taken on
-     * the first add when the machine has four times that free (otherwise each
+     * the first add when the machine has eight times that free (otherwise each
      * update is read twice: checked, then added). */
     float *stage; /* owned, n floats; NULL: not (yet) taken */
     uint64_t gen; /* changes whenever sum does: a stage is for one gen */
