@@ -609,8 +609,8 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
  * codec's check of the whole section gives (CodecOps.tile), so both paths
  * gate alike. dst is left unspecified when it fails. */
 static int check_add_section(const CodecOps *ops, const CodecParams *p, const Section *s,
-                             const uint8_t *raw, float w, const float *src, float *dst,
-                             float *buf, double *norm2, uint64_t *nonzeros, char *err) {
+                             const uint8_t *raw, float w, const float *src, float *dst, float *buf,
+                             double *norm2, uint64_t *nonzeros, char *err) {
     src = src ? src + s->offset : NULL;
     dst += s->offset;
     if (ops->check_add) return ops->check_add(p, raw, s->count, w, src, dst, norm2, nonzeros, err);
@@ -709,8 +709,7 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
             x.raw_cap = kept ? &kept->own_cap[i] : &scratch_cap;
             int no_tile = mode == 4 && !ops->check_add && tile == NULL;
             if (dz == NULL || no_tile) err_set(e, "out of memory");
-            const uint8_t *raw = dz == NULL || no_tile ||
-                                         section_verify(&secs[i], e) != 0
+            const uint8_t *raw = dz == NULL || no_tile || section_verify(&secs[i], e) != 0
                                      ? NULL
                                      : section_raw(&secs[i], ops->word, &x, e);
             if (raw != NULL && kept != NULL) kept->raw[i] = raw;
@@ -805,7 +804,8 @@ int codec_blob_inspect(const uint8_t *blob, size_t len, uint64_t expect_hash, ui
 int codec_blob_check(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t expect_n,
                      BlobInfo *info, CodecChecked *c, char *err) {
     BlobInfo local;
-    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, NULL, info ? info : &local, c, err);
+    return walk(blob, len, expect_hash, expect_n, 0, 0.0f, NULL, NULL, info ? info : &local, c,
+                err);
 }
 
 int codec_blob_check_add(const uint8_t *blob, size_t len, uint64_t expect_hash, uint64_t n,

@@ -217,7 +217,8 @@ static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double
     int refused = accumulate ? round_sum_inspect_add(rs, blob, len, weight, &g) != 0 ||
                                    round_sum_judge(rs, weight, &g) != 0
                              : round_sum_gate(rs, blob, len, weight, &g) != 0;
-    int rc = refused ? err_set(why, "%s", g.why), 1 : round_sum_apply(rs, &g, weight, accumulate, why);
+    int rc = refused ? err_set(why, "%s", g.why),
+        1            : round_sum_apply(rs, &g, weight, accumulate, why);
     round_gate_free(&g);
     return rc;
 }
@@ -324,8 +325,8 @@ static float column_trimmed_mean(float *col, int n, int drop) {
 /* Up to SORT_MAX updates, a block's columns are sorted together by a
  * sorting network (Batcher's odd-even merge sort over 32 slots, keeping the
  * comparators inside n: the slots past n hold +inf and never move), each
- * comparator a min and a max across a run of coordinates, so the compiler
- * vectorizes it and no branch depends on the data. It orders each column
+ * comparator a min and a max across a run of coordinates in vector lanes,
+ * with no branch on the data. It orders each column
  * as the insertion sort does (ties are equal floats), so a rule's result
  * from the sorted rows is the column function's, float for float. */
 typedef struct Comparator {

@@ -371,7 +371,7 @@ RoundClosing *rounds_close(Coordinator *co) {
     }
     c->number = r->number;
     c->round_id = r->round_id;
-    c->sum = r->sum; /* moved: the round takes no update from here on */
+    c->sum = r->sum;      /* moved: the round takes no update from here on */
     free(r->spare_stage); /* its stage (pages mapped) goes to the next round */
     r->spare_stage = c->sum.stage, c->sum.stage = NULL;
     memset(&r->sum, 0, sizeof r->sum);

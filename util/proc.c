@@ -169,6 +169,7 @@ double mem_available(void) {
 
 void mem_prefer_huge_pages(void *p, size_t bytes) {
     const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+              hi = ((uintptr_t)p + bytes) & ~(huge - 1);
     if (p != NULL && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 }

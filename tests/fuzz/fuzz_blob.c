@@ -35,7 +35,8 @@ static void run(const uint8_t *data, size_t size) {
                  (rc != 0 && strcmp(err, err2) != 0)))
         abort();
     float *staged = once ? malloc(n * sizeof(float)) : NULL;
-    if (staged && codec_blob_check_add(data, size, 0, n, 0.5f, NULL, staged, NULL, NULL, err2) != rc)
+    if (staged &&
+        codec_blob_check_add(data, size, 0, n, 0.5f, NULL, staged, NULL, NULL, err2) != rc)
         abort();
     if (rc != 0 || info.n > (1u << 22)) { /* refused, or valid but too large to decode here */
         free(once), free(staged);

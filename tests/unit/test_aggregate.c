@@ -99,8 +99,7 @@ Test(aggregate, one_pass_sums_are_the_two_pass_sums) {
     cr_assert_eq(round_sum_init(&two, n, HASH, 10.0, why), 0);
     const Blob *order[3] = {&ba, &bb, &bc};
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(round_sum_add(&one, order[i]->data, order[i]->len, 1 + i, why), 0, "%s",
-                     why);
+        cr_assert_eq(round_sum_add(&one, order[i]->data, order[i]->len, 1 + i, why), 0, "%s", why);
         RoundGate g; /* two passes: inspect, judge, add from what was kept */
         cr_assert_eq(round_sum_gate(&two, order[i]->data, order[i]->len, 1 + i, &g), 0);
         cr_assert_eq(g.staged, 0);

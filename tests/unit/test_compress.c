@@ -1431,21 +1431,20 @@ Test(compress, check_add_is_check_then_accumulate_to_the_bit) {
                 cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
                 CodecChecked *ck = codec_checked_new();
                 BlobInfo ref, info;
-                cr_assert_eq(codec_blob_check(b.data, b.len, HASH, n, &ref, ck, err), 0, "%s",
-                             err);
+                cr_assert_eq(codec_blob_check(b.data, b.len, HASH, n, &ref, ck, err), 0, "%s", err);
                 if (fresh)
                     memset(want, 0, n * 4);
                 else
                     memcpy(want, sum, n * 4);
                 codec_checked_accumulate(ck, 0.75f, want, 0);
                 memset(got, 0x7f, n * 4);
-                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n, 0.75f,
-                                                  fresh ? NULL : sum, got, &info, ck, err),
+                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n, 0.75f, fresh ? NULL : sum,
+                                                  got, &info, ck, err),
                              0, "%s: %s", codecs[c], err);
                 cr_assert_eq(memcmp(want, got, n * 4), 0, "%s zstd %d fresh %d: not the bits",
                              codecs[c], z, fresh);
-                cr_assert_eq(info.norm2, ref.norm2, "%s: norm %g against %g", codecs[c],
-                             info.norm2, ref.norm2);
+                cr_assert_eq(info.norm2, ref.norm2, "%s: norm %g against %g", codecs[c], info.norm2,
+                             ref.norm2);
                 cr_assert_eq(info.nonzeros, ref.nonzeros);
                 cr_assert_eq(memcmp(sum, kept, n * 4), 0, "the sum it read changed");
                 /* and what it kept accumulates as an inspection's does */
@@ -1453,16 +1452,16 @@ Test(compress, check_add_is_check_then_accumulate_to_the_bit) {
                 if (fresh) memset(got, 0, n * 4);
                 codec_checked_accumulate(ck, 0.75f, got, 0);
                 cr_assert_eq(memcmp(want, got, n * 4), 0);
-                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH + 1, n, 1, sum, got, NULL,
-                                                  ck, err),
-                             CODEC_WRONG_MODEL);
-                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n - 1, 1, sum, got, NULL,
-                                                  ck, err),
-                             CODEC_WRONG_MODEL);
+                cr_assert_eq(
+                    codec_blob_check_add(b.data, b.len, HASH + 1, n, 1, sum, got, NULL, ck, err),
+                    CODEC_WRONG_MODEL);
+                cr_assert_eq(
+                    codec_blob_check_add(b.data, b.len, HASH, n - 1, 1, sum, got, NULL, ck, err),
+                    CODEC_WRONG_MODEL);
                 b.data[b.len - 7] ^= 0x10; /* the last section's payload */
-                cr_assert_eq(codec_blob_check_add(b.data, b.len, HASH, n, 1, sum, got, NULL, ck,
-                                                  err),
-                             -1, "%s: a damaged blob passed", codecs[c]);
+                cr_assert_eq(
+                    codec_blob_check_add(b.data, b.len, HASH, n, 1, sum, got, NULL, ck, err), -1,
+                    "%s: a damaged blob passed", codecs[c]);
                 cr_assert_not_null(strstr(err, "checksum"), "%s", err);
                 codec_checked_free(ck);
                 blob_free(&b);
