@@ -105,10 +105,18 @@ void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset) {
 }
 
 StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout_s) {
+    return store_fixture_wait_committed_by(home, n, timeout_s, 0);
+}
+
+StoreRound store_fixture_wait_committed_by(const char *home, int64_t n, int timeout_s, int pid) {
     char db[800], err[ERR_LEN];
     snprintf(db, sizeof db, "%s/%s", home, STORE_DB_FILE);
     StoreRound r;
     for (int i = 0; i < timeout_s * 10; i++) {
+        int status = 0;
+        if (pid > 0 && i % 10 == 0 && proc_ended(pid, &status) == 1)
+            cr_assert_fail("the coordinator ended (status %d) before round %lld committed", status,
+                           (long long)n);
         Store *s = store_open(db, STORE_READONLY, err);
         if (s) {
             int rc = store_round_get(s, n, &r, err);

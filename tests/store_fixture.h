@@ -38,6 +38,10 @@ void store_fixture_flip_byte(StoreFixture *fx, const char *rel, long offset);
 /* Waits until round n of the federation in home (a running coordinator's)
  * is committed and returns its row; fails the test after timeout_s. */
 StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout_s);
+/* The same, failing at once when process pid (a coordinator this test
+ * started; 0: none) has ended: a coordinator killed for memory is not
+ * waited for until the timeout. */
+StoreRound store_fixture_wait_committed_by(const char *home, int64_t n, int timeout_s, int pid);
 /* m (built here) holds the `tiny` checkpoint at HOME/rel: a federation's
  * round, or its current model. */
 void store_fixture_load_tiny(const char *home, const char *rel, GPT *m);

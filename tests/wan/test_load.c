@@ -183,7 +183,7 @@ static void load_run(const char *model, int n_sites, int threads, int rounds, co
     for (int round = 0; round < rounds; round++) {
         uint64_t start = time_monotonic_ns();
         push_round(n_sites, threads, round, &update);
-        StoreRound sr = store_fixture_wait_committed(fed, round, 1800);
+        StoreRound sr = store_fixture_wait_committed_by(fed, round, 1800, coord);
         cr_assert_eq(sr.participants, n_sites, "round %d committed with %lld sites", round,
                      (long long)sr.participants);
         double rss, peak, cpu;
