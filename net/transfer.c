@@ -437,6 +437,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 typedef struct Hasher {
     pthread_t thread;
     int running, failed, stop;
+    int drop_pages; /* map is the spool file's: let its pages go once hashed */
     pthread_mutex_t mu;
     pthread_cond_t moved;
     EVP_MD_CTX *md;
@@ -453,6 +454,13 @@ static void *hasher_main(void *arg) {
         uint64_t from = hs->done, to = hs->ready;
         pthread_mutex_unlock(&hs->mu);
         int ok = EVP_DigestUpdate(hs->md, hs->map + from, to - from) == 1;
+        if (hs->drop_pages) { /* the whole pages hashed leave this process's memory (they stay in
+                               * the page cache): a receiver holds no upload's pages meanwhile */
+            uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE),
+                      lo = ((uintptr_t)hs->map + from + page - 1) & ~(page - 1),
+                      hi = ((uintptr_t)hs->map + to) & ~(page - 1);
+            if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
         pthread_mutex_lock(&hs->mu);
         hs->failed |= !ok;
         hs->done = to;
@@ -461,10 +469,12 @@ static void *hasher_main(void *arg) {
     return NULL;
 }
 
-/* Starts the hasher from byte `from` of map (what came before is hashed). */
-static void hasher_start(Hasher *hs, EVP_MD_CTX *md, const uint8_t *map, uint64_t from) {
+/* Starts the hasher from byte `from` of map (what came before is hashed);
+ * drop_pages: map is a file's, whose pages may leave once hashed. */
+static void hasher_start(Hasher *hs, EVP_MD_CTX *md, const uint8_t *map, uint64_t from,
+                         int drop_pages) {
     memset(hs, 0, sizeof *hs);
-    hs->md = md, hs->map = map, hs->done = hs->ready = from;
+    hs->md = md, hs->map = map, hs->done = hs->ready = from, hs->drop_pages = drop_pages;
     pthread_mutex_init(&hs->mu, NULL);
     pthread_cond_init(&hs->moved, NULL);
     hs->running = map != NULL && pthread_create(&hs->thread, NULL, hasher_main, hs) == 0;
@@ -616,7 +626,7 @@ NetStatus net_upload_receive(NetCall *c, NetSpool *sp, const char *owner, const 
         st = NET_INTERNAL;
         goto out;
     }
-    hasher_start(&hs, md, map, h->offset);
+    hasher_start(&hs, md, map, h->offset, 1);
     snprintf(out->upload_id, sizeof out->upload_id, "%s", h->upload_id);
     snprintf(out->purpose, sizeof out->purpose, "%s", h->purpose);
     out->round = h->round;
@@ -945,7 +955,7 @@ NetStatus net_download(NetChannel *ch, const char *method, const void *req, size
         }
         frame_free(&f);
         net_buf_free(&m);
-        if (bad == NET_OK) hasher_start(&hs, md, payload->data, at);
+        if (bad == NET_OK) hasher_start(&hs, md, payload->data, at, 0);
         while (bad == NET_OK && (r = net_client_recv(c, &m)) == NET_RECV_MESSAGE) {
             if (frame_parse(&m, &f) != 0 || !f.is_chunk || f.offset != at || f.len == 0 ||
                 f.len > chunk || f.len > total - at) {
