@@ -125,11 +125,12 @@ static float *stage_of(RoundSum *rs) {
 }
 
 int round_sum_inspect_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
-                          RoundGate *g) {
+                          CodecChecked *pool, RoundGate *g) {
+    if (pool == NULL) pool = rs->pool;
     float *stage = weight > 0 && isfinite(weight) ? stage_of(rs) : NULL;
-    if (stage == NULL) return round_gate_inspect(rs->n, rs->table_hash, blob, len, rs->pool, g);
+    if (stage == NULL) return round_gate_inspect(rs->n, rs->table_hash, blob, len, pool, g);
     memset(g, 0, sizeof *g);
-    g->checked = rs->pool;
+    g->checked = pool;
     BlobInfo info;
     char reason[ERR_LEN];
     int rc = codec_blob_check_add(blob, len, rs->table_hash, rs->n, (float)weight,
@@ -214,7 +215,7 @@ int round_sum_apply(RoundSum *rs, const RoundGate *g, double weight, int accumul
 static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
                            int accumulate, char *why) {
     RoundGate g;
-    int refused = accumulate ? round_sum_inspect_add(rs, blob, len, weight, &g) != 0 ||
+    int refused = accumulate ? round_sum_inspect_add(rs, blob, len, weight, NULL, &g) != 0 ||
                                    round_sum_judge(rs, weight, &g) != 0
                              : round_sum_gate(rs, blob, len, weight, &g) != 0;
     int rc = refused ? err_set(why, "%s", g.why),

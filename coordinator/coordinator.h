@@ -212,9 +212,11 @@ int round_gate_inspect(uint64_t n, uint64_t table_hash, const uint8_t *blob, siz
 /* round_gate_inspect and, in the same pass, the update added with weight
  * into the sum's stage (round_sum_apply then swaps it in rather than
  * reading the update again); without room for a stage, only the
- * inspection. Changes nothing of the sum. */
+ * inspection. What was checked goes into pool (NULL: the sum's own; a
+ * coordinator passes the pool it empties before each commit). Changes
+ * nothing of the sum. */
 int round_sum_inspect_add(RoundSum *rs, const uint8_t *blob, size_t len, double weight,
-                          RoundGate *g);
+                          CodecChecked *pool, RoundGate *g);
 /* The round's gates on an inspected update: its weight, the absolute norm
  * bound, the norm against the median of those accepted. 0 passed, 1 refused
  * (g->code set; also when the inspection refused it). */

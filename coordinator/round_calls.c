@@ -420,7 +420,7 @@ static void h_push_update(NetCall *c, void *user) {
     const char *code = precheck(r, site.name, &got, meta, &staleness, why, sizeof why);
     weight *= rounds_staleness_weight(staleness); /* an older update counts for less */
     if (code == NULL && !r->set.keeps_updates)
-        round_sum_inspect_add(&r->sum, blob, len, weight, &g);
+        round_sum_inspect_add(&r->sum, blob, len, weight, r->pool, &g);
     if (code == NULL && round_sum_judge(&r->sum, weight, &g) != 0) {
         code = g.code;
         snprintf(why, sizeof why, "%s", g.why);

@@ -111,7 +111,7 @@ Test(aggregate, one_pass_sums_are_the_two_pass_sums) {
     /* staged on a sum that was started again before the apply (a close
      * that adds its updates again): added from its inspection instead */
     RoundGate g;
-    cr_assert_eq(round_sum_inspect_add(&one, ba.data, ba.len, 5, &g), 0);
+    cr_assert_eq(round_sum_inspect_add(&one, ba.data, ba.len, 5, NULL, &g), 0);
     cr_assert_eq(g.staged, 1);
     round_sum_restart(&one);
     cr_assert_eq(round_sum_judge(&one, 5, &g), 0);
@@ -121,7 +121,7 @@ Test(aggregate, one_pass_sums_are_the_two_pass_sums) {
     cr_assert_eq(round_sum_add(&two, ba.data, ba.len, 5, why), 0, "%s", why);
     cr_assert_eq(memcmp(one.sum, two.sum, n * 4), 0, "a stale stage was swapped in");
     /* staged at one weight, applied at another: added again at the other */
-    cr_assert_eq(round_sum_inspect_add(&one, bc.data, bc.len, 2, &g), 0);
+    cr_assert_eq(round_sum_inspect_add(&one, bc.data, bc.len, 2, NULL, &g), 0);
     cr_assert_eq(round_sum_apply(&one, &g, 3, 1, why), 0);
     round_gate_free(&g);
     cr_assert_eq(round_sum_add(&two, bc.data, bc.len, 3, why), 0, "%s", why);
