@@ -422,7 +422,6 @@ int codec_blob_params(const uint8_t *blob, size_t len, CodecParams *out, char *e
     return read_header(blob, len, out, &hash, &n, &n_sec, err);
 }
 
-/* Reads section i's header at *pos and checks it against the blob. */
 /* A read section's stored bytes against the checksum in its header. */
 static int section_verify(const Section *s, char *err) {
     const uint8_t *h = s->stored - SECTION_HEADER_LEN;
@@ -601,38 +600,24 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
 }
 
 /* Checks a section's raw payload and writes dst = src + w x its values
- * (src NULL: dst = 0 + w x its values) in one read of the payload. A codec
- * with check_add does it over the section (int8, fp32: the payload read
- * again from cache to add it); the others tile by tile through buf, each
- * tile checked and added while it is in cache and then streamed out to
- * dst. The norm is the sum of the tiles' norms in order, which is what the
- * codec's check of the whole section gives (CodecOps.tile), so both paths
- * gate alike. dst is left unspecified when it fails. */
+ * (src NULL: dst = 0 + w x its values) in one read of the payload from
+ * memory: a codec's check_add does both (int8, fp32); for the others the
+ * section is checked, then added from cache into dst holding src's copy.
+ * Either way the norm is the codec's check of the section. dst is left
+ * unspecified when it fails. */
 static int check_add_section(const CodecOps *ops, const CodecParams *p, const Section *s,
-                             const uint8_t *raw, float w, const float *src, float *dst, float *buf,
+                             const uint8_t *raw, float w, const float *src, float *dst,
                              double *norm2, uint64_t *nonzeros, char *err) {
     src = src ? src + s->offset : NULL;
     dst += s->offset;
     if (ops->check_add) return ops->check_add(p, raw, s->count, w, src, dst, norm2, nonzeros, err);
-    uint32_t tile = ops->tile ? ops->tile(p) : s->count;
-    double sum = 0;
-    uint64_t nnz = 0;
-    for (uint32_t t0 = 0; t0 < s->count; t0 += tile) {
-        uint32_t m = s->count - t0 < tile ? s->count - t0 : tile;
-        const uint8_t *r = t0 ? raw + ops->raw_len(p, t0) : raw; /* whole sections: any codec */
-        double part = 0;
-        uint64_t part_nnz = 0;
-        if (src)
-            memcpy(buf, src + t0, sizeof(float) * m);
-        else
-            memset(buf, 0, sizeof(float) * m);
-        int bad = ops->check(p, r, m, &part, &part_nnz, err);
-        if (bad) return bad;
-        ops->apply(p, r, m, w, buf, 1);
-        codec_simd()->stream(dst + t0, buf, m);
-        sum += part, nnz += part_nnz;
-    }
-    *norm2 = sum, *nonzeros = nnz;
+    int bad = ops->check(p, raw, s->count, norm2, nonzeros, err);
+    if (bad) return bad;
+    if (src)
+        memcpy(dst, src, sizeof(float) * s->count);
+    else
+        memset(dst, 0, sizeof(float) * s->count);
+    ops->apply(p, raw, s->count, w, dst, 1);
     return 0;
 }
 
@@ -697,26 +682,19 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         size_t scratch_cap = 0;
         SectionScratch x = {dz, &scratch, &scratch_cap, NULL, 0};
         char e[ERR_LEN];
-        /* mode 4 without the codec's check_add: a tile's floats, made here
-         * before they are streamed out (check_add writes in place) */
-        float *tile = mode == 4 && !ops->check_add
-                          ? malloc(sizeof(float) * (ops->tile ? ops->tile(&p) : CODEC_SECTION_MAX))
-                          : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (uint32_t i = 0; i < n_run; i++) {
             /* kept: a decompressed payload stays, in that section's buffer */
             x.raw = kept ? &kept->own[i] : &scratch;
             x.raw_cap = kept ? &kept->own_cap[i] : &scratch_cap;
-            int no_tile = mode == 4 && !ops->check_add && tile == NULL;
-            if (dz == NULL || no_tile) err_set(e, "out of memory");
-            const uint8_t *raw = dz == NULL || no_tile || section_verify(&secs[i], e) != 0
+            if (dz == NULL) err_set(e, "out of memory");
+            const uint8_t *raw = dz == NULL || section_verify(&secs[i], e) != 0
                                      ? NULL
                                      : section_raw(&secs[i], ops->word, &x, e);
             if (raw != NULL && kept != NULL) kept->raw[i] = raw;
             int bad = raw == NULL ? -1 : 0;
             if (!bad && mode == 4)
-                bad = check_add_section(ops, &p, &secs[i], raw, w, src, dst, tile, &norms[i],
-                                        &nnz[i], e);
+                bad = check_add_section(ops, &p, &secs[i], raw, w, src, dst, &norms[i], &nnz[i], e);
             else if (!bad && (mode == 0 || mode == 3))
                 bad = ops->check(&p, raw, secs[i].count, &norms[i], &nnz[i], e);
             if (!bad && mode != 0 && mode != 4)
@@ -735,7 +713,6 @@ static int walk(const uint8_t *b, size_t len, uint64_t expect_hash, uint64_t exp
         }
         free(scratch);
         free(x.planes);
-        free(tile);
         ZSTD_freeDCtx(dz);
     }
     if (!failed && info) {

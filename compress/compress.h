@@ -152,8 +152,8 @@ void codec_checked_accumulate(const CodecChecked *c, float weight, float *sum, i
 void codec_checked_free(CodecChecked *c); /* NULL is fine */
 /* codec_blob_check (expect_hash 0: any) and, in the same pass, out = sum + weight * decoded
  * (sum NULL: out = 0 + weight * decoded, the floats of a fresh
- * codec_checked_accumulate), each section checked and added tile by tile
- * while it is in cache: the update is read once. out's floats are those of
+ * codec_checked_accumulate), each section checked and added while it is
+ * in cache: the update is read once from memory. out's floats are those of
  * copying sum and then codec_checked_accumulate. On failure out holds
  * anything and c is empty; sum is only read, so a receiver that keeps its
  * sum in sum and adds into a second buffer (swapped in when the update

@@ -56,14 +56,9 @@ typedef struct CodecOps {
      * CODEC_NON_FINITE when only a value is not finite. */
     int (*check)(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
                  uint64_t *nonzeros, char *err);
-    /* Values per tile: check over a section gives the sum, tile by tile in
-     * order, of check over each tile (from value 0 on; each tile's payload
-     * starts raw_len(p, start) bytes in), so a one-pass reader can check
-     * and add a tile at a time. NULL: only whole sections. */
-    uint32_t (*tile)(const CodecParams *p);
     /* check, and dst[i] = src[i] + w * v[i] (src NULL: 0 + w * v[i]), the
      * floats of apply's accumulate on a copy of src, over a whole section,
-     * reading src once; NULL: check, then apply, tile by tile. dst
+     * reading src once; NULL: check, then apply. dst
      * unspecified when it fails. */
     int (*check_add)(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                      const float *src, float *dst, double *norm2, uint64_t *nonzeros, char *err);
@@ -169,10 +164,6 @@ typedef struct CodecSimd {
     void (*lookup_acc)(const float *table, const uint8_t *codes, uint32_t n, float w, float *d);
     /* d[i] = d[i] + w·x[i] (a multiply, then an add); x at any alignment */
     void (*axpy)(const void *x, uint32_t n, float w, float *d);
-    /* d[0..n) = x[0..n) past the caches (non-temporal stores where the
-     * table has them): for a destination written whole and not read soon,
-     * which then costs no read of its old lines */
-    void (*stream)(float *d, const float *x, uint32_t n);
     /* d[i] = table[codes[i]] */
     void (*lookup)(const float *table, const uint8_t *codes, uint32_t n, float *d);
     /* The indices i < len with |x[i]| >= t, ascending, into cand (room for

@@ -148,10 +148,6 @@ static void scalar_lookup_acc(const float *restrict table, const uint8_t *restri
     for (uint32_t i = 0; i < n; i++) d[i] = d[i] + wt[codes[i]];
 }
 
-static void scalar_stream(float *d, const float *x, uint32_t n) {
-    memcpy(d, x, sizeof(float) * n);
-}
-
 static void scalar_lookup(const float *restrict table, const uint8_t *restrict codes, uint32_t n,
                           float *restrict d) {
     for (uint32_t i = 0; i < n; i++) d[i] = table[codes[i]];
@@ -208,7 +204,6 @@ const CodecSimd codec_simd_scalar = {.name = "scalar",
                                      .lookup_acc = scalar_lookup_acc,
                                      .axpy = scalar_axpy,
                                      .lookup = scalar_lookup,
-                                     .stream = scalar_stream,
                                      .collect = scalar_collect,
                                      .finite = scalar_finite,
                                      .to_half = scalar_to_half,

@@ -128,25 +128,6 @@ T2 static int avx2_finite(const float *x, uint32_t n, void *copy) {
     return codec_simd_scalar.finite(x + i, n - i, c ? c + i : NULL) && _mm256_movemask_ps(bad) == 0;
 }
 
-/* Non-temporal stores from the first 64-byte boundary of d on: a stage
- * written whole is then never read in first. The fence makes them visible
- * to the thread that reads the stage next. */
-T2 static void avx2_stream(float *d, const float *x, uint32_t n) {
-    uint32_t i = 0;
-    for (; i < n && ((uintptr_t)(d + i) & 31); i++) d[i] = x[i];
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_loadu_ps(x + i));
-    for (; i < n; i++) d[i] = x[i];
-    _mm_sfence();
-}
-
-T512 static void avx512_stream(float *d, const float *x, uint32_t n) {
-    uint32_t i = 0;
-    for (; i < n && ((uintptr_t)(d + i) & 63); i++) d[i] = x[i];
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, _mm512_loadu_ps(x + i));
-    for (; i < n; i++) d[i] = x[i];
-    _mm_sfence();
-}
-
 /* The lookups stay the reference's in both tables: measured on Zen 5, an
  * 8-wide gather lost to scalar loads (0.50 against 0.29 ns a value from L1),
  * and from memory a 16-wide lookup by permutes and blends (5.4 against 7.5
@@ -214,7 +195,6 @@ const CodecSimd codec_simd_avx2 = {.name = "avx2",
                                    .lookup_acc = ref_lookup_acc,
                                    .axpy = avx2_axpy,
                                    .lookup = ref_lookup,
-                                   .stream = avx2_stream,
                                    .collect = avx2_collect,
                                    .finite = avx2_finite,
                                    .to_half = x86_to_half,
@@ -336,7 +316,6 @@ const CodecSimd codec_simd_avx512 = {.name = "avx512",
                                      .lookup_acc = ref_lookup_acc,
                                      .axpy = avx512_axpy,
                                      .lookup = ref_lookup,
-                                     .stream = avx512_stream,
                                      .collect = avx512_collect,
                                      .finite = avx512_finite,
                                      .to_half = x86_to_half,

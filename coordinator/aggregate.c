@@ -140,8 +140,6 @@ int round_sum_inspect_add(RoundSum *rs, const uint8_t *blob, size_t len, double 
                   : rc == CODEC_WRONG_MODEL ? "wrong_model"
                                             : "malformed";
         snprintf(g->why, sizeof g->why, "%.250s", reason);
-    }
-    if (g->code != NULL) {
         g->checked = NULL;
         return 1;
     }
@@ -218,8 +216,11 @@ static int gate_then_apply(RoundSum *rs, const uint8_t *blob, size_t len, double
     int refused = accumulate ? round_sum_inspect_add(rs, blob, len, weight, NULL, &g) != 0 ||
                                    round_sum_judge(rs, weight, &g) != 0
                              : round_sum_gate(rs, blob, len, weight, &g) != 0;
-    int rc = refused ? err_set(why, "%s", g.why),
-        1            : round_sum_apply(rs, &g, weight, accumulate, why);
+    int rc = 1;
+    if (refused)
+        err_set(why, "%s", g.why);
+    else
+        rc = round_sum_apply(rs, &g, weight, accumulate, why);
     round_gate_free(&g);
     return rc;
 }

@@ -5,7 +5,6 @@
  * query from kernels/cuda/device.cu instead.
  */
 #include <stdio.h>
-#include <unistd.h>
 
 #include "kernels/device.h"
 #include "util/util.h"
