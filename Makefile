@@ -352,7 +352,7 @@ FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(call say,FUZZCC,$<)clang $(FUZZ_CFLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	$(call say,FUZZLD,$@)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lpcre2-8 -licuuc -lm -o $@
 $(BUILD)/fuzz-seed: $(BUILD)/obj/tests/fuzz/seed.o $(LIB)
@@ -386,5 +386,5 @@ install: $(BIN)
 	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/strait
 	$(if $(CUDA_PLUGIN),install -Dm755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/strait/libstrait-cuda.so)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
 endif
