@@ -279,9 +279,13 @@ int rounds_reserve(Rounds *r, int need);
  * start-up and a whole model's download, a reopened attempt's the sites'
  * reconnection after a restart or a failed commit, which other rounds do
  * not. rounds_adaptive_deadline: the adaptive deadline (ms after the round
- * opened), or 0 when no site has reported in three rounds yet. */
+ * opened), or 0 when no site has reported in three rounds yet.
+ * rounds_site_due: when site_id is late (ms after the round opened): its
+ * own 90th-percentile arrival and half as long again (a second at least),
+ * or 0 when it has not reported in three rounds yet. */
 void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms);
 int64_t rounds_adaptive_deadline(const Rounds *r);
+int64_t rounds_site_due(const Rounds *r, int64_t site_id);
 /* Under rounds.lock: the model of `round` has parameters of SHA-256 sha
  * (kept while within MODEL_HISTORY rounds of the newest). */
 void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]);

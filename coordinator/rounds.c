@@ -207,19 +207,36 @@ static void arrivals_restore(Coordinator *co) {
     free(rs);
 }
 
+/* a's 90th-percentile arrival (rounded up), or -1 below three rounds */
+static int64_t arrival_q90(const SiteArrivals *a) {
+    if (a->n < 3) return -1; /* too few rounds to say */
+    int64_t ms[ARRIVAL_HISTORY];
+    memcpy(ms, a->ms, sizeof ms[0] * (size_t)a->n);
+    qsort(ms, (size_t)a->n, sizeof ms[0], cmp_i64);
+    return ms[(a->n * 9 + 9) / 10 - 1];
+}
+
 int64_t rounds_adaptive_deadline(const Rounds *r) {
     int64_t slowest = -1;
     for (int i = 0; i < r->n_arrivals; i++) {
-        const SiteArrivals *a = &r->arrivals[i];
-        if (a->n < 3) continue; /* too few rounds to say */
-        int64_t ms[ARRIVAL_HISTORY];
-        memcpy(ms, a->ms, sizeof ms[0] * (size_t)a->n);
-        qsort(ms, (size_t)a->n, sizeof ms[0], cmp_i64);
-        int64_t q90 = ms[(a->n * 9 + 9) / 10 - 1]; /* the 90th percentile, rounded up */
+        int64_t q90 = arrival_q90(&r->arrivals[i]);
         if (q90 > slowest) slowest = q90;
     }
     if (slowest < 0) return 0;
     return 2 * slowest > 1000 ? 2 * slowest : 1000;
+}
+
+static const SiteArrivals *site_arrivals(const Rounds *r, int64_t site_id) {
+    for (int i = 0; i < r->n_arrivals; i++)
+        if (r->arrivals[i].site_id == site_id) return &r->arrivals[i];
+    return NULL;
+}
+
+int64_t rounds_site_due(const Rounds *r, int64_t site_id) {
+    const SiteArrivals *a = site_arrivals(r, site_id);
+    int64_t q90 = a ? arrival_q90(a) : -1;
+    if (q90 < 0) return 0;
+    return q90 + (q90 / 2 > 1000 ? q90 / 2 : 1000);
 }
 
 void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]) {
@@ -584,14 +601,17 @@ static void cancel_revoked(Coordinator *co) {
     free(peers); /* NULL when n is -1 */
 }
 
-/* With a quorum in, a round does not wait for a site that is away: one
- * the round before did not take an update from and that has not called
- * since this round opened (a cut link, a stopped site). It does not hold
- * this round's model, so an update from it would need a download first;
- * a site that calls is waited for as before. 1 when the quorum is in and
- * every active site not in is away (the names of the first few in
- * `names`), 0 otherwise. One read of the sites; under r->lock. */
-static int rest_away(Coordinator *co, char *names, size_t cap) {
+/* With a quorum in, a round does not wait for a site that is away or
+ * late. Away: the round before did not take an update from it and it has
+ * not called since this round opened (a cut link, a stopped site); it
+ * does not hold this round's model, so an update from it would need a
+ * download first. Late: past its own usual arrival by half as long again
+ * (rounds_site_due), whatever it did before (a link cut while the round
+ * ran); this needs the attempt the arrivals are learnt from (the first:
+ * extensions is 0). Any other site is waited for as before. 1 when the
+ * quorum is in and every active site not in is away or late (the first
+ * few in `names`), 0 otherwise. One read of the sites; under r->lock. */
+static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
     Rounds *r = &co->rounds;
     StoreSite *sites;
     size_t n = 0;
@@ -607,16 +627,22 @@ static int rest_away(Coordinator *co, char *names, size_t cap) {
         if (strcmp(sites[i].state, "active") != 0) continue;
         active++;
         if (rounds_reported(r, sites[i].name)) continue;
-        const SiteArrivals *a = NULL;
-        for (int j = 0; j < r->n_arrivals && !a; j++)
-            if (r->arrivals[j].site_id == sites[i].id) a = &r->arrivals[j];
-        if ((a && a->last_round == r->number - 1) || sites[i].last_seen >= r->opened_ms) {
+        const SiteArrivals *a = site_arrivals(r, sites[i].id);
+        int64_t due = r->extensions == 0 ? rounds_site_due(r, sites[i].id) : 0;
+        int late = due > 0 && now >= r->opened_ms + due;
+        if (!late &&
+            ((a && a->last_round == r->number - 1) || sites[i].last_seen >= r->opened_ms)) {
             waiting = 1;
             break;
         }
-        if (away++ < 4 && len + 70 < cap)
-            len += (size_t)snprintf(names + len, cap - len, "%s%s", away > 1 ? ", " : "",
-                                    sites[i].name);
+        if (away++ < 4 && len + 90 < cap) {
+            if (late)
+                len += (size_t)snprintf(names + len, cap - len, "%s%s late (due by %.1f s)",
+                                        away > 1 ? ", " : "", sites[i].name, due / 1e3);
+            else
+                len += (size_t)snprintf(names + len, cap - len, "%s%s away", away > 1 ? ", " : "",
+                                        sites[i].name);
+        }
     }
     free(sites);
     return !waiting && away > 0 && r->n_reported >= rounds_quorum_of(r, active);
@@ -684,18 +710,19 @@ static void *ticker_main(void *arg) {
                          (long long)r->number, r->n_reported, (now - r->quorum_ms) / 1e3,
                          r->set.grace, took / 1e3);
         }
-        /* sites away: looked for once a second with a quorum in, from
-         * round 1 on (round 0 waits for every site's start-up) */
+        /* sites away or late: looked for once a second with a quorum in,
+         * from round 1 on (round 0 waits for every site's start-up) */
         int away = 0;
         if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
             r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
             char names[320];
             r->away_check_ms = now + 1000;
-            away = rest_away(co, names, sizeof names);
+            away = rest_away(co, now, names, sizeof names);
             if (away)
                 log_info("rounds",
-                         "round %lld: closing with %d updates; %s away (nothing from them in "
-                         "round %lld, and no call since this round opened)",
+                         "round %lld: closing with %d updates; %s (away: nothing from it in "
+                         "round %lld and no call since this round opened; late: past its usual "
+                         "arrival by half again)",
                          (long long)r->number, r->n_reported, names, (long long)r->number - 1);
         }
         if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {

@@ -2,7 +2,8 @@
  * test_deadline.c — the adaptive deadline's arithmetic (coordinator/rounds.c):
  * twice the slowest site's 90th-percentile arrival once it has three
  * rounds, 1 s at least, learnt from first attempts after round 0 only, and
- * each site's last round that took an update kept whatever the attempt.
+ * each site's last round that took an update kept whatever the attempt;
+ * and when each site is late: its own 90th percentile and half again.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,5 +38,30 @@ Test(deadline, is_a_second_at_least) {
     memset(&r, 0, sizeof r);
     for (int64_t n = 1; n <= 3; n++) rounds_arrival(&r, 1, n, 1, 100);
     cr_assert_eq(rounds_adaptive_deadline(&r), 1000);
+    free(r.arrivals);
+}
+
+Test(deadline, a_site_is_late_past_its_own_usual_arrival_by_half_again) {
+    Rounds r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(rounds_site_due(&r, 7), 0, "a site never seen is never late");
+    int64_t fast[] = {4000, 4400, 4200, 9000, 4100, 4300, 4000, 4200, 4100};
+    for (int64_t n = 1; n <= 2; n++) rounds_arrival(&r, 7, n, 1, fast[n - 1]);
+    cr_assert_eq(rounds_site_due(&r, 7), 0, "two rounds are too few to say");
+    for (int64_t n = 3; n <= 9; n++) rounds_arrival(&r, 7, n, 1, fast[n - 1]);
+    /* the last 8: 4400 4200 9000 4100 4300 4000 4200 4100; the 90th
+     * percentile of 8 is the 8th sorted (9000, the round it was reset) */
+    cr_assert_eq(rounds_site_due(&r, 7), 13500);
+    for (int64_t n = 10; n <= 12; n++) rounds_arrival(&r, 7, n, 1, 4000);
+    /* rounds 5 to 12 now: the reset one has left the window */
+    cr_assert_eq(rounds_site_due(&r, 7), 4300 + 2150, "4.3 s and half again");
+    /* a slow site's due is its own; the fast one's stays */
+    for (int64_t n = 1; n <= 3; n++) rounds_arrival(&r, 9, n, 1, 20000);
+    cr_assert_eq(rounds_site_due(&r, 9), 30000);
+    cr_assert_eq(rounds_site_due(&r, 7), 6450);
+    cr_assert_eq(rounds_adaptive_deadline(&r), 40000, "the round's: twice the slowest");
+    /* a second at least over a quick site's usual arrival */
+    for (int64_t n = 1; n <= 3; n++) rounds_arrival(&r, 11, n, 1, 300);
+    cr_assert_eq(rounds_site_due(&r, 11), 1300);
     free(r.arrivals);
 }
