@@ -27,9 +27,22 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The part of a round's wall time [start, closed) a site was in the
+ * federation for: from its enrollment when that came later (a site that
+ * did not exist yet could not train); the whole of it for a site not in
+ * the list (revoked since). */
+static int64_t site_wall(const StoreSite *sites, size_t n_sites, int64_t site_id, int64_t start,
+                         int64_t closed) {
+    for (size_t k = 0; k < n_sites; k++)
+        if (sites[k].id == site_id && sites[k].enrolled_at > start)
+            return sites[k].enrolled_at < closed ? closed - sites[k].enrolled_at : 1;
+    return closed - start;
+}
+
 /* A round's wall time, compute utilization and goodput (AdminRound says
  * what each is), and each update's wait and utilization. */
-static int utilization(Store *s, AdminRound *ar, StoreUpdate *ups, size_t n, char *err) {
+static int utilization(Store *s, const StoreSite *sites, size_t n_sites, AdminRound *ar,
+                       StoreUpdate *ups, size_t n, char *err) {
     ar->wall_ms = 0;
     ar->utilization = ar->goodput = NAN;
     ar->train_ms_sum = ar->site_wall_ms_sum = ar->tokens_accepted = ar->tokens_possible = 0;
@@ -39,47 +52,55 @@ static int utilization(Store *s, AdminRound *ar, StoreUpdate *ups, size_t n, cha
         ups[i].utilization = NAN;
     }
     if (strcmp(ar->r.state, "committed") != 0 || ar->r.closed_at <= 0) return 0;
-    int64_t start = ar->r.opened_at;
+    int64_t start = ar->r.opened_at, closed = ar->r.closed_at;
     if (ar->r.number > 0) {
         StoreRound prev;
         int rc = store_round_get(s, ar->r.number - 1, &prev, err);
         if (rc != 0 && rc != STORE_NOT_FOUND) return -1;
         if (rc == 0 && strcmp(prev.state, "committed") == 0 && prev.closed_at > 0 &&
-            prev.closed_at <= ar->r.closed_at)
+            prev.closed_at <= closed)
             start = prev.closed_at;
     }
-    int64_t wall = ar->r.closed_at - start;
+    int64_t wall = closed - start;
     if (wall <= 0) return 0;
     ar->wall_ms = wall;
     double *rates = malloc((n ? n : 1) * sizeof *rates);
     if (rates == NULL) return err_set(err, "out of memory for a round's utilization");
-    size_t n_rates = 0, reporting = 0;
+    size_t n_rates = 0;
     for (size_t i = 0; i < n; i++) {
         if (strcmp(ups[i].state, "accepted") == 0) ar->tokens_accepted += (double)ups[i].tokens;
         if (strcmp(ups[i].state, "discarded") == 0 || ups[i].train_ms <= 0) continue;
-        double t = ups[i].train_ms < wall ? (double)ups[i].train_ms : (double)wall;
-        ups[i].utilization = t / (double)wall;
+        double w = (double)site_wall(sites, n_sites, ups[i].site_id, start, closed);
+        double t = (double)ups[i].train_ms < w ? (double)ups[i].train_ms : w;
+        ups[i].utilization = t / w;
         int later = 0; /* a site's refused retries: its last update speaks for it */
         for (size_t j = i + 1; j < n && !later; j++)
             later = ups[j].site_id == ups[i].site_id && ups[j].train_ms > 0 &&
                     strcmp(ups[j].state, "discarded") != 0;
         if (later) continue;
-        ar->train_ms_sum += t, reporting++;
+        ar->train_ms_sum += t, ar->site_wall_ms_sum += w;
         if (ups[i].tokens > 0) {
             rates[n_rates++] = (double)ups[i].tokens / t;
-            ar->tokens_possible += (double)ups[i].tokens / t * (double)wall;
+            ar->tokens_possible += (double)ups[i].tokens / t * w;
         }
     }
-    ar->site_wall_ms_sum = (double)reporting * (double)wall;
-    if (reporting) ar->utilization = ar->train_ms_sum / ar->site_wall_ms_sum;
+    if (ar->site_wall_ms_sum > 0) ar->utilization = ar->train_ms_sum / ar->site_wall_ms_sum;
     if (n_rates > 0) {
-        /* every expected site could have trained for the whole wall time:
-         * at its own rate, or the round's median for a site with none */
+        /* every expected site could have trained for its wall time: at its
+         * own rate, or the round's median for a site with none */
         qsort(rates, n_rates, sizeof *rates, cmp_double);
         double median =
             n_rates % 2 ? rates[n_rates / 2] : (rates[n_rates / 2 - 1] + rates[n_rates / 2]) / 2;
-        int64_t others = ar->expected - (int64_t)n_rates;
-        if (others > 0) ar->tokens_possible += (double)others * median * (double)wall;
+        for (size_t k = 0; k < n_sites; k++) {
+            if (strcmp(sites[k].state, "active") != 0 || sites[k].enrolled_at > closed) continue;
+            int rated = 0; /* as above: an update with a claimed rate speaks for its site */
+            for (size_t i = 0; i < n && !rated; i++)
+                rated = ups[i].site_id == sites[k].id && ups[i].tokens > 0 && ups[i].train_ms > 0 &&
+                        strcmp(ups[i].state, "discarded") != 0;
+            if (!rated)
+                ar->tokens_possible +=
+                    median * (double)site_wall(sites, n_sites, sites[k].id, start, closed);
+        }
         if (ar->tokens_possible > 0) ar->goodput = ar->tokens_accepted / ar->tokens_possible;
     }
     free(rates);
@@ -113,7 +134,7 @@ static int describe_round(Store *s, const StoreSite *sites, size_t n_sites, int6
         for (size_t i = 0; i < n && !sent; i++) sent = ups[i].site_id == sites[k].id;
         if (!sent) add_line(ar->missed, sizeof ar->missed, sites[k].name);
     }
-    if (utilization(s, ar, ups, n, err) != 0) {
+    if (utilization(s, sites, n_sites, ar, ups, n, err) != 0) {
         free(ups);
         return -1;
     }

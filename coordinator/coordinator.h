@@ -97,12 +97,13 @@ typedef struct AdminRound {
     int64_t expected;  /* active sites enrolled before the round closed */
     int64_t raw_bytes; /* the counted updates' dense fp32 size */
     /* A committed round's wall time: from the previous round's commit (the
-     * first round: its first opening) to its own, failed attempts and all.
+     * first round: its first opening) to its own, failed attempts and all;
+     * a site's wall time is the part of it after its enrollment.
      * utilization: the training time the sites with an update claim, each
-     * at most wall_ms, over theirs; goodput: the accepted tokens over what
-     * every expected site could have trained in wall_ms at its claimed rate
-     * (tokens over training time; a site without an update at the round's
-     * median rate). Both NAN when unknown (not committed, no claims). They
+     * at most its wall time, over theirs; goodput: the accepted tokens over
+     * what every expected site could have trained in its wall time at its
+     * claimed rate (tokens over training time; a site without an update at
+     * the round's median rate). Both NAN when unknown (not committed, no claims). They
      * rest on claims, and weigh nothing: a site can only misstate its own. */
     int64_t wall_ms;
     double utilization, goodput;

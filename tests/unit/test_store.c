@@ -15,6 +15,7 @@
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 
+#include "coordinator/coordinator_internal.h"
 #include "coordinator/store.h"
 #include "coordinator/store_internal.h"
 #include "security/security.h"
@@ -416,6 +417,47 @@ Test(store, round_lifecycle_derives_totals_at_commit) {
     cr_assert_eq(last.number, 0);
     cr_assert_eq(store_round_live(fx.store, &last, err), 0);
     cr_assert_eq(last.id, r1);
+}
+
+/* A round's goodput counts each site from its enrollment when that came
+ * after the round's start: a site that did not exist yet could not train.
+ * Round 0 opens at 1 s and commits at 11 s; alpha, enrolled at 1 s, trains
+ * 8,000 tokens in 8 s (10 s of wall); beta, enrolled at 6 s, 4,000 in 4 s
+ * (5 s of wall); gamma, enrolled at 3 s, sends nothing and counts at the
+ * median rate (1 token/ms) for its 8 s; delta enrolls after the close. */
+Test(store, goodput_counts_each_site_from_its_enrollment) {
+    char err[ERR_LEN];
+    int64_t a, b, c, d, r0;
+    cr_assert_eq(store_site_add(fx.store, "alpha", 1000, &a, err), 0, "%s", err);
+    cr_assert_eq(store_round_open(fx.store, 0, 1000, &r0, err), 0, "%s", err);
+    cr_assert_eq(store_site_add(fx.store, "gamma", 3000, &c, err), 0, "%s", err);
+    cr_assert_eq(store_site_add(fx.store, "beta", 6000, &b, err), 0, "%s", err);
+    StoreUpdate ua = update_of(r0, a, 8000, 2.0, "received", NULL);
+    StoreUpdate ub = update_of(r0, b, 4000, 2.0, "received", NULL);
+    ua.train_ms = 8000, ub.train_ms = 4000;
+    ua.received_at = ub.received_at = 10000;
+    cr_assert_eq(store_update_record(fx.store, &ua, NULL, err), 0, "%s", err);
+    cr_assert_eq(store_update_record(fx.store, &ub, NULL, err), 0, "%s", err);
+    cr_assert_eq(store_round_aggregating(fx.store, r0, err), 0, "%s", err);
+    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
+                          1234,
+                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                          NULL,
+                          0,
+                          NULL};
+    cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.0, 0, 11000, err), 0, "%s", err);
+    cr_assert_eq(store_site_add(fx.store, "delta", 12000, &d, err), 0, "%s", err);
+    AdminRound *ar;
+    size_t n;
+    cr_assert_eq(admin_query_rounds(fx.store, 10, 0, 13000, &ar, &n, err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(ar[0].expected, 3, "delta came after the round");
+    cr_assert_eq(ar[0].wall_ms, 10000);
+    cr_assert_float_eq(ar[0].tokens_accepted, 12000, 1e-9);
+    cr_assert_float_eq(ar[0].tokens_possible, 10000 + 5000 + 8000, 1e-6);
+    cr_assert_float_eq(ar[0].goodput, 12000.0 / 23000, 1e-12);
+    cr_assert_float_eq(ar[0].utilization, 12000.0 / 15000, 1e-12, "beta trained 4 of its 5 s");
+    free(ar);
 }
 
 Test(store, failed_round_discards_updates_and_reopens_as_next_attempt) {
