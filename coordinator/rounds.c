@@ -629,19 +629,23 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
         if (rounds_reported(r, sites[i].name)) continue;
         const SiteArrivals *a = site_arrivals(r, sites[i].id);
         int64_t due = r->extensions == 0 ? rounds_site_due(r, sites[i].id) : 0;
-        int late = due > 0 && now >= r->opened_ms + due;
-        if (!late &&
-            ((a && a->last_round == r->number - 1) || sites[i].last_seen >= r->opened_ms)) {
+        int gone = !(a && a->last_round == r->number - 1) && sites[i].last_seen < r->opened_ms;
+        int late = !gone && due > 0 && now >= r->opened_ms + due;
+        if (!gone && !late) {
             waiting = 1;
             break;
         }
-        if (away++ < 4 && len + 90 < cap) {
+        if (away++ < 4 && len + 110 < cap) {
             if (late)
-                len += (size_t)snprintf(names + len, cap - len, "%s%s late (due by %.1f s)",
-                                        away > 1 ? ", " : "", sites[i].name, due / 1e3);
+                len += (size_t)snprintf(names + len, cap - len,
+                                        "%s%s late (past %.1f s: its usual arrival and half again)",
+                                        away > 1 ? "; " : "", sites[i].name, due / 1e3);
             else
-                len += (size_t)snprintf(names + len, cap - len, "%s%s away", away > 1 ? ", " : "",
-                                        sites[i].name);
+                len +=
+                    (size_t)snprintf(names + len, cap - len,
+                                     "%s%s away (no update in round %lld, no call since this "
+                                     "round opened)",
+                                     away > 1 ? "; " : "", sites[i].name, (long long)r->number - 1);
         }
     }
     free(sites);
@@ -715,15 +719,12 @@ static void *ticker_main(void *arg) {
         int away = 0;
         if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
             r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
-            char names[320];
+            char names[600];
             r->away_check_ms = now + 1000;
             away = rest_away(co, now, names, sizeof names);
             if (away)
-                log_info("rounds",
-                         "round %lld: closing with %d updates; %s (away: nothing from it in "
-                         "round %lld and no call since this round opened; late: past its usual "
-                         "arrival by half again)",
-                         (long long)r->number, r->n_reported, names, (long long)r->number - 1);
+                log_info("rounds", "round %lld: closing with %d updates; %s", (long long)r->number,
+                         r->n_reported, names);
         }
         if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
             int64_t quorum = rounds_quorum(co);
