@@ -12,8 +12,12 @@
  * Both sides are warm: each case runs REPS times in its process, the first
  * repetition reported apart (first_seconds), seconds the median of the
  * others. ratio is the baseline's seconds over Strait's (above 1: Strait is
- * faster). read_once_s is the time to read every input byte once (a 64-bit
- * sum over the N blobs, all cores), so vs_read_once says how far the rule
+ * faster). The mean's lines also carry close_seconds, what is left once the
+ * last update arrives (its check-and-add and the division: the round's
+ * wait for its aggregate, the rest done while the others arrived), and
+ * close_ratio, the baseline's seconds over it (Flower aggregates once every
+ * result is in: all of its time is after the last arrival). read_once_s is the time to read every
+ * input byte once (a 64-bit sum over the N blobs, all cores), so vs_read_once says how far the rule
  * is from the memory's own speed.
  *
  * peak_rss_mb is the process's, which holds the bench's own inputs (the
@@ -148,7 +152,7 @@ typedef struct Timing {
 } Timing;
 
 static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing t, double read_s,
-                 const Baseline *b, const char *why) {
+                 const Timing *close, const Baseline *b, const char *why) {
     json_t *o = json_object();
     json_object_set_new(o, "bench", json_string("aggregate"));
     json_object_set_new(o, "case", json_string(rule));
@@ -164,6 +168,7 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
     json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
     json_object_set_new(o, "inputs_rss_mb", json_real(inputs_rss_mb));
     json_object_set_new(o, "model_mb", json_real(4.0 * (double)n / 1048576.0));
+    if (close) json_object_set_new(o, "close_seconds", json_real(close->median_s));
     if (b) {
         json_object_set_new(o, "baseline", json_string(b->fn));
         json_object_set_new(o, "baseline_seconds", json_real(b->median_s));
@@ -171,6 +176,7 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
         json_object_set_new(o, "baseline_peak_rss_mb", json_real(b->peak_rss_mb));
         json_object_set_new(o, "baseline_inputs_rss_mb", json_real(b->inputs_rss_mb));
         json_object_set_new(o, "ratio", json_real(b->median_s / t.median_s));
+        if (close) json_object_set_new(o, "close_ratio", json_real(b->median_s / close->median_s));
     } else {
         json_object_set_new(o, "baseline", json_string(why));
     }
@@ -181,20 +187,23 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
  * added into the stage and gated in one read, as it arrives. */
 static float *spare_stage; /* the stage a round hands the next, as rounds.c does */
 
-static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n,
-                        float *out) {
+static double mean_once(const uint8_t *const *bp, const size_t *lens, int N, uint64_t n, float *out,
+                        double *close_s) {
     char err[ERR_LEN];
     RoundSum rs;
     if (round_sum_init(&rs, n, 0x5eed, 0, err) != 0) DIE("%s", err);
     rs.stage = spare_stage, spare_stage = NULL;
-    uint64_t t0 = time_monotonic_ns();
+    uint64_t t0 = time_monotonic_ns(), last = t0;
     for (int u = 0; u < N; u++) {
         char why[ERR_LEN];
+        if (u == N - 1) last = time_monotonic_ns();
         if (round_sum_add(&rs, bp[u], lens[u], (double)(1 + u % 3), why) != 0)
             DIE("update %d refused: %s", u, why);
     }
     if (round_sum_mean(&rs, out, err) != 0) DIE("%s", err);
-    double s = (double)(time_monotonic_ns() - t0) / 1e9;
+    uint64_t t1 = time_monotonic_ns();
+    double s = (double)(t1 - t0) / 1e9;
+    *close_s = (double)(t1 - last) / 1e9;
     spare_stage = rs.stage, rs.stage = NULL;
     round_sum_free(&rs);
     return s;
@@ -257,16 +266,18 @@ int main(int argc, char **argv) {
             size_t *lens = mallocCheck(sizeof *lens * (size_t)N);
             for (int u = 0; u < N; u++)
                 bp[u] = blobs[u % DISTINCT].data, lens[u] = blobs[u % DISTINCT].len;
-            double read_s = read_once_s(bp, lens, N), secs[REPS];
-            for (int r = 0; r < REPS; r++) secs[r] = mean_once(bp, lens, N, n, out);
-            Timing t = timing(secs);
-            emit(codecs[c], N, n, "mean", t, read_s, have[k] ? &fl[k][FL_TRAIN] : NULL, why[k]);
-            emit(codecs[c], N, n, "mean", t, read_s, have[k] ? &fl[k][FL_INPLACE] : NULL, why[k]);
+            double read_s = read_once_s(bp, lens, N), secs[REPS], closing[REPS];
+            for (int r = 0; r < REPS; r++) secs[r] = mean_once(bp, lens, N, n, out, &closing[r]);
+            Timing t = timing(secs), close = timing(closing);
+            emit(codecs[c], N, n, "mean", t, read_s, &close, have[k] ? &fl[k][FL_TRAIN] : NULL,
+                 why[k]);
+            emit(codecs[c], N, n, "mean", t, read_s, &close, have[k] ? &fl[k][FL_INPLACE] : NULL,
+                 why[k]);
             const AggregateRule rules[] = {AGG_MEDIAN, AGG_TRIMMED_MEAN};
             const int against[] = {FL_MEDIAN, FL_TRIMMED};
             for (int r = 0; r < 2; r++) {
                 for (int i = 0; i < REPS; i++) secs[i] = robust_once(bp, lens, N, n, rules[r], out);
-                emit(codecs[c], N, n, aggregate_rule_name(rules[r]), timing(secs), read_s,
+                emit(codecs[c], N, n, aggregate_rule_name(rules[r]), timing(secs), read_s, NULL,
                      have[k] ? &fl[k][against[r]] : NULL, why[k]);
             }
             free(bp), free(lens);
