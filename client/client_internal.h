@@ -8,6 +8,7 @@
 #ifndef STRAIT_CLIENT_INTERNAL_H
 #define STRAIT_CLIENT_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "client.h"
@@ -21,9 +22,11 @@
 #include "util/util.h"
 
 #define CALL_TIMEOUT_MS 60000
-/* while training, a sign of life this often (monitors count a site online
- * for a minute after its last call) */
-#define HEARTBEAT_MS   15000
+/* while training, a sign of life this often, sent by a thread of its own so
+ * that the steps never wait on the network (monitors count a site online
+ * for a minute after its last call); its answer stops a site whose round
+ * closed without it within that long */
+#define HEARTBEAT_MS   5000
 #define BACKOFF_MAX_MS 10000
 
 typedef struct Site {
@@ -117,6 +120,15 @@ typedef struct Session {
     size_t share; /* this rank's place in a global batch */
     float lr;
     Blob blob; /* the update being sent */
+    /* rank 0's heartbeat thread: it beats every HEARTBEAT_MS while a round
+     * trains (beat_round >= 0) and keeps the federation's round its last
+     * answer gave (beat_current; 0: none yet), which the steps read */
+    pthread_t beat;
+    pthread_mutex_t beat_lock;
+    pthread_cond_t beat_cond;
+    int beat_started, beat_stop;
+    int64_t beat_round;
+    uint64_t beat_current;
 } Session;
 
 /* What a round's inner steps made (every rank runs it). */

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -151,6 +152,79 @@ static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
     return 0;
 }
 
+/* ---- the heartbeat thread ------------------------------------------------ */
+
+static void *beat_main(void *arg) {
+    Session *ss = arg;
+    pthread_mutex_lock(&ss->beat_lock);
+    while (!ss->beat_stop) {
+        int64_t round = ss->beat_round;
+        if (round < 0) {
+            pthread_cond_wait(&ss->beat_cond, &ss->beat_lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += HEARTBEAT_MS / 1000;
+        until.tv_nsec += (long)(HEARTBEAT_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        int rc = 0;
+        while (!ss->beat_stop && ss->beat_round == round && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&ss->beat_cond, &ss->beat_lock, &until);
+        if (ss->beat_stop || ss->beat_round != round) continue; /* stopped, or another round */
+        pthread_mutex_unlock(&ss->beat_lock);
+        uint64_t current = site_heartbeat(&ss->s, (uint64_t)round, NULL);
+        pthread_mutex_lock(&ss->beat_lock);
+        if (current && ss->beat_round == round) ss->beat_current = current;
+    }
+    pthread_mutex_unlock(&ss->beat_lock);
+    return NULL;
+}
+
+static int beat_start(Session *ss, char *err) {
+    pthread_condattr_t ca;
+    pthread_mutex_init(&ss->beat_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ss->beat_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    ss->beat_round = -1;
+    if (pthread_create(&ss->beat, NULL, beat_main, ss) != 0)
+        return err_set(err, "cannot start the heartbeat's thread");
+    ss->beat_started = 1;
+    return 0;
+}
+
+/* Which round the thread beats for (-1: none; training ended). */
+static void beat_set(Session *ss, int64_t round) {
+    pthread_mutex_lock(&ss->beat_lock);
+    ss->beat_round = round;
+    ss->beat_current = 0;
+    pthread_cond_signal(&ss->beat_cond);
+    pthread_mutex_unlock(&ss->beat_lock);
+}
+
+/* The federation's round the last heartbeat of this round said; 0: none. */
+static uint64_t beat_current(Session *ss) {
+    pthread_mutex_lock(&ss->beat_lock);
+    uint64_t current = ss->beat_current;
+    pthread_mutex_unlock(&ss->beat_lock);
+    return current;
+}
+
+/* Ends the thread: after at most the heartbeat in flight (5 s at most). */
+static void beat_stop(Session *ss) {
+    if (!ss->beat_started) return;
+    pthread_mutex_lock(&ss->beat_lock);
+    ss->beat_stop = 1;
+    pthread_cond_signal(&ss->beat_cond);
+    pthread_mutex_unlock(&ss->beat_lock);
+    pthread_join(ss->beat, NULL);
+    pthread_cond_destroy(&ss->beat_cond);
+    pthread_mutex_destroy(&ss->beat_lock);
+    ss->beat_started = 0;
+}
+
 /* Everything a run sets up once: the site's link and the federation's
  * answer, the model, the codec, the data, the saved state, the trainer. */
 static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
@@ -167,6 +241,7 @@ static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if (rk->size > 1) log_info("site", "rank %d of %d (pid %d)", rk->rank, rk->size, (int)getpid());
     if (rk->rank == 0 && site_read(&ss->s, err) != 0) return -1;
     if (rk->rank == 0 && (ss->hr = site_hello(&ss->s, err)) == NULL) return -1;
+    if (rk->rank == 0 && beat_start(ss, err) != 0) return -1;
     if ((ss->hr = share_hello(rk, ss->hr, err)) == NULL) return -1;
     Strait__HelloResponse *hr = ss->hr;
     if (session_model(ss, o, err) != 0) return -1;
@@ -262,6 +337,7 @@ static int session_open(Session *ss, const SiteRunOptions *o, char *err) {
 }
 
 static void session_close(Session *ss) {
+    beat_stop(ss); /* before the channel it calls on goes */
     trainer_free(ss->trainer);
     if (ss->hr) strait__hello_response__free_unpacked(ss->hr, NULL);
     net_channel_destroy(ss->s.ch);
@@ -301,8 +377,9 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
     out->start_eval =
         ss->have_val ? trainer_eval_tokens(ss->trainer, ss->val, HELD_OUT_BATCHES) : NAN;
     times->eval = ms_since(te);
-    uint64_t t0 = time_monotonic_ns(), last_beat = t0;
+    uint64_t t0 = time_monotonic_ns();
     double loss_sum = 0;
+    if (rk->rank == 0) beat_set(ss, (int64_t)round);
     int total_steps = (int)(hr->total_rounds ? hr->total_rounds : round + 1) * H;
     /* the schedule runs over every inner step of the federation, as the
      * centralized trainer schedules its steps */
@@ -314,10 +391,9 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
         if (rk->rank == 0 && step > 0 && hr->round_budget_ms &&
             (now - t0) / 1000000 >= hr->round_budget_ms)
             go = 0;
-        if (rk->rank == 0 && go && (now - last_beat) / 1000000 >= HEARTBEAT_MS) {
-            last_beat = now;
+        if (rk->rank == 0 && go) {
             /* async rounds take an update up to `staleness` rounds late */
-            if (site_heartbeat(&ss->s, round, NULL) > round + hr->staleness) {
+            if (beat_current(ss) > round + hr->staleness) {
                 log_warn("site", "round %llu closed without this site; stopping its training",
                          (unsigned long long)round);
                 go = 0;
@@ -330,6 +406,7 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
         loss_sum += trainer_step(ss->trainer, ss->in + ss->share, ss->tg + ss->share,
                                  train_lr(&tc, (int)round * H + step), NULL);
     }
+    if (rk->rank == 0) beat_set(ss, -1);
     out->train_ms = (time_monotonic_ns() - t0) / 1000000; /* the steps alone */
     out->train_loss = out->steps ? loss_sum / out->steps : NAN;
     te = time_monotonic_ns();
