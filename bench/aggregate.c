@@ -16,9 +16,10 @@
  * last update arrives (its check-and-add and the division: the round's
  * wait for its aggregate, the rest done while the others arrived), and
  * close_ratio, the baseline's seconds over it (Flower aggregates once every
- * result is in: all of its time is after the last arrival). read_once_s is the time to read every
- * input byte once (a 64-bit sum over the N blobs, all cores), so vs_read_once says how far the rule
- * is from the memory's own speed.
+ * result is in: all of its time is after the last arrival). read_once_s is
+ * the time to read every input byte once (a 64-bit sum over the N blobs,
+ * all cores), so vs_read_once says how far the rule is from the memory's
+ * own speed.
  *
  * peak_rss_mb is the process's, which holds the bench's own inputs (the
  * blobs, the source vector and the result): inputs_rss_mb is that peak once

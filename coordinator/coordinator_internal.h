@@ -286,6 +286,16 @@ int rounds_reserve(Rounds *r, int need);
 void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms);
 int64_t rounds_adaptive_deadline(const Rounds *r);
 int64_t rounds_site_due(const Rounds *r, int64_t site_id);
+/* Under rounds.lock: whether the open round, its quorum in, still waits for
+ * a site that has not reported. Away: the round before took no update from
+ * it and it has not called since this round opened (a cut link, a stopped
+ * site); it does not hold this round's model, so its update would need a
+ * download first. Late: past rounds_site_due (*due, 0 when none), whatever
+ * it did before (a link cut while the round ran), in the attempt the
+ * arrivals are learnt from only (no extension yet). Any other site is
+ * waited for. */
+typedef enum SiteWait { SITE_WAITED, SITE_AWAY, SITE_LATE } SiteWait;
+SiteWait rounds_site_wait(const Rounds *r, const StoreSite *site, int64_t now, int64_t *due);
 /* Under rounds.lock: the model of `round` has parameters of SHA-256 sha
  * (kept while within MODEL_HISTORY rounds of the newest). */
 void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]);

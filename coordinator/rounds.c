@@ -232,11 +232,22 @@ static const SiteArrivals *site_arrivals(const Rounds *r, int64_t site_id) {
     return NULL;
 }
 
-int64_t rounds_site_due(const Rounds *r, int64_t site_id) {
-    const SiteArrivals *a = site_arrivals(r, site_id);
+/* a's 90th percentile and half again, a second at least; 0 below three rounds */
+static int64_t arrival_due(const SiteArrivals *a) {
     int64_t q90 = a ? arrival_q90(a) : -1;
     if (q90 < 0) return 0;
     return q90 + (q90 / 2 > 1000 ? q90 / 2 : 1000);
+}
+
+int64_t rounds_site_due(const Rounds *r, int64_t site_id) {
+    return arrival_due(site_arrivals(r, site_id));
+}
+
+SiteWait rounds_site_wait(const Rounds *r, const StoreSite *site, int64_t now, int64_t *due) {
+    const SiteArrivals *a = site_arrivals(r, site->id);
+    *due = r->extensions == 0 ? arrival_due(a) : 0;
+    if (!(a && a->last_round == r->number - 1) && site->last_seen < r->opened_ms) return SITE_AWAY;
+    return *due > 0 && now >= r->opened_ms + *due ? SITE_LATE : SITE_WAITED;
 }
 
 void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]) {
@@ -601,16 +612,10 @@ static void cancel_revoked(Coordinator *co) {
     free(peers); /* NULL when n is -1 */
 }
 
-/* With a quorum in, a round does not wait for a site that is away or
- * late. Away: the round before did not take an update from it and it has
- * not called since this round opened (a cut link, a stopped site); it
- * does not hold this round's model, so an update from it would need a
- * download first. Late: past its own usual arrival by half as long again
- * (rounds_site_due), whatever it did before (a link cut while the round
- * ran); this needs the attempt the arrivals are learnt from (the first:
- * extensions is 0). Any other site is waited for as before. 1 when the
- * quorum is in and every active site not in is away or late (the first
- * few in `names`), 0 otherwise. One read of the sites; under r->lock. */
+/* With a quorum in, a round does not wait for a site that is away or late
+ * (rounds_site_wait). 1 when the quorum is in and every active site not in
+ * is away or late (the first few in `names`, each with why), 0 otherwise.
+ * One read of the sites; under r->lock. */
 static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
     Rounds *r = &co->rounds;
     StoreSite *sites;
@@ -627,16 +632,14 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
         if (strcmp(sites[i].state, "active") != 0) continue;
         active++;
         if (rounds_reported(r, sites[i].name)) continue;
-        const SiteArrivals *a = site_arrivals(r, sites[i].id);
-        int64_t due = r->extensions == 0 ? rounds_site_due(r, sites[i].id) : 0;
-        int gone = !(a && a->last_round == r->number - 1) && sites[i].last_seen < r->opened_ms;
-        int late = !gone && due > 0 && now >= r->opened_ms + due;
-        if (!gone && !late) {
+        int64_t due;
+        SiteWait w = rounds_site_wait(r, &sites[i], now, &due);
+        if (w == SITE_WAITED) {
             waiting = 1;
             break;
         }
         if (away++ < 4 && len + 110 < cap) {
-            if (late)
+            if (w == SITE_LATE)
                 len += (size_t)snprintf(names + len, cap - len,
                                         "%s%s late (past %.1f s: its usual arrival and half again)",
                                         away > 1 ? "; " : "", sites[i].name, due / 1e3);

@@ -3,7 +3,8 @@
  * twice the slowest site's 90th-percentile arrival once it has three
  * rounds, 1 s at least, learnt from first attempts after round 0 only, and
  * each site's last round that took an update kept whatever the attempt;
- * and when each site is late: its own 90th percentile and half again.
+ * and when each site is late: its own 90th percentile and half again; and
+ * whom a round with its quorum in stops waiting for (away or late).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,5 +64,38 @@ Test(deadline, a_site_is_late_past_its_own_usual_arrival_by_half_again) {
     /* a second at least over a quick site's usual arrival */
     for (int64_t n = 1; n <= 3; n++) rounds_arrival(&r, 11, n, 1, 300);
     cr_assert_eq(rounds_site_due(&r, 11), 1300);
+    free(r.arrivals);
+}
+
+/* Whom a round with its quorum in stops waiting for: a site away (nothing
+ * in the round before, no call since this one opened), or one late (past
+ * its own due, in the first attempt only); anyone else is waited for. */
+Test(deadline, a_round_stops_waiting_for_a_site_away_or_late) {
+    Rounds r;
+    memset(&r, 0, sizeof r);
+    r.number = 5, r.opened_ms = 100000;
+    for (int64_t n = 2; n <= 4; n++) rounds_arrival(&r, 7, n, 1, 4000); /* due by 6 s */
+    StoreSite s;
+    memset(&s, 0, sizeof s);
+    s.id = 7, s.last_seen = 90000; /* in round 4, no call since round 5 opened */
+    int64_t due;
+    cr_assert_eq(rounds_site_wait(&r, &s, 100500, &due), SITE_WAITED, "it sent round 4's update");
+    cr_assert_eq(due, 6000);
+    cr_assert_eq(rounds_site_wait(&r, &s, 105999, &due), SITE_WAITED);
+    cr_assert_eq(rounds_site_wait(&r, &s, 106000, &due), SITE_LATE, "past its own due");
+    r.extensions = 1; /* an extended attempt waits as the deadline says */
+    cr_assert_eq(rounds_site_wait(&r, &s, 106000, &due), SITE_WAITED);
+    cr_assert_eq(due, 0);
+    r.extensions = 0;
+    r.number = 6, r.opened_ms = 200000; /* round 5 took nothing from it */
+    cr_assert_eq(rounds_site_wait(&r, &s, 200100, &due), SITE_AWAY, "nothing in 5, no call since");
+    s.last_seen = 200050; /* it called once round 6 opened: waited for until its due */
+    cr_assert_eq(rounds_site_wait(&r, &s, 200100, &due), SITE_WAITED);
+    cr_assert_eq(rounds_site_wait(&r, &s, 206000, &due), SITE_LATE);
+    StoreSite fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.id = 9, fresh.last_seen = 200050; /* no arrivals yet: never late */
+    cr_assert_eq(rounds_site_wait(&r, &fresh, 900000, &due), SITE_WAITED);
+    cr_assert_eq(due, 0);
     free(r.arrivals);
 }

@@ -342,6 +342,15 @@ static StoreUpdate update_of(int64_t round_id, int64_t site_id, int64_t tokens, 
     return u;
 }
 
+/* round 0's checkpoint row, for the commits of the tests below */
+static const StoreCheckpoint round0_ckpt = {
+    "checkpoints/round-000000.safetensors",
+    1234,
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+    NULL,
+    0,
+    NULL};
+
 Test(store, round_lifecycle_derives_totals_at_commit) {
     char err[ERR_LEN];
     int64_t a = add_site("alpha"), b = add_site("beta"), c = add_site("gamma");
@@ -364,12 +373,7 @@ Test(store, round_lifecycle_derives_totals_at_commit) {
 
     cr_assert_eq(store_round_aggregating(fx.store, r0, err), 0, "%s", err);
     cr_assert_eq(store_round_aggregating(fx.store, r0, err), -1);
-    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
-                          1234,
-                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
-                          NULL,
-                          0,
-                          NULL};
+    StoreCheckpoint ck = round0_ckpt;
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.25, 777, 4000, err), 0, "%s", err);
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.25, 777, 4000, err), -1);
 
@@ -439,12 +443,7 @@ Test(store, goodput_counts_each_site_from_its_enrollment) {
     cr_assert_eq(store_update_record(fx.store, &ua, NULL, err), 0, "%s", err);
     cr_assert_eq(store_update_record(fx.store, &ub, NULL, err), 0, "%s", err);
     cr_assert_eq(store_round_aggregating(fx.store, r0, err), 0, "%s", err);
-    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
-                          1234,
-                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
-                          NULL,
-                          0,
-                          NULL};
+    StoreCheckpoint ck = round0_ckpt;
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.0, 0, 11000, err), 0, "%s", err);
     cr_assert_eq(store_site_add(fx.store, "delta", 12000, &d, err), 0, "%s", err);
     AdminRound *ar;
@@ -780,12 +779,7 @@ Test(store, a_rounds_loss_is_the_median_report_so_one_liar_cannot_move_it) {
     cr_assert_eq(store_update_record(fx.store, &ua, NULL, err), 0, "%s", err);
     cr_assert_eq(store_update_record(fx.store, &ub, NULL, err), 0, "%s", err);
     cr_assert_eq(store_update_record(fx.store, &uc, NULL, err), 0, "%s", err);
-    StoreCheckpoint ck = {"checkpoints/round-000000.safetensors",
-                          1234,
-                          "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
-                          NULL,
-                          0,
-                          NULL};
+    StoreCheckpoint ck = round0_ckpt;
     cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.0, 0, 4000, err), 0, "%s", err);
     StoreRound r;
     cr_assert_eq(store_round_get(fx.store, 0, &r, err), 0);
