@@ -20,6 +20,21 @@
  * bit for bit: each one is the chain's, named by its SHA-256, and a delta
  * is only ever applied onto the model it was made from.
  *
+ * Look-ahead (Hello's lookahead = c > 0: [rounds] lookahead times the
+ * outer optimizer's step for one mean update): θ_{t_k} still lacks the
+ * outer step of round t_k, the one the site has just trained for, and the
+ * site's own Δ for it is the freshest estimate of that round's mean. It
+ * trains the update for t_k + 1 from S = θ_{t_k} − c·Δ and encodes it
+ * against S, still naming θ_{t_k} as its base. Where a round's
+ * steps nearly reach a minimum whatever their start (long rounds), an
+ * update trained from θ alone aims a round behind, and applied to the
+ * model after it overshoots: at 200 inner steps the held-out loss
+ * oscillated. (In a quadratic model where the steps forget their start,
+ * c at the whole step gives synchronous rounds' dynamics exactly, the
+ * sites' data alike or not; real sites then drift toward their own data,
+ * hence a fraction: docs/communication.md.) The copies of θ stay the
+ * coordinator's; S is the site's own starting point.
+ *
  * One rank only: a site of several ranks runs the rounds synchronously.
  */
 #include <pthread.h>
@@ -116,20 +131,33 @@ int rounds_overlap(Session *ss, char *err) {
         session_log_model(ss, target);
     else if (fetch_current(ss, &target, &times, err) != 0)
         return -1;
+    float c = ss->hr->lookahead;
+    if (!(c >= 0 && c <= 10))
+        return err_set(err,
+                       "the coordinator sent lookahead = %g, outside 0 to 10: run a site of the "
+                       "coordinator's version",
+                       (double)c);
     Inflight f;
     memset(&f, 0, sizeof f);
     f.next = mallocCheck(bytes); /* the other model buffer: the thread's output */
+    /* the look-ahead start S of the next update; none yet (from theta) */
+    float *start = c > 0 ? mallocCheck(bytes) : NULL;
+    int have_start = 0;
     pthread_t th;
     int running = 0, rc = -1;
     for (;;) {
         if (total && target >= total) break; /* no round left to train for */
         /* iteration: the update for `target` from the base in theta */
-        memcpy(m->params, ss->theta, bytes);
+        memcpy(m->params, have_start ? start : ss->theta, bytes);
         int64_t base_round = ss->have_round;
         RoundTrained t;
         if (session_train(ss, target, &times, &t, err) != 0) goto out;
-        log_info("site", "round %llu: loss %.4f, eval %.4f (trained from round %lld's model)",
-                 (unsigned long long)target, t.train_loss, t.eval, (long long)base_round);
+        /* θ_local on the host for the look-ahead (a GPU trainer encodes
+         * from its own copy) */
+        if (start && ss->on_gpu) trainer_to_host(ss->trainer, TRAINER_PARAMS);
+        log_info("site", "round %llu: loss %.4f, eval %.4f (trained from round %lld's model%s)",
+                 (unsigned long long)target, t.train_loss, t.eval, (long long)base_round,
+                 have_start ? ", looking ahead" : "");
         int have_next = 0;
         if (running) { /* the update before: sent, its round closed, the next model here */
             pthread_join(th, NULL);
@@ -149,13 +177,22 @@ int rounds_overlap(Session *ss, char *err) {
                          (unsigned long long)target, (unsigned long long)f.next_round);
                 adopt_next(ss, &f);
                 target = f.next_round;
+                have_start = 0; /* no update of this site's in the steps ahead */
                 continue;
             }
         }
-        if (session_encode(ss, ss->theta, ss->theta_sha, &t, &times, f.blob_sha, f.meta, &f.mlen,
-                           err) != 0)
+        if (session_encode(ss, have_start ? start : ss->theta, ss->theta_sha, &t, &times,
+                           f.blob_sha, f.meta, &f.mlen, err) != 0)
             goto out;
         if (have_next) adopt_next(ss, &f); /* the next base: the model after the round before */
+        if (start) { /* S ← θ − c·Δ, Δ = (this update's start) − θ_local */
+            /* the update's start: S, or the model held before adopt_next
+             * (in f.next since the trade) */
+            const float *from = have_start ? start : have_next ? f.next : ss->theta;
+            for (uint64_t i = 0; i < m->n_params; i++)
+                start[i] = ss->theta[i] - c * (from[i] - m->params[i]);
+            have_start = 1;
+        }
         if (site_state_save(&ss->s, m, &ss->ef, target, ss->tl.pos, err) != 0) goto out;
         f.ss = ss;
         f.round = target;
@@ -181,5 +218,6 @@ out:
     }
     blob_free(&f.blob);
     free(f.next);
+    free(start);
     return rc;
 }

@@ -45,6 +45,10 @@ typedef struct RoundsSettings {
     /* [rounds] overlap: round r also takes updates trained from θ_{r−1}
      * (the one-step-delayed outer step), so sites train while they send */
     int overlap;
+    /* [rounds] lookahead (with overlap), 0 to 1: each site trains from
+     * the model it holds moved by this fraction of the outer step its own
+     * last Δ would make (rounds_lookahead); 0: from the model it holds */
+    double lookahead;
     /* [rounds] mode = async: a round merges once its quorum is in and a
      * grace window (grace × the time the quorum took) has passed, and takes
      * updates trained from a model up to `staleness` rounds old, each
@@ -428,6 +432,11 @@ int rounds_recipe_known(const char *name);
  * model_init. */
 int model_settings_read(const Config *cfg, Coordinator *co, char *err);
 int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *out, char *err);
+/* What Hello sends as lookahead: with overlap, [rounds] lookahead times the
+ * outer optimizer's step for one mean update Δ̄ with no momentum behind it,
+ * θ ← θ − step·Δ̄ (nesterov η(1+μ), avg η); 0 without overlap and for
+ * adam, whose step is no multiple of Δ̄. */
+double rounds_lookahead(const RoundsSettings *s);
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err);
 /* Answers every parked WaitRound (before the server stops). */
 void rounds_release_waiters(Coordinator *co);

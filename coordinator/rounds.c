@@ -765,6 +765,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->round_budget_ms = (uint64_t)r->set.budget_ms;
     hr->finished = r->state == ROUND_FINISHED;
     hr->overlap = r->set.overlap;
+    hr->lookahead = (float)rounds_lookahead(&r->set);
     hr->staleness = (uint32_t)r->set.staleness;
     /* static strings: the settings never change while serving */
     hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);

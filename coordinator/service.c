@@ -296,7 +296,8 @@ static int check_keys(const Config *cfg, char *err) {
         "total",      "min_sites",   "deadline",         "max_extensions", "aggregate",
         "trim",       "inner_steps", "time_budget",      "overlap",        "adaptive_deadline",
         "batch",      "seq",         "max_update_ratio", "norm_bound",     "clip",
-        "weight_cap", "mode",        "staleness",        "grace",          NULL};
+        "weight_cap", "mode",        "staleness",        "grace",          "lookahead",
+        NULL};
     static const char *const recipe[] = {"name", NULL};
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};

@@ -197,6 +197,19 @@ static int read_mode(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
+double rounds_lookahead(const RoundsSettings *s) {
+    if (!s->overlap) return 0;
+    switch (s->outer) {
+    case OUTER_NESTEROV:
+        return s->lookahead * s->outer_lr * (1 + s->momentum);
+    case OUTER_AVG:
+        return s->lookahead * s->outer_lr;
+    case OUTER_ADAM:
+        return 0;
+    }
+    return 0;
+}
+
 int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {
     memset(o, 0, sizeof *o);
     GPTConfig gc = *model;
@@ -208,7 +221,9 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_int(cfg, "rounds", "inner_steps", 50, 1, 1000000, &o->inner_steps, err) ||
         config_get_int(cfg, "rounds", "max_extensions", 3, 0, 1000, &o->max_extensions, err) ||
         config_get_duration_ms(cfg, "rounds", "time_budget", 0, &o->budget_ms, err) ||
-        config_get_bool(cfg, "rounds", "overlap", 0, &o->overlap, err) || read_mode(cfg, o, err) ||
+        config_get_bool(cfg, "rounds", "overlap", 0, &o->overlap, err) ||
+        config_get_double(cfg, "rounds", "lookahead", 0.5, &o->lookahead, err) ||
+        read_mode(cfg, o, err) ||
         config_get_bool(cfg, "rounds", "adaptive_deadline", 1, &o->adaptive_deadline, err) ||
         config_get_int(cfg, "rounds", "batch", 64, 1, 1 << 20, &o->batch, err) ||
         config_get_int(cfg, "rounds", "seq", gc.T, 1, gc.T, &o->seq, err) ||
@@ -260,6 +275,11 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
     o->keeps_updates = aggregate_rule_keeps_updates(o->rule);
     if (!(o->trim >= 0 && o->trim < 0.5))
         return err_set(err, "federation.ini: [rounds] trim = %g; use 0 to less than 0.5", o->trim);
+    if (!(o->lookahead >= 0 && o->lookahead <= 1))
+        return err_set(err,
+                       "federation.ini: [rounds] lookahead = %g; use 0 to 1 (the fraction of its "
+                       "own update's outer step an overlapped site looks ahead by)",
+                       o->lookahead);
     const struct {
         const char *key;
         double value, min;

@@ -40,6 +40,9 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[rounds]\ntime_budget = a while\n", "[rounds] time_budget"},
         {"[rounds]\ntime_budget = 30d\n", "[rounds] time_budget"},
         {"[rounds]\noverlap = perhaps\n", "[rounds] overlap"},
+        {"[rounds]\noverlap = on\nlookahead = 1.5\n", "[rounds] lookahead"},
+        {"[rounds]\noverlap = on\nlookahead = -0.1\n", "[rounds] lookahead"},
+        {"[rounds]\nlookahead = ahead\n", "[rounds] lookahead"},
         {"[rounds]\nmode = lockstep\n", "[rounds] mode"},
         {"[rounds]\nmode = async\nstaleness = 0\n", "[rounds] staleness"},
         {"[rounds]\ngrace = long\n", "[rounds] grace"},
@@ -143,4 +146,33 @@ Test(settings, each_recipe_brings_its_codecs_and_optimizer) {
     cr_assert(o.async);
     cr_assert_eq(o.staleness, 3);
     cr_assert(o.keeps_updates, "the median keeps every update");
+}
+
+/* The look-ahead a site of an overlapped federation takes: [rounds]
+ * lookahead (0.5 unless set) of the outer optimizer's step for one mean
+ * update with no momentum behind it, and none without overlap, with
+ * lookahead = 0 or with adam (its step is no multiple of Δ̄). */
+Test(settings, the_lookahead_is_the_outer_step_of_one_update) {
+    static const struct {
+        const char *ini;
+        double want;
+    } cases[] = {
+        {"[rounds]\noverlap = on\n", 0.5 * 0.7 * 1.3},
+        {"[rounds]\noverlap = on\nlookahead = 1\n", 0.7 * 1.3},
+        {"[rounds]\noverlap = on\nlookahead = 1\n[optimizer]\nlr = 0.5\nmomentum = 0.9\n",
+         0.5 * 1.9},
+        {"[recipe]\nname = fedavg\n[rounds]\noverlap = on\nlookahead = 0.25\n", 0.25},
+        {"[recipe]\nname = sparseloco\n[rounds]\noverlap = on\n", 0.5},
+        {"[recipe]\nname = fedadam\n[rounds]\noverlap = on\n", 0},
+        {"[rounds]\noverlap = on\nlookahead = 0\n", 0},
+        {"", 0},
+        {"[rounds]\nlookahead = 1\n", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RoundsSettings o;
+        char err[ERR_LEN];
+        cr_assert_eq(read_text(cases[i].ini, &o, err), 0, "%s: %s", cases[i].ini, err);
+        cr_assert_float_eq(rounds_lookahead(&o), cases[i].want, 1e-12, "%s: %g", cases[i].ini,
+                           rounds_lookahead(&o));
+    }
 }

@@ -356,8 +356,8 @@ Test(wan, a_coordinator_restarted_mid_round_loses_nothing) {
 /* [rounds] overlap = on across 40 ms round trips and 10 Mbit/s up: the
  * sites train the next round while their updates and the next model are
  * in flight, every round commits with every site, updates trained from the
- * round before's model are taken, and every site holds the coordinator's
- * model bit for bit. */
+ * round before's model (looking ahead from it, the default) are taken, and
+ * every site holds the coordinator's model bit for bit. */
 Test(wan, overlapped_rounds_keep_every_model_identical) {
     BedLink l = {10, 20, 20, 2, 0.001, 0};
     BedLink links[3] = {l, l, l};
@@ -375,7 +375,7 @@ Test(wan, overlapped_rounds_keep_every_model_identical) {
         for (int n = 2; n <= 5; n++) {
             snprintf(want, sizeof want, "round %d: loss", n);
             const char *at = strstr(log, want);
-            snprintf(want, sizeof want, "(trained from round %d's model)", n - 1);
+            snprintf(want, sizeof want, "(trained from round %d's model, looking ahead)", n - 1);
             delayed += at && strstr(at, want) && strstr(at, want) < strchr(at, '\n');
         }
         free(log);
