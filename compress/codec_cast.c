@@ -53,13 +53,7 @@ static int fp32_check_add(const CodecParams *p, const uint8_t *raw, uint32_t cou
                           char *err) {
     int bad = fp32_check(p, raw, count, norm2, nonzeros, err);
     if (bad) return bad;
-    float *restrict out = d;
-    const float *restrict in = src;
-    for (uint32_t i = 0; i < count; i++) {
-        float v;
-        memcpy(&v, raw + 4 * (size_t)i, 4);
-        out[i] = (in ? in[i] : 0.0f) + w * v;
-    }
+    codec_simd()->axpy_to(raw, count, w, src, d);
     return 0;
 }
 

@@ -183,19 +183,13 @@ static int int8_check_add(const CodecParams *p, const uint8_t *raw, uint32_t cou
                           char *err) {
     int bad = int8_check(p, raw, count, norm2, nonzeros, err);
     if (bad) return bad;
+    const CodecSimd *k = codec_simd();
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;
         float table[256], wt[256];
         memcpy(table, raw, 1024);
-        const uint8_t *restrict codes = raw + 1024;
         for (int q = 0; q < 256; q++) wt[q] = w * table[q];
-        float *restrict db = d + b0;
-        if (src) {
-            const float *restrict sb = src + b0;
-            for (uint32_t i = 0; i < n; i++) db[i] = sb[i] + wt[codes[i]];
-        } else { /* 0 + v, not v: -0 becomes +0 as in a zeroed sum */
-            for (uint32_t i = 0; i < n; i++) db[i] = 0.0f + wt[codes[i]];
-        }
+        k->lookup_to(wt, raw + 1024, n, src ? src + b0 : NULL, d + b0);
         raw += 1024 + n;
     }
     return 0;

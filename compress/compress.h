@@ -68,6 +68,10 @@ const char *codec_params_name(const CodecParams *p);
  * "avx512", "avx2" or "scalar" (STRAIT_CODEC_ISA may force one); every one
  * makes the same bytes. */
 const char *codec_isa(void);
+/* out[i] = s·x[i] over n values, on every core, out written around the
+ * caches (non-temporal stores): for a buffer nothing reads soon, a round's
+ * mean. */
+void codec_scale(const float *x, uint64_t n, float s, float *out);
 /* Parses a name (and "topk2" for 2-bit values) into defaults; -1 if unknown. */
 int codec_params_parse(const char *name, CodecParams *out, char *err);
 int codec_params_check(const CodecParams *p, char *err);

@@ -166,6 +166,18 @@ typedef struct CodecSimd {
     void (*axpy)(const void *x, uint32_t n, float w, float *d);
     /* d[i] = table[codes[i]] */
     void (*lookup)(const float *table, const uint8_t *codes, uint32_t n, float *d);
+    /* The "_to" kernels fill d, a buffer nothing reads soon (a sum's stage,
+     * a mean), around the caches where they can (non-temporal stores: no
+     * read of d's lines before they are written, a third of the traffic);
+     * each ends with a store fence. src NULL reads as zeros (0 + v: -0
+     * becomes +0, as in a zeroed sum). */
+    /* d[i] = src[i] + w·x[i] (a multiply, then an add); x at any alignment */
+    void (*axpy_to)(const void *x, uint32_t n, float w, const float *src, float *d);
+    /* d[i] = src[i] + wt[codes[i]] */
+    void (*lookup_to)(const float *wt, const uint8_t *codes, uint32_t n, const float *src,
+                      float *d);
+    /* d[i] = s·x[i] */
+    void (*scale_to)(const float *x, uint32_t n, float s, float *d);
     /* The indices i < len with |x[i]| >= t, ascending, into cand (room for
      * len + SIMD_COLLECT_SLACK); *bad = whether some x is not finite.
      * Returns how many. */

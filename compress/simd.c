@@ -110,6 +110,27 @@ static void scalar_axpy(const void *restrict x, uint32_t n, float w, float *rest
     }
 }
 
+static void scalar_axpy_to(const void *restrict x, uint32_t n, float w, const float *restrict src,
+                           float *restrict d) {
+    for (uint32_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, (const uint8_t *)x + 4 * (size_t)i, 4);
+        d[i] = (src ? src[i] : 0.0f) + w * v;
+    }
+}
+
+static void scalar_lookup_to(const float *restrict wt, const uint8_t *restrict codes, uint32_t n,
+                             const float *restrict src, float *restrict d) {
+    if (src)
+        for (uint32_t i = 0; i < n; i++) d[i] = src[i] + wt[codes[i]];
+    else
+        for (uint32_t i = 0; i < n; i++) d[i] = 0.0f + wt[codes[i]];
+}
+
+static void scalar_scale_to(const float *restrict x, uint32_t n, float s, float *restrict d) {
+    for (uint32_t i = 0; i < n; i++) d[i] = s * x[i];
+}
+
 /* rint for |f| <= 2^22 under round-to-nearest-even, without SSE4.1 */
 static inline float rint_small(float f) {
     const float magic = 12582912.0f; /* 1.5 * 2^23 */
@@ -204,6 +225,9 @@ const CodecSimd codec_simd_scalar = {.name = "scalar",
                                      .lookup_acc = scalar_lookup_acc,
                                      .axpy = scalar_axpy,
                                      .lookup = scalar_lookup,
+                                     .axpy_to = scalar_axpy_to,
+                                     .lookup_to = scalar_lookup_to,
+                                     .scale_to = scalar_scale_to,
                                      .collect = scalar_collect,
                                      .finite = scalar_finite,
                                      .to_half = scalar_to_half,
@@ -258,4 +282,15 @@ void codec_simd_use(const CodecSimd *k) {
 
 const char *codec_isa(void) {
     return codec_simd()->name;
+}
+
+void codec_scale(const float *x, uint64_t n, float s, float *out) {
+    const CodecSimd *k = codec_simd();
+    const uint64_t piece = 1u << 20; /* values a call: a whole number of vectors */
+    int64_t pieces = (int64_t)((n + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < pieces; i++) {
+        uint64_t at = (uint64_t)i * piece, m = n - at < piece ? n - at : piece;
+        k->scale_to(x + at, (uint32_t)m, s, out + at);
+    }
 }

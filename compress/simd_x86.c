@@ -54,6 +54,52 @@ T2 static void avx2_axpy(const void *xv, uint32_t n, float w, float *restrict d)
     if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
+/* The values before d + i is aligned to `align` bytes (at most n). */
+static uint32_t head_to(const float *d, uint32_t n, uintptr_t align) {
+    uint32_t h = (uint32_t)(((align - ((uintptr_t)d & (align - 1))) & (align - 1)) / 4);
+    return (uintptr_t)d % 4 ? n : h < n ? h : n; /* a float unaligned: no stream */
+}
+
+T2 static void avx2_axpy_to(const void *xv, uint32_t n, float w, const float *src, float *d) {
+    const float *x = xv;
+    uint32_t i = head_to(d, n, 32);
+    codec_simd_scalar.axpy_to(x, i, w, src, d);
+    const __m256 vw = _mm256_set1_ps(w), zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        _mm256_stream_ps(d + i, _mm256_add_ps(src ? _mm256_loadu_ps(src + i) : zero,
+                                              _mm256_mul_ps(vw, _mm256_loadu_ps(x + i))));
+    codec_simd_scalar.axpy_to(x + i, n - i, w, src ? src + i : NULL, d + i);
+    _mm_sfence();
+}
+
+T2 static void avx2_scale_to(const float *x, uint32_t n, float s, float *d) {
+    uint32_t i = head_to(d, n, 32);
+    codec_simd_scalar.scale_to(x, i, s, d);
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_mul_ps(vs, _mm256_loadu_ps(x + i)));
+    codec_simd_scalar.scale_to(x + i, n - i, s, d + i);
+    _mm_sfence();
+}
+
+/* The lookups a tile at a time into L1 by scalar loads (faster than a
+ * gather, below), then added and streamed out whole vectors at a time. */
+#define LOOKUP_TILE 256
+T2 static void avx2_lookup_to(const float *restrict wt, const uint8_t *restrict codes, uint32_t n,
+                              const float *restrict src, float *restrict d) {
+    float t[LOOKUP_TILE] __attribute__((aligned(32)));
+    uint32_t i = head_to(d, n, 32);
+    codec_simd_scalar.lookup_to(wt, codes, i, src, d);
+    const __m256 zero = _mm256_setzero_ps();
+    for (; i + LOOKUP_TILE <= n; i += LOOKUP_TILE) {
+        for (int j = 0; j < LOOKUP_TILE; j++) t[j] = wt[codes[i + j]];
+        for (int j = 0; j < LOOKUP_TILE; j += 8)
+            _mm256_stream_ps(d + i + j, _mm256_add_ps(src ? _mm256_loadu_ps(src + i + j) : zero,
+                                                      _mm256_load_ps(t + j)));
+    }
+    codec_simd_scalar.lookup_to(wt, codes + i, n - i, src ? src + i : NULL, d + i);
+    _mm_sfence();
+}
+
 T2 static uint32_t avx2_int8_codes(const float *restrict x, uint32_t n, float inv,
                                    uint8_t *restrict codes, int32_t *restrict off,
                                    uint32_t *restrict clamped) {
@@ -195,6 +241,9 @@ const CodecSimd codec_simd_avx2 = {.name = "avx2",
                                    .lookup_acc = ref_lookup_acc,
                                    .axpy = avx2_axpy,
                                    .lookup = ref_lookup,
+                                   .axpy_to = avx2_axpy_to,
+                                   .lookup_to = avx2_lookup_to,
+                                   .scale_to = avx2_scale_to,
                                    .collect = avx2_collect,
                                    .finite = avx2_finite,
                                    .to_half = x86_to_half,
@@ -237,6 +286,43 @@ T512 static void avx512_axpy(const void *xv, uint32_t n, float w, float *restric
         _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i),
                                               _mm512_mul_ps(vw, _mm512_loadu_ps(x + i))));
     if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
+}
+
+T512 static void avx512_axpy_to(const void *xv, uint32_t n, float w, const float *src, float *d) {
+    const float *x = xv;
+    uint32_t i = head_to(d, n, 64);
+    codec_simd_scalar.axpy_to(x, i, w, src, d);
+    const __m512 vw = _mm512_set1_ps(w), zero = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16)
+        _mm512_stream_ps(d + i, _mm512_add_ps(src ? _mm512_loadu_ps(src + i) : zero,
+                                              _mm512_mul_ps(vw, _mm512_loadu_ps(x + i))));
+    codec_simd_scalar.axpy_to(x + i, n - i, w, src ? src + i : NULL, d + i);
+    _mm_sfence();
+}
+
+T512 static void avx512_scale_to(const float *x, uint32_t n, float s, float *d) {
+    uint32_t i = head_to(d, n, 64);
+    codec_simd_scalar.scale_to(x, i, s, d);
+    const __m512 vs = _mm512_set1_ps(s);
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, _mm512_mul_ps(vs, _mm512_loadu_ps(x + i)));
+    codec_simd_scalar.scale_to(x + i, n - i, s, d + i);
+    _mm_sfence();
+}
+
+T512 static void avx512_lookup_to(const float *restrict wt, const uint8_t *restrict codes,
+                                  uint32_t n, const float *restrict src, float *restrict d) {
+    float t[LOOKUP_TILE] __attribute__((aligned(64)));
+    uint32_t i = head_to(d, n, 64);
+    codec_simd_scalar.lookup_to(wt, codes, i, src, d);
+    const __m512 zero = _mm512_setzero_ps();
+    for (; i + LOOKUP_TILE <= n; i += LOOKUP_TILE) {
+        for (int j = 0; j < LOOKUP_TILE; j++) t[j] = wt[codes[i + j]];
+        for (int j = 0; j < LOOKUP_TILE; j += 16)
+            _mm512_stream_ps(d + i + j, _mm512_add_ps(src ? _mm512_loadu_ps(src + i + j) : zero,
+                                                      _mm512_load_ps(t + j)));
+    }
+    codec_simd_scalar.lookup_to(wt, codes + i, n - i, src ? src + i : NULL, d + i);
+    _mm_sfence();
 }
 
 T512 static uint32_t avx512_int8_codes(const float *restrict x, uint32_t n, float inv,
@@ -316,6 +402,9 @@ const CodecSimd codec_simd_avx512 = {.name = "avx512",
                                      .lookup_acc = ref_lookup_acc,
                                      .axpy = avx512_axpy,
                                      .lookup = ref_lookup,
+                                     .axpy_to = avx512_axpy_to,
+                                     .lookup_to = avx512_lookup_to,
+                                     .scale_to = avx512_scale_to,
                                      .collect = avx512_collect,
                                      .finite = avx512_finite,
                                      .to_half = x86_to_half,

@@ -241,10 +241,7 @@ void round_sum_restart(RoundSum *rs) {
 
 int round_sum_mean(const RoundSum *rs, float *mean, char *err) {
     if (rs->accepted == 0 || !(rs->weight > 0)) return err_set(err, "no update was accepted");
-    float inv = (float)(1.0 / rs->weight);
-    const float *sum = rs->sum;
-#pragma omp parallel for schedule(static)
-    for (uint64_t i = 0; i < rs->n; i++) mean[i] = sum[i] * inv;
+    codec_scale(rs->sum, rs->n, (float)(1.0 / rs->weight), mean);
     return 0;
 }
 

@@ -633,6 +633,29 @@ Test(codec_simd, every_table_gives_the_reference_results_kernel_by_kernel) {
                 k->lookup(table, c1, n, d2);
                 cr_assert(memcmp(d1, d2, 4 * (size_t)n) == 0, "%s lookup kind %d n %u", k->name,
                           kind, n);
+                /* the kernels that stream d out: with src and without, d
+                 * aligned to a vector and not (their heads and tails) */
+                float e[4096 + 16] __attribute__((aligned(64)));
+                for (int at = 0; at < 16; at += 5)
+                    for (int with = 0; with < 2; with++) {
+                        const float *src = with ? x : NULL;
+                        memset(e, 0xa5, sizeof e);
+                        ref->axpy_to(odd + 1, n, -1.25f, src, d1);
+                        k->axpy_to(odd + 1, n, -1.25f, src, e + at);
+                        cr_assert(memcmp(d1, e + at, 4 * (size_t)n) == 0,
+                                  "%s axpy_to kind %d n %u at %d", k->name, kind, n, at);
+                        ref->lookup_to(table, c1, n, src, d1);
+                        k->lookup_to(table, c1, n, src, e + at);
+                        cr_assert(memcmp(d1, e + at, 4 * (size_t)n) == 0,
+                                  "%s lookup_to kind %d n %u at %d", k->name, kind, n, at);
+                        ref->scale_to(x, n, 0.37f, d1);
+                        k->scale_to(x, n, 0.37f, e + at);
+                        cr_assert(memcmp(d1, e + at, 4 * (size_t)n) == 0,
+                                  "%s scale_to kind %d n %u at %d", k->name, kind, n, at);
+                        uint8_t past[4];
+                        memset(past, 0xa5, 4);
+                        cr_assert(memcmp(e + at + n, past, 4) == 0, "%s writes past d", k->name);
+                    }
                 float th = fabsf(x[n / 2]);
                 int b1, b2;
                 uint32_t n1 = ref->collect(x, n, th, k1, &b1), n2 = k->collect(x, n, th, k2, &b2);
