@@ -131,10 +131,11 @@ int rounds_overlap(Session *ss, char *err) {
         session_log_model(ss, target);
     else if (fetch_current(ss, &target, &times, err) != 0)
         return -1;
+    /* at most [rounds] lookahead 1 × [optimizer] lr 10 × (1 + momentum < 1) */
     float c = ss->hr->lookahead;
-    if (!(c >= 0 && c <= 10))
+    if (!(c >= 0 && c <= 20))
         return err_set(err,
-                       "the coordinator sent lookahead = %g, outside 0 to 10: run a site of the "
+                       "the coordinator sent lookahead = %g, outside 0 to 20: run a site of the "
                        "coordinator's version",
                        (double)c);
     Inflight f;
@@ -184,15 +185,14 @@ int rounds_overlap(Session *ss, char *err) {
         if (session_encode(ss, have_start ? start : ss->theta, ss->theta_sha, &t, &times,
                            f.blob_sha, f.meta, &f.mlen, err) != 0)
             goto out;
-        if (have_next) adopt_next(ss, &f); /* the next base: the model after the round before */
-        if (start) { /* S ← θ − c·Δ, Δ = (this update's start) − θ_local */
-            /* the update's start: S, or the model held before adopt_next
-             * (in f.next since the trade) */
-            const float *from = have_start ? start : have_next ? f.next : ss->theta;
+        if (start) { /* S ← θ − c·Δ: θ the next base, Δ = this update's start − θ_local */
+            const float *next = have_next ? f.next : ss->theta;
+            const float *from = have_start ? start : ss->theta;
             for (uint64_t i = 0; i < m->n_params; i++)
-                start[i] = ss->theta[i] - c * (from[i] - m->params[i]);
+                start[i] = next[i] - c * (from[i] - m->params[i]);
             have_start = 1;
         }
+        if (have_next) adopt_next(ss, &f); /* the next base: the model after the round before */
         if (site_state_save(&ss->s, m, &ss->ef, target, ss->tl.pos, err) != 0) goto out;
         f.ss = ss;
         f.round = target;

@@ -163,11 +163,7 @@ static void *beat_main(void *arg) {
             pthread_cond_wait(&ss->beat_cond, &ss->beat_lock);
             continue;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += HEARTBEAT_MS / 1000;
-        until.tv_nsec += (long)(HEARTBEAT_MS % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        struct timespec until = time_after_ms(CLOCK_MONOTONIC, HEARTBEAT_MS);
         int rc = 0;
         while (!ss->beat_stop && ss->beat_round == round && rc != ETIMEDOUT)
             rc = pthread_cond_timedwait(&ss->beat_cond, &ss->beat_lock, &until);

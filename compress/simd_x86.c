@@ -54,10 +54,10 @@ T2 static void avx2_axpy(const void *xv, uint32_t n, float w, float *restrict d)
     if (i < n) codec_simd_scalar.axpy(x + i, n - i, w, d + i);
 }
 
-/* The values before d + i is aligned to `align` bytes (at most n). */
+/* The values before d is aligned to `align` bytes (at most n). */
 static uint32_t head_to(const float *d, uint32_t n, uintptr_t align) {
     uint32_t h = (uint32_t)(((align - ((uintptr_t)d & (align - 1))) & (align - 1)) / 4);
-    return (uintptr_t)d % 4 ? n : h < n ? h : n; /* a float unaligned: no stream */
+    return h < n ? h : n;
 }
 
 T2 static void avx2_axpy_to(const void *xv, uint32_t n, float w, const float *src, float *d) {

@@ -585,11 +585,7 @@ static void h_wait_round(NetCall *c, void *user) {
         }
     }
     if (must_wait) { /* not parked: wait here */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait / 1000;
-        until.tv_nsec += (wait % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        struct timespec until = time_after_ms(CLOCK_REALTIME, wait);
         while (r->state != ROUND_FINISHED && !r->stop && r->number <= after)
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
     }

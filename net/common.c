@@ -131,11 +131,7 @@ int net_global_shutdown_within(int timeout_ms) {
         net_global_shutdown(); /* no thread to spare: wait it out */
         return 0;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    struct timespec until = time_after_ms(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&shut.lock);
     while (!shut.done && pthread_cond_timedwait(&shut.done_cv, &shut.lock, &until) == 0) {
     }

@@ -23,6 +23,15 @@ int64_t time_wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timespec time_after_ms(int clock, int64_t ms) {
+    struct timespec t;
+    clock_gettime((clockid_t)clock, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    return t;
+}
+
 char *time_format_iso8601(int64_t wall_ms, char *buf, size_t size) {
     time_t secs = (time_t)(wall_ms / 1000);
     int ms = (int)(wall_ms % 1000);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -73,6 +74,9 @@ void log_vmsg(LogLevel level, const char *module, const char *fmt, va_list ap) P
 
 uint64_t time_monotonic_ns(void); /* CLOCK_MONOTONIC, for durations */
 int64_t time_wall_ms(void);       /* CLOCK_REALTIME, ms since the epoch */
+/* The time `ms` from now on `clock` (CLOCK_REALTIME or CLOCK_MONOTONIC), as
+ * pthread_cond_timedwait takes it. */
+struct timespec time_after_ms(int clock, int64_t ms);
 /* "2026-11-29T17:44:10.123Z" into buf (at least 32 bytes); returns buf. */
 char *time_format_iso8601(int64_t wall_ms, char *buf, size_t size);
 /* Durations like "250ms", "90s", "15m", "24h", "7d", or a bare number of

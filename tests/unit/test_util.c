@@ -157,6 +157,22 @@ Test(time, durations_parse_with_units) {
         cr_assert_eq(time_parse_duration_ms(bad[i], &ms, err), -1, "'%s' accepted", bad[i]);
 }
 
+/* A deadline from now, carried into the seconds when the milliseconds pass one. */
+Test(time, a_deadline_is_now_and_the_milliseconds) {
+    for (int64_t ms = 0; ms <= 2999; ms += 271) {
+        struct timespec before, after;
+        clock_gettime(CLOCK_MONOTONIC, &before);
+        struct timespec t = time_after_ms(CLOCK_MONOTONIC, ms);
+        clock_gettime(CLOCK_MONOTONIC, &after);
+        cr_assert(t.tv_nsec >= 0 && t.tv_nsec < 1000000000L, "%ld ns", (long)t.tv_nsec);
+        int64_t at = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec,
+                lo = (int64_t)before.tv_sec * 1000000000LL + before.tv_nsec + ms * 1000000LL,
+                hi = (int64_t)after.tv_sec * 1000000000LL + after.tv_nsec + ms * 1000000LL;
+        cr_assert(at >= lo && at <= hi, "%lld ms: %lld not in [%lld, %lld]", (long long)ms,
+                  (long long)at, (long long)lo, (long long)hi);
+    }
+}
+
 /* ---- files ------------------------------------------------------------- */
 
 static char *path_in(const char *dir, const char *name) {
