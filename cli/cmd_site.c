@@ -43,24 +43,26 @@ int cmd_site_enroll(const Command *cmd, int argc, char **argv) {
     }
     if (ttl_ms == 0 && coordinator_token_ttl(dir, &ttl_ms, err) != 0)
         return cli_fail(cmd, "%s", err);
-    if (coordinator_home_info(dir, fp, adv, sizeof adv, err) != 0) return cli_fail(cmd, "%s", err);
+    char join[300];
+    if (coordinator_home_info(dir, fp, adv, sizeof adv, err) != 0 ||
+        coordinator_join_address(dir, join, sizeof join, err) != 0)
+        return cli_fail(cmd, "%s", err);
     if (coordinator_enroll(dir, name, ttl_ms, token, err) != 0) return cli_fail(cmd, "%s", err);
     char until[40];
     time_format_iso8601(time_wall_ms() + ttl_ms, until, sizeof until);
     printf("token for site %s (single use, valid until %s):\n%s\n\n", name, until, token);
-    printf("run at the site:\n  strait site join SITEDIR --name %s --coordinator %s --token %s "
-           "--ca-sha256 %s\n",
-           name, adv, token, fp);
+    printf("run at the site:\n  strait site join SITEDIR --name %s --coordinator %s --join %s "
+           "--token %s --ca-sha256 %s\n",
+           name, adv, join, token, fp);
     return EXIT_OK;
 }
 
 int cmd_site_join(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
-                                         {"coordinator", required_argument, NULL, 'c'},
-                                         {"token", required_argument, NULL, 't'},
-                                         {"ca-sha256", required_argument, NULL, 'p'},
-                                         {NULL, 0, NULL, 0}};
-    SiteJoinOptions o = {NULL, NULL, NULL, NULL, NULL};
+    static const struct option opts[] = {
+        {"name", required_argument, NULL, 'n'},  {"coordinator", required_argument, NULL, 'c'},
+        {"token", required_argument, NULL, 't'}, {"ca-sha256", required_argument, NULL, 'p'},
+        {"join", required_argument, NULL, 'j'},  {NULL, 0, NULL, 0}};
+    SiteJoinOptions o = {NULL, NULL, NULL, NULL, NULL, NULL};
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -78,6 +80,9 @@ int cmd_site_join(const Command *cmd, int argc, char **argv) {
             break;
         case 'p':
             o.ca_sha256 = optarg;
+            break;
+        case 'j':
+            o.join = optarg;
             break;
         }
     }

@@ -38,10 +38,13 @@ const Command cli_commands[] = {
      "flags:\n  --ttl DURATION   how long the token is valid (90m, 7d, ...; default: the\n"
      "                   federation's [security] token_ttl, 24h unless changed)\n",
      cmd_site_enroll},
-    {"site join", "SITEDIR --name NAME --coordinator HOST:PORT --token T --ca-sha256 FP",
+    {"site join",
+     "SITEDIR --name NAME --coordinator HOST:PORT [--join HOST:PORT] --token T --ca-sha256 FP",
      "join a federation: make the site's key here, send a CSR with the token",
-     "The coordinator's CA is pinned by FP; any other CA is refused. SITEDIR gets\n"
-     "site.key (0600), site.crt, ca.crt and site.ini.\n",
+     "The coordinator's CA is pinned by FP; any other CA is refused. The CSR goes to\n"
+     "the coordinator's enrollment port (--join; default: the coordinator's host and\n"
+     "its port plus one); every later call goes to --coordinator with the certificate.\n"
+     "SITEDIR gets site.key (0600), site.crt, ca.crt and site.ini.\n",
      cmd_site_join},
     {"site hello", "SITEDIR [--json]", "greet the coordinator with the site's certificate",
      "Shows the federation and the name the coordinator knows this site by.\n", cmd_site_hello},

@@ -22,6 +22,8 @@ typedef struct SiteJoinOptions {
     const char *coordinator; /* HOST:PORT */
     const char *token;
     const char *ca_sha256; /* the CA fingerprint to pin */
+    const char *join;      /* the enrollment listener's HOST:PORT (NULL: the coordinator's host,
+                            * the next port) */
 } SiteJoinOptions;
 
 /* Joins: writes SITEDIR (refusing one that already holds a site). */

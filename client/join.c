@@ -93,16 +93,16 @@ int client_join(const SiteJoinOptions *o, char *err) {
     memset(&f, 0, sizeof f);
     snprintf(f.name, sizeof f.name, "%s", o->name);
     snprintf(f.coordinator, sizeof f.coordinator, "%s", o->coordinator);
-    char *csr = NULL;
-    NetChannel *ch = NULL;
+    char *csr = NULL, join[300];
     NetBuf resp = {NULL, 0};
     Strait__JoinResponse *jr = NULL;
     int rc = -1;
-    if (security_fetch_pinned_ca(o->coordinator, o->ca_sha256, &f.ca, err) != 0) goto out;
+    if (o->join)
+        snprintf(join, sizeof join, "%s", o->join);
+    else if (net_enroll_default_address(o->coordinator, join, sizeof join) != 0)
+        return err_set(err, "--coordinator '%s' is not HOST:PORT", o->coordinator);
+    if (security_fetch_pinned_ca(join, o->ca_sha256, &f.ca, err) != 0) goto out;
     if (security_csr_create(o->name, &csr, &f.key, err) != 0) goto out;
-    net_global_init();
-    ch = site_channel(&f, 0, err); /* server-authenticated only: we have no certificate yet */
-    if (ch == NULL) goto out;
     Strait__JoinRequest req = STRAIT__JOIN_REQUEST__INIT;
     req.token = (char *)o->token;
     req.site_name = (char *)o->name;
@@ -116,8 +116,9 @@ int client_join(const SiteJoinOptions *o, char *err) {
     }
     strait__join_request__pack(&req, buf);
     char details[512];
-    NetStatus st = net_unary(ch, "/strait.Federation/Join", buf, n, &resp, CALL_TIMEOUT_MS, details,
-                             sizeof details);
+    /* on the enrollment listener, verified against the CA just pinned */
+    NetStatus st =
+        net_enroll_call(join, f.ca, buf, n, &resp, CALL_TIMEOUT_MS, details, sizeof details);
     free(buf);
     if (st != NET_OK) {
         /* a token is spent by the join the coordinator answered, even one
@@ -161,7 +162,6 @@ int client_join(const SiteJoinOptions *o, char *err) {
 out:
     if (jr) strait__join_response__free_unpacked(jr, NULL);
     net_buf_free(&resp);
-    net_channel_destroy(ch);
     free(csr);
     site_files_free(&f);
     return rc;

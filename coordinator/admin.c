@@ -610,10 +610,11 @@ static void h_enroll(NetCall *c, void *user) {
     if (authorize_admin(co, c) != 0) return;
     Strait__EnrollRequest *req;
     READ_REQUEST(c, EnrollRequest, strait__enroll_request, req);
-    char token[65], err[ERR_LEN], actor[80], fp[65], adv[256], cmd[700];
+    char token[65], err[ERR_LEN], actor[80], fp[65], adv[256], join[300], cmd[1000];
     admin_actor(c, actor, sizeof actor);
     int64_t ttl = (int64_t)(req->ttl_ms > INT64_MAX ? INT64_MAX : req->ttl_ms);
     int rc = coordinator_home_info(co->dir, fp, adv, sizeof adv, err);
+    if (rc == 0) rc = coordinator_join_address(co->dir, join, sizeof join, err);
     if (rc == 0 && ttl == 0) rc = coordinator_token_ttl(co->dir, &ttl, err);
     if (rc == 0) {
         pthread_mutex_lock(&co->store_lock);
@@ -627,8 +628,9 @@ static void h_enroll(NetCall *c, void *user) {
     }
     log_info("admin", "%s enrolled site %s", actor, req->site_name);
     snprintf(cmd, sizeof cmd,
-             "strait site join SITEDIR --name %s --coordinator %s --token %s --ca-sha256 %s",
-             req->site_name, adv, token, fp);
+             "strait site join SITEDIR --name %s --coordinator %s --join %s --token %s "
+             "--ca-sha256 %s",
+             req->site_name, adv, join, token, fp);
     Strait__EnrollResponse resp = STRAIT__ENROLL_RESPONSE__INIT;
     resp.token = token;
     resp.join_command = cmd;

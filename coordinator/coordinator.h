@@ -44,6 +44,12 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
 int coordinator_home_info(const char *dir, char ca_sha256[65], char *advertise, size_t adv_len,
                           char *err);
 
+/* The enrollment listener's address a site joins at: [federation]
+ * join_advertise, else the advertised host with join_listen's port, else
+ * the advertised address's next port; a port of 0 is the running
+ * coordinator's (DIR/join.addr). */
+int coordinator_join_address(const char *dir, char *out, size_t len, char *err);
+
 /* Valid site names: 1-64 of letters, digits, '-', '_', '.', starting with a
  * letter or a digit. */
 int coordinator_valid_site_name(const char *name);

@@ -376,7 +376,8 @@ typedef struct Coordinator {
     char model_init[1200];                         /* the pretrained initial model's file, or "" */
     char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
     char admin_sha[65];
-    char address[256]; /* where it is bound: host:port */
+    char address[256];      /* where it is bound: host:port */
+    char join_address[256]; /* where its enrollment listener is bound */
     long site_cert_days;
     int64_t renew_overlap_ms; /* the certificate a renewal replaces stays valid this long */
     Store *store;             /* owned, guarded by store_lock */
@@ -475,5 +476,7 @@ const char *metrics_address(const Metrics *m);
 /* The file a running coordinator writes in its folder with the address it
  * is bound to, and removes when it stops. */
 #define COORD_ADDR_FILE "coordinator.addr"
+/* The same for the enrollment listener (net/enroll.c) */
+#define JOIN_ADDR_FILE "join.addr"
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coordinator_internal.h"
+#include "net/net.h"
 #include "security/security.h"
 #include "util/util.h"
 
@@ -420,6 +421,37 @@ int coordinator_home_info(const char *dir, char ca_sha256[65], char *advertise, 
                             config_get_str(cfg, "federation", "listen", "")));
     config_free(cfg);
     return 0;
+}
+
+int coordinator_join_address(const char *dir, char *out, size_t len, char *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/federation.ini", dir);
+    Config *cfg = config_load(path, err);
+    if (cfg == NULL) return -1;
+    const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
+    const char *adv = config_get_str(cfg, "federation", "advertise", listen);
+    const char *jadv = config_get(cfg, "federation", "join_advertise");
+    const char *jlisten = config_get(cfg, "federation", "join_listen");
+    int rc = 0;
+    if (jadv) {
+        snprintf(out, len, "%s", jadv);
+    } else if (jlisten && strrchr(jlisten, ':') && strrchr(adv, ':')) {
+        /* the advertised host, the enrollment listener's port */
+        const char *ac = strrchr(adv, ':');
+        snprintf(out, len, "%.*s%s", (int)(ac - adv), adv, strrchr(jlisten, ':'));
+    } else if (net_enroll_default_address(adv, out, len) != 0) {
+        rc = err_set(err, "%s: [federation] advertise = %s is not HOST:PORT", path, adv);
+    }
+    config_free(cfg);
+    const char *colon = rc == 0 ? strrchr(out, ':') : NULL;
+    char *bound = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, JOIN_ADDR_FILE);
+    if (colon && strcmp(colon, ":0") == 0 && file_read_all(path, 300, &bound, NULL, NULL) == 0) {
+        /* a federation on a random port (the demo's, the tests'): where it runs now */
+        snprintf(out, len, "%.*s", (int)strcspn(bound, "\r\n"), bound);
+        free(bound);
+    }
+    return rc;
 }
 
 static Store *open_store(const char *dir, char *err) {

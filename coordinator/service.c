@@ -1,7 +1,8 @@
 /*
- * service.c — the coordinator's gRPC service, as far as identity goes:
- * Join (enrollment by token and CSR), Hello and Renew; the lifecycle of the
- * service (the Admin service is admin.c, the rounds rounds.c).
+ * service.c — the coordinator's service, as far as identity goes: Join
+ * (enrollment by token and CSR, on the enrollment listener of net/enroll.c:
+ * the gRPC port requires a certificate in its TLS handshake), Hello and
+ * Renew; the lifecycle of the service (the Admin service is admin.c, the rounds rounds.c).
  *
  * Identity is the verified client certificate, looked up by its SHA-256
  * fingerprint on every call (coordinator_authorize_site, in round_calls.c
@@ -93,8 +94,7 @@ static int join_failures(Coordinator *co, const char *addr, int record) {
 
 /* A failed join: counted against the peer's address, and audited with it
  * for the first JOIN_ROWS of the minute (a flood writes no more rows). */
-static void join_failed(Coordinator *co, NetCall *c, const char *site, const char *why) {
-    const char *addr = net_call_peer(c)->addr;
+static void join_failed(Coordinator *co, const char *addr, const char *site, const char *why) {
     char detail[300];
     snprintf(detail, sizeof detail, "from %s: %s", addr, why);
     int n = join_failures(co, addr, 1);
@@ -108,27 +108,35 @@ static void join_failed(Coordinator *co, NetCall *c, const char *site, const cha
     log_warn("coordinator", "join of '%.64s' refused %s", site, detail);
 }
 
-static void h_join(NetCall *c, void *user) {
+/* Join, on the enrollment listener (net/enroll.c): a token and a CSR in,
+ * a certificate out; the caller has no certificate yet. */
+static void h_join(NetEnrollCall *c, void *user) {
     Coordinator *co = user;
-    int over = join_failures(co, net_call_peer(c)->addr, 0) >= co->join_limit;
-    Strait__JoinRequest *req;
-    READ_REQUEST(c, JoinRequest, strait__join_request, req);
+    const char *addr = net_enroll_call_addr(c);
+    int over = join_failures(co, addr, 0) >= co->join_limit;
+    size_t len;
+    const uint8_t *bytes = net_enroll_call_request(c, &len);
+    Strait__JoinRequest *req = strait__join_request__unpack(NULL, len, bytes);
+    if (req == NULL) {
+        net_enroll_call_status(c, NET_INVALID_ARGUMENT, "malformed JoinRequest");
+        return;
+    }
     char err[ERR_LEN], *cert = NULL, name[80];
     StoreCert rec;
     snprintf(name, sizeof name, "%.64s", req->site_name);
     for (char *p = name; *p; p++) /* the audit log gets a printable name */
         if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
     if (!coordinator_valid_site_name(req->site_name)) {
-        net_call_status(c, NET_INVALID_ARGUMENT,
-                        "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', starting "
-                        "with a letter or a digit",
-                        name);
-        join_failed(co, c, name, "bad site name");
+        net_enroll_call_status(c, NET_INVALID_ARGUMENT,
+                               "bad site name '%s'; use 1-64 letters, digits, '-', '_' or '.', "
+                               "starting with a letter or a digit",
+                               name);
+        join_failed(co, addr, name, "bad site name");
         goto out;
     }
     if (strlen(req->token) != 64) {
-        net_call_status(c, NET_INVALID_ARGUMENT, "malformed enrollment token");
-        join_failed(co, c, name, "malformed token");
+        net_enroll_call_status(c, NET_INVALID_ARGUMENT, "malformed enrollment token");
+        join_failed(co, addr, name, "malformed token");
         goto out;
     }
     uint8_t hash[SHA256_LEN];
@@ -139,22 +147,22 @@ static void h_join(NetCall *c, void *user) {
     StoreTokenResult r = store_token_check(co->store, hash, req->site_name, now, err);
     pthread_mutex_unlock(&co->store_lock);
     if (over && r != STORE_TOKEN_OK) { /* counted, not recorded, no signature */
-        net_call_status(c, NET_RESOURCE_EXHAUSTED,
-                        "too many failed joins from this address; wait a minute and check the "
-                        "token");
-        join_failures(co, net_call_peer(c)->addr, 1);
+        net_enroll_call_status(c, NET_RESOURCE_EXHAUSTED,
+                               "too many failed joins from this address; wait a minute and check "
+                               "the token");
+        join_failures(co, addr, 1);
         goto out;
     }
     if (r == STORE_TOKEN_OK) {
         /* sign before consuming: a certificate whose token fails is never returned */
         if (security_csr_sign(co->ca, co->ca_key, req->csr_pem.data, req->csr_pem.len,
                               req->site_name, co->site_cert_days, &cert, err) != 0) {
-            net_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
-            join_failed(co, c, name, "bad CSR");
+            net_enroll_call_status(c, NET_INVALID_ARGUMENT, "%s", err);
+            join_failed(co, addr, name, "bad CSR");
             goto out;
         }
         if (cert_record(cert, &rec, err) != 0) {
-            net_call_status(c, NET_INTERNAL, "%s", err);
+            net_enroll_call_status(c, NET_INTERNAL, "%s", err);
             goto out;
         }
         pthread_mutex_lock(&co->store_lock);
@@ -168,16 +176,16 @@ static void h_join(NetCall *c, void *user) {
         break;
     case STORE_TOKEN_ERROR:
         log_error("coordinator", "join of %s: %s", req->site_name, err);
-        net_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
+        net_enroll_call_status(c, NET_INTERNAL, "the coordinator's store failed; retry later");
         goto out;
     case STORE_TOKEN_EXPIRED:
-        net_call_status(c, NET_PERMISSION_DENIED,
-                        "token expired; ask the federation's admin for a new one");
-        join_failed(co, c, name, "token expired");
+        net_enroll_call_status(c, NET_PERMISSION_DENIED,
+                               "token expired; ask the federation's admin for a new one");
+        join_failed(co, addr, name, "token expired");
         goto out;
     default:
-        net_call_status(c, NET_PERMISSION_DENIED, "%s", store_token_result_str(r));
-        join_failed(co, c, name, store_token_result_str(r));
+        net_enroll_call_status(c, NET_PERMISSION_DENIED, "%s", store_token_result_str(r));
+        join_failed(co, addr, name, store_token_result_str(r));
         goto out;
     }
     log_info("coordinator", "site %s joined (certificate %s)", req->site_name, rec.serial);
@@ -186,7 +194,15 @@ static void h_join(NetCall *c, void *user) {
     resp.certificate_pem.len = strlen(cert);
     resp.ca_chain_pem.data = (uint8_t *)co->ca;
     resp.ca_chain_pem.len = strlen(co->ca);
-    SEND_RESPONSE(c, strait__join_response, resp);
+    size_t n = strait__join_response__get_packed_size(&resp);
+    uint8_t *packed = malloc(n ? n : 1);
+    if (packed == NULL) {
+        net_enroll_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    strait__join_response__pack(&resp, packed);
+    net_enroll_call_answer(c, packed, n);
+    free(packed);
 out:
     free(cert);
     strait__join_request__free_unpacked(req, NULL);
@@ -289,7 +305,8 @@ static void coordinator_free(Coordinator *co) {
 /* federation.ini holds only keys this coordinator reads: a misspelt one
  * ("inner_step") is an error naming it, not a setting silently ignored. */
 static int check_keys(const Config *cfg, char *err) {
-    static const char *const federation[] = {"name", "listen", "advertise", NULL};
+    static const char *const federation[] = {"name",        "listen",         "advertise",
+                                             "join_listen", "join_advertise", NULL};
     static const char *const model[] = {"preset", "seed",          "init", "init_sha256",
                                         "source", "source_sha256", NULL};
     static const char *const rounds[] = {
@@ -321,6 +338,8 @@ static int check_keys(const Config *cfg, char *err) {
                                          "connections_per_address",
                                          "connections_per_site_address",
                                          "streams_per_connection",
+                                         "join_connections",
+                                         "join_connections_per_address",
                                          NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const struct {
@@ -370,6 +389,21 @@ static int check_listen_setting(const char *listen, char *err) {
     return err_set(err, "federation.ini: [federation] listen = %s: %s", listen, why);
 }
 
+/* [federation] join_listen: an address, and not the service's own port. */
+static int check_join_listen_setting(const char *join, const char *listen, char *err) {
+    char why[ERR_LEN];
+    if (coordinator_check_listen(listen, why) != 0) return 0; /* listen's check says it */
+    if (coordinator_check_listen(join, why) != 0)
+        return err_set(err, "federation.ini: [federation] join_listen = %s: %s", join, why);
+    const char *a = strrchr(join, ':'), *b = strrchr(listen, ':');
+    if (atoi(a + 1) != 0 && atoi(a + 1) == atoi(b + 1))
+        return err_set(err,
+                       "federation.ini: [federation] join_listen = %s takes listen's port; "
+                       "enrollment needs a port of its own (the default is listen's plus one)",
+                       join);
+    return 0;
+}
+
 int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), void *ctx, char *err) {
     Coordinator co;
     memset(&co, 0, sizeof co);
@@ -392,13 +426,24 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     int64_t days, workers, per_site, reserve, ttl_unused, window, conns, conns_addr, streams;
     int64_t conns_site_addr, transport;
     const char *listen = config_get_str(cfg, "federation", "listen", "0.0.0.0:7700");
-    char listen_addr[256];
+    char listen_addr[256], join_listen[256];
     snprintf(listen_addr, sizeof listen_addr, "%s", listen);
+    const char *jl = config_get(cfg, "federation", "join_listen");
+    if (jl)
+        snprintf(join_listen, sizeof join_listen, "%s", jl);
+    else if (net_enroll_default_address(listen_addr, join_listen, sizeof join_listen) != 0)
+        join_listen[0] = '\0'; /* the check of listen says why */
+    int64_t join_total, join_per_addr;
     snprintf(co.name, sizeof co.name, "%s", config_get_str(cfg, "federation", "name", "strait"));
     /* every setting read and checked before anything changes (the store
      * marks an open round failed at start: not for a typo) */
     RoundsSettings rs;
     int bad = check_listen_setting(listen_addr, err) ||
+              check_join_listen_setting(join_listen, listen_addr, err) ||
+              config_get_int(cfg, "limits", "join_connections", NET_ENROLL_TOTAL_DEFAULT, 1, 1024,
+                             &join_total, err) ||
+              config_get_int(cfg, "limits", "join_connections_per_address",
+                             NET_ENROLL_PER_ADDR_DEFAULT, 1, 1024, &join_per_addr, err) ||
               config_get_int(cfg, "security", "site_cert_days", 90, 1, 3650, &days, err) ||
               config_get_duration_ms(cfg, "security", "token_ttl", 0, &ttl_unused, err) ||
               config_get_duration_ms(cfg, "security", "renew_overlap", 600000, &co.renew_overlap_ms,
@@ -468,25 +513,35 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     int port = 0;
     int rc = srv ? 0 : -1;
     if (rc == 0)
-        rc =
-            net_server_add_method(srv, "/strait.Federation/Join", NET_UNARY, 0, h_join, &co, err) ||
-            net_server_add_method(srv, "/strait.Federation/Renew", NET_UNARY, NET_REQUIRE_CERT,
-                                  h_renew, &co, err) ||
-            net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, NET_REQUIRE_CERT,
-                                  h_hello, &co, err) ||
-            admin_add_methods(&co, srv, err) || rounds_add_methods(&co, srv, err) ||
-            net_server_start(srv, &port, err);
+        rc = net_server_add_method(srv, "/strait.Federation/Renew", NET_UNARY, NET_REQUIRE_CERT,
+                                   h_renew, &co, err) ||
+             net_server_add_method(srv, "/strait.Federation/Hello", NET_UNARY, NET_REQUIRE_CERT,
+                                   h_hello, &co, err) ||
+             admin_add_methods(&co, srv, err) || rounds_add_methods(&co, srv, err) ||
+             net_server_start(srv, &port, err);
+    NetEnrollServer *enroll = NULL;
+    int join_port = 0;
     if (rc == 0) {
         pthread_mutex_lock(&co.rounds.lock);
         co.server = srv;
         pthread_mutex_unlock(&co.rounds.lock);
+        NetEnrollConfig ec = {.listen = join_listen,
+                              .tls = {NULL, co.server_chain, co.server_key},
+                              .total = (int)join_total,
+                              .per_addr = (int)join_per_addr};
+        enroll = net_enroll_start(&ec, h_join, &co, &join_port, err);
+        if (enroll == NULL) rc = -1;
     }
     Metrics *metrics = NULL;
     if (rc == 0) {
         bound_address(listen_addr, port, co.address, sizeof co.address);
+        bound_address(join_listen, join_port, co.join_address, sizeof co.join_address);
         snprintf(path, sizeof path, "%s/%s", dir, COORD_ADDR_FILE);
         if (file_write_atomic(path, co.address, strlen(co.address), 0644, err) != 0)
             log_warn("coordinator", "monitors will not find this coordinator: %s", err);
+        snprintf(path, sizeof path, "%s/%s", dir, JOIN_ADDR_FILE);
+        if (file_write_atomic(path, co.join_address, strlen(co.join_address), 0644, err) != 0)
+            log_warn("coordinator", "enroll commands will not find the enrollment port: %s", err);
         if (metrics_listen[0] && (metrics = metrics_start(&co, metrics_listen, err)) == NULL)
             rc = -1;
         snprintf(path, sizeof path, "%s/%s", dir, METRICS_ADDR_FILE);
@@ -495,8 +550,8 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
             log_warn("coordinator", "cannot record where the metrics are: %s", err);
     }
     if (rc == 0) {
-        log_info("coordinator", "federation %s serving on %s (port %d)", co.name, listen_addr,
-                 port);
+        log_info("coordinator", "federation %s serving on %s (port %d; enrollment on %s, port %d)",
+                 co.name, listen_addr, port, join_listen, join_port);
         if (listening) listening(port, ctx);
         for (;;) {
             int sig = net_wait_signal(-1);
@@ -507,12 +562,15 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     if (co.address[0]) {
         snprintf(path, sizeof path, "%s/%s", dir, COORD_ADDR_FILE);
         unlink(path);
+        snprintf(path, sizeof path, "%s/%s", dir, JOIN_ADDR_FILE);
+        unlink(path);
     }
     if (metrics) {
         snprintf(path, sizeof path, "%s/%s", dir, METRICS_ADDR_FILE);
         unlink(path);
     }
     metrics_stop(metrics);
+    net_enroll_stop(enroll);
     rounds_release_waiters(&co); /* parked calls answered, the ticker stopped */
     net_server_stop(srv, 5000);
     rounds_stop(&co);

@@ -206,10 +206,13 @@ static int start_site(const DemoOptions *o, int i, const char *dir, const char *
     snprintf(name, sizeof name, "site-%d", i + 1);
     snprintf(sdir, sizeof sdir, "%s/%s", dir, name);
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    if (coordinator_enroll(fed, name, 3600000, token, err) != 0) return -1;
-    char *jargv[] = {(char *)o->exe, "site",          "join",       sdir,      "--name",
-                     name,           "--coordinator", (char *)addr, "--token", token,
-                     "--ca-sha256",  (char *)fp,      NULL};
+    char join[300];
+    if (coordinator_enroll(fed, name, 3600000, token, err) != 0 ||
+        coordinator_join_address(fed, join, sizeof join, err) != 0)
+        return -1;
+    char *jargv[] = {(char *)o->exe, "site",          "join",        sdir,       "--name",
+                     name,           "--coordinator", (char *)addr,  "--join",   join,
+                     "--token",      token,           "--ca-sha256", (char *)fp, NULL};
     if (run_wait(jargv, log) != 0) return err_set(err, "%s could not join; see %s", name, log);
     char files[16][512], seed[16];
     int nf = site_files(i, o->sites, o->non_iid, files, 16);

@@ -2,8 +2,9 @@
  * net.h — the API of net/: the one wrapper over gRPC core. No other folder
  * includes a gRPC header.
  *
- * Server: a gRPC server with TLS 1.3 that requests and verifies a client
- * certificate (methods say whether they require one), registered methods
+ * Server: a gRPC server with TLS 1.3 that requires and verifies a client
+ * certificate in the handshake (or, made anonymous, requests one and lets
+ * methods say whether they require it), registered methods
  * (unary, server-streaming, client-streaming) whose handlers run on a
  * bounded pool of worker threads — when every worker is busy and the
  * backlog is full a new call is answered RESOURCE_EXHAUSTED at once — plus
@@ -171,6 +172,9 @@ typedef struct NetServerConfig {
     int send_ms;      /* the longest a response message may wait for its peer to read (0: 60 s);
                        * past it the call is cancelled, not waited on */
     int idle_conn_ms; /* a connection with no call for this long is closed (0: 10 min) */
+    int anonymous;    /* 1: a peer without a client certificate completes TLS and calls the
+                       * methods without NET_REQUIRE_CERT; 0: the TLS handshake requires one
+                       * (the coordinator: enrollment has its own listener, net/enroll.c) */
 } NetServerConfig;
 
 /* net_server_add_method flags */
@@ -249,6 +253,74 @@ int net_call_park(NetCall *c);
  * code is OK) and the status; the call is freed. */
 void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
                        const char *details);
+
+/* ---- the enrollment listener (net/enroll.c) ----------------------------------
+ *
+ * The one call a peer makes before it has a certificate (Join) is served
+ * apart from gRPC, on a port of its own: TLS 1.3 with ALPN "strait-join/1",
+ * one framed request, one framed answer, then the connection closes. Its
+ * worst case is total connections, each a thread and a TLS session for at
+ * most deadline_ms, reading at most max_request bytes. */
+
+#define NET_ENROLL_TOTAL_DEFAULT    32
+#define NET_ENROLL_PER_ADDR_DEFAULT 4
+#define NET_ENROLL_DEADLINE_DEFAULT 10000       /* ms: TLS, the request and the answer */
+#define NET_ENROLL_REQUEST_DEFAULT  (16u << 10) /* bytes: a CSR, a token and a name */
+#define NET_ENROLL_ANSWER_MAX       (64u << 10)
+
+typedef struct NetEnrollServer NetEnrollServer;
+typedef struct NetEnrollCall NetEnrollCall;
+
+typedef struct NetEnrollConfig {
+    const char *listen; /* "HOST:PORT"; port 0 picks a free one */
+    NetTls tls;         /* the server's chain and key (no client certificate is asked for) */
+    int total;          /* connections at once (0: NET_ENROLL_TOTAL_DEFAULT) */
+    int per_addr;       /* from one address (0: NET_ENROLL_PER_ADDR_DEFAULT) */
+    int deadline_ms;    /* a connection's whole life (0: NET_ENROLL_DEADLINE_DEFAULT) */
+    size_t max_request; /* bytes of a request's body (0: NET_ENROLL_REQUEST_DEFAULT) */
+} NetEnrollConfig;
+
+typedef struct NetEnrollStats {
+    int64_t accepted, refused; /* connections taken, closed over a cap */
+    int64_t served, failed;    /* answered; ended without an answer (TLS, malformed, deadline) */
+    int64_t held;              /* connections open now */
+} NetEnrollStats;
+
+/* Runs on the connection's own thread with the request; answers with
+ * net_enroll_call_answer (OK) or net_enroll_call_status. */
+typedef void (*NetEnrollHandler)(NetEnrollCall *call, void *user);
+
+/* Binds, starts the acceptor; *port gets the bound port. */
+NetEnrollServer *net_enroll_start(const NetEnrollConfig *cfg, NetEnrollHandler handler, void *user,
+                                  int *port, char *err);
+/* Stops accepting, ends the connections in flight, joins every thread. */
+void net_enroll_stop(NetEnrollServer *s);
+void net_enroll_stats(NetEnrollServer *s, NetEnrollStats *out);
+
+const char *net_enroll_call_addr(const NetEnrollCall *c); /* the peer's IP address */
+const uint8_t *net_enroll_call_request(const NetEnrollCall *c, size_t *len);
+void net_enroll_call_answer(NetEnrollCall *c, const void *data, size_t len);
+void net_enroll_call_status(NetEnrollCall *c, NetStatus code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The frames' decoders (the listener's and its client's; fuzzed): 1 with a
+ * whole frame in buf (*body_len, and *status, set), 0 when more is needed,
+ * -1 when the bytes cannot be one (wrong magic, a length out of bounds,
+ * bytes after the frame). The body follows the 8-byte request head and the
+ * 9-byte answer head. */
+int net_enroll_request_parse(const uint8_t *buf, size_t have, size_t max_request, size_t *body_len);
+int net_enroll_answer_parse(const uint8_t *buf, size_t have, NetStatus *status, size_t *body_len);
+
+/* The enrollment address that goes with a service address when none is
+ * configured: the same host, the next port (port 0 stays 0: a free one).
+ * -1 when service is not HOST:PORT. */
+int net_enroll_default_address(const char *service, char *out, size_t len);
+
+/* Client: one exchange with the listener at HOST:PORT, verifying its
+ * certificate against ca_pem and for HOST; resp gets an OK answer's body,
+ * details a refusal's reason. Returns the answer's status. */
+NetStatus net_enroll_call(const char *hostport, const char *ca_pem, const void *req, size_t len,
+                          NetBuf *resp, int64_t timeout_ms, char *details, size_t details_len);
 
 /* ---- client ------------------------------------------------------------ */
 

@@ -838,10 +838,13 @@ int net_server_add_method(NetServer *s, const char *path, NetMethodKind kind, in
 
 int net_server_start(NetServer *s, int *port, char *err) {
     grpc_ssl_pem_key_cert_pair pair = {s->key, s->cert};
-    /* request a client certificate and verify it when given: Join comes
-     * without one; methods that need one refuse such callers */
     grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(
-        s->ca, &pair, 1, GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+        s->ca, &pair, 1,
+        /* without anonymous, a peer with no certificate of the CA's never
+         * gets past TLS: no HTTP/2 for it to hold streams with */
+        s->cfg.anonymous ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+                         : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        NULL);
     if (creds == NULL) return err_set(err, "cannot create TLS credentials from the PEM given");
     net_server_creds_tls13(creds);
     int bound = grpc_server_add_http2_port(s->server, s->cfg.listen, creds);

@@ -3,8 +3,9 @@
  * CA it connects to the coordinator with TLS, takes the certificate chain
  * the server presents, and keeps the certificate whose SHA-256 equals the
  * fingerprint it was given out of band (the join command). The server's own
- * certificate must verify against that CA; the gRPC channel that follows
- * verifies it again, by the book.
+ * certificate must verify against that CA; the enrollment exchange that
+ * follows (net/enroll.c) verifies it again, by the book. It offers the
+ * enrollment listener's ALPN and gRPC's, so either port answers.
  */
 #include <netdb.h>
 #include <stdio.h>
@@ -65,8 +66,9 @@ int security_fetch_pinned_ca(const char *host_port, const char *pinned_hex, char
         goto out;
     }
     SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL); /* checked below against the pin */
-    static const unsigned char alpn[] = {2, 'h', '2'};
-    SSL_set_alpn_protos(ssl, alpn, sizeof alpn);
+    /* the enrollment listener's protocol, or gRPC's on a service port */
+    static const unsigned char alpn[] = "\x0dstrait-join/1\x02h2";
+    SSL_set_alpn_protos(ssl, alpn, sizeof alpn - 1);
     SSL_set_tlsext_host_name(ssl, host);
     SSL_set_fd(ssl, fd);
     if (SSL_connect(ssl) != 1) {

@@ -23,7 +23,9 @@ void attacker_enroll(const char *fed, const char *addr, const char *name, const 
     char token[65], fp[65], err[ERR_LEN];
     cr_assert_eq(coordinator_enroll(fed, name, 3600000, token, err), 0, "%s", err);
     cr_assert_eq(coordinator_home_info(fed, fp, NULL, 0, err), 0, "%s", err);
-    SiteJoinOptions o = {site_dir, name, addr, token, fp};
+    char join[300];
+    cr_assert_eq(coordinator_join_address(fed, join, sizeof join, err), 0, "%s", err);
+    SiteJoinOptions o = {site_dir, name, addr, token, fp, join};
     cr_assert_eq(client_join(&o, err), 0, "join of %s: %s", name, err);
 }
 

@@ -18,6 +18,7 @@
 #include <criterion/criterion.h>
 
 #include "harness.h"
+#include "coordinator/coordinator.h"
 #include "util/util.h"
 
 int proc_spawn(char *const argv[], int *out_fd) {
@@ -114,8 +115,10 @@ void harness_enroll_join(const char *fed, const char *addr, const char *name, co
     memcpy(token, nl + 1, 64), token[64] = 0;
     memcpy(fp, ca + 12, 64), fp[64] = 0;
     proc_result_free(&r);
-    r = harness_strait("site", "join", dir, "--name", name, "--coordinator", addr, "--token", token,
-                       "--ca-sha256", fp);
+    char join[300], err[ERR_LEN];
+    cr_assert_eq(coordinator_join_address(fed, join, sizeof join, err), 0, "%s", err);
+    r = harness_strait("site", "join", dir, "--name", name, "--coordinator", addr, "--join", join,
+                       "--token", token, "--ca-sha256", fp);
     cr_assert_eq(r.status, 0, "join %s: %s", name, r.err);
     proc_result_free(&r);
 }

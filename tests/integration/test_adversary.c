@@ -960,12 +960,13 @@ Test(adversary, failed_joins_are_audited_then_refused_and_sign_nothing) {
     init_federation();
     ini_set("limits", "join_failures", "3");
     start_coordinator();
-    char dir[700], err[ERR_LEN], fp[65];
+    char dir[700], err[ERR_LEN], fp[65], join[300];
     cr_assert_eq(coordinator_home_info(fed, fp, NULL, 0, err), 0);
+    cr_assert_eq(coordinator_join_address(fed, join, sizeof join, err), 0, "%s", err);
     const char *bad = "0000000000000000000000000000000000000000000000000000000000000000";
     for (int i = 0; i < 20; i++) { /* twenty from one address: three rows */
         snprintf(dir, sizeof dir, "%s/j%d", root, i);
-        SiteJoinOptions o = {dir, "eve", addr, bad, fp};
+        SiteJoinOptions o = {dir, "eve", addr, bad, fp, join};
         cr_assert_neq(client_join(&o, err), 0);
         if (i < 3)
             cr_assert_not_null(strstr(err, "token"), "%s", err);

@@ -20,6 +20,7 @@
 
 #include "net/net.h"
 #include "tests/harness.h"
+#include "coordinator/coordinator.h"
 #include "util/util.h"
 
 static char *root, fed[600], addr[64];
@@ -231,6 +232,8 @@ Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
     proc_result_free(&r);
     coord = harness_start_coordinator(fed, addr);
     cr_assert_gt(coord, 0, "the coordinator did not start");
+    char join[300], err[ERR_LEN];
+    cr_assert_eq(coordinator_join_address(fed, join, sizeof join, err), 0, "%s", err);
     for (size_t i = 0; i < N_KINDS; i++) {
         if (strncmp(kinds[i], "sql", 3) == 0) continue; /* a site keeps no store */
         Walked w = {0, 0, 0};
@@ -240,8 +243,9 @@ Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
             snprintf(dir, sizeof dir, "%s/%s", root, name);
             snprintf(what, sizeof what, "join with %s at call %d", kinds[i], k);
             enroll(name, token, fp);
-            const char *args[] = {"site", "join",    dir,   "--name",      name, "--coordinator",
-                                  addr,   "--token", token, "--ca-sha256", fp,   NULL};
+            const char *args[] = {"site",          "join",        dir,      "--name", name,
+                                  "--coordinator", addr,          "--join", join,     "--token",
+                                  token,           "--ca-sha256", fp,       NULL};
             Run run = run_faulted(kinds[i], k, args);
             int injected = run.injected, ok = run.r.status == 0;
             proc_result_free(&run.r);
@@ -262,7 +266,7 @@ Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
                 proc_result_free(&rv);
                 enroll(name, token, fp);
                 ProcResult again = S("site", "join", dir, "--name", name, "--coordinator", addr,
-                                     "--token", token, "--ca-sha256", fp);
+                                     "--join", join, "--token", token, "--ca-sha256", fp);
                 cr_assert_eq(again.status, 0, "join after %s: %s", what, again.err);
                 proc_result_free(&again);
             }

@@ -281,7 +281,8 @@ static void start_server_with(int workers, int reserve, int backlog) {
                            .workers = workers,
                            .per_peer = 64,
                            .reserve = reserve,
-                           .backlog = backlog};
+                           .backlog = backlog,
+                           .anonymous = 1}; /* per-method certificates are under test */
     server = net_server_create(&cfg, err);
     cr_assert_not_null(server, "%s", err);
     struct {
@@ -493,6 +494,35 @@ Test(net, a_client_without_certificate_is_refused_where_one_is_required) {
     cr_assert_eq(memcmp(resp.data, "open;has_cert=0", resp.len), 0);
     net_buf_free(&resp);
     net_channel_destroy(ch);
+}
+
+/* A server that is not anonymous (the coordinator's) requires the
+ * certificate in the TLS handshake: a peer without one never makes a call,
+ * not even to a method that needs none; a site is answered. */
+Test(net, a_server_that_requires_certificates_refuses_a_peer_without_one_in_the_handshake) {
+    char err[ERR_LEN], details[256], t[64];
+    NetServerConfig cfg = {.listen = "127.0.0.1:0",
+                           .tls = {tls.ca_cert, tls.server_cert, tls.server_key}};
+    NetServer *s = net_server_create(&cfg, err);
+    cr_assert_not_null(s, "%s", err);
+    cr_assert_eq(net_server_add_method(s, "/strait.Test/Open", NET_UNARY, 0, h_open, NULL, err), 0);
+    int p;
+    cr_assert_eq(net_server_start(s, &p, err), 0, "%s", err);
+    snprintf(t, sizeof t, "ipv4:127.0.0.1:%d", p);
+    NetChannelConfig none = {t, {tls.ca_cert, NULL, NULL}, NULL, 0, 0};
+    NetChannel *ch = net_channel_create(&none, err);
+    NetStatus st = net_unary(ch, "/strait.Test/Open", "x", 1, NULL, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_UNAVAILABLE, "%s: %s", net_status_name(st), details);
+    net_channel_destroy(ch);
+    NetChannelConfig site = {t, {tls.ca_cert, tls.site_cert, tls.site_key}, NULL, 0, 0};
+    ch = net_channel_create(&site, err);
+    NetBuf resp;
+    st = net_unary(ch, "/strait.Test/Open", "x", 1, &resp, 10000, details, sizeof details);
+    cr_assert_eq(st, NET_OK, "%s: %s", net_status_name(st), details);
+    cr_assert_eq(memcmp(resp.data, "open;has_cert=1", resp.len), 0);
+    net_buf_free(&resp);
+    net_channel_destroy(ch);
+    net_server_stop(s, 1000);
 }
 
 Test(net, a_certificate_from_another_ca_fails_the_handshake) {
