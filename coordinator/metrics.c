@@ -150,9 +150,12 @@ static int render(Coordinator *co, Text *t, char *err) {
     NetGuardStats g;
     net_guard_stats(&g);
     metric(t, "strait_connections", "gauge", "TCP connections held now.", (double)g.connections);
-    metric(t, "strait_connections_untrusted", "gauge",
-           "Of those, from addresses no site or admin call has come from within the hour.",
-           (double)g.untrusted);
+    metric(t, "strait_connections_pending", "gauge",
+           "Of those, connections no call with a certificate has come on yet.",
+           (double)g.pending);
+    metric(t, "strait_connections_evicted_total", "counter",
+           "Pending connections reset to make room for a newer one from their address.",
+           (double)g.evicted);
     metric(t, "strait_connections_refused_total", "counter",
            "Connections closed as they were accepted: over a cap per address or in all.",
            (double)g.refused);

