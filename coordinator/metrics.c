@@ -151,8 +151,7 @@ static int render(Coordinator *co, Text *t, char *err) {
     net_guard_stats(&g);
     metric(t, "strait_connections", "gauge", "TCP connections held now.", (double)g.connections);
     metric(t, "strait_connections_pending", "gauge",
-           "Of those, connections no call with a certificate has come on yet.",
-           (double)g.pending);
+           "Of those, connections no call with a certificate has come on yet.", (double)g.pending);
     metric(t, "strait_connections_evicted_total", "counter",
            "Pending connections reset to make room for a newer one from their address.",
            (double)g.evicted);

@@ -82,9 +82,9 @@ typedef struct Addr {
 
 typedef struct Conn { /* per descriptor */
     ino_t ino;
-    int addr;         /* index into counts + 1; 0: not tracked */
-    int port;         /* the peer's */
-    int vouched;      /* a call with a verified certificate came on it: no byte budget */
+    int addr;    /* index into counts + 1; 0: not tracked */
+    int port;    /* the peer's */
+    int vouched; /* a call with a verified certificate came on it: no byte budget */
     int64_t accepted_ms;
     int64_t received; /* bytes read from it while not vouched for */
     int64_t over_ms;  /* when it went over its budget (a trusted address's); 0: not */
