@@ -197,7 +197,9 @@ static int watch_frame(const Command *cmd, Admin *a, char *err) {
         fmt_duration(committed_ms / committed * left, eta, sizeof eta);
     printf("\033[H");
     snprintf(line, sizeof line, "strait rounds — %s at %s%s — up %s", st.federation, admin_where(a),
-             st.running ? "" : " (coordinator not running)",
+             st.running             ? ""
+             : admin_unreachable(a) ? " (cannot reach the coordinator)"
+                                    : " (coordinator not running)",
              fmt_duration(st.uptime_ms, up, sizeof up));
     printf("%.*s\033[K\n", cols, line);
     char where[160] = "";
@@ -277,7 +279,10 @@ int cmd_rounds(const Command *cmd, int argc, char **argv) {
         admin_close(a);
         return cli_fail(cmd, "%s", err);
     }
-    if (!admin_running(a)) /* on stderr: --json output stays clean */
+    if (admin_unreachable(a)) /* on stderr: --json output stays clean */
+        fprintf(stderr, "strait rounds: cannot reach the coordinator: %s; read from %s\n",
+                admin_unreachable(a), admin_where(a));
+    else if (!admin_running(a))
         fprintf(stderr, "strait rounds: the coordinator is not running; read from %s\n",
                 admin_where(a));
     int64_t now = time_wall_ms();
@@ -368,6 +373,9 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         if (st.running)
             printf("coordinator  %s, up %s, resident memory %.1f MB\n", admin_where(a),
                    fmt_duration(st.uptime_ms, t1, sizeof t1), st.rss_bytes / 1e6);
+        else if (admin_unreachable(a))
+            printf("coordinator  running, but cannot reach it: %s (read from %s)\n",
+                   admin_unreachable(a), admin_where(a));
         else
             printf("coordinator  not running (read from %s)\n", admin_where(a));
         printf("round        %lld of %lld, %s", (long long)st.current_round,

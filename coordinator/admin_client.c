@@ -8,10 +8,13 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "coordinator_internal.h"
@@ -27,6 +30,7 @@ struct Admin {
     NetChannel *ch;   /* NULL: reading the store */
     Store *store;
     char *ca, *cert, *key;
+    char unreachable[600]; /* why a coordinator that listens did not answer ("": none) */
 };
 
 int admin_running(const Admin *a) {
@@ -34,6 +38,35 @@ int admin_running(const Admin *a) {
 }
 const char *admin_where(const Admin *a) {
     return a->where;
+}
+const char *admin_unreachable(const Admin *a) {
+    return a->unreachable[0] ? a->unreachable : NULL;
+}
+
+/* Whether something accepts TCP connections at host:port (a coordinator
+ * that is running, whether or not it answers): a second at most. */
+static int listening_at(const char *hostport) {
+    char host[256], port[16];
+    const char *colon = strrchr(hostport, ':');
+    if (colon == NULL || (size_t)(colon - hostport) >= sizeof host || strlen(colon + 1) >= 16)
+        return 0;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
+    snprintf(port, sizeof port, "%s", colon + 1);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(host, port, &hints, &res) != 0) return 0;
+    int up = 0;
+    for (struct addrinfo *r = res; r && !up; r = r->ai_next) {
+        int fd = socket(r->ai_family, r->ai_socktype | SOCK_CLOEXEC, r->ai_protocol);
+        if (fd < 0) continue;
+        struct timeval tv = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        up = connect(fd, r->ai_addr, r->ai_addrlen) == 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return up;
 }
 
 void admin_close(Admin *a) {
@@ -150,6 +183,10 @@ Admin *admin_open(const char *dir, char *err) {
             if (call_msg(a, "/strait.Admin/Status", &req.base, &resp, probe) == 0)
                 net_buf_free(&resp);
             else if (strstr(probe, "does not answer")) {
+                /* nothing listening: stopped; a listener that does not
+                 * answer is a coordinator this command cannot reach */
+                if (listening_at(addr))
+                    snprintf(a->unreachable, sizeof a->unreachable, "%s", probe);
                 net_channel_destroy(a->ch);
                 a->ch = NULL;
             } else {

@@ -142,6 +142,9 @@ void admin_close(Admin *a);
 int admin_running(const Admin *a);
 /* "127.0.0.1:7700", or the store's path. */
 const char *admin_where(const Admin *a);
+/* Reading the store although the folder's coordinator is running (its port
+ * takes connections) because it did not answer: why; NULL otherwise. */
+const char *admin_unreachable(const Admin *a);
 
 int admin_status(Admin *a, AdminStatus *out, char *err);
 /* Newest first, ids below before (0: from the newest); *out malloc'd. */

@@ -548,3 +548,34 @@ Test(admin_offline, rounds_of_a_stopped_federation_come_in_pages, .timeout = 120
     harness_rmtree(home);
     free(home);
 }
+
+/* A coordinator that listens but does not answer (stopped with SIGSTOP:
+ * its port still takes connections) is one `strait status` cannot reach,
+ * said as such with why, not "not running"; killed, leaving its
+ * coordinator.addr behind, it is not running. Both read the store. */
+Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stopped,
+     .timeout = 120) {
+    char *home = harness_tmpdir("adminreach");
+    char dir[700], addr[64];
+    snprintf(dir, sizeof dir, "%s/fed", home);
+    ProcResult r = S("init", dir, "--listen", "127.0.0.1:0", "--model", "tiny");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    int pid = harness_start_coordinator(dir, addr);
+    cr_assert_gt(pid, 0, "the coordinator did not start");
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    r = S("status", dir);
+    kill(pid, SIGCONT);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "coordinator  running, but cannot reach it: "), "%s", r.out);
+    cr_assert_null(strstr(r.out, "not running"), "%s", r.out);
+    proc_result_free(&r);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    waitpid(pid, NULL, 0);
+    r = S("status", dir);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "coordinator  not running"), "%s", r.out);
+    proc_result_free(&r);
+    harness_rmtree(home);
+    free(home);
+}
