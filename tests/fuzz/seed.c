@@ -206,6 +206,11 @@ int main(int argc, char **argv) {
         "{\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", "
         "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
     put(dir_of(root, "fuzz_hf_index"), "two", NULL, 0, (const uint8_t *)index, strlen(index));
+    /* fuzz_enroll: a request frame and a refusal's answer */
+    static const uint8_t request[] = "STJ1\x00\x00\x00\x05hello";
+    static const uint8_t answer[] = "STJ1\x07\x00\x00\x00\x02no";
+    put(dir_of(root, "fuzz_enroll"), "request", NULL, 0, request, sizeof request - 1);
+    put(dir_of(root, "fuzz_enroll"), "answer", NULL, 0, answer, sizeof answer - 1);
     return 0;
 }
 
