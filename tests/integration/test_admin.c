@@ -553,8 +553,7 @@ Test(admin_offline, rounds_of_a_stopped_federation_come_in_pages, .timeout = 120
  * its port still takes connections) is one `strait status` cannot reach,
  * said as such with why, not "not running"; killed, leaving its
  * coordinator.addr behind, it is not running. Both read the store. */
-Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stopped,
-     .timeout = 120) {
+Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stopped, .timeout = 120) {
     char *home = harness_tmpdir("adminreach");
     char dir[700], addr[64];
     snprintf(dir, sizeof dir, "%s/fed", home);
