@@ -57,10 +57,12 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
         net_call_status(c, NET_UNAUTHENTICATED,
                         "certificate %.16s… was not issued to a site of this federation",
                         p->sha256_hex);
+        net_call_deny_peer(c);
         return -1;
     }
     if (strcmp(site->state, "active") != 0) {
         net_call_status(c, NET_PERMISSION_DENIED, "site %s is revoked", site->name);
+        net_call_deny_peer(c);
         return -1;
     }
     if (retired) {
@@ -68,6 +70,7 @@ int coordinator_authorize_site(Coordinator *co, NetCall *c, StoreSite *site) {
                         "certificate %.16s… of site %s was replaced by a renewal; use the site's "
                         "newest (strait site run loads it when it starts)",
                         p->sha256_hex, site->name);
+        net_call_deny_peer(c);
         return -1;
     }
     if (cert.not_after <= now) {

@@ -472,6 +472,23 @@ void net_guard_trust(const char *addr, int port) {
     pthread_mutex_unlock(&G.lock);
 }
 
+void net_guard_unvouch(const char *addr, int port) {
+    uint8_t ip[16];
+    if (ip_from_text(addr, ip) != 0 || port <= 0) return;
+    pthread_mutex_lock(&G.lock);
+    int a = addr_slot(ip, 0);
+    for (int fd = 0; a >= 0 && fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
+        Conn *c = &G.conns[fd];
+        if (c->addr != a + 1 || c->port != port || !c->vouched) continue;
+        c->vouched = 0;
+        c->received = c->in_total = c->over_ms = 0;
+        c->accepted_ms = now_ms();
+        G.pending[a]++, G.n_pending++;
+        break;
+    }
+    pthread_mutex_unlock(&G.lock);
+}
+
 void net_guard_stats(NetGuardStats *out) {
     pthread_mutex_lock(&G.lock);
     if (G.on && now_ms() - G.last_sweep_ms >= 100) sweep();

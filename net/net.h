@@ -199,7 +199,8 @@ int net_server_start(NetServer *s, int *port, char *err);
 void net_server_stop(NetServer *s, int grace_ms);
 /* Cancels (PERMISSION_DENIED, why) every live call of the certificate with
  * this SHA-256 fingerprint, parked ones included (they still wait for
- * their owner's answer, which then goes nowhere); returns how many. */
+ * their owner's answer, which then goes nowhere), and refuses it for good
+ * as net_call_deny_peer does; returns how many. */
 int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why);
 /* The fingerprints of every certificate with live calls, in *out
  * (malloc'd); their count, -1 when out of memory. */
@@ -241,6 +242,14 @@ typedef struct NetPeer {
 } NetPeer;
 
 const NetPeer *net_call_peer(NetCall *c);
+/* The service refuses this call's certificate for good (revoked, retired,
+ * expired, never issued): its later calls are refused as they arrive
+ * (PERMISSION_DENIED, no worker), and the connection it came on is pending
+ * again, under the byte budget of connections before a certificate (TLS
+ * does not consult revocations: such a peer still completes it). The last
+ * NET_DENIED_MAX certificates are remembered. */
+#define NET_DENIED_MAX 1024
+void net_call_deny_peer(NetCall *c);
 const char *net_call_method(NetCall *c);
 /* Milliseconds left before the caller's deadline (INT64_MAX: none). */
 int64_t net_call_deadline_ms(NetCall *c);

@@ -139,6 +139,14 @@ struct NetServer {
     int n_reaping, reap_stop;
     pthread_cond_t reap_ready;
     pthread_t reaper;
+    /* certificates the service refused for good (net_call_deny_peer), under
+     * lock: a ring, the oldest forgotten first */
+    struct Denied {
+        char sha256_hex[65];
+        NetStatus status; /* the answer its later calls get */
+        char why[200];
+    } denied[NET_DENIED_MAX];
+    int n_denied, denied_next;
 };
 
 #define REAP_MS      5000 /* a peer has this long to take a call's final status */
@@ -529,6 +537,36 @@ static void request_abandon(Request *r) {
     r->cq = NULL;
 }
 
+/* The refusal of the certificate with this fingerprint, when it was
+ * refused for good (NULL otherwise); under lock. */
+static const struct Denied *denied_as(const NetServer *s, const char *sha256_hex) {
+    for (int i = 0; i < s->n_denied; i++)
+        if (strcmp(s->denied[i].sha256_hex, sha256_hex) == 0) return &s->denied[i];
+    return NULL;
+}
+
+static void deny(NetServer *s, const char *sha256_hex, NetStatus status, const char *why) {
+    pthread_mutex_lock(&s->lock);
+    struct Denied *d = (struct Denied *)denied_as(s, sha256_hex);
+    if (d == NULL) {
+        d = &s->denied[s->denied_next];
+        s->denied_next = (s->denied_next + 1) % NET_DENIED_MAX;
+        if (s->n_denied < NET_DENIED_MAX) s->n_denied++;
+    }
+    snprintf(d->sha256_hex, sizeof d->sha256_hex, "%s", sha256_hex);
+    d->status = status;
+    snprintf(d->why, sizeof d->why, "%s", why);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void net_call_deny_peer(NetCall *c) {
+    const NetPeer *p = net_call_peer(c);
+    if (!p->has_cert) return;
+    deny(c->server, p->sha256_hex, c->status_set ? c->status : NET_PERMISSION_DENIED,
+         c->status_set ? c->details : "this certificate is refused by the federation");
+    net_guard_unvouch(p->addr, c->peer_port);
+}
+
 /* A new call arrived on request r: hand it to a worker, or refuse it. */
 static void dispatch(NetServer *s, Request *r) {
     if (r->method == NULL) { /* an unknown method: answer at once */
@@ -549,6 +587,18 @@ static void dispatch(NetServer *s, Request *r) {
         call_reject(c, NET_UNAUTHENTICATED,
                     "this method needs a client certificate signed by the federation CA");
         return;
+    }
+    if (peer->has_cert) {
+        NetStatus status = NET_OK;
+        char why[200];
+        pthread_mutex_lock(&s->lock);
+        const struct Denied *d = denied_as(s, peer->sha256_hex);
+        if (d) status = d->status, snprintf(why, sizeof why, "%s", d->why);
+        pthread_mutex_unlock(&s->lock);
+        if (d) { /* the same answer, without a worker or vouching for the connection */
+            call_reject(c, status, why);
+            return;
+        }
     }
     /* a site is its name, whatever certificates were issued to it */
     snprintf(c->peer_key, sizeof c->peer_key, "%s%s",
@@ -660,6 +710,7 @@ void net_parked_answer(NetCall *c, const void *data, size_t len, NetStatus code,
 
 int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why) {
     int n = 0;
+    deny(s, sha256_hex, NET_PERMISSION_DENIED, why);
     pthread_mutex_lock(&s->lock);
     for (NetCall *o = s->live; o; o = o->next)
         if (o->peer.has_cert && strcmp(o->peer.sha256_hex, sha256_hex) == 0) {

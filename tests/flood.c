@@ -127,12 +127,20 @@ static size_t frame_header(uint8_t *o, size_t len, uint8_t type, uint8_t flags, 
 }
 
 FloodTls *flood_tls_open(const char *addr, const char *src) {
+    return flood_tls_open_as(addr, src, NULL, NULL);
+}
+
+FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_file,
+                            const char *key_file) {
     FloodTls *t = calloc(1, sizeof *t);
     if (t == NULL) return NULL;
     t->fd = flood_connect(addr, src);
     t->ctx = SSL_CTX_new(TLS_client_method());
     if (t->fd < 0 || t->ctx == NULL) goto fail;
     SSL_CTX_set_verify(t->ctx, SSL_VERIFY_NONE, NULL);
+    if (cert_file && (SSL_CTX_use_certificate_chain_file(t->ctx, cert_file) != 1 ||
+                      SSL_CTX_use_PrivateKey_file(t->ctx, key_file, SSL_FILETYPE_PEM) != 1))
+        goto fail;
     static const unsigned char alpn[] = "\x02h2";
     SSL_CTX_set_alpn_protos(t->ctx, alpn, sizeof alpn - 1);
     t->ssl = SSL_new(t->ctx);

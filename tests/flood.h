@@ -30,6 +30,9 @@ typedef struct FloodTls FloodTls;
  * peer is anyone), ALPN h2, then the HTTP/2 preface and an empty SETTINGS;
  * NULL when the server refused the connection. */
 FloodTls *flood_tls_open(const char *addr, const char *src);
+/* The same presenting a client certificate (PEM files). */
+FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_file,
+                            const char *key_file);
 /* Opens n streams on it: HEADERS of a gRPC call to path, without its
  * request (no DATA, no END_STREAM) when with_body is 0, or with a 5-byte
  * empty gRPC message and END_STREAM when 1; the stream ids go on from the

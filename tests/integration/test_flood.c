@@ -206,6 +206,54 @@ Test(flood, anonymous_streams_never_reach_http2_and_cost_bounded_memory) {
     cr_assert_lt(after - before, 64L << 20, "%ld MiB were not given back", (after - before) >> 20);
 }
 
+/* A revoked site still completes TLS (the handshake does not consult the
+ * store), but a call of its certificate refused puts its connection back
+ * under the byte budget of connections before a certificate, and its later
+ * calls are refused as they arrive: 3 connections, each a whole call then
+ * 20,000 HEADERS-only streams, are reset, and the coordinator's memory
+ * stays within 64 MiB. Before, the call vouched for the connection for
+ * good, and the streams were free. */
+Test(flood, a_revoked_sites_certificate_opens_no_streams_for_free) {
+    federation();
+    honest_answered("before");
+    char dir[700], cert[800], key[800], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/m", root);
+    attacker_enroll(fed, addr, "m", dir);
+    SiteHello h;
+    cr_assert_eq(client_hello(dir, &h, err), 0, "%s", err);
+    ProcResult r = S("site", "revoke", fed, "m");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    cr_assert_neq(client_hello(dir, &h, err), 0, "a revoked site was answered");
+    cr_assert_not_null(strstr(err, "revoked"), "%s", err);
+    snprintf(cert, sizeof cert, "%s/site.crt", dir);
+    snprintf(key, sizeof key, "%s/site.key", dir);
+    long before = flood_rss(coord);
+    int sent = 0;
+    char src[32];
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "127.0.0.%d", 80 + i);
+        tls[i] = flood_tls_open_as(addr, src, cert, key);
+        cr_assert_not_null(tls[i], "the revoked certificate's TLS handshake failed");
+        /* one whole call first, refused, so that the connection has had its
+         * call with a certificate before the streams come */
+        cr_assert_eq(flood_tls_streams(tls[i], "/strait.Federation/Hello", 1, 1), 1);
+        usleep(300000);
+        sent += flood_tls_streams(tls[i], "/strait.Federation/Hello", 20000, 0);
+    }
+    usleep(500000);
+    long during = flood_rss(coord);
+    for (int i = 0; i < 3; i++)
+        cr_assert(flood_tls_closed(tls[i], 5000), "the revoked site's connection %d is open", i);
+    honest_answered("after a revoked site's streams");
+    cr_log_info("coordinator RSS: %ld MiB before, %ld with a revoked site's %d streams",
+                before >> 20, during >> 20, sent);
+#ifndef __SANITIZE_ADDRESS__
+    cr_assert_lt(during - before, 64L << 20, "a revoked site's streams cost %ld MiB",
+                 (during - before) >> 20);
+#endif
+}
+
 /* One address fills what connections before a certificate may send: 69
  * connections each 60 KB into a TLS ClientHello they never finish (4 MiB,
  * the budget of every such connection together). An address's share is an
