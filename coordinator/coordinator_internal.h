@@ -115,8 +115,13 @@ typedef struct RoundUpdate {
 typedef struct RoundSiteCount {
     int64_t site_id;
     int refused;             /* updates refused */
-    int downloads;           /* GetModel calls */
+    int downloads;           /* GetModel calls of the checkpoint or the delta */
     int got_ckpt, got_delta; /* bytes_down counts each model once per site and round */
+    struct {                 /* the same for each link of the chain, by the round it starts */
+        int64_t from;
+        int downloads, got;
+    } links[DELTA_CHAIN];
+    int n_links;
 } RoundSiteCount;
 
 #define NORM_HISTORY    5                   /* rounds whose median norms set the bound */
@@ -176,6 +181,10 @@ typedef struct Rounds {
     int n_arrivals, cap_arrivals;
     RoundSiteCount *counts; /* this round's, reset when it opens; owned */
     int n_counts, cap_counts;
+    struct Served1 { /* the newest model this process served each site: its round; owned */
+        int64_t site_id, round;
+    } * served;
+    int n_served, cap_served;
     int64_t refusals_unrecorded; /* refusals of this round past the rows kept */
     double theta0_norm; /* ‖θ‖ when this coordinator started: max_update_ratio's base */
     double norm_history[NORM_HISTORY]; /* median accepted norms of recent rounds with a quorum */
@@ -274,6 +283,11 @@ int64_t rounds_quorum_of(const Rounds *r, int64_t active);
 /* Under rounds.lock: the open round's counts for a site (made on first use;
  * NULL when out of memory). */
 RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id);
+/* Under rounds.lock: a site was served the model of `round` (the one it
+ * holds once it has applied the payload); the newest such round, -1 when
+ * this process has served it none (a coordinator restarted since). */
+void rounds_served_set(Rounds *r, int64_t site_id, int64_t round);
+int64_t rounds_served(const Rounds *r, int64_t site_id);
 /* Under rounds.lock: room for `need` accepted updates in the open round; -1
  * when out of memory. */
 int rounds_reserve(Rounds *r, int need);

@@ -109,21 +109,33 @@ static void h_get_model(NetCall *c, void *user) {
         if ((int64_t)req->have_round == r->chain[i].from &&
             memcmp(req->have_sha256.data, r->chain[i].base_sha, 32) == 0)
             link = &r->chain[i];
-    /* downloads per site and round are bounded (a chain's links each count,
-     * with room for the longest chain), and bytes_down counts each model
-     * once per site and round, however often it is fetched */
+    /* downloads per site and round are bounded for each payload (the
+     * checkpoint or the delta together, each link of the chain on its own),
+     * and bytes_down counts each once per site and round, however often it
+     * is fetched */
     RoundSiteCount *sc = rounds_site_count(r, site.id);
-    if (sc && sc->downloads >= r->set.downloads + (link ? DELTA_CHAIN : 0)) {
-        int64_t number = r->number;
+    int *times = sc ? &sc->downloads : NULL, *counted = NULL;
+    for (int i = 0; sc && link && i <= sc->n_links && i < DELTA_CHAIN; i++) {
+        if (i == sc->n_links) { /* its first fetch this round */
+            sc->links[i].from = link->from, sc->links[i].downloads = sc->links[i].got = 0;
+            sc->n_links++;
+        }
+        if (sc->links[i].from == link->from) {
+            times = &sc->links[i].downloads, counted = &sc->links[i].got;
+            break;
+        }
+    }
+    if (times && *times >= r->set.downloads) {
+        int64_t number = r->number, had = *times;
         pthread_mutex_unlock(&r->lock);
         if (req) strait__get_model_request__free_unpacked(req, NULL);
         net_call_status(c, NET_RESOURCE_EXHAUSTED,
                         "site %s has downloaded the model %d times in round %lld, the limit "
                         "([limits] downloads_per_round); retry when the round moves",
-                        site.name, sc->downloads, (long long)number);
+                        site.name, (int)had, (long long)number);
         return;
     }
-    if (sc) sc->downloads++;
+    if (times) (*times)++;
     Served *sv = link ? link->sv : delta ? r->delta : r->ckpt;
     assert(sv != NULL && sv->refs > 0); /* the served model is installed, not yet released */
     sv->refs++;
@@ -141,8 +153,9 @@ static void h_get_model(NetCall *c, void *user) {
                             memcmp(req->resume_sha256.data, sv->sha, 32) == 0
                         ? req->resume_offset
                         : 0;
-    int *counted = sc && !link ? (delta ? &sc->got_delta : &sc->got_ckpt) : NULL;
+    if (sc && !link) counted = delta ? &sc->got_delta : &sc->got_ckpt;
     if (counted == NULL || !*counted) r->bytes_down += (int64_t)sv->len;
+    rounds_served_set(r, site.id, (int64_t)number);
     if (counted) *counted = 1;
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
@@ -203,9 +216,10 @@ static double claimed_loss(double x) {
 /* Why an update from `site` is refused before the gates (code and text), or
  * NULL; *staleness gets how many rounds old the model it trained from is
  * (async; else 0). Under r->lock. */
-static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
+static const char *precheck(Rounds *r, const StoreSite *from, const NetReceived *got,
                             const Strait__UpdateMeta *meta, int64_t *staleness, char *why,
                             size_t why_len) {
+    const char *site = from->name;
     int dup = rounds_reported(r, site);
     const uint8_t *b = got->data;
     if (r->state == ROUND_FINISHED) {
@@ -250,6 +264,16 @@ static const char *precheck(Rounds *r, const char *site, const NetReceived *got,
             snprintf(why, why_len,
                      "update trained from round %llu's model; the federation is at round %lld",
                      (unsigned long long)got->round, (long long)r->number);
+            return "wrong_base";
+        }
+        /* its weight follows its staleness, so the base it names is checked
+         * against what it was served: never a model newer than that */
+        int64_t served = rounds_served(r, from->id);
+        if (served >= 0 && (int64_t)got->round > served) {
+            snprintf(why, why_len,
+                     "update trained from round %llu's model; this coordinator served site %s "
+                     "round %lld's at the newest",
+                     (unsigned long long)got->round, site, (long long)served);
             return "wrong_base";
         }
         *staleness = r->number - (int64_t)got->round;
@@ -420,7 +444,7 @@ static void h_push_update(NetCall *c, void *user) {
     const char *codec =
         codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
     int64_t staleness = 0;
-    const char *code = precheck(r, site.name, &got, meta, &staleness, why, sizeof why);
+    const char *code = precheck(r, &site, &got, meta, &staleness, why, sizeof why);
     weight *= rounds_staleness_weight(staleness); /* an older update counts for less */
     if (code == NULL && !r->set.keeps_updates)
         round_sum_inspect_add(&r->sum, blob, len, weight, r->pool, &g);

@@ -291,6 +291,26 @@ RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
     return c;
 }
 
+void rounds_served_set(Rounds *r, int64_t site_id, int64_t round) {
+    for (int i = 0; i < r->n_served; i++)
+        if (r->served[i].site_id == site_id) {
+            if (round > r->served[i].round) r->served[i].round = round;
+            return;
+        }
+    void *p = r->served;
+    int rc = grow(&p, &r->cap_served, r->n_served + 1, sizeof r->served[0]);
+    r->served = p;
+    if (rc != 0) return; /* out of memory: the site's claim stands, as after a restart */
+    r->served[r->n_served].site_id = site_id;
+    r->served[r->n_served++].round = round;
+}
+
+int64_t rounds_served(const Rounds *r, int64_t site_id) {
+    for (int i = 0; i < r->n_served; i++)
+        if (r->served[i].site_id == site_id) return r->served[i].round;
+    return -1;
+}
+
 int64_t rounds_quorum_of(const Rounds *r, int64_t active) {
     return r->set.min_sites > 0 ? r->set.min_sites : active / 2 + 1;
 }
@@ -604,7 +624,16 @@ static void cancel_revoked(Coordinator *co) {
         pthread_mutex_unlock(&co->store_lock);
         int retired = rc == 0 && cert.revoked_at != 0 && cert.revoked_at <= time_wall_ms();
         if (rc == 0 && (strcmp(site.state, "active") != 0 || retired)) {
-            int k = net_server_cancel_peer(srv, peers[i], "this site has been revoked");
+            /* the reason its later calls are refused with, too */
+            char why[200];
+            if (strcmp(site.state, "active") != 0)
+                snprintf(why, sizeof why, "site %s is revoked", site.name);
+            else
+                snprintf(why, sizeof why,
+                         "certificate %.16s… of site %s was replaced by a renewal; use the "
+                         "site's newest (strait site run loads it when it starts)",
+                         peers[i], site.name);
+            int k = net_server_cancel_peer(srv, peers[i], why);
             log_warn("rounds", "site %s is revoked: %d call%s in flight cancelled", site.name, k,
                      k == 1 ? "" : "s");
         }
@@ -943,6 +972,7 @@ void rounds_stop(Coordinator *co) {
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     round_updates_free(r->upd, r->n_reported);
     free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts), free(r->arrivals);
+    free(r->served);
     round_sum_free(&r->sum);
     free(r->spare_stage);
     codec_checked_free(r->pool);

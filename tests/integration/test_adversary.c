@@ -1618,6 +1618,8 @@ Test(adversary, a_parked_wait_that_expires_in_round_0_is_answered) {
 }
 
 /* ---- asynchronous rounds: the base a site names is a claim --------------------------- */
+/* (a site that downloaded from this coordinator never names a base newer
+ * than the newest model it was served: its weight follows its staleness) */
 
 /* θ − the weighted mean of the updates (outer = avg, lr 1, lossless
  * downlink), by the coordinator's own code, in the order they arrived. */
@@ -1656,6 +1658,18 @@ static int64_t staleness_of(int64_t round_id, const char *site, int rejected) {
     return k;
 }
 
+/* The site downloads the current model (the coordinator records what it
+ * served it). */
+static void download_model(NetChannel *ch) {
+    NetLimits lim = {.max_total = 64u << 20};
+    NetBuf payload = {NULL, 0};
+    char details[256];
+    cr_assert_eq(net_download(ch, "/strait.Federation/GetModel", "", 0, &lim, 20000, &payload, NULL,
+                              NULL, details, sizeof details),
+                 NET_OK, "%s", details);
+    net_buf_free(&payload);
+}
+
 /* Heartbeat's answer: whether the caller has an update in the open round
  * (what an async site waits on before it sends its next). */
 static int heartbeat_reported(NetChannel *ch) {
@@ -1687,7 +1701,8 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     float *theta = malloc(n * 4);
     memcpy(theta, t.params, n * 4);
     security_sha256(theta, n * 4, sha[0]);
-    /* round 0: both sites from θ0 */
+    /* round 0: both sites from θ0, b downloaded */
+    download_model(b);
     AttackClaim a0 = {0, "a-r0", 1000, NULL, 10, sha[0], 0, 0, 0};
     AttackClaim b0 = {0, "b-r0", 1000, NULL, 10, sha[0], 0, 0, 0};
     cr_assert_eq(attacker_push(a, &a0, &u[0], details, sizeof details), NET_OK, "%s", details);
@@ -1698,13 +1713,20 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     security_sha256(theta, n * 4, sha[1]);
     /* round 1: b's second update is still from θ0 (one round old: it
      * counts 1/sqrt(2) per token); a's from θ1. A base is a claim: θ0's
-     * hash under round 1's name, or a round to come, is refused. */
-    AttackClaim lie = {1, "b-lie", 1000, NULL, 10, sha[0], 0, 0, 0};
-    cr_assert_eq(attacker_push(b, &lie, &u[2], details, sizeof details), NET_FAILED_PRECONDITION);
+     * hash under round 1's name (from a, which downloaded nothing), or a
+     * round to come, is refused. */
+    AttackClaim lie = {1, "a-lie", 1000, NULL, 10, sha[0], 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &lie, &u[2], details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "another model"), "%s", details);
     AttackClaim ahead = {7, "b-ahead", 1000, NULL, 10, sha[0], 0, 0, 0};
     cr_assert_eq(attacker_push(b, &ahead, &u[2], details, sizeof details), NET_FAILED_PRECONDITION);
     cr_assert_not_null(strstr(details, "at round 1"), "%s", details);
+    /* θ1 itself, to the bit, which b was never served: a fresher base (a
+     * weight of 1 instead of 1/sqrt(2)) than the one it holds */
+    AttackClaim fresher = {1, "b-fresher", 1000, NULL, 10, sha[1], 0, 0, 0};
+    cr_assert_eq(attacker_push(b, &fresher, &u[2], details, sizeof details),
+                 NET_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(details, "served site b round 0's at the newest"), "%s", details);
     AttackClaim b1 = {0, "b-r0-again", 1000, NULL, 10, sha[0], 0, 0, 0};
     AttackClaim a1 = {1, "a-r1", 1000, NULL, 10, sha[1], 0, 0, 0};
     cr_assert_eq(attacker_push(b, &b1, &u[2], details, sizeof details), NET_OK, "%s", details);
@@ -1727,6 +1749,7 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     cr_assert_not_null(strstr(details, "download the current model"), "%s", details);
     AttackClaim a2 = {2, "a-r2", 1000, NULL, 10, sha[2], 0, 0, 0};
     AttackClaim b2 = {2, "b-r2", 1000, NULL, 10, sha[2], 0, 0, 0};
+    download_model(b); /* θ2 served to b: its claim of it is taken */
     cr_assert_eq(attacker_push(a, &a2, &u[1], details, sizeof details), NET_OK, "%s", details);
     cr_assert_eq(attacker_push(b, &b2, &u[0], details, sizeof details), NET_OK, "%s", details);
     StoreRound r2 = wait_committed(2, 30);
@@ -1735,7 +1758,7 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     assert_model_is(&r2, theta);
     cr_assert_eq(rejected_with(r2.id, "stale"), 1);
     cr_assert_eq(staleness_of(r2.id, "b", 1), 2);
-    cr_assert_eq(rejected_with(r1.id, "wrong_base"), 2);
+    cr_assert_eq(rejected_with(r1.id, "wrong_base"), 3);
     cr_assert_eq(rejected_with(r1.id, "stale") + rejected_with(r0.id, "stale"), 0);
     ProcResult r = S("db", "check", fed);
     cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);

@@ -1029,6 +1029,35 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
                      k, differ);
         net_buf_free(&payload);
     }
+    /* a link is a payload like the model: fetched once above, three more
+     * times, then refused until the round moves (before, links had sixteen
+     * fetches more, each counted again in bytes_down); the model, another
+     * payload, is still served */
+    uint8_t sha[32];
+    security_sha256(m[0].params, n_params * 4, sha);
+    for (int i = 0; i < 5; i++) {
+        Strait__GetModelRequest req = STRAIT__GET_MODEL_REQUEST__INIT;
+        req.has_model = 1;
+        req.have_round = i < 4 ? 1 : 0; /* the last: a model the chain was not made from */
+        req.have_sha256.data = sha;
+        req.have_sha256.len = 32;
+        uint8_t buf[96];
+        size_t n = strait__get_model_request__pack(&req, buf);
+        NetBuf payload;
+        NetStatus st = net_download(ch, "/strait.Federation/GetModel", buf, n, &lim, 30000,
+                                    &payload, NULL, NULL, details, sizeof details);
+        if (i < 3) {
+            cr_assert_eq(st, NET_OK, "fetch %d of the link: %s", i + 2, details);
+            net_buf_free(&payload);
+        } else if (i == 3) {
+            cr_assert_eq(st, NET_RESOURCE_EXHAUSTED, "a fifth fetch of the link: %s",
+                         net_status_name(st));
+            cr_assert_not_null(strstr(details, "downloads_per_round"), "%s", details);
+        } else {
+            cr_assert_eq(st, NET_OK, "the model after the link's bound: %s", details);
+            net_buf_free(&payload);
+        }
+    }
     free(u);
     net_channel_destroy(ch);
     for (int k = 0; k < 3; k++) gpt_free(&m[k]);
