@@ -633,11 +633,13 @@ static void cancel_revoked(Coordinator *co) {
 
 /* With a quorum in, a round does not wait for a site that is away or late
  * (rounds_site_wait). 1 when the quorum is in and every active site not in
- * is away or late (the first few in `names`, each with why), 0 otherwise.
- * *next: when the first site still waited for falls due (0: none), for the
- * ticker to look again then rather than up to a second after. One read of
- * the sites; under r->lock. */
-static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, int64_t *next) {
+ * is away or late (the first few in `names`, each with why; the late ones
+ * in `late`, one a line, for the store), 0 otherwise. *next: when the
+ * first site still waited for falls due (0: none), for the ticker to look
+ * again then rather than up to a second after. One read of the sites;
+ * under r->lock. */
+static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, char *late,
+                     size_t late_cap, int64_t *next) {
     Rounds *r = &co->rounds;
     StoreSite *sites;
     size_t n = 0;
@@ -648,8 +650,8 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, int6
     if (rc != 0) return 0;
     int64_t active = 0;
     int away = 0, waiting = 0;
-    size_t len = 0;
-    names[0] = '\0';
+    size_t len = 0, late_len = 0;
+    names[0] = late[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         if (strcmp(sites[i].state, "active") != 0) continue;
         active++;
@@ -661,6 +663,9 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, int6
             if (due > 0 && (*next == 0 || r->opened_ms + due < *next)) *next = r->opened_ms + due;
             continue;
         }
+        if (w == SITE_LATE && late_len + 100 < late_cap)
+            late_len += (size_t)snprintf(late + late_len, late_cap - late_len, "%s%s (past %.1f s)",
+                                         late_len ? "\n" : "", sites[i].name, due / 1e3);
         if (away++ < 4 && len + 130 < cap) {
             int paced = due == pace_due(r); /* by the quorum's arrival, not its own */
             if (w == SITE_LATE)
@@ -748,13 +753,20 @@ static void *ticker_main(void *arg) {
         int away = 0;
         if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
             r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
-            char names[700];
+            char names[700], late[sizeof((StoreRound *)0)->late];
             int64_t next;
-            away = rest_away(co, now, names, sizeof names, &next);
+            away = rest_away(co, now, names, sizeof names, late, sizeof late, &next);
             r->away_check_ms = next > now && next < now + 1000 ? next : now + 1000;
             if (away)
                 log_info("rounds", "round %lld: closing with %d updates; %s", (long long)r->number,
                          r->n_reported, names);
+            if (away && late[0]) { /* named in `strait rounds` */
+                char err[ERR_LEN];
+                pthread_mutex_lock(&co->store_lock);
+                if (store_round_late(co->store, r->round_id, late, err) != 0)
+                    log_warn("rounds", "round %lld: %s", (long long)r->number, err);
+                pthread_mutex_unlock(&co->store_lock);
+            }
         }
         if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
             int64_t quorum = rounds_quorum(co);
