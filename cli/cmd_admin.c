@@ -122,9 +122,10 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
         char joined[1024];
         snprintf(joined, sizeof joined, "%s", lists[k]);
         n += (size_t)snprintf(notes + n, sizeof notes - n, "%s", labels[k]);
+        const char *sep = "";
         for (char *save = NULL, *p = strtok_r(joined, "\n", &save); p && n < sizeof notes;
-             p = strtok_r(NULL, "\n", &save))
-            n += (size_t)snprintf(notes + n, sizeof notes - n, "%s, ", p);
+             p = strtok_r(NULL, "\n", &save), sep = ", ")
+            n += (size_t)snprintf(notes + n, sizeof notes - n, "%s%s", sep, p);
         if (n < sizeof notes) n += (size_t)snprintf(notes + n, sizeof notes - n, "; ");
     }
     /* drop the last separators */
