@@ -89,6 +89,7 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
                         r->failed_reason[0] ? json_string(r->failed_reason) : json_null());
     json_object_set_new(o, live(a) ? "waiting_for" : "missed", json_lines(a->missed));
     json_object_set_new(o, "rejected", json_lines(a->rejected));
+    json_object_set_new(o, "late", json_lines(r->late));
     return o;
 }
 
@@ -114,16 +115,17 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     if (r->refusals_unrecorded)
         n += (size_t)snprintf(notes + n, sizeof notes - n, "%lld more refused at the header; ",
                               (long long)r->refusals_unrecorded);
-    const char *lists[2] = {a->missed, a->rejected};
-    const char *labels[2] = {live(a) ? "waiting for " : "missed ", "rejected "};
-    for (int k = 0; k < 2 && n < sizeof notes; k++) {
+    const char *lists[3] = {r->late, a->missed, a->rejected};
+    const char *labels[3] = {"late ", live(a) ? "waiting for " : "missed ", "rejected "};
+    for (int k = 0; k < 3 && n < sizeof notes; k++) {
         if (!lists[k][0]) continue;
         char joined[1024];
         snprintf(joined, sizeof joined, "%s", lists[k]);
         n += (size_t)snprintf(notes + n, sizeof notes - n, "%s", labels[k]);
+        const char *sep = "";
         for (char *save = NULL, *p = strtok_r(joined, "\n", &save); p && n < sizeof notes;
-             p = strtok_r(NULL, "\n", &save))
-            n += (size_t)snprintf(notes + n, sizeof notes - n, "%s, ", p);
+             p = strtok_r(NULL, "\n", &save), sep = ", ")
+            n += (size_t)snprintf(notes + n, sizeof notes - n, "%s%s", sep, p);
         if (n < sizeof notes) n += (size_t)snprintf(notes + n, sizeof notes - n, "; ");
     }
     /* drop the last separators */
@@ -489,6 +491,13 @@ int cmd_round_show(const Command *cmd, int argc, char **argv) {
            (long long)round.r.participants, (long long)round.expected, (long long)round.r.tokens,
            fmt_duration(round_ms(&round, now), dur, sizeof dur));
     if (round.r.failed_reason[0]) printf("failed: %s\n", round.r.failed_reason);
+    if (round.r.late[0]) {
+        printf("not waited for, late:");
+        for (char *save = NULL, *p = strtok_r(round.r.late, "\n", &save); p;
+             p = strtok_r(NULL, "\n", &save))
+            printf(" %s", p);
+        printf("\n");
+    }
     if (round.wall_ms > 0) {
         char util[16] = "-", good[16] = "-";
         if (isfinite(round.utilization))

@@ -335,6 +335,7 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->opened_at = r->opened_at;
     row->closed_at = r->closed_at;
     row->failed_reason = (char *)r->failed_reason;
+    row->late = (char *)r->late;
     row->id = (uint64_t)r->id;
     row->expected = (uint32_t)a->expected;
     row->raw_bytes = (uint64_t)a->raw_bytes;

@@ -237,6 +237,7 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     r->opened_at = row->opened_at;
     r->closed_at = row->closed_at;
     snprintf(r->failed_reason, sizeof r->failed_reason, "%s", row->failed_reason);
+    snprintf(r->late, sizeof r->late, "%s", row->late);
     a->expected = row->expected;
     a->raw_bytes = (int64_t)row->raw_bytes;
     r->start_eval_loss = row->start_eval_loss;

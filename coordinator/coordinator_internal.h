@@ -176,6 +176,7 @@ typedef struct Rounds {
     RoundUpdate *upd;
     int n_reported, cap_reports;
     SiteArrivals *arrivals; /* every site's that has reported; owned */
+    int64_t pace_ms;        /* the open round's rounds_pace, from earlier rounds; 0: none */
     int64_t adaptive_ms;    /* the open round's adaptive deadline, from earlier rounds; 0: none */
     int64_t away_check_ms;  /* when the ticker next looks for sites away (rounds_rest_away) */
     int n_arrivals, cap_arrivals;
@@ -296,12 +297,21 @@ int rounds_reserve(Rounds *r, int need);
  * from first attempts after round 0: round 0's arrivals hold every site's
  * start-up and a whole model's download, a reopened attempt's the sites'
  * reconnection after a restart or a failed commit, which other rounds do
- * not. rounds_adaptive_deadline: the adaptive deadline (ms after the round
- * opened), or 0 when no site has reported in three rounds yet.
- * rounds_site_due: when site_id is late (ms after the round opened): its
- * own 90th-percentile arrival and half as long again (a second at least),
- * or 0 when it has not reported in three rounds yet. */
+ * not. rounds_pace: the quorum's usual arrival, what a round is judged
+ * against: of the sites with an update in the last ARRIVAL_HISTORY rounds
+ * and three rounds to say it, the median one's 90th-percentile arrival
+ * (the upper middle: by then more than half of them are usually in), so
+ * a minority of sites, however late, cannot move it past an honest site's;
+ * 0 when no site can say yet. open_round keeps it in pace_ms for the
+ * round, and the two below read it. rounds_adaptive_deadline: twice the
+ * pace (ms after the round opened, a second at least), or 0 without one.
+ * rounds_site_due: when site_id is late (ms after the round opened): the
+ * pace and a quarter again (a second at least), or sooner, its own
+ * 90th-percentile arrival and half as long again (a second at least) when
+ * it has reported in three rounds: a fast site is not held to the others'
+ * pace, and a slow one is not waited for at its own; 0 without either. */
 void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms);
+int64_t rounds_pace(const Rounds *r);
 int64_t rounds_adaptive_deadline(const Rounds *r);
 int64_t rounds_site_due(const Rounds *r, int64_t site_id);
 /* Under rounds.lock: whether the open round, its quorum in, still waits for

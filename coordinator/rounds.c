@@ -216,14 +216,25 @@ static int64_t arrival_q90(const SiteArrivals *a) {
     return ms[(a->n * 9 + 9) / 10 - 1];
 }
 
-int64_t rounds_adaptive_deadline(const Rounds *r) {
-    int64_t slowest = -1;
+int64_t rounds_pace(const Rounds *r) {
+    int64_t *q90 = malloc(sizeof *q90 * (size_t)(r->n_arrivals ? r->n_arrivals : 1));
+    if (q90 == NULL) return 0; /* out of memory: as before any round said it */
+    int n = 0;
     for (int i = 0; i < r->n_arrivals; i++) {
-        int64_t q90 = arrival_q90(&r->arrivals[i]);
-        if (q90 > slowest) slowest = q90;
+        const SiteArrivals *a = &r->arrivals[i];
+        int64_t q = a->last_round >= r->number - ARRIVAL_HISTORY ? arrival_q90(a) : -1;
+        if (q >= 0) q90[n++] = q;
     }
-    if (slowest < 0) return 0;
-    return 2 * slowest > 1000 ? 2 * slowest : 1000;
+    qsort(q90, (size_t)n, sizeof q90[0], cmp_i64);
+    /* the upper middle one; 1 ms at least, as 0 says none */
+    int64_t pace = n == 0 ? 0 : q90[n / 2] > 0 ? q90[n / 2] : 1;
+    free(q90);
+    return pace;
+}
+
+int64_t rounds_adaptive_deadline(const Rounds *r) {
+    if (r->pace_ms == 0) return 0;
+    return 2 * r->pace_ms > 1000 ? 2 * r->pace_ms : 1000;
 }
 
 static const SiteArrivals *site_arrivals(const Rounds *r, int64_t site_id) {
@@ -239,13 +250,20 @@ static int64_t arrival_due(const SiteArrivals *a) {
     return q90 + (q90 / 2 > 1000 ? q90 / 2 : 1000);
 }
 
+/* the quorum's usual arrival and a quarter again, a second at least; 0: no pace yet */
+static int64_t pace_due(const Rounds *r) {
+    if (r->pace_ms == 0) return 0;
+    return r->pace_ms + (r->pace_ms / 4 > 1000 ? r->pace_ms / 4 : 1000);
+}
+
 int64_t rounds_site_due(const Rounds *r, int64_t site_id) {
-    return arrival_due(site_arrivals(r, site_id));
+    int64_t own = arrival_due(site_arrivals(r, site_id)), quorum = pace_due(r);
+    return own > 0 && (quorum == 0 || own < quorum) ? own : quorum;
 }
 
 SiteWait rounds_site_wait(const Rounds *r, const StoreSite *site, int64_t now, int64_t *due) {
     const SiteArrivals *a = site_arrivals(r, site->id);
-    *due = r->extensions == 0 ? arrival_due(a) : 0;
+    *due = r->extensions == 0 ? rounds_site_due(r, site->id) : 0;
     if (!(a && a->last_round == r->number - 1) && site->last_seen < r->opened_ms) return SITE_AWAY;
     return *due > 0 && now >= r->opened_ms + *due ? SITE_LATE : SITE_WAITED;
 }
@@ -362,6 +380,7 @@ static int open_round(Coordinator *co, char *err) {
     r->extensions = 0;
     /* from the rounds before: fixed for the round (its own arrivals count
      * from the next one on) */
+    r->pace_ms = rounds_pace(r);
     r->adaptive_ms = r->set.adaptive_deadline ? rounds_adaptive_deadline(r) : 0;
     round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     r->n_kept = 0;
@@ -643,20 +662,25 @@ static void cancel_revoked(Coordinator *co) {
 
 /* With a quorum in, a round does not wait for a site that is away or late
  * (rounds_site_wait). 1 when the quorum is in and every active site not in
- * is away or late (the first few in `names`, each with why), 0 otherwise.
- * One read of the sites; under r->lock. */
-static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
+ * is away or late (the first few in `names`, each with why; the late ones
+ * in `late`, one a line, for the store), 0 otherwise. *next: when the
+ * first site still waited for falls due (0: none), for the ticker to look
+ * again then rather than up to a second after. One read of the sites;
+ * under r->lock. */
+static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, char *late,
+                     size_t late_cap, int64_t *next) {
     Rounds *r = &co->rounds;
     StoreSite *sites;
     size_t n = 0;
+    *next = 0;
     pthread_mutex_lock(&co->store_lock);
     int rc = store_site_list(co->store, &sites, &n, NULL);
     pthread_mutex_unlock(&co->store_lock);
     if (rc != 0) return 0;
     int64_t active = 0;
     int away = 0, waiting = 0;
-    size_t len = 0;
-    names[0] = '\0';
+    size_t len = 0, late_len = 0;
+    names[0] = late[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         if (strcmp(sites[i].state, "active") != 0) continue;
         active++;
@@ -665,13 +689,20 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap) {
         SiteWait w = rounds_site_wait(r, &sites[i], now, &due);
         if (w == SITE_WAITED) {
             waiting = 1;
-            break;
+            if (due > 0 && (*next == 0 || r->opened_ms + due < *next)) *next = r->opened_ms + due;
+            continue;
         }
-        if (away++ < 4 && len + 110 < cap) {
+        if (w == SITE_LATE && late_len + 100 < late_cap)
+            late_len += (size_t)snprintf(late + late_len, late_cap - late_len, "%s%s (past %.1f s)",
+                                         late_len ? "\n" : "", sites[i].name, due / 1e3);
+        if (away++ < 4 && len + 130 < cap) {
+            int paced = due == pace_due(r); /* by the quorum's arrival, not its own */
             if (w == SITE_LATE)
-                len += (size_t)snprintf(names + len, cap - len,
-                                        "%s%s late (past %.1f s: its usual arrival and half again)",
-                                        away > 1 ? "; " : "", sites[i].name, due / 1e3);
+                len +=
+                    (size_t)snprintf(names + len, cap - len,
+                                     "%s%s late (past %.1f s: %s usual arrival and %s again)",
+                                     away > 1 ? "; " : "", sites[i].name, due / 1e3,
+                                     paced ? "the quorum's" : "its", paced ? "a quarter" : "half");
             else
                 len +=
                     (size_t)snprintf(names + len, cap - len,
@@ -717,8 +748,8 @@ static void *ticker_main(void *arg) {
             rounds_drop_revoked(co);
             flush_refusals(co);
         }
-        /* the adaptive deadline: with a quorum in, once twice the slowest
-         * site's usual arrival has passed (never later than the deadline) */
+        /* the adaptive deadline: with a quorum in, once twice the quorum's
+         * usual arrival has passed (never later than the deadline) */
         int64_t due = r->opened_ms + r->set.deadline_ms * (r->extensions + 1);
         int64_t adaptive = r->extensions == 0 && r->n_reported > 0 ? r->adaptive_ms : 0;
         int early = adaptive > 0 && r->opened_ms + adaptive < due &&
@@ -728,7 +759,7 @@ static void *ticker_main(void *arg) {
             log_info(
                 "rounds",
                 "round %lld: closing with %d updates at the adaptive deadline of %.1f s (twice "
-                "the slowest site's usual arrival; [rounds] deadline %.1f s)",
+                "the quorum's usual arrival; [rounds] deadline %.1f s)",
                 (long long)r->number, r->n_reported, adaptive / 1e3, r->set.deadline_ms / 1e3);
         /* async: once the quorum is in, a grace window of `grace` × the
          * time it took, for the updates a moment behind it */
@@ -751,12 +782,20 @@ static void *ticker_main(void *arg) {
         int away = 0;
         if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
             r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
-            char names[600];
-            r->away_check_ms = now + 1000;
-            away = rest_away(co, now, names, sizeof names);
+            char names[700], late[sizeof((StoreRound *)0)->late];
+            int64_t next;
+            away = rest_away(co, now, names, sizeof names, late, sizeof late, &next);
+            r->away_check_ms = next > now && next < now + 1000 ? next : now + 1000;
             if (away)
                 log_info("rounds", "round %lld: closing with %d updates; %s", (long long)r->number,
                          r->n_reported, names);
+            if (away && late[0]) { /* named in `strait rounds` */
+                char err[ERR_LEN];
+                pthread_mutex_lock(&co->store_lock);
+                if (store_round_late(co->store, r->round_id, late, err) != 0)
+                    log_warn("rounds", "round %lld: %s", (long long)r->number, err);
+                pthread_mutex_unlock(&co->store_lock);
+            }
         }
         if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
             int64_t quorum = rounds_quorum(co);

@@ -22,12 +22,13 @@
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
     schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[],
-    schema_store_v8_sql[];
+    schema_store_v8_sql[], schema_store_v9_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {
-    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql, schema_store_v4_sql,
-    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql, schema_store_v8_sql};
+    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql,
+    schema_store_v4_sql, schema_store_v5_sql, schema_store_v6_sql,
+    schema_store_v7_sql, schema_store_v8_sql, schema_store_v9_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -566,7 +567,7 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
     "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "           \
-    "r.refusals_unrecorded "                                                                       \
+    "r.refusals_unrecorded, r.late "                                                               \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
@@ -594,6 +595,7 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     o->bytes_rejected = sqlite3_column_int64(st, 20);
     o->dense_bytes = sqlite3_column_int64(st, 21);
     o->refusals_unrecorded = sqlite3_column_int64(st, 22);
+    store_copy_text(o->late, sizeof o->late, st, 23);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -829,6 +831,15 @@ int store_round_refusals_unrecorded(Store *s, int64_t round_id, int64_t n, char 
     sqlite3_bind_int64(st, 1, round_id);
     sqlite3_bind_int64(st, 2, n);
     return step_done(s, st, err, "cannot count the round's refusals");
+}
+
+int store_round_late(Store *s, int64_t round_id, const char *late, char *err) {
+    static const char sql[] = "UPDATE rounds SET late = ?2 WHERE id = ?1";
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, round_id);
+    sqlite3_bind_text(st, 2, late, -1, SQLITE_STATIC);
+    return step_done(s, st, err, "cannot name the round's late sites");
 }
 
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,

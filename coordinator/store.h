@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -131,6 +131,8 @@ typedef struct StoreRound {
      * would have moved for the round's accepted training (0: not measured) */
     int64_t bytes_up, bytes_rejected, bytes_down, dense_bytes;
     int64_t refusals_unrecorded; /* refused at the header, past the rows kept per site */
+    /* the sites it stopped waiting for as late, one a line: "NAME (past S s)" */
+    char late[256];
     /* the checkpoint, for committed rounds */
     char checkpoint_path[512]; /* relative to the federation folder */
     int64_t checkpoint_bytes;
@@ -191,6 +193,9 @@ typedef struct StoreCheckpoint {
 /* Adds n to the refusals of round attempt round_id that were refused
  * without a row (a site past its refusals of the round). */
 int store_round_refusals_unrecorded(Store *s, int64_t round_id, int64_t n, char *err);
+/* Names the sites round attempt round_id stopped waiting for as late (one
+ * a line, each with when it was due), in place of any named before. */
+int store_round_late(Store *s, int64_t round_id, const char *late, char *err);
 
 /* Opens the next attempt of round `number`. Fails if a round is live or
  * `number` is already committed. */

@@ -7,7 +7,8 @@
  * worker, staying on after its revocation. Each test asserts the refusal
  * and that the committed global model is bit for bit what the honest sites
  * alone make (computed here with the coordinator's own aggregation code).
- * Also: 256 sites waiting on one round of a 16-worker coordinator, TLS 1.2
+ * Also: a site late every round does not set the rounds' pace; 256 sites
+ * waiting on one round of a 16-worker coordinator, TLS 1.2
  * refused from outside (openssl s_client), joins that fail, and
  * federation.ini values refused whole before anything changes.
  */
@@ -1855,4 +1856,134 @@ Test(adversary, a_lying_resume_point_is_served_the_whole_model) {
     }
     net_buf_free(&honest);
     net_channel_destroy(m);
+}
+
+/* ---- one site cannot set the pace ------------------------------------------------------ */
+
+/* The row of round n once it is open (or past it). */
+static StoreRound round_row(int64_t n) {
+    char err[ERR_LEN];
+    StoreRound r;
+    for (int i = 0; i < 300; i++) {
+        Store *s = store_ro();
+        int rc = store_round_get(s, n, &r, err);
+        store_close(s);
+        if (rc == 0) return r;
+        usleep(100000);
+    }
+    cr_assert_fail("round %lld did not open within 30 s", (long long)n);
+    return r;
+}
+
+/* When the accepted update of `site` arrived in round row r, ms after the
+ * attempt opened; -1: none. */
+static int64_t arrival_of(const StoreRound *r, const char *site) {
+    char err[ERR_LEN];
+    Store *s = store_ro();
+    StoreUpdate *ups;
+    size_t n;
+    cr_assert_eq(store_updates_list(s, r->id, &ups, &n, err), 0, "%s", err);
+    int64_t ms = -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ups[i].site_name, site) == 0 && strcmp(ups[i].state, "accepted") == 0)
+            ms = ups[i].received_at - r->opened_at;
+    free(ups);
+    store_close(s);
+    return ms;
+}
+
+/* One site sets the pace: m heartbeats through every round and sends a
+ * tiny update 2.5x as late as the honest sites b and c send theirs. Its own
+ * history says that is its usual arrival, so a rule judged against it
+ * alone waits for it every round. Judged against the quorum's usual
+ * arrival instead, once three rounds have said it, a round stops waiting
+ * for m a quarter past the honest sites' pace (a second at least), and
+ * `strait rounds` names m late. */
+Test(adversary, a_late_every_round_site_does_not_set_the_pace) {
+    federation_ini("mean", "2", "60s");
+    ini_set("rounds", "total", "7");
+    start_coordinator();
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
+    NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
+               *m = attacker_channel(m_dir, addr);
+    GPT t = tiny();
+    Blob honest = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob tiny_update = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-4f);
+    const int64_t honest_ms = 4000, late_ms = 10000, rounds = 7;
+    for (int64_t n = 0; n < rounds; n++) {
+        StoreRound open = round_row(n);
+        /* round 0 holds every site's start-up and teaches nothing: all at once */
+        int64_t send_at = open.opened_at + (n == 0 ? 0 : honest_ms);
+        int64_t late_at = open.opened_at + (n == 0 ? 0 : late_ms);
+        char id[3][32];
+        snprintf(id[0], sizeof id[0], "b-r%lld", (long long)n);
+        snprintf(id[1], sizeof id[1], "c-r%lld", (long long)n);
+        snprintf(id[2], sizeof id[2], "m-r%lld", (long long)n);
+        AttackClaim cb = {(uint64_t)n, id[0], 1000, NULL, 0, NULL, 0, honest_ms - 500, 50};
+        AttackClaim cc = {(uint64_t)n, id[1], 1000, NULL, 0, NULL, 0, honest_ms - 500, 50};
+        AttackClaim cm = {(uint64_t)n, id[2], 10, NULL, 0, NULL, 0, late_ms - 500, 50};
+        int sent = 0, moved = 0;
+        while (!moved && time_wall_ms() < late_at) {
+            AttackBeat beat;
+            cr_assert_eq(attacker_heartbeat(m, (uint64_t)n, 5000, &beat, details, sizeof details),
+                         NET_OK, "%s", details);
+            moved = beat.current_round > (uint64_t)n;
+            if (!sent && time_wall_ms() >= send_at) {
+                cr_assert_eq(attacker_push(b, &cb, &honest, details, sizeof details), NET_OK, "%s",
+                             details);
+                cr_assert_eq(attacker_push(c, &cc, &honest, details, sizeof details), NET_OK, "%s",
+                             details);
+                sent = 1;
+            }
+            usleep(200000);
+        }
+        if (!sent) {
+            cr_assert_eq(attacker_push(b, &cb, &honest, details, sizeof details), NET_OK, "%s",
+                         details);
+            cr_assert_eq(attacker_push(c, &cc, &honest, details, sizeof details), NET_OK, "%s",
+                         details);
+        }
+        /* the round may have closed without it: then it is refused, and m
+         * tries again next round */
+        if (!moved) attacker_push(m, &cm, &tiny_update, details, sizeof details);
+        wait_committed(n, 60);
+    }
+    /* rounds 1 to 3 teach the arrivals (round 0 does not count); from
+     * round 4 on, each round is held to the honest sites' pace */
+    for (int64_t n = 4; n < rounds; n++) {
+        StoreRound r = wait_committed(n, 1);
+        int64_t in_b = arrival_of(&r, "b"), in_c = arrival_of(&r, "c");
+        int64_t pace = in_b > in_c ? in_b : in_c;
+        int64_t took = r.closed_at - r.opened_at;
+        cr_assert_gt(pace, 0, "round %lld took no update from b or c", (long long)n);
+        cr_log_info("round %lld: the honest sites in by %.2f s, the round took %.2f s (%.2fx)",
+                    (long long)n, pace / 1e3, took / 1e3, (double)took / (double)pace);
+        cr_assert_lt((double)took, 1.5 * (double)pace,
+                     "round %lld took %.2f s, %.2fx the honest sites' %.2f s: m set its pace",
+                     (long long)n, took / 1e3, (double)took / (double)pace, pace / 1e3);
+    }
+    /* m is named, in the rounds that stopped waiting for it */
+    ProcResult pr = S("rounds", fed, "--json");
+    cr_assert_eq(pr.status, 0, "%s", pr.err);
+    int named = 0;
+    for (char *save = NULL, *line = strtok_r(pr.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s: %s", je.text, line);
+        json_int_t n = json_integer_value(json_object_get(o, "round"));
+        json_t *late = json_object_get(o, "late");
+        const char *first = json_string_value(json_array_get(late, 0));
+        if (n >= 4) named += first && strncmp(first, "m ", 2) == 0;
+        cr_log_info("round %lld: goodput %.3f", (long long)n,
+                    json_real_value(json_object_get(o, "goodput")));
+        json_decref(o);
+    }
+    proc_result_free(&pr);
+    cr_assert_eq(named, rounds - 4, "strait rounds named m late in %d of %lld rounds", named,
+                 (long long)(rounds - 4));
+    net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&honest), blob_free(&tiny_update);
+    gpt_free(&t);
 }
