@@ -158,6 +158,28 @@ fail:
     return NULL;
 }
 
+FloodTls *flood_join_hold(const char *addr, const char *src, size_t bytes) {
+    FloodTls *t = calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    t->fd = flood_connect(addr, src);
+    t->ctx = SSL_CTX_new(TLS_client_method());
+    if (t->fd < 0 || t->ctx == NULL) goto fail;
+    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_NONE, NULL);
+    static const unsigned char alpn[] = "\x0dstrait-join/1";
+    SSL_CTX_set_alpn_protos(t->ctx, alpn, sizeof alpn - 1);
+    t->ssl = SSL_new(t->ctx);
+    if (t->ssl == NULL || SSL_set_fd(t->ssl, t->fd) != 1 || SSL_connect(t->ssl) != 1) goto fail;
+    /* a request of the largest length the listener takes, `bytes` of it */
+    static uint8_t req[8 + (16u << 10)];
+    memcpy(req, "STJ1\x00\x00\x40\x00", 8);
+    memset(req + 8, 0x41, sizeof req - 8);
+    if (send_all(t, req, 8 + (bytes < (16u << 10) ? bytes : (16u << 10))) != 0) goto fail;
+    return t;
+fail:
+    flood_tls_close(t);
+    return NULL;
+}
+
 /* HPACK: a literal without indexing, its name from the static table (4-bit
  * prefix) or new (index 0), no Huffman. */
 static size_t hpack_literal(uint8_t *o, int name_index, const char *name, const char *value) {

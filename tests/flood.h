@@ -33,6 +33,9 @@ FloodTls *flood_tls_open(const char *addr, const char *src);
 /* The same presenting a client certificate (PEM files). */
 FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_file,
                             const char *key_file);
+/* TLS to the enrollment port (its ALPN), then `bytes` of a request of the
+ * largest length it takes (16 KiB), never finished; NULL when refused. */
+FloodTls *flood_join_hold(const char *addr, const char *src, size_t bytes);
 /* Opens n streams on it: HEADERS of a gRPC call to path, without its
  * request (no DATA, no END_STREAM) when with_body is 0, or with a 5-byte
  * empty gRPC message and END_STREAM when 1; the stream ids go on from the

@@ -254,6 +254,53 @@ Test(flood, a_revoked_sites_certificate_opens_no_streams_for_free) {
 #endif
 }
 
+/* The enrollment port's worst case: peers from 16 addresses each holding
+ * as many connections as they may, each past TLS with 16 KiB less a byte
+ * of a request: the listener holds 32 (4 an address), closes the rest as
+ * they come, and costs the coordinator a few MiB; a site joins the moment
+ * they are gone, and the service port is answered throughout. */
+Test(flood, the_enrollment_ports_worst_case_is_a_few_mib) {
+    enum { ADDRS = 16, EACH = 6 };
+    federation();
+    char join[300], err[ERR_LEN], src[32];
+    cr_assert_eq(coordinator_join_address(fed, join, sizeof join, err), 0, "%s", err);
+    long before = flood_rss(coord);
+    int held = 0;
+    static FloodTls *peers[ADDRS * EACH];
+    for (int a = 0; a < ADDRS; a++) {
+        snprintf(src, sizeof src, "127.0.0.%d", 100 + a);
+        for (int i = 0; i < EACH; i++) {
+            FloodTls *t = flood_join_hold(join, src, (16u << 10) - 1);
+            if (t && !flood_tls_closed(t, 200))
+                peers[held++] = t;
+            else
+                flood_tls_close(t);
+        }
+    }
+    long during = flood_rss(coord);
+    honest_answered("the enrollment port full");
+    cr_log_info("enrollment port: %d connections held past TLS with 16 KiB of a request each; "
+                "coordinator RSS %ld MiB before, %ld with them",
+                held, before >> 20, during >> 20);
+    cr_assert_eq(held, 32, "%d connections held, not [limits] join_connections", held);
+    for (int i = 0; i < held; i++) flood_tls_close(peers[i]), peers[i] = NULL;
+    char dir[700], token[65], fp[65];
+    snprintf(dir, sizeof dir, "%s/late", root);
+    cr_assert_eq(coordinator_enroll(fed, "late", 3600000, token, err), 0, "%s", err);
+    cr_assert_eq(coordinator_home_info(fed, fp, NULL, 0, err), 0, "%s", err);
+    SiteJoinOptions o = {dir, "late", addr, token, fp, join};
+    int joined = 0;
+    for (int tries = 0; tries < 50 && !joined; tries++) { /* slots free as threads see closes */
+        joined = client_join(&o, err) == 0;
+        if (!joined) usleep(100000);
+    }
+    cr_assert(joined, "no join once the enrollment port's peers were gone: %s", err);
+#ifndef __SANITIZE_ADDRESS__
+    cr_assert_lt(during - before, 16L << 20, "the enrollment port's worst case cost %ld MiB",
+                 (during - before) >> 20);
+#endif
+}
+
 /* One address fills what connections before a certificate may send: 69
  * connections each 60 KB into a TLS ClientHello they never finish (4 MiB,
  * the budget of every such connection together). An address's share is an
