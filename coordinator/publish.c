@@ -204,8 +204,8 @@ static int robust_mean(Coordinator *co, const RoundClosing *c, float *mean, char
         }
         blobs[mapped] = p, lens[mapped] = (size_t)len;
     }
-    rc = robust_aggregate(blobs, lens, c->n_kept, r->model.n_params, r->set.rule, r->set.trim, mean,
-                          err);
+    rc = robust_aggregate_maps(blobs, lens, c->n_kept, r->model.n_params, r->set.rule, r->set.trim,
+                               mean, err);
 out:
     for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
     free(blobs), free(lens);
@@ -263,6 +263,8 @@ static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, do
             round_sum_add(rs, c->upd[i].data, c->upd[i].len, weight[i] * scale[i], why) != 0)
             return err_set(err, "cannot add the update of %s again: %s", c->site[i],
                            c->upd[i].data ? why : "its bytes were not kept");
+        /* its pages go again, as when it was first added */
+        if (c->upd[i].mapped) madvise(c->upd[i].data, c->upd[i].mapped, MADV_DONTNEED);
         total += weight[i];
     }
     rs->weight = total; /* clipped updates weigh their weight: the clip shortens them */
