@@ -851,6 +851,10 @@ CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char
     return c;
 }
 
+size_t codec_cursor_done(const CodecCursor *c) {
+    return c->pos;
+}
+
 void codec_cursor_close(CodecCursor *c) {
     if (c == NULL) return;
     ZSTD_freeDCtx(c->x.dz);

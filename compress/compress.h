@@ -188,6 +188,9 @@ typedef struct CodecCursor CodecCursor;
 CodecCursor *codec_cursor_open(const uint8_t *blob, size_t len, uint64_t n, char *err);
 /* out[0 .. hi-lo) = decoded values lo .. hi-1 */
 int codec_cursor_read(CodecCursor *c, uint64_t lo, uint64_t hi, float *out, char *err);
+/* How many of the blob's bytes the cursor has read past (the sections
+ * before the one it holds decoded): it never reads them again. */
+size_t codec_cursor_done(const CodecCursor *c);
 void codec_cursor_close(CodecCursor *c);
 
 /* ---- GPU paths ------------------------------------------------------------ */

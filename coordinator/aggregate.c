@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #ifdef __SSE2__
 #include <immintrin.h>
 #endif
@@ -479,8 +481,20 @@ const char *aggregate_rule_names(void) {
     return rule_names;
 }
 
-int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
-                     AggregateRule rule, double trim, float *out, char *err) {
+/* The pages of a map its cursor has read past, let go: the whole pages of
+ * [*released, done). */
+static void release_read(const uint8_t *map, size_t done, size_t page, size_t *released) {
+    size_t end = done / page * page;
+    if (end <= *released) return;
+    madvise((void *)(map + *released), end - *released, MADV_DONTNEED);
+    *released = end;
+}
+
+/* robust_aggregate; with released (n_updates long, zeros), over maps whose
+ * read pages it lets go, each's released offset kept there. */
+static int robust_aggregate_of(const uint8_t *const *blobs, const size_t *lens, int n_updates,
+                               uint64_t n, AggregateRule rule, double trim, float *out,
+                               size_t *released, char *err) {
     enum { BLOCK = 1 << 16 };
     if (n_updates < 1) return err_set(err, "no updates to aggregate");
     ColumnFn column = RULES[rule_row(rule)].column;
@@ -505,6 +519,7 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
         }
     }
     int drop = RULES[rule].trims ? aggregate_trim_count(trim, n_updates) : 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     SortedFn sorted = n_updates <= SORT_MAX ? RULES[rule].sorted : NULL;
     Comparator cmp[NETWORK_MAX];
     int n_cmp = sorted ? network_build(n_updates, cmp) : 0;
@@ -516,8 +531,10 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
         uint64_t hi = lo + BLOCK < n ? lo + BLOCK : n;
         int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
-        for (int u = 0; u < n_updates; u++)
+        for (int u = 0; u < n_updates; u++) {
             failed |= codec_cursor_read(cur[u], lo, hi, block + (size_t)u * BLOCK, why[u]) != 0;
+            if (released) release_read(blobs[u], codec_cursor_done(cur[u]), page, &released[u]);
+        }
         if (failed) {
             for (int u = 0; u < n_updates; u++)
                 if (why[u][0]) {
@@ -553,6 +570,20 @@ int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_upda
     }
     for (int u = 0; u < n_updates; u++) codec_cursor_close(cur[u]);
     free(block), free(cur), free(why);
+    return rc;
+}
+
+int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
+                     AggregateRule rule, double trim, float *out, char *err) {
+    return robust_aggregate_of(blobs, lens, n_updates, n, rule, trim, out, NULL, err);
+}
+
+int robust_aggregate_maps(const uint8_t *const *blobs, const size_t *lens, int n_updates,
+                          uint64_t n, AggregateRule rule, double trim, float *out, char *err) {
+    size_t *released = calloc((size_t)(n_updates > 0 ? n_updates : 1), sizeof *released);
+    if (released == NULL) return err_set(err, "out of memory for %d updates", n_updates);
+    int rc = robust_aggregate_of(blobs, lens, n_updates, n, rule, trim, out, released, err);
+    free(released);
     return rc;
 }
 

@@ -280,6 +280,13 @@ int aggregate_rule_trims(AggregateRule rule);
  * end). AGG_MEAN streams instead (RoundSum) and is refused here. */
 int robust_aggregate(const uint8_t *const *blobs, const size_t *lens, int n_updates, uint64_t n,
                      AggregateRule rule, double trim, float *out, char *err);
+/* The same over read-only maps of files (each blob the start of its map):
+ * the pages each update's cursor has read past are let go after every
+ * block (MADV_DONTNEED: read from the file again if ever touched), so a
+ * round of many updates holds about a section of each resident, not all
+ * of them. */
+int robust_aggregate_maps(const uint8_t *const *blobs, const size_t *lens, int n_updates,
+                          uint64_t n, AggregateRule rule, double trim, float *out, char *err);
 
 /* The outer optimizer applied to θ with the round's mean pseudo-gradient Δ̄
  * (docs/design.md §1): Nesterov SGD (DiLoCo: b ← μb + Δ̄; θ ← θ − η(Δ̄ + μb)),

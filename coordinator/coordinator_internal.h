@@ -37,6 +37,11 @@ typedef struct RoundsSettings {
     double norm_bound;
     double clip; /* mean: an update is scaled down to clip × the round's median norm (0: off) */
     double weight_cap; /* a weight counts at most weight_cap × the round's median claim (0: off) */
+    /* [rounds] robust_start: a mean round before the federation has norms
+     * of its own (RoundClosing.no_history) takes the coordinate-wise median
+     * of three updates or more, and caps weights and norms at 1 × the
+     * round's median below three */
+    int robust_start;
     AggregateRule rule; /* [rounds] aggregate */
     /* [rounds] adaptive_deadline: a round with its quorum closes at twice
      * the slowest site's 90th-percentile arrival of recent rounds, when
@@ -255,6 +260,9 @@ typedef struct RoundClosing {
     double eval;        /* the median of the eval losses reported, NaN if none */
     double median_norm; /* of the accepted updates */
     int quorum;         /* the round had its quorum when it closed */
+    /* no round with a quorum had committed before it (since the coordinator
+     * started): no history of norms bounded its updates, only ‖θ₀‖ did */
+    int no_history;
 } RoundClosing;
 
 /* What a commit makes and an install puts in place; owned. */

@@ -204,8 +204,8 @@ static int robust_mean(Coordinator *co, const RoundClosing *c, float *mean, char
         }
         blobs[mapped] = p, lens[mapped] = (size_t)len;
     }
-    rc = robust_aggregate(blobs, lens, c->n_kept, r->model.n_params, r->set.rule, r->set.trim, mean,
-                          err);
+    rc = robust_aggregate_maps(blobs, lens, c->n_kept, r->model.n_params, r->set.rule, r->set.trim,
+                               mean, err);
 out:
     for (int i = 0; i < mapped; i++) munmap((void *)blobs[i], lens[i]);
     free(blobs), free(lens);
@@ -216,10 +216,11 @@ out:
  * of memory the commit does not take again), with no update weighing more
  * than weight_cap × the round's (lower) median claim, nor reaching further
  * than clip × its median norm: a site inside every bound of its own cannot
- * take the mean over. When no update is beyond either, the sum streamed as
- * the updates came is the mean (the same bits); else the updates are added
- * again from their maps, over the sum, with their weights capped and their
- * norms clipped. */
+ * take the mean over. A round with no history of norms under robust_start
+ * caps both at 1 ×: no site counts for more than the median one. When no
+ * update is beyond either, the sum streamed as the updates came is the
+ * mean (the same bits); else the updates are added again from their maps,
+ * over the sum, with their weights capped and their norms clipped. */
 static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, double *norms,
                            double *weight, double *scale, char *err);
 static int weighed_mean(Coordinator *co, RoundClosing *c, char *err) {
@@ -238,9 +239,10 @@ static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, do
     Rounds *r = &co->rounds;
     int n = c->n_reported;
     for (int i = 0; i < n; i++) claimed[i] = c->upd[i].weight, norms[i] = c->upd[i].norm;
-    double wcap =
-        r->set.weight_cap > 0 ? r->set.weight_cap * round_median(claimed, n, 1) : INFINITY;
-    double ncap = r->set.clip > 0 ? r->set.clip * round_median(norms, n, 1) : INFINITY;
+    int tight = c->no_history && r->set.robust_start;
+    double weight_cap = tight ? 1 : r->set.weight_cap, clip = tight ? 1 : r->set.clip;
+    double wcap = weight_cap > 0 ? weight_cap * round_median(claimed, n, 1) : INFINITY;
+    double ncap = clip > 0 ? clip * round_median(norms, n, 1) : INFINITY;
     int changed = 0;
     for (int i = 0; i < n; i++) {
         weight[i] = claimed[i] > wcap ? wcap : claimed[i];
@@ -251,7 +253,7 @@ static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, do
                  "round %lld: the update of %s counts %.0f of its %.0f tokens and %.3g of its norm "
                  "%.4g (caps: %g x the round's median claim, %g x its median norm)",
                  (long long)c->number, c->site[i], weight[i], claimed[i], scale[i], norms[i],
-                 r->set.weight_cap, r->set.clip);
+                 weight_cap, clip);
     }
     RoundSum *rs = &c->sum;
     if (!changed) return round_sum_mean(rs, rs->sum, err);
@@ -263,10 +265,62 @@ static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, do
             round_sum_add(rs, c->upd[i].data, c->upd[i].len, weight[i] * scale[i], why) != 0)
             return err_set(err, "cannot add the update of %s again: %s", c->site[i],
                            c->upd[i].data ? why : "its bytes were not kept");
+        /* its pages go again, as when it was first added */
+        if (c->upd[i].mapped) madvise(c->upd[i].data, c->upd[i].mapped, MADV_DONTNEED);
         total += weight[i];
     }
     rs->weight = total; /* clipped updates weigh their weight: the clip shortens them */
     return round_sum_mean(rs, rs->sum, err);
+}
+
+/* The coordinate-wise median of a mean round's updates, from the maps the
+ * round kept, into mean. */
+static int median_of_maps(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
+    int n = c->n_reported;
+    const uint8_t **blobs = malloc((size_t)n * sizeof *blobs);
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    int rc = -1;
+    if (blobs == NULL || lens == NULL) {
+        err_set(err, "out of memory for the median of %d updates", n);
+        goto out;
+    }
+    int maps = 1; /* an empty upload is on the heap */
+    for (int i = 0; i < n; i++) {
+        if (c->upd[i].data == NULL) {
+            err_set(err, "cannot take the median: the bytes of %s's update were not kept",
+                    c->site[i]);
+            goto out;
+        }
+        blobs[i] = c->upd[i].data, lens[i] = c->upd[i].len;
+        maps &= c->upd[i].mapped == c->upd[i].len;
+    }
+    uint64_t n_params = co->rounds.model.n_params;
+    rc = maps ? robust_aggregate_maps(blobs, lens, n, n_params, AGG_MEDIAN, 0, mean, err)
+              : robust_aggregate(blobs, lens, n, n_params, AGG_MEDIAN, 0, mean, err);
+out:
+    free(blobs), free(lens);
+    return rc;
+}
+
+/* What the round's updates make, into the round's sum: the robust rule
+ * over the kept files, or the mean. Until a round with a quorum has
+ * committed, only max_update_ratio × ‖θ₀‖ bounded the updates, and that
+ * is far more than an honest site sends (docs/security.md, "A malicious
+ * site"): under robust_start such a round takes the coordinate-wise
+ * median of three updates or more (a minority stays inside the others'
+ * range), and the mean below three with every weight and norm capped at
+ * the median one's (weighed_mean), so no site moves θ further than an
+ * honest one does. */
+static int round_aggregate(Coordinator *co, RoundClosing *c, char *err) {
+    Rounds *r = &co->rounds;
+    if (r->set.keeps_updates) return robust_mean(co, c, c->sum.sum, err);
+    if (!(c->no_history && r->set.robust_start && c->n_reported >= 3))
+        return weighed_mean(co, c, err);
+    log_info("rounds",
+             "round %lld: no round has bounded norms yet; the coordinate-wise median of its %d "
+             "updates (robust_start)",
+             (long long)c->number, c->n_reported);
+    return median_of_maps(co, c, c->sum.sum, err);
 }
 
 double round_l2_norm(const float *x, size_t n) {
@@ -323,7 +377,6 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
     size_t n = r->model.n_params;
     memset(nx, 0, sizeof *nx);
     assert(c->sum.sum != NULL && c->sum.n == n);
-    float *mean = c->sum.sum; /* the sum becomes the mean: it is spent with the round */
     int stepped = 0;
     nx->theta = malloc(sizeof(float) * n);
     char rel[128], path[1300], sha[65], state_rel[160] = "", state_path[1400] = "", state_sha[65];
@@ -336,9 +389,10 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
         err_set(err, "out of memory for the outer step");
         goto out;
     }
-    if ((r->set.keeps_updates ? robust_mean(co, c, mean, err) : weighed_mean(co, c, err)) != 0)
-        goto out;
-    mean = c->sum.sum; /* a mean weighed again was summed again: into the other buffer */
+    if (round_aggregate(co, c, err) != 0) goto out;
+    /* the sum becomes the mean, spent with the round (a mean weighed again
+     * was summed again: into the other buffer) */
+    float *mean = c->sum.sum;
     float *theta = nx->theta;
     memcpy(theta, r->model.params, sizeof(float) * n);
     outer_step(&r->outer, theta, mean);

@@ -457,6 +457,7 @@ RoundClosing *rounds_close(Coordinator *co) {
     c->median_norm = round_median(norms, r->n_reported, 1);
     free(evals);
     c->quorum = r->n_reported >= rounds_quorum(co);
+    c->no_history = r->n_history == 0;
     memcpy(c->upd, r->upd, sizeof c->upd[0] * (size_t)r->n_reported); /* the maps move too */
     memcpy(c->site, r->reported, sizeof c->site[0] * (size_t)r->n_reported);
     /* the updates are the commit's now; the names stay for WaitRound's answers */

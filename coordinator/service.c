@@ -310,11 +310,11 @@ static int check_keys(const Config *cfg, char *err) {
     static const char *const model[] = {"preset", "seed",          "init", "init_sha256",
                                         "source", "source_sha256", NULL};
     static const char *const rounds[] = {
-        "total",      "min_sites",   "deadline",         "max_extensions", "aggregate",
-        "trim",       "inner_steps", "time_budget",      "overlap",        "adaptive_deadline",
-        "batch",      "seq",         "max_update_ratio", "norm_bound",     "clip",
-        "weight_cap", "mode",        "staleness",        "grace",          "lookahead",
-        NULL};
+        "total",        "min_sites",   "deadline",         "max_extensions", "aggregate",
+        "trim",         "inner_steps", "time_budget",      "overlap",        "adaptive_deadline",
+        "batch",        "seq",         "max_update_ratio", "norm_bound",     "clip",
+        "weight_cap",   "mode",        "staleness",        "grace",          "lookahead",
+        "robust_start", NULL};
     static const char *const recipe[] = {"name", NULL};
     static const char *const codec[] = {"uplink", "downlink", "density", "ef_decay", NULL};
     static const char *const optimizer[] = {"outer", "lr", "momentum", "eps", NULL};

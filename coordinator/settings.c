@@ -231,6 +231,7 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_double(cfg, "rounds", "norm_bound", 4.0, &o->norm_bound, err) ||
         config_get_double(cfg, "rounds", "clip", 3.0, &o->clip, err) ||
         config_get_double(cfg, "rounds", "weight_cap", 2.0, &o->weight_cap, err) ||
+        config_get_bool(cfg, "rounds", "robust_start", 1, &o->robust_start, err) ||
         config_get_int(cfg, "limits", "upload_min_rate", 16384, 0, INT64_MAX, &o->upload_min_rate,
                        err) ||
         config_get_duration_ms(cfg, "limits", "upload_grace", 10000, &o->upload_grace_ms, err) ||

@@ -175,15 +175,20 @@ uint64_t attacker_query(NetChannel *ch, const char *upload_id) {
     return committed;
 }
 
-Blob attacker_update(const char *codec, uint64_t table_hash, uint64_t n, float v, float scale) {
-    float *x = malloc(n * sizeof(float));
-    for (uint64_t i = 0; i < n; i++) x[i] = v != 0 ? v : scale * (float)((int)(i % 7) - 3);
+Blob attacker_encode(const char *codec, uint64_t table_hash, const float *x, uint64_t n) {
     CodecParams p;
     char err[ERR_LEN];
     cr_assert_eq(codec_params_parse(codec, &p, err), 0, "%s", err);
     CodecLayout L = {table_hash, n, NULL, 0};
     Blob b = {0};
     cr_assert_eq(codec_encode(&p, &L, x, &b, err), 0, "%s", err);
+    return b;
+}
+
+Blob attacker_update(const char *codec, uint64_t table_hash, uint64_t n, float v, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (uint64_t i = 0; i < n; i++) x[i] = v != 0 ? v : scale * (float)((int)(i % 7) - 3);
+    Blob b = attacker_encode(codec, table_hash, x, n);
     free(x);
     return b;
 }

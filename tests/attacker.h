@@ -63,6 +63,8 @@ uint64_t attacker_query(NetChannel *ch, const char *upload_id);
 /* An update of the tiny model in the federation's codec: every value v
  * (or a gentle pattern of size scale when v is 0). */
 Blob attacker_update(const char *codec, uint64_t table_hash, uint64_t n, float v, float scale);
+/* The n values x as an update in the codec: one aimed anywhere. */
+Blob attacker_encode(const char *codec, uint64_t table_hash, const float *x, uint64_t n);
 
 /* One Heartbeat for `round` (state "training"), as a site sends it. With
  * NET_OK and out non-NULL, *out gets the answer: the round the coordinator

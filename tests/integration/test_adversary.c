@@ -4,7 +4,8 @@
  * coordinator and tries what a malicious one would: writing into another
  * site's upload, reading its progress, choosing its own weight, sending an
  * update too large, in another codec or for another purpose, holding every
- * worker, staying on after its revocation. Each test asserts the refusal
+ * worker, staying on after its revocation, poisoning round 0 before the
+ * federation has norms to bound it by. Each test asserts the refusal
  * and that the committed global model is bit for bit what the honest sites
  * alone make (computed here with the coordinator's own aggregation code).
  * Also: a site late every round does not set the rounds' pace; 256 sites
@@ -29,6 +30,7 @@
 #include "coordinator/store.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
+#include "kernels/train.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "tests/attacker.h"
@@ -37,7 +39,7 @@
 #include "util/util.h"
 
 static char *root, fed[600], addr[64];
-static int coord = -1;
+static int coord = -1, sites_pid[2]; /* the real agents some tests run beside the attacker */
 
 #define S(...) harness_strait(__VA_ARGS__)
 
@@ -62,7 +64,10 @@ static void init_federation(void) {
     proc_result_free(&r);
 }
 
-/* A federation of `tiny` with the given rounds settings, not started. */
+/* A federation of `tiny` with the given rounds settings, not started.
+ * robust_start is off: the tests compute round 0's model as the mean of
+ * the honest sites' updates, the way every later round makes it; the
+ * tests of the robust start turn it back on. */
 static void federation_ini(const char *aggregate, const char *min_sites, const char *deadline) {
     init_federation();
     ini_set("rounds", "total", "1");
@@ -70,6 +75,7 @@ static void federation_ini(const char *aggregate, const char *min_sites, const c
     ini_set("rounds", "deadline", deadline);
     ini_set("rounds", "aggregate", aggregate);
     ini_set("rounds", "max_extensions", "0");
+    ini_set("rounds", "robust_start", "off");
 }
 
 /* The same, started. */
@@ -85,6 +91,8 @@ static void site(const char *name, char *dir, size_t len) {
 
 static void teardown(void) {
     if (root == NULL) return;
+    for (int i = 0; i < 2; i++)
+        if (sites_pid[i] > 0) proc_stop(sites_pid[i], 5000), sites_pid[i] = 0;
     if (coord > 0) proc_stop(coord, 10000), coord = -1;
     harness_rmtree(root);
     free(root);
@@ -1280,6 +1288,12 @@ static double l2_norm(const float *x, size_t n) {
     return sqrt(s);
 }
 
+static double l2_distance(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(s);
+}
+
 /* The blob's norm, as the coordinator's gate measures it. */
 static double blob_norm(const GPT *t, const Blob *b) {
     RoundGate g;
@@ -1291,9 +1305,10 @@ static double blob_norm(const GPT *t, const Blob *b) {
 
 /* Mallory inside every bound of its own — the largest weight a round
  * allows, a norm just under the absolute bound — against two honest sites
- * under the default mean: its weight counts as 2 x the round's median
- * claim and its norm is clipped to 3 x the median norm, exactly; without
- * those caps the same round moves θ many times further. */
+ * under the mean's caps (every round's once the federation has norms;
+ * round 0's with robust_start off): its weight counts as 2 x the round's
+ * median claim and its norm is clipped to 3 x the median norm, exactly;
+ * without those caps the same round moves θ many times further. */
 Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     federation_ini("mean", "3", "30s");
     start_coordinator();
@@ -1333,16 +1348,73 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     float *honest = expected_theta((Blob[]){gb, gc},
                                    (double[]){(double)honest_tokens, (double)honest_tokens}, 2, 0);
     float *plain = expected_theta((Blob[]){gm, gb, gc}, claims, 3, 0);
-    double capped = 0, uncapped = 0;
-    for (size_t i = 0; i < t.n_params; i++) {
-        capped += ((double)want[i] - honest[i]) * ((double)want[i] - honest[i]);
-        uncapped += ((double)plain[i] - honest[i]) * ((double)plain[i] - honest[i]);
-    }
+    double capped = l2_distance(want, honest, t.n_params);
+    double uncapped = l2_distance(plain, honest, t.n_params);
     cr_log_info("distance from the honest model: %.4g with the caps, %.4g without (|theta0| %.4g)",
-                sqrt(capped), sqrt(uncapped), theta_norm);
-    cr_assert_lt(sqrt(capped), 0.1 * sqrt(uncapped), "the caps did not bound the damage");
+                capped, uncapped, theta_norm);
+    cr_assert_lt(capped, 0.1 * uncapped, "the caps did not bound the damage");
     free(want), free(honest), free(plain);
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
+    blob_free(&gb), blob_free(&gc), blob_free(&gm);
+    gpt_free(&t);
+}
+
+/* The same Mallory in round 0 under robust_start, before any round has
+ * bounded norms: beside two honest sites the round is the coordinate-wise
+ * median of the three updates, bit for bit; beside one, the mean of the
+ * two with Mallory's weight and norm capped at the honest site's. */
+Test(adversary, round_0_is_robust_before_the_federation_has_norms) {
+    GPT t = tiny();
+    float v = (float)(1.9 * l2_norm(t.params, t.n_params) / sqrt((double)t.n_params));
+    Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
+    Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.5e-3f);
+    Blob gm = attacker_update("int8", t.table_hash, t.n_params, v, 0);
+    const uint64_t honest_tokens = 50 * 8 * 64, most = 50 * 64 * 64;
+    double claims[3] = {(double)most, (double)honest_tokens, (double)honest_tokens};
+    for (int n_honest = 2; n_honest >= 1; n_honest--) {
+        federation_ini("mean", n_honest == 2 ? "3" : "2", "30s");
+        ini_set("rounds", "robust_start", "on");
+        start_coordinator();
+        char b_dir[700], c_dir[700], m_dir[700], details[256];
+        site("m", m_dir, sizeof m_dir), site("b", b_dir, sizeof b_dir);
+        if (n_honest == 2) site("c", c_dir, sizeof c_dir);
+        NetChannel *m = attacker_channel(m_dir, addr), *b = attacker_channel(b_dir, addr);
+        AttackClaim am = {0, "m-r0", most, NULL, 0, NULL, 0, 0, 0};
+        AttackClaim ab = {0, "b-r0", honest_tokens, NULL, 0, NULL, 0, 0, 0};
+        cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+        cr_assert_eq(attacker_push(b, &ab, &gb, details, sizeof details), NET_OK, "%s", details);
+        if (n_honest == 2) {
+            NetChannel *c = attacker_channel(c_dir, addr);
+            AttackClaim ac = {0, "c-r0", honest_tokens, NULL, 0, NULL, 0, 0, 0};
+            cr_assert_eq(attacker_push(c, &ac, &gc, details, sizeof details), NET_OK, "%s",
+                         details);
+            net_channel_destroy(c);
+        }
+        StoreRound r = wait_committed(0, 30);
+        cr_assert_eq(r.participants, 1 + n_honest);
+        float *want;
+        if (n_honest == 2) {
+            want = expected_theta((Blob[]){gm, gb, gc}, claims, 3, 1);
+        } else { /* each weight and norm at most the lower median's: b's */
+            double norms[2] = {blob_norm(&t, &gm), blob_norm(&t, &gb)};
+            double wcap = round_median(claims, 2, 1), ncap = round_median(norms, 2, 1);
+            double w[2], total = 0;
+            for (int i = 0; i < 2; i++) {
+                double wi = claims[i] > wcap ? wcap : claims[i];
+                w[i] = wi * (norms[i] > ncap ? ncap / norms[i] : 1.0);
+                total += wi;
+            }
+            want = expected_theta_as((Blob[]){gm, gb}, w, 2, 0, total);
+        }
+        assert_model_is(&r, want);
+        float *honest = expected_theta((Blob[]){gb, gc}, claims + 1, n_honest, 0);
+        cr_log_info("%d honest site%s: distance from the honest model %.4g (|theta0| %.4g)",
+                    n_honest, n_honest > 1 ? "s" : "", l2_distance(want, honest, t.n_params),
+                    l2_norm(t.params, t.n_params));
+        free(want), free(honest);
+        net_channel_destroy(m), net_channel_destroy(b);
+        teardown();
+    }
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
     gpt_free(&t);
 }
@@ -1380,6 +1452,102 @@ Test(adversary, the_norm_bound_follows_the_honest_rounds) {
     net_channel_destroy(b), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gm), blob_free(&big);
     gpt_free(&t);
+}
+
+/* `strait site run` for the site in dir on one fortunes file, in the
+ * background: seed 7, the same data order in every run. */
+static int run_site(const char *dir, const char *data) {
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "site",
+                    "run",
+                    (char *)dir,
+                    "--data",
+                    (char *)data,
+                    "--threads",
+                    "1",
+                    "--seed",
+                    "7",
+                    NULL};
+    int fd;
+    int pid = proc_spawn(argv, &fd);
+    close(fd);
+    cr_assert_gt(pid, 0);
+    return pid;
+}
+
+/* Round n's model on text no site trains on: the demo's held-out score. */
+static double held_out(int64_t n) {
+    const char *paths[2] = {"/usr/share/games/fortunes/platitudes",
+                            "/usr/share/games/fortunes/miscellaneous"};
+    StoreRound r = wait_committed(n, 1);
+    char path[1300], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", fed, r.checkpoint_path);
+    double loss = NAN;
+    cr_assert_eq(gpt_eval_checkpoint(path, paths, 2, 8, 64, 16, &loss, err), 0, "%s", err);
+    return loss;
+}
+
+/* Two real sites of `tiny` (50 inner steps, batch 8) for four rounds,
+ * their held-out loss after each in loss[]. With mallory, m pushes
+ * 1.99 |θ0| along θ0 — what shrinks θ under the outer step — first in
+ * round 0, claiming the largest weight a round allows, and is revoked
+ * once round 0 commits: the rounds after are the honest sites' alone. */
+static void shrinking_attack(int mallory, double loss[4]) {
+    federation_ini("mean", "2", "60s");
+    ini_set("rounds", "total", "4");
+    ini_set("rounds", "robust_start", "on");
+    start_coordinator();
+    char b_dir[700], c_dir[700], m_dir[700], details[256];
+    site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir);
+    if (mallory) {
+        site("m", m_dir, sizeof m_dir);
+        NetChannel *m = attacker_channel(m_dir, addr);
+        GPT t = tiny();
+        float *x = malloc(t.n_params * 4);
+        for (size_t i = 0; i < t.n_params; i++) x[i] = 1.99f * t.params[i];
+        Blob gm = attacker_encode("int8", t.table_hash, x, t.n_params);
+        AttackClaim am = {0, "m-r0", 50 * 64 * 64, NULL, 0, NULL, 0, 0, 0};
+        cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
+        net_channel_destroy(m);
+        blob_free(&gm), free(x);
+        gpt_free(&t);
+    }
+    sites_pid[0] = run_site(b_dir, "/usr/share/games/fortunes/fortunes");
+    sites_pid[1] = run_site(c_dir, "/usr/share/games/fortunes/literature");
+    StoreRound r0 = wait_committed(0, 300);
+    cr_assert_eq(r0.participants, 2 + mallory);
+    if (mallory) {
+        ProcResult r = S("site", "revoke", fed, "m");
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+    }
+    wait_committed(3, 600);
+    for (int i = 0; i < 2; i++) {
+        int st;
+        cr_assert_eq(waitpid(sites_pid[i], &st, 0), sites_pid[i]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "site %d exited with %d", i, st);
+        sites_pid[i] = 0;
+    }
+    for (int n = 0; n < 4; n++) loss[n] = held_out(n);
+    teardown();
+}
+
+/* One site in round 0 alone, before the federation has norms of its
+ * own to bound it by: pushing θ towards zero with the largest weight and
+ * norm the round takes, then revoked. Three honest rounds later the model
+ * must be as good as the honest sites alone make it. */
+Test(adversary, round_0s_shrinking_attack_is_within_2_percent_by_round_3) {
+    double honest[4], attacked[4];
+    shrinking_attack(0, honest);
+    shrinking_attack(1, attacked);
+    cr_log_info("held-out loss after rounds 0-3: honest %.3f %.3f %.3f %.3f, Mallory in round 0 "
+                "%.3f %.3f %.3f %.3f",
+                honest[0], honest[1], honest[2], honest[3], attacked[0], attacked[1], attacked[2],
+                attacked[3]);
+    cr_assert_lt(attacked[3], 1.02 * honest[3],
+                 "round 0's attack still costs %.1f%% of held-out loss after round 3 (%.3f, "
+                 "honest %.3f)",
+                 100 * (attacked[3] / honest[3] - 1), attacked[3], honest[3]);
 }
 
 /* Refusals and downloads cost bounded rows and bytes: past three refusals

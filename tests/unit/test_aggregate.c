@@ -5,8 +5,11 @@
  * trimmed mean across blocks and sections, and the outer optimizers.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 #ifdef STRAIT_HAVE_OPENMP
@@ -184,6 +187,27 @@ Test(aggregate, median_and_trimmed_mean_across_blocks) {
     omp_set_num_threads(threads);
 #endif
     cr_assert_eq(robust_aggregate(blobs, lens, U, n, AGG_TRIMMED_MEAN, 0.5, trim, err), -1);
+    /* over maps of files, letting the pages read go block by block: the
+     * same floats */
+    const uint8_t *maps[U];
+    for (int u = 0; u < U; u++) {
+        char path[] = "/tmp/strait-aggregate-XXXXXX";
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        unlink(path);
+        cr_assert_eq(write(fd, b[u].data, b[u].len), (ssize_t)b[u].len);
+        maps[u] = mmap(NULL, b[u].len, PROT_READ, MAP_PRIVATE, fd, 0);
+        cr_assert_neq(maps[u], MAP_FAILED);
+        close(fd);
+    }
+    float *m3 = malloc(n * 4), *t3 = malloc(n * 4);
+    cr_assert_eq(robust_aggregate_maps(maps, lens, U, n, AGG_MEDIAN, 0, m3, err), 0, "%s", err);
+    cr_assert_eq(robust_aggregate_maps(maps, lens, U, n, AGG_TRIMMED_MEAN, 0.2, t3, err), 0, "%s",
+                 err);
+    cr_assert_eq(memcmp(m3, med, n * 4), 0, "the median over maps differs");
+    cr_assert_eq(memcmp(t3, trim, n * 4), 0, "the trimmed mean over maps differs");
+    for (int u = 0; u < U; u++) munmap((void *)maps[u], lens[u]);
+    free(m3), free(t3);
     for (int u = 0; u < U; u++) blob_free(&b[u]), free(x[u]);
     free(med), free(trim);
 }

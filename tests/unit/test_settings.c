@@ -59,6 +59,7 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[rounds]\nclip = x\n", "[rounds] clip"},
         {"[rounds]\nweight_cap = 2e6\n", "[rounds] weight_cap"},
         {"[rounds]\nweight_cap = y\n", "[rounds] weight_cap"},
+        {"[rounds]\nrobust_start = sometimes\n", "[rounds] robust_start"},
         {"[rounds]\ntrim = 0.5\n", "[rounds] trim"},
         {"[rounds]\ntrim = some\n", "[rounds] trim"},
         {"[rounds]\naggregate = majority\n", "[rounds] aggregate"},
@@ -116,6 +117,7 @@ Test(settings, each_recipe_brings_its_codecs_and_optimizer) {
     cr_assert_eq(o.min_sites, 0, "min_sites unset is a quorum");
     cr_assert_eq(o.total, 10);
     cr_assert_eq(o.staleness, 0, "sync rounds take no stale updates");
+    cr_assert_eq(o.robust_start, 1, "a federation starts robust");
 
     cr_assert_eq(read_text("[recipe]\nname = fedavg\n", &o, err), 0, "%s", err);
     cr_assert_eq(o.uplink.id, CODEC_FP32);
