@@ -82,9 +82,11 @@ typedef struct Addr {
 
 typedef struct Conn { /* per descriptor */
     ino_t ino;
-    int addr;    /* index into counts + 1; 0: not tracked */
-    int port;    /* the peer's */
-    int vouched; /* a call with a verified certificate came on it: no byte budget */
+    int addr;      /* index into counts + 1; 0: not tracked */
+    int port;      /* the peer's */
+    int vouched;   /* a call with a verified certificate came on it: no byte budget */
+    int denied;    /* its certificate was refused for good: budgeted as an untrusted address's */
+    uint64_t cert; /* the certificate a call came on it with: its fingerprint's first 64 bits */
     int64_t accepted_ms;
     int64_t received; /* bytes read from it while not vouched for */
     int64_t over_ms;  /* when it went over its budget (a trusted address's); 0: not */
@@ -178,7 +180,17 @@ static void untrack(int fd) {
     if (!c->vouched) G.pending[i]--, G.n_pending--;
     if (G.count[i] == 0) G.addrs[i].used = 0;
     c->addr = 0;
-    c->vouched = 0, c->received = 0, c->port = 0, c->over_ms = 0, c->in_total = 0;
+    c->vouched = 0, c->denied = 0, c->cert = 0, c->received = 0, c->port = 0, c->over_ms = 0,
+    c->in_total = 0;
+}
+
+/* Whether tracked descriptor fd is still the connection recorded there;
+ * one closed (or reused for something else) since is let go. */
+static int conn_live(int fd) {
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == G.conns[fd].ino) return 1;
+    untrack(fd);
+    return 0;
 }
 
 /* Ends a tracked connection now: gRPC sees the reset and closes it. */
@@ -200,6 +212,7 @@ static int oldest_pending(int a, int64_t before) {
     for (int fd = 0; fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
         const Conn *c = &G.conns[fd];
         if (c->addr != a + 1 || c->vouched || c->accepted_ms > before) continue;
+        if (!conn_live(fd)) continue; /* never a descriptor that is someone else's now */
         if (victim < 0 || c->accepted_ms < G.conns[victim].accepted_ms) victim = fd;
     }
     return victim;
@@ -260,8 +273,8 @@ static int admit(int fd, const struct sockaddr *sa) {
         if (victim >= 0) {
             reset_conn(victim);
             G.st.evicted++;
-            over = over_cap(slot);
         }
+        over = over_cap(slot); /* the search let go of stale descriptors too */
     }
     if (over) {
         memcpy(G.last_ip, ip, 16);
@@ -280,7 +293,7 @@ static int admit(int fd, const struct sockaddr *sa) {
                            ? ntohs(((const struct sockaddr_in *)sa)->sin_port)
                            : ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
     G.conns[fd].vouched = 0, G.conns[fd].received = 0, G.conns[fd].over_ms = 0;
-    G.conns[fd].in_total = 0;
+    G.conns[fd].in_total = 0, G.conns[fd].denied = 0;
     G.conns[fd].accepted_ms = now;
     G.count[slot]++;
     G.pending[slot]++;
@@ -353,7 +366,7 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
         c->received += n;
         int over = c->received > G.lim.unauth_bytes;
         int a = c->addr - 1;
-        if (!is_trusted(G.addrs[a].ip, now)) {
+        if (c->denied || !is_trusted(G.addrs[a].ip, now)) {
             /* an address's share of the total is its own: one address never takes it all */
             c->in_total += n;
             G.unauth_received += n;
@@ -378,8 +391,10 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
 }
 
 /* One line for what the caps did since the last, at most every
- * LOG_EVERY_MS, so an operator sees an attack; under G.lock. */
-static void log_caps(int64_t now) {
+ * LOG_EVERY_MS, so an operator sees an attack; written into line (empty:
+ * nothing to say) under G.lock, logged by the caller after it. */
+static void log_caps(int64_t now, char *line, size_t len) {
+    line[0] = '\0';
     if (now - G.last_guard_log_ms < LOG_EVERY_MS) return;
     int64_t refused = G.st.refused - G.logged.refused, cut = G.st.cut - G.logged.cut,
             evicted = G.st.evicted - G.logged.evicted;
@@ -390,7 +405,7 @@ static void log_caps(int64_t now) {
         inet_ntop(AF_INET, G.last_ip + 12, ip, sizeof ip);
     else
         inet_ntop(AF_INET6, G.last_ip, ip, sizeof ip);
-    log_warn("net",
+    snprintf(line, len,
              "connections before a certificate, in the last %d s: %lld closed over a cap, %lld "
              "reset for sending too much, %lld reset to make room (the latest from %s); "
              "%d pending now",
@@ -415,11 +430,14 @@ static void *watchdog_main(void *arg) {
             Conn *c = &G.conns[fd];
             if (c->addr == 0 || c->vouched || c->over_ms == 0 || now - c->over_ms <= UNVOUCHED_MS)
                 continue;
+            if (!conn_live(fd)) continue;
             G.st.cut++;
             reset_conn(fd);
         }
-        log_caps(now);
+        char line[400];
+        log_caps(now, line, sizeof line);
         pthread_mutex_unlock(&G.lock);
+        if (line[0]) log_warn("net", "%s", line); /* a slow log never holds accept4 and recvmsg */
     }
     return NULL;
 }
@@ -444,7 +462,37 @@ void net_guard_set(const NetGuardLimits *lim) {
     pthread_mutex_unlock(&G.lock);
 }
 
-void net_guard_trust(const char *addr, int port) {
+/* A fingerprint's first 64 bits, never 0 (0: none). */
+static uint64_t cert_id(const char *sha256_hex) {
+    char head[17];
+    snprintf(head, sizeof head, "%.16s", sha256_hex);
+    uint64_t id = strtoull(head, NULL, 16);
+    return id ? id : 1;
+}
+
+/* Pending again, and budgeted as an untrusted address's connection
+ * whatever trust its address has earned (a revoked site behind a NAT of
+ * honest ones); under G.lock. */
+static void unvouch(int fd) {
+    Conn *c = &G.conns[fd];
+    c->denied = 1;
+    if (!c->vouched) return;
+    int a = c->addr - 1;
+    c->vouched = 0;
+    c->received = c->in_total = c->over_ms = 0;
+    c->accepted_ms = now_ms();
+    G.pending[a]++, G.n_pending++;
+}
+
+void net_guard_deny_cert(const char *sha256_hex) {
+    uint64_t id = cert_id(sha256_hex);
+    pthread_mutex_lock(&G.lock);
+    for (int fd = 0; fd <= G.max_fd && fd < G.n_conns_cap; fd++)
+        if (G.conns[fd].addr && G.conns[fd].cert == id) unvouch(fd);
+    pthread_mutex_unlock(&G.lock);
+}
+
+void net_guard_trust(const char *addr, int port, const char *sha256_hex) {
     uint8_t ip[16];
     if (ip_from_text(addr, ip) != 0) return;
     int64_t now = now_ms();
@@ -453,7 +501,9 @@ void net_guard_trust(const char *addr, int port) {
     int a = addr_slot(ip, 0);
     for (int fd = 0; a >= 0 && port > 0 && fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
         Conn *c = &G.conns[fd];
-        if (c->addr != a + 1 || c->port != port || c->vouched) continue;
+        if (c->addr != a + 1 || c->port != port) continue;
+        c->cert = cert_id(sha256_hex); /* a revocation finds it by this */
+        if (c->vouched) break;
         c->vouched = 1;
         G.pending[a]--, G.n_pending--;
         G.unauth_received -= c->in_total;
@@ -479,11 +529,8 @@ void net_guard_unvouch(const char *addr, int port) {
     int a = addr_slot(ip, 0);
     for (int fd = 0; a >= 0 && fd <= G.max_fd && fd < G.n_conns_cap; fd++) {
         Conn *c = &G.conns[fd];
-        if (c->addr != a + 1 || c->port != port || !c->vouched) continue;
-        c->vouched = 0;
-        c->received = c->in_total = c->over_ms = 0;
-        c->accepted_ms = now_ms();
-        G.pending[a]++, G.n_pending++;
+        if (c->addr != a + 1 || c->port != port) continue;
+        unvouch(fd);
         break;
     }
     pthread_mutex_unlock(&G.lock);

@@ -202,8 +202,9 @@ void net_server_stop(NetServer *s, int grace_ms);
  * their owner's answer, which then goes nowhere), and refuses it for good
  * as net_call_deny_peer does; returns how many. */
 int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why);
-/* The fingerprints of every certificate with live calls, in *out
- * (malloc'd); their count, -1 when out of memory. */
+/* The fingerprints of every certificate with live calls or a connection a
+ * call of it has come on (not refused for good since), in *out (malloc'd);
+ * their count, -1 when out of memory. */
 int net_server_live_peers(NetServer *s, char (**out)[65]);
 
 typedef enum NetRecv {

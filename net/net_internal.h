@@ -45,7 +45,10 @@ int net_call_send2(NetCall *c, const void *a, size_t alen, const void *b, size_t
 
 /* guard.c: an address whose call carried a verified certificate may use
  * the connections' reserve for the next hour; connection caps on. */
-void net_guard_trust(const char *addr, int port);
+void net_guard_trust(const char *addr, int port, const char *sha256_hex);
+/* Every connection a call of this certificate has come on is pending
+ * again, budgeted as an untrusted address's (it was refused for good). */
+void net_guard_deny_cert(const char *sha256_hex);
 /* The connection from addr:port is pending again (its certificate was
  * refused for good): under the byte budget, and evictable. */
 void net_guard_unvouch(const char *addr, int port);

@@ -147,6 +147,10 @@ struct NetServer {
         char why[200];
     } denied[NET_DENIED_MAX];
     int n_denied, denied_next;
+    /* certificates that have had a call and are not denied, under lock: a
+     * connection of theirs may be vouched for with no call in flight */
+    char (*vouched)[65];
+    int n_vouched, cap_vouched;
 };
 
 #define REAP_MS      5000 /* a peer has this long to take a call's final status */
@@ -546,7 +550,13 @@ static const struct Denied *denied_as(const NetServer *s, const char *sha256_hex
 }
 
 static void deny(NetServer *s, const char *sha256_hex, NetStatus status, const char *why) {
+    net_guard_deny_cert(sha256_hex); /* its connections pending again, wherever they are */
     pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_vouched; i++)
+        if (strcmp(s->vouched[i], sha256_hex) == 0) {
+            memcpy(s->vouched[i], s->vouched[--s->n_vouched], 65);
+            break;
+        }
     struct Denied *d = (struct Denied *)denied_as(s, sha256_hex);
     if (d == NULL) {
         d = &s->denied[s->denied_next];
@@ -565,6 +575,21 @@ void net_call_deny_peer(NetCall *c) {
     deny(c->server, p->sha256_hex, c->status_set ? c->status : NET_PERMISSION_DENIED,
          c->status_set ? c->details : "this certificate is refused by the federation");
     net_guard_unvouch(p->addr, c->peer_port);
+}
+
+/* Records a certificate that has had a call (so a revocation finds its
+ * connections); under lock. Out of memory it is not recorded: its next
+ * call, refused, still puts its connection back under the budget. */
+static void remember_vouched(NetServer *s, const char *sha256_hex) {
+    for (int i = 0; i < s->n_vouched; i++)
+        if (strcmp(s->vouched[i], sha256_hex) == 0) return;
+    if (s->n_vouched == s->cap_vouched) {
+        int cap = s->cap_vouched ? 2 * s->cap_vouched : 64;
+        char(*grown)[65] = realloc(s->vouched, 65 * (size_t)cap);
+        if (grown == NULL) return;
+        s->vouched = grown, s->cap_vouched = cap;
+    }
+    snprintf(s->vouched[s->n_vouched++], 65, "%s", sha256_hex);
 }
 
 /* A new call arrived on request r: hand it to a worker, or refuse it. */
@@ -595,7 +620,8 @@ static void dispatch(NetServer *s, Request *r) {
         const struct Denied *d = denied_as(s, peer->sha256_hex);
         if (d) status = d->status, snprintf(why, sizeof why, "%s", d->why);
         pthread_mutex_unlock(&s->lock);
-        if (d) { /* the same answer, without a worker or vouching for the connection */
+        if (d) { /* the same answer, without a worker; its connection pending again */
+            net_guard_unvouch(peer->addr, c->peer_port);
             call_reject(c, status, why);
             return;
         }
@@ -603,8 +629,9 @@ static void dispatch(NetServer *s, Request *r) {
     /* a site is its name, whatever certificates were issued to it */
     snprintf(c->peer_key, sizeof c->peer_key, "%s%s",
              peer->has_cert ? "name:" : "addr:", peer->has_cert ? peer->name : peer->addr);
-    if (peer->has_cert) net_guard_trust(peer->addr, c->peer_port);
+    if (peer->has_cert) net_guard_trust(peer->addr, c->peer_port, peer->sha256_hex);
     pthread_mutex_lock(&s->lock);
+    if (peer->has_cert) remember_vouched(s, peer->sha256_hex);
     int mine = 0;
     for (NetCall *o = s->live; o; o = o->next) {
         if (strcmp(o->peer_key, c->peer_key) != 0) continue;
@@ -715,6 +742,7 @@ int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why
     for (NetCall *o = s->live; o; o = o->next)
         if (o->peer.has_cert && strcmp(o->peer.sha256_hex, sha256_hex) == 0) {
             grpc_call_cancel_with_status(o->call, GRPC_STATUS_PERMISSION_DENIED, why, NULL);
+            net_guard_unvouch(o->peer.addr, o->peer_port); /* its connection is pending again */
             n++;
         }
     pthread_mutex_unlock(&s->lock);
@@ -723,9 +751,10 @@ int net_server_cancel_peer(NetServer *s, const char *sha256_hex, const char *why
 
 int net_server_live_peers(NetServer *s, char (**out)[65]) {
     pthread_mutex_lock(&s->lock);
-    int n = 0, cap = 0;
+    int n = 0, cap = s->n_vouched;
     for (NetCall *o = s->live; o; o = o->next) cap++;
     char(*peers)[65] = malloc(65 * (size_t)(cap ? cap : 1));
+    for (int i = 0; peers && i < s->n_vouched; i++) memcpy(peers[n++], s->vouched[i], 65);
     for (NetCall *o = s->live; peers && o; o = o->next) {
         if (!o->peer.has_cert) continue;
         int seen = 0;
@@ -978,5 +1007,6 @@ void net_server_stop(NetServer *s, int grace_ms) {
     pthread_cond_destroy(&s->work_ready);
     pthread_cond_destroy(&s->reap_ready);
     free(s->queue);
+    free(s->vouched);
     free(s);
 }

@@ -207,40 +207,40 @@ Test(flood, anonymous_streams_never_reach_http2_and_cost_bounded_memory) {
 }
 
 /* A revoked site still completes TLS (the handshake does not consult the
- * store), but a call of its certificate refused puts its connection back
- * under the byte budget of connections before a certificate, and its later
- * calls are refused as they arrive: 3 connections, each a whole call then
- * 20,000 HEADERS-only streams, are reset, and the coordinator's memory
- * stays within 64 MiB. Before, the call vouched for the connection for
- * good, and the streams were free. */
+ * store), and connections it opened before its revocation had calls with
+ * a certificate on them. Once a call of its certificate has been refused,
+ * every later call is refused as it arrives and puts the connection it
+ * came on back under the byte budget of connections before a certificate:
+ * 3 connections made while the site was enrolled, then 20,000 HEADERS-only
+ * streams each after its revocation, are reset, and the coordinator's
+ * memory stays within 64 MiB. Before, they stayed vouched for, and the
+ * streams were free. */
 Test(flood, a_revoked_sites_certificate_opens_no_streams_for_free) {
     federation();
     honest_answered("before");
-    char dir[700], cert[800], key[800], err[ERR_LEN];
+    char dir[700], cert[800], key[800], err[ERR_LEN], src[32];
     snprintf(dir, sizeof dir, "%s/m", root);
     attacker_enroll(fed, addr, "m", dir);
     SiteHello h;
     cr_assert_eq(client_hello(dir, &h, err), 0, "%s", err);
+    snprintf(cert, sizeof cert, "%s/site.crt", dir);
+    snprintf(key, sizeof key, "%s/site.key", dir);
+    for (int i = 0; i < 3; i++) { /* each has had a whole call, taken, while m was enrolled */
+        snprintf(src, sizeof src, "127.0.0.%d", 80 + i);
+        tls[i] = flood_tls_open_as(addr, src, cert, key);
+        cr_assert_not_null(tls[i], "TLS with m's certificate failed");
+        cr_assert_eq(flood_tls_streams(tls[i], "/strait.Federation/Hello", 1, 1), 1);
+    }
+    usleep(300000);
     ProcResult r = S("site", "revoke", fed, "m");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     cr_assert_neq(client_hello(dir, &h, err), 0, "a revoked site was answered");
     cr_assert_not_null(strstr(err, "revoked"), "%s", err);
-    snprintf(cert, sizeof cert, "%s/site.crt", dir);
-    snprintf(key, sizeof key, "%s/site.key", dir);
     long before = flood_rss(coord);
     int sent = 0;
-    char src[32];
-    for (int i = 0; i < 3; i++) {
-        snprintf(src, sizeof src, "127.0.0.%d", 80 + i);
-        tls[i] = flood_tls_open_as(addr, src, cert, key);
-        cr_assert_not_null(tls[i], "the revoked certificate's TLS handshake failed");
-        /* one whole call first, refused, so that the connection has had its
-         * call with a certificate before the streams come */
-        cr_assert_eq(flood_tls_streams(tls[i], "/strait.Federation/Hello", 1, 1), 1);
-        usleep(300000);
+    for (int i = 0; i < 3; i++)
         sent += flood_tls_streams(tls[i], "/strait.Federation/Hello", 20000, 0);
-    }
     usleep(500000);
     long during = flood_rss(coord);
     for (int i = 0; i < 3; i++)
