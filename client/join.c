@@ -101,7 +101,14 @@ int client_join(const SiteJoinOptions *o, char *err) {
         snprintf(join, sizeof join, "%s", o->join);
     else if (net_enroll_default_address(o->coordinator, join, sizeof join) != 0)
         return err_set(err, "--coordinator '%s' is not HOST:PORT", o->coordinator);
-    if (security_fetch_pinned_ca(join, o->ca_sha256, &f.ca, err) != 0) goto out;
+    if (security_fetch_pinned_ca(join, o->ca_sha256, &f.ca, err) != 0) {
+        if (strncmp(err, "cannot connect", 14) == 0) /* the port a firewall forgets */
+            strncat(err,
+                    "; is it the coordinator's enrollment port (--join: its port plus one by "
+                    "default), open to this site?",
+                    ERR_LEN - strlen(err) - 1);
+        goto out;
+    }
     if (security_csr_create(o->name, &csr, &f.key, err) != 0) goto out;
     Strait__JoinRequest req = STRAIT__JOIN_REQUEST__INIT;
     req.token = (char *)o->token;

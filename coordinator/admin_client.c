@@ -47,11 +47,7 @@ const char *admin_unreachable(const Admin *a) {
  * that is running, whether or not it answers): a second at most. */
 static int listening_at(const char *hostport) {
     char host[256], port[16];
-    const char *colon = strrchr(hostport, ':');
-    if (colon == NULL || (size_t)(colon - hostport) >= sizeof host || strlen(colon + 1) >= 16)
-        return 0;
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    snprintf(port, sizeof port, "%s", colon + 1);
+    if (hostport_split(hostport, host, sizeof host, port, sizeof port) != 0) return 0;
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;

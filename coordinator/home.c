@@ -65,6 +65,8 @@ static const char ini_template[] =
     "advertise = %s\n"
     "; enrollment (strait site join) has a port of its own, the only one that takes\n"
     "; peers without a certificate: by default listen's and advertise's port plus one\n"
+    "; (join_advertise's host must be one the coordinator's certificate names:\n"
+    "; listen's or advertise's)\n"
     "; join_listen = HOST:PORT\n"
     "; join_advertise = HOST:PORT\n"
     "\n"

@@ -155,16 +155,16 @@ static void h_get_model(NetCall *c, void *user) {
                         : 0;
     if (sc && !link) counted = delta ? &sc->got_delta : &sc->got_ckpt;
     if (counted == NULL || !*counted) r->bytes_down += (int64_t)sv->len;
-    rounds_served_set(r, site.id, (int64_t)number);
     if (counted) *counted = 1;
     pthread_mutex_unlock(&r->lock);
     if (req) strait__get_model_request__free_unpacked(req, NULL);
     NetTransferSpec spec = {
         link || delta ? "model-delta" : "model", number, "model", 0, meta, meta_len, sv->sha};
     char err[ERR_LEN];
-    if (net_download_send_from(c, &spec, sv->data, sv->len, from, err) != 0)
-        net_call_status(c, NET_UNAVAILABLE, "%s", err);
+    int sent = net_download_send_from(c, &spec, sv->data, sv->len, from, err) == 0;
+    if (!sent) net_call_status(c, NET_UNAVAILABLE, "%s", err);
     pthread_mutex_lock(&r->lock);
+    if (sent) rounds_served_set(r, site.id, (int64_t)number); /* it holds it only once whole */
     served_unref(sv);
     pthread_mutex_unlock(&r->lock);
 }

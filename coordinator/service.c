@@ -530,7 +530,14 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
                               .total = (int)join_total,
                               .per_addr = (int)join_per_addr};
         enroll = net_enroll_start(&ec, h_join, &co, &join_port, err);
-        if (enroll == NULL) rc = -1;
+        if (enroll == NULL) {
+            char why[ERR_LEN];
+            snprintf(why, sizeof why, "%s", err);
+            rc = err_set(err,
+                         "the enrollment port: %s; set federation.ini's [federation] join_listen "
+                         "(default: listen's port plus one)",
+                         why);
+        }
     }
     Metrics *metrics = NULL;
     if (rc == 0) {

@@ -6,8 +6,8 @@
  * Why apart: gRPC core 1.51 gives an anonymous peer its whole HTTP/2
  * layer, where streams opened before SETTINGS are acknowledged cost the
  * server about 12 KB each for 17 bytes of the peer's (NOTES-grpc-core.md).
- * The service port now requires a certificate in the TLS handshake, and
- * what is left for anonymous peers is here: one request, one answer.
+ * The service port requires a certificate in the TLS handshake; what
+ * anonymous peers get is this: one request, one answer.
  *
  * The exchange, after a TLS 1.3 handshake whose ALPN is "strait-join/1"
  * (anything else is refused in the handshake):
@@ -19,10 +19,14 @@
  * are refused as malformed.
  *
  * What a peer can hold, worst case: `total` connections at once (at most
- * `per_addr` from one address), each one thread and one TLS session, each
- * ended `deadline_ms` after it was accepted whatever it does, each reading
- * at most 8 + max_request bytes. A connection over a cap is closed as it
- * is accepted, and logged (once per 10 s, with counts). The listener
+ * `per_addr` from one address, an IPv6 address's /64 counting as one),
+ * each one thread and one TLS session, each ended `deadline_ms` after it
+ * was accepted whatever it does, each reading at most 8 + max_request
+ * bytes. A connection over the cap of its address is closed as it is
+ * accepted, and logged (once per 10 s, with counts); over the cap in all,
+ * the oldest connection that has had a second and still lacks its whole
+ * request is ended to make room, so peers holding every slot without
+ * asking anything keep no one out for longer than that second. The listener
  * accepts with the kernel's accept4 and reads with read(2), so net/guard.c's
  * counting (of the gRPC port) never sees these connections.
  *
@@ -36,6 +40,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +60,9 @@
 #define ENROLL_MAGIC        "STJ1"
 #define ENROLL_STACK        (512u << 10) /* a handler signs a CSR and writes SQLite */
 #define ENROLL_LOG_EVERY_MS 10000
+/* a connection without its whole request younger than this is never
+ * evicted for room: TLS and a request take a few round trips */
+#define ENROLL_EVICT_MIN_MS 1000
 
 /* ALPN's wire form: a length byte, then the name */
 static const unsigned char enroll_alpn[] = "\x0dstrait-join/1";
@@ -159,7 +167,10 @@ typedef struct Slot {
     int started; /* a thread to join */
     int busy;    /* serving a connection */
     int fd;
-    char addr[64];
+    char addr[64]; /* the peer's */
+    char key[64];  /* what the cap per address counts: the address, an IPv6 one's /64 */
+    int64_t accepted_ms;
+    int requested; /* its whole request came: never evicted */
     struct NetEnrollServer *server;
 } Slot;
 
@@ -215,7 +226,9 @@ static void count(NetEnrollServer *s, int64_t *field) {
 }
 
 /* One connection, start to end, within the deadline. */
-static void serve(NetEnrollServer *s, int fd, const char *addr, int64_t deadline_ms) {
+static void serve(NetEnrollServer *s, Slot *slot, int64_t deadline_ms) {
+    int fd = slot->fd;
+    const char *addr = slot->addr;
     SSL *ssl = SSL_new(s->ctx);
     uint8_t *buf = malloc(8 + s->cfg.max_request + 1);
     NetEnrollCall call;
@@ -253,6 +266,9 @@ static void serve(NetEnrollServer *s, int fd, const char *addr, int64_t deadline
         }
         goto out;
     }
+    pthread_mutex_lock(&s->lock);
+    slot->requested = 1;
+    pthread_mutex_unlock(&s->lock);
     call.request = buf + 8;
     call.request_len = body;
     call.status = NET_OK;
@@ -278,15 +294,41 @@ out:
     ERR_clear_error();
 }
 
+/* SIGPIPE blocked in the calling thread: a write to a peer that is gone
+ * (OpenSSL writes with write(2)) fails with EPIPE instead of ending the
+ * process; *was gets the mask to restore with pipe_restore. */
+static void pipe_block(sigset_t *was) {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, was);
+}
+
+/* Takes a SIGPIPE the writes left pending, then the mask back. */
+static void pipe_restore(const sigset_t *was) {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    struct timespec zero = {0, 0};
+    while (!sigismember(was, SIGPIPE) && sigtimedwait(&pipe, NULL, &zero) == SIGPIPE) {
+    }
+    pthread_sigmask(SIG_SETMASK, was, NULL);
+}
+
 static void *conn_main(void *arg) {
     Slot *slot = arg;
+    sigset_t was;
+    pipe_block(&was); /* for the thread's life: it ends with the connection */
     NetEnrollServer *s = slot->server;
     int64_t deadline = now_ms() + s->cfg.deadline_ms;
-    serve(s, slot->fd, slot->addr, deadline);
-    close(slot->fd);
+    serve(s, slot, deadline);
+    pthread_mutex_lock(&s->lock);
+    int fd = slot->fd; /* no longer the stop's to shut down once it is closed */
+    slot->fd = -1;
+    pthread_mutex_unlock(&s->lock);
+    close(fd);
     pthread_mutex_lock(&s->lock);
     slot->busy = 0;
-    slot->fd = -1;
     pthread_mutex_unlock(&s->lock);
     ERR_clear_error();
     OPENSSL_thread_stop();
@@ -308,18 +350,63 @@ static void addr_text(const struct sockaddr_storage *sa, char *out, size_t len) 
 }
 
 /* A free slot for a connection from addr, or NULL over a cap; under lock. */
-static Slot *take_slot(NetEnrollServer *s, const char *addr) {
+/* What the cap per address counts: an IPv4 address, or an IPv6 one's /64
+ * (what one host or one customer of a provider holds). */
+static void addr_key(const struct sockaddr_storage *sa, const char *text, char *out, size_t len) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (sa->ss_family != AF_INET6 || IN6_IS_ADDR_V4MAPPED(a)) {
+        snprintf(out, len, "%s", text);
+        return;
+    }
+    struct in6_addr net = *a;
+    memset(net.s6_addr + 8, 0, 8);
+    char t[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, &net, t, sizeof t);
+    snprintf(out, len, "%s/64", t);
+}
+
+/* A free slot for a connection counted as key, or NULL over a cap; under
+ * lock. *victim: over the cap in all, the oldest connection without its
+ * whole request that has had EVICT_MIN_MS, to end for room (NULL: none). */
+static Slot *take_slot(NetEnrollServer *s, const char *key, int64_t now, Slot **victim) {
     Slot *free_slot = NULL;
     int here = 0;
+    *victim = NULL;
     for (int i = 0; i < s->cfg.total; i++) {
         Slot *sl = &s->slots[i];
-        if (sl->busy) {
-            here += strcmp(sl->addr, addr) == 0;
-        } else if (free_slot == NULL) {
-            free_slot = sl;
+        if (!sl->busy) {
+            if (free_slot == NULL) free_slot = sl;
+            continue;
         }
+        here += strcmp(sl->key, key) == 0;
+        if (!sl->requested && sl->fd >= 0 && now - sl->accepted_ms >= ENROLL_EVICT_MIN_MS &&
+            (*victim == NULL || sl->accepted_ms < (*victim)->accepted_ms))
+            *victim = sl;
     }
-    return here < s->cfg.per_addr ? free_slot : NULL;
+    if (here >= s->cfg.per_addr) {
+        *victim = NULL;
+        return NULL;
+    }
+    if (free_slot) *victim = NULL;
+    return free_slot;
+}
+
+/* Over the cap in all: ends the victim's connection (its thread sees the
+ * shutdown and frees the slot) and waits a moment for a slot; NULL when
+ * none came. Under lock, which it lets go while it waits. */
+static Slot *evict_for(NetEnrollServer *s, Slot *victim, const char *key) {
+    shutdown(victim->fd, SHUT_RDWR);
+    s->st.evicted++;
+    for (int i = 0; i < 40; i++) {
+        pthread_mutex_unlock(&s->lock);
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->lock);
+        Slot *again;
+        Slot *slot = take_slot(s, key, now_ms(), &again);
+        if (slot) return slot;
+    }
+    return NULL;
 }
 
 static void refused(NetEnrollServer *s, const char *addr) {
@@ -350,6 +437,7 @@ static void *acceptor_main(void *arg) {
         struct pollfd p[2] = {{s->listen_fd, POLLIN, 0}, {s->wake[0], POLLIN, 0}};
         if (poll(p, 2, -1) < 0) {
             if (errno == EINTR) continue;
+            log_error("net", "the enrollment listener stops: poll: %s", strerror(errno));
             break;
         }
         if (p[1].revents) break;
@@ -359,20 +447,26 @@ static void *acceptor_main(void *arg) {
         long fd = syscall(SYS_accept4, s->listen_fd, (struct sockaddr *)&sa, &sl,
                           SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) { /* let the backlog wait a moment */
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+                /* out of descriptors or memory: let the backlog wait a moment */
                 struct timespec ts = {0, 50 * 1000000L};
                 nanosleep(&ts, NULL);
             }
             continue;
         }
-        char addr[64];
+        char addr[64], key[64];
         addr_text(&sa, addr, sizeof addr);
+        addr_key(&sa, addr, key, sizeof key);
         pthread_mutex_lock(&s->lock);
-        Slot *slot = take_slot(s, addr);
+        Slot *victim, *slot = take_slot(s, key, now_ms(), &victim);
+        if (slot == NULL && victim) slot = evict_for(s, victim, key);
         if (slot) {
             slot->busy = 1;
             slot->fd = (int)fd;
+            slot->requested = 0;
+            slot->accepted_ms = now_ms();
             snprintf(slot->addr, sizeof slot->addr, "%s", addr);
+            snprintf(slot->key, sizeof slot->key, "%s", key);
             s->st.accepted++;
         }
         pthread_mutex_unlock(&s->lock);
@@ -441,20 +535,12 @@ static SSL_CTX *server_ctx(const NetTls *tls, char *err) {
 /* "host:port", "[v6]:port" → a listening socket; port 0 picks one. */
 static int listen_on(const char *hostport, int *port, char *err) {
     char host[256], serv[16];
-    const char *colon = strrchr(hostport, ':');
-    if (colon == NULL || strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof serv ||
-        (size_t)(colon - hostport) >= sizeof host)
+    if (hostport_split(hostport, host, sizeof host, serv, sizeof serv) != 0)
         return err_set(err, "enrollment address '%s' must be HOST:PORT", hostport);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    snprintf(serv, sizeof serv, "%s", colon + 1);
-    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = '\0';
-    }
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int g = getaddrinfo(host[0] ? host : NULL, serv, &hints, &res);
+    int g = getaddrinfo(host, serv, &hints, &res);
     if (g != 0) return err_set(err, "enrollment address '%s': %s", hostport, gai_strerror(g));
     int fd = -1, e = 0;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
@@ -587,29 +673,25 @@ NetStatus net_enroll_call(const char *hostport, const char *ca_pem, const void *
     resp->data = NULL, resp->len = 0;
     snprintf(details, details_len, "%s", "");
     char host[256], port[16], err[ERR_LEN];
-    const char *colon = strrchr(hostport, ':');
-    if (colon == NULL || colon == hostport || strlen(colon + 1) >= sizeof port ||
-        (size_t)(colon - hostport) >= sizeof host) {
+    if (hostport_split(hostport, host, sizeof host, port, sizeof port) != 0) {
         snprintf(details, details_len, "enrollment address '%s' must be HOST:PORT", hostport);
         return NET_INVALID_ARGUMENT;
     }
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    snprintf(port, sizeof port, "%s", colon + 1);
-    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = '\0';
-    }
     int64_t deadline = now_ms() + timeout_ms;
     NetStatus st = NET_UNAVAILABLE;
+    sigset_t was;
+    pipe_block(&was);
     SSL_CTX *ctx = NULL;
     SSL *ssl = NULL;
     uint8_t *buf = NULL;
     int fd = connect_within(host, port, deadline, err);
     if (fd < 0) {
         snprintf(details, details_len, "%s", err);
+        pipe_restore(&was);
         return NET_UNAVAILABLE;
     }
     ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx) SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION); /* before SSL_new copies it */
     BIO *b = ctx ? BIO_new_mem_buf(ca_pem, -1) : NULL;
     X509 *ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
     BIO_free(b);
@@ -620,7 +702,6 @@ NetStatus net_enroll_call(const char *hostport, const char *ca_pem, const void *
         st = NET_INTERNAL;
         goto out;
     }
-    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
     SSL_set_verify(ssl, SSL_VERIFY_PEER, NULL);
     /* the name (or address) the coordinator's certificate must carry */
     struct in6_addr lit;
@@ -634,14 +715,34 @@ NetStatus net_enroll_call(const char *hostport, const char *ca_pem, const void *
     while ((rc = SSL_connect(ssl)) != 1) {
         if (tls_wait(ssl, rc, fd, deadline) != 0) {
             long v = SSL_get_verify_result(ssl);
-            snprintf(details, details_len,
-                     v != X509_V_OK ? "the enrollment listener at %s is not the pinned "
-                                      "federation's coordinator: %s"
-                                    : "TLS with the enrollment listener at %s failed%s; is it a "
-                                      "Strait coordinator's enrollment port?",
-                     hostport, v != X509_V_OK ? X509_verify_cert_error_string(v) : "");
+            if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH)
+                snprintf(details, details_len,
+                         "the coordinator's certificate does not name %s; join at the host "
+                         "'strait site enroll' printed (the coordinator's advertise or listen "
+                         "host)",
+                         host);
+            else if (v != X509_V_OK)
+                snprintf(details, details_len,
+                         "the enrollment listener at %s is not the pinned federation's "
+                         "coordinator: %s",
+                         hostport, X509_verify_cert_error_string(v));
+            else
+                snprintf(details, details_len,
+                         "TLS with %s failed; is it the coordinator's enrollment port "
+                         "(--join: its port plus one by default)?",
+                         hostport);
             goto out;
         }
+    }
+    const unsigned char *proto = NULL;
+    unsigned proto_len = 0;
+    SSL_get0_alpn_selected(ssl, &proto, &proto_len);
+    if (proto_len != ENROLL_ALPN_LEN - 1 || memcmp(proto, enroll_alpn + 1, proto_len) != 0) {
+        snprintf(details, details_len,
+                 "%s is not an enrollment port (it does not speak strait-join/1); check --join "
+                 "(the coordinator's port plus one by default)",
+                 hostport);
+        goto out;
     }
     uint8_t head[8];
     memcpy(head, ENROLL_MAGIC, 4);
@@ -697,5 +798,6 @@ out:
     SSL_CTX_free(ctx);
     close(fd);
     ERR_clear_error();
+    pipe_restore(&was);
     return st;
 }

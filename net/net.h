@@ -244,7 +244,7 @@ typedef struct NetPeer {
 
 const NetPeer *net_call_peer(NetCall *c);
 /* The service refuses this call's certificate for good (revoked, retired,
- * expired, never issued): its later calls are refused as they arrive
+ * never issued): its later calls are refused as they arrive
  * (PERMISSION_DENIED, no worker), and the connection it came on is pending
  * again, under the byte budget of connections before a certificate (TLS
  * does not consult revocations: such a peer still completes it). The last
@@ -296,6 +296,7 @@ typedef struct NetEnrollConfig {
 
 typedef struct NetEnrollStats {
     int64_t accepted, refused; /* connections taken, closed over a cap */
+    int64_t evicted;           /* ended without their request for a newer one, over the cap */
     int64_t served, failed;    /* answered; ended without an answer (TLS, malformed, deadline) */
     int64_t held;              /* connections open now */
 } NetEnrollStats;

@@ -50,12 +50,8 @@ int security_fetch_pinned_ca(const char *host_port, const char *pinned_hex, char
                              char *err) {
     *ca_pem = NULL;
     char host[256], port[16];
-    const char *colon = strrchr(host_port, ':');
-    if (colon == NULL || colon == host_port || strlen(colon + 1) >= sizeof port ||
-        (size_t)(colon - host_port) >= sizeof host)
+    if (hostport_split(host_port, host, sizeof host, port, sizeof port) != 0)
         return err_set(err, "coordinator address '%s' must be HOST:PORT", host_port);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - host_port), host_port);
-    snprintf(port, sizeof port, "%s", colon + 1);
     int fd = tcp_connect(host, port, err);
     if (fd < 0) return -1;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());

@@ -51,6 +51,12 @@ FILE *fopen_check(const char *path, const char *mode, const char *file, int line
 #define fopenCheck(path, mode) fopen_check((path), (mode), __FILE__, __LINE__)
 #define DIE(...)               die_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* ---- addresses (addr.c) ------------------------------------------------ */
+
+/* "HOST:PORT" (an IPv6 literal in brackets) into host and port, both
+ * NUL-terminated; -1 when it is not that or does not fit. */
+int hostport_split(const char *hostport, char *host, size_t host_len, char *port, size_t port_len);
+
 /* ---- logging ----------------------------------------------------------- */
 
 typedef enum LogLevel { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } LogLevel;

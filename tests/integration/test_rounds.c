@@ -1031,8 +1031,8 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
     }
     /* a link is a payload like the model: fetched once above, three more
      * times, then refused until the round moves (before, links had sixteen
-     * fetches more, each counted again in bytes_down); the model, another
-     * payload, is still served */
+     * fetches more than the model); the model, another payload, is still
+     * served */
     uint8_t sha[32];
     security_sha256(m[0].params, n_params * 4, sha);
     for (int i = 0; i < 5; i++) {
