@@ -130,8 +130,10 @@ FloodTls *flood_tls_open(const char *addr, const char *src) {
     return flood_tls_open_as(addr, src, NULL, NULL);
 }
 
-FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_file,
-                            const char *key_file) {
+/* TLS from src to addr offering alpn (wire form), verifying nothing, with
+ * a client certificate when cert_file; NULL when refused. */
+static FloodTls *tls_start(const char *addr, const char *src, const char *alpn,
+                           const char *cert_file, const char *key_file) {
     FloodTls *t = calloc(1, sizeof *t);
     if (t == NULL) return NULL;
     t->fd = flood_connect(addr, src);
@@ -141,43 +143,43 @@ FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_
     if (cert_file && (SSL_CTX_use_certificate_chain_file(t->ctx, cert_file) != 1 ||
                       SSL_CTX_use_PrivateKey_file(t->ctx, key_file, SSL_FILETYPE_PEM) != 1))
         goto fail;
-    static const unsigned char alpn[] = "\x02h2";
-    SSL_CTX_set_alpn_protos(t->ctx, alpn, sizeof alpn - 1);
+    SSL_CTX_set_alpn_protos(t->ctx, (const unsigned char *)alpn, (unsigned)strlen(alpn));
     t->ssl = SSL_new(t->ctx);
     if (t->ssl == NULL || SSL_set_fd(t->ssl, t->fd) != 1 || SSL_connect(t->ssl) != 1) goto fail;
-    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    uint8_t settings[9];
-    frame_header(settings, 0, 0x4, 0, 0);
-    if (send_all(t, (const uint8_t *)preface, sizeof preface - 1) != 0 ||
-        send_all(t, settings, sizeof settings) != 0)
-        goto fail;
-    t->next_stream = 1;
     return t;
 fail:
     flood_tls_close(t);
     return NULL;
 }
 
-FloodTls *flood_join_hold(const char *addr, const char *src, size_t bytes) {
-    FloodTls *t = calloc(1, sizeof *t);
+FloodTls *flood_tls_open_as(const char *addr, const char *src, const char *cert_file,
+                            const char *key_file) {
+    FloodTls *t = tls_start(addr, src, "\x02h2", cert_file, key_file);
     if (t == NULL) return NULL;
-    t->fd = flood_connect(addr, src);
-    t->ctx = SSL_CTX_new(TLS_client_method());
-    if (t->fd < 0 || t->ctx == NULL) goto fail;
-    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_NONE, NULL);
-    static const unsigned char alpn[] = "\x0dstrait-join/1";
-    SSL_CTX_set_alpn_protos(t->ctx, alpn, sizeof alpn - 1);
-    t->ssl = SSL_new(t->ctx);
-    if (t->ssl == NULL || SSL_set_fd(t->ssl, t->fd) != 1 || SSL_connect(t->ssl) != 1) goto fail;
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    uint8_t settings[9];
+    frame_header(settings, 0, 0x4, 0, 0);
+    if (send_all(t, (const uint8_t *)preface, sizeof preface - 1) != 0 ||
+        send_all(t, settings, sizeof settings) != 0) {
+        flood_tls_close(t);
+        return NULL;
+    }
+    t->next_stream = 1;
+    return t;
+}
+
+FloodTls *flood_join_hold(const char *addr, const char *src, size_t bytes) {
+    FloodTls *t = tls_start(addr, src, "\x0dstrait-join/1", NULL, NULL);
+    if (t == NULL) return NULL;
     /* a request of the largest length the listener takes, `bytes` of it */
     static uint8_t req[8 + (16u << 10)];
     memcpy(req, "STJ1\x00\x00\x40\x00", 8);
     memset(req + 8, 0x41, sizeof req - 8);
-    if (send_all(t, req, 8 + (bytes < (16u << 10) ? bytes : (16u << 10))) != 0) goto fail;
+    if (send_all(t, req, 8 + (bytes < (16u << 10) ? bytes : (16u << 10))) != 0) {
+        flood_tls_close(t);
+        return NULL;
+    }
     return t;
-fail:
-    flood_tls_close(t);
-    return NULL;
 }
 
 /* HPACK: a literal without indexing, its name from the static table (4-bit
