@@ -199,9 +199,11 @@ static int read_mode(const Config *cfg, RoundsSettings *o, char *err) {
 
 /* [store] keep_last and keep_every (docs/operations.md: the disk a
  * federation needs). The defaults keep the two newest checkpoints and no
- * milestones: a 1B-parameter federation then holds two 4 GB checkpoints and
- * one outer state (4 to 12 GB) whatever its length, about 20 GB; each
- * milestone kept is one more checkpoint. */
+ * milestones: a 1B-parameter DiLoCo federation then holds two 4 GB
+ * checkpoints, the model it started from, the delta and one 8 GB outer
+ * state whatever its length, about 24 GB (36 GB while a commit is written);
+ * each milestone kept is one more checkpoint. A bound that grows with the
+ * run (a milestone every M rounds) is the operator's choice, not a default. */
 static int read_retention(const Config *cfg, RoundsSettings *o, char *err) {
     StoreRetention *p = &o->retain;
     if (config_get_int(cfg, "store", "keep_last", 2, INT64_MIN, INT64_MAX, &p->keep_last, err) ||
