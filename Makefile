@@ -227,7 +227,7 @@ $(BIN): $(CLI_OBJ) $(LIB) | $(CUDA_PLUGIN)
 FAULTSIM_OBJ := $(BUILD)/obj/tests/faultsim/faultsim.o
 comma := ,
 FAULTSIM_WRAP := $(foreach f,malloc calloc realloc strdup strndup open mkostemp fopen write pwrite fsync \
-  rename renameat2 round_next_build net_upload_receive net_server_add_method,-Wl$(comma)--wrap=$(f))
+  rename renameat2 unlink statvfs round_next_build round_retain net_upload_receive net_server_add_method,-Wl$(comma)--wrap=$(f))
 $(TEST_BIN): $(CLI_OBJ) $(FAULTSIM_OBJ) $(LIB) | $(CUDA_PLUGIN)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $(FAULTSIM_WRAP) $^ $(LDLIBS) -o $@
 

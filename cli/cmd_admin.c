@@ -305,6 +305,21 @@ int cmd_rounds(const Command *cmd, int argc, char **argv) {
 
 /* ---- strait status --------------------------------------------------------------- */
 
+/* "disk  1.62 GB in 3 checkpoints (12 pruned), 41.3 GB free: room for 25
+ * commits of 1.62 GB", and SHORT while that is under DISK_ROUNDS_WARN. */
+static void print_disk(const AdminStatus *st) {
+    printf("disk         %.2f GB in %lld checkpoint%s (%lld pruned)", st->disk.used / 1e9,
+           (long long)st->disk.kept, st->disk.kept == 1 ? "" : "s", (long long)st->disk.pruned);
+    if (st->disk.free >= 0) printf(", %.2f GB free", st->disk.free / 1e9);
+    if (st->disk_rounds_left >= 0)
+        printf(": room for %lld commit%s of %.2f GB%s", (long long)st->disk_rounds_left,
+               st->disk_rounds_left == 1 ? "" : "s", st->disk.round_bytes / 1e9,
+               st->disk_rounds_left < DISK_ROUNDS_WARN ? ", SHORT: free space or lower [store] "
+                                                         "keep_last / keep_every"
+                                                       : "");
+    printf("\n");
+}
+
 int cmd_status(const Command *cmd, int argc, char **argv) {
     int json = cli_json_flag(cmd, argc, argv);
     if (json < 0) return EXIT_USAGE;
@@ -355,6 +370,18 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "utilization", json_real_or_null(st.utilization));
         json_object_set_new(o, "goodput", json_real_or_null(st.goodput));
         json_object_set_new(o, "utilization_rounds", json_integer(st.utilization_rounds));
+        json_object_set_new(o, "disk_used", json_integer(st.disk.used));
+        json_object_set_new(o, "disk_free",
+                            st.disk.free >= 0 ? json_integer(st.disk.free) : json_null());
+        json_object_set_new(o, "disk_round_bytes", json_integer(st.disk.round_bytes));
+        json_object_set_new(o, "disk_rounds_left",
+                            st.disk_rounds_left >= 0 ? json_integer(st.disk_rounds_left)
+                                                     : json_null());
+        json_object_set_new(
+            o, "disk_short",
+            json_boolean(st.disk_rounds_left >= 0 && st.disk_rounds_left < DISK_ROUNDS_WARN));
+        json_object_set_new(o, "checkpoints_kept", json_integer(st.disk.kept));
+        json_object_set_new(o, "checkpoints_pruned", json_integer(st.disk.pruned));
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++) {
             json_t *s = json_object();
@@ -422,6 +449,7 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
                st.totals.bytes_down / 1e6, st.totals.bytes_rejected / 1e6);
         if (vs > 0) printf("; %.0fx less than dense data-parallel training", vs);
         printf("\n");
+        print_disk(&st);
         printf("rejected     %lld update%s ('strait round show DIR N' says why)\n",
                (long long)st.totals.updates_rejected, st.totals.updates_rejected == 1 ? "" : "s");
     }

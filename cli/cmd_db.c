@@ -1,7 +1,8 @@
 /*
  * cmd_db.c — `strait db check DIR`: is the federation's store sound? Runs
  * SQLite's integrity_check and verifies every committed checkpoint's size
- * and SHA-256 against its row. `strait db backup DIR FILE`: an online copy.
+ * and SHA-256 against its row (those retention pruned are counted, not
+ * verified). `strait db backup DIR FILE`: an online copy.
  * Both read only: safe beside a running coordinator.
  */
 #include <stdio.h>
@@ -64,6 +65,9 @@ int cmd_db_check(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "events", json_integer(chk.events));
         json_object_set_new(o, "checkpoints_ok", json_integer(chk.checkpoints_ok));
         json_object_set_new(o, "checkpoints_bad", json_integer(chk.checkpoints_bad));
+        json_object_set_new(o, "checkpoints_pruned", json_integer(chk.checkpoints_pruned));
+        json_object_set_new(o, "states_pruned", json_integer(chk.states_pruned));
+        json_object_set_new(o, "prunes_pending", json_integer(chk.prunes_pending));
         json_object_set_new(o, "bad", bad.json);
         if (json_emit_line(stdout, o) != 0) return EXIT_FAILED;
         return healthy ? EXIT_OK : EXIT_FAILED;
@@ -82,8 +86,16 @@ int cmd_db_check(const Command *cmd, int argc, char **argv) {
                    (long long)chk.rounds_failed);
         printf("updates      %lld\n", (long long)chk.updates);
         printf("events       %lld\n", (long long)chk.events);
-        printf("checkpoints  %lld verified, %lld bad\n", (long long)chk.checkpoints_ok,
+        printf("checkpoints  %lld verified, %lld bad", (long long)chk.checkpoints_ok,
                (long long)chk.checkpoints_bad);
+        if (chk.checkpoints_pruned + chk.states_pruned > 0)
+            printf(", %lld pruned on purpose and %lld outer states ([store] keep_last, "
+                   "keep_every)",
+                   (long long)chk.checkpoints_pruned, (long long)chk.states_pruned);
+        if (chk.prunes_pending > 0)
+            printf("; %lld pruned file%s a crash left, removed at the next start",
+                   (long long)chk.prunes_pending, chk.prunes_pending == 1 ? "" : "s");
+        printf("\n");
     }
     printf("verdict      %s\n", healthy ? "ok" : "DAMAGED");
     if (!healthy)

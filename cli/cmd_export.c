@@ -1,14 +1,43 @@
 /*
  * cmd_export.c — `strait export CKPT --format hf|llmc OUT`: a Strait
  * checkpoint (a federation's round, or `strait train --out`) in Hugging
- * Face's or llm.c's format (kernels/export.c).
+ * Face's or llm.c's format (kernels/export.c). A federation's round is
+ * held against retention while it is read; a pruned one gets a clear error.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "coordinator/store.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "util/util.h"
+
+/* A federation's round checkpoint (HOME/checkpoints/round-N.*, beside
+ * HOME/strait.db) is held against the coordinator's retention while it is
+ * read (store_hold: *fd, -1 for any other file); a round retention pruned
+ * is refused, saying which rounds are kept. */
+static int hold_round(const char *ckpt, int *fd, char *err) {
+    *fd = -1;
+    const char *base = strrchr(ckpt, '/');
+    size_t dir = base ? (size_t)(base - ckpt) : 0, n = strlen(STORE_CHECKPOINT_DIR);
+    if (base == NULL || dir < n || strncmp(base - n, STORE_CHECKPOINT_DIR, n) != 0 ||
+        (dir > n && base[-(long)n - 1] != '/'))
+        return 0; /* not in a federation's checkpoints folder */
+    char home[4096], db[4200];
+    if (dir == n)
+        snprintf(home, sizeof home, ".");
+    else
+        snprintf(home, sizeof home, "%.*s", (int)(dir - n - 1), ckpt);
+    snprintf(db, sizeof db, "%s/%s", home, STORE_DB_FILE);
+    if (access(db, F_OK) != 0) return 0;
+    Store *s = store_open(db, STORE_READONLY, err);
+    if (s == NULL) return -1;
+    int64_t round;
+    int rc = store_hold(s, home, ckpt, fd, &round, err);
+    store_close(s);
+    return rc == STORE_NOT_FOUND ? 0 : rc;
+}
 
 int cmd_export(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
@@ -28,11 +57,15 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     GPTConfig cfg;
     GPT m;
     memset(&m, 0, sizeof m);
+    int held;
+    if (hold_round(ckpt, &held, err) != 0) return cli_fail(cmd, "%s", err);
     if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
         gpt_load(&m, ckpt, NULL, err) != 0) {
         gpt_free(&m);
+        if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);
     }
+    if (held >= 0) close(held); /* read whole: retention may have it */
     int rc =
         strcmp(format, "hf") == 0 ? gpt_export_hf(&m, out, err) : gpt_export_llmc(&m, out, err);
     int arch = m.cfg.arch;

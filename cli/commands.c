@@ -146,7 +146,8 @@ const Command cli_commands[] = {
     {"export", "CKPT --format hf|llmc OUT",
      "write a checkpoint in Hugging Face's or llm.c's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
-     "output of 'strait train --out'.\n\n"
+     "output of 'strait train --out'. A federation's round is held against retention\n"
+     "([store] keep_last, keep_every) while it is read; a pruned one is refused.\n\n"
      "flags:\n"
      "  --format hf     OUT is a folder: config.json and model.safetensors, which\n"
      "                  transformers loads as GPT2LMHeadModel, LlamaForCausalLM or\n"
@@ -186,14 +187,15 @@ const Command cli_commands[] = {
     {"db check", "DIR [--json]",
      "check the federation's store: SQLite integrity and every committed checkpoint's SHA-256",
      "Read-only; safe to run beside a running coordinator. Exit status 1 when the\n"
-     "database is damaged or a committed checkpoint is missing or altered.\n\n"
+     "database is damaged or a committed checkpoint it keeps is missing or altered;\n"
+     "those retention pruned on purpose are counted, not checked.\n\n"
      "flags:\n  --json    one JSON object, with the bad checkpoints listed\n",
      cmd_db_check},
     {"db backup", "DIR FILE",
      "copy the federation's store to FILE while the coordinator runs (SQLite online backup)",
      "The copy is consistent (one snapshot), checked with integrity_check, and appears at\n"
      "FILE only when whole. FILE must not exist. Checkpoints are files in DIR/checkpoints:\n"
-     "copy them beside it (docs/operations.md).\n",
+     "copy them before and after it, as retention removes old ones (docs/operations.md).\n",
      cmd_db_backup},
     {"rounds", "DIR [--last N] [--json] [--watch]",
      "the rounds: state, sites, tokens, losses, bytes both ways against dense, time, who missed",

@@ -256,6 +256,8 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     st->last_commit_at = rc == 0 ? last.closed_at : 0;
     st->last_eval_loss = rc == 0 ? last.eval_loss : NAN;
     if (status_utilization(s, now, st, err) != 0) return -1;
+    if (store_disk(s, &st->disk, err) != 0) return -1;
+    st->disk_rounds_left = store_disk_rounds_left(st->disk.free, st->disk.round_bytes);
     return store_totals(s, &st->totals, err);
 }
 
@@ -305,6 +307,10 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     int rc = admin_query_status(co->store, time_wall_ms(), st, err);
     int has_live = rc == 0 && store_round_live(co->store, &live, NULL) == 0;
     pthread_mutex_unlock(&co->store_lock);
+    if (rc == 0 && st->disk.round_bytes == 0) { /* before the first commit: the model says it */
+        st->disk.round_bytes = r->commit_bytes;
+        st->disk_rounds_left = store_disk_rounds_left(st->disk.free, st->disk.round_bytes);
+    }
     snprintf(st->round_state, sizeof st->round_state, "%s",
              finished   ? "finished"
              : has_live ? live.state
@@ -415,6 +421,12 @@ static void h_status(NetCall *c, void *user) {
     resp.sites_reported = (uint32_t)st.sites_reported;
     resp.round_opened_at = (uint64_t)st.round_opened_at;
     resp.running = 1;
+    resp.disk_used = (uint64_t)st.disk.used;
+    resp.disk_free = st.disk.free;
+    resp.disk_round_bytes = (uint64_t)st.disk.round_bytes;
+    resp.disk_rounds_left = st.disk_rounds_left;
+    resp.checkpoints_kept = (uint64_t)st.disk.kept;
+    resp.checkpoints_pruned = (uint64_t)st.disk.pruned;
     SEND_RESPONSE(c, strait__status_response, resp);
 }
 

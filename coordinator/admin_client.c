@@ -315,6 +315,12 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     st->utilization = r->utilization;
     st->goodput = r->goodput;
     st->utilization_rounds = r->utilization_rounds;
+    st->disk.used = (int64_t)r->disk_used;
+    st->disk.free = r->disk_free;
+    st->disk.round_bytes = (int64_t)r->disk_round_bytes;
+    st->disk.kept = (int64_t)r->checkpoints_kept;
+    st->disk.pruned = (int64_t)r->checkpoints_pruned;
+    st->disk_rounds_left = r->disk_rounds_left;
     strait__status_response__free_unpacked(r, NULL);
     return 0;
 }

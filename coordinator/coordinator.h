@@ -75,6 +75,9 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
 /* An active site counts as online when it called within this long; a site
  * waiting for a round polls every 20 s. */
 #define ADMIN_ONLINE_MS 60000
+/* The coordinator warns while its folder's free space holds fewer commits
+ * than this (docs/operations.md: the disk a federation needs). */
+#define DISK_ROUNDS_WARN 5
 
 typedef struct AdminStatus {
     int running; /* 0: read from the store of a stopped coordinator */
@@ -93,6 +96,11 @@ typedef struct AdminStatus {
      * committed rounds (AdminRound says how; NAN: none) */
     double utilization, goodput;
     int64_t utilization_rounds;
+    /* the disk (store_disk): the kept checkpoints and outer states, what
+     * one commit writes, the free space; rounds_left: the commits it holds
+     * (-1: unknown), short below DISK_ROUNDS_WARN */
+    StoreDisk disk;
+    int64_t disk_rounds_left;
 } AdminStatus;
 
 /* A round attempt as a monitor shows it. missed and rejected hold one

@@ -14,6 +14,7 @@
 #include "kernels/formats.h"
 #include "kernels/model.h"
 #include "net/net.h"
+#include "store.h"
 #include "util/util.h"
 
 #define MAX_WAITERS 4096
@@ -75,6 +76,10 @@ typedef struct RoundsSettings {
     int64_t
         refusals; /* refused updates a site may send a round before it is refused at the header */
     int64_t downloads; /* GetModel calls a site may make a round */
+    /* [store] keep_last and keep_every; keep_back: the models before the
+     * newest a restart reads back (the round before's for the delta it
+     * serves; async rounds' `staleness`) */
+    StoreRetention retain;
 } RoundsSettings;
 
 /* A model as GetModel serves it: the checkpoint file mapped read-only (page
@@ -218,7 +223,10 @@ typedef struct Rounds {
      * model's file */
     DeltaLink chain[DELTA_CHAIN];
     int n_chain;
-    int64_t bytes_down;     /* sent by GetModel this round */
+    int64_t bytes_down; /* sent by GetModel this round */
+    /* what one commit writes before retention removes anything
+     * (round_commit_estimate), set at start */
+    int64_t commit_bytes;
     ErrorFeedback down_ef;  /* what the downlink codec has not yet sent of θ's moves */
     int state_lost;         /* a failed commit stepped outer and down_ef in place and they
                              * could not be read back: no round opens until they are */
@@ -284,6 +292,15 @@ RoundClosing *rounds_close(Coordinator *co);
  * installs its successor or fails it, opens the next round, answers the
  * waiters; frees c. */
 void rounds_commit(Coordinator *co, RoundClosing *c);
+/* After each commit and once at start (retain.c): removes the checkpoints
+ * and outer states the retention policy no longer keeps (store_prune), then
+ * compares the free space of the folder with what the next rounds write and
+ * warns, in one line, while there is room for fewer than DISK_ROUNDS_WARN.
+ * Never fails a round: a prune that failed is taken up again by the next. */
+int round_retain(Coordinator *co);
+/* The checkpoint, the outer state's arrays and the downlink delta: each a
+ * model's fp32 size at most (docs/operations.md). */
+int64_t round_commit_estimate(const Rounds *r);
 int64_t rounds_active_sites(Coordinator *co);
 /* The sites a round needs: min_sites, or more than half of the active ones
  * (rounds_quorum_of: of a count of active sites the caller has). */

@@ -143,6 +143,22 @@ static int render(Coordinator *co, Text *t, char *err) {
            "How long the last commit took: aggregation, outer step, files, hashes, store "
            "(NaN before this process's first).",
            st.last_commit_s);
+    metric(t, "strait_disk_used_bytes", "gauge",
+           "Bytes of the kept checkpoints and outer optimizer states.", (double)st.disk.used);
+    metric(t, "strait_disk_free_bytes", "gauge",
+           "Bytes free in the federation's folder (-1: unknown).", (double)st.disk.free);
+    metric(t, "strait_disk_commit_bytes", "gauge",
+           "What one commit writes before retention prunes: checkpoint, outer state, delta.",
+           (double)st.disk.round_bytes);
+    metric(t, "strait_disk_rounds_left", "gauge", "Commits the free space holds (-1: unknown).",
+           (double)st.disk_rounds_left);
+    metric(t, "strait_disk_short", "gauge",
+           "1 while the free space holds fewer commits than the coordinator warns at.",
+           st.disk_rounds_left >= 0 && st.disk_rounds_left < DISK_ROUNDS_WARN);
+    metric(t, "strait_checkpoints_kept", "gauge", "Round checkpoints kept.", (double)st.disk.kept);
+    metric(t, "strait_checkpoints_pruned", "gauge",
+           "Round checkpoints removed by the retention policy ([store] keep_last, keep_every).",
+           (double)st.disk.pruned);
     metric(t, "strait_resident_memory_bytes", "gauge", "The coordinator's resident memory.",
            (double)st.rss_bytes);
     metric(t, "strait_uptime_seconds", "gauge", "Since the coordinator started.",

@@ -559,6 +559,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     pthread_mutex_unlock(&r->lock);
     round_next_free(&nx);
     if (rc == 0) flag_disputed_losses(co, c);
+    if (rc == 0) round_retain(co); /* the files the policy no longer keeps, and the disk */
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
     round_updates_free(c->upd, c->n_reported);
     round_sum_free(&c->sum);
@@ -954,6 +955,10 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         rounds_history_add(r, r->number - k, sha);
     }
     if (scratch.params) gpt_free(&scratch);
+    /* the policy as it stands now (it may have been lowered), and the
+     * disk's room, before the first round of this process */
+    r->commit_bytes = round_commit_estimate(r);
+    round_retain(co);
     if (r->number >= r->set.total) {
         round_state_set(r, ROUND_FINISHED);
     } else if (open_round(co, err) != 0) {

@@ -342,12 +342,15 @@ static int check_keys(const Config *cfg, char *err) {
                                          "join_connections_per_address",
                                          NULL};
     static const char *const metrics[] = {"listen", NULL};
+    static const char *const store[] = {"keep_last", "keep_every", NULL};
     static const struct {
         const char *section;
         const char *const *keys;
-    } known[] = {{"federation", federation}, {"model", model},         {"rounds", rounds},
-                 {"codec", codec},           {"optimizer", optimizer}, {"security", security},
-                 {"limits", limits},         {"metrics", metrics},     {"recipe", recipe}};
+    } known[] = {{"federation", federation}, {"model", model},
+                 {"rounds", rounds},         {"codec", codec},
+                 {"optimizer", optimizer},   {"security", security},
+                 {"limits", limits},         {"metrics", metrics},
+                 {"recipe", recipe},         {"store", store}};
     const char *sections[sizeof known / sizeof known[0] + 1];
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         sections[i] = known[i].section;

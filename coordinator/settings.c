@@ -197,6 +197,34 @@ static int read_mode(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
+/* [store] keep_last and keep_every (docs/operations.md: the disk a
+ * federation needs). The defaults keep the two newest checkpoints and no
+ * milestones: a 1B-parameter DiLoCo federation then holds two 4 GB
+ * checkpoints, the model it started from, the delta and one 8 GB outer
+ * state whatever its length, about 24 GB (36 GB while a commit is written);
+ * each milestone kept is one more checkpoint. A bound that grows with the
+ * run (a milestone every M rounds) is the operator's choice, not a default. */
+static int read_retention(const Config *cfg, RoundsSettings *o, char *err) {
+    StoreRetention *p = &o->retain;
+    if (config_get_int(cfg, "store", "keep_last", 2, INT64_MIN, INT64_MAX, &p->keep_last, err) ||
+        config_get_int(cfg, "store", "keep_every", 0, INT64_MIN, INT64_MAX, &p->keep_every, err))
+        return -1;
+    if (p->keep_last < 1 || p->keep_last > 1000000)
+        return err_set(err,
+                       "federation.ini: [store] keep_last = %lld; use 1 to 1000000 (the newest "
+                       "rounds whose checkpoints are kept; a restart resumes from the newest)",
+                       (long long)p->keep_last);
+    if (p->keep_every < 0 || p->keep_every > 1000000)
+        return err_set(err,
+                       "federation.ini: [store] keep_every = %lld; use 0 (no milestones) to "
+                       "1000000 (also keep every round numbered a multiple of it)",
+                       (long long)p->keep_every);
+    /* what a restart reads back: the round before's model, for the delta
+     * it serves, and with async rounds the `staleness` models before */
+    p->keep_back = o->async && o->staleness > 1 ? o->staleness : 1;
+    return 0;
+}
+
 double rounds_lookahead(const RoundsSettings *s) {
     if (!s->overlap) return 0;
     switch (s->outer) {
@@ -246,7 +274,7 @@ int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettin
         config_get_duration_ms(cfg, "limits", "upload_header", 30000, &o->upload_header_ms, err) ||
         config_get_duration_ms(cfg, "limits", "upload_idle", 60000, &o->upload_idle_ms, err) ||
         config_get_duration_ms(cfg, "limits", "upload_life", 3600000, &o->upload_life_ms, err) ||
-        read_recipe(cfg, o, err))
+        read_recipe(cfg, o, err) || read_retention(cfg, o, err))
         return -1;
     /* ranges the typed reads above cannot say */
     const struct {

@@ -22,13 +22,13 @@
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
     schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[],
-    schema_store_v8_sql[], schema_store_v9_sql[];
+    schema_store_v8_sql[], schema_store_v9_sql[], schema_store_v10_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {
-    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql,
-    schema_store_v4_sql, schema_store_v5_sql, schema_store_v6_sql,
-    schema_store_v7_sql, schema_store_v8_sql, schema_store_v9_sql};
+    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql, schema_store_v4_sql,
+    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql, schema_store_v8_sql,
+    schema_store_v9_sql, schema_store_v10_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -567,7 +567,7 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
     "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "           \
-    "r.refusals_unrecorded, r.late "                                                               \
+    "r.refusals_unrecorded, r.late, coalesce(c.pruned_at, 0), coalesce(c.state_pruned_at, 0) "     \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
@@ -596,6 +596,8 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     o->dense_bytes = sqlite3_column_int64(st, 21);
     o->refusals_unrecorded = sqlite3_column_int64(st, 22);
     store_copy_text(o->late, sizeof o->late, st, 23);
+    o->pruned_at = sqlite3_column_int64(st, 24);
+    o->state_pruned_at = sqlite3_column_int64(st, 25);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {

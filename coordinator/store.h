@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 10
 #define STORE_NOT_FOUND      1
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
@@ -141,6 +141,9 @@ typedef struct StoreRound {
     char state_path[512];
     int64_t state_bytes;
     char state_sha256[65];
+    /* retention (store_prune): when the checkpoint file, and the state
+     * file, were recorded removed on purpose; 0: kept */
+    int64_t pruned_at, state_pruned_at;
 } StoreRound;
 
 typedef struct StoreUpdate {
@@ -275,21 +278,85 @@ int store_rejections(Store *s, StoreReasonCount **out, size_t *n, char *err);
  * place, so path is either absent or a whole, sound database. */
 int store_backup(Store *s, const char *path, char *err);
 
+/* ---- retention and the disk (store_retain.c) ---------------------------- */
+
+/* Which committed rounds keep their checkpoint file, with L the newest
+ * committed round: the newest keep_last (L - keep_last < n), every round
+ * numbered a multiple of keep_every (0: none), and the keep_back rounds
+ * before L whose models a restarted coordinator reads back (the round
+ * before's, for the delta it serves; async rounds' `staleness` models).
+ * The outer optimizer's state is kept for L alone: only a resume reads it,
+ * and a failed commit reads back the newest committed round's. A file
+ * another process holds a shared flock on (strait export: store_hold)
+ * is kept while it is held, and pruned at a later call. */
+typedef struct StoreRetention {
+    int64_t keep_last;  /* >= 1 */
+    int64_t keep_every; /* >= 0 */
+    int64_t keep_back;  /* >= 0 */
+} StoreRetention;
+
+/* 1 when round n's checkpoint is kept under p with L the newest committed. */
+int store_retention_keeps(const StoreRetention *p, int64_t newest, int64_t n);
+
+typedef struct StorePruneReport {
+    int checkpoints, states; /* files recorded pruned and removed by this call */
+    int64_t bytes;           /* their recorded sizes */
+    int held;                /* checkpoints outside the policy kept: another process holds them */
+} StorePruneReport;
+
+/* Prunes what p no longer keeps, in the order that keeps the store true
+ * whenever it is killed: the files are locked (LOCK_EX, not waiting: one
+ * held is skipped), their marks committed in one durable transaction, and
+ * only then are they removed and the folder synced. A crash after the
+ * transaction leaves files that store_recover removes; before it, nothing
+ * changed. Returns 0 (rep says what was done) or -1 with err: a failure
+ * before the transaction changed nothing; after it, the files left are
+ * removed by the next call or the next start. */
+int store_prune(Store *s, const char *home, const StoreRetention *p, int64_t now,
+                StorePruneReport *rep, char *err);
+
+/* Holds round checkpoint file `path` (under HOME/checkpoints/, as its row
+ * names it, or the absolute path to it) against pruning for as long as *fd
+ * stays open: opened, a shared flock taken, and its row read again after the
+ * lock. STORE_NOT_FOUND when no row names the file (not a federation's);
+ * -1 with a one-line err when its round was pruned or it cannot be held.
+ * *round gets the round number. */
+int store_hold(Store *s, const char *home, const char *path, int *fd, int64_t *round, char *err);
+
+typedef struct StoreDisk {
+    int64_t used;          /* the kept checkpoints and outer states, as recorded */
+    int64_t kept, pruned;  /* checkpoints */
+    int64_t states_pruned; /* outer state files */
+    int64_t round_bytes;   /* what one commit writes beside what is kept: the newest round's
+                            * checkpoint and state, and its downlink delta (a checkpoint's
+                            * size at most); 0: no round committed */
+    int64_t free;          /* bytes free to this process in the store's folder; -1: unknown */
+} StoreDisk;
+
+/* What the federation's checkpoints hold and what is free beside them. */
+int store_disk(Store *s, StoreDisk *out, char *err);
+/* How many more commits of round_bytes each free bytes holds. */
+int64_t store_disk_rounds_left(int64_t free_bytes, int64_t round_bytes);
+
 /* ---- recovery and checks ---------------------------------------------- */
 
 typedef struct StoreRecovery {
     int rounds_failed;   /* live rounds of a previous process, now failed */
     int orphans_removed; /* checkpoint files without a committed row */
+    int prunes_finished; /* files a prune had recorded removed and a crash left */
 } StoreRecovery;
 
 /* Run once by the coordinator at start: fails rounds left live by a process
  * that died, and removes HOME/checkpoints/round-NNNNNN.* files of rounds
- * that are not committed, and temporaries of interrupted writes. Other files
- * in that folder are left alone. */
+ * that are not committed, temporaries of interrupted writes, and the files
+ * of committed rounds that their row records pruned (a prune a crash
+ * interrupted after its transaction). A file a committed row keeps, and
+ * other files in that folder, are left alone. */
 int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, char *err);
 
 /* Checks one committed round's checkpoint file — and its outer state file
- * when one is pinned: present, the recorded size, the recorded SHA-256. */
+ * when one is pinned and not pruned: present, the recorded size, the
+ * recorded SHA-256. A checkpoint recorded pruned fails, saying so. */
 int store_checkpoint_verify(const char *home, const StoreRound *r, char *err);
 
 /* The last committed round, its checkpoint verified; STORE_NOT_FOUND when
@@ -303,12 +370,16 @@ typedef struct StoreCheck {
     int schema_version;
     int64_t sites, rounds_committed, rounds_failed, updates, events;
     int64_t checkpoints_ok, checkpoints_bad;
+    /* pruned on purpose (retention), not verified; of them, files still
+     * present that the next start removes (a prune a crash interrupted) */
+    int64_t checkpoints_pruned, states_pruned, prunes_pending;
     int64_t last_committed; /* -1: none */
 } StoreCheck;
 
-/* PRAGMA integrity_check, then every committed checkpoint verified; each bad
- * one is passed to on_bad (may be NULL) with its reason. Returns 0 when the
- * check ran (look at out for the verdict), -1 when it could not run. */
+/* PRAGMA integrity_check, then every committed checkpoint the store keeps
+ * verified (the newest must be kept, with its state); each bad one is
+ * passed to on_bad (may be NULL) with its reason. Returns 0 when the check
+ * ran (look at out for the verdict), -1 when it could not run. */
 int store_check(Store *s, const char *home, StoreCheck *out,
                 void (*on_bad)(const StoreRound *r, const char *why, void *ctx), void *ctx,
                 char *err);

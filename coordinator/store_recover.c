@@ -1,8 +1,9 @@
 /*
  * store_recover.c — the other half of the commit protocol: what the
  * coordinator does at start (fail rounds a dead process left live, remove
- * checkpoint files that no committed row names), verifying checkpoints
- * against their rows, and the full check behind `strait db check`.
+ * checkpoint files that no committed row names and files a prune recorded
+ * and a crash left), verifying checkpoints against their rows, and the full
+ * check behind `strait db check`.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -13,27 +14,6 @@
 #include "security/security.h"
 #include "store_internal.h"
 #include "util/util.h"
-
-/* "round-000042.safetensors" → 42; -1 if the name is not a round file. */
-static long long round_of_file(const char *name) {
-    if (strncmp(name, "round-", 6) != 0) return -1;
-    char *end;
-    long long n = strtoll(name + 6, &end, 10);
-    if (end == name + 6 || *end != '.' || n < 0) return -1;
-    return n;
-}
-
-static int is_committed(Store *s, long long number, int *out, char *err) {
-    static const char sql[] = "SELECT count(*) FROM rounds WHERE number = ?1 AND "
-                              "state = 'committed'";
-    sqlite3_stmt *st = store_stmt(s, sql, err);
-    if (st == NULL) return -1;
-    sqlite3_bind_int64(st, 1, number);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int(st, 0) > 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? 0 : store_db_error(s, err, "cannot check a round");
-}
 
 int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, char *err) {
     memset(rep, 0, sizeof *rep);
@@ -49,33 +29,8 @@ int store_recover(Store *s, const char *home, int64_t now, StoreRecovery *rep, c
     }
     if (rc < 0) return -1;
 
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", home, STORE_CHECKPOINT_DIR);
-    DIR *d = opendir(dir);
-    if (d == NULL) return 0; /* nothing written yet */
-    struct dirent *e;
-    int result = 0;
-    while ((e = readdir(d)) != NULL) {
-        long long number = round_of_file(e->d_name);
-        if (number < 0) continue;
-        int committed = 0;
-        /* a temporary of an interrupted atomic write is never committed */
-        int temporary = strstr(e->d_name, ".tmp.") != NULL;
-        if (!temporary && is_committed(s, number, &committed, err) != 0) {
-            result = -1;
-            break;
-        }
-        if (committed && !temporary) continue;
-        char path[1400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) == 0) {
-            log_info("store", "removed %s: no committed round owns it", path);
-            rep->orphans_removed++;
-        }
-    }
-    closedir(d);
-    if (result == 0 && rep->orphans_removed > 0) result = file_fsync_dir(dir, err);
-    return result;
+    /* orphans of commits a crash cut short, and prunes it cut short */
+    return store_prune_finish(s, home, 1, rep, err);
 }
 
 static int verify_file(const char *home, int64_t round, const char *what, const char *rel,
@@ -96,11 +51,17 @@ static int verify_file(const char *home, int64_t round, const char *what, const 
 }
 
 int store_checkpoint_verify(const char *home, const StoreRound *r, char *err) {
+    if (r->pruned_at)
+        return err_set(err,
+                       "round %lld: checkpoint %s was pruned on purpose ([store] keep_last, "
+                       "keep_every)",
+                       (long long)r->number, r->checkpoint_path);
     if (verify_file(home, r->number, "checkpoint", r->checkpoint_path, r->checkpoint_bytes,
                     r->checkpoint_sha256, err) != 0)
         return -1;
-    if (r->state_path[0] && verify_file(home, r->number, "outer optimizer state", r->state_path,
-                                        r->state_bytes, r->state_sha256, err) != 0)
+    if (r->state_path[0] && !r->state_pruned_at &&
+        verify_file(home, r->number, "outer optimizer state", r->state_path, r->state_bytes,
+                    r->state_sha256, err) != 0)
         return -1;
     return 0;
 }
@@ -118,6 +79,13 @@ int store_resume_point(Store *s, const char *home, StoreRound *out, char *err) {
         return -1;
     }
     return 0;
+}
+
+/* A file recorded pruned that a crash left: the next start removes it. */
+static int still_present(const char *home, const char *rel) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", home, rel);
+    return access(path, F_OK) == 0;
 }
 
 int store_check(Store *s, const char *home, StoreCheck *out,
@@ -166,9 +134,27 @@ int store_check(Store *s, const char *home, StoreCheck *out,
             free(numbers);
             return -1;
         }
-        if (store_checkpoint_verify(home, &r, why) == 0) {
-            out->checkpoints_ok++;
+        int newest = i == n - 1, ok;
+        if (r.pruned_at && !newest) { /* on purpose: not verified, and not bad */
+            out->checkpoints_pruned++;
+            out->prunes_pending += still_present(home, r.checkpoint_path);
+            ok = 1;
         } else {
+            ok = store_checkpoint_verify(home, &r, why) == 0;
+            out->checkpoints_ok += ok;
+        }
+        if (r.state_pruned_at) {
+            out->states_pruned++;
+            out->prunes_pending += still_present(home, r.state_path);
+            if (newest && ok) { /* a resume reads it: it must never be pruned */
+                err_set(why,
+                        "round %lld: the newest round's outer state %s is recorded pruned; the "
+                        "coordinator cannot resume from it",
+                        (long long)r.number, r.state_path);
+                ok = 0;
+            }
+        }
+        if (!ok) {
             out->checkpoints_bad++;
             if (on_bad) on_bad(&r, why, ctx);
         }

@@ -168,12 +168,16 @@ static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *o
                            .uplink = o->codec,
                            .deadline = "5m"};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return -1;
+    /* the scores read every round's model (summary.json's round_val_losses):
+     * a demo's models are small, it keeps them all (a --set may say otherwise) */
+    char ini[700];
+    snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+    if (config_file_set(ini, "store", "keep_every", "1", err) != 0) return -1;
     for (int i = 0; i < o->n_sets; i++) {
-        char section[64], key[64], ini[700];
+        char section[64], key[64];
         const char *set = o->sets[i], *dot = strchr(set, '.'), *eq = strchr(set, '=');
         snprintf(section, sizeof section, "%.*s", (int)(dot - set), set);
         snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
-        snprintf(ini, sizeof ini, "%s/federation.ini", fed);
         if (config_file_set(ini, section, key, eq + 1, err) != 0) return -1;
         fprintf(out, "  federation.ini: [%s] %s = %s\n", section, key, eq + 1);
     }

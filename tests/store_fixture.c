@@ -1,6 +1,7 @@
 /*
  * store_fixture.c — see store_fixture.h.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,52 @@ void store_fixture_write_checkpoint(StoreFixture *fx, int64_t round, char sha[SH
     ck->sha256 = fx->shas[slot];
     ck->state_path = NULL, ck->state_bytes = 0, ck->state_sha256 = NULL;
     free(buf);
+}
+
+void store_fixture_commit_rounds(StoreFixture *fx, int64_t from, int64_t to, int with_state) {
+    char err[ERR_LEN];
+    unsigned char *buf = malloc(FIXTURE_CKPT_BYTES);
+    for (int64_t n = from; n < to; n++) {
+        int64_t rid;
+        cr_assert_eq(store_round_open(fx->store, n, 1000 + n, &rid, err), 0, "%s", err);
+        StoreCheckpoint ck;
+        store_fixture_write_checkpoint(fx, n, NULL, &ck);
+        char rel[128], full[800], sha[SHA256_HEX_LEN];
+        if (with_state) {
+            store_fixture_checkpoint_bytes(n, buf);
+            for (size_t i = 0; i < FIXTURE_CKPT_BYTES / 2; i++) {
+                unsigned char t = buf[i];
+                buf[i] = buf[FIXTURE_CKPT_BYTES - 1 - i], buf[FIXTURE_CKPT_BYTES - 1 - i] = t;
+            }
+            snprintf(rel, sizeof rel, "%s/round-%06lld.outer.safetensors", STORE_CHECKPOINT_DIR,
+                     (long long)n);
+            snprintf(full, sizeof full, "%s/%s", fx->home, rel);
+            cr_assert_eq(file_write_atomic(full, buf, FIXTURE_CKPT_BYTES, 0644, err), 0, "%s", err);
+            uint8_t md[SHA256_LEN];
+            security_sha256(buf, FIXTURE_CKPT_BYTES, md);
+            security_hex(md, SHA256_LEN, sha);
+            ck.state_path = rel, ck.state_bytes = FIXTURE_CKPT_BYTES, ck.state_sha256 = sha;
+        }
+        cr_assert_eq(store_round_commit(fx->store, rid, &ck, 1.0, 0, 2000 + n, err), 0, "%s", err);
+    }
+    free(buf);
+}
+
+void store_fixture_files(const char *home, uint64_t *models, uint64_t *states) {
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", home, STORE_CHECKPOINT_DIR);
+    *models = *states = 0;
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "no folder %s", dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long n;
+        char rest[64];
+        if (sscanf(e->d_name, "round-%6lld.%63s", &n, rest) != 2 || n < 0 || n >= 64) continue;
+        if (strcmp(rest, "safetensors") == 0) *models |= 1ull << n;
+        if (strncmp(rest, "outer.", 6) == 0) *states |= 1ull << n;
+    }
+    closedir(d);
 }
 
 int store_fixture_checkpoint_matches(const char *home, const char *rel, int64_t round) {

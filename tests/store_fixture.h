@@ -29,6 +29,13 @@ void store_fixture_checkpoint_bytes(int64_t round, unsigned char *buf);
  * (whose strings live in fx until the same round % 16 is written again). */
 void store_fixture_write_checkpoint(StoreFixture *fx, int64_t round, char sha[SHA256_HEX_LEN],
                                     StoreCheckpoint *ck);
+/* Commits rounds from..to-1 (each opened, committed without updates),
+ * each with its checkpoint and, with_state, an outer state file beside it
+ * ("round-N.outer.safetensors", round n's bytes reversed) pinned in its row. */
+void store_fixture_commit_rounds(StoreFixture *fx, int64_t from, int64_t to, int with_state);
+/* Which round files are in HOME/checkpoints, as a set of bits by round:
+ * models (round-N.safetensors) and outer states (round-N.outer.*). */
+void store_fixture_files(const char *home, uint64_t *models, uint64_t *states);
 /* Whether the file at HOME/rel holds exactly round n's content. */
 int store_fixture_checkpoint_matches(const char *home, const char *rel, int64_t round);
 void store_fixture_touch(StoreFixture *fx, const char *rel);

@@ -8,6 +8,7 @@
 #include "faultsim.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "net/net.h"
@@ -32,6 +34,8 @@ ssize_t __real_pwrite(int fd, const void *buf, size_t n, off_t off);
 int __real_fsync(int fd);
 int __real_rename(const char *from, const char *to);
 int __real_renameat2(int fd1, const char *from, int fd2, const char *to, unsigned flags);
+int __real_unlink(const char *path);
+int __real_statvfs(const char *path, struct statvfs *buf);
 
 static _Atomic int armed_kind;
 static _Atomic int64_t armed_nth, counted, fired;
@@ -98,13 +102,23 @@ __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
     (void)ignored;
 }
 
+/* FAULT_KILL: the armed thread's nth file call or SQLite write is not
+ * made: the process is killed there, as a power cut or kill -9 would. */
+static void kill_here(const char *fn) {
+    if (!in_scope || atomic_load(&armed_kind) != FAULT_KILL || atomic_load(&exiting)) return;
+    int64_t k = atomic_fetch_add(&counted, 1) + 1;
+    if (k != atomic_load(&armed_nth)) return;
+    say("faultsim: killed at call %lld (%s)\n", (long long)k, fn);
+    raise(SIGKILL);
+}
+
 /* Whether this call of kind (named fn) is to fail; counts it. */
 static int fault_here(FaultKind kind, const char *fn) {
     if (!in_scope || atomic_load(&armed_kind) != (int)kind || atomic_load(&exiting)) return 0;
     int64_t k = atomic_fetch_add(&counted, 1) + 1, nth = atomic_load(&armed_nth);
     if (k != nth && !(armed_persist && k > nth)) return 0;
     atomic_fetch_add(&fired, 1);
-    const char *names[] = {"", "alloc", "io", "sql", "ssl", "sqlmem"};
+    const char *names[] = {"", "alloc", "io", "sql", "ssl", "sqlmem", "kill"};
     say("faultsim: %s call %lld (%s) failed with %s\n", names[kind], (long long)k, fn,
         err_name(kind, armed_err));
     return 1;
@@ -112,6 +126,7 @@ static int fault_here(FaultKind kind, const char *fn) {
 
 /* An I/O fault that is an error (a short write is not one). */
 static int io_fails(const char *fn) {
+    kill_here(fn);
     if (!in_scope || armed_err == FAULTSIM_SHORT || !fault_here(FAULT_IO, fn)) return 0;
     errno = armed_err;
     return 1;
@@ -257,6 +272,24 @@ int __wrap_renameat2(int fd1, const char *from, int fd2, const char *to, unsigne
     if (io_fails("renameat2")) return -1;
     return __real_renameat2(fd1, from, fd2, to, flags);
 }
+/* unlink is a point a kill may land on, never a call made to fail: the
+ * removals that clean up after a failure are not theirs to fail */
+int __wrap_unlink(const char *path) {
+    kill_here("unlink");
+    return __real_unlink(path);
+}
+
+/* STRAIT_TEST_DISK_FREE=BYTES: every file system says it has that many
+ * bytes free (a coordinator's disk check, without filling a disk). */
+int __wrap_statvfs(const char *path, struct statvfs *buf) {
+    int rc = __real_statvfs(path, buf);
+    const char *fake = getenv("STRAIT_TEST_DISK_FREE");
+    if (rc == 0 && fake && *fake) {
+        buf->f_frsize = 1;
+        buf->f_bavail = buf->f_bfree = (fsblkcnt_t)strtoull(fake, NULL, 10);
+    }
+    return rc;
+}
 
 /* ---- SQLite: a VFS over the default one -------------------------------------- */
 
@@ -270,6 +303,7 @@ static sqlite3_vfs *real_vfs;
 /* An I/O fault of SQLite's: full and ioerr fail writes, syncs, truncates
  * and opens; busy fails locks. */
 static int sql_fault(int is_lock, const char *fn, int ioerr_code) {
+    if (!is_lock) kill_here(fn);
     /* in scope first: the armed error is the armed thread's to read */
     if (!in_scope || atomic_load(&armed_kind) != FAULT_SQL || (armed_err == SQLITE_BUSY) != is_lock)
         return 0;
@@ -396,7 +430,7 @@ typedef struct Coordinator Coordinator;
 typedef struct RoundClosing RoundClosing;
 typedef struct RoundNext RoundNext;
 
-enum { SCOPE_NONE, SCOPE_MAIN, SCOPE_COMMIT, SCOPE_UPLOAD, SCOPE_ADMIN, SCOPE_SERVE };
+enum { SCOPE_NONE, SCOPE_MAIN, SCOPE_COMMIT, SCOPE_PRUNE, SCOPE_UPLOAD, SCOPE_ADMIN, SCOPE_SERVE };
 static FaultKind env_kind;
 static int env_err, env_scope;
 static int64_t env_nth;
@@ -410,7 +444,8 @@ static int parse_err(FaultKind kind, const char *s) {
     } errs[] = {{FAULT_ALLOC, "enomem", ENOMEM},     {FAULT_SSL, "enomem", ENOMEM},
                 {FAULT_IO, "enospc", ENOSPC},        {FAULT_IO, "eio", EIO},
                 {FAULT_IO, "short", FAULTSIM_SHORT}, {FAULT_SQL, "full", SQLITE_FULL},
-                {FAULT_SQL, "ioerr", SQLITE_IOERR},  {FAULT_SQL, "busy", SQLITE_BUSY}};
+                {FAULT_SQL, "ioerr", SQLITE_IOERR},  {FAULT_SQL, "busy", SQLITE_BUSY},
+                {FAULT_KILL, "sigkill", SIGKILL}};
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
         if (errs[i].kind == kind && strcmp(errs[i].name, s) == 0) return errs[i].err;
     return 0;
@@ -435,20 +470,24 @@ __attribute__((constructor)) static void faultsim_env(void) {
                : strcmp(kind, "sql") == 0    ? FAULT_SQL
                : strcmp(kind, "ssl") == 0    ? FAULT_SSL
                : strcmp(kind, "sqlmem") == 0 ? FAULT_SQLMEM
+               : strcmp(kind, "kill") == 0   ? FAULT_KILL
                                              : 0;
     env_err = env_kind ? parse_err(env_kind, err) : 0;
     env_scope = strcmp(scope, "main") == 0     ? SCOPE_MAIN
                 : strcmp(scope, "commit") == 0 ? SCOPE_COMMIT
+                : strcmp(scope, "prune") == 0  ? SCOPE_PRUNE
                 : strcmp(scope, "upload") == 0 ? SCOPE_UPLOAD
                 : strcmp(scope, "admin") == 0  ? SCOPE_ADMIN
                 : strcmp(scope, "serve") == 0  ? SCOPE_SERVE
                                                : SCOPE_NONE;
     if (n < 3 || env_kind == 0 || env_err == 0 || env_scope == SCOPE_NONE || nth < 1) {
-        fprintf(stderr,
-                "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|upload|admin|serve, "
-                "alloc:enomem, "
-                "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, sqlmem:enomem, K from 1)\n",
-                v);
+        fprintf(
+            stderr,
+            "STRAIT_FAULT='%s' is not SCOPE:KIND:ERR[:K] (main|commit|prune|upload|admin|serve, "
+            "alloc:enomem, "
+            "io:enospc|eio|short, sql:full|ioerr|busy, ssl:enomem, sqlmem:enomem, "
+            "kill:sigkill, K from 1)\n",
+            v);
         _exit(2);
     }
     env_nth = nth;
@@ -458,10 +497,12 @@ __attribute__((constructor)) static void faultsim_env(void) {
 }
 
 /* An attempt of a scope: attempt a fails at its a-th call (short writes:
- * all of them), counted on this thread until scope_end. */
+ * all of them; kill: the K-th), counted on this thread until scope_end. */
 static int64_t scope_begin(void) {
     int64_t a = atomic_fetch_add(&scope_attempts, 1) + 1;
-    faultsim_arm(env_kind, a, env_err, env_err == FAULTSIM_SHORT);
+    /* a kill ends the process: each attempt is armed at the same K */
+    faultsim_arm(env_kind, env_kind == FAULT_KILL ? env_nth : a, env_err,
+                 env_err == FAULTSIM_SHORT);
     return a;
 }
 static void scope_end(const char *scope, int64_t a, const char *outcome) {
@@ -480,6 +521,17 @@ int __wrap_round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, cha
     int64_t a = scope_begin();
     int rc = __real_round_next_build(co, c, nx, err);
     scope_end("commit", a, rc == 0 ? "built" : "failed");
+    return rc;
+}
+
+/* Retention after a commit (and once at start): the prune and the disk's
+ * measure. */
+int __real_round_retain(Coordinator *co);
+int __wrap_round_retain(Coordinator *co) {
+    if (env_scope != SCOPE_PRUNE) return __real_round_retain(co);
+    int64_t a = scope_begin();
+    int rc = __real_round_retain(co);
+    scope_end("prune", a, rc == 0 ? "built" : "failed");
     return rc;
 }
 

@@ -2,7 +2,8 @@
  * faultsim.h — fault injection for test builds (SQLite's faultsim, done at
  * link time): build/strait-test and the unit tests are linked with
  * -Wl,--wrap for Strait's own calls of malloc, calloc, realloc, strdup, strndup,
- * open, mkostemp, fopen, write, pwrite, fsync and rename, and with a SQLite
+ * open, mkostemp, fopen, write, pwrite, fsync, rename and unlink (a point
+ * FAULT_KILL lands on, never made to fail), and statvfs (below), with a SQLite
  * VFS over the default one, and OpenSSL and SQLite allocate through
  * faultsim's functions (CRYPTO_set_mem_functions, SQLITE_CONFIG_MALLOC), so
  * the k-th of those calls can be made to fail.
@@ -21,6 +22,9 @@
  *                    fails at its a-th call, so successive attempts walk
  *                    every fault point of a commit until one has fewer
  *                    calls than its number and commits
+ *            prune   each retention pass after a commit, and the one at
+ *                    start (round_retain: the prune and the disk's measure),
+ *                    attempt by attempt as a commit's
  *            upload  each upload's receipt (net_upload_receive: its chunks
  *                    spooled, synced and hashed), attempt by attempt as
  *                    a commit's
@@ -31,7 +35,11 @@
  *     KIND   alloc (ERR: enomem), io (enospc, eio, short: every write
  *            and pwrite carries at most half of what was asked, and none
  *            fails), sql (full, ioerr, busy), ssl (enomem: OpenSSL's
- *            own allocations), sqlmem (enomem: SQLite's)
+ *            own allocations), sqlmem (enomem: SQLite's), kill (sigkill:
+ *            FAULT_KILL; in a scope each attempt at its K-th call, so the
+ *            first attempt with K calls ends the process)
+ *   STRAIT_TEST_DISK_FREE=BYTES   statvfs says every file system has BYTES
+ *            free (the coordinator's disk check without a full disk)
  *   STRAIT_TEST_COMMIT_HOLD=PATH   every commit waits at its start (the
  *            round closed, nothing built or written) while PATH exists
  * Each injected fault writes one line to stderr, and to the end of the file
@@ -45,7 +53,18 @@
 
 #include <stdint.h>
 
-typedef enum FaultKind { FAULT_ALLOC = 1, FAULT_IO, FAULT_SQL, FAULT_SSL, FAULT_SQLMEM } FaultKind;
+typedef enum FaultKind {
+    FAULT_ALLOC = 1,
+    FAULT_IO,
+    FAULT_SQL,
+    FAULT_SSL,
+    FAULT_SQLMEM,
+    /* not a failure: the process is killed (SIGKILL) at the armed thread's
+     * nth file call (open, write, pwrite, fsync, rename, renameat2,
+     * mkostemp, fopen, unlink) or SQLite write, sync or truncate, before it
+     * is made — a crash at every point of what runs (ERR unused) */
+    FAULT_KILL,
+} FaultKind;
 
 /* What a fault does: an errno for FAULT_ALLOC and FAULT_IO (ENOMEM, ENOSPC,
  * EIO), FAULTSIM_SHORT for short writes, or a SQLite result code for

@@ -704,6 +704,17 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &a, &u0, details, sizeof details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
+    /* round 0's model and outer state, read while it is the newest: once
+     * round 1 commits, retention keeps the newest round's state alone */
+    GPT m = tiny();
+    size_t n = m.n_params;
+    float *b0 = calloc(n, 4), *e0 = calloc(n, 4), *mean = malloc(n * 4);
+    snprintf(path, sizeof path, "%s/%s", fed, r0.checkpoint_path);
+    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/%s", fed, r0.state_path);
+    float *dsts[2] = {b0, e0};
+    const char *prefixes[2] = {"outer_b.", "down_e."};
+    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
     snprintf(squat, sizeof squat, "%s/checkpoints/round-000001.safetensors", fed);
     cr_assert_eq(file_mkdir_p(squat, 0700, err), 0, "%s", err);
     a.round = 1, a.upload_id = "b-r1";
@@ -728,16 +739,7 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     cr_assert_eq(attacker_push(b, &a, &u1, details, sizeof details), NET_OK, "%s", details);
     StoreRound r1 = wait_committed(1, 30);
     cr_assert_eq(r1.attempt, 2, "round 1 committed at attempt %lld", (long long)r1.attempt);
-    /* one step from round 0's files, by the coordinator's own code */
-    GPT m = tiny();
-    size_t n = m.n_params;
-    float *b0 = calloc(n, 4), *e0 = calloc(n, 4), *mean = malloc(n * 4);
-    snprintf(path, sizeof path, "%s/%s", fed, r0.checkpoint_path);
-    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
-    snprintf(path, sizeof path, "%s/%s", fed, r0.state_path);
-    float *dsts[2] = {b0, e0};
-    const char *prefixes[2] = {"outer_b.", "down_e."};
-    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
+    /* one step from round 0's files (read above), by the coordinator's own code */
     RoundSum rs;
     cr_assert_eq(round_sum_init(&rs, n, m.table_hash, 0, err), 0);
     cr_assert_eq(round_sum_add(&rs, u1.data, u1.len, 1000, err), 0, "%s", err);

@@ -94,6 +94,10 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[optimizer]\neps = 0\n", "[optimizer] eps"},
         {"[optimizer]\neps = 2\n", "[optimizer] eps"},
         {"[optimizer]\nouter = avg\nmomentum = 0.5\n", "outer = avg"},
+        {"[store]\nkeep_last = 0\n", "[store] keep_last"},
+        {"[store]\nkeep_last = all\n", "[store] keep_last"},
+        {"[store]\nkeep_every = -5\n", "[store] keep_every"},
+        {"[store]\nkeep_every = often\n", "[store] keep_every"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RoundsSettings o;
@@ -177,4 +181,22 @@ Test(settings, the_lookahead_is_the_outer_step_of_one_update) {
         cr_assert_float_eq(rounds_lookahead(&o), cases[i].want, 1e-12, "%s: %g", cases[i].ini,
                            rounds_lookahead(&o));
     }
+}
+
+/* Retention: the defaults, and the models a restart reads back kept
+ * whatever keep_last says (the round before's; async rounds' staleness). */
+Test(settings, retention_keeps_what_a_restart_reads_back) {
+    RoundsSettings o;
+    char err[ERR_LEN];
+    cr_assert_eq(read_text("", &o, err), 0, "%s", err);
+    cr_assert_eq(o.retain.keep_last, 2);
+    cr_assert_eq(o.retain.keep_every, 0);
+    cr_assert_eq(o.retain.keep_back, 1);
+    cr_assert_eq(read_text("[rounds]\nmode = async\nstaleness = 6\n[store]\nkeep_last = 1\n"
+                           "keep_every = 50\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert_eq(o.retain.keep_last, 1);
+    cr_assert_eq(o.retain.keep_every, 50);
+    cr_assert_eq(o.retain.keep_back, 6);
 }

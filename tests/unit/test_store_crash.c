@@ -3,8 +3,10 @@
  * concurrency: a writer process committing rounds in a loop is killed with
  * SIGKILL at random instants, and after every kill the store must pass
  * integrity_check and hold every committed round whole, with its checkpoint
- * intact; and a read-only process polling while a writer commits never sees
- * an error or a half-committed round.
+ * intact; a read-only process polling while a writer commits never sees
+ * an error or a half-committed round; and a prune (retention) killed at
+ * each of its points in turn resumes: the store keeps every file it names,
+ * and the next start and prune end at the policy's files.
  */
 #include <math.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <criterion/logging.h>
 
 #include "coordinator/store.h"
+#include "tests/faultsim/faultsim.h"
 #include "tests/harness.h"
 #include "tests/store_fixture.h"
 #include "util/util.h"
@@ -219,4 +222,66 @@ Test(store_crash, reader_never_sees_an_error_or_a_partial_round, .timeout = 120)
                  "checkpoint bytes, 24 never saw the last round (got %d)",
                  WEXITSTATUS(st));
     store_fixture_fini(&fx);
+}
+
+/* A prune killed (SIGKILL, tests/faultsim/faultsim.h's FAULT_KILL) at its
+ * k-th file call or SQLite write, for every k until one runs to its end:
+ * after each kill every checkpoint and state the store keeps is whole
+ * (`strait db check`'s verdict), what it marked pruned and the kill left is
+ * removed by the next start (store_recover), nothing kept is, and a prune
+ * then ends at exactly the files the policy names. */
+Test(store_crash, a_prune_killed_at_every_point_resumes, .timeout = 300) {
+    StoreRetention p = {.keep_last = 2, .keep_every = 3, .keep_back = 1};
+    const uint64_t kept = 1u << 0 | 1u << 3 | 1u << 6 | 1u << 7;
+    int points = 0;
+    for (int k = 1; k <= 500; k++) {
+        StoreFixture fx;
+        store_fixture_init(&fx, "prune-kill");
+        store_fixture_commit_rounds(&fx, 0, 8, 1);
+        store_close(fx.store);
+        fx.store = NULL;
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            char err[ERR_LEN];
+            Store *s = store_open(fx.db_path, STORE_READWRITE, err);
+            if (s == NULL) _exit(10);
+            StorePruneReport rep;
+            faultsim_arm(FAULT_KILL, k, 0, 0);
+            int rc = store_prune(s, fx.home, &p, 5000, &rep, err);
+            faultsim_disarm(NULL);
+            _exit(rc == 0 ? 0 : 11);
+        }
+        int st;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        cr_assert(killed || (WIFEXITED(st) && WEXITSTATUS(st) == 0), "kill at %d: status %d", k,
+                  st);
+        char err[ERR_LEN];
+        Store *s = store_open(fx.db_path, STORE_READWRITE, err);
+        cr_assert_not_null(s, "kill at %d: %s", k, err);
+        StoreCheck chk;
+        cr_assert_eq(store_check(s, fx.home, &chk, NULL, NULL, err), 0, "%s", err);
+        cr_assert(chk.integrity_ok, "kill at %d: %s", k, chk.integrity);
+        cr_assert_eq(chk.checkpoints_bad, 0, "kill at %d: a file the store keeps is gone", k);
+        StoreRecovery rec;
+        cr_assert_eq(store_recover(s, fx.home, 6000, &rec, err), 0, "%s", err);
+        cr_assert_eq(store_check(s, fx.home, &chk, NULL, NULL, err), 0, "%s", err);
+        cr_assert_eq(chk.prunes_pending, 0, "kill at %d: recovery left a pruned file", k);
+        uint64_t models, states;
+        store_fixture_files(fx.home, &models, &states);
+        cr_assert_eq(models & kept, kept, "kill at %d: a kept checkpoint is gone", k);
+        cr_assert(states & 1u << 7, "kill at %d: the newest round's outer state is gone", k);
+        StorePruneReport rep;
+        cr_assert_eq(store_prune(s, fx.home, &p, 7000, &rep, err), 0, "%s", err);
+        store_fixture_files(fx.home, &models, &states);
+        cr_assert_eq(models, kept, "kill at %d: models %#llx", k, (unsigned long long)models);
+        cr_assert_eq(states, 1u << 7, "kill at %d: states %#llx", k, (unsigned long long)states);
+        store_close(s);
+        store_fixture_fini(&fx);
+        if (!killed) break; /* past its last point: the prune ran whole */
+        points++;
+    }
+    cr_assert_gt(points, 10, "the prune was killed at %d points only", points);
+    cr_log_info("a prune killed at each of its %d points resumed", points);
 }

@@ -271,3 +271,58 @@ Test(store_faults, a_backup_is_whole_or_absent_at_every_fault, .timeout = 600) {
         cr_assert_gt(failed, 0, "a backup with %s: nothing was made to fail", kinds[i].name);
     }
 }
+
+/* A prune (retention) at every SQLite write, SQLite allocation, file call
+ * and allocation, one at a time, on rounds 0-7 with keep_last = 2 and
+ * keep_every = 3: it fails in one line or prunes whole; either way every
+ * file the store keeps is there and sound (no file goes before its mark is
+ * committed), a file marked and left is what recovery removes, and the next
+ * prune without a fault ends at exactly the policy's files. */
+Test(store_faults, a_prune_keeps_the_store_true_at_every_fault, .timeout = 600) {
+    static const Kind kinds[] = {IOERR,
+                                 FULL,
+                                 SQLMEM,
+                                 {FAULT_IO, EIO, "file calls (EIO)"},
+                                 {FAULT_ALLOC, ENOMEM, "allocations"}};
+    const uint64_t kept = 1u << 0 | 1u << 3 | 1u << 6 | 1u << 7;
+    StoreRetention p = {.keep_last = 2, .keep_every = 3, .keep_back = 1};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int failed = 0, k;
+        for (k = 1; k <= 5000; k++) {
+            StoreFixture fx;
+            store_fixture_init(&fx, "store-prune");
+            store_fixture_commit_rounds(&fx, 0, 8, 1);
+            char err[ERR_LEN] = "";
+            StorePruneReport rep;
+            faultsim_arm(kinds[i].kind, k, kinds[i].err, 0);
+            int rc = store_prune(fx.store, fx.home, &p, NOW, &rep, err);
+            int64_t fired;
+            faultsim_disarm(&fired);
+            if (rc != 0) {
+                cr_assert_eq(fired, 1, "%s at %d: failed with nothing injected: %s", kinds[i].name,
+                             k, err);
+                cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+                failed++;
+            }
+            StoreCheck chk;
+            cr_assert_eq(store_check(fx.store, fx.home, &chk, NULL, NULL, err), 0, "%s", err);
+            cr_assert(chk.integrity_ok, "%s at %d: %s", kinds[i].name, k, chk.integrity);
+            cr_assert_eq(chk.checkpoints_bad, 0, "%s at %d: a kept file is gone or damaged",
+                         kinds[i].name, k);
+            StoreRecovery rec;
+            cr_assert_eq(store_recover(fx.store, fx.home, NOW, &rec, err), 0, "%s", err);
+            cr_assert_eq(store_prune(fx.store, fx.home, &p, NOW, &rep, err), 0, "%s", err);
+            uint64_t models, states;
+            store_fixture_files(fx.home, &models, &states);
+            cr_assert_eq(models, kept, "%s at %d: models %#llx", kinds[i].name, k,
+                         (unsigned long long)models);
+            cr_assert_eq(states, 1u << 7, "%s at %d: states %#llx", kinds[i].name, k,
+                         (unsigned long long)states);
+            store_fixture_fini(&fx);
+            if (fired == 0) break;
+        }
+        cr_assert_leq(k, 5000, "%s: still failing at 5000 calls", kinds[i].name);
+        cr_log_info("a prune, %s: %d faults failed it", kinds[i].name, failed);
+        cr_assert_gt(failed, 0, "a prune with %s: nothing was made to fail", kinds[i].name);
+    }
+}
