@@ -306,17 +306,20 @@ int cmd_rounds(const Command *cmd, int argc, char **argv) {
 /* ---- strait status --------------------------------------------------------------- */
 
 /* "disk  1.62 GB in 3 checkpoints (12 pruned), 41.3 GB free: room for 25
- * commits of 1.62 GB", and SHORT while that is under DISK_ROUNDS_WARN. */
+ * of the 40 commits left, 1.62 GB each as it is written", and SHORT while
+ * that is under DISK_ROUNDS_WARN and not all of them. */
 static void print_disk(const AdminStatus *st) {
     printf("disk         %.2f GB in %lld checkpoint%s (%lld pruned)", st->disk.used / 1e9,
            (long long)st->disk.kept, st->disk.kept == 1 ? "" : "s", (long long)st->disk.pruned);
     if (st->disk.free >= 0) printf(", %.2f GB free", st->disk.free / 1e9);
     if (st->disk_rounds_left >= 0)
-        printf(": room for %lld commit%s of %.2f GB%s", (long long)st->disk_rounds_left,
-               st->disk_rounds_left == 1 ? "" : "s", st->disk.round_bytes / 1e9,
-               st->disk_rounds_left < DISK_ROUNDS_WARN ? ", SHORT: free space or lower [store] "
-                                                         "keep_last / keep_every"
-                                                       : "");
+        printf(": room for %lld of the %lld commits left, %.2f GB each as it is written%s",
+               (long long)st->disk_rounds_left,
+               (long long)(st->total_rounds - (st->last_commit_round + 1)),
+               st->disk.round_bytes / 1e9,
+               admin_disk_short(st) ? ", SHORT: free space, or raise [store] keep_every (0: no "
+                                      "milestones)"
+                                    : "");
     printf("\n");
 }
 
@@ -377,9 +380,7 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "disk_rounds_left",
                             st.disk_rounds_left >= 0 ? json_integer(st.disk_rounds_left)
                                                      : json_null());
-        json_object_set_new(
-            o, "disk_short",
-            json_boolean(st.disk_rounds_left >= 0 && st.disk_rounds_left < DISK_ROUNDS_WARN));
+        json_object_set_new(o, "disk_short", json_boolean(admin_disk_short(&st)));
         json_object_set_new(o, "checkpoints_kept", json_integer(st.disk.kept));
         json_object_set_new(o, "checkpoints_pruned", json_integer(st.disk.pruned));
         json_t *arr = json_array();

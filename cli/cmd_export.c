@@ -4,6 +4,7 @@
  * Face's or llm.c's format (kernels/export.c). A federation's round is
  * held against retention while it is read; a pruned one gets a clear error.
  */
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,7 +17,9 @@
 /* A federation's round checkpoint (HOME/checkpoints/round-N.*, beside
  * HOME/strait.db) is held against the coordinator's retention while it is
  * read (store_hold: *fd, -1 for any other file); a round retention pruned
- * is refused, saying which rounds are kept. */
+ * is refused, saying which rounds are kept. A hold that cannot be taken
+ * (a store this binary cannot open, a folder it may not write) is said in
+ * one line and the file read as it is: the export worked without it. */
 static int hold_round(const char *ckpt, int *fd, char *err) {
     *fd = -1;
     const char *base = strrchr(ckpt, '/');
@@ -32,11 +35,16 @@ static int hold_round(const char *ckpt, int *fd, char *err) {
     snprintf(db, sizeof db, "%s/%s", home, STORE_DB_FILE);
     if (access(db, F_OK) != 0) return 0;
     Store *s = store_open(db, STORE_READONLY, err);
-    if (s == NULL) return -1;
     int64_t round;
-    int rc = store_hold(s, home, ckpt, fd, &round, err);
-    store_close(s);
-    return rc == STORE_NOT_FOUND ? 0 : rc;
+    int rc = s ? store_hold(s, home, ckpt, fd, &round, err) : -1;
+    if (s) store_close(s);
+    if (rc == STORE_PRUNED) return -1;
+    if (rc < 0)
+        fprintf(stderr,
+                "strait export: reading %s unheld, so a running coordinator's retention "
+                "may remove it meanwhile: %s\n",
+                ckpt, err);
+    return 0;
 }
 
 int cmd_export(const Command *cmd, int argc, char **argv) {

@@ -234,6 +234,12 @@ static int status_utilization(Store *s, int64_t now, AdminStatus *st, char *err)
     return 0;
 }
 
+int admin_disk_short(const AdminStatus *st) {
+    int64_t to_go = st->total_rounds - (st->last_commit_round + 1);
+    return st->disk_rounds_left >= 0 && st->disk_rounds_left < DISK_ROUNDS_WARN &&
+           st->disk_rounds_left < to_go;
+}
+
 int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     AdminSite *sites;
     size_t n;
@@ -257,7 +263,9 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     st->last_eval_loss = rc == 0 ? last.eval_loss : NAN;
     if (status_utilization(s, now, st, err) != 0) return -1;
     if (store_disk(s, &st->disk, err) != 0) return -1;
-    st->disk_rounds_left = store_disk_rounds_left(st->disk.free, st->disk.round_bytes);
+    st->disk_rounds_left =
+        store_disk_rounds_left(st->disk.free, st->disk.round_bytes, st->disk.ckpt_bytes,
+                               st->keep_every, st->total_rounds - (st->last_commit_round + 1));
     return store_totals(s, &st->totals, err);
 }
 
@@ -297,6 +305,7 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     st->model_params = (int64_t)r->model.n_params;
     st->current_round = r->number;
     st->total_rounds = r->set.total;
+    st->keep_every = r->set.retain.keep_every;
     st->round_opened_at = r->opened_ms;
     st->sites_reported = r->n_reported;
     st->last_commit_s = r->last_commit_s;
@@ -309,7 +318,10 @@ int admin_live_status(Coordinator *co, AdminStatus *st, char *err) {
     pthread_mutex_unlock(&co->store_lock);
     if (rc == 0 && st->disk.round_bytes == 0) { /* before the first commit: the model says it */
         st->disk.round_bytes = r->commit_bytes;
-        st->disk_rounds_left = store_disk_rounds_left(st->disk.free, st->disk.round_bytes);
+        st->disk.ckpt_bytes = (int64_t)r->model.n_params * 4;
+        st->disk_rounds_left =
+            store_disk_rounds_left(st->disk.free, st->disk.round_bytes, st->disk.ckpt_bytes,
+                                   st->keep_every, st->total_rounds - (st->last_commit_round + 1));
     }
     snprintf(st->round_state, sizeof st->round_state, "%s",
              finished   ? "finished"

@@ -260,6 +260,8 @@ static int status_from_store(Admin *a, AdminStatus *st, char *err) {
              config_get(cfg, "model", "init") ? "pretrained"
                                               : config_get_str(cfg, "model", "preset", "small"));
     int rc = config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &st->total_rounds, err);
+    if (rc == 0) /* read, not checked: the coordinator's start says a bad one */
+        config_get_int(cfg, "store", "keep_every", 0, 0, INT64_MAX, &st->keep_every, NULL);
     config_free(cfg);
     if (rc != 0 || admin_query_status(a->store, time_wall_ms(), st, err) != 0) return -1;
     StoreRound live;
@@ -320,7 +322,8 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     st->disk.round_bytes = (int64_t)r->disk_round_bytes;
     st->disk.kept = (int64_t)r->checkpoints_kept;
     st->disk.pruned = (int64_t)r->checkpoints_pruned;
-    st->disk_rounds_left = r->disk_rounds_left;
+    /* a coordinator older than the disk's fields sends none: unknown, not "room for 0" */
+    st->disk_rounds_left = r->disk_round_bytes > 0 ? r->disk_rounds_left : -1;
     strait__status_response__free_unpacked(r, NULL);
     return 0;
 }

@@ -101,7 +101,12 @@ typedef struct AdminStatus {
      * (-1: unknown), short below DISK_ROUNDS_WARN */
     StoreDisk disk;
     int64_t disk_rounds_left;
+    int64_t keep_every; /* [store] keep_every, which the disk's growth follows (an input) */
 } AdminStatus;
+
+/* Whether the free space holds fewer than DISK_ROUNDS_WARN of the commits
+ * the federation has left (and not all of them). */
+int admin_disk_short(const AdminStatus *st);
 
 /* A round attempt as a monitor shows it. missed and rejected hold one
  * entry per line ("site" and "site: reason"); while the round is live,

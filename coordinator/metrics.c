@@ -150,11 +150,12 @@ static int render(Coordinator *co, Text *t, char *err) {
     metric(t, "strait_disk_commit_bytes", "gauge",
            "What one commit writes before retention prunes: checkpoint, outer state, delta.",
            (double)st.disk.round_bytes);
-    metric(t, "strait_disk_rounds_left", "gauge", "Commits the free space holds (-1: unknown).",
+    metric(t, "strait_disk_rounds_left", "gauge",
+           "Of the commits the federation has left, those the free space holds (-1: unknown).",
            (double)st.disk_rounds_left);
     metric(t, "strait_disk_short", "gauge",
            "1 while the free space holds fewer commits than the coordinator warns at.",
-           st.disk_rounds_left >= 0 && st.disk_rounds_left < DISK_ROUNDS_WARN);
+           admin_disk_short(&st));
     metric(t, "strait_checkpoints_kept", "gauge", "Round checkpoints kept.", (double)st.disk.kept);
     metric(t, "strait_checkpoints_pruned", "gauge",
            "Round checkpoints removed by the retention policy ([store] keep_last, keep_every).",

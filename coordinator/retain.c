@@ -26,14 +26,17 @@ int64_t round_commit_estimate(const Rounds *r) {
     return model * (2 + arrays);
 }
 
-static void warn_if_short(const Coordinator *co, const StoreDisk *d, int64_t need) {
-    int64_t left = store_disk_rounds_left(d->free, need);
-    if (left < 0 || left >= DISK_ROUNDS_WARN) return;
+static void warn_if_short(const Coordinator *co, const StoreDisk *d, int64_t need, int64_t ckpt,
+                          int64_t to_go) {
+    const StoreRetention *p = &co->rounds.set.retain;
+    int64_t left = store_disk_rounds_left(d->free, need, ckpt, p->keep_every, to_go);
+    if (left < 0 || left >= DISK_ROUNDS_WARN || left >= to_go) return;
     log_warn("store",
-             "disk: %.2f GB free in %s, room for %lld more commit%s of %.2f GB (checkpoint, outer "
-             "state, delta); free space, or lower [store] keep_last / keep_every, before a "
-             "commit fails",
-             d->free / 1e9, co->dir, (long long)left, left == 1 ? "" : "s", need / 1e9);
+             "disk: %.2f GB free in %s holds %lld of the %lld commits left (each %.2f GB while "
+             "it is written, and a milestone's checkpoint every %lld rounds stays); free space, "
+             "or raise [store] keep_every (0: no milestones), before a commit fails",
+             d->free / 1e9, co->dir, (long long)left, (long long)to_go, need / 1e9,
+             (long long)p->keep_every);
 }
 
 int round_retain(Coordinator *co) {
@@ -61,6 +64,8 @@ int round_retain(Coordinator *co) {
         return -1;
     }
     /* the newest commit's files say it exactly; before the first, the model */
-    warn_if_short(co, &disk, disk.round_bytes > 0 ? disk.round_bytes : r->commit_bytes);
+    warn_if_short(co, &disk, disk.round_bytes > 0 ? disk.round_bytes : r->commit_bytes,
+                  disk.ckpt_bytes > 0 ? disk.ckpt_bytes : (int64_t)r->model.n_params * 4,
+                  r->set.total - (disk.newest + 1));
     return pruned;
 }

@@ -29,6 +29,7 @@
 
 #define STORE_SCHEMA_VERSION 10
 #define STORE_NOT_FOUND      1
+#define STORE_PRUNED         2 /* store_hold: the round's checkpoint was pruned on purpose */
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
 #define STORE_CHECKPOINT_DIR "checkpoints" /* inside the federation folder */
 
@@ -319,7 +320,8 @@ int store_prune(Store *s, const char *home, const StoreRetention *p, int64_t now
  * names it, or the absolute path to it) against pruning for as long as *fd
  * stays open: opened, a shared flock taken, and its row read again after the
  * lock. STORE_NOT_FOUND when no row names the file (not a federation's);
- * -1 with a one-line err when its round was pruned or it cannot be held.
+ * STORE_PRUNED (err says which rounds are kept) when retention pruned its
+ * round; -1 with a one-line err when it cannot be held.
  * *round gets the round number. */
 int store_hold(Store *s, const char *home, const char *path, int *fd, int64_t *round, char *err);
 
@@ -331,12 +333,18 @@ typedef struct StoreDisk {
                             * checkpoint and state, and its downlink delta (a checkpoint's
                             * size at most); 0: no round committed */
     int64_t free;          /* bytes free to this process in the store's folder; -1: unknown */
+    int64_t ckpt_bytes;    /* the newest checkpoint's bytes; 0: none */
+    int64_t newest;        /* the newest committed round's number; -1: none */
 } StoreDisk;
 
 /* What the federation's checkpoints hold and what is free beside them. */
 int store_disk(Store *s, StoreDisk *out, char *err);
-/* How many more commits of round_bytes each free bytes holds. */
-int64_t store_disk_rounds_left(int64_t free_bytes, int64_t round_bytes);
+/* How many of the to_go commits left free bytes holds: each needs
+ * round_bytes at once while it is written, and under retention what stays
+ * grows by a milestone's checkpoint every keep_every rounds (0: does not
+ * grow); -1: unknown. */
+int64_t store_disk_rounds_left(int64_t free_bytes, int64_t round_bytes, int64_t ckpt_bytes,
+                               int64_t keep_every, int64_t to_go);
 
 /* ---- recovery and checks ---------------------------------------------- */
 

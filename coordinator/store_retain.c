@@ -163,13 +163,17 @@ static int candidates(Store *s, Candidate **out, size_t *n, int64_t *newest, cha
     return rc;
 }
 
-/* The exclusive lock that says no reader holds the file; 0 locked (or the
- * file is already gone), 1 held by a reader, -1 error. */
+/* The exclusive lock that says no reader holds the file; 0 locked, 1 held
+ * by a reader, 2 missing (left as the store has it: `strait db check`
+ * reports a checkpoint that went without being pruned), -1 error. Opened
+ * for writing where it may be: NFS takes an exclusive flock only on such
+ * a descriptor. */
 static int lock_for_prune(const char *home, Candidate *c, char *err) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", home, c->path);
-    c->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (c->fd < 0) return errno == ENOENT ? 0 : err_set_errno(err, "cannot open %s", path);
+    c->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (c->fd < 0 && errno == EACCES) c->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0) return errno == ENOENT ? 2 : err_set_errno(err, "cannot open %s", path);
     if (flock(c->fd, LOCK_EX | LOCK_NB) == 0) return 0;
     int held = errno == EWOULDBLOCK;
     if (!held) err_set_errno(err, "cannot lock %s", path);
@@ -215,9 +219,19 @@ int store_prune(Store *s, const char *home, const StoreRetention *p, int64_t now
         if (c[i].model) {
             int held = lock_for_prune(home, &c[i], err);
             if (held < 0) rc = -1;
-            if (held > 0) c[i].model = 0, rep->held++;
+            if (held > 0) c[i].model = 0;
+            if (held == 1) rep->held++;
+            if (held == 2)
+                log_warn("store", "round %lld's checkpoint %s is missing; left for strait db check",
+                         (long long)c[i].round, c[i].path);
         }
-        if (c[i].model || c[i].state) c[going++] = c[i];
+        if (c[i].model || c[i].state) {
+            if (going != i) { /* moved down: its descriptor is closed once, from there */
+                c[going] = c[i];
+                c[i].fd = -1;
+            }
+            going++;
+        }
     }
     if (rc == 0 && going > 0) rc = record_marks(s, c, going, now, err);
     if (rc == 0) { /* the marks are committed: now the files may go */
@@ -281,7 +295,7 @@ int store_hold(Store *s, const char *home, const char *path, int *fd, int64_t *r
     *fd = -1;
     int rc = row_of(s, rel, round, &pruned_at, err);
     if (rc != 0) return rc;
-    if (pruned_at) return pruned_error(s, *round, err);
+    if (pruned_at) return pruned_error(s, *round, err), STORE_PRUNED;
     char full[1300];
     snprintf(full, sizeof full, "%s/%s", home, rel);
     int f = open(full, O_RDONLY | O_CLOEXEC);
@@ -292,7 +306,7 @@ int store_hold(Store *s, const char *home, const char *path, int *fd, int64_t *r
     }
     if ((rc = row_of(s, rel, round, &pruned_at, err)) != 0 || pruned_at) {
         close(f);
-        return rc != 0 ? -1 : pruned_error(s, *round, err);
+        return rc != 0 ? -1 : (pruned_error(s, *round, err), STORE_PRUNED);
     }
     *fd = f;
     return 0;
@@ -307,7 +321,9 @@ int store_disk(Store *s, StoreDisk *out, char *err) {
         "END), 0), coalesce(sum(pruned_at IS NULL), 0), coalesce(sum(pruned_at IS NOT NULL), 0), "
         "coalesce(sum(state_pruned_at IS NOT NULL), 0), "
         "coalesce((SELECT 2 * bytes + coalesce(state_bytes, 0) FROM checkpoints "
-        "ORDER BY round DESC LIMIT 1), 0) FROM checkpoints";
+        "ORDER BY round DESC LIMIT 1), 0), "
+        "coalesce((SELECT bytes FROM checkpoints ORDER BY round DESC LIMIT 1), 0), "
+        "coalesce(max(round), -1) FROM checkpoints";
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
@@ -318,6 +334,8 @@ int store_disk(Store *s, StoreDisk *out, char *err) {
         out->pruned = sqlite3_column_int64(st, 2);
         out->states_pruned = sqlite3_column_int64(st, 3);
         out->round_bytes = sqlite3_column_int64(st, 4);
+        out->ckpt_bytes = sqlite3_column_int64(st, 5);
+        out->newest = sqlite3_column_int64(st, 6);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_ROW) return store_db_error(s, err, "cannot sum the checkpoints");
@@ -331,7 +349,13 @@ int store_disk(Store *s, StoreDisk *out, char *err) {
     return 0;
 }
 
-int64_t store_disk_rounds_left(int64_t free_bytes, int64_t round_bytes) {
+int64_t store_disk_rounds_left(int64_t free_bytes, int64_t round_bytes, int64_t ckpt_bytes,
+                               int64_t keep_every, int64_t to_go) {
     if (free_bytes < 0 || round_bytes <= 0) return -1;
-    return free_bytes / round_bytes;
+    if (to_go < 0) to_go = 0;
+    if (free_bytes < round_bytes) return 0;
+    int64_t growth = keep_every > 0 ? ckpt_bytes / keep_every : 0; /* a round's share */
+    if (growth <= 0) return to_go; /* retention keeps the disk level: every commit fits */
+    int64_t fit = 1 + (free_bytes - round_bytes) / growth;
+    return fit < to_go ? fit : to_go;
 }

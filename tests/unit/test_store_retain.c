@@ -36,6 +36,22 @@ Test(store_retain, the_policy_keeps_the_last_every_mth_and_what_a_restart_reads)
     cr_assert_not(store_retention_keeps(&async, 9, 4));
 }
 
+/* How many of the commits left the free space holds: each needs its whole
+ * write at once; without milestones retention keeps the disk level, so
+ * every one fits once one does; with them the disk grows a checkpoint
+ * every keep_every rounds. */
+Test(store_retain, the_disk_holds_the_commits_left_that_fit_as_retention_prunes) {
+    const int64_t GB = 1000000000;
+    cr_assert_eq(store_disk_rounds_left(-1, 4 * GB, GB, 0, 100), -1, "free space unknown");
+    cr_assert_eq(store_disk_rounds_left(10 * GB, 0, 0, 0, 100), -1, "no commit measured");
+    cr_assert_eq(store_disk_rounds_left(3 * GB, 4 * GB, GB, 0, 100), 0, "not one commit fits");
+    cr_assert_eq(store_disk_rounds_left(5 * GB, 4 * GB, GB, 0, 100), 100, "level: all of them");
+    /* a milestone of 1 GB every 10 rounds: 0.1 GB a round beyond the first commit's 4 */
+    cr_assert_eq(store_disk_rounds_left(5 * GB, 4 * GB, GB, 10, 100), 11);
+    cr_assert_eq(store_disk_rounds_left(50 * GB, 4 * GB, GB, 10, 100), 100, "bounded by the run");
+    cr_assert_eq(store_disk_rounds_left(5 * GB, 4 * GB, GB, 0, -3), 0, "a finished run");
+}
+
 Test(store_retain, a_prune_keeps_exactly_what_the_policy_names) {
     StoreFixture fx;
     store_fixture_init(&fx, "retain");
@@ -114,7 +130,7 @@ Test(store_retain, a_held_checkpoint_is_kept_until_its_reader_lets_go) {
     store_fixture_files(fx.home, &models, &states);
     cr_assert_eq(models, BIT(4) | BIT(5));
     /* a pruned round: refused, in one line, with the rounds kept */
-    cr_assert_eq(store_hold(fx.store, fx.home, path, &fd, &round, err), -1);
+    cr_assert_eq(store_hold(fx.store, fx.home, path, &fd, &round, err), STORE_PRUNED);
     cr_assert_eq(fd, -1);
     cr_assert_not_null(strstr(err, "round 1's checkpoint was pruned"), "%s", err);
     cr_assert_not_null(strstr(err, "the rounds kept are 4, 5"), "%s", err);
