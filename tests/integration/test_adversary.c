@@ -1498,6 +1498,7 @@ static void shrinking_attack(int mallory, double loss[4]) {
     federation_ini("mean", "2", "60s");
     ini_set("rounds", "total", "4");
     ini_set("rounds", "robust_start", "on");
+    ini_set("store", "keep_last", "4"); /* every round's model is scored after the run */
     start_coordinator();
     char b_dir[700], c_dir[700], m_dir[700], details[256];
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir);
