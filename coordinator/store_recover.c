@@ -141,7 +141,19 @@ int store_check(Store *s, const char *home, StoreCheck *out,
             ok = 1;
         } else {
             ok = store_checkpoint_verify(home, &r, why) == 0;
-            out->checkpoints_ok += ok;
+            StoreRound now;
+            if (!ok && !newest && store_round_get(s, numbers[i], &now, err) == 0 &&
+                (now.pruned_at != r.pruned_at || now.state_pruned_at != r.state_pruned_at)) {
+                /* a running coordinator pruned it since the row was read (its
+                 * marks commit before its files go): judged on the row now */
+                r = now;
+                ok = r.pruned_at || store_checkpoint_verify(home, &r, why) == 0;
+                if (r.pruned_at) {
+                    out->checkpoints_pruned++;
+                    out->prunes_pending += still_present(home, r.checkpoint_path);
+                }
+            }
+            out->checkpoints_ok += ok && !r.pruned_at;
         }
         if (r.state_pruned_at) {
             out->states_pruned++;

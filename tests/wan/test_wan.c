@@ -133,6 +133,7 @@ static void setup(int n, const BedLink *links, const char *model, const char *ro
     ini("rounds", "min_sites", min_sites);
     ini("rounds", "deadline", deadline);
     ini("rounds", "inner_steps", "10");
+    ini("store", "keep_last", rounds); /* every round's model is compared with the sites' */
     for (int i = 0; settings && settings[i]; i += 3)
         ini(settings[i], settings[i + 1], settings[i + 2]);
     start_coordinator();
