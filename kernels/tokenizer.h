@@ -26,6 +26,24 @@ typedef struct TokenBuf {
     size_t n, cap;
 } TokenBuf;
 
+/* A vocabulary as lists, the way GGUF's tokenizer.ggml.* keys hold one
+ * (and what converts between GGUF and Hugging Face's files). Token i's
+ * text is in GPT-2's byte-to-unicode alphabet, as vocab.json writes it;
+ * types are GGUF's (1 normal, 2 unknown, 3 control, 4 user-defined, 5
+ * unused, 6 byte), NULL when not known; merges are "a b" in rank order;
+ * pre is llama.cpp's name of the pre-tokenizer (tokenizer.ggml.pre:
+ * "gpt2", "llama-bpe", "smollm", "qwen2", ...); ids are -1 when absent. */
+typedef struct TokenizerLists {
+    char **tokens;
+    int n_tokens;
+    int32_t *types;
+    char **merges;
+    int n_merges;
+    char *pre;
+    int bos, eos, unk, pad;
+    char *chat_template; /* NULL: none */
+} TokenizerLists;
+
 /* Reads vocab.json and merges.txt. Refuses, naming the entry: an id outside
  * 0..2^22 - 1 or given twice, a vocabulary without a token for each of the 256
  * bytes, a merge line that is not two known tokens whose concatenation is
