@@ -106,6 +106,27 @@ static void cls_b(float *dh, float *dw, const float *h, const float *w, const in
     classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
 }
 
-const Ops ops_cpu = {"cpu",    zero,     enc_f, enc_b, ln_f,   ln_b,   rms_f,  rms_b,
-                     mm_f,     mm_b,     att_f, att_b, rope_f, rope_b, gelu_f, gelu_b,
-                     swiglu_f, swiglu_b, res_f, res_b, cls_f,  cls_b};
+const Ops ops_cpu = {
+    .name = "cpu",
+    .zero = zero,
+    .encoder_forward = enc_f,
+    .encoder_backward = enc_b,
+    .layernorm_forward = ln_f,
+    .layernorm_backward = ln_b,
+    .rmsnorm_forward = rms_f,
+    .rmsnorm_backward = rms_b,
+    .matmul_forward = mm_f,
+    .matmul_backward = mm_b,
+    .attention_forward = att_f,
+    .attention_backward = att_b,
+    .rope_forward = rope_f,
+    .rope_backward = rope_b,
+    .gelu_forward = gelu_f,
+    .gelu_backward = gelu_b,
+    .swiglu_forward = swiglu_f,
+    .swiglu_backward = swiglu_b,
+    .residual_forward = res_f,
+    .residual_backward = res_b,
+    .classifier_forward = cls_f,
+    .classifier_backward = cls_b,
+};
