@@ -251,8 +251,18 @@ typedef struct Rounds {
 
 typedef struct Coordinator Coordinator; /* below */
 
+/* rounds.c: whether the round's state may move from `from` to `to` (the
+ * diagram in rounds.c); what the current state implies, asserted; and
+ * rounds.lock taken with that assertion, what every handler enters by. */
+int rounds_move_legal(RoundState from, RoundState to);
+void rounds_assert_state(const Rounds *r);
+void rounds_lock(Rounds *r);
+
 /* ---- the round loop: rounds.c (the state machine), round_calls.c (the
- * Federation calls), publish.c (building and installing the next model) */
+ * Federation calls), publish.c (building and installing the next model),
+ * ledger.c (what they remember: arrivals and deadlines, model hashes,
+ * what was served; it calls none of them). Calls go one way: rounds.c and
+ * round_calls.c call publish.c, and all three call ledger.c. */
 
 /* A round on its way to commit: what closing it took from Rounds (under
  * rounds.lock), for a commit that runs outside the lock. */
@@ -339,6 +349,8 @@ void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, 
 int64_t rounds_pace(const Rounds *r);
 int64_t rounds_adaptive_deadline(const Rounds *r);
 int64_t rounds_site_due(const Rounds *r, int64_t site_id);
+/* the quorum's pace and a quarter again, a second at least; 0: no pace yet */
+int64_t rounds_pace_due(const Rounds *r);
 /* Under rounds.lock: whether the open round, its quorum in, still waits for
  * a site that has not reported. Away: the round before took no update from
  * it and it has not called since this round opened (a cut link, a stopped

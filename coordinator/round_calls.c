@@ -93,7 +93,7 @@ static void h_get_model(NetCall *c, void *user) {
         net_buf_free(&m);
     }
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     /* the delta when the site holds the model it applies to, a link of the
      * chain when it holds an older one the chain starts from, else the
      * whole checkpoint; a reference, not a copy: a round that commits
@@ -163,7 +163,7 @@ static void h_get_model(NetCall *c, void *user) {
     char err[ERR_LEN];
     int sent = net_download_send_from(c, &spec, sv->data, sv->len, from, err) == 0;
     if (!sent) net_call_status(c, NET_UNAVAILABLE, "%s", err);
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     if (sent) rounds_served_set(r, site.id, (int64_t)number); /* it holds it only once whole */
     served_unref(sv);
     pthread_mutex_unlock(&r->lock);
@@ -357,7 +357,7 @@ static void h_push_update(NetCall *c, void *user) {
     snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
     /* a site refused often in this round is refused at the header: its
      * stream is not read and no row is written, only counted */
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     RoundSiteCount *sc = rounds_site_count(r, site.id);
     int refused = sc ? sc->refused : 0;
     int64_t open_number = r->number;
@@ -408,7 +408,7 @@ static void h_push_update(NetCall *c, void *user) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 60;
-        pthread_mutex_lock(&r->lock);
+        rounds_lock(r);
         while (r->state == ROUND_COMMITTING && !r->stop)
             if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
         pthread_mutex_unlock(&r->lock);
@@ -430,14 +430,14 @@ static void h_push_update(NetCall *c, void *user) {
     int kept_here = 0;
     char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
     if (g.code == NULL && r->set.keeps_updates) {
-        pthread_mutex_lock(&r->lock);
+        rounds_lock(r);
         int64_t open = r->state == ROUND_OPEN && rounds_takes_base(r, got.round) ? r->number : -1;
         pthread_mutex_unlock(&r->lock);
         round_kept_name(open, kept, sizeof kept);
         if (open >= 0)
             kept_here = net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, keep_err) == 0;
     }
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     int64_t round_id = r->round_id, update_id = 0;
     char why[ERR_LEN] = "";
     CodecParams sent;
@@ -561,7 +561,7 @@ static void h_heartbeat(NetCall *c, void *user) {
               (unsigned long long)req->round, req->state);
     strait__heartbeat_request__free_unpacked(req, NULL);
     Strait__HeartbeatResponse resp = STRAIT__HEARTBEAT_RESPONSE__INIT;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     resp.current_round = (uint64_t)r->number;
     resp.finished = r->state == ROUND_FINISHED;
     resp.reported = rounds_reported(r, site.name);
@@ -589,7 +589,7 @@ static void h_wait_round(NetCall *c, void *user) {
     strait__wait_round_request__free_unpacked(req, NULL);
     int64_t left = net_call_deadline_ms(c);
     int64_t wait = left < WAIT_POLL_MS ? left - 500 : WAIT_POLL_MS;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     int reported = rounds_reported(r, site.name);
     /* a round reopened (a restart, no quorum) without this site's update
      * answers at once, so the site sends it again */

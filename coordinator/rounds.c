@@ -37,8 +37,15 @@
  *   └────┤ and the round reopened
  *        │
  *        ▼  open_round could not write the store (from NONE, OPEN or
- *   UNOPENED    COMMITTING): no update taken; the ticker retries
- *        └────► OPEN once the store takes it
+ *   UNOPENED    COMMITTING): no update taken; the ticker retries every
+ *    │  ▲ │     second, and a retry that fails again stays UNOPENED
+ *    │  └─┘
+ *    └────────► OPEN once the store takes it
+ *
+ * What each state implies is asserted at every move and whenever a handler
+ * takes rounds.lock (rounds_assert_state, as SQLite's assert_pager_state):
+ * OPEN has a store row, an allocated sum and no lost optimizer state;
+ * COMMITTING's sum has moved to the commit; FINISHED has run every round.
  *
  * Threading: handlers run on net/'s workers; everything in Rounds is under
  * rounds.lock, the store under store_lock (taken after rounds.lock), but for
@@ -60,8 +67,7 @@
 #include "security/security.h"
 #include "util/util.h"
 
-/* Whether `from` may move to `to` (the diagram above). */
-static int round_move_legal(RoundState from, RoundState to) {
+int rounds_move_legal(RoundState from, RoundState to) {
     switch (to) {
     case ROUND_OPEN:
         return from == ROUND_NONE || from == ROUND_OPEN || from == ROUND_COMMITTING ||
@@ -78,10 +84,39 @@ static int round_move_legal(RoundState from, RoundState to) {
     return 0;
 }
 
+void rounds_assert_state(const Rounds *r) {
+    assert(r->n_kept >= 0 && r->n_kept <= r->n_reported && r->n_reported <= r->cap_reports);
+    switch (r->state) {
+    case ROUND_NONE:
+        assert(r->n_reported == 0);
+        break;
+    case ROUND_OPEN:
+        assert(r->round_id > 0 && !r->state_lost && r->number < r->set.total);
+        assert(r->sum.sum != NULL && r->sum.n == r->model.n_params);
+        break;
+    case ROUND_COMMITTING:
+        assert(r->round_id > 0 && r->sum.sum == NULL && r->sum.stage == NULL);
+        break;
+    case ROUND_UNOPENED:
+        assert(r->reopen_at_ms > 0);
+        break;
+    case ROUND_FINISHED:
+        assert(r->number >= r->set.total);
+        break;
+    }
+    (void)r;
+}
+
+void rounds_lock(Rounds *r) {
+    pthread_mutex_lock(&r->lock);
+    rounds_assert_state(r);
+}
+
 /* Every move of the round's state; under r->lock. */
 static void round_state_set(Rounds *r, RoundState to) {
-    assert(round_move_legal(r->state, to));
+    assert(rounds_move_legal(r->state, to));
     r->state = to;
+    rounds_assert_state(r);
 }
 
 void round_updates_free(RoundUpdate *u, int n) {
@@ -116,60 +151,6 @@ static double norm_bound(const Rounds *r) {
         if (h > 0 && (bound == 0 || h < bound)) bound = h;
     }
     return bound;
-}
-
-/* Grows *p (of *cap elements of size elem) to hold need; 0, or -1 (*p as
- * it was) when out of memory. */
-static int grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int want = *cap ? *cap : 16;
-    while (want < need) want *= 2;
-    void *q = realloc(*p, (size_t)want * elem);
-    if (q == NULL) return -1;
-    *p = q, *cap = want;
-    return 0;
-}
-
-int rounds_reserve(Rounds *r, int need) {
-    if (need <= r->cap_reports) return 0;
-    int cap = r->cap_reports, c1 = cap, c2 = cap;
-    void *a = r->reported, *b = r->upd, *k = r->kept_owner;
-    int ok = grow(&a, &cap, need, sizeof r->reported[0]) == 0;
-    r->reported = a; /* grown or not, still valid */
-    ok = ok && grow(&b, &c1, need, sizeof r->upd[0]) == 0;
-    r->upd = b;
-    ok = ok && grow(&k, &c2, need, sizeof r->kept_owner[0]) == 0;
-    r->kept_owner = k;
-    if (!ok) return -1; /* cap_reports stays what all three hold */
-    assert(cap == c1 && c1 == c2);
-    r->cap_reports = cap;
-    return 0;
-}
-
-void rounds_arrival(Rounds *r, int64_t site_id, int64_t round, int64_t attempt, int64_t ms) {
-    SiteArrivals *a = NULL;
-    for (int i = 0; i < r->n_arrivals && !a; i++)
-        if (r->arrivals[i].site_id == site_id) a = &r->arrivals[i];
-    if (a == NULL) {
-        void *p = r->arrivals;
-        int rc = grow(&p, &r->cap_arrivals, r->n_arrivals + 1, sizeof r->arrivals[0]);
-        r->arrivals = p;
-        if (rc != 0) return; /* out of memory: this one is not counted */
-        a = &r->arrivals[r->n_arrivals++];
-        memset(a, 0, sizeof *a);
-        a->site_id = site_id;
-        a->last_round = -1;
-    }
-    if (round > a->last_round) a->last_round = round;
-    if (round == 0 || attempt != 1) return;
-    a->ms[a->next] = ms < 0 ? 0 : ms;
-    a->next = (a->next + 1) % ARRIVAL_HISTORY;
-    if (a->n < ARRIVAL_HISTORY) a->n++;
-}
-
-static int cmp_i64(const void *x, const void *y) {
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
 }
 
 /* The arrivals of the last ARRIVAL_HISTORY committed rounds, from the
@@ -207,132 +188,6 @@ static void arrivals_restore(Coordinator *co) {
     free(rs);
 }
 
-/* a's 90th-percentile arrival (rounded up), or -1 below three rounds */
-static int64_t arrival_q90(const SiteArrivals *a) {
-    if (a->n < 3) return -1; /* too few rounds to say */
-    int64_t ms[ARRIVAL_HISTORY];
-    memcpy(ms, a->ms, sizeof ms[0] * (size_t)a->n);
-    qsort(ms, (size_t)a->n, sizeof ms[0], cmp_i64);
-    return ms[(a->n * 9 + 9) / 10 - 1];
-}
-
-int64_t rounds_pace(const Rounds *r) {
-    int64_t *q90 = malloc(sizeof *q90 * (size_t)(r->n_arrivals ? r->n_arrivals : 1));
-    if (q90 == NULL) return 0; /* out of memory: as before any round said it */
-    int n = 0;
-    for (int i = 0; i < r->n_arrivals; i++) {
-        const SiteArrivals *a = &r->arrivals[i];
-        int64_t q = a->last_round >= r->number - ARRIVAL_HISTORY ? arrival_q90(a) : -1;
-        if (q >= 0) q90[n++] = q;
-    }
-    qsort(q90, (size_t)n, sizeof q90[0], cmp_i64);
-    /* the upper middle one; 1 ms at least, as 0 says none */
-    int64_t pace = n == 0 ? 0 : q90[n / 2] > 0 ? q90[n / 2] : 1;
-    free(q90);
-    return pace;
-}
-
-int64_t rounds_adaptive_deadline(const Rounds *r) {
-    if (r->pace_ms == 0) return 0;
-    return 2 * r->pace_ms > 1000 ? 2 * r->pace_ms : 1000;
-}
-
-static const SiteArrivals *site_arrivals(const Rounds *r, int64_t site_id) {
-    for (int i = 0; i < r->n_arrivals; i++)
-        if (r->arrivals[i].site_id == site_id) return &r->arrivals[i];
-    return NULL;
-}
-
-/* a's 90th percentile and half again, a second at least; 0 below three rounds */
-static int64_t arrival_due(const SiteArrivals *a) {
-    int64_t q90 = a ? arrival_q90(a) : -1;
-    if (q90 < 0) return 0;
-    return q90 + (q90 / 2 > 1000 ? q90 / 2 : 1000);
-}
-
-/* the quorum's usual arrival and a quarter again, a second at least; 0: no pace yet */
-static int64_t pace_due(const Rounds *r) {
-    if (r->pace_ms == 0) return 0;
-    return r->pace_ms + (r->pace_ms / 4 > 1000 ? r->pace_ms / 4 : 1000);
-}
-
-int64_t rounds_site_due(const Rounds *r, int64_t site_id) {
-    int64_t own = arrival_due(site_arrivals(r, site_id)), quorum = pace_due(r);
-    return own > 0 && (quorum == 0 || own < quorum) ? own : quorum;
-}
-
-SiteWait rounds_site_wait(const Rounds *r, const StoreSite *site, int64_t now, int64_t *due) {
-    const SiteArrivals *a = site_arrivals(r, site->id);
-    *due = r->extensions == 0 ? rounds_site_due(r, site->id) : 0;
-    if (!(a && a->last_round == r->number - 1) && site->last_seen < r->opened_ms) return SITE_AWAY;
-    return *due > 0 && now >= r->opened_ms + *due ? SITE_LATE : SITE_WAITED;
-}
-
-void rounds_history_add(Rounds *r, int64_t round, const uint8_t sha[32]) {
-    if (round < 0) return;
-    int slot = (int)(round % MODEL_HISTORY);
-    memcpy(r->hist_sha[slot], sha, 32);
-    r->hist_round[slot] = round;
-}
-
-const uint8_t *rounds_history_sha(const Rounds *r, int64_t round) {
-    if (round < 0) return NULL;
-    int slot = (int)(round % MODEL_HISTORY);
-    return r->hist_round[slot] == round ? r->hist_sha[slot] : NULL;
-}
-
-int rounds_reported(const Rounds *r, const char *site) {
-    for (int i = 0; i < r->n_reported; i++)
-        if (strcmp(r->reported[i], site) == 0) return 1;
-    return 0;
-}
-
-int rounds_takes_base(const Rounds *r, uint64_t round) {
-    if (!r->set.async) return round == (uint64_t)r->number;
-    return round <= (uint64_t)r->number && r->number - (int64_t)round <= r->set.staleness;
-}
-
-double rounds_staleness_weight(int64_t staleness) {
-    return staleness <= 0 ? 1.0 : 1.0 / sqrt(1.0 + (double)staleness);
-}
-
-RoundSiteCount *rounds_site_count(Rounds *r, int64_t site_id) {
-    for (int i = 0; i < r->n_counts; i++)
-        if (r->counts[i].site_id == site_id) return &r->counts[i];
-    void *p = r->counts;
-    int rc = grow(&p, &r->cap_counts, r->n_counts + 1, sizeof r->counts[0]);
-    r->counts = p;
-    if (rc != 0) return NULL;
-    RoundSiteCount *c = &r->counts[r->n_counts++];
-    memset(c, 0, sizeof *c);
-    c->site_id = site_id;
-    return c;
-}
-
-void rounds_served_set(Rounds *r, int64_t site_id, int64_t round) {
-    for (int i = 0; i < r->n_served; i++)
-        if (r->served[i].site_id == site_id) {
-            if (round > r->served[i].round) r->served[i].round = round;
-            return;
-        }
-    void *p = r->served;
-    int rc = grow(&p, &r->cap_served, r->n_served + 1, sizeof r->served[0]);
-    r->served = p;
-    if (rc != 0) return; /* out of memory: the site's claim stands, as after a restart */
-    r->served[r->n_served].site_id = site_id;
-    r->served[r->n_served++].round = round;
-}
-
-int64_t rounds_served(const Rounds *r, int64_t site_id) {
-    for (int i = 0; i < r->n_served; i++)
-        if (r->served[i].site_id == site_id) return r->served[i].round;
-    return -1;
-}
-
-int64_t rounds_quorum_of(const Rounds *r, int64_t active) {
-    return r->set.min_sites > 0 ? r->set.min_sites : active / 2 + 1;
-}
-
 int64_t rounds_quorum(Coordinator *co) {
     return co->rounds.set.min_sites > 0 ? co->rounds.set.min_sites
                                         : rounds_quorum_of(&co->rounds, rounds_active_sites(co));
@@ -348,7 +203,11 @@ static int open_round(Coordinator *co, char *err) {
     /* a round stepped from an optimizer state a failed commit left would
      * not be the round it claims to be */
     if (r->state_lost) {
-        if (round_state_restore(co, err) != 0) return -1;
+        if (round_state_restore(co, err) != 0) { /* unopened, and retried, as below */
+            r->reopen_at_ms = time_wall_ms() + 1000;
+            round_state_set(r, ROUND_UNOPENED);
+            return -1;
+        }
         r->state_lost = 0;
         log_info("rounds",
                  "the outer optimizer's state is read back from the last committed round");
@@ -371,8 +230,8 @@ static int open_round(Coordinator *co, char *err) {
         if (rc != 0) round_sum_free(&sum);
     }
     if (rc != 0) {
-        round_state_set(r, ROUND_UNOPENED);
         r->reopen_at_ms = now + 1000;
+        round_state_set(r, ROUND_UNOPENED);
         return -1;
     }
     r->opened_ms = time_wall_ms();
@@ -388,11 +247,11 @@ static int open_round(Coordinator *co, char *err) {
     r->n_reported = 0;
     r->n_counts = 0;
     r->refusals_unrecorded = 0;
-    round_state_set(r, ROUND_OPEN);
     round_sum_free(&r->sum);
     r->sum = sum;
     r->sum.stage = r->spare_stage, r->spare_stage = NULL;
     r->sum.max_norm = norm_bound(r);
+    round_state_set(r, ROUND_OPEN);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
 }
@@ -527,7 +386,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     uint64_t t0 = time_monotonic_ns();
     int rc = round_next_build(co, c, &nx, err);
     double took = (double)(time_monotonic_ns() - t0) / 1e9;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     if (rc == 0) { /* committed: publish, nothing below can fail */
         round_next_install(co, &nx);
         if (c->quorum && c->median_norm > 0) { /* the bound follows the honest rounds */
@@ -585,7 +444,7 @@ int64_t rounds_active_sites(Coordinator *co) {
  * expired, or (all) every one; outside r->lock. */
 void rounds_answer_waiters(Coordinator *co, int all) {
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     if (r->n_waiters == 0) { /* the ticker's usual case: nothing to allocate */
         pthread_mutex_unlock(&r->lock);
         return;
@@ -619,7 +478,7 @@ void rounds_answer_waiters(Coordinator *co, int all) {
 
 void rounds_release_waiters(Coordinator *co) {
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     r->stop = 1; /* no new parking; the ticker ends too */
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
@@ -631,7 +490,7 @@ void rounds_release_waiters(Coordinator *co) {
 /* Calls in flight of certificates revoked since (by the Admin API or by
  * `strait site revoke` on the store) are cancelled within a second. */
 static void cancel_revoked(Coordinator *co) {
-    pthread_mutex_lock(&co->rounds.lock);
+    rounds_lock(&co->rounds);
     NetServer *srv = co->server;
     pthread_mutex_unlock(&co->rounds.lock);
     if (srv == NULL) return;
@@ -698,7 +557,7 @@ static int rest_away(Coordinator *co, int64_t now, char *names, size_t cap, char
             late_len += (size_t)snprintf(late + late_len, late_cap - late_len, "%s%s (past %.1f s)",
                                          late_len ? "\n" : "", sites[i].name, due / 1e3);
         if (away++ < 4 && len + 130 < cap) {
-            int paced = due == pace_due(r); /* by the quorum's arrival, not its own */
+            int paced = due == rounds_pace_due(r); /* by the quorum's arrival, not its own */
             if (w == SITE_LATE)
                 len +=
                     (size_t)snprintf(names + len, cap - len,
@@ -724,7 +583,7 @@ static void *ticker_main(void *arg) {
     Rounds *r = &co->rounds;
     for (;;) {
         usleep(200000);
-        pthread_mutex_lock(&r->lock);
+        rounds_lock(r);
         if (r->stop) {
             pthread_mutex_unlock(&r->lock);
             return NULL;
@@ -827,7 +686,7 @@ static void *ticker_main(void *arg) {
 
 void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_sha[32]) {
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     hr->current_round = (uint64_t)r->number;
     hr->total_rounds = (uint64_t)r->set.total;
     hr->table_hash = r->model.table_hash;
@@ -1007,7 +866,7 @@ int rounds_start(Coordinator *co, const RoundsSettings *set, char *err) {
 
 void rounds_stop(Coordinator *co) {
     Rounds *r = &co->rounds;
-    pthread_mutex_lock(&r->lock);
+    rounds_lock(r);
     r->stop = 1;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);

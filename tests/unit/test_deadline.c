@@ -1,5 +1,5 @@
 /*
- * test_deadline.c — the adaptive deadline's arithmetic (coordinator/rounds.c):
+ * test_deadline.c — the adaptive deadline's arithmetic (coordinator/ledger.c):
  * the pace is the quorum's usual arrival, the median site's 90th
  * percentile once it has three rounds, learnt from first attempts after
  * round 0 only, and each site's last round that took an update kept
