@@ -348,28 +348,52 @@ static const char *precheck(Rounds *r, const StoreSite *from, const NetReceived 
     return NULL;
 }
 
-static void h_push_update(NetCall *c, void *user) {
-    Coordinator *co = user;
-    Rounds *r = &co->rounds;
+/* One PushUpdate on its way through its phases, each named by what it
+ * holds: push_admit (rounds.lock), push_receive (nothing: the upload),
+ * push_wait_commit (rounds.lock, async rounds), then, holding `reading`,
+ * push_keep (rounds.lock for a moment) and push_decide (rounds.lock: the
+ * checks, the store's row, the sum, maybe the close), and push_answer
+ * (nothing). */
+typedef struct Push {
     StoreSite site;
-    if (coordinator_authorize_site(co, c, &site) != 0) return;
-    char owner[32], err[ERR_LEN];
-    snprintf(owner, sizeof owner, "site-%lld", (long long)site.id);
-    /* a site refused often in this round is refused at the header: its
-     * stream is not read and no row is written, only counted */
+    char owner[32];
+    NetReceived got;
+    Strait__UpdateMeta *meta; /* the site's claims, NULL if they do not parse */
+    int64_t upload_ms;        /* the last stream's: a resumed upload's earlier ones not counted */
+    int64_t staleness;
+    double weight;
+    RoundGate g;
+    char kept[64]; /* a robust round's copy of the update, in the site's spool */
+    int kept_here;
+    char keep_err[ERR_LEN];
+    const char *code; /* refused: why, for the store and the site; NULL: accepted */
+    char why[ERR_LEN];
+    RoundClosing *closing; /* the round this update closed, for the caller to commit */
+} Push;
+
+/* rounds.lock: a site refused often in this round is refused at the header
+ * (its stream is not read and no row is written, only counted). 0: go on. */
+static int push_admit(Coordinator *co, NetCall *c, Push *p) {
+    Rounds *r = &co->rounds;
     rounds_lock(r);
-    RoundSiteCount *sc = rounds_site_count(r, site.id);
+    RoundSiteCount *sc = rounds_site_count(r, p->site.id);
     int refused = sc ? sc->refused : 0;
     int64_t open_number = r->number;
     if (refused >= r->set.refusals) r->refusals_unrecorded++;
     pthread_mutex_unlock(&r->lock);
-    if (refused >= r->set.refusals) {
-        net_call_status(c, NET_FAILED_PRECONDITION,
-                        "site %s had %d updates refused in round %lld; it is refused until the "
-                        "round moves ([limits] refusals_per_round)",
-                        site.name, refused, (long long)open_number);
-        return;
-    }
+    if (refused < r->set.refusals) return 0;
+    net_call_status(c, NET_FAILED_PRECONDITION,
+                    "site %s had %d updates refused in round %lld; it is refused until the "
+                    "round moves ([limits] refusals_per_round)",
+                    p->site.name, refused, (long long)open_number);
+    return -1;
+}
+
+/* No lock: the upload into the site's spool folder, then its claims. 0: go
+ * on; -1: the call has been answered. */
+static int push_receive(Coordinator *co, NetCall *c, Push *p) {
+    Rounds *r = &co->rounds;
+    char err[ERR_LEN];
     /* fixed at start: read without the lock */
     NetLimits lim = {.max_total = r->max_update_bytes,
                      .purpose = "update",
@@ -378,163 +402,190 @@ static void h_push_update(NetCall *c, void *user) {
                      .life_ms = r->set.upload_life_ms,
                      .min_rate = (uint64_t)r->set.upload_min_rate,
                      .grace_ms = r->set.upload_grace_ms};
-    NetReceived got;
     uint64_t t0 = time_monotonic_ns();
-    NetStatus st = net_upload_receive(c, r->spool, owner, &lim, &got, err);
-    /* the last stream's time: a resumed upload's earlier streams are not counted */
-    int64_t upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
+    NetStatus st = net_upload_receive(c, r->spool, p->owner, &lim, &p->got, err);
+    p->upload_ms = (int64_t)((time_monotonic_ns() - t0) / 1000000);
     if (st != NET_OK) {
-        log_info("rounds", "upload from %s ended (%s): %s", site.name, net_status_name(st), err);
+        log_info("rounds", "upload from %s ended (%s): %s", p->site.name, net_status_name(st), err);
         net_call_status(c, st, "%s", err);
-        return;
+        return -1;
     }
     /* revoked while it uploaded: refused like any call of a revoked site */
-    if (coordinator_authorize_site(co, c, &site) != 0) {
-        net_received_free(&got);
-        return;
+    if (coordinator_authorize_site(co, c, &p->site) != 0) {
+        net_received_free(&p->got);
+        return -1;
     }
-    Strait__UpdateMeta *meta = strait__update_meta__unpack(NULL, got.meta_len, got.meta);
-    if (meta) {
-        meta->train_loss = claimed_loss(meta->train_loss);
-        meta->eval_loss = claimed_loss(meta->eval_loss);
-        meta->start_eval_loss = claimed_loss(meta->start_eval_loss);
+    p->meta = strait__update_meta__unpack(NULL, p->got.meta_len, p->got.meta);
+    if (p->meta) {
+        p->meta->train_loss = claimed_loss(p->meta->train_loss);
+        p->meta->eval_loss = claimed_loss(p->meta->eval_loss);
+        p->meta->start_eval_loss = claimed_loss(p->meta->start_eval_loss);
     }
-    const uint8_t *blob = got.data;
-    size_t len = got.length;
-    double weight = meta ? (double)meta->tokens : 0;
-    /* async: an update that arrives while a round commits joins the next
-     * one (it would be refused as late in a sync federation) */
-    if (r->set.async) { /* the settings are fixed at start: read without the lock */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 60;
-        rounds_lock(r);
-        while (r->state == ROUND_COMMITTING && !r->stop)
-            if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
-        pthread_mutex_unlock(&r->lock);
-    }
-    /* a robust round's update alone, outside the lock: its structure,
-     * checksums, finite values, model and norm (the model's table never
-     * changes); a mean's is read once, under the lock below, checked and
-     * added to the sum's stage in the same pass */
-    pthread_mutex_lock(&r->reading);
-    RoundGate g;
-    memset(&g, 0, sizeof g);
-    if (r->set.keeps_updates)
-        round_gate_inspect(r->model.n_params, r->model.table_hash, blob, len, r->pool, &g);
-    /* a robust round keeps the update whole: written now, outside the lock,
-     * and dropped if the round refuses it (O_EXCL: a second update of the
-     * same site and round is not written over the first). Only an update
-     * for the open round is written: the round it claims is checked first. */
-    char kept[64] = "";
-    int kept_here = 0;
-    char keep_err[ERR_LEN] = "the round moved while the update was read; send it again";
-    if (g.code == NULL && r->set.keeps_updates) {
-        rounds_lock(r);
-        int64_t open = r->state == ROUND_OPEN && rounds_takes_base(r, got.round) ? r->number : -1;
-        pthread_mutex_unlock(&r->lock);
-        round_kept_name(open, kept, sizeof kept);
-        if (open >= 0)
-            kept_here = net_spool_keep(r->spool, owner, kept, blob, len, NULL, 0, keep_err) == 0;
-    }
+    p->weight = p->meta ? (double)p->meta->tokens : 0;
+    return 0;
+}
+
+/* rounds.lock: with async rounds, an update that arrives while a round
+ * commits joins the next one (it would be refused as late in a sync
+ * federation): it waits out the commit, a minute at most. */
+static void push_wait_commit(Rounds *r) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
     rounds_lock(r);
+    while (r->state == ROUND_COMMITTING && !r->stop)
+        if (pthread_cond_timedwait(&r->changed, &r->lock, &until) != 0) break;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* `reading` held; rounds.lock for a moment. A robust round's update alone,
+ * outside rounds.lock: its structure, checksums, finite values, model and
+ * norm (the model's table never changes), and kept whole: written now and
+ * dropped if the round refuses it (O_EXCL: a second update of the same site
+ * and round is not written over the first). Only an update for the open
+ * round is written: the round it claims is checked first. A mean's update
+ * is read once, in push_decide, checked and added to the sum's stage in the
+ * same pass. */
+static void push_keep(Rounds *r, Push *p) {
+    snprintf(p->keep_err, sizeof p->keep_err,
+             "the round moved while the update was read; send it again");
+    if (!r->set.keeps_updates) return;
+    round_gate_inspect(r->model.n_params, r->model.table_hash, p->got.data, p->got.length, r->pool,
+                       &p->g);
+    if (p->g.code != NULL) return;
+    rounds_lock(r);
+    int64_t open = r->state == ROUND_OPEN && rounds_takes_base(r, p->got.round) ? r->number : -1;
+    pthread_mutex_unlock(&r->lock);
+    round_kept_name(open, p->kept, sizeof p->kept);
+    if (open >= 0)
+        p->kept_here = net_spool_keep(r->spool, p->owner, p->kept, p->got.data, p->got.length, NULL,
+                                      0, p->keep_err) == 0;
+}
+
+/* `reading` and rounds.lock held: the round's decision. The checks, then
+ * the store's row (an update the store cannot record is not applied), then
+ * the sum; an accepted update joins the round's reports, a refused one
+ * counts against its site; an update that makes every active site in
+ * closes the round into p->closing. */
+static void push_decide(Coordinator *co, Push *p) {
+    Rounds *r = &co->rounds;
+    char err[ERR_LEN];
+    const uint8_t *blob = p->got.data;
+    size_t len = p->got.length;
     int64_t round_id = r->round_id, update_id = 0;
-    char why[ERR_LEN] = "";
     CodecParams sent;
     const char *codec =
         codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
-    int64_t staleness = 0;
-    const char *code = precheck(r, &site, &got, meta, &staleness, why, sizeof why);
-    weight *= rounds_staleness_weight(staleness); /* an older update counts for less */
-    if (code == NULL && !r->set.keeps_updates)
-        round_sum_inspect_add(&r->sum, blob, len, weight, r->pool, &g);
-    if (code == NULL && round_sum_judge(&r->sum, weight, &g) != 0) {
-        code = g.code;
-        snprintf(why, sizeof why, "%s", g.why);
+    p->code = precheck(r, &p->site, &p->got, p->meta, &p->staleness, p->why, sizeof p->why);
+    p->weight *= rounds_staleness_weight(p->staleness); /* an older update counts for less */
+    if (p->code == NULL && !r->set.keeps_updates)
+        round_sum_inspect_add(&r->sum, blob, len, p->weight, r->pool, &p->g);
+    if (p->code == NULL && round_sum_judge(&r->sum, p->weight, &p->g) != 0) {
+        p->code = p->g.code;
+        snprintf(p->why, sizeof p->why, "%s", p->g.why);
     }
-    if (code == NULL && r->set.keeps_updates && !kept_here) {
-        code = "internal";
-        snprintf(why, sizeof why, "cannot keep the update for robust aggregation: %.200s",
-                 keep_err);
+    if (p->code == NULL && r->set.keeps_updates && !p->kept_here) {
+        p->code = "internal";
+        snprintf(p->why, sizeof p->why, "cannot keep the update for robust aggregation: %.200s",
+                 p->keep_err);
     }
-    /* the ledger first: an update the store cannot record is not applied */
-    if (record_update(co, round_id, site.id, codec, meta, (int64_t)len, upload_ms, staleness, code,
-                      code ? why : NULL, &update_id, err) != 0) {
-        log_error("rounds", "cannot record the update of %s: %s", site.name, err);
-        if (code == NULL) {
-            code = "internal";
-            snprintf(why, sizeof why, "the coordinator could not record the update; send it again");
+    if (record_update(co, round_id, p->site.id, codec, p->meta, (int64_t)len, p->upload_ms,
+                      p->staleness, p->code, p->code ? p->why : NULL, &update_id, err) != 0) {
+        log_error("rounds", "cannot record the update of %s: %s", p->site.name, err);
+        if (p->code == NULL) {
+            p->code = "internal";
+            snprintf(p->why, sizeof p->why,
+                     "the coordinator could not record the update; send it again");
         }
-    } else if (code == NULL &&
-               round_sum_apply(&r->sum, &g, weight, !r->set.keeps_updates, err) != 0) {
+    } else if (p->code == NULL &&
+               round_sum_apply(&r->sum, &p->g, p->weight, !r->set.keeps_updates, err) != 0) {
         /* a gated update fails to apply only for want of memory, before any change */
-        code = "internal";
-        snprintf(why, sizeof why, "the coordinator could not apply the update: %.200s", err);
+        p->code = "internal";
+        snprintf(p->why, sizeof p->why, "the coordinator could not apply the update: %.200s", err);
         pthread_mutex_lock(&co->store_lock);
-        store_update_reject(co->store, update_id, code, why, NULL);
+        store_update_reject(co->store, update_id, p->code, p->why, NULL);
         pthread_mutex_unlock(&co->store_lock);
     }
-    int accepted = code == NULL;
-    if (accepted) {
+    if (p->code == NULL) {
         if (r->set.keeps_updates)
-            snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", owner);
+            snprintf(r->kept_owner[r->n_kept++], sizeof r->kept_owner[0], "%s", p->owner);
         RoundUpdate *u = &r->upd[r->n_reported];
         memset(u, 0, sizeof *u);
-        u->weight = weight, u->norm = g.norm;
-        u->train = meta->train_loss, u->eval = meta->eval_loss;
-        u->start_eval = meta->start_eval_loss;
+        u->weight = p->weight, u->norm = p->g.norm;
+        u->train = p->meta->train_loss, u->eval = p->meta->eval_loss;
+        u->start_eval = p->meta->start_eval_loss;
         if (!r->set.keeps_updates) {
             /* the mean keeps the update's map (its unlinked spool file) for a
              * close that must weigh or clip it again; the pages it read go */
-            u->data = got.data, u->len = got.length, u->mapped = got.mapped;
-            got.data = NULL, got.mapped = 0;
+            u->data = p->got.data, u->len = p->got.length, u->mapped = p->got.mapped;
+            p->got.data = NULL, p->got.mapped = 0;
             if (u->mapped) madvise(u->data, u->mapped, MADV_DONTNEED);
         }
-        snprintf(r->reported[r->n_reported++], 65, "%s", site.name);
-        rounds_arrival(r, site.id, r->number, r->attempt, time_wall_ms() - r->opened_ms);
-    } else if (strcmp(code, "internal") != 0) { /* the coordinator's failures are not the site's */
-        RoundSiteCount *now = rounds_site_count(r, site.id);
+        snprintf(r->reported[r->n_reported++], 65, "%s", p->site.name);
+        rounds_arrival(r, p->site.id, r->number, r->attempt, time_wall_ms() - r->opened_ms);
+    } else if (strcmp(p->code, "internal") !=
+               0) { /* the coordinator's failures are not the site's */
+        RoundSiteCount *now = rounds_site_count(r, p->site.id);
         if (now) now->refused++;
     }
     /* early close: every active site is in, and never below quorum (a site
      * that reports before the others have joined must not make a round),
      * and none of them revoked since */
-    RoundClosing *closing = NULL;
-    int64_t active = accepted ? rounds_active_sites(co) : 0; /* one read of the sites */
-    if (accepted && r->quorum_ms == 0 && r->n_reported >= rounds_quorum_of(r, active))
+    if (p->code != NULL) return;
+    int64_t active = rounds_active_sites(co); /* one read of the sites */
+    if (r->quorum_ms == 0 && r->n_reported >= rounds_quorum_of(r, active))
         r->quorum_ms = time_wall_ms(); /* async rounds merge a grace window after it */
-    if (accepted && r->n_reported >= active && r->n_reported >= rounds_quorum_of(r, active) &&
+    if (r->n_reported >= active && r->n_reported >= rounds_quorum_of(r, active) &&
         !rounds_drop_revoked(co))
-        closing = rounds_close(co);
-    pthread_mutex_unlock(&r->lock);
-    if (kept_here && !accepted) net_spool_drop(r->spool, owner, kept);
-    round_gate_free(&g);
-    net_received_drop_data(&got); /* read: its pages go, the fields below stay */
-    pthread_mutex_unlock(&r->reading);
-    /* the site hears first; the commit (files, hashes, the store) follows
-     * on this worker, outside the lock */
-    if (accepted) {
-        if (staleness > 0)
+        p->closing = rounds_close(co);
+}
+
+/* No lock: the site hears, before the commit its update may have started. */
+static void push_answer(NetCall *c, const Push *p) {
+    size_t len = p->got.length;
+    if (p->code == NULL) {
+        if (p->staleness > 0)
             log_info("rounds",
                      "round %lld: update from %s accepted (%zu bytes; trained from round %llu's "
                      "model, weight x %.3f)",
-                     (long long)(int64_t)(got.round + (uint64_t)staleness), site.name, len,
-                     (unsigned long long)got.round, rounds_staleness_weight(staleness));
+                     (long long)(int64_t)(p->got.round + (uint64_t)p->staleness), p->site.name, len,
+                     (unsigned long long)p->got.round, rounds_staleness_weight(p->staleness));
         else
             log_info("rounds", "round %llu: update from %s accepted (%zu bytes)",
-                     (unsigned long long)got.round, site.name, len);
-        net_upload_answer(c, got.upload_id, got.length, 1);
+                     (unsigned long long)p->got.round, p->site.name, len);
+        net_upload_answer(c, p->got.upload_id, p->got.length, 1);
     } else {
-        log_warn("rounds", "update from %s refused (%s): %s", site.name, code, why);
-        net_call_status(c,
-                        strcmp(code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION,
-                        "%s", why);
+        log_warn("rounds", "update from %s refused (%s): %s", p->site.name, p->code, p->why);
+        net_call_status(
+            c, strcmp(p->code, "internal") == 0 ? NET_UNAVAILABLE : NET_FAILED_PRECONDITION, "%s",
+            p->why);
     }
-    if (meta) strait__update_meta__free_unpacked(meta, NULL);
-    net_received_free(&got);
-    if (closing) {
+}
+
+static void h_push_update(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    Push push, *p = &push;
+    memset(p, 0, sizeof *p);
+    if (coordinator_authorize_site(co, c, &p->site) != 0) return;
+    snprintf(p->owner, sizeof p->owner, "site-%lld", (long long)p->site.id);
+    if (push_admit(co, c, p) != 0 || push_receive(co, c, p) != 0) return;
+    if (r->set.async) push_wait_commit(r); /* the settings are fixed at start */
+    pthread_mutex_lock(&r->reading);
+    push_keep(r, p);
+    rounds_lock(r);
+    push_decide(co, p);
+    pthread_mutex_unlock(&r->lock);
+    if (p->kept_here && p->code != NULL) net_spool_drop(r->spool, p->owner, p->kept);
+    round_gate_free(&p->g);
+    net_received_drop_data(&p->got); /* read: its pages go, the fields push_answer reads stay */
+    pthread_mutex_unlock(&r->reading);
+    push_answer(c, p);
+    if (p->meta) strait__update_meta__free_unpacked(p->meta, NULL);
+    net_received_free(&p->got);
+    if (p->closing) { /* the commit (files, hashes, the store) on this worker, outside the lock */
         net_call_end(c);
-        rounds_commit(co, closing);
+        rounds_commit(co, p->closing);
     }
 }
 
