@@ -8,6 +8,7 @@
  * lm_head products in all, not four) for O(tile) memory. Both split the
  * vocabulary's chunks over the OpenMP threads (OpenBLAS runs on one).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ static int thread_id(void) {
 
 float classifier_forward(float *losses, float *lse, const float *h, const float *wte,
                          const int *targets, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0);
     int P = n_threads(), chunks = (V + VCHUNK - 1) / VCHUNK;
     /* per thread: a tile, and each row's running max, sum and target logit
      * over the thread's chunks of the vocabulary */
@@ -102,6 +104,7 @@ float classifier_forward(float *losses, float *lse, const float *h, const float 
 
 void classifier_backward(float *dh, float *dwte, const float *h, const float *wte,
                          const int *targets, const float *lse, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0 && targets);
     int P = n_threads(), chunks = (V + VCHUNK - 1) / VCHUNK;
     float *tiles = mallocCheck(sizeof(float) * ROWS * VCHUNK * (size_t)P);
     /* dh sums over every chunk: one partial per thread, added up after;

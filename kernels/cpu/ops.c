@@ -12,6 +12,7 @@
  * to run (OpenMP loops write disjoint outputs; BLAS is called with the same
  * shapes); results may differ in the last bits across thread counts.
  */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.
 
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                      int C) {
+    assert(B > 0 && T > 0 && C > 0 && inp && wte);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
@@ -43,6 +45,7 @@ void encoder_forward(float *out, const int *inp, const float *wte, const float *
 
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
                       int C) {
+    assert(B > 0 && T > 0 && C > 0 && inp && dwte);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
@@ -59,6 +62,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
 /* mean and rstd (B*T) are kept for the backward pass */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *bias, int N, int C) {
+    assert(N > 0 && C > 0 && w && bias);
     const float eps = 1e-5f;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -79,6 +83,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 
 void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C) {
+    assert(N > 0 && C > 0 && mean && rstd);
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
@@ -114,6 +119,7 @@ static int omp_threads(void) {
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && out != inp);
     int parts = omp_threads(), per = (N + parts - 1) / parts;
 #pragma omp parallel for
     for (int p = 0; p < parts; p++) {
@@ -129,6 +135,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && dinp != dout);
     int parts = omp_threads(), per_n = (N + parts - 1) / parts, per_o = (OC + parts - 1) / parts;
 #pragma omp parallel for
     for (int p = 0; p < parts; p++) {
@@ -181,6 +188,8 @@ void kernels_set_threads(int n) {
  * key/value head run in one thread, so their gradients into it never race. */
 void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
                        const float *v, const AttnShape *s) {
+    assert(s->NKV > 0 && s->NH % s->NKV == 0 && s->HD > 0 && s->T > 0);
+    assert(s->ldq >= s->NH * s->HD && s->ldkv >= s->NKV * s->HD);
     int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2)
@@ -218,6 +227,8 @@ void attention_forward(float *out, float *preatt, float *att, const float *q, co
 void attention_backward(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
                         const float *dout, const float *q, const float *k, const float *v,
                         const float *att, const AttnShape *s) {
+    assert(s->NKV > 0 && s->NH % s->NKV == 0 && s->HD > 0 && s->T > 0);
+    assert(s->ldq >= s->NH * s->HD && s->ldkv >= s->NKV * s->HD);
     int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2)

@@ -6,6 +6,7 @@
  * The formulas are Hugging Face's LlamaRMSNorm, LlamaRotaryEmbedding
  * (rotate_half: pairs (i, i + HD/2)) and LlamaMLP (silu(gate) ⊙ up).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -16,6 +17,7 @@
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                      float eps) {
+    assert(N > 0 && C > 0 && eps > 0);
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -32,6 +34,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, 
  * dx = s·(w⊙d) − x·s³·Σ(w⊙d⊙x)/C, dw = Σ_rows d ⊙ x·s */
 void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                       const float *rstd, int N, int C) {
+    assert(N > 0 && C > 0);
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
         float *dx = dinp + (size_t)n * C, s = rstd[n], dot = 0;
@@ -64,6 +67,7 @@ static void rope_table(const RopeConfig *r, int T, int HD, float *cs, float *sn)
  * for the backward (sign = −1) */
 static void rope_apply(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
                        float sign) {
+    assert(HD > 0 && HD % 2 == 0 && ld >= NH * HD && T > 0);
     int half = HD / 2;
     float *cs = mallocCheck(sizeof(float) * (size_t)T * half * 2), *sn = cs + (size_t)T * half;
     rope_table(r, T, HD, cs, sn);
