@@ -2,8 +2,9 @@
  * client_internal.h — what the site agent's files share (nothing outside
  * client/ includes it): the site's link to its coordinator (site.c: calls
  * retried with backoff, the model's download, the upload, the saved state)
- * and the session a run sets up once (run.c), which the round loops use —
- * the synchronous one (run.c) and the overlapped one (overlap.c).
+ * and the session a run sets up once with the steps of a round
+ * (session.c), which the round loops use — the synchronous one (run.c) and
+ * the overlapped one (overlap.c).
  */
 #ifndef STRAIT_CLIENT_INTERNAL_H
 #define STRAIT_CLIENT_INTERNAL_H
@@ -98,7 +99,7 @@ int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, s
 /* The thread that ends the site on SIGINT and SIGTERM. */
 void *site_signal_watch(void *arg);
 
-/* ---- run.c: the session, set up once per run ---- */
+/* ---- session.c: the session, set up once per run, and the steps of a round ---- */
 
 typedef struct Session {
     Site s;
@@ -138,6 +139,12 @@ typedef struct RoundTrained {
     uint64_t train_ms;
 } RoundTrained;
 
+/* Sets the session up (rank 0: Hello, the heartbeat thread; every rank:
+ * the model, the data, the trainer, the saved state); session_close
+ * undoes what it did, whatever it got to. */
+int session_open(Session *ss, const SiteRunOptions *o, char *err);
+void session_close(Session *ss);
+
 /* The inner steps of `round` from θ in ss->m.params (the trainer takes
  * it), then θ_local back to the host. */
 int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *out, char *err);
@@ -156,6 +163,6 @@ void session_log_model(const Session *ss, uint64_t round);
 
 /* The round loop with communication overlapped ([rounds] overlap = on):
  * rank 0 of a site of one rank; 0 when the federation has finished. */
-int rounds_overlap(Session *ss, char *err);
+int site_loop_overlap(Session *ss, char *err);
 
 #endif

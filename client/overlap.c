@@ -120,7 +120,7 @@ static int fetch_current(Session *ss, uint64_t *round, RoundTimes *times, char *
     return 0;
 }
 
-int rounds_overlap(Session *ss, char *err) {
+int site_loop_overlap(Session *ss, char *err) {
     GPT *m = &ss->m;
     const size_t bytes = sizeof(float) * m->n_params;
     uint64_t total = ss->hr->total_rounds;
