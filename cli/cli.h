@@ -48,6 +48,11 @@ int cli_u64(const Command *cmd, const char *flag, unsigned long long *out);
 /* --matmul's value: 1 for tf32, 0 for fp32, -2 after a usage error */
 int cli_matmul(const Command *cmd, const char *value);
 
+/* A --data operand into data[*n] (at most 64): a file as it is, or a
+ * folder's token shards as `strait tokenize --out` writes them
+ * (tokens_*.bin, in name order). 0, or -2 after a usage error naming it. */
+int cli_data_add(const Command *cmd, const char **data, int *n, const char *path);
+
 /* Flags of a command whose only flag is --json: 1 if given, 0 if not, -2
  * after a usage error; optind is left at the first operand. */
 int cli_json_flag(const Command *cmd, int argc, char **argv);

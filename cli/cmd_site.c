@@ -210,8 +210,7 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         if (c == -2) return EXIT_USAGE;
         if (c == 'd') {
-            if (o.n_data == 64) return cli_usage_error(cmd, "at most 64 --data paths");
-            data[o.n_data++] = optarg;
+            if (cli_data_add(cmd, data, &o.n_data, optarg) != 0) return EXIT_USAGE;
         } else if (c == 'j') {
             if (cli_int(cmd, "--threads", &o.threads)) return EXIT_USAGE;
         } else if (c == 'b') {

@@ -91,8 +91,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case -2:
             return EXIT_USAGE;
         case 'd':
-            if (n_data == 64) return cli_usage_error(cmd, "at most 64 --data paths");
-            data[n_data++] = optarg;
+            if (cli_data_add(cmd, data, &n_data, optarg) != 0) return EXIT_USAGE;
             break;
         case 'm':
             preset = optarg;
@@ -146,10 +145,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             break;
         }
     }
-    for (; optind < argc; optind++) { /* paths may follow --data as plain operands */
-        if (n_data == 64) return cli_usage_error(cmd, "at most 64 data paths");
-        data[n_data++] = argv[optind];
-    }
+    for (; optind < argc; optind++) /* paths may follow --data as plain operands */
+        if (cli_data_add(cmd, data, &n_data, argv[optind]) != 0) return EXIT_USAGE;
     if (n_data == 0) return cli_usage_error(cmd, "give the training text with --data PATH");
     if (steps < 1 || B < 1 || T < 0 || !(lr > 0) || val_every < 1)
         return cli_usage_error(cmd, "--steps, --batch and --val-every must be positive, --lr > 0");

@@ -1,14 +1,16 @@
 /*
  * common.c — what every subcommand shares: one-line errors with the exit
- * status conventions, getopt_long without getopt's own messages, and flag
- * values read as numbers with nothing left over.
+ * status conventions, getopt_long without getopt's own messages, flag
+ * values read as numbers with nothing left over, and --data's operands.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -105,5 +107,53 @@ int cli_u64(const Command *cmd, const char *flag, unsigned long long *out) {
         return -2;
     }
     *out = v;
+    return 0;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int cli_data_add(const Command *cmd, const char **data, int *n, const char *path) {
+    static char *found[64]; /* a folder's shard paths, for the process's life */
+    static int n_found;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { /* a file; its errors are the loader's */
+        if (*n == 64) return cli_usage_error(cmd, "at most 64 --data paths");
+        data[(*n)++] = path;
+        return 0;
+    }
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return cli_usage_error(cmd, "cannot read the folder %s: %s", path, strerror(errno));
+    char *names[64];
+    int k = 0, over = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "tokens_", 7) != 0 || len < 11 ||
+            strcmp(e->d_name + len - 4, ".bin") != 0)
+            continue;
+        if (k == 64 || *n + k == 64 || n_found + k == 64) {
+            over = 1;
+            break;
+        }
+        size_t sz = strlen(path) + len + 2;
+        names[k] = malloc(sz);
+        if (names[k] == NULL) break;
+        snprintf(names[k++], sz, "%s/%s", path, e->d_name);
+    }
+    closedir(d);
+    if (over || k == 0) {
+        for (int i = 0; i < k; i++) free(names[i]);
+        return over ? cli_usage_error(cmd, "%s holds more token shards than the 64 --data takes",
+                                      path)
+                    : cli_usage_error(cmd,
+                                      "%s is a folder without token shards (tokens_*.bin, as "
+                                      "strait tokenize --out writes them); give files or such a "
+                                      "folder",
+                                      path);
+    }
+    qsort(names, (size_t)k, sizeof names[0], name_cmp);
+    for (int i = 0; i < k; i++) data[(*n)++] = found[n_found++] = names[i];
     return 0;
 }

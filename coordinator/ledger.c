@@ -194,4 +194,3 @@ int64_t rounds_served(const Rounds *r, int64_t site_id) {
 int64_t rounds_quorum_of(const Rounds *r, int64_t active) {
     return r->set.min_sites > 0 ? r->set.min_sites : active / 2 + 1;
 }
-

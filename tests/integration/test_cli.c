@@ -1,8 +1,9 @@
 /*
  * test_cli.c — the real `strait` binary run as a separate process: help,
  * version and its capability line, the usage-error conventions (one line
- * on stderr, exit status 2), and a coordinator that refuses each bad
- * setting of federation.ini before it touches its store.
+ * on stderr, exit status 2), --data taking a folder of token shards, and
+ * a coordinator that refuses each bad setting of federation.ini before it
+ * touches its store.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 
+#include "kernels/tokenizer.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -216,6 +218,75 @@ Test(cli, coordinator_start_refuses_each_bad_setting_before_touching_the_store, 
         free(db_now);
     }
     free(original), free(db_before);
+    harness_rmtree(root);
+    free(root);
+}
+
+/* --data FOLDER is the folder's token shards in name order, as strait
+ * tokenize --out writes them: the same training as naming each shard */
+Test(cli, data_takes_a_folder_of_token_shards) {
+    char *root = harness_tmpdir("cli-data"), dir[600], empty[600], a[700], b[700], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/shards", root);
+    snprintf(empty, sizeof empty, "%s/empty", root);
+    cr_assert_eq(file_mkdir_p(empty, 0755, err), 0, "%s", err);
+    cr_assert_eq(file_mkdir_p(dir, 0755, err), 0, "%s", err);
+    ShardWriter w;
+    shard_writer_init(&w, dir, 3000);
+    uint64_t s = 7;
+    for (int i = 0; i < 5000; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        cr_assert_eq(token_buf_push(&w.b, (int)((s >> 33) % 200) / (1 + i % 3)), 0);
+    }
+    cr_assert_eq(shard_writer_flush(&w, 1, err), 0, "%s", err);
+    cr_assert_eq(w.shards, 2);
+    shard_writer_free(&w);
+    snprintf(a, sizeof a, "%s/tokens_000000.bin", dir);
+    snprintf(b, sizeof b, "%s/tokens_000001.bin", dir);
+    char *by_files[] = {(char *)harness_strait_bin(),
+                        "train",
+                        "--model",
+                        "tiny",
+                        "--vocab",
+                        "256",
+                        "--steps",
+                        "3",
+                        "--batch",
+                        "2",
+                        "--data",
+                        a,
+                        "--data",
+                        b,
+                        NULL};
+    char *by_dir[] = {(char *)harness_strait_bin(),
+                      "train",
+                      "--model",
+                      "tiny",
+                      "--vocab",
+                      "256",
+                      "--steps",
+                      "3",
+                      "--batch",
+                      "2",
+                      "--data",
+                      dir,
+                      NULL};
+    ProcResult r1 = proc_run(by_files), r2 = proc_run(by_dir);
+    cr_assert_eq(r1.status, 0, "%s", r1.err);
+    cr_assert_eq(r2.status, 0, "%s", r2.err);
+    const char *l1 = strstr(r1.out, "final loss"), *l2 = strstr(r2.out, "final loss");
+    cr_assert(l1 && l2, "%s / %s", r1.out, r2.out);
+    cr_assert_str_eq(l1, l2);
+    proc_result_free(&r1);
+    proc_result_free(&r2);
+    ProcResult r = harness_strait("train", "--data", empty);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "without token shards"), "%s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("site", "run", "/nonexistent", "--data", empty);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "without token shards"), "%s", r.err);
+    proc_result_free(&r);
     harness_rmtree(root);
     free(root);
 }
