@@ -10,7 +10,7 @@
 const Command cli_commands[] = {
     {"init",
      "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT]\n"
-     "     [--model PRESET | --init-from HFDIR] [--recipe NAME] [--force]",
+     "     [--model PRESET | --init-from HFDIR|FILE.gguf] [--recipe NAME] [--force]",
      "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
      "Keys are written 0600. An existing federation is kept unless --force.\n\n"
      "flags:\n"
