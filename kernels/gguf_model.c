@@ -214,7 +214,7 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
                  : 0;
     c->NKV = c->NH;
     if (rc == 0) rc = key_int(g, a, "attention.head_count_kv", 0, 1, 65536, &c->NKV, err);
-    c->HD = HD ? HD : c->C / c->NH;
+    c->HD = HD ? HD : c->NH ? c->C / c->NH : 0;
     char full[128];
     if (rc == 0 && VD && VD != c->HD)
         rc = err_set(err,
