@@ -20,7 +20,9 @@
 #include "kernels/data.h"
 #include "kernels/gguf.h"
 #include "kernels/model.h"
+#include "kernels/formats.h"
 #include "kernels/train.h"
+#include "security/security.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -64,6 +66,9 @@ Test(gguf, every_decoded_type_equals_the_gguf_packages_dequantization_bit_for_bi
                      types[i], differ, (unsigned long long)t->n_elems);
         free(ours);
     }
+    TokenizerLists tl;
+    cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), -1);
+    cr_assert(strstr(err, "llama") && strstr(err, "SentencePiece"), "%s", err);
     cr_assert_eq(gguf_dequantize(16, "", 256, NULL, err), -1);
     cr_assert(strstr(err, "IQ2_XXS"), "%s", err);
     gguf_close(g);
@@ -315,6 +320,57 @@ Test(gguf, bad_files_are_refused_naming_the_tensor_or_key) {
     refused(bad, "GGUF\x01\0\0\0", 8, "version 1", NULL);
     free(c);
     free(b);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
+    char *dir = harness_tmpdir("gguf-cli"), src[600], fed[600], path[700], ck[700], out[700];
+    char err[ERR_LEN], sha[65], want[120], *ini;
+    GPT m = moved("llama-tiny", 0), back;
+    snprintf(src, sizeof src, "%s/tiny.gguf", dir);
+    cr_assert_eq(gpt_export_gguf(&m, src, GGML_F32, NULL, err), 0, "%s", err);
+    /* a federation's round 0 from it, its source named by the file's SHA-256 */
+    snprintf(fed, sizeof fed, "%s/fed", dir);
+    ProcResult r = harness_strait("init", fed, "--init-from", src);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    int64_t bytes;
+    cr_assert_eq(security_sha256_file(src, sha, &bytes, err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    cr_assert_eq(file_read_all(path, 1 << 20, &ini, NULL, err), 0, "%s", err);
+    snprintf(want, sizeof want, "source_sha256 = %s", sha);
+    cr_assert(strstr(ini, want), "%s", ini);
+    free(ini);
+    snprintf(path, sizeof path, "%s/model/initial.safetensors", fed);
+    GPTConfig cfg;
+    cr_assert_eq(gpt_read_config(path, &cfg, NULL, err), 0, "%s", err);
+    cr_assert_eq(gpt_build(&back, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(gpt_load(&back, path, NULL, err), 0, "%s", err);
+    cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
+    gpt_free(&back);
+    /* trained from it, and out again in bf16 */
+    uint32_t ids[2000];
+    for (int i = 0; i < 2000; i++) ids[i] = (uint32_t)(i * 37 % 256);
+    snprintf(path, sizeof path, "%s/ids.bin", dir);
+    cr_assert_eq(tokens_write_bin(path, ids, 2000, err), 0, "%s", err);
+    snprintf(ck, sizeof ck, "%s/ck.safetensors", dir);
+    r = harness_strait("train", "--data", path, "--init-from", src, "--steps", "2", "--batch", "2",
+                       "--seq", "16", "--out", ck);
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    snprintf(out, sizeof out, "%s/out.gguf", dir);
+    r = harness_strait("export", ck, "--format", "gguf", out, "--dtype", "bf16");
+    cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
+    proc_result_free(&r);
+    cr_assert_eq(gpt_import_gguf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(back.table_hash, m.table_hash);
+    gpt_free(&back);
+    r = harness_strait("export", ck, "--format", "gguf", out, "--dtype", "q4_0");
+    cr_assert_neq(r.status, 0);
+    cr_assert(strstr(r.err, "q4_0"), "%s", r.err);
+    proc_result_free(&r);
+    gpt_free(&m);
     harness_rmtree(dir);
     free(dir);
 }

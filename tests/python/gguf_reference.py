@@ -35,6 +35,7 @@ GEOM = {"Q8_0": (34, [0]), "Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22,
 def blocks(out):
     rng = np.random.default_rng(7)
     w = GGUFWriter(out, "llama")
+    w.add_tokenizer_model("llama")  # SentencePiece: Strait refuses it by name
     for name in TYPES:
         qt = Q[name]
         if name in ("F32", "F16", "BF16"):
