@@ -203,7 +203,7 @@ static int parse_tensor_info(Gguf *g, Cur *c, GgufTensor *t, char *err) {
         return err_set(err, "%s: tensor %s's rows of %llu are not whole %s blocks of %u", g->name,
                        t->name, (unsigned long long)t->ne[0], gguf_type_name(t->type), block);
     t->n_bytes = t->n_elems / block * bytes;
-    t->data = (const uint8_t *)(uintptr_t)off; /* an offset until the data section is known */
+    t->offset = off;
     return 0;
 }
 
@@ -283,7 +283,7 @@ static int parse(Gguf *g, char *err) {
     int rc = 0;
     for (int i = 0; i < g->n_t && rc == 0; i++) {
         GgufTensor *t = &g->t[i];
-        uint64_t off = (uint64_t)(uintptr_t)t->data;
+        uint64_t off = t->offset;
         if (off % g->alignment != 0)
             rc = err_set(err, "%s: tensor %s's offset %llu is not a multiple of the alignment %u",
                          g->name, t->name, (unsigned long long)off, g->alignment);
@@ -292,7 +292,7 @@ static int parse(Gguf *g, char *err) {
                          "%s: tensor %s's %llu bytes at offset %llu lie past the end of the "
                          "file (truncated?)",
                          g->name, t->name, (unsigned long long)t->n_bytes, (unsigned long long)off);
-        t->data = g->base + data_start + (rc == 0 ? off : 0);
+        if (rc == 0) t->data = g->base + data_start + off;
         sp[i] = (Span){off, off + t->n_bytes, i};
     }
     if (rc == 0) {
@@ -364,6 +364,10 @@ const char *gguf_kv_key(const Gguf *g, int i) {
 int gguf_kv_type(const Gguf *g, int i, int *array_type) {
     if (array_type) *array_type = g->kv[i].type == GGUF_ARRAY ? (int)g->kv[i].atype : -1;
     return (int)g->kv[i].type;
+}
+
+uint64_t gguf_kv_len(const Gguf *g, int i) {
+    return g->kv[i].n;
 }
 
 int gguf_find_key(const Gguf *g, const char *key) {

@@ -62,6 +62,7 @@ typedef struct GgufTensor {
         ne[GGUF_MAX_DIMS]; /* ne[0] varies fastest: a matrix [in, out] is PyTorch's [out, in] */
     uint32_t type;         /* GGML_* */
     uint64_t n_elems, n_bytes;
+    uint64_t offset;     /* from the start of the data section */
     const uint8_t *data; /* inside the mapping */
 } GgufTensor;
 
@@ -84,7 +85,8 @@ uint32_t gguf_alignment(const Gguf *g);
 int gguf_n_kv(const Gguf *g);
 const char *gguf_kv_key(const Gguf *g, int i);
 int gguf_kv_type(const Gguf *g, int i, int *array_type); /* GGUF_*; array_type for an array */
-int gguf_find_key(const Gguf *g, const char *key);       /* index, or -1 */
+uint64_t gguf_kv_len(const Gguf *g, int i);        /* an array's count, a string's bytes, else 1 */
+int gguf_find_key(const Gguf *g, const char *key); /* index, or -1 */
 int gguf_get_int(const Gguf *g, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err);
 int gguf_get_u32(const Gguf *g, const char *key, uint32_t *out, char *err);
 int gguf_get_i32(const Gguf *g, const char *key, int32_t *out, char *err);

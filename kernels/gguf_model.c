@@ -249,14 +249,11 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
         if (key_int(g, a, "vocab_size", 0, 2, 1 << 22, &vk, err) != 0) rc = -1;
         int ti = gguf_find_key(g, "tokenizer.ggml.tokens");
         const GgufTensor *e = gguf_tensor(g, "token_embd.weight");
-        if (ti >= 0) {
-            char **toks;
-            size_t nt;
-            if (gguf_get_strs(g, "tokenizer.ggml.tokens", &toks, &nt, err) < 0)
-                rc = -1;
-            else
-                gguf_strings_free(toks, nt), V = (int64_t)nt;
-        }
+        int at = -1;
+        if (ti >= 0 && (gguf_kv_type(g, ti, &at) != GGUF_ARRAY || at != GGUF_STRING))
+            rc = err_set(err, "%s: tokenizer.ggml.tokens is not an array of strings", gguf_name(g));
+        else if (ti >= 0)
+            V = gguf_kv_len(g, ti) > (1u << 22) ? -1 : (int64_t)gguf_kv_len(g, ti);
         if (rc == 0 && vk && V && vk != V)
             rc = err_set(err, "%s: %s.vocab_size %d, but tokenizer.ggml.tokens holds %lld",
                          gguf_name(g), a, vk, (long long)V);
