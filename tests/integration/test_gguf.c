@@ -219,6 +219,52 @@ static GPT moved(const char *preset, int scaled_rope) {
     return m;
 }
 
+/* GGUFReader's view of path (gguf_reference.py read): as many keys and
+ * n_tensors tensors (arch's block_count 2, alignment 32), each of the type, shape and dequantized
+ * sum Strait's reader gives */
+static void check_reader(const char *path, int n_tensors, const char *arch) {
+    char err[ERR_LEN], *seen = reference("read", path, NULL, NULL, NULL, NULL), want[64];
+    snprintf(want, sizeof want, "key %s.block_count 2\n", arch);
+    cr_assert(strstr(seen, want) && strstr(seen, "key general.alignment 32\n") &&
+                  strstr(seen, "key general.architecture ") && strstr(seen, arch),
+              "%s", seen);
+    Gguf *g = gguf_open(path, err);
+    cr_assert(g, "%s", err);
+    int keys = 0, tensors = 0;
+    for (char *line = strtok(seen, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "key ", 4) == 0) {
+            keys++;
+            continue;
+        }
+        char name[128], type[16], shape[64];
+        double sum;
+        cr_assert_eq(sscanf(line, "tensor %127s %15s %63s %lf", name, type, shape, &sum), 4, "%s",
+                     line);
+        const GgufTensor *t = gguf_tensor(g, name);
+        cr_assert(t, "GGUFReader sees %s; Strait's reader does not", name);
+        cr_assert_str_eq(gguf_type_name(t->type), type, "%s", name);
+        char ours[64];
+        snprintf(ours, sizeof ours, "%llu", (unsigned long long)t->ne[0]);
+        if (t->n_dims == 2)
+            snprintf(ours + strlen(ours), sizeof ours - strlen(ours), "x%llu",
+                     (unsigned long long)t->ne[1]);
+        cr_assert_str_eq(ours, shape, "%s", name);
+        float *x = malloc(sizeof(float) * t->n_elems);
+        cr_assert_eq(gguf_dequantize(t->type, t->data, t->n_elems, x, err), 0, "%s", err);
+        double s = 0;
+        for (size_t k = 0; k < t->n_elems; k++) s += x[k];
+        free(x);
+        cr_assert(fabs(s - sum) < 1e-5 + 1e-7 * fabs(s), "%s: sum %.6f, GGUFReader's %.6f", name, s,
+                  sum);
+        tensors++;
+    }
+    cr_assert_eq(keys, gguf_n_kv(g));
+    cr_assert_eq(tensors, gguf_n_tensors(g));
+    cr_assert_eq(tensors, n_tensors);
+    gguf_close(g);
+    free(seen);
+}
+
 Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
     char *dir = harness_tmpdir("gguf-out"), path[600], err[ERR_LEN];
     const char *presets[2] = {"llama-tiny", "qwen2-tiny"};
@@ -232,19 +278,8 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0, "%s",
                      presets[p]);
         gpt_free(&back);
-        /* the gguf package reads every key and tensor; its sums are ours */
-        char *seen = reference("read", path, NULL, NULL, NULL, NULL);
-        cr_assert(strstr(seen, "key general.alignment 32"), "%s", seen);
-        char want[200];
-        snprintf(want, sizeof want, "key %s.block_count 2",
-                 presets[p] == presets[0] ? "llama" : "qwen2");
-        cr_assert(strstr(seen, want), "%s", seen);
-        const ParamView *ln = gpt_view(&m, "ln_f.weight");
-        double sum = 0;
-        for (size_t k = 0; k < ln->numel; k++) sum += m.params[ln->offset + k];
-        snprintf(want, sizeof want, "tensor output_norm.weight F32 %d %.6f", m.cfg.C, sum);
-        cr_assert(strstr(seen, want), "want %s in %s", want, seen);
-        free(seen);
+        /* the gguf package reads every key and tensor as Strait does */
+        check_reader(path, m.n_views + (p == 0), p == 0 ? "llama" : "qwen2"); /* + rope_freqs */
         /* Q8_0: each value within half a step of its block (d = amax / 127,
          * itself rounded to f16) */
         cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, err), 0, "%s", err);
@@ -253,6 +288,7 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         for (size_t i = 0; i < m.n_params; i++)
             worst = fmax(worst, fabs((double)back.params[i] - m.params[i]));
         cr_assert(worst > 0 && worst < 0.6 * 0.2 / 127 * 1.01 + 1e-4, "Q8_0 error %g", worst);
+        check_reader(path, m.n_views + (p == 0), p == 0 ? "llama" : "qwen2");
         gpt_free(&back);
         gpt_free(&m);
     }
