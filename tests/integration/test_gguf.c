@@ -280,6 +280,21 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         gpt_free(&back);
         /* the gguf package reads every key and tensor as Strait does */
         check_reader(path, m.n_views + (p == 0), p == 0 ? "llama" : "qwen2"); /* + rope_freqs */
+        /* F16, BF16 and Q8_0: the bytes the gguf package's quantizers make of
+         * the F32 export (every matrix: 7 a layer, the embedding, an untied output) */
+        char f32[700];
+        snprintf(f32, sizeof f32, "%s/%s.f32.gguf", dir, presets[p]);
+        cr_assert_eq(rename(path, f32), 0);
+        const int types[3] = {GGML_F16, GGML_BF16, GGML_Q8_0};
+        for (int k = 0; k < 3; k++) {
+            cr_assert_eq(gpt_export_gguf(&m, path, types[k], NULL, err), 0, "%s", err);
+            char *same = reference("quantized", f32, path, NULL, NULL, NULL);
+            char want[32];
+            snprintf(want, sizeof want, "same %d", 7 * m.cfg.L + (p ? 1 : 2));
+            cr_assert(strstr(same, want), "%s: %s, want %s", gguf_type_name((uint32_t)types[k]),
+                      same, want);
+            free(same);
+        }
         /* Q8_0: each value within half a step of its block (d = amax / 127,
          * itself rounded to f16) */
         cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, err), 0, "%s", err);

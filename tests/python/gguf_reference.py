@@ -15,6 +15,10 @@ GGUF reader, dequantizers and importer (tests/integration/test_gguf.c).
         llama_hf_numpy.forward; prints "loss L" (the mean cross-entropy of
         the N windows of T) and "greedy id id ..." (8 greedy tokens after
         the first 12 ids).
+    python gguf_reference.py quantized F32.gguf OTHER.gguf
+        every tensor of OTHER that is not F32 has the bytes
+        gguf.quants.quantize makes of F32's tensor of the same name; prints
+        "same N".
     python gguf_reference.py read GGUF
         prints every key and tensor (name, type, shape, float64 sum of its
         dequantized values) as the gguf package's GGUFReader sees them.
@@ -147,6 +151,22 @@ def model(path, text_path, n, T, outdir):
     print("greedy " + " ".join(map(str, out)))
 
 
+def quantized(f32_path, other_path):
+    from gguf.quants import quantize
+    ref = {t.name: t for t in GGUFReader(f32_path).tensors}
+    n = 0
+    for t in GGUFReader(other_path).tensors:
+        if t.tensor_type == Q.F32:
+            continue
+        x = np.asarray(ref[t.name].data, dtype=np.float32)
+        want = quantize(x, t.tensor_type).view(np.uint8).reshape(-1)
+        got = np.asarray(t.data).view(np.uint8).reshape(-1)
+        assert want.shape == got.shape and (want == got).all(), \
+            "%s: %d of %d bytes differ" % (t.name, (want != got).sum(), want.size)
+        n += 1
+    print("same %d" % n)
+
+
 def read(path):
     r = GGUFReader(path)
     for k, f in r.fields.items():
@@ -168,5 +188,7 @@ if __name__ == "__main__":
         blocks(sys.argv[2])
     elif cmd == "model":
         model(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+    elif cmd == "quantized":
+        quantized(sys.argv[2], sys.argv[3])
     else:
         read(sys.argv[2])
