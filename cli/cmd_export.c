@@ -12,6 +12,7 @@
 #include "coordinator/store.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "util/util.h"
 
 /* A federation's round checkpoint (HOME/checkpoints/round-N.*, beside
@@ -47,18 +48,40 @@ static int hold_round(const char *ckpt, int *fd, char *err) {
     return 0;
 }
 
+/* --format gguf: in dtype (f32 by default: the model of record, exact),
+ * with the tokenizer of the GGUF file tok_src when given */
+static int export_gguf(const GPT *m, const char *out, const char *dtype, const char *tok_src,
+                       char *err) {
+    int type = gguf_dtype_of(dtype ? dtype : "f32");
+    if (type < 0) return err_set(err, "--dtype %s; use f32, f16, bf16 or q8_0", dtype);
+    TokenizerLists tl;
+    Gguf *g = tok_src ? gguf_open(tok_src, err) : NULL;
+    if (tok_src && (g == NULL || gguf_tokenizer_lists(g, &tl, err) != 0)) {
+        gguf_close(g);
+        return -1;
+    }
+    int rc = gpt_export_gguf(m, out, type, g ? &tl : NULL, err);
+    if (g) gguf_tokenizer_lists_free(&tl), gguf_close(g);
+    return rc;
+}
+
 int cmd_export(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
+                                         {"dtype", required_argument, NULL, 'd'},
+                                         {"tokenizer", required_argument, NULL, 't'},
                                          {NULL, 0, NULL, 0}};
-    const char *format = NULL;
+    const char *format = NULL, *dtype = NULL, *tok = NULL;
     int c;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         if (c == -2) return EXIT_USAGE;
         if (c == 'f') format = optarg;
+        if (c == 'd') dtype = optarg;
+        if (c == 't') tok = optarg;
     }
-    if (format == NULL || (strcmp(format, "hf") != 0 && strcmp(format, "llmc") != 0))
-        return cli_usage_error(cmd, "give --format hf (a folder) or --format llmc (a file)");
+    int gguf = format && strcmp(format, "gguf") == 0;
+    if (format == NULL || (strcmp(format, "hf") != 0 && strcmp(format, "llmc") != 0 && !gguf))
+        return cli_usage_error(cmd, "give --format hf (a folder), gguf or llmc (a file)");
     if (optind != argc - 2) return cli_usage_error(cmd, "expected CKPT and OUT");
     const char *ckpt = argv[optind], *out = argv[optind + 1];
     char err[ERR_LEN];
@@ -74,12 +97,16 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
         return cli_fail(cmd, "%s", err);
     }
     if (held >= 0) close(held); /* read whole: retention may have it */
-    int rc =
-        strcmp(format, "hf") == 0 ? gpt_export_hf(&m, out, err) : gpt_export_llmc(&m, out, err);
+    int rc = gguf                        ? export_gguf(&m, out, dtype, tok, err)
+             : strcmp(format, "hf") == 0 ? gpt_export_hf(&m, out, err)
+                                         : gpt_export_llmc(&m, out, err);
     int arch = m.cfg.arch;
     gpt_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
-    if (strcmp(format, "hf") == 0)
+    if (gguf)
+        printf("exported %s to %s (GGUF, %s: llama.cpp loads it)\n", ckpt, out,
+               dtype ? dtype : "f32");
+    else if (strcmp(format, "hf") == 0)
         printf("exported %s to %s (config.json, model.safetensors: transformers' "
                "%s.from_pretrained reads it)\n",
                ckpt, out, model_hf_class(arch));

@@ -10,7 +10,7 @@
 const Command cli_commands[] = {
     {"init",
      "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT]\n"
-     "     [--model PRESET | --init-from HFDIR] [--recipe NAME] [--force]",
+     "     [--model PRESET | --init-from HFDIR|FILE.gguf] [--recipe NAME] [--force]",
      "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
      "Keys are written 0600. An existing federation is kept unless --force.\n\n"
      "flags:\n"
@@ -22,8 +22,9 @@ const Command cli_commands[] = {
      "                         llama-tiny, llama-small, qwen2-tiny, smollm2-135m,\n"
      "                         smollm2-360m, llama-3.2-1b,\n"
      "                         qwen2.5-0.5b (their shapes, random weights); default small\n"
-     "  --init-from HFDIR      round 0 starts from a pretrained Hugging Face GPT-2 folder\n"
-     "                         (config.json, model.safetensors): its shapes are checked, it\n"
+     "  --init-from HFDIR      round 0 starts from a pretrained Hugging Face folder\n"
+     "                         (config.json, model.safetensors) or a GGUF file (FILE.gguf,\n"
+     "                         llama.cpp's): its shapes are checked, it\n"
      "                         is copied into DIR/model/ and its SHA-256 recorded\n"
      "  --recipe NAME          diloco (default), sparseloco, fedavg or fedadam: codecs and\n"
      "                         outer optimizer together (federation.ini [recipe])\n"
@@ -68,7 +69,7 @@ const Command cli_commands[] = {
      "  --gpus N      with cuda: data-parallel replicas over N GPUs (NCCL), each taking\n"
      "                its own batch of B x T (default 1)\n"
      "  --matmul M    with cuda: tf32 (default; tensor cores, as llm.c) or fp32\n"
-     "  --init-from HFDIR  the pretrained folder the federation started from, held here:\n"
+     "  --init-from HFDIR  the pretrained folder (or GGUF file) the federation started from:\n"
      "                round 0 is built from it when its SHA-256 matches, not downloaded\n"
      "  --max-memory BYTES  the most memory the site may take (16G, 512M); a federation\n"
      "                whose model needs more is refused before anything is allocated\n"
@@ -99,8 +100,9 @@ const Command cli_commands[] = {
      "  --data PATH       training data: text or token files, or a folder of tokens_*.bin\n"
      "                    shards (strait tokenize --out); repeat for more\n"
      "  --model PRESET    a preset of strait train's list (default small)\n"
-     "  --init-from DIR   start from a Hugging Face GPT-2 folder (config.json and\n"
-     "                    model.safetensors; F32, F16 or BF16) instead of a preset\n"
+     "  --init-from DIR   start from a Hugging Face folder (config.json and\n"
+     "                    model.safetensors; F32, F16 or BF16) or a GGUF file (llama,\n"
+     "                    qwen2; F32 to Q4_K, Q5_K, Q6_K) instead of a preset\n"
      "  --vocab N         the model's vocabulary: the tokenizer's size for shards made\n"
      "                    with a BPE other than GPT-2's (default 256 text, 50257 shards)\n"
      "  --steps N         optimizer steps (default 1000)\n"
@@ -145,7 +147,7 @@ const Command cli_commands[] = {
      "  --out DIR           a new or empty folder for the shards\n"
      "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",
      cmd_tokenize},
-    {"export", "CKPT --format hf|llmc OUT",
+    {"export", "CKPT --format hf|gguf|llmc OUT [--dtype f32|f16|bf16|q8_0] [--tokenizer F.gguf]",
      "write a checkpoint in Hugging Face's or llm.c's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
      "output of 'strait train --out'. A federation's round is held against retention\n"
@@ -155,7 +157,10 @@ const Command cli_commands[] = {
      "                  transformers loads as GPT2LMHeadModel, LlamaForCausalLM or\n"
      "                  Qwen2ForCausalLM, as the model is\n"
      "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
-     "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n",
+     "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n"
+     "  --format gguf   OUT is one GGUF file llama.cpp loads (the Llama family), its\n"
+     "                  matrices in --dtype (default f32, the model exactly; norms stay\n"
+     "                  f32), the tokenizer and chat template of --tokenizer's GGUF\n",
      cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"

@@ -25,6 +25,7 @@
 #include "client_internal.h"
 #include "kernels/device.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "security/security.h"
 
 /* The HelloResponse, packed by rank 0 and unpacked by every other rank. */
@@ -116,7 +117,7 @@ static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
         return err_set(err, "the federation's parameter table differs from this strait's; upgrade");
     if (o->init_from && ss->rk.rank == 0) { /* the pretrained start: maybe no round-0 download */
         GPT pre;
-        if (gpt_import_hf(&pre, o->init_from, err) != 0) return -1;
+        if (gpt_import(&pre, o->init_from, err) != 0) return -1;
         int same = pre.table_hash == ss->m.table_hash;
         if (same) memcpy(ss->m.params, pre.params, ss->m.n_params * sizeof(float));
         gpt_free(&pre);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coordinator_internal.h"
+#include "kernels/gguf.h"
 #include "net/net.h"
 #include "security/security.h"
 #include "util/util.h"
@@ -281,8 +282,9 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
         out, len,
         "; round 0 starts from a pretrained model (strait init --init-from): a %s of %d\n"
         "; layers, %d channels, %d heads, context %d, vocabulary %d. init is its file here, which\n"
-        "; the coordinator checks against init_sha256 at every start; source is the folder\n"
-        "; it was read from and source_sha256 that folder's model.safetensors\n"
+        "; the coordinator checks against init_sha256 at every start; source is the GGUF\n"
+        "; file or folder it was read from, source_sha256 that file's or the folder's\n"
+        "; model.safetensors'\n"
         "init = %s\n"
         "init_sha256 = %s\n"
         "source = %s\n"
@@ -325,8 +327,12 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     char init_sha[65] = "", source_sha[65] = "";
     if (o->init_from) {
         int64_t bytes;
-        snprintf(path, sizeof path, "%s/model.safetensors", o->init_from);
-        if (gpt_import_hf(&pre, o->init_from, err) != 0 ||
+        /* the source's SHA-256: a GGUF file's own, a folder's model.safetensors' */
+        if (gguf_path_is(o->init_from))
+            snprintf(path, sizeof path, "%s", o->init_from);
+        else
+            snprintf(path, sizeof path, "%s/model.safetensors", o->init_from);
+        if (gpt_import(&pre, o->init_from, err) != 0 ||
             security_sha256_file(path, source_sha, &bytes, err) != 0) {
             gpt_free(&pre);
             return -1;
@@ -401,7 +407,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     if (o->init_from) { /* where round 0 came from, in the audit log */
         char detail[1800];
         snprintf(detail, sizeof detail,
-                 "pretrained from %s (model.safetensors sha256 %s): %d layers, %d channels, %d "
+                 "pretrained from %s (sha256 %s): %d layers, %d channels, %d "
                  "heads, context %d, vocabulary %d; %s sha256 %s",
                  o->init_from, source_sha, pre.cfg.L, pre.cfg.C, pre.cfg.NH, pre.cfg.T, pre.cfg.V,
                  COORD_INIT_MODEL, init_sha);

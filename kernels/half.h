@@ -1,6 +1,6 @@
 /*
  * half.h — 16-bit floats for kernels/ alone: bf16 and fp16 widened to fp32
- * exactly, fp32 rounded to bf16 (to nearest, ties to even). The moments a
+ * exactly, fp32 rounded to bf16 or fp16 (to nearest, ties to even). The moments a
  * site keeps in bf16 (train.c), their files (safetensors.c) and Hugging
  * Face's F16 and BF16 tensors (hf.c) all convert here.
  */
@@ -34,6 +34,25 @@ static inline float half_to_float(uint16_t h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+}
+
+/* fp32 to fp16, to nearest, ties to even (numpy's astype(float16)):
+ * overflow to infinity, NaN stays NaN, tiny values to subnormals or zero */
+static inline uint16_t float_to_half(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal half, man * 2^-24 */
+        float f;
+        memcpy(&f, &a, 4);
+        float scaled = f * 16777216.0f;            /* exact: a power of two */
+        uint32_t r = (uint32_t)nearbyintf(scaled); /* the rounding mode: to nearest even */
+        return (uint16_t)(sign | r);
+    }
+    uint32_t mant = a + 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits */
+    return (uint16_t)(sign | ((mant - 0x38000000u) >> 13));
 }
 
 #endif /* STRAIT_KERNELS_HALF_H */

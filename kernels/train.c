@@ -9,6 +9,7 @@
 #include "kernels/data.h"
 #include "kernels/device.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "kernels/model.h"
 #include "kernels/half.h"
 #include "kernels/ranks.h"
@@ -349,7 +350,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     memset(&m, 0, sizeof m);
     const char *name = j->init_from ? j->init_from : j->preset;
     if (j->init_from) { /* the pretrained model's shape, and its weights */
-        if (gpt_import_hf(&m, j->init_from, err) != 0) return -1;
+        if (gpt_import(&m, j->init_from, err) != 0) return -1;
         cfg = m.cfg;
     } else if (gpt_config_preset(j->preset, &cfg) != 0) {
         return err_set(err, "unknown model '%s'; use one of %s", j->preset, model_preset_names());

@@ -128,7 +128,7 @@ int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int
 typedef struct TrainJob {
     const char *const *data;
     int n_data;
-    const char *preset, *init_from, *out; /* init_from: a Hugging Face folder, or NULL */
+    const char *preset, *init_from, *out; /* init_from: an HF folder, a GGUF file, or NULL */
     int vocab;                            /* a byte-level preset's vocabulary; 0: its rule */
     int steps, B, T;                      /* T 0: the model's context */
     int gpus;                             /* 0: the CPU */

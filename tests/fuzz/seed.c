@@ -5,7 +5,7 @@
  * starts deep inside the decoders instead of at the magic number.
  * Also safetensors checkpoints and states of fuzz_safetensors' small
  * table, a tokenizer (every byte and a few merges) with text, a token
- * shard, and a small Hugging Face GPT-2 folder.
+ * shard, a small Hugging Face GPT-2 folder and a small Llama as GGUF.
  *
  *   seed CORPUS_ROOT      (writes CORPUS_ROOT/fuzz_<target>/)
  */
@@ -19,6 +19,7 @@
 #include "kernels/model.h"
 #include "kernels/data.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "security/security.h"
 
 static void put(const char *dir, const char *name, const uint8_t *prefix, size_t plen,
@@ -193,6 +194,18 @@ int main(int argc, char **argv) {
                     .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
     const GPTConfig *hcs[2] = {&hc, &lc};
     for (int k = 0; k < 2; k++) seed_hf(root, hcs[k], k ? "llama" : "gpt2");
+    /* fuzz_gguf: the Llama as GGUF, F32 and Q8_0 */
+    GPT lm;
+    GPTConfig lc8 = lc;
+    lc8.C = 32, lc8.HD = 16, lc8.F = 32, lc8.rope.original_ctx = 8192;
+    if (gpt_build(&lm, &lc8, 1, err) == 0) {
+        char gp[1024];
+        snprintf(gp, sizeof gp, "%s/f32", dir_of(root, "fuzz_gguf"));
+        if (gpt_export_gguf(&lm, gp, GGML_F32, NULL, err) != 0) fprintf(stderr, "%s\n", err);
+        snprintf(gp, sizeof gp, "%s/q8_0", dir_of(root, "fuzz_gguf"));
+        if (gpt_export_gguf(&lm, gp, GGML_Q8_0, NULL, err) != 0) fprintf(stderr, "%s\n", err);
+        gpt_free(&lm);
+    }
     /* fuzz_model_config: a GPT-2's description and a Llama's */
     for (int k = 0; k < 2; k++) {
         char *text = model_config_json(hcs[k]);

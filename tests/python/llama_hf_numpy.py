@@ -33,12 +33,10 @@ def inv_freq(cfg, hd):
     return f
 
 
-def main():
-    d, ids_path, out = sys.argv[1:4]
-    ids = np.fromfile(ids_path, dtype=np.int32)
+def forward(cfg, w, ids):
+    """logits (T x vocab, float32) of ids under config cfg and weights w
+    (Hugging Face's names; any float type, computed in float64)"""
     T = len(ids)
-    cfg = json.load(open(d + "/config.json"))
-    w = {k: v.astype(np.float64) for k, v in load_file(d + "/model.safetensors").items()}
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hd = cfg.get("head_dim", C // H)
@@ -59,7 +57,7 @@ def main():
         x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    x = w["model.embed_tokens.weight"][ids]
+    x = w["model.embed_tokens.weight"][ids].astype(np.float64)
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
@@ -79,7 +77,15 @@ def main():
         x = x + lin(g / (1 + np.exp(-g)) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms(x, "model.norm.weight")
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
-    logits = (x @ head.T).astype(np.float32)
+    return (x @ head.T).astype(np.float32)
+
+
+def main():
+    d, ids_path, out = sys.argv[1:4]
+    ids = np.fromfile(ids_path, dtype=np.int32)
+    cfg = json.load(open(d + "/config.json"))
+    w = {k: v.astype(np.float64) for k, v in load_file(d + "/model.safetensors").items()}
+    logits = forward(cfg, w, ids)
     logits.tofile(out)
     print("ok %d %d" % logits.shape)
 
