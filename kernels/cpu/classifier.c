@@ -72,10 +72,13 @@ float classifier_forward(float *losses, float *lse, const float *h, const float 
                     const float *l = tile + (size_t)r * vc;
                     float cm = m[r];
                     for (int j = 0; j < vc; j++) cm = l[j] > cm ? l[j] : cm;
-                    float sum = s[r] * expf(m[r] - cm);
+                    /* in double: summed in float, a large vocabulary's
+                     * many small terms are lost (SmolLM2's 49,152 logits
+                     * scored 1.6e-4 below the reference) */
+                    double sum = (double)s[r] * exp((double)m[r] - cm);
                     for (int j = 0; j < vc; j++) sum += expf(l[j] - cm);
                     m[r] = cm;
-                    s[r] = sum;
+                    s[r] = (float)sum;
                     int tg = targets[r0 + r];
                     if (tg >= v0 && tg < v0 + vc) zt[r] = l[tg - v0];
                 }

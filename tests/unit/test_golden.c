@@ -2,7 +2,9 @@
  * test_golden.c — GPT-2 before and after the model became data: the losses
  * of 12 AdamW steps of `tiny` and 3 of `small` from a seed, and the SHA-256
  * of the checkpoint each writes, recorded from the code before the
- * architecture table (commit 405a192). On the machine they were recorded
+ * architecture table (commit 405a192), then once more when the classifier
+ * came to sum a row's exponentials in double (two of the 15 losses moved
+ * by one ulp, and both checkpoints' bytes with them). On the machine they were recorded
  * on (the same OpenBLAS core and thread count) every bit must match;
  * elsewhere BLAS's kernels round differently and 12 steps carry it, so the
  * losses are held to 1e-3 of themselves (a mis-wired graph is off by far
@@ -43,14 +45,14 @@ static const Golden GOLDEN[] = {
      4,
      32,
      {0x40b1ee50, 0x40a0e989, 0x4098c12e, 0x4092ac01, 0x408ccaa8, 0x40870a52, 0x40816b56,
-      0x4077fc91, 0x406d6f65, 0x40632282, 0x4058c107, 0x404e3d4a},
-     "43c49dbc0db515e6e029fde55d06bf7c051ebb79e4f63da110ab4b9bba745b35"},
+      0x4077fc92, 0x406d6f65, 0x40632282, 0x4058c107, 0x404e3d4a},
+     "0fe8a544a86f80a1461aea0c2aa7dfac52ed2df0e8fdc8ba472bd49e8efe5338"},
     {"small",
      3,
      2,
      64,
-     {0x40b1c0d7, 0x4093626b, 0x408a8cff},
-     "96a0b612bfa551849f58553c0b67cd19d79c62d3ebfb9f98f0b648e3450bf7cf"},
+     {0x40b1c0d7, 0x4093626b, 0x408a8d00},
+     "3374986d42e992b5d3762205a6565d8a6ff82522db921092fc8c17a20c462a59"},
 };
 
 static void run(const Golden *g, float *losses, char sha[SHA256_HEX_LEN]) {
