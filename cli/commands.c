@@ -143,15 +143,28 @@ const Command cli_commands[] = {
      "  --out DIR           a new or empty folder for the shards\n"
      "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",
      cmd_tokenize},
-    {"export", "CKPT --format hf|llmc OUT",
+    {"export",
+     "CKPT --format hf|llmc OUT [--dtype f32|bf16|f16] [--max-shard-size 5GB]\n"
+     "     [--tokenizer DIR]",
      "write a checkpoint in Hugging Face's or llm.c's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
      "output of 'strait train --out'. A federation's round is held against retention\n"
      "([store] keep_last, keep_every) while it is read; a pruned one is refused.\n\n"
      "flags:\n"
-     "  --format hf     OUT is a folder: config.json and model.safetensors, which\n"
-     "                  transformers loads as GPT2LMHeadModel, LlamaForCausalLM or\n"
+     "  --format hf     OUT is a folder transformers loads (AutoModelForCausalLM and\n"
+     "                  AutoTokenizer): config.json, generation_config.json, the tensors\n"
+     "                  (model.safetensors, or shards and model.safetensors.index.json)\n"
+     "                  and the tokenizer's files, as GPT2LMHeadModel, LlamaForCausalLM or\n"
      "                  Qwen2ForCausalLM, as the model is\n"
+     "  --dtype D       f32 (default, the model as it is), bf16 or f16 (rounded to\n"
+     "                  nearest, ties to even; config.json's torch_dtype says which)\n"
+     "  --max-shard-size N  bytes of tensors a file holds at most: 5GB (default), 500MB,\n"
+     "                  2GiB or a number of bytes\n"
+     "  --tokenizer DIR the Hugging Face folder whose tokenizer files (tokenizer.json,\n"
+     "                  tokenizer_config.json, special_tokens_map.json, vocab.json,\n"
+     "                  merges.txt, chat_template.jinja, generation_config.json) are\n"
+     "                  copied, with its bos/eos/pad ids; a federation's round takes\n"
+     "                  federation.ini's [model] source when that is such a folder\n"
      "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
      "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n",
      cmd_export},

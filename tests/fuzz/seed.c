@@ -221,7 +221,7 @@ static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
     GPT hm;
     char hdir[900];
     snprintf(hdir, sizeof hdir, "%s/hf-tmp", root);
-    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, err) == 0) {
+    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, NULL, err) == 0) {
         size_t cl, ml;
         snprintf(path, sizeof path, "%s/config.json", hdir);
         char *cj = read_whole(path, &cl);

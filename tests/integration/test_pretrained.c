@@ -61,7 +61,7 @@ static GPT make_pretrained(void) {
     }
     const ParamView *wte = gpt_view(&m, "wte");
     for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
-    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
     return m;
 }
 
@@ -270,7 +270,7 @@ static void whole_path(int llama) {
     }
     GPT m;
     cr_assert_eq(gpt_build(&m, &cfg, 9, err), 0, "%s", err);
-    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
     gpt_free(&m);
     char shards[700], shard0[800];
     snprintf(shards, sizeof shards, "%s/shards", root);

@@ -66,7 +66,7 @@ static double max_diff_against_transformers(GPT *m, const char *dir, const char 
     const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
     char out[800], ids_path[800], logits_path[800], script[800], err[ERR_LEN];
     snprintf(out, sizeof out, "%s/%s", dir, tag);
-    cr_assert_eq(gpt_export_hf(m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(m, out, NULL, err), 0, "%s", err);
     int ids[T_IDS];
     some_ids(ids, m->cfg.V);
     snprintf(ids_path, sizeof ids_path, "%s/%s.ids", dir, tag);
