@@ -366,7 +366,8 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -
   -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c) \
   kernels/safetensors.c kernels/model.c kernels/config.c kernels/arch_gpt2.c \
-  kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/data.c kernels/tokenizer.c \
+  kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/hf_config.c kernels/data.c \
+  kernels/tokenizer.c \
   net/enroll.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 

@@ -193,6 +193,21 @@ int main(int argc, char **argv) {
                     .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
     const GPTConfig *hcs[2] = {&hc, &lc};
     for (int k = 0; k < 2; k++) seed_hf(root, hcs[k], k ? "llama" : "gpt2");
+    /* and the folder transformers 4 saved (BF16), with its config in transformers 4's form
+     * and in 5's (tests/fixtures; make fuzz runs in the source tree) */
+    static const char *const configs[] = {"tests/fixtures/llama-transformers4/config.json",
+                                          "tests/fixtures/configs/llama-transformers5.json"};
+    for (int k = 0; k < 2; k++) {
+        size_t cl, ml;
+        char *cj = read_whole(configs[k], &cl),
+             *mb = read_whole("tests/fixtures/llama-transformers4/model.safetensors", &ml);
+        if (cj && mb) {
+            cj[cl] = '\0';
+            put(dir_of(root, "fuzz_hf"), k ? "transformers5" : "transformers4", (const uint8_t *)cj,
+                cl + 1, (const uint8_t *)mb, ml);
+        }
+        free(cj), free(mb);
+    }
     /* fuzz_model_config: a GPT-2's description and a Llama's */
     for (int k = 0; k < 2; k++) {
         char *text = model_config_json(hcs[k]);
@@ -235,6 +250,8 @@ static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
         free(cj), free(mb);
         remove(path);
         snprintf(path, sizeof path, "%s/config.json", hdir);
+        remove(path);
+        snprintf(path, sizeof path, "%s/generation_config.json", hdir);
         remove(path);
         remove(hdir);
         gpt_free(&hm);
