@@ -331,6 +331,14 @@ $(HF_VENV)/.ok.2:
 	@rm -rf $(HF_VENV) && python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
 	  numpy==2.4.6 safetensors==0.8.0 torch==2.15.0 transformers==5.25.0 tokenizers==0.23.3 gguf==0.19.0 && touch $@
 
+# bench/train's peer is transformers' Flax GPT-2 on JAX's CPU backend (the
+# figures it has kept): a venv of its own, about 800 MB, made by `make bench`
+FLAX_VENV := build/venv-flax
+$(FLAX_VENV)/.ok.1:
+	@echo "  VENV   $(FLAX_VENV) (transformers 4.46.3, flax, jax[cpu] from PyPI, about 800 MB)"
+	@python3 -m venv $(FLAX_VENV) && $(FLAX_VENV)/bin/pip install -q --disable-pip-version-check \
+	  transformers==4.46.3 flax==0.8.5 "jax[cpu]==0.4.30" numpy==2.4.6 safetensors && touch $@
+
 test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.2
 	@echo "transformers against Strait's Hugging Face folders ($(INTEG_BIN) --filter 'transformers/*')"
 	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python $(INTEG_BIN) \
@@ -347,12 +355,12 @@ bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 
 bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
 	@$(MAKE) --no-print-directory $(BENCH_BINS) $(if $(filter-out aggregate,$(or $(B),aggregate)),,$(BENCH_VENV)/.ok.1) \
-	  $(if $(filter-out train,$(or $(B),train)),,$(HF_VENV)/.ok.1) >&2
+	  $(if $(filter-out train,$(or $(B),train)),,$(FLAX_VENV)/.ok.1) >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \
 	  [ -x "$$b" ] || { echo "make bench: no benchmark '$(B)'; see bench/" >&2; exit 2; }; \
-	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python \
+	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_HF_PYTHON=$(abspath $(FLAX_VENV))/bin/python \
 	  STRAIT_SRC=$(abspath .) $$b $(BENCH_ARGS); \
 	done
 
