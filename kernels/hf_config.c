@@ -20,7 +20,8 @@ static const HfField COMMON[] = {
     {"model_type", HF_USED},
     {"transformers_version", HF_HARMLESS},
     {"_name_or_path", HF_HARMLESS},
-    {"dtype", HF_HARMLESS}, /* the files' precision: Strait computes in fp32 */
+    {"_model_name_or_path", HF_HARMLESS}, /* a GGUF's general.name, as transformers 5 keeps it */
+    {"dtype", HF_HARMLESS},               /* the files' precision: Strait computes in fp32 */
     {"torch_dtype", HF_HARMLESS},
     {"use_cache", HF_HARMLESS},
     {"initializer_range", HF_HARMLESS},
@@ -29,9 +30,14 @@ static const HfField COMMON[] = {
     {"return_dict", HF_HARMLESS},
     {"tokenizer_class", HF_HARMLESS},
     {"task_specific_params", HF_HARMLESS},
+    {"id2label", HF_HARMLESS}, /* a classifier's labels: a causal LM has no classifier */
+    {"label2id", HF_HARMLESS},
+    {"_num_labels", HF_HARMLESS},
     {"bos_token_id", HF_TOKEN_ID},
     {"eos_token_id", HF_TOKEN_ID},
     {"pad_token_id", HF_TOKEN_ID},
+    {"unk_token_id", HF_TOKEN_ID},
+    {"sep_token_id", HF_TOKEN_ID},
 };
 
 static const HfField *field_of(const char *key, const HfField *f, int n) {

@@ -177,6 +177,8 @@ Test(hf_config, what_does_not_change_the_model_is_taken) {
     } ok[] = {
         {L5, "eos_token_id", "[2, 7, 9]"}, /* Llama 3 lists several */
         {L5, "pad_token_id", "null"},
+        {L5, "unk_token_id", "0"},                       /* as transformers 5 writes a GGUF's */
+        {L5, "_model_name_or_path", "\"Smollm2 135M\""}, /* the same */
         {L5, "dtype", "\"bfloat16\""},
         {L4, "torch_dtype", "\"float16\""},
         {L5, "rope_theta", "100000.0"}, /* both forms, agreeing */
