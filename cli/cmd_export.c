@@ -169,8 +169,8 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
         if (hf.tokenizer_dir)
             printf("tokenizer files from %s\n", hf.tokenizer_dir);
         else
-            printf("no tokenizer files written (the checkpoint names no Hugging Face folder); "
-                   "add them with --tokenizer DIR, the folder the model came from\n");
+            printf("no tokenizer files written: add them with --tokenizer DIR, the Hugging Face "
+                   "folder the model came from\n");
     } else {
         printf("exported %s to %s (llm.c's checkpoint format, version 3, fp32)\n", ckpt, out);
     }
