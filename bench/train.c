@@ -158,7 +158,7 @@ static void hf_peer(int B, int T, int threads, int steps) {
     if (py == NULL || !py[0] || access(py, X_OK) != 0) {
         snprintf(why, sizeof why,
                  "no transformers baseline: STRAIT_HF_PYTHON unset or not runnable (make bench "
-                 "makes build/venv-hf and sets it)");
+                 "makes build/venv-flax and sets it)");
     } else {
         snprintf(cmd, sizeof cmd, "%s %s/bench/hf_train.py %d %d %d %d 2>&1", py,
                  src && src[0] ? src : ".", B, T, threads, steps);

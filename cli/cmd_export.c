@@ -1,11 +1,19 @@
 /*
- * cmd_export.c — `strait export CKPT --format hf|llmc OUT`: a Strait
+ * cmd_export.c — `strait export CKPT --format hf|gguf|llmc OUT`: a Strait
  * checkpoint (a federation's round, or `strait train --out`) in Hugging
- * Face's or llm.c's format (kernels/export.c). A federation's round is
- * held against retention while it is read; a pruned one gets a clear error.
+ * Face's, llama.cpp's or llm.c's format (kernels/hf.c, kernels/gguf.h,
+ * kernels/formats.c). A federation's round is held against retention while
+ * it is read; a pruned one gets a clear error. Hugging Face's folder and a
+ * GGUF take their tokenizer from --tokenizer (a Hugging Face folder or a
+ * GGUF file), else, for a federation's round, from where the federation's
+ * model came from (federation.ini's [model] source).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -13,6 +21,7 @@
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "kernels/gguf.h"
+#include "kernels/tokenizer.h"
 #include "util/util.h"
 
 /* A federation's round checkpoint (HOME/checkpoints/round-N.*, beside
@@ -21,20 +30,24 @@
  * is refused, saying which rounds are kept. A hold that cannot be taken
  * (a store this binary cannot open, a folder it may not write) is said in
  * one line and the file read as it is: the export worked without it. */
-static int hold_round(const char *ckpt, int *fd, char *err) {
+static int hold_round(const char *ckpt, int *fd, char home[4096], char *err) {
     *fd = -1;
+    home[0] = '\0';
     const char *base = strrchr(ckpt, '/');
     size_t dir = base ? (size_t)(base - ckpt) : 0, n = strlen(STORE_CHECKPOINT_DIR);
     if (base == NULL || dir < n || strncmp(base - n, STORE_CHECKPOINT_DIR, n) != 0 ||
         (dir > n && base[-(long)n - 1] != '/'))
         return 0; /* not in a federation's checkpoints folder */
-    char home[4096], db[4200];
+    char db[4200];
     if (dir == n)
-        snprintf(home, sizeof home, ".");
+        snprintf(home, 4096, ".");
     else
-        snprintf(home, sizeof home, "%.*s", (int)(dir - n - 1), ckpt);
+        snprintf(home, 4096, "%.*s", (int)(dir - n - 1), ckpt);
     snprintf(db, sizeof db, "%s/%s", home, STORE_DB_FILE);
-    if (access(db, F_OK) != 0) return 0;
+    if (access(db, F_OK) != 0) {
+        home[0] = '\0';
+        return 0;
+    }
     Store *s = store_open(db, STORE_READONLY, err);
     int64_t round;
     int rc = s ? store_hold(s, home, ckpt, fd, &round, err) : -1;
@@ -48,48 +61,143 @@ static int hold_round(const char *ckpt, int *fd, char *err) {
     return 0;
 }
 
-/* --format gguf: in dtype (f32 by default: the model of record, exact),
- * with the tokenizer of the GGUF file tok_src when given */
-static int export_gguf(const GPT *m, const char *out, const char *dtype, const char *tok_src,
-                       char *err) {
-    int type = gguf_dtype_of(dtype ? dtype : "f32");
-    if (type < 0) return err_set(err, "--dtype %s; use f32, f16, bf16 or q8_0", dtype);
-    TokenizerLists tl;
-    Gguf *g = tok_src ? gguf_open(tok_src, err) : NULL;
-    if (tok_src && (g == NULL || gguf_tokenizer_lists(g, &tl, err) != 0)) {
-        gguf_close(g);
+/* "5GB", "500MB", "2GiB" (transformers' units: GB is 10^9) or bytes */
+static int shard_size(const char *s, size_t *out) {
+    static const struct {
+        const char *unit;
+        double bytes;
+    } units[] = {{"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+                 {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !(v > 0)) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].unit) == 0 && v * units[i].bytes >= 1 &&
+            v * units[i].bytes < 1e15) {
+            *out = (size_t)(v * units[i].bytes);
+            return 0;
+        }
+    return -1;
+}
+
+/* a folder with a Hugging Face tokenizer's files */
+static int tokenizer_folder(const char *dir) {
+    static const char *const files[] = {"tokenizer.json", "vocab.json", "tokenizer.model"};
+    struct stat st;
+    if (dir == NULL || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    char path[4200];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (access(path, R_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+/* A federation's [model] source (HOME/federation.ini) when it is a
+ * tokenizer folder or a GGUF file, into out; 0 if none. */
+static int federation_tokenizer(const char *home, char *out, size_t len) {
+    char path[4200], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/federation.ini", home);
+    Config *c = home[0] ? config_load(path, err) : NULL;
+    const char *src = c ? config_get(c, "model", "source") : NULL;
+    int ok = src && (tokenizer_folder(src) || gguf_path_is(src));
+    if (ok) snprintf(out, len, "%s", src);
+    config_free(c);
+    return ok;
+}
+
+/* The tokenizer of src as lists (*g the GGUF they were read from, to close
+ * after), or none when src is NULL: a GGUF's own, or a Hugging Face
+ * folder's converted. 1 with lists, 0 without, -1 with err. */
+static int tokenizer_lists_of(const char *src, TokenizerLists *tl, Gguf **g, char *err) {
+    *g = NULL;
+    if (src == NULL) return 0;
+    if (!gguf_path_is(src))
+        return err_set(err,
+                       "%s: a GGUF takes its tokenizer from a GGUF file; Hugging Face folders "
+                       "are not converted yet",
+                       src);
+    if ((*g = gguf_open(src, err)) == NULL) return -1;
+    if (gguf_tokenizer_lists(*g, tl, err) != 0) {
+        gguf_close(*g);
+        *g = NULL;
         return -1;
     }
-    int rc = gpt_export_gguf(m, out, type, g ? &tl : NULL, err);
-    if (g) gguf_tokenizer_lists_free(&tl), gguf_close(g);
+    return 1;
+}
+
+/* --format gguf, in dtype (f32 by default: the model of record, exact),
+ * with the tokenizer of tok_src (NULL: none) */
+static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
+    TokenizerLists tl;
+    Gguf *g;
+    int have = tokenizer_lists_of(tok_src, &tl, &g, err);
+    if (have < 0) return -1;
+    int rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
+    if (have) gguf_tokenizer_lists_free(&tl);
+    gguf_close(g);
     return rc;
 }
 
 int cmd_export(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                          {"dtype", required_argument, NULL, 'd'},
+                                         {"max-shard-size", required_argument, NULL, 's'},
                                          {"tokenizer", required_argument, NULL, 't'},
                                          {NULL, 0, NULL, 0}};
     const char *format = NULL, *dtype = NULL, *tok = NULL;
-    int c;
+    HfExport hf = HF_EXPORT_DEFAULTS;
+    int c, shard_flag = 0;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         if (c == -2) return EXIT_USAGE;
         if (c == 'f') format = optarg;
         if (c == 'd') dtype = optarg;
+        if (c == 's' && (shard_flag = 1, shard_size(optarg, &hf.max_shard) != 0))
+            return cli_usage_error(cmd,
+                                   "--max-shard-size %s: give bytes, or a size such as 5GB, "
+                                   "500MB, 2GiB",
+                                   optarg);
         if (c == 't') tok = optarg;
     }
-    int gguf = format && strcmp(format, "gguf") == 0;
-    if (format == NULL || (strcmp(format, "hf") != 0 && strcmp(format, "llmc") != 0 && !gguf))
+    int is_hf = format && strcmp(format, "hf") == 0, is_gguf = format && !strcmp(format, "gguf");
+    if (format == NULL || (!is_hf && !is_gguf && strcmp(format, "llmc") != 0))
         return cli_usage_error(cmd, "give --format hf (a folder), gguf or llmc (a file)");
+    if (!is_hf && !is_gguf && (dtype || tok || shard_flag))
+        return cli_usage_error(cmd, "--dtype and --tokenizer are --format hf's and gguf's");
+    if (!is_hf && shard_flag) return cli_usage_error(cmd, "--max-shard-size is --format hf's");
+    int gguf_type = -1;
+    if (is_gguf && (gguf_type = gguf_dtype_of(dtype ? dtype : "f32")) < 0)
+        return cli_usage_error(cmd, "--dtype %s: give f32, f16, bf16 or q8_0", dtype);
+    if (is_hf && dtype) {
+        if (strcmp(dtype, "f32") == 0)
+            hf.dtype = HF_F32;
+        else if (strcmp(dtype, "bf16") == 0)
+            hf.dtype = HF_BF16;
+        else if (strcmp(dtype, "f16") == 0)
+            hf.dtype = HF_F16;
+        else
+            return cli_usage_error(cmd, "--dtype %s: give f32, bf16 or f16", dtype);
+    }
     if (optind != argc - 2) return cli_usage_error(cmd, "expected CKPT and OUT");
     const char *ckpt = argv[optind], *out = argv[optind + 1];
-    char err[ERR_LEN];
+    char err[ERR_LEN], home[4096], source[4096];
     GPTConfig cfg;
     GPT m;
     memset(&m, 0, sizeof m);
     int held;
-    if (hold_round(ckpt, &held, err) != 0) return cli_fail(cmd, "%s", err);
+    if (hold_round(ckpt, &held, home, err) != 0) return cli_fail(cmd, "%s", err);
+    if (tok == NULL && (is_hf || is_gguf) && federation_tokenizer(home, source, sizeof source))
+        tok = source;
+    if (is_hf && tok && gguf_path_is(tok)) {
+        if (held >= 0) close(held);
+        return cli_fail(cmd,
+                        "%s: a Hugging Face folder takes its tokenizer from a folder; GGUF "
+                        "files are not converted yet",
+                        tok);
+    }
+    if (is_hf) hf.tokenizer_dir = tok;
     if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
         gpt_load(&m, ckpt, NULL, err) != 0) {
         gpt_free(&m);
@@ -97,20 +205,30 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
         return cli_fail(cmd, "%s", err);
     }
     if (held >= 0) close(held); /* read whole: retention may have it */
-    int rc = gguf                        ? export_gguf(&m, out, dtype, tok, err)
-             : strcmp(format, "hf") == 0 ? gpt_export_hf(&m, out, err)
-                                         : gpt_export_llmc(&m, out, err);
+    int rc = is_hf     ? gpt_export_hf(&m, out, &hf, err)
+             : is_gguf ? export_gguf(&m, out, gguf_type, tok, err)
+                       : gpt_export_llmc(&m, out, err);
     int arch = m.cfg.arch;
     gpt_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
-    if (gguf)
-        printf("exported %s to %s (GGUF, %s: llama.cpp loads it)\n", ckpt, out,
-               dtype ? dtype : "f32");
-    else if (strcmp(format, "hf") == 0)
-        printf("exported %s to %s (config.json, model.safetensors: transformers' "
-               "%s.from_pretrained reads it)\n",
-               ckpt, out, model_hf_class(arch));
-    else
+    if (is_gguf) {
+        printf("exported %s to %s (GGUF, %s, %s: llama.cpp loads it)\n", ckpt, out,
+               dtype ? dtype : "f32", tok ? "with the tokenizer" : "no tokenizer");
+        if (tok == NULL)
+            printf("no tokenizer written: give --tokenizer with the GGUF or Hugging Face folder "
+                   "the model came from\n");
+    } else if (is_hf) {
+        static const char *const names[] = {[HF_F32] = "f32", [HF_BF16] = "bf16", [HF_F16] = "f16"};
+        printf("exported %s to %s (%s, %s: transformers' %s.from_pretrained reads it)\n", ckpt, out,
+               names[hf.dtype], hf.tokenizer_dir ? "with the tokenizer" : "no tokenizer",
+               model_hf_class(arch));
+        if (hf.tokenizer_dir)
+            printf("tokenizer files from %s\n", hf.tokenizer_dir);
+        else
+            printf("no tokenizer files written: add them with --tokenizer DIR, the Hugging Face "
+                   "folder the model came from\n");
+    } else {
         printf("exported %s to %s (llm.c's checkpoint format, version 3, fp32)\n", ckpt, out);
+    }
     return EXIT_OK;
 }

@@ -147,20 +147,33 @@ const Command cli_commands[] = {
      "  --out DIR           a new or empty folder for the shards\n"
      "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",
      cmd_tokenize},
-    {"export", "CKPT --format hf|gguf|llmc OUT [--dtype f32|f16|bf16|q8_0] [--tokenizer F.gguf]",
-     "write a checkpoint in Hugging Face's or llm.c's format",
+    {"export",
+     "CKPT --format hf|gguf|llmc OUT [--dtype f32|bf16|f16|q8_0] [--max-shard-size 5GB]\n"
+     "     [--tokenizer SRC]",
+     "write a checkpoint in Hugging Face's, llama.cpp's (GGUF) or llm.c's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
      "output of 'strait train --out'. A federation's round is held against retention\n"
      "([store] keep_last, keep_every) while it is read; a pruned one is refused.\n\n"
      "flags:\n"
-     "  --format hf     OUT is a folder: config.json and model.safetensors, which\n"
-     "                  transformers loads as GPT2LMHeadModel, LlamaForCausalLM or\n"
+     "  --format hf     OUT is a folder transformers loads (AutoModelForCausalLM and\n"
+     "                  AutoTokenizer): config.json, generation_config.json, the tensors\n"
+     "                  (model.safetensors, or shards and model.safetensors.index.json)\n"
+     "                  and the tokenizer's files, as GPT2LMHeadModel, LlamaForCausalLM or\n"
      "                  Qwen2ForCausalLM, as the model is\n"
+     "  --format gguf   OUT is one GGUF file llama.cpp loads (the Llama family), with the\n"
+     "                  tokenizer and chat template; norms and biases stay f32\n"
      "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
      "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n"
-     "  --format gguf   OUT is one GGUF file llama.cpp loads (the Llama family), its\n"
-     "                  matrices in --dtype (default f32, the model exactly; norms stay\n"
-     "                  f32), the tokenizer and chat template of --tokenizer's GGUF\n",
+     "  --dtype D       f32 (default, the model as it is), bf16 or f16 (rounded to\n"
+     "                  nearest, ties to even; config.json's torch_dtype says which); for\n"
+     "                  gguf also q8_0 (llama.cpp's 8-bit blocks)\n"
+     "  --max-shard-size N  hf: bytes of tensors a file holds at most: 5GB (default),\n"
+     "                  500MB, 2GiB or a number of bytes\n"
+     "  --tokenizer SRC where the tokenizer comes from: a Hugging Face folder (its files\n"
+     "                  tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
+     "                  vocab.json, merges.txt, chat_template.jinja, generation_config.json\n"
+     "                  and its bos/eos/pad ids) or a GGUF file (its tokenizer.ggml.* keys);\n"
+     "                  a federation's round takes federation.ini's [model] source\n",
      cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"

@@ -50,6 +50,25 @@ typedef struct Arch {
     struct json_t *(*hf_config_write)(const GPTConfig *c);
 } Arch;
 
+/* hf_config.c: config.json's fields for the architectures' readers. Every
+ * field of a config is one the reader uses (HF_USED), one known not to
+ * change the model (HF_HARMLESS: every config's own — architectures,
+ * transformers_version, dtype, use_cache, … — need not be listed), a token
+ * id (HF_TOKEN_ID: null, an id or a list of ids), or a setting Strait
+ * computes only at its neutral value (absent, null or that value); any
+ * other is refused by name, since it might change the arithmetic. */
+typedef enum { HF_USED, HF_HARMLESS, HF_TOKEN_ID, HF_FALSE, HF_TRUE, HF_ZERO, HF_ONE } HfRule;
+typedef struct HfField {
+    const char *key;
+    HfRule rule;
+} HfField;
+int hf_fields_check(struct json_t *j, const HfField *fields, int n, char *err);
+/* An integer field in [lo, hi] (absent or null: def, or an error naming it
+ * when def < 0); a number (absent or null: def). */
+int hf_int(struct json_t *j, const char *key, long long def, long long lo, long long hi, int *out,
+           char *err);
+int hf_num(struct json_t *j, const char *key, double def, float *out, char *err);
+
 extern const Arch arch_gpt2, arch_llama, arch_qwen2;
 const Arch *arch_of(int arch);
 

@@ -158,8 +158,39 @@ static void backward(const GPT *m, const Pass *p) {
 #undef G
 }
 
+/* GPT2Config's fields beside every config's own (hf_config.c). Dropout is
+ * a training-time regulariser, not part of the model: Strait trains without
+ * it, whatever a published GPT-2 sets (0.1). summary_* configure
+ * GPT2DoubleHeadsModel's classifier, which a causal LM does not have. */
+static const HfField GPT2_FIELDS[] = {
+    {"n_layer", HF_USED},
+    {"n_head", HF_USED},
+    {"n_embd", HF_USED},
+    {"n_positions", HF_USED},
+    {"vocab_size", HF_USED},
+    {"activation_function", HF_USED},
+    {"layer_norm_epsilon", HF_USED},
+    {"n_inner", HF_USED},
+    {"n_ctx", HF_HARMLESS}, /* an old name transformers no longer reads */
+    {"resid_pdrop", HF_HARMLESS},
+    {"embd_pdrop", HF_HARMLESS},
+    {"attn_pdrop", HF_HARMLESS},
+    {"summary_type", HF_HARMLESS},
+    {"summary_use_proj", HF_HARMLESS},
+    {"summary_activation", HF_HARMLESS},
+    {"summary_proj_to_labels", HF_HARMLESS},
+    {"summary_first_dropout", HF_HARMLESS},
+    {"add_cross_attention", HF_FALSE},
+    {"scale_attn_weights", HF_TRUE},
+    {"scale_attn_by_inverse_layer_idx", HF_FALSE},
+    {"reorder_and_upcast_attn", HF_FALSE},
+    {"tie_word_embeddings", HF_TRUE},
+};
+
 /* config.json as transformers' GPT2Config names it */
 static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
+    if (hf_fields_check(j, GPT2_FIELDS, (int)(sizeof GPT2_FIELDS / sizeof GPT2_FIELDS[0]), err))
+        return -1;
     json_int_t L = 0, H = 0, C = 0, T = 0, V = 0;
     const char *act = "gelu_new";
     if (json_unpack(j, "{s:I,s:I,s:I,s:I,s:I}", "n_layer", &L, "n_head", &H, "n_embd", &C,
@@ -175,6 +206,17 @@ static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
                        "not a GPT-2 shape this strait builds: %lld layers, %lld channels, %lld "
                        "heads, context %lld, vocabulary %lld",
                        (long long)L, (long long)C, (long long)H, (long long)T, (long long)V);
+    float eps;
+    int inner;
+    if (hf_num(j, "layer_norm_epsilon", 1e-5, &eps, err) ||
+        hf_int(j, "n_inner", 4 * C, 1, 1 << 20, &inner, err))
+        return -1;
+    if (eps != 1e-5f)
+        return err_set(err, "config.json's layer_norm_epsilon is %g; Strait's GPT-2 uses 1e-5",
+                       eps);
+    if (inner != 4 * C)
+        return err_set(err, "config.json's n_inner is %d; Strait's GPT-2 MLP is 4 x n_embd (%lld)",
+                       inner, (long long)(4 * C));
     c->L = (int)L, c->NH = (int)H, c->C = (int)C, c->T = (int)T, c->V = (int)V;
     return 0;
 }

@@ -178,42 +178,152 @@ static void backward(const GPT *m, const Pass *p) {
 
 /* ---- config.json ------------------------------------------------------------------- */
 
-/* an integer field of config.json in range (absent: def, or -1 if def < 0) */
-static int hf_int(json_t *j, const char *key, long long def, long long lo, long long hi, int *out,
-                  char *err) {
-    json_t *v = json_object_get(j, key);
-    if (v == NULL || json_is_null(v)) {
-        if (def < 0) return err_set(err, "config.json has no %s", key);
-        *out = (int)def;
+/* The fields of a Llama's and a Qwen2's config.json beside every config's
+ * own (hf_config.c): what Strait reads, and what it knows not to change
+ * the model at a neutral value. SmolLM2's carry rope_interleaved and two
+ * of transformers.js's. */
+static const HfField LLAMA_FIELDS[] = {
+    {"num_hidden_layers", HF_USED},
+    {"hidden_size", HF_USED},
+    {"num_attention_heads", HF_USED},
+    {"intermediate_size", HF_USED},
+    {"max_position_embeddings", HF_USED},
+    {"vocab_size", HF_USED},
+    {"num_key_value_heads", HF_USED},
+    {"head_dim", HF_USED},
+    {"rms_norm_eps", HF_USED},
+    {"hidden_act", HF_USED},
+    {"rope_theta", HF_USED},
+    {"rope_scaling", HF_USED},
+    {"rope_parameters", HF_USED},
+    {"tie_word_embeddings", HF_USED},
+    {"attention_dropout", HF_ZERO},
+    {"attention_bias", HF_FALSE},
+    {"mlp_bias", HF_FALSE},
+    {"pretraining_tp", HF_ONE},
+    {"rope_interleaved", HF_FALSE},
+    {"is_llama_config", HF_HARMLESS},
+    {"transformers.js_config", HF_HARMLESS},
+};
+static const HfField QWEN2_FIELDS[] = {
+    {"num_hidden_layers", HF_USED},
+    {"hidden_size", HF_USED},
+    {"num_attention_heads", HF_USED},
+    {"intermediate_size", HF_USED},
+    {"max_position_embeddings", HF_USED},
+    {"vocab_size", HF_USED},
+    {"num_key_value_heads", HF_USED},
+    {"head_dim", HF_USED},
+    {"rms_norm_eps", HF_USED},
+    {"hidden_act", HF_USED},
+    {"rope_theta", HF_USED},
+    {"rope_scaling", HF_USED},
+    {"rope_parameters", HF_USED},
+    {"tie_word_embeddings", HF_USED},
+    {"layer_types", HF_USED},
+    {"attention_dropout", HF_ZERO},
+    {"use_sliding_window", HF_FALSE}, /* and with none, the window's size is moot: */
+    {"sliding_window", HF_HARMLESS},
+    {"max_window_layers", HF_HARMLESS},
+};
+#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+/* A rope description: transformers 4's rope_scaling or transformers 5's
+ * rope_parameters (`field`, which may hold rope_theta too). default and
+ * llama3 are computed; any other type is refused by name. */
+static int rope_read(json_t *o, const char *field, RopeConfig *r, char *err) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        static const char *const known[] = {"rope_type",
+                                            "type",
+                                            "rope_theta",
+                                            "factor",
+                                            "low_freq_factor",
+                                            "high_freq_factor",
+                                            "original_max_position_embeddings"};
+        int ok = 0;
+        for (int i = 0; i < N_OF(known) && !ok; i++)
+            ok = strcmp(key, known[i]) == 0 && (i != 2 || strcmp(field, "rope_parameters") == 0);
+        if (!ok)
+            return err_set(err,
+                           "config.json's %s has %.80s, which Strait does not know; remove it "
+                           "if it does not change the model",
+                           field, key);
+    }
+    const char *type = json_string_value(json_object_get(o, "rope_type"));
+    if (type == NULL) type = json_string_value(json_object_get(o, "type"));
+    if (type == NULL) type = "(none)";
+    if (hf_num(o, "rope_theta", r->theta, &r->theta, err)) return -1;
+    if (strcmp(type, "default") == 0) {
+        r->factor = 0, r->low_freq = 0, r->high_freq = 0, r->original_ctx = 0;
         return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return err_set(err, "config.json's %s should be an integer from %lld to %lld", key, lo, hi);
-    *out = (int)json_integer_value(v);
+    if (strcmp(type, "llama3") != 0)
+        return err_set(err,
+                       "%s of type %s; Strait computes rotary embeddings of type default or "
+                       "llama3 (Llama 3's) only",
+                       field, type);
+    if (hf_num(o, "factor", 0, &r->factor, err) ||
+        hf_num(o, "low_freq_factor", 0, &r->low_freq, err) ||
+        hf_num(o, "high_freq_factor", 0, &r->high_freq, err) ||
+        hf_int(o, "original_max_position_embeddings", -1, 1, 1 << 24, &r->original_ctx, err))
+        return -1;
     return 0;
 }
 
-static int hf_num(json_t *j, const char *key, double def, float *out, char *err) {
-    json_t *v = json_object_get(j, key);
-    if (v == NULL || json_is_null(v)) {
-        *out = (float)def;
+/* Rotary embeddings as transformers 4 writes them (rope_theta, rope_scaling)
+ * or 5 (rope_parameters); a config with both is taken when they agree. */
+static int rope_config(json_t *j, RopeConfig *r, char *err) {
+    RopeConfig old = {10000.0f, 0, 0, 0, 0}, new = old;
+    json_t *rs = json_object_get(j, "rope_scaling"), *rp = json_object_get(j, "rope_parameters");
+    int has_old =
+        (json_object_get(j, "rope_theta") && !json_is_null(json_object_get(j, "rope_theta"))) ||
+        (rs && !json_is_null(rs));
+    if (hf_num(j, "rope_theta", 10000.0, &old.theta, err)) return -1;
+    if (rs && !json_is_null(rs) &&
+        (!json_is_object(rs) ? err_set(err, "config.json's rope_scaling should be an object")
+                             : rope_read(rs, "rope_scaling", &old, err)))
+        return -1;
+    if (rp == NULL || json_is_null(rp)) {
+        *r = old;
         return 0;
     }
-    if (!json_is_number(v)) return err_set(err, "config.json's %s should be a number", key);
-    *out = (float)json_number_value(v);
+    if (!json_is_object(rp))
+        return err_set(err, "config.json's rope_parameters should be an object");
+    if (rope_read(rp, "rope_parameters", &new, err)) return -1;
+    if (has_old && memcmp(&old, &new, sizeof old) != 0)
+        return err_set(err,
+                       "config.json's rope_theta/rope_scaling (theta %g, factor %g) and "
+                       "rope_parameters (theta %g, factor %g) disagree; keep one of them",
+                       old.theta, old.factor, new.theta, new.factor);
+    *r = new;
     return 0;
 }
 
-/* a boolean that must be `want` for Strait to compute this model exactly */
-static int hf_must(json_t *j, const char *key, int want, const char *why, char *err) {
-    json_t *v = json_object_get(j, key);
-    if (v == NULL || json_is_null(v) || json_is_true(v) == want) return 0;
-    return err_set(err, "config.json sets %s to %s; %s", key, want ? "false" : "true", why);
+/* Qwen2's layer_types (transformers 5): every layer full_attention */
+static int layer_types_check(json_t *j, int L, char *err) {
+    json_t *lt = json_object_get(j, "layer_types");
+    if (lt == NULL || json_is_null(lt)) return 0;
+    if (!json_is_array(lt) || (int)json_array_size(lt) != L)
+        return err_set(err, "config.json's layer_types should list the %d layers", L);
+    for (int l = 0; l < L; l++) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)l));
+        if (t && strcmp(t, "full_attention") == 0) continue;
+        return err_set(err,
+                       "config.json's layer_types[%d] is %.40s; Strait attends to the whole "
+                       "context (full_attention) in every layer",
+                       l, t ? t : "not a string");
+    }
+    return 0;
 }
 
 static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
     const char *type = json_string_value(json_object_get(j, "model_type"));
     int qwen = type && strcmp(type, "qwen2") == 0;
+    if (qwen ? hf_fields_check(j, QWEN2_FIELDS, N_OF(QWEN2_FIELDS), err)
+             : hf_fields_check(j, LLAMA_FIELDS, N_OF(LLAMA_FIELDS), err))
+        return -1;
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     if (act && strcmp(act, "silu") != 0)
         return err_set(err, "hidden_act %s; the Llama family's SwiGLU is silu", act);
@@ -225,32 +335,16 @@ static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
         hf_int(j, "vocab_size", -1, 2, 1 << 22, &c->V, err) ||
         hf_int(j, "num_key_value_heads", c->NH, 1, 65536, &c->NKV, err) ||
         hf_int(j, "head_dim", c->C / c->NH, 2, 1024, &c->HD, err) ||
-        hf_num(j, "rms_norm_eps", 1e-6, &c->eps, err) ||
-        hf_num(j, "rope_theta", 10000.0, &c->rope.theta, err))
+        hf_num(j, "rms_norm_eps", 1e-6, &c->eps, err) || rope_config(j, &c->rope, err) ||
+        layer_types_check(j, c->L, err))
         return -1;
     if (qwen && c->HD * c->NH != c->C)
         return err_set(err, "head_dim %d; Qwen2's heads split hidden_size evenly", c->HD);
-    if (qwen ? hf_must(j, "use_sliding_window", 0, "Strait attends to the whole context", err)
-             : hf_must(j, "attention_bias", 0, "Strait's Llama has no attention biases", err) ||
-                   hf_must(j, "mlp_bias", 0, "Strait's Llama has no MLP biases", err))
-        return -1;
-    c->tied = json_is_true(json_object_get(j, "tie_word_embeddings"));
+    json_t *tie = json_object_get(j, "tie_word_embeddings");
+    if (tie && !json_is_null(tie) && !json_is_boolean(tie))
+        return err_set(err, "config.json's tie_word_embeddings should be true or false");
+    c->tied = json_is_true(tie); /* transformers' default for both: untied */
     c->qkv_bias = qwen;
-    json_t *rs = json_object_get(j, "rope_scaling");
-    if (rs != NULL && !json_is_null(rs)) {
-        const char *type = json_string_value(json_object_get(rs, "rope_type"));
-        if (type == NULL) type = json_string_value(json_object_get(rs, "type"));
-        if (type == NULL || strcmp(type, "llama3") != 0)
-            return err_set(err,
-                           "rope_scaling of type %s; Strait computes Llama 3's (llama3) or none",
-                           type ? type : "(none)");
-        if (hf_num(rs, "factor", 0, &c->rope.factor, err) ||
-            hf_num(rs, "low_freq_factor", 0, &c->rope.low_freq, err) ||
-            hf_num(rs, "high_freq_factor", 0, &c->rope.high_freq, err) ||
-            hf_int(rs, "original_max_position_embeddings", -1, 1, 1 << 24, &c->rope.original_ctx,
-                   err))
-            return -1;
-    }
     return 0;
 }
 

@@ -32,15 +32,38 @@ int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
 /* formats.c: llm.c's checkpoint (header version 3, fp32), GPT-2 only. */
 int gpt_export_llmc(const GPT *m, const char *path, char *err);
 
-/* hf.c: Hugging Face. Out: DIR/config.json and DIR/model.safetensors (F32,
- * PyTorch's layout), loadable as transformers' GPT2LMHeadModel,
- * LlamaForCausalLM or Qwen2ForCausalLM. In: a folder of any of the three
- * (SmolLM2 and Llama 2 and 3 are LlamaForCausalLM): config.json and
+/* hf.c: Hugging Face. Out: a folder transformers' GPT2LMHeadModel,
+ * LlamaForCausalLM or Qwen2ForCausalLM.from_pretrained loads (PyTorch's
+ * layout): config.json (transformers 4's form, which 5 reads too), the
+ * tensors in one model.safetensors or, past max_shard bytes, shards and
+ * model.safetensors.index.json, generation_config.json with the token ids,
+ * and the tokenizer files of tokenizer_dir (tokenizer.json,
+ * tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+ * chat_template.jinja, tokenizer.model, added_tokens.json) copied as they
+ * are; the ids are that folder's (its generation_config.json's, else its
+ * config.json's) unless given. o NULL: HF_EXPORT_DEFAULTS. */
+enum { HF_F32, HF_BF16, HF_F16 };
+#define HF_SHARD_DEFAULT ((size_t)5000000000) /* transformers' "5GB" */
+typedef struct HfExport {
+    int dtype;                 /* HF_F32, HF_BF16 or HF_F16 (rounded to nearest, ties to even) */
+    size_t max_shard;          /* bytes of tensors a file holds at most; 0: HF_SHARD_DEFAULT */
+    const char *tokenizer_dir; /* a Hugging Face folder with tokenizer files; NULL: none */
+    int bos, eos, pad;         /* token ids; -1: tokenizer_dir's, else none */
+} HfExport;
+#define HF_EXPORT_DEFAULTS                                                                         \
+    { HF_F32, 0, NULL, -1, -1, -1 }
+int gpt_export_hf(const GPT *m, const char *dir, const HfExport *o, char *err);
+/* In: a folder of any of the three (SmolLM2 and Llama 2 and 3 are
+ * LlamaForCausalLM): config.json in transformers 4's form or 5's and
  * model.safetensors or the shards of model.safetensors.index.json, F32,
- * F16 or BF16, PyTorch's layout or Flax's; m is built here and freed on
- * failure, which names the offending field or tensor. */
-int gpt_export_hf(const GPT *m, const char *dir, char *err);
+ * F16 or BF16, PyTorch's layout or Flax's, mapped rather than read; m is
+ * built here and freed on failure, which names the offending field,
+ * tensor or file. */
 int gpt_import_hf(GPT *m, const char *dir, char *err);
+/* A config.json (path) into cfg, checked: every field one Strait honours
+ * or knows to be harmless (kernels/hf_config.c), -1 naming the first that
+ * is not. */
+int hf_config_load(const char *path, GPTConfig *cfg, char *err);
 
 /* model.safetensors.index.json's weight_map, checked: every tensor maps to
  * a *.safetensors file of the same folder (no path), at most 4096 files. */

@@ -36,23 +36,22 @@ static inline float half_to_float(uint16_t h) {
     return f;
 }
 
-/* fp32 to fp16, to nearest, ties to even (numpy's astype(float16)):
- * overflow to infinity, NaN stays NaN, tiny values to subnormals or zero */
+/* fp32 to IEEE half, to nearest with ties to even: past 65504 is inf, below
+ * 2^-14 a subnormal, NaN stays NaN */
 static inline uint16_t float_to_half(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
     uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
-    if (a < 0x38800000u) { /* below 2^-14: a subnormal half, man * 2^-24 */
+    if (a < 0x38800000u) { /* below 2^-14: a multiple of 2^-24, rounded half to even */
         float f;
         memcpy(&f, &a, 4);
-        float scaled = f * 16777216.0f;            /* exact: a power of two */
-        uint32_t r = (uint32_t)nearbyintf(scaled); /* the rounding mode: to nearest even */
-        return (uint16_t)(sign | r);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(f * 16777216.0f));
     }
-    uint32_t mant = a + 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits */
-    return (uint16_t)(sign | ((mant - 0x38000000u) >> 13));
+    uint32_t h = ((a >> 13) - (112u << 10)), rest = a & 0x1fffu;
+    h += rest > 0x1000u || (rest == 0x1000u && (h & 1u)); /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
 }
 
 #endif /* STRAIT_KERNELS_HALF_H */

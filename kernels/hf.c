@@ -4,25 +4,37 @@
  * view's Hugging Face name and layout are its table row's; config.json is
  * read and written by the architecture's own functions.
  *
- * Out: DIR/config.json and DIR/model.safetensors in PyTorch's layout (F32),
- * as `save_pretrained` writes GPT2LMHeadModel, LlamaForCausalLM or
- * Qwen2ForCausalLM: padded embedding rows dropped, a tied output layer not
- * written (transformers ties it to the embedding).
+ * Out: DIR/config.json and the tensors in PyTorch's layout, as
+ * `save_pretrained` writes GPT2LMHeadModel, LlamaForCausalLM or
+ * Qwen2ForCausalLM: F32, BF16 or F16 (rounded to nearest, ties to even),
+ * padded embedding rows dropped, a tied output layer not written
+ * (transformers ties it to the embedding); one model.safetensors, or
+ * shards of at most max_shard bytes of tensors (one larger tensor alone
+ * in its own) named model-0000i-of-0000n.safetensors and
+ * model.safetensors.index.json; generation_config.json and the token ids
+ * in config.json; and a tokenizer folder's files, copied. Everything is
+ * read and checked before the first file is written; each file is written
+ * atomically.
  *
  * In: config.json and one model.safetensors, or shards named by
- * model.safetensors.index.json's weight_map; F32, F16 or BF16 tensors in
+ * model.safetensors.index.json's weight_map, each mapped read-only (a
+ * tensor's pages are dropped once it is converted, so a file costs no
+ * more memory than its largest tensor); F32, F16 or BF16 tensors in
  * PyTorch's layout ("weight", nn.Linear [out, in], GPT-2's Conv1D
  * [in, out]) or Flax's ("kernel" [in, out] for a Dense, GPT-2's Conv1D
  * kernels [out, in]; "embedding"; LayerNorm's "scale"), GPT-2's with or
  * without the "transformer." prefix. The config's sizes are claims: the
  * files must hold the bytes they describe before the model is allocated,
  * and every tensor's name, dtype, shape and byte range is checked before
- * any is read. A missing or mis-shaped one is named.
+ * any is read; a value that is not finite is refused, naming the tensor.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kernels/arch.h"
@@ -94,10 +106,12 @@ int hf_index_parse(const char *text, size_t len, HfIndex *ix, char *err) {
 /* ---- reading safetensors files ---------------------------------------------------- */
 
 typedef struct Shard {
-    char *text; /* the whole file (owned) */
+    uint8_t *map; /* the whole file, mapped read-only (owned) */
+    size_t len;
     json_t *header;
     const uint8_t *data;
     size_t data_len;
+    char file[HF_SHARD_NAME];
 } Shard;
 
 typedef struct HfIn {
@@ -108,7 +122,10 @@ typedef struct HfIn {
 } HfIn;
 
 static void hf_in_free(HfIn *in) {
-    for (int i = 0; i < in->n; i++) json_decref(in->shards[i].header), free(in->shards[i].text);
+    for (int i = 0; i < in->n; i++) {
+        json_decref(in->shards[i].header);
+        if (in->shards[i].map) munmap(in->shards[i].map, in->shards[i].len);
+    }
     free(in->shards);
     hf_index_free(&in->ix);
 }
@@ -116,17 +133,32 @@ static void hf_in_free(HfIn *in) {
 static int shard_open(const char *dir, const char *file, Shard *s, char *err) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    size_t len;
-    if (file_read_all(path, (size_t)1 << 37, &s->text, &len, err) != 0) return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        err_set_errno(err, "%s", path);
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < 8) {
+        close(fd);
+        return err_set(err, "%s: not a safetensors file", path);
+    }
+    snprintf(s->file, sizeof s->file, "%s", file);
+    s->len = (size_t)st.st_size;
+    void *map = mmap(NULL, s->len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return err_set_errno(err, "%s: mapping it", path);
+    s->map = map;
     uint64_t hl = 0;
-    if (len >= 8) memcpy(&hl, s->text, 8);
+    memcpy(&hl, s->map, 8);
     json_error_t je;
-    s->header = len >= 8 && hl <= len - 8 && hl <= HF_MAX_HEADER
-                    ? json_loadb(s->text + 8, (size_t)hl, 0, &je)
+    s->header = hl <= s->len - 8 && hl <= HF_MAX_HEADER
+                    ? json_loadb((const char *)s->map + 8, (size_t)hl, 0, &je)
                     : NULL;
     if (!json_is_object(s->header)) return err_set(err, "%s: not a safetensors file", path);
-    s->data = (const uint8_t *)s->text + 8 + hl;
-    s->data_len = len - 8 - (size_t)hl;
+    s->data = s->map + 8 + hl;
+    s->data_len = s->len - 8 - (size_t)hl;
     return 0;
 }
 
@@ -245,10 +277,16 @@ static int hf_take(const HfIn *in, const GPT *m, const ArchTensor *t, int l, con
             memcpy(&h, src + 2 * i, 2);
             v = dtype[0] == 'F' ? half_to_float(h) : bf16_to_float(h);
         }
+        if (!isfinite(v))
+            return err_set(err, "%s: tensor %s holds %s at element %zu", sh->file, full,
+                           isnan(v) ? "NaN" : "an infinity", i);
         /* source element i is at (r, c) of the source layout */
         size_t r = i / (size_t)want[1], c = i % (size_t)want[1];
         dst[transpose ? c * (size_t)cols + r : i] = v;
     }
+    /* the tensor's pages are read: give them back (the file keeps them) */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), from = (size_t)(src - sh->map) / page * page;
+    madvise(sh->map + from, (size_t)(src - sh->map) + count * size - from, MADV_DONTNEED);
     return 0;
 }
 
@@ -277,10 +315,8 @@ static const Arch *hf_arch(json_t *cfg, const char *path, char *err) {
     return NULL;
 }
 
-int gpt_import_hf(GPT *m, const char *dir, char *err) {
-    memset(m, 0, sizeof *m);
-    char path[1200], *text = NULL;
-    snprintf(path, sizeof path, "%s/config.json", dir);
+int hf_config_load(const char *path, GPTConfig *cfg, char *err) {
+    char *text = NULL;
     if (file_read_all(path, 1 << 20, &text, NULL, err) != 0) return -1;
     json_error_t je;
     json_t *cj = json_loads(text, 0, &je);
@@ -289,19 +325,28 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
         json_decref(cj);
         return err_set(err, "%s: not a JSON object (%s)", path, je.text);
     }
-    GPTConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
+    memset(cfg, 0, sizeof *cfg);
     char why[ERR_LEN];
     const Arch *a = hf_arch(cj, path, err);
-    int rc = a == NULL ? -1 : a->hf_config_read(cj, &cfg, why);
+    int rc = a == NULL ? -1 : a->hf_config_read(cj, cfg, why);
     json_decref(cj);
     if (a == NULL) return -1;
     if (rc == 0) {
-        cfg.arch = model_arch_of(a->name);
-        snprintf(cfg.name, sizeof cfg.name, "hf");
-        rc = model_config_check(&cfg, why);
+        cfg->arch = model_arch_of(a->name);
+        snprintf(cfg->name, sizeof cfg->name, "hf");
+        rc = model_config_check(cfg, why);
     }
-    if (rc != 0) return err_set(err, "%s: %s", path, why);
+    return rc != 0 ? err_set(err, "%s: %s", path, why) : 0;
+}
+
+int gpt_import_hf(GPT *m, const char *dir, char *err) {
+    memset(m, 0, sizeof *m);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    GPTConfig cfg;
+    if (hf_config_load(path, &cfg, err) != 0) return -1;
+    const Arch *a = arch_of(cfg.arch);
+    int rc;
     HfIn in;
     if (hf_in_open(dir, &in, err) != 0) {
         hf_in_free(&in);
@@ -309,8 +354,10 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     }
     /* the config's sizes are claims: files too small for them are refused
      * before the model they describe is allocated (2 bytes a value at the
-     * least, F16 or BF16) */
-    double want = gpt_config_params(&cfg);
+     * least, F16 or BF16; the files hold no padded embedding rows) */
+    GPTConfig unpadded = cfg;
+    unpadded.Vp = cfg.V;
+    double want = gpt_config_params(&unpadded);
     rc = 2 * want > (double)in.bytes
              ? err_set(err, "%s holds %zu bytes of tensors; config.json describes %.0f values", dir,
                        in.bytes, want)
@@ -328,31 +375,68 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
 
 /* ---- writing ---------------------------------------------------------------------- */
 
-/* One tensor of the Hugging Face file: its name, shape and data (owned). */
+static const char *const DTYPE_ST[] = {[HF_F32] = "F32", [HF_BF16] = "BF16", [HF_F16] = "F16"};
+static const char *const DTYPE_TORCH[] = {
+    [HF_F32] = "float32", [HF_BF16] = "bfloat16", [HF_F16] = "float16"};
+/* the files a tokenizer folder may hold, copied as they are */
+static const char *const TOKENIZER_FILES[] = {"tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "vocab.json",
+                                              "merges.txt",
+                                              "chat_template.jinja",
+                                              "tokenizer.model",
+                                              "added_tokens.json",
+                                              "generation_config.json"};
+#define N_TOKENIZER_FILES (int)(sizeof TOKENIZER_FILES / sizeof TOKENIZER_FILES[0])
+static const char *const ID_KEYS[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+
+/* One tensor of the Hugging Face files: its name, shape, where its values
+ * are in the model (Strait's layout) and the shard it goes to. */
 typedef struct HfTensor {
     char name[160];
     int ndim, shape[2];
-    float *data;
+    const float *src;
+    int conv1d; /* src is [shape[1], shape[0]]: write it transposed */
+    size_t count;
+    int shard;
 } HfTensor;
 
-static int write_hf_safetensors(const char *path, HfTensor *ts, int n, char *err) {
+static void tensor_encode(const HfTensor *t, int dtype, void *out) {
+    size_t rows = (size_t)t->shape[0], cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+    for (size_t i = 0; i < t->count; i++) {
+        /* element (r, c) of the file's layout; Conv1D's is Strait's transposed */
+        size_t r = i / cols, c = i % cols;
+        float v = t->conv1d ? t->src[c * rows + r] : t->src[i];
+        if (dtype == HF_F32)
+            ((float *)out)[i] = v;
+        else
+            ((uint16_t *)out)[i] = dtype == HF_BF16 ? float_to_bf16(v) : float_to_half(v);
+    }
+}
+
+static int write_shard(const char *path, const HfTensor *ts, int n, int shard, int dtype,
+                       char *err) {
+    size_t elt = dtype == HF_F32 ? 4 : 2, off = 0, most = 0;
     json_t *h = json_object();
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
-    size_t off = 0;
     for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)ts[i].shape[0] * (ts[i].ndim == 2 ? (size_t)ts[i].shape[1] : 1) * 4;
+        if (ts[i].shard != shard) continue;
         json_t *shape = json_array();
         for (int d = 0; d < ts[i].ndim; d++)
             json_array_append_new(shape, json_integer(ts[i].shape[d]));
+        size_t bytes = ts[i].count * elt;
         json_object_set_new(h, ts[i].name,
-                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape,
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", DTYPE_ST[dtype], "shape", shape,
                                       "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));
         off += bytes;
+        most = bytes > most ? bytes : most;
     }
     char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
     size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
     uint64_t len_le = padded;
+    void *buf = mallocCheck(most ? most : 1);
     AtomicFile *af = file_atomic_open(path, 0644, err);
     int rc = af ? 0 : -1;
     if (rc == 0)
@@ -361,54 +445,237 @@ static int write_hf_safetensors(const char *path, HfTensor *ts, int n, char *err
                  ? -1
                  : 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        size_t count = (size_t)ts[i].shape[0] * (ts[i].ndim == 2 ? (size_t)ts[i].shape[1] : 1);
-        rc = file_atomic_write(af, ts[i].data, count * 4, err);
+        if (ts[i].shard != shard) continue;
+        tensor_encode(&ts[i], dtype, buf);
+        rc = file_atomic_write(af, buf, ts[i].count * elt, err);
     }
-    free(text);
+    free(text), free(buf);
     if (af && rc != 0) file_atomic_abort(af);
     return rc == 0 ? file_atomic_commit(af, err) : -1;
 }
 
-int gpt_export_hf(const GPT *m, const char *dir, char *err) {
+/* A tokenizer folder's files, read whole before anything is written. */
+typedef struct HfFiles {
+    char *text[N_TOKENIZER_FILES]; /* NULL: the folder has none (owned) */
+    size_t len[N_TOKENIZER_FILES];
+    json_t *ids; /* bos/eos/pad ids: generation_config.json's, else config.json's (owned) */
+} HfFiles;
+
+static void hf_files_free(HfFiles *f) {
+    for (int i = 0; i < N_TOKENIZER_FILES; i++) free(f->text[i]);
+    json_decref(f->ids);
+}
+
+/* the ids of a JSON file of the folder, those not already in f->ids */
+static int ids_take(HfFiles *f, const char *dir, const char *file, const char *text, size_t len,
+                    char *err) {
+    json_error_t je;
+    json_t *j = json_loadb(text, len, 0, &je);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return err_set(err, "%s/%s: not a JSON object (%s)", dir, file, je.text);
+    }
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(j, ID_KEYS[k]);
+        if (v == NULL || json_is_null(v) || json_object_get(f->ids, ID_KEYS[k])) continue;
+        int ok = json_is_integer(v) || (json_is_array(v) && json_array_size(v) > 0);
+        for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
+            ok = ok && json_is_integer(json_array_get(v, i));
+        if (!ok) {
+            json_decref(j);
+            return err_set(err, "%s/%s: %s should be a token id or a list of them", dir, file,
+                           ID_KEYS[k]);
+        }
+        json_object_set(f->ids, ID_KEYS[k], v);
+    }
+    json_decref(j);
+    return 0;
+}
+
+static int hf_files_read(HfFiles *f, const char *dir, char *err) {
+    memset(f, 0, sizeof *f);
+    f->ids = json_object();
+    if (dir == NULL) return 0;
+    char path[1200];
+    int found = 0;
+    for (int i = 0; i < N_TOKENIZER_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, TOKENIZER_FILES[i]);
+        if (access(path, F_OK) != 0) continue;
+        if (file_read_all(path, (size_t)1 << 30, &f->text[i], &f->len[i], err) != 0) return -1;
+        found += i < N_TOKENIZER_FILES - 1; /* generation_config.json is not a tokenizer */
+    }
+    if (!found)
+        return err_set(err,
+                       "%s holds no tokenizer files (tokenizer.json, vocab.json and merges.txt, "
+                       "tokenizer.model); name the Hugging Face folder the model came from",
+                       dir);
+    if (f->text[N_TOKENIZER_FILES - 1] &&
+        ids_take(f, dir, "generation_config.json", f->text[N_TOKENIZER_FILES - 1],
+                 f->len[N_TOKENIZER_FILES - 1], err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    if (access(path, F_OK) != 0) return 0;
+    if (file_read_all(path, 1 << 20, &text, &len, err) != 0) return -1;
+    int rc = ids_take(f, dir, "config.json", text, len, err);
+    free(text);
+    return rc;
+}
+
+/* every id of v below V */
+static int ids_fit(json_t *v, const char *key, int V, char *err) {
+    for (size_t i = 0; i < (json_is_array(v) ? json_array_size(v) : 1); i++) {
+        json_int_t id = json_integer_value(json_is_array(v) ? json_array_get(v, i) : v);
+        if (id < 0 || id >= V)
+            return err_set(err,
+                           "%s %lld is outside the model's vocabulary of %d; give the tokenizer "
+                           "the model was trained with",
+                           key, (long long)id, V);
+    }
+    return 0;
+}
+
+/* Old files of another layout (a model.safetensors beside new shards, or
+ * an index and its shards beside a new model.safetensors) would be read
+ * before the new ones: removed. */
+static void remove_stale(const char *dir, int sharded) {
+    char path[1200], *text;
+    size_t len;
+    char err[ERR_LEN];
+    if (sharded) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (file_read_all(path, 64u << 20, &text, &len, err) != 0) return;
+    HfIndex ix;
+    if (hf_index_parse(text, len, &ix, err) == 0) {
+        for (int i = 0; i < ix.n_files; i++) {
+            char shard[1500];
+            snprintf(shard, sizeof shard, "%s/%s", dir, ix.files[i]);
+            unlink(shard);
+        }
+        hf_index_free(&ix);
+    }
+    free(text);
+    unlink(path);
+}
+
+static int write_json(const char *dir, const char *file, json_t *j, char *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t n = strlen(text);
+    text = realloc(text, n + 2);
+    if (text == NULL) DIE("out of memory for %s", file);
+    text[n] = '\n', text[n + 1] = '\0';
+    int rc = file_write_atomic(path, text, n + 1, 0644, err);
+    free(text);
+    return rc;
+}
+
+int gpt_export_hf(const GPT *m, const char *dir, const HfExport *opt, char *err) {
+    HfExport o = HF_EXPORT_DEFAULTS;
+    if (opt) o = *opt;
+    if (o.dtype < HF_F32 || o.dtype > HF_F16) return err_set(err, "unknown dtype %d", o.dtype);
+    size_t max_shard = o.max_shard ? o.max_shard : HF_SHARD_DEFAULT;
     const Arch *a = m->arch;
-    if (file_mkdir_p(dir, 0755, err) != 0) return -1;
+    HfFiles tok;
+    if (hf_files_read(&tok, o.tokenizer_dir, err) != 0) {
+        hf_files_free(&tok);
+        return -1;
+    }
+    int given[3] = {o.bos, o.eos, o.pad};
+    for (int k = 0; k < 3; k++)
+        if (given[k] >= 0) json_object_set_new(tok.ids, ID_KEYS[k], json_integer(given[k]));
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(tok.ids, ID_KEYS[k]);
+        if (v && ids_fit(v, ID_KEYS[k], m->cfg.V, err) != 0) {
+            hf_files_free(&tok);
+            return -1;
+        }
+    }
+    if (file_mkdir_p(dir, 0755, err) != 0) {
+        hf_files_free(&tok);
+        return -1;
+    }
+    /* the tensors, in table order, cut into shards of at most max_shard bytes */
     HfTensor *ts = callocCheck((size_t)m->n_views, sizeof *ts);
-    int n = 0;
+    size_t elt = o.dtype == HF_F32 ? 4 : 2, in_shard = 0, total = 0;
+    int n = 0, shards = 1;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? m->cfg.L : 1); l++) {
             const float *src = arch_w(m, m->params, r, l);
             if (src == NULL) continue;
             const ArchTensor *t = &a->tensors[r];
-            HfTensor *o = &ts[n++];
+            HfTensor *w = &ts[n++];
             char base[160];
             hf_name(base, sizeof base, t->hf, l);
-            snprintf(o->name, sizeof o->name, "%s%s", a->hf_prefix, base);
+            snprintf(w->name, sizeof w->name, "%s%s", a->hf_prefix, base);
             int two_d = t->d1 != DIM_NONE;
             int rows = t->d0 == DIM_VP ? m->cfg.V : arch_dim(&m->cfg, t->d0); /* no padding */
             int cols = two_d ? arch_dim(&m->cfg, t->d1) : 1;
-            o->ndim = two_d ? 2 : 1;
-            o->data = mallocCheck((size_t)rows * cols * 4);
-            if (two_d && t->hf_conv1d) { /* [out, in] → Conv1D's [in, out] */
-                for (int i = 0; i < rows; i++)
-                    for (int j = 0; j < cols; j++)
-                        o->data[(size_t)j * rows + i] = src[(size_t)i * cols + j];
-                o->shape[0] = cols, o->shape[1] = rows;
-            } else {
-                memcpy(o->data, src, (size_t)rows * cols * 4);
-                o->shape[0] = rows, o->shape[1] = cols;
-            }
+            w->ndim = two_d ? 2 : 1;
+            w->src = src;
+            w->conv1d = two_d && t->hf_conv1d; /* [out, in] → Conv1D's [in, out] */
+            w->shape[0] = w->conv1d ? cols : rows, w->shape[1] = w->conv1d ? rows : cols;
+            w->count = (size_t)rows * cols;
+            size_t bytes = w->count * elt;
+            if (in_shard > 0 && in_shard + bytes > max_shard) shards++, in_shard = 0;
+            w->shard = shards - 1;
+            in_shard += bytes, total += bytes;
         }
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int rc = write_hf_safetensors(path, ts, n, err);
-    for (int i = 0; i < n; i++) free(ts[i].data);
+    remove_stale(dir, shards > 1);
+    char path[1200], file[64];
+    json_t *map = json_object();
+    int rc = 0;
+    for (int s = 0; s < shards && rc == 0; s++) {
+        if (shards == 1)
+            snprintf(file, sizeof file, "model.safetensors");
+        else
+            snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, shards);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        rc = write_shard(path, ts, n, s, o.dtype, err);
+        for (int i = 0; i < n; i++)
+            if (ts[i].shard == s) json_object_set_new(map, ts[i].name, json_string(file));
+    }
+    double n_params = 0;
+    for (int i = 0; i < n; i++) n_params += (double)ts[i].count;
     free(ts);
-    if (rc != 0) return -1;
+    if (rc == 0 && shards > 1) {
+        json_t *ix =
+            json_pack("{s:{s:I,s:I},s:o}", "metadata", "total_parameters", (json_int_t)n_params,
+                      "total_size", (json_int_t)total, "weight_map", json_incref(map));
+        rc = write_json(dir, "model.safetensors.index.json", ix, err);
+        json_decref(ix);
+    }
+    json_decref(map);
+    /* config.json: the architecture's, with the token ids and the files' dtype */
     json_t *cfg = a->hf_config_write(&m->cfg);
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    rc = file_write_atomic(path, text, strlen(text), 0644, err);
-    free(text);
+    json_object_set_new(cfg, "torch_dtype", json_string(DTYPE_TORCH[o.dtype]));
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(tok.ids, ID_KEYS[k]);
+        if (v) json_object_set(cfg, ID_KEYS[k], v);
+    }
+    if (rc == 0) rc = write_json(dir, "config.json", cfg, err);
+    /* generation_config.json: the tokenizer folder's, or one of the ids */
+    json_t *gen = NULL;
+    if (tok.text[N_TOKENIZER_FILES - 1])
+        gen = json_loadb(tok.text[N_TOKENIZER_FILES - 1], tok.len[N_TOKENIZER_FILES - 1], 0, NULL);
+    if (gen == NULL) gen = json_pack("{s:b}", "_from_model_config", 1);
+    int any = 0;
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(cfg, ID_KEYS[k]);
+        if (v && !json_is_null(v)) json_object_set(gen, ID_KEYS[k], v), any = 1;
+    }
+    if (rc == 0 && any) rc = write_json(dir, "generation_config.json", gen, err);
+    json_decref(gen), json_decref(cfg);
+    for (int i = 0; i < N_TOKENIZER_FILES - 1 && rc == 0; i++) {
+        if (tok.text[i] == NULL) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, TOKENIZER_FILES[i]);
+        rc = file_write_atomic(path, tok.text[i], tok.len[i], 0644, err);
+    }
+    hf_files_free(&tok);
     return rc;
 }

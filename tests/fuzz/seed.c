@@ -206,6 +206,21 @@ int main(int argc, char **argv) {
         if (gpt_export_gguf(&lm, gp, GGML_Q8_0, NULL, err) != 0) fprintf(stderr, "%s\n", err);
         gpt_free(&lm);
     }
+    /* and the folder transformers 4 saved (BF16), with its config in transformers 4's form
+     * and in 5's (tests/fixtures; make fuzz runs in the source tree) */
+    static const char *const configs[] = {"tests/fixtures/llama-transformers4/config.json",
+                                          "tests/fixtures/configs/llama-transformers5.json"};
+    for (int k = 0; k < 2; k++) {
+        size_t cl, ml;
+        char *cj = read_whole(configs[k], &cl),
+             *mb = read_whole("tests/fixtures/llama-transformers4/model.safetensors", &ml);
+        if (cj && mb) {
+            cj[cl] = '\0';
+            put(dir_of(root, "fuzz_hf"), k ? "transformers5" : "transformers4", (const uint8_t *)cj,
+                cl + 1, (const uint8_t *)mb, ml);
+        }
+        free(cj), free(mb);
+    }
     /* fuzz_model_config: a GPT-2's description and a Llama's */
     for (int k = 0; k < 2; k++) {
         char *text = model_config_json(hcs[k]);
@@ -234,7 +249,7 @@ static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
     GPT hm;
     char hdir[900];
     snprintf(hdir, sizeof hdir, "%s/hf-tmp", root);
-    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, err) == 0) {
+    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, NULL, err) == 0) {
         size_t cl, ml;
         snprintf(path, sizeof path, "%s/config.json", hdir);
         char *cj = read_whole(path, &cl);
@@ -248,6 +263,8 @@ static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
         free(cj), free(mb);
         remove(path);
         snprintf(path, sizeof path, "%s/config.json", hdir);
+        remove(path);
+        snprintf(path, sizeof path, "%s/generation_config.json", hdir);
         remove(path);
         remove(hdir);
         gpt_free(&hm);

@@ -149,7 +149,7 @@ Test(interop, hf_import_reads_back_the_export_bit_for_bit) {
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
     GPT m = trained_looking(ckpt), back;
-    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
     cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.table_hash, m.table_hash, "another layout");
     cr_assert_eq(back.n_params, m.n_params);
@@ -171,7 +171,7 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
     GPT m = trained_looking(ckpt), back;
-    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
     static const char script[] =
         "import sys, numpy as np\n"
         "from safetensors.numpy import load_file, save_file\n"
@@ -194,7 +194,7 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     const char *modes[2] = {"missing", "shape"},
                *said[2] = {"h.1.mlp.c_fc.bias", "h.0.attn.c_proj.weight has shape"};
     for (int k = 0; k < 2; k++) {
-        cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
         argv[4] = (char *)modes[k];
         r = proc_run(argv);
         cr_assert_eq(r.status, 0, "python said: %s", r.err);
@@ -204,7 +204,7 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     }
     /* a config claiming far more than the file holds is refused before the
      * model it describes is allocated */
-    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
     char cfg[800], *text;
     snprintf(cfg, sizeof cfg, "%s/config.json", out);
     cr_assert_eq(file_read_all(cfg, 1 << 20, &text, NULL, err), 0, "%s", err);

@@ -85,7 +85,7 @@ Test(llama, exports_match_an_independent_numpy_forward_and_read_back_bit_for_bit
     for (int k = 0; k < 2; k++) {
         GPT m = moved(presets[k], k == 0, k == 0 ? 300 : 0), back;
         snprintf(out, sizeof out, "%s/%s", dir, presets[k]);
-        cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
         double d = numpy_diff(&m, out);
         cr_assert_lt(d, 1e-4, "%s: logits differ from numpy's by %g", presets[k], d);
         fprintf(stderr, "%s: Strait against numpy, largest logit difference %.2e\n", presets[k], d);
@@ -145,7 +145,7 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
     char *dir = harness_tmpdir("llamashard"), out[700], err[ERR_LEN];
     snprintf(out, sizeof out, "%s/hf", dir);
     GPT m = moved("llama-tiny", 1, 0), back;
-    cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
     reshape(out, "bf16");
     cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) /* bf16 keeps 8 bits of mantissa */
@@ -156,7 +156,7 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
                *said[2] = {"model.layers.1.mlp.up_proj.weight", "../outside.safetensors"};
     for (int k = 0; k < 2; k++) {
         harness_rmtree(out);
-        cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
         reshape(out, modes[k]);
         cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a %s checkpoint was accepted", modes[k]);
         cr_assert_not_null(strstr(err, said[k]) || (k == 1 && strstr(err, "same folder")), "%s: %s",
@@ -174,7 +174,7 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         harness_rmtree(out);
-        cr_assert_eq(gpt_export_hf(&m, out, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
         char cfg[800], *text;
         snprintf(cfg, sizeof cfg, "%s/config.json", out);
         cr_assert_eq(file_read_all(cfg, 1 << 20, &text, NULL, err), 0, "%s", err);

@@ -61,7 +61,7 @@ static GPT make_pretrained(void) {
     }
     const ParamView *wte = gpt_view(&m, "wte");
     for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
-    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
     return m;
 }
 
@@ -270,7 +270,7 @@ static void whole_path(int llama) {
     }
     GPT m;
     cr_assert_eq(gpt_build(&m, &cfg, 9, err), 0, "%s", err);
-    cr_assert_eq(gpt_export_hf(&m, hf, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
     gpt_free(&m);
     char shards[700], shard0[800];
     snprintf(shards, sizeof shards, "%s/shards", root);
@@ -303,7 +303,20 @@ static void whole_path(int llama) {
     snprintf(out, sizeof out, "%s/export", root);
     r = S("export", ckpt, "--format", "hf", out);
     cr_assert_eq(r.status, 0, "%s", r.err);
+    /* the tokenizer comes from the folder the federation started from */
+    cr_assert_not_null(strstr(r.out, "tokenizer files from"), "%s", r.out);
     proc_result_free(&r);
+    {
+        char a[1000], b[1000], *x, *y;
+        size_t nx, ny;
+        const char *file = llama ? "tokenizer.json" : "merges.txt";
+        snprintf(a, sizeof a, "%s/%s", hf, file);
+        snprintf(b, sizeof b, "%s/%s", out, file);
+        cr_assert_eq(file_read_all(a, 1 << 26, &x, &nx, err), 0, "%s", err);
+        cr_assert_eq(file_read_all(b, 1 << 26, &y, &ny, err), 0, "%s", err);
+        cr_assert(nx == ny && memcmp(x, y, nx) == 0, "the export's %s is not the source's", file);
+        free(x), free(y);
+    }
     GPT back;
     cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.cfg.V, V);

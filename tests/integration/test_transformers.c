@@ -1,20 +1,26 @@
 /*
- * test_transformers.c — Strait's Hugging Face export read by transformers
- * itself (`make test-hf`: build/venv-hf holds transformers, Flax and JAX's
- * CPU backend from PyPI; skipped by `make test`, whose CI-sized check of
- * the same layout is test_interop.c's independent numpy forward pass).
- * A 2-layer, width-64 GPT-2 with a BPE-sized vocabulary: transformers'
- * logits on the same tokens agree with Strait's to 1e-4, before and after
- * Strait trains it, and after a round trip through the importer; and a
- * random GPT-2 made and saved by transformers itself, read by Strait, gives
- * transformers' logits; and a random Llama (grouped-query attention,
- * untied) the same, then trained by Strait and exported, read back by
- * transformers to Strait's logits.
+ * test_transformers.c — Strait's Hugging Face folders against transformers
+ * 5 with PyTorch on the CPU, what users run (`make test-hf`: build/venv-hf
+ * holds the pinned set from PyPI; skipped by `make test`, whose check of
+ * the same layout is test_interop.c's independent numpy forward pass, and
+ * whose transformers 4 fixture is test_hf_config.c's).
+ * - A GPT-2 of a BPE-sized vocabulary exported by Strait: transformers'
+ *   logits equal Strait's to 1e-4, before and after Strait trains it.
+ * - A random GPT-2, Llama (SmolLM2's form: theta 100000, tied, with a
+ *   tokenizer), Llama 3 (rope llama3) and Qwen2 made and saved by
+ *   transformers 5 (config in its new form): Strait reads each with
+ *   transformers' logits to 1e-4; the Llama family trained by Strait and
+ *   exported goes back: in f32, and in bf16 cut into shards, whose every
+ *   tensor is torch's own rounding of the f32 one and whose logits equal,
+ *   to 1e-4, Strait's on its model rounded to bf16 (the same weights in
+ *   fp32 arithmetic on both sides); and AutoTokenizer loads the export
+ *   with the source's tokenizer, encoding as it does.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -60,24 +66,52 @@ static void some_ids(int *ids, int V) {
     }
 }
 
-/* The largest difference between transformers' logits of m's export and
- * Strait's own. */
-static double max_diff_against_transformers(GPT *m, const char *dir, const char *tag) {
-    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
-    char out[800], ids_path[800], logits_path[800], script[800], err[ERR_LEN];
-    snprintf(out, sizeof out, "%s/%s", dir, tag);
-    cr_assert_eq(gpt_export_hf(m, out, err), 0, "%s", err);
+static int run_python(char *const *argv) {
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    return 0;
+}
+
+static void script(char *out, size_t n) {
+    snprintf(out, n, "%s/tests/python/transformers_logits.py", getenv("STRAIT_SRC"));
+}
+
+/* transformers' logits of the folder `out` on ids, against m's */
+static double transformers_vs(GPT *m, const char *dir, const char *out, const char *tag) {
+    const char *py = getenv("STRAIT_HF_PYTHON");
+    char ids_path[800], logits_path[800], s[800], err[ERR_LEN];
     int ids[T_IDS];
     some_ids(ids, m->cfg.V);
     snprintf(ids_path, sizeof ids_path, "%s/%s.ids", dir, tag);
     snprintf(logits_path, sizeof logits_path, "%s/%s.logits", dir, tag);
     cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
-    snprintf(script, sizeof script, "%s/tests/python/transformers_logits.py", src);
-    char *argv[] = {(char *)py, script, "logits", out, ids_path, logits_path, NULL};
-    ProcResult r = proc_run(argv);
-    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
-    proc_result_free(&r);
+    script(s, sizeof s);
+    char *argv[] = {(char *)py, s, "logits", (char *)out, ids_path, logits_path, NULL};
+    run_python(argv);
     return max_diff(m, ids, logits_path);
+}
+
+/* The largest difference between transformers' logits of m's export
+ * (f32, one file) and Strait's own. */
+static double max_diff_against_transformers(GPT *m, const char *dir, const char *tag) {
+    char out[800], err[ERR_LEN];
+    snprintf(out, sizeof out, "%s/%s", dir, tag);
+    cr_assert_eq(gpt_export_hf(m, out, NULL, err), 0, "%s", err);
+    return transformers_vs(m, dir, out, tag);
+}
+
+static int count_shards(const char *dir) {
+    char path[900], *text, err[ERR_LEN];
+    size_t len;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (file_read_all(path, 1 << 24, &text, &len, err) != 0) return 1;
+    HfIndex ix;
+    cr_assert_eq(hf_index_parse(text, len, &ix, err), 0, "%s", err);
+    int n = ix.n_files;
+    hf_index_free(&ix);
+    free(text);
+    return n;
 }
 
 Test(transformers, loads_the_export_with_the_same_logits_before_and_after_training,
@@ -116,55 +150,92 @@ Test(transformers, loads_the_export_with_the_same_logits_before_and_after_traini
 }
 
 static void saved_by_transformers(const char *make, int vocab) {
-    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
+    const char *py = getenv("STRAIT_HF_PYTHON");
     char *dir = harness_tmpdir("transformers"), err[ERR_LEN];
-    char saved[700], ids_path[700], logits_path[700], script[700];
+    char saved[700], ids_path[700], logits_path[700], s[700];
     snprintf(saved, sizeof saved, "%s/saved", dir);
     snprintf(ids_path, sizeof ids_path, "%s/ids", dir);
     snprintf(logits_path, sizeof logits_path, "%s/logits", dir);
-    snprintf(script, sizeof script, "%s/tests/python/transformers_logits.py", src);
+    script(s, sizeof s);
     int ids[T_IDS];
     some_ids(ids, vocab);
     cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
-    /* a random model made and saved by transformers (its own safetensors layout) */
+    /* a random model made and saved by transformers 5 (its own layout and config) */
     char v[16];
     snprintf(v, sizeof v, "%d", vocab);
-    char *argv[] = {(char *)py, script, (char *)make, saved, v, ids_path, logits_path, NULL};
-    ProcResult r = proc_run(argv);
-    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
-    proc_result_free(&r);
+    char *argv[] = {(char *)py, s, (char *)make, saved, v, ids_path, logits_path, NULL};
+    run_python(argv);
     GPT m;
     cr_assert_eq(gpt_import_hf(&m, saved, err), 0, "%s", err);
     cr_assert_eq(m.cfg.V, vocab);
     double d = max_diff(&m, ids, logits_path);
     cr_assert_lt(d, 1e-4, "logits differ by %g", d);
-    fprintf(stderr, "transformers' own %s save read by Strait, largest logit difference: %.2e\n",
-            model_arch_name(m.cfg.arch), d);
+    fprintf(stderr,
+            "transformers 5's own %s save (%s) read by Strait, largest logit difference: "
+            "%.2e\n",
+            model_arch_name(m.cfg.arch), make, d);
+    if (m.cfg.arch == ARCH_GPT2) goto done;
     /* Strait trains it a few steps and exports; transformers loads that */
-    if (m.cfg.arch != ARCH_GPT2) {
-        TrainConfig c = train_defaults(1e-2f, 5);
-        Trainer *t = trainer_create(&m, &c, 0, 2, 16, err);
-        cr_assert_not_null(t, "%s", err);
-        int in[32], tg[32];
-        for (int i = 0; i < 32; i++) in[i] = (i * 37) % vocab, tg[i] = (i * 11 + 3) % vocab;
-        for (int s = 0; s < 5; s++) trainer_step(t, in, tg, train_lr(&c, s), NULL);
-        trainer_free(t);
-        double after = max_diff_against_transformers(&m, dir, "trained");
-        cr_assert_lt(after, 1e-4, "trained: logits differ by %g", after);
-        fprintf(stderr, "... trained by Strait and exported: %.2e\n", after);
+    TrainConfig c = train_defaults(1e-2f, 5);
+    Trainer *t = trainer_create(&m, &c, 0, 2, 16, err);
+    cr_assert_not_null(t, "%s", err);
+    int in[32], tg[32];
+    for (int i = 0; i < 32; i++) in[i] = (i * 37) % vocab, tg[i] = (i * 11 + 3) % vocab;
+    for (int k = 0; k < 5; k++) trainer_step(t, in, tg, train_lr(&c, k), NULL);
+    trainer_free(t);
+    double after = max_diff_against_transformers(&m, dir, "trained");
+    cr_assert_lt(after, 1e-4, "trained: logits differ by %g", after);
+    /* bf16 in shards of at most 40 kB, with the source's tokenizer if it has one */
+    char tokjson[800], f32[800], bf16[800];
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", saved);
+    int has_tokenizer = access(tokjson, F_OK) == 0;
+    HfExport o = HF_EXPORT_DEFAULTS;
+    o.dtype = HF_BF16, o.max_shard = 40000, o.tokenizer_dir = has_tokenizer ? saved : NULL;
+    snprintf(f32, sizeof f32, "%s/trained", dir);
+    snprintf(bf16, sizeof bf16, "%s/bf16", dir);
+    cr_assert_eq(gpt_export_hf(&m, bf16, &o, err), 0, "%s", err);
+    int shards = count_shards(bf16);
+    cr_assert_gt(shards, 2, "%d shards", shards);
+    char *check[] = {(char *)py, s, "rounded", f32, bf16, "bf16", NULL};
+    run_python(check);
+    GPT rounded; /* Strait's model rounded to bf16: what the files hold, widened */
+    cr_assert_eq(gpt_import_hf(&rounded, bf16, err), 0, "%s", err);
+    double b = transformers_vs(&rounded, dir, bf16, "bf16");
+    cr_assert_lt(b, 1e-4, "bf16: logits differ by %g", b);
+    gpt_free(&rounded);
+    if (has_tokenizer) {
+        char *tok[] = {(char *)py, s, "tokenizer", bf16, saved, NULL};
+        run_python(tok);
     }
+    fprintf(stderr,
+            "... trained by Strait and exported: f32 %.2e; bf16 in %d shards %.2e (against "
+            "Strait's model rounded to bf16)%s\n",
+            after, shards, b, has_tokenizer ? "; AutoTokenizer loads it" : "");
+done:
     gpt_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
-Test(transformers, a_model_transformers_saves_loads_with_the_same_logits, .timeout = 600) {
+Test(transformers, a_gpt2_transformers_5_saves_loads_with_the_same_logits, .timeout = 600) {
     if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
-    saved_by_transformers("make", 2257);
+    saved_by_transformers("make-gpt2", 2257);
 }
 
-/* grouped-query attention, an untied lm_head, a vocabulary that pads */
-Test(transformers, a_llama_transformers_saves_loads_trains_and_goes_back, .timeout = 600) {
+/* SmolLM2's form (rope_parameters theta 100000, tied), with a tokenizer */
+Test(transformers, a_llama_transformers_5_saves_loads_trains_and_goes_back, .timeout = 600) {
     if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
     saved_by_transformers("make-llama", 300);
+}
+
+/* Llama 3's rope (rope_parameters of type llama3), grouped-query attention, untied */
+Test(transformers, a_llama3_transformers_5_saves_loads_trains_and_goes_back, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    saved_by_transformers("make-llama3", 300);
+}
+
+/* biases on q, k and v; layer_types, all full_attention */
+Test(transformers, a_qwen2_transformers_5_saves_loads_trains_and_goes_back, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    saved_by_transformers("make-qwen2", 300);
 }
