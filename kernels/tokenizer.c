@@ -166,24 +166,22 @@ static int64_t utf8_next(const uint8_t *s, size_t n, size_t *i) {
 }
 
 /* Key text in GPT-2's alphabet -> bytes appended to the arena; 1 when every
- * code point is in the alphabet, 0 for a special token (its UTF-8 kept),
- * -1 for malformed UTF-8 or no memory. */
-static int key_to_bytes(Tokenizer *t, const char *key, size_t n, uint32_t *off, uint32_t *len) {
+ * code point is in the alphabet, 0 for a special token (its UTF-8 kept; so
+ * too when raw), -1 for malformed UTF-8 or no memory. */
+static int key_to_bytes(Tokenizer *t, const char *key, size_t n, int raw, uint32_t *off,
+                        uint32_t *len) {
     uint8_t *grown = realloc(t->arena, t->arena_len + n + 1);
     if (grown == NULL) return -1;
     t->arena = grown;
     *off = (uint32_t)t->arena_len;
     size_t out = 0, i = 0;
-    int mapped = 1;
+    int mapped = !raw;
     while (i < n) {
         int64_t cp = utf8_next((const uint8_t *)key, n, &i);
         if (cp < 0) return -1;
         int b = cp_to_byte((uint32_t)cp);
-        if (b < 0) {
-            mapped = 0;
-            break;
-        }
-        t->arena[t->arena_len + out++] = (uint8_t)b;
+        mapped &= b >= 0;
+        if (mapped) t->arena[t->arena_len + out++] = (uint8_t)b;
     }
     if (!mapped) { /* keep the key as it is written */
         memcpy(t->arena + t->arena_len, key, n);
@@ -237,7 +235,8 @@ static int vocab_add(Tokenizer *t, const char *key, int id, int type, const char
     if (id < 0 || (size_t)id >= t->ids_cap || t->tok_len[id] != UINT32_MAX)
         return err_set(err, "%s: id %d is given to two tokens", what, id);
     uint32_t off, blen;
-    int mapped = key_to_bytes(t, key, strlen(key), &off, &blen);
+    /* a special token of GGUF's lists is its text as it is */
+    int mapped = key_to_bytes(t, key, strlen(key), type > TOKEN_NORMAL, &off, &blen);
     if (mapped < 0)
         return err_set(err, "%s: token \"%.40s\" is not UTF-8 (or out of memory)", what, key);
     if (type == TOKEN_NORMAL && !mapped)
@@ -317,8 +316,8 @@ static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, const
         return err_set(err, "%s %d: expected two tokens separated by one space", what, lineno);
     uint32_t oa, la, ob, lb;
     size_t mark = t->arena_len;
-    if (key_to_bytes(t, line, (size_t)(sp - line), &oa, &la) != 1 ||
-        key_to_bytes(t, sp + 1, (size_t)(line + n - sp - 1), &ob, &lb) != 1) {
+    if (key_to_bytes(t, line, (size_t)(sp - line), 0, &oa, &la) != 1 ||
+        key_to_bytes(t, sp + 1, (size_t)(line + n - sp - 1), 0, &ob, &lb) != 1) {
         t->arena_len = mark;
         return err_set(err, "%s %d: a token outside GPT-2's byte alphabet", what, lineno);
     }
@@ -561,7 +560,7 @@ static int read_unk(Tokenizer *t, json_t *model, char *err) {
     if (key == NULL) return err_set(err, "tokenizer.json: model.unk_token is not a string");
     uint32_t off, len;
     size_t mark = t->arena_len;
-    if (key_to_bytes(t, key, strlen(key), &off, &len) < 0)
+    if (key_to_bytes(t, key, strlen(key), 0, &off, &len) < 0)
         return err_set(err, "tokenizer.json: model.unk_token is not UTF-8");
     t->unk_byte = find_bytes(t, t->arena + off, len);
     t->arena_len = mark;

@@ -45,6 +45,9 @@ static const char EDGE[] =
     "punct: ...!!!??? --- *** ((())) \"quoted\" \xe2\x80\x9csmart\xe2\x80\x9d \xc2\xab\xc2\xbb\n"
     "   trailing spaces   ";
 
+static char *reference(const char *cmd, const char *a, const char *b, const char *c, const char *d,
+                       char **files, int n);
+
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -299,8 +302,10 @@ Test(tokenize, cli_refuses_a_used_folder_and_a_missing_tokenizer) {
  * pre-tokenizer patterns (GPT-2's, Llama 3's with ignore_merges, Qwen2's
  * with its NFC normalizer and every id moved past 65535): identical ids on
  * every fortunes collection and the edge cases, decode(encode(x)) == x (of
- * the normalized text), and `strait
- * tokenize` writes the wide ids into a version-2 shard. */
+ * the normalized text), and `strait tokenize` writes the wide ids into a
+ * version-2 shard. Each also goes out as GGUF's lists under llama.cpp's
+ * pre name and back, then out as Strait's tokenizer.json: the same ids
+ * from Strait and from tokenizers reading that file. */
 Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_styles,
      .timeout = 600) {
     const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
@@ -340,13 +345,34 @@ Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_s
         cr_assert_eq(tokenizer_doc_start(t), base, "%s: the document marker is the first special",
                      styles[s]);
         cr_assert_gt(tokenizer_vocab_size(t), base + 2000);
+        /* as GGUF's lists under llama.cpp's name, and back; then Strait's
+         * tokenizer.json of that, encoded by tokenizers */
+        static const char *pre_names[3] = {"gpt2", "llama-bpe", "qwen2"};
+        TokenizerLists lists;
+        cr_assert_eq(tokenizer_to_lists(t, &lists, err), 0, "%s: %s", styles[s], err);
+        cr_assert_str_eq(lists.pre, pre_names[s]);
+        Tokenizer *t2 = tokenizer_from_lists(&lists, err);
+        cr_assert_not_null(t2, "%s: %s", styles[s], err);
+        tokenizer_lists_free(&lists);
+        char saved[900], saved_json[1000], saved_ids[1000];
+        snprintf(saved, sizeof saved, "%s/strait", out);
+        snprintf(saved_json, sizeof saved_json, "%s/tokenizer.json", saved);
+        snprintf(saved_ids, sizeof saved_ids, "%s/ids", saved);
+        cr_assert_eq(tokenizer_save_hf(t2, saved, err), 0, "%s", err);
+        free(reference("encode-json", saved_json, saved_ids, NULL, NULL, files, n));
         size_t total = 0;
         for (int i = 0; i < n; i++) {
-            char *text, *want, p[1000];
-            size_t len, wlen;
+            char *text, *want, *want2, p[1100];
+            size_t len, wlen, wlen2;
             cr_assert_eq(file_read_all(files[i], (size_t)1 << 30, &text, &len, err), 0, "%s", err);
             snprintf(p, sizeof p, "%s/%d.ids", ids, i);
             cr_assert_eq(file_read_all(p, (size_t)1 << 30, &want, &wlen, err), 0, "%s", err);
+            snprintf(p, sizeof p, "%s/%d.ids", saved_ids, i);
+            cr_assert_eq(file_read_all(p, (size_t)1 << 30, &want2, &wlen2, err), 0, "%s", err);
+            cr_assert(wlen == wlen2 && memcmp(want, want2, wlen) == 0,
+                      "%s, %s: tokenizers' ids differ with Strait's tokenizer.json", styles[s],
+                      files[i]);
+            free(want2);
             char *norm;
             size_t nlen;
             cr_assert_eq(tokenizer_normalize(t, text, len, &norm, &nlen, err), 0, "%s", err);
@@ -374,11 +400,17 @@ Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_s
                 at += bl;
             }
             cr_assert_eq(at, len);
+            TokenBuf b2 = {0};
+            cr_assert_eq(tokenizer_encode(t2, text, len, &b2, err), 0, "%s", err);
+            cr_assert(b2.n == b.n && memcmp(b2.ids, b.ids, b.n * sizeof *b.ids) == 0,
+                      "%s, %s: the tokenizer from its own lists encodes differently", styles[s],
+                      files[i]);
+            token_buf_free(&b2);
             total += b.n;
             token_buf_free(&b);
             free(text), free(want);
         }
-        tokenizer_free(t);
+        tokenizer_free(t), tokenizer_free(t2);
         fprintf(stderr, "tokenizer.json, %s style: %zu ids equal to tokenizers' on %d files\n",
                 styles[s], total, n);
         if (s == 2) { /* the wide ids through strait tokenize into a shard */
