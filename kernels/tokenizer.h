@@ -79,8 +79,10 @@ Tokenizer *tokenizer_load_dir(const char *dir, char *err);
  * never merged, never produced from text; type 6 (byte) is refused, as is
  * a pre name other than "gpt2" (GPT-2's pattern), "llama-bpe" (Llama 3's
  * with ignore_merges), "smollm" (each Unicode digit alone, then GPT-2's) and
- * "qwen2" (Qwen2's, NFC first). A byte without a token is dropped, as
- * llama.cpp does. l->unk is the special unk token only. */
+ * "qwen2" (Qwen2's, NFC first). A byte without a token is dropped before
+ * merging, as `tokenizers` does with the tokenizer.json these lists came
+ * from (llama.cpp drops it after merging, so its neighbours never merge
+ * across it). l->unk is the special unk token only. */
 Tokenizer *tokenizer_from_lists(const TokenizerLists *l, char *err);
 /* The reverse, into *out (every array and string owned: free with
  * tokenizer_lists_free). Refused: a pre-tokenization llama.cpp has no name
