@@ -1370,18 +1370,16 @@ static int special_tokens_json(const Tokenizer *t, json_t *obj, char *err) {
     return 0;
 }
 
-static int json_write(const char *dir, const char *name, json_t *j, char *err) {
+/* DIR/<name> of the text (atomically) */
+static int text_write(const char *dir, const char *name, const char *text, char *err) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *text = json_dumps(j, JSON_INDENT(2));
-    if (text == NULL) return err_set(err, "%s: out of memory", path);
-    int rc = file_write_atomic(path, text, strlen(text), 0644, err);
-    free(text);
-    return rc;
+    return file_write_atomic(path, text, strlen(text), 0644, err);
 }
 
 int tokenizer_save_hf(const Tokenizer *t, const char *dir, char *err) {
     json_t *tok = tokenizer_json(t, err), *config = json_object(), *map = json_object();
+    char *text[3] = {NULL, NULL, NULL};
     int rc = tok ? 0 : -1;
     if (rc == 0 && (!config || !map)) rc = err_set(err, "out of memory");
     if (rc == 0) rc = special_tokens_json(t, map, err);
@@ -1393,12 +1391,19 @@ int tokenizer_save_hf(const Tokenizer *t, const char *dir, char *err) {
             json_object_set_new(config, "chat_template", json_string(t->chat_template)) != 0)
             rc = err_set(err, "the chat template is not UTF-8 text");
     }
-    /* everything is in memory before the first file is written */
+    /* all three in memory before the first file is written */
+    if (rc == 0) {
+        text[0] = json_dumps(tok, JSON_INDENT(2));
+        text[1] = json_dumps(config, JSON_INDENT(2));
+        text[2] = json_dumps(map, JSON_INDENT(2));
+        if (!text[0] || !text[1] || !text[2]) rc = err_set(err, "out of memory for %s", dir);
+    }
     if (rc == 0) rc = file_mkdir_p(dir, 0755, err);
-    if (rc == 0) rc = json_write(dir, "tokenizer.json", tok, err);
-    if (rc == 0) rc = json_write(dir, "tokenizer_config.json", config, err);
-    if (rc == 0) rc = json_write(dir, "special_tokens_map.json", map, err);
+    if (rc == 0) rc = text_write(dir, "tokenizer.json", text[0], err);
+    if (rc == 0) rc = text_write(dir, "tokenizer_config.json", text[1], err);
+    if (rc == 0) rc = text_write(dir, "special_tokens_map.json", text[2], err);
     json_decref(tok), json_decref(config), json_decref(map);
+    free(text[0]), free(text[1]), free(text[2]);
     return rc;
 }
 
