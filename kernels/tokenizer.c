@@ -652,7 +652,8 @@ static int config_token(Tokenizer *t, json_t *root, const char *name, int *id, c
 
 int tokenizer_parse_config(Tokenizer *t, const char *text, size_t len, char *err) {
     json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
+    /* integers as reals: transformers writes model_max_length 1e30 as an integer */
+    json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &je);
     if (!json_is_object(root)) {
         json_decref(root);
         return err_set(err, "tokenizer_config.json: not a JSON object (line %d: %s)", je.line,

@@ -828,6 +828,7 @@ Test(tokenize, special_tokens_and_chat_template_come_from_tokenizer_config_json)
     static const char config[] =
         "{\"bos_token\":\"a\",\"eos_token\":{\"content\":\"<unk>\",\"lstrip\":false},"
         "\"unk_token\":\"<unk>\",\"pad_token\":null,"
+        "\"model_max_length\":1000000000000000019884624838656," /* transformers 5's "none" */
         "\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"T\"},"
         "{\"name\":\"default\",\"template\":\"{{ messages }}\"}]}";
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
