@@ -1033,7 +1033,8 @@ int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, 
 /* ---- GGUF's lists and Hugging Face's files out --------------------------------------- */
 
 /* llama.cpp's names of the pre-tokenizers Strait computes (tokenizer.ggml.pre;
- * llama-vocab.cpp gives each its regexes), as stages and flags */
+ * llama-vocab.cpp gives each its regexes), as stages and flags; the first
+ * row that fits a tokenizer names it */
 static const struct PreName {
     const char *name;
     StageKind kind;
@@ -1045,6 +1046,9 @@ static const struct PreName {
     {"smollm", STAGE_DIGIT, DIGIT_PATTERN, 1, 0, 0},
     {"llama-bpe", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
     {"qwen2", STAGE_SPLIT, QWEN2_PATTERN, 0, 0, 1},
+    /* older names llama.cpp reads as llama-bpe; written back as that */
+    {"llama3", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
+    {"llama-v3", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
 };
 #define N_PRE_NAMES (sizeof PRE_NAMES / sizeof PRE_NAMES[0])
 

@@ -78,7 +78,8 @@ Tokenizer *tokenizer_load_dir(const char *dir, char *err);
  * of types 3 (control), 4 (user-defined), 2 and 5 are special: decodable,
  * never merged, never produced from text; type 6 (byte) is refused, as is
  * a pre name other than "gpt2" (GPT-2's pattern), "llama-bpe" (Llama 3's
- * with ignore_merges), "smollm" (each Unicode digit alone, then GPT-2's) and
+ * with ignore_merges; also "llama3", "llama-v3"), "smollm" (each Unicode
+ * digit alone, then GPT-2's) and
  * "qwen2" (Qwen2's, NFC first). A byte without a token is dropped before
  * merging, as `tokenizers` does with the tokenizer.json these lists came
  * from (llama.cpp drops it after merging, so its neighbours never merge

@@ -942,5 +942,13 @@ Test(tokenize, gguf_lists_strait_cannot_compute_are_refused_by_name) {
     cr_assert_str_eq(out.tokens[n - 1], "<|endoftext|>");
     tokenizer_lists_free(&out);
     tokenizer_free(t);
+    /* an older name of Llama 3's is read, and written back as llama-bpe */
+    l.pre = "llama3";
+    t = tokenizer_from_lists(&l, err);
+    cr_assert_not_null(t, "%s", err);
+    cr_assert_eq(tokenizer_to_lists(t, &out, err), 0, "%s", err);
+    cr_assert_str_eq(out.pre, "llama-bpe");
+    tokenizer_lists_free(&out);
+    tokenizer_free(t);
     for (int i = 0; i < n; i++) free(tokens[i]);
 }
