@@ -7,12 +7,22 @@
  * ids throughout: a piece starts as its byte tokens and pairs are merged
  * from a heap ordered by (rank, position), the way `tokenizers` does it.
  * A key outside that alphabet is a special token: decodable, never merged.
+ * A byte the vocabulary has no token for is dropped from its piece (its
+ * neighbours may then merge), or becomes model.unk_token's id when the
+ * tokenizer.json names one (consecutive ones fused into one with fuse_unk):
+ * what `tokenizers` does.
+ *
+ * Pre-tokenization is a sequence of stages, each an Isolated split on a
+ * regex (PCRE2, Unicode properties): a stage's pieces are split again by
+ * the next, which sees only the piece, and the last stage's pieces are
+ * merged. GPT-2's ByteLevel is one stage; SmolLM2's Digits then ByteLevel
+ * two; Llama 3's and Qwen2's Split one.
  *
  * tokenizer.json (Hugging Face `tokenizers`' one file) gives the same
  * model — model.vocab, model.merges (strings or pairs), Llama 3's
- * ignore_merges — with its pre-tokenization pattern (GPT-2's ByteLevel, or
- * the Split regex of Llama 3 and Qwen2) and added_tokens: special tokens,
- * decodable as their text, never matched inside a document.
+ * ignore_merges — with its pre-tokenizer and added_tokens: special tokens,
+ * decodable as their text, never matched inside a document. GGUF's lists
+ * (TokenizerLists) give it too, and the tokenizer is written back as either.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <dirent.h>
@@ -34,9 +44,23 @@
 /* GPT-2's pre-tokenization pattern (encoder.py, and `tokenizers`' ByteLevel) */
 static const char PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+/* Llama 3's and Qwen2's tokenizer.json Split regexes (llama.cpp: "llama-bpe", "qwen2") */
+static const char LLAMA3_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* `tokenizers`' Digits: char::is_numeric is Unicode's N (Nd, Nl, No) */
+static const char DIGIT_PATTERN[] = "\\p{N}";
+static const char DIGITS_PATTERN[] = "\\p{N}+";
 
 #define MAX_IDS         (1 << 22) /* a model's largest vocabulary (model.h) */
 #define MAX_MERGE_LINES (1 << 20) /* Llama 3 has 280 147, Qwen2 151 387 */
+#define MAX_STAGES      4
+
+/* GGUF's token types (TokenizerLists.types) */
+enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER, TOKEN_UNUSED, TOKEN_BYTE };
 
 typedef struct Str {
     uint32_t off, len; /* in Tokenizer.arena */
@@ -49,27 +73,48 @@ typedef struct Pair {
     int32_t merged;
 } Pair;
 
+/* One pre-tokenization stage: an Isolated split on pattern. What it came
+ * from is kept so the tokenizer can be written back as it was read. */
+typedef enum StageKind {
+    STAGE_BYTE_LEVEL, /* ByteLevel with use_regex: GPT-2's pattern */
+    STAGE_SPLIT,      /* Split on a Regex, Isolated */
+    STAGE_DIGIT,      /* Digits, individual_digits */
+    STAGE_DIGITS,     /* Digits, runs */
+} StageKind;
+
+typedef struct Stage {
+    StageKind kind;
+    char *pattern; /* owned */
+    pcre2_code *re;
+    pcre2_match_data *md;
+} Stage;
+
 struct Tokenizer {
     uint8_t *arena; /* every token's bytes */
     size_t arena_len;
     uint32_t *tok_off, *tok_len; /* per id; tok_len UINT32_MAX: no such id */
+    uint8_t *type;               /* per id: GGUF's token type; TOKEN_NORMAL ones are merged */
     int n_ids, eot, bot, n_merges;
     int ignore_merges; /* a piece that is a token is that token (Llama 3's tokenizer.json) */
     int nfc;           /* text is put in Unicode NFC first (Qwen2's tokenizer.json) */
-    int byte_id[256];
-    Str *strs; /* bytes -> id, open addressing */
+    int byte_id[256];  /* -1: the vocabulary has no token for the byte */
+    int unk_byte;      /* model.unk_token's id: what a byte without a token becomes; -1: dropped */
+    int fuse_unk;      /* consecutive such bytes become one unk_byte */
+    int bos, eos, unk, pad; /* tokenizer_config.json's (or GGUF's) special tokens; -1: none */
+    char *chat_template;    /* owned; NULL: none */
+    Str *strs;              /* bytes -> id, open addressing */
     size_t strs_cap;
     Pair *pairs; /* (a, b) -> rank and merged id */
     size_t pairs_cap;
-    pcre2_code *re;
-    pcre2_match_data *md;
+    Stage stage[MAX_STAGES];
+    int n_stages;
     /* scratch for one piece */
     int *sym, *next, *prev;
     struct HeapItem {
         int32_t rank, pos;
     } * heap;
     size_t scratch_cap;
-    size_t ids_cap; /* entries of tok_off and tok_len */
+    size_t ids_cap; /* entries of tok_off, tok_len and type */
 };
 
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
@@ -121,24 +166,22 @@ static int64_t utf8_next(const uint8_t *s, size_t n, size_t *i) {
 }
 
 /* Key text in GPT-2's alphabet -> bytes appended to the arena; 1 when every
- * code point is in the alphabet, 0 for a special token (its UTF-8 kept),
- * -1 for malformed UTF-8 or no memory. */
-static int key_to_bytes(Tokenizer *t, const char *key, size_t n, uint32_t *off, uint32_t *len) {
+ * code point is in the alphabet, 0 for a special token (its UTF-8 kept; so
+ * too when raw), -1 for malformed UTF-8 or no memory. */
+static int key_to_bytes(Tokenizer *t, const char *key, size_t n, int raw, uint32_t *off,
+                        uint32_t *len) {
     uint8_t *grown = realloc(t->arena, t->arena_len + n + 1);
     if (grown == NULL) return -1;
     t->arena = grown;
     *off = (uint32_t)t->arena_len;
     size_t out = 0, i = 0;
-    int mapped = 1;
+    int mapped = !raw;
     while (i < n) {
         int64_t cp = utf8_next((const uint8_t *)key, n, &i);
         if (cp < 0) return -1;
         int b = cp_to_byte((uint32_t)cp);
-        if (b < 0) {
-            mapped = 0;
-            break;
-        }
-        t->arena[t->arena_len + out++] = (uint8_t)b;
+        mapped &= b >= 0;
+        if (mapped) t->arena[t->arena_len + out++] = (uint8_t)b;
     }
     if (!mapped) { /* keep the key as it is written */
         memcpy(t->arena + t->arena_len, key, n);
@@ -168,8 +211,67 @@ static Pair *pair_slot(const Tokenizer *t, int a, int b) {
         if (t->pairs[i].key == key || t->pairs[i].key == 0) return &t->pairs[i];
 }
 
+/* The id tables for ids 0..ids-1 and the string table for n_keys tokens. */
+static int vocab_alloc(Tokenizer *t, size_t ids, size_t n_keys, char *err) {
+    t->ids_cap = ids;
+    t->tok_off = calloc(ids, sizeof *t->tok_off);
+    t->tok_len = malloc(ids * sizeof *t->tok_len);
+    t->type = calloc(ids, 1);
+    for (size_t c = 4; c < 2 * n_keys; c <<= 1) t->strs_cap = c << 1;
+    if (t->strs_cap < 8) t->strs_cap = 8;
+    t->strs = malloc(t->strs_cap * sizeof *t->strs);
+    if (!t->tok_off || !t->tok_len || !t->type || !t->strs)
+        return err_set(err, "out of memory for the vocabulary");
+    memset(t->tok_len, 0xff, ids * sizeof *t->tok_len);
+    for (size_t i = 0; i < t->strs_cap; i++) t->strs[i].id = -1;
+    return 0;
+}
+
+/* Token id, its key as vocab.json writes it. type TOKEN_NORMAL: a key in
+ * GPT-2's alphabet, merged and produced from text; any other type is
+ * decodable as its text and never produced; 0: decided by the key (outside
+ * the alphabet: TOKEN_CONTROL). */
+static int vocab_add(Tokenizer *t, const char *key, int id, int type, const char *what, char *err) {
+    if (id < 0 || (size_t)id >= t->ids_cap || t->tok_len[id] != UINT32_MAX)
+        return err_set(err, "%s: id %d is given to two tokens", what, id);
+    uint32_t off, blen;
+    /* a special token of GGUF's lists is its text as it is */
+    int mapped = key_to_bytes(t, key, strlen(key), type > TOKEN_NORMAL, &off, &blen);
+    if (mapped < 0)
+        return err_set(err, "%s: token \"%.40s\" is not UTF-8 (or out of memory)", what, key);
+    if (type == TOKEN_NORMAL && !mapped)
+        return err_set(err, "%s: token %d \"%.40s\" is normal but not in GPT-2's byte alphabet",
+                       what, id, key);
+    if (type == 0) type = mapped ? TOKEN_NORMAL : TOKEN_CONTROL;
+    t->tok_off[id] = off, t->tok_len[id] = blen, t->type[id] = (uint8_t)type;
+    if (id + 1 > t->n_ids) t->n_ids = id + 1;
+    if (strcmp(key, "<|endoftext|>") == 0) t->eot = id;
+    if (strcmp(key, "<|begin_of_text|>") == 0) t->bot = id;
+    if (type != TOKEN_NORMAL) return 0; /* special: decodable, never merged */
+    Str *s = str_slot(t, t->arena + off, blen);
+    if (s->id >= 0) return err_set(err, "%s: token \"%.40s\" is written twice", what, key);
+    s->off = off, s->len = blen, s->id = id;
+    if (blen == 1) t->byte_id[t->arena[off]] = id;
+    return 0;
+}
+
+/* A byte-level vocabulary may lack bytes that never occur in its training
+ * text (SmolLM2's has no 0x04, nor 0xf5..0xff), but not tab, newline or
+ * printable ASCII: without them it is not byte-level (SentencePiece's has
+ * no token for the space byte). */
+static int vocab_check_bytes(const Tokenizer *t, const char *what, char *err) {
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0 && (b == '\t' || b == '\n' || (b >= 0x20 && b < 0x7f)))
+            return err_set(err,
+                           "%s has no token for byte 0x%02x: not a byte-level BPE vocabulary "
+                           "(GPT-2's, Llama 3's, Qwen2's and SmolLM2's have one for every "
+                           "printable ASCII byte)",
+                           what, b);
+    return 0;
+}
+
 /* the vocabulary, an object of token: id (vocab.json, tokenizer.json's
- * model.vocab); `extra` more ids' room for added tokens */
+ * model.vocab); room for min_ids ids at least (added tokens) */
 static int parse_vocab_object(Tokenizer *t, json_t *root, const char *what, size_t min_ids,
                               char *err) {
     if (!json_is_object(root)) return err_set(err, "%s: expected an object of token: id", what);
@@ -189,49 +291,11 @@ static int parse_vocab_object(Tokenizer *t, json_t *root, const char *what, size
         top = id > top ? id : top;
     }
     size_t ids = (size_t)top + 1 > min_ids ? (size_t)top + 1 : min_ids;
-    t->ids_cap = ids;
-    t->tok_off = calloc(ids, sizeof *t->tok_off);
-    t->tok_len = malloc(ids * sizeof *t->tok_len);
-    for (size_t c = 4; c < 2 * n; c <<= 1) t->strs_cap = c << 1;
-    if (t->strs_cap < 8) t->strs_cap = 8;
-    t->strs = malloc(t->strs_cap * sizeof *t->strs);
-    if (!t->tok_off || !t->tok_len || !t->strs)
-        return err_set(err, "out of memory for the vocabulary");
-    memset(t->tok_len, 0xff, ids * sizeof *t->tok_len);
-    for (size_t i = 0; i < t->strs_cap; i++) t->strs[i].id = -1;
-    int rc = 0;
+    if (vocab_alloc(t, ids, n, err) != 0) return -1;
     json_object_foreach(root, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (t->tok_len[id] != UINT32_MAX) {
-            rc = err_set(err, "%s: id %d is given to two tokens", what, (int)id);
-            break;
-        }
-        uint32_t off, blen;
-        int mapped = key_to_bytes(t, key, strlen(key), &off, &blen);
-        if (mapped < 0) {
-            rc = err_set(err, "%s: token \"%.40s\" is not UTF-8 (or out of memory)", what, key);
-            break;
-        }
-        t->tok_off[id] = off, t->tok_len[id] = blen;
-        if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
-        if (strcmp(key, "<|endoftext|>") == 0) t->eot = (int)id;
-        if (strcmp(key, "<|begin_of_text|>") == 0) t->bot = (int)id;
-        if (!mapped) continue; /* special: decodable, never merged */
-        Str *s = str_slot(t, t->arena + off, blen);
-        if (s->id >= 0) {
-            rc = err_set(err, "%s: token \"%.40s\" is written twice", what, key);
-            break;
-        }
-        s->off = off, s->len = blen, s->id = (int)id;
-        if (blen == 1) t->byte_id[t->arena[off]] = (int)id;
+        if (vocab_add(t, key, (int)json_integer_value(val), 0, what, err) != 0) return -1;
     }
-    for (int b = 0; rc == 0 && b < 256; b++)
-        if (t->byte_id[b] < 0)
-            rc = err_set(err,
-                         "%s has no token for byte 0x%02x: not a byte-level BPE vocabulary "
-                         "(GPT-2's, Llama 3's and Qwen2's have all 256)",
-                         what, b);
-    return rc;
+    return vocab_check_bytes(t, what, err);
 }
 
 static int parse_vocab(Tokenizer *t, const char *text, size_t len, char *err) {
@@ -243,28 +307,28 @@ static int parse_vocab(Tokenizer *t, const char *text, size_t len, char *err) {
     return rc;
 }
 
-/* One line "A B" of merges.txt, numbered for errors. */
-static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, char *err) {
+/* One merge "A B" of rank lineno; errors name it as "what lineno". */
+static int add_merge(Tokenizer *t, const char *line, size_t n, int lineno, const char *what,
+                     char *err) {
     const char *sp = memchr(line, ' ', n);
     if (sp == NULL || sp == line || sp + 1 == line + n ||
         memchr(sp + 1, ' ', (size_t)(line + n - sp - 1)))
-        return err_set(err, "merges.txt line %d: expected two tokens separated by one space",
-                       lineno);
+        return err_set(err, "%s %d: expected two tokens separated by one space", what, lineno);
     uint32_t oa, la, ob, lb;
     size_t mark = t->arena_len;
-    if (key_to_bytes(t, line, (size_t)(sp - line), &oa, &la) != 1 ||
-        key_to_bytes(t, sp + 1, (size_t)(line + n - sp - 1), &ob, &lb) != 1) {
+    if (key_to_bytes(t, line, (size_t)(sp - line), 0, &oa, &la) != 1 ||
+        key_to_bytes(t, sp + 1, (size_t)(line + n - sp - 1), 0, &ob, &lb) != 1) {
         t->arena_len = mark;
-        return err_set(err, "merges.txt line %d: a token outside GPT-2's byte alphabet", lineno);
+        return err_set(err, "%s %d: a token outside GPT-2's byte alphabet", what, lineno);
     }
     int a = str_find(t, t->arena + oa, la), b = str_find(t, t->arena + ob, lb);
     /* the two halves sit side by side in the arena: their concatenation */
     int m = oa + la == ob ? str_find(t, t->arena + oa, (size_t)la + lb) : -1;
     t->arena_len = mark;
     if (a < 0 || b < 0 || m < 0)
-        return err_set(err, "merges.txt line %d: \"%.*s\" %s", lineno, (int)(n > 60 ? 60 : n), line,
-                       a < 0 || b < 0 ? "names a token vocab.json does not have"
-                                      : "merges into a token vocab.json does not have");
+        return err_set(err, "%s %d: \"%.*s\" %s", what, lineno, (int)(n > 60 ? 60 : n), line,
+                       a < 0 || b < 0 ? "names a token the vocabulary does not have"
+                                      : "merges into a token the vocabulary does not have");
     Pair *p = pair_slot(t, a, b);
     if (p->key == 0) t->n_merges++;
     p->key = ((uint64_t)a << 32 | (uint64_t)b) + 1; /* a later line wins, as in GPT-2's dict */
@@ -298,7 +362,7 @@ static int parse_merges(Tokenizer *t, const char *text, size_t len, char *err) {
         size_t m = n;
         if (m > 0 && text[i + m - 1] == '\r') m--;
         int skip = m == 0 || (lineno == 1 && m >= 9 && memcmp(text + i, "#version:", 9) == 0);
-        if (!skip && add_merge(t, text + i, m, lineno, err) != 0) return -1;
+        if (!skip && add_merge(t, text + i, m, lineno, "merges.txt line", err) != 0) return -1;
         i += n + 1;
     }
     return 0;
@@ -310,26 +374,34 @@ static Tokenizer *tokenizer_new(char *err) {
         err_set(err, "out of memory");
         return NULL;
     }
-    t->eot = t->bot = -1;
+    t->eot = t->bot = t->unk_byte = -1;
+    t->bos = t->eos = t->unk = t->pad = -1;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     return t;
 }
 
-/* the pre-tokenization pattern compiled (PCRE2, Unicode properties) */
-static int compile_pattern(Tokenizer *t, const char *pattern, char *err) {
+/* One more pre-tokenization stage, its pattern compiled (PCRE2, Unicode
+ * properties) */
+static int add_stage(Tokenizer *t, StageKind kind, const char *pattern, char *err) {
+    if (t->n_stages == MAX_STAGES)
+        return err_set(err, "a pre-tokenizer of more than %d splits", MAX_STAGES);
+    Stage *s = &t->stage[t->n_stages];
     int code;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+    s->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
-    if (t->re == NULL) {
+    if (s->re == NULL) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
         return err_set(err, "the pre-tokenization pattern does not compile at offset %zu: %s",
                        (size_t)at, (char *)msg);
     }
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* faster when the JIT is there */
-    t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    return t->md ? 0 : err_set(err, "out of memory");
+    t->n_stages++;
+    s->kind = kind;
+    pcre2_jit_compile(s->re, PCRE2_JIT_COMPLETE); /* faster when the JIT is there */
+    s->md = pcre2_match_data_create_from_pattern(s->re, NULL);
+    s->pattern = strdup(pattern);
+    return s->md && s->pattern ? 0 : err_set(err, "out of memory");
 }
 
 Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merges,
@@ -337,7 +409,8 @@ Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merg
     Tokenizer *t = tokenizer_new(err);
     if (t == NULL) return NULL;
     if (parse_vocab(t, vocab, vocab_len, err) != 0 ||
-        parse_merges(t, merges, merges_len, err) != 0 || compile_pattern(t, PATTERN, err) != 0) {
+        parse_merges(t, merges, merges_len, err) != 0 ||
+        add_stage(t, STAGE_BYTE_LEVEL, PATTERN, err) != 0) {
         tokenizer_free(t);
         return NULL;
     }
@@ -346,48 +419,64 @@ Tokenizer *tokenizer_parse(const char *vocab, size_t vocab_len, const char *merg
 
 /* ---- tokenizer.json --------------------------------------------------------------- */
 
-/* ByteLevel's settings that Strait computes: no prefix space */
-static int byte_level_ok(json_t *p, char *err) {
-    if (json_is_true(json_object_get(p, "add_prefix_space")))
-        return err_set(err, "tokenizer.json: ByteLevel with add_prefix_space; Strait encodes text "
-                            "as it is, with no space added");
-    return 0;
-}
-
-/* pre_tokenizer: GPT-2's (ByteLevel with its regex), or a Split on a regex
- * (Isolated) then ByteLevel without one (Llama 3's, Qwen2's); the pattern
- * into *pattern (owned by j) */
-static int read_pre_tokenizer(json_t *pre, const char **pattern, char *err) {
-    const char *type = json_string_value(json_object_get(pre, "type"));
+/* One pre-tokenizer of tokenizer.json into a stage; *byte_level set when it
+ * is the ByteLevel, which must come last (it maps bytes to its alphabet). */
+static int read_pre_one(Tokenizer *t, json_t *p, int *byte_level, char *err) {
+    const char *type = json_string_value(json_object_get(p, "type"));
     if (type && strcmp(type, "ByteLevel") == 0) {
-        json_t *ur = json_object_get(pre, "use_regex");
-        if (ur && !json_is_true(ur))
-            return err_set(err, "tokenizer.json: ByteLevel without a regex splits nothing; "
-                                "Strait needs a pre-tokenization pattern");
-        *pattern = PATTERN;
-        return byte_level_ok(pre, err);
+        if (json_is_true(json_object_get(p, "add_prefix_space")))
+            return err_set(err, "tokenizer.json: ByteLevel with add_prefix_space; Strait encodes "
+                                "text as it is, with no space added");
+        *byte_level = 1;
+        json_t *ur = json_object_get(p, "use_regex");
+        return ur && !json_is_true(ur) ? 0 : add_stage(t, STAGE_BYTE_LEVEL, PATTERN, err);
     }
-    json_t *list = json_object_get(pre, "pretokenizers");
-    if (type && strcmp(type, "Sequence") == 0 && json_array_size(list) == 2) {
-        json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
-        const char *st = json_string_value(json_object_get(split, "type"));
-        const char *bt = json_string_value(json_object_get(bl, "type"));
-        const char *re =
-            json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
-        const char *behavior = json_string_value(json_object_get(split, "behavior"));
-        if (st && bt && re && behavior && strcmp(st, "Split") == 0 &&
-            strcmp(bt, "ByteLevel") == 0 && strcmp(behavior, "Isolated") == 0 &&
-            !json_is_true(json_object_get(split, "invert")) &&
-            !json_is_true(json_object_get(bl, "use_regex"))) {
-            *pattern = re;
-            return byte_level_ok(bl, err);
-        }
+    if (type && strcmp(type, "Digits") == 0) {
+        int one = json_is_true(json_object_get(p, "individual_digits"));
+        return add_stage(t, one ? STAGE_DIGIT : STAGE_DIGITS, one ? DIGIT_PATTERN : DIGITS_PATTERN,
+                         err);
+    }
+    if (type && strcmp(type, "Split") == 0) {
+        const char *re = json_string_value(json_object_get(json_object_get(p, "pattern"), "Regex"));
+        const char *behavior = json_string_value(json_object_get(p, "behavior"));
+        if (re && behavior && strcmp(behavior, "Isolated") == 0 &&
+            !json_is_true(json_object_get(p, "invert")))
+            return add_stage(t, STAGE_SPLIT, re, err);
+        return err_set(err, "tokenizer.json: a Split that is not on a Regex, Isolated, not "
+                            "inverted; Strait computes only that one");
     }
     return err_set(err,
-                   "tokenizer.json: pre_tokenizer %s is not one Strait computes (GPT-2's "
-                   "ByteLevel, or a Split on a Regex, Isolated, then ByteLevel: Llama 3's and "
-                   "Qwen2's)",
+                   "tokenizer.json: pre_tokenizer %s is not one Strait computes (ByteLevel, "
+                   "Split on a Regex, Digits, in a Sequence ending with ByteLevel: GPT-2's, "
+                   "Llama 3's, Qwen2's, SmolLM2's)",
                    type ? type : "(none)");
+}
+
+/* pre_tokenizer: ByteLevel alone (GPT-2's), or a Sequence of Splits on a
+ * regex and Digits ending with ByteLevel (Llama 3's and Qwen2's Split,
+ * SmolLM2's Digits then ByteLevel with its regex) */
+static int read_pre_tokenizer(Tokenizer *t, json_t *pre, char *err) {
+    const char *type = json_string_value(json_object_get(pre, "type"));
+    json_t *list = json_object_get(pre, "pretokenizers");
+    int byte_level = 0;
+    if (type && strcmp(type, "Sequence") == 0 && json_is_array(list)) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(list, i, p) {
+            if (byte_level)
+                return err_set(err, "tokenizer.json: a pre-tokenizer after ByteLevel; Strait "
+                                    "computes ByteLevel last");
+            if (read_pre_one(t, p, &byte_level, err) != 0) return -1;
+        }
+    } else if (read_pre_one(t, pre, &byte_level, err) != 0) {
+        return -1;
+    }
+    if (!byte_level)
+        return err_set(err, "tokenizer.json: a pre-tokenizer without ByteLevel is not byte-level");
+    if (t->n_stages == 0)
+        return err_set(err, "tokenizer.json: ByteLevel without a regex splits nothing; Strait "
+                            "needs a pre-tokenization pattern");
+    return 0;
 }
 
 /* model.merges: "a b" strings or [a, b] pairs, ranked in order */
@@ -410,7 +499,8 @@ static int read_merges(Tokenizer *t, json_t *merges, char *err) {
         }
         if (len < 0 || len >= (int)sizeof line)
             return err_set(err, "tokenizer.json: merge %zu is not two tokens", i + 1);
-        if (add_merge(t, line, (size_t)len, (int)i + 1, err) != 0) return -1;
+        if (add_merge(t, line, (size_t)len, (int)i + 1, "tokenizer.json merge", err) != 0)
+            return -1;
     }
     return 0;
 }
@@ -434,6 +524,7 @@ static int read_added(Tokenizer *t, json_t *added, char *err) {
         if (t->tok_len[id] != UINT32_MAX) { /* also in the vocabulary: the same text only */
             if (t->tok_len[id] != n || memcmp(t->arena + t->tok_off[id], content, n) != 0)
                 return err_set(err, "tokenizer.json: id %d is given to two tokens", (int)id);
+            t->type[id] = TOKEN_CONTROL;
             continue;
         }
         uint8_t *grown = realloc(t->arena, t->arena_len + n + 1);
@@ -441,11 +532,40 @@ static int read_added(Tokenizer *t, json_t *added, char *err) {
         t->arena = grown;
         memcpy(t->arena + t->arena_len, content, n);
         t->tok_off[id] = (uint32_t)t->arena_len, t->tok_len[id] = (uint32_t)n;
+        t->type[id] = TOKEN_CONTROL;
         t->arena_len += n;
         if (id + 1 > t->n_ids) t->n_ids = (int)id + 1;
         if (strcmp(content, "<|endoftext|>") == 0) t->eot = (int)id;
         if (strcmp(content, "<|begin_of_text|>") == 0) t->bot = (int)id;
     }
+    return 0;
+}
+
+/* The id of the token whose bytes are p[0..n): a mergeable one first, else
+ * a special one; -1 when none is. */
+static int find_bytes(Tokenizer *t, const uint8_t *p, size_t n) {
+    int id = str_find(t, p, n);
+    for (int i = 0; id < 0 && i < t->n_ids; i++)
+        if (t->tok_len[i] == n && memcmp(t->arena + t->tok_off[i], p, n) == 0) id = i;
+    return id;
+}
+
+/* model.unk_token (a key of model.vocab): what a byte without a token
+ * becomes, instead of being dropped */
+static int read_unk(Tokenizer *t, json_t *model, char *err) {
+    json_t *unk = json_object_get(model, "unk_token");
+    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    if (unk == NULL || json_is_null(unk)) return 0;
+    const char *key = json_string_value(unk);
+    if (key == NULL) return err_set(err, "tokenizer.json: model.unk_token is not a string");
+    uint32_t off, len;
+    size_t mark = t->arena_len;
+    if (key_to_bytes(t, key, strlen(key), 0, &off, &len) < 0)
+        return err_set(err, "tokenizer.json: model.unk_token is not UTF-8");
+    t->unk_byte = find_bytes(t, t->arena + off, len);
+    t->arena_len = mark;
+    if (t->unk_byte < 0)
+        return err_set(err, "tokenizer.json: model.unk_token \"%.40s\" is not in model.vocab", key);
     return 0;
 }
 
@@ -457,7 +577,8 @@ static int parse_json(Tokenizer *t, json_t *root, char *err) {
                        type ? type : "(none)");
     if (json_is_true(json_object_get(model, "byte_fallback")))
         return err_set(err, "tokenizer.json: a BPE with byte_fallback (SentencePiece's, as Llama "
-                            "2's) is not byte-level; Strait reads GPT-2's, Llama 3's and Qwen2's");
+                            "2's) is not byte-level; Strait reads GPT-2's, Llama 3's, Qwen2's and "
+                            "SmolLM2's");
     const char *cont = json_string_value(json_object_get(model, "continuing_subword_prefix"));
     const char *suffix = json_string_value(json_object_get(model, "end_of_word_suffix"));
     json_t *dropout = json_object_get(model, "dropout");
@@ -472,8 +593,7 @@ static int parse_json(Tokenizer *t, json_t *root, char *err) {
                        ntype ? ntype : "(unknown)");
     t->nfc = ntype != NULL;
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-    const char *pattern = NULL;
-    if (read_pre_tokenizer(json_object_get(root, "pre_tokenizer"), &pattern, err) != 0) return -1;
+    if (read_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), err) != 0) return -1;
     if (added && !json_is_array(added))
         return err_set(err, "tokenizer.json: added_tokens is not a list");
     size_t min_ids = 0, i;
@@ -490,7 +610,7 @@ static int parse_json(Tokenizer *t, json_t *root, char *err) {
         read_merges(t, json_object_get(model, "merges"), err) != 0 ||
         (added && read_added(t, added, err) != 0))
         return -1;
-    return compile_pattern(t, pattern, err);
+    return read_unk(t, model, err);
 }
 
 Tokenizer *tokenizer_parse_json(const char *text, size_t len, char *err) {
@@ -510,23 +630,110 @@ Tokenizer *tokenizer_parse_json(const char *text, size_t len, char *err) {
     return t;
 }
 
+/* ---- tokenizer_config.json: the special tokens and the chat template ------------- */
+
+/* bos_token and friends: a string, {"content": ...} (transformers'
+ * AddedToken), or null; *id -1 when absent or null */
+static int config_token(Tokenizer *t, json_t *root, const char *name, int *id, char *err) {
+    json_t *v = json_object_get(root, name);
+    *id = -1;
+    if (v == NULL || json_is_null(v)) return 0;
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    const char *text = json_string_value(v);
+    if (text == NULL)
+        return err_set(err, "tokenizer_config.json: %s is neither a string nor {\"content\": ...}",
+                       name);
+    *id = find_bytes(t, (const uint8_t *)text, strlen(text));
+    if (*id < 0)
+        return err_set(err, "tokenizer_config.json: %s \"%.40s\" is not in the vocabulary", name,
+                       text);
+    return 0;
+}
+
+int tokenizer_parse_config(Tokenizer *t, const char *text, size_t len, char *err) {
+    json_error_t je;
+    /* integers as reals: transformers writes model_max_length 1e30 as an integer */
+    json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return err_set(err, "tokenizer_config.json: not a JSON object (line %d: %s)", je.line,
+                       je.text);
+    }
+    int bos, eos, unk, pad, rc = 0;
+    json_t *tpl = json_object_get(root, "chat_template");
+    if (json_is_array(tpl)) { /* [{"name": ..., "template": ...}]: the default one */
+        size_t i;
+        json_t *e, *found = NULL;
+        json_array_foreach(tpl, i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            if (name && strcmp(name, "default") == 0) found = json_object_get(e, "template");
+        }
+        tpl = found;
+    }
+    if (config_token(t, root, "bos_token", &bos, err) != 0 ||
+        config_token(t, root, "eos_token", &eos, err) != 0 ||
+        config_token(t, root, "unk_token", &unk, err) != 0 ||
+        config_token(t, root, "pad_token", &pad, err) != 0) {
+        rc = -1;
+    } else if (tpl && !json_is_null(tpl) && !json_is_string(tpl)) {
+        rc = err_set(err, "tokenizer_config.json: chat_template is not a string");
+    } else {
+        t->bos = bos, t->eos = eos, t->unk = unk, t->pad = pad;
+        if (json_is_string(tpl)) {
+            free(t->chat_template);
+            if ((t->chat_template = strdup(json_string_value(tpl))) == NULL)
+                rc = err_set(err, "out of memory");
+        }
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* DIR/tokenizer_config.json and DIR/chat_template.jinja, when there */
+static int load_config(Tokenizer *t, const char *dir, char *err) {
+    char path[1200], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (access(path, F_OK) == 0) {
+        if (file_read_all(path, (size_t)1 << 26, &text, &len, err) != 0) return -1;
+        int rc = tokenizer_parse_config(t, text, len, err);
+        free(text);
+        if (rc != 0) return -1;
+    }
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (access(path, F_OK) == 0) { /* transformers takes the file over the config's */
+        if (file_read_all(path, (size_t)1 << 26, &text, &len, err) != 0) return -1;
+        free(t->chat_template);
+        t->chat_template = text;
+    }
+    return 0;
+}
+
 Tokenizer *tokenizer_load_dir(const char *dir, char *err) {
     char path[1200], v[1200], m[1200], *text;
     size_t len;
+    Tokenizer *t;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (access(path, F_OK) == 0) {
-        if (file_read_all(path, (size_t)1 << 28, &text, &len, err) != 0) return NULL;
-        Tokenizer *t = tokenizer_parse_json(text, len, err);
-        free(text);
-        return t;
-    }
     snprintf(v, sizeof v, "%s/vocab.json", dir);
     snprintf(m, sizeof m, "%s/merges.txt", dir);
-    if (access(v, F_OK) != 0) {
+    if (access(path, F_OK) == 0) {
+        if (file_read_all(path, (size_t)1 << 28, &text, &len, err) != 0) return NULL;
+        t = tokenizer_parse_json(text, len, err);
+        free(text);
+    } else if (access(v, F_OK) == 0) {
+        t = tokenizer_load(v, m, err);
+    } else {
         err_set(err, "%s has neither tokenizer.json nor vocab.json and merges.txt", dir);
         return NULL;
     }
-    return tokenizer_load(v, m, err);
+    if (t && load_config(t, dir, err) != 0) {
+        char why[ERR_LEN];
+        snprintf(why, sizeof why, "%s", err);
+        err_set(err, "%s: %s", dir, why);
+        tokenizer_free(t);
+        t = NULL;
+    }
+    return t;
 }
 
 Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char *err) {
@@ -544,9 +751,13 @@ Tokenizer *tokenizer_load(const char *vocab_path, const char *merges_path, char 
 
 void tokenizer_free(Tokenizer *t) {
     if (t == NULL) return;
-    pcre2_match_data_free(t->md);
-    pcre2_code_free(t->re);
-    free(t->arena), free(t->tok_off), free(t->tok_len), free(t->strs), free(t->pairs);
+    for (int k = 0; k < t->n_stages; k++) {
+        pcre2_match_data_free(t->stage[k].md);
+        pcre2_code_free(t->stage[k].re);
+        free(t->stage[k].pattern);
+    }
+    free(t->arena), free(t->tok_off), free(t->tok_len), free(t->type), free(t->strs);
+    free(t->pairs), free(t->chat_template);
     free(t->sym), free(t->next), free(t->prev), free(t->heap);
     free(t);
 }
@@ -562,6 +773,18 @@ int tokenizer_doc_start(const Tokenizer *t) {
 }
 int tokenizer_merges(const Tokenizer *t) {
     return t->n_merges;
+}
+int tokenizer_byte_token(const Tokenizer *t, int byte) {
+    return byte >= 0 && byte < 256 ? t->byte_id[byte] : -1;
+}
+int tokenizer_special(const Tokenizer *t, int *bos, int *eos, int *unk, int *pad,
+                      const char **chat_template) {
+    if (bos) *bos = t->bos;
+    if (eos) *eos = t->eos;
+    if (unk) *unk = t->unk;
+    if (pad) *pad = t->pad;
+    if (chat_template) *chat_template = t->chat_template;
+    return 0;
 }
 
 const uint8_t *tokenizer_decode(const Tokenizer *t, int id, size_t *len) {
@@ -644,13 +867,26 @@ static int encode_piece(Tokenizer *t, const uint8_t *p, size_t n, TokenBuf *out)
         int whole = str_find(t, p, n);
         if (whole >= 0) return token_buf_push(out, whole);
     }
+    /* the byte tokens; a byte without one dropped, or unk_byte (fused) */
+    size_t m = 0;
+    int prev_unk = 0;
     for (size_t i = 0; i < n; i++) {
-        t->sym[i] = t->byte_id[p[i]];
-        t->next[i] = i + 1 < n ? (int)i + 1 : -1;
+        int id = t->byte_id[p[i]];
+        if (id < 0) {
+            if (t->unk_byte < 0 || (t->fuse_unk && prev_unk)) continue;
+            id = t->unk_byte, prev_unk = 1;
+        } else {
+            prev_unk = 0;
+        }
+        t->sym[m++] = id;
+    }
+    if (m == 0) return 0;
+    for (size_t i = 0; i < m; i++) {
+        t->next[i] = i + 1 < m ? (int)i + 1 : -1;
         t->prev[i] = (int)i - 1;
     }
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++) push_pair(t, &hn, (int)i);
+    for (size_t i = 0; i + 1 < m; i++) push_pair(t, &hn, (int)i);
     while (hn > 0) {
         struct HeapItem top = heap_pop(t->heap, &hn);
         int i = top.pos, j = t->next[i];
@@ -669,27 +905,50 @@ static int encode_piece(Tokenizer *t, const uint8_t *p, size_t n, TokenBuf *out)
     return 0;
 }
 
+/* The next piece of stage st in s[0..n) from pos: the match [*ms, *me), and
+ * before it the gap [pos, *ms) the pattern does not cover (invalid UTF-8),
+ * a piece of its own; *ms == n when nothing more matches. */
+static int stage_next(Stage *st, const char *s, size_t n, size_t pos, size_t *ms, size_t *me,
+                      char *err) {
+    int rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, pos, 0, st->md, NULL);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) { /* a pattern from a file may backtrack */
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        return err_set(err, "the pre-tokenization pattern failed at byte %zu: %s", pos,
+                       (char *)msg);
+    }
+    *ms = *me = n;
+    if (rc > 0) {
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
+        *ms = ov[0], *me = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
+        if (*me > n) *me = n;
+    }
+    return 0;
+}
+
+/* Piece s[0..n) of stage k - 1 through stages k on, then merged: each
+ * stage sees only its piece, as `tokenizers` runs a Sequence. */
+static int encode_split(Tokenizer *t, int k, const char *s, size_t n, TokenBuf *out, char *err) {
+    if (k == t->n_stages)
+        return encode_piece(t, (const uint8_t *)s, n, out) == 0
+                   ? 0
+                   : err_set(err, "out of memory while encoding");
+    for (size_t pos = 0, ms, me; pos < n; pos = me) {
+        if (stage_next(&t->stage[k], s, n, pos, &ms, &me, err) != 0) return -1;
+        if (ms > pos && encode_split(t, k + 1, s + pos, ms - pos, out, err) != 0) return -1;
+        if (ms < n && encode_split(t, k + 1, s + ms, me - ms, out, err) != 0) return -1;
+    }
+    return 0;
+}
+
 int tokenizer_encode_some(Tokenizer *t, const char *text, size_t len, size_t *pos, size_t budget,
                           TokenBuf *out, char *err) {
     size_t start = *pos;
     while (*pos < len && (budget == 0 || *pos - start < budget)) {
-        size_t s = len, e = len;
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)text, len, *pos, 0, t->md, NULL);
-        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) { /* a pattern from a file may backtrack */
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return err_set(err, "the pre-tokenization pattern failed at byte %zu: %s", *pos,
-                           (char *)msg);
-        }
-        if (rc > 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
-            s = ov[0], e = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
-        }
-        /* bytes the pattern does not cover (invalid UTF-8) form a piece of their own */
-        if (s > *pos && encode_piece(t, (const uint8_t *)text + *pos, s - *pos, out) != 0)
-            return err_set(err, "out of memory while encoding");
-        if (s < len && encode_piece(t, (const uint8_t *)text + s, e - s, out) != 0)
-            return err_set(err, "out of memory while encoding");
+        size_t s, e;
+        if (stage_next(&t->stage[0], text, len, *pos, &s, &e, err) != 0) return -1;
+        if (s > *pos && encode_split(t, 1, text + *pos, s - *pos, out, err) != 0) return -1;
+        if (s < len && encode_split(t, 1, text + s, e - s, out, err) != 0) return -1;
         *pos = e;
     }
     return 0;
@@ -769,6 +1028,388 @@ int tokenizer_normalize(const Tokenizer *t, const char *text, size_t len, char *
 int tokenizer_encode(Tokenizer *t, const char *text, size_t len, TokenBuf *out, char *err) {
     size_t pos = 0;
     return tokenizer_encode_some(t, text, len, &pos, 0, out, err);
+}
+
+/* ---- GGUF's lists and Hugging Face's files out --------------------------------------- */
+
+/* llama.cpp's names of the pre-tokenizers Strait computes (tokenizer.ggml.pre;
+ * llama-vocab.cpp gives each its regexes), as stages and flags; the first
+ * row that fits a tokenizer names it */
+static const struct PreName {
+    const char *name;
+    StageKind kind;
+    const char *pattern; /* the first stage's */
+    int then_byte_level; /* a second stage, GPT-2's pattern */
+    int ignore_merges, nfc;
+} PRE_NAMES[] = {
+    {"gpt2", STAGE_BYTE_LEVEL, PATTERN, 0, 0, 0},
+    {"smollm", STAGE_DIGIT, DIGIT_PATTERN, 1, 0, 0},
+    {"llama-bpe", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
+    {"qwen2", STAGE_SPLIT, QWEN2_PATTERN, 0, 0, 1},
+    /* older names llama.cpp reads as llama-bpe; written back as that */
+    {"llama3", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
+    {"llama-v3", STAGE_SPLIT, LLAMA3_PATTERN, 0, 1, 0},
+};
+#define N_PRE_NAMES (sizeof PRE_NAMES / sizeof PRE_NAMES[0])
+
+/* the name of t's pre-tokenization, or NULL when llama.cpp has none for it */
+static const char *pre_name(const Tokenizer *t) {
+    for (size_t i = 0; i < N_PRE_NAMES; i++) {
+        const struct PreName *p = &PRE_NAMES[i];
+        if (t->n_stages == 1 + p->then_byte_level && strcmp(t->stage[0].pattern, p->pattern) == 0 &&
+            (!p->then_byte_level || strcmp(t->stage[1].pattern, PATTERN) == 0) &&
+            t->ignore_merges == p->ignore_merges && t->nfc == p->nfc)
+            return p->name;
+    }
+    return NULL;
+}
+
+/* GPT-2's bytes_to_unicode: byte -> code point */
+static uint32_t byte_to_cp(int b) {
+    static uint32_t table[256];
+    static int ready;
+    if (!ready) {
+        uint32_t n = 0;
+        for (int c = 0; c < 256; c++) {
+            int printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174);
+            table[c] = printable ? (uint32_t)c : 256 + n++;
+        }
+        ready = 1;
+    }
+    return table[b];
+}
+
+/* token id's key as vocab.json writes it (malloc'd): a mergeable token's
+ * bytes in GPT-2's alphabet, a special one's text as it is */
+static char *token_key(const Tokenizer *t, int id) {
+    const uint8_t *p = t->arena + t->tok_off[id];
+    size_t n = t->tok_len[id];
+    char *s = malloc(2 * n + 1), *o = s;
+    if (s == NULL) return NULL;
+    if (t->type[id] != TOKEN_NORMAL) {
+        memcpy(s, p, n);
+        s[n] = '\0';
+        return s;
+    }
+    for (size_t i = 0; i < n; i++) { /* code points below U+0144: one or two UTF-8 bytes */
+        uint32_t cp = byte_to_cp(p[i]);
+        if (cp < 0x80) {
+            *o++ = (char)cp;
+        } else {
+            *o++ = (char)(0xc0 | (cp >> 6));
+            *o++ = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    *o = '\0';
+    return s;
+}
+
+static int pair_rank_cmp(const void *a, const void *b) {
+    int32_t x = (*(const Pair *const *)a)->rank, y = (*(const Pair *const *)b)->rank;
+    return (x > y) - (x < y);
+}
+
+/* the merges in rank order (malloc'd; *n of them), NULL when out of memory */
+static const Pair **merges_ranked(const Tokenizer *t, size_t *n) {
+    const Pair **m = malloc(((size_t)t->n_merges + 1) * sizeof *m);
+    *n = 0;
+    if (m == NULL) return NULL;
+    for (size_t i = 0; i < t->pairs_cap; i++)
+        if (t->pairs[i].key != 0) m[(*n)++] = &t->pairs[i];
+    qsort(m, *n, sizeof *m, pair_rank_cmp);
+    return m;
+}
+
+/* merge p as "A B" in GPT-2's alphabet (malloc'd) */
+static char *merge_text(const Tokenizer *t, const Pair *p) {
+    char *a = token_key(t, (int)((p->key - 1) >> 32)),
+         *b = token_key(t, (int)((p->key - 1) & 0xffffffffu));
+    char *s = a && b ? malloc(strlen(a) + strlen(b) + 2) : NULL;
+    if (s) sprintf(s, "%s %s", a, b);
+    free(a), free(b);
+    return s;
+}
+
+/* A special id of the lists: -1 (none) or a token's */
+static int list_id(int id, int n_tokens, const char *name, char *err) {
+    if (id < -1 || id >= n_tokens)
+        return err_set(err, "tokenizer.ggml.%s %d is not a token id (0..%d)", name, id,
+                       n_tokens - 1);
+    return 0;
+}
+
+static int lists_build(Tokenizer *t, const TokenizerLists *l, char *err) {
+    if (l->n_tokens <= 0 || l->n_tokens > MAX_IDS || l->tokens == NULL)
+        return err_set(err, "tokenizer.ggml.tokens: %d tokens; a vocabulary has 256 to %d",
+                       l->n_tokens, MAX_IDS);
+    if (l->n_merges < 0 || (l->n_merges > 0 && l->merges == NULL))
+        return err_set(err, "tokenizer.ggml.merges: %d merges", l->n_merges);
+    const struct PreName *pre = NULL;
+    for (size_t i = 0; l->pre && i < N_PRE_NAMES; i++)
+        if (strcmp(l->pre, PRE_NAMES[i].name) == 0) pre = &PRE_NAMES[i];
+    if (pre == NULL)
+        return err_set(err,
+                       "tokenizer.ggml.pre \"%.40s\" is not a pre-tokenizer Strait computes "
+                       "(gpt2, llama-bpe, smollm, qwen2)",
+                       l->pre ? l->pre : "(missing)");
+    if (list_id(l->bos, l->n_tokens, "bos_token_id", err) != 0 ||
+        list_id(l->eos, l->n_tokens, "eos_token_id", err) != 0 ||
+        list_id(l->unk, l->n_tokens, "unknown_token_id", err) != 0 ||
+        list_id(l->pad, l->n_tokens, "padding_token_id", err) != 0)
+        return -1;
+    if (vocab_alloc(t, (size_t)l->n_tokens, (size_t)l->n_tokens, err) != 0) return -1;
+    for (int i = 0; i < l->n_tokens; i++) {
+        int type = l->types ? l->types[i] : 0;
+        if (l->tokens[i] == NULL)
+            return err_set(err, "tokenizer.ggml.tokens: token %d is missing", i);
+        if (type == TOKEN_BYTE)
+            return err_set(err,
+                           "tokenizer.ggml.token_type: token %d \"%.40s\" is a byte token "
+                           "(SentencePiece's byte fallback); Strait reads byte-level BPE",
+                           i, l->tokens[i]);
+        if (l->types && (type < TOKEN_NORMAL || type > TOKEN_BYTE))
+            return err_set(err, "tokenizer.ggml.token_type: token %d has type %d; GGUF's are 1..6",
+                           i, type);
+        if (vocab_add(t, l->tokens[i], i, type, "tokenizer.ggml.tokens", err) != 0) return -1;
+    }
+    if (vocab_check_bytes(t, "tokenizer.ggml.tokens", err) != 0 ||
+        alloc_merges(t, (size_t)l->n_merges, "tokenizer.ggml.merges", err) != 0)
+        return -1;
+    for (int i = 0; i < l->n_merges; i++) {
+        if (l->merges[i] == NULL)
+            return err_set(err, "tokenizer.ggml.merges: merge %d is missing", i + 1);
+        if (add_merge(t, l->merges[i], strlen(l->merges[i]), i + 1, "tokenizer.ggml.merges entry",
+                      err) != 0)
+            return -1;
+    }
+    if (add_stage(t, pre->kind, pre->pattern, err) != 0 ||
+        (pre->then_byte_level && add_stage(t, STAGE_BYTE_LEVEL, PATTERN, err) != 0))
+        return -1;
+    t->ignore_merges = pre->ignore_merges, t->nfc = pre->nfc;
+    t->bos = l->bos, t->eos = l->eos, t->unk = l->unk, t->pad = l->pad;
+    if (l->chat_template && (t->chat_template = strdup(l->chat_template)) == NULL)
+        return err_set(err, "out of memory");
+    return 0;
+}
+
+Tokenizer *tokenizer_from_lists(const TokenizerLists *l, char *err) {
+    Tokenizer *t = tokenizer_new(err);
+    if (t && lists_build(t, l, err) != 0) {
+        tokenizer_free(t);
+        t = NULL;
+    }
+    return t;
+}
+
+void tokenizer_lists_free(TokenizerLists *l) {
+    for (int i = 0; l->tokens && i < l->n_tokens; i++) free(l->tokens[i]);
+    for (int i = 0; l->merges && i < l->n_merges; i++) free(l->merges[i]);
+    free(l->tokens), free(l->types), free(l->merges), free(l->pre), free(l->chat_template);
+    memset(l, 0, sizeof *l);
+    l->bos = l->eos = l->unk = l->pad = -1;
+}
+
+/* some byte has no token and becomes model.unk_token: GGUF cannot say so */
+static int unk_bytes(const Tokenizer *t) {
+    for (int b = 0; t->unk_byte >= 0 && b < 256; b++)
+        if (t->byte_id[b] < 0) return 1;
+    return 0;
+}
+
+static int lists_fill(const Tokenizer *t, TokenizerLists *out, char *err) {
+    const char *pre = pre_name(t);
+    if (pre == NULL)
+        return err_set(err,
+                       "the tokenizer's pre-tokenization (\"%.60s\"%s%s) has no llama.cpp name; "
+                       "GGUF holds gpt2's, llama-bpe's, smollm's and qwen2's",
+                       t->stage[0].pattern, t->n_stages > 1 ? " and more" : "",
+                       t->nfc ? ", NFC" : "");
+    if (unk_bytes(t))
+        return err_set(err, "the tokenizer turns bytes it has no token for into model.unk_token; "
+                            "GGUF's lists cannot say so");
+    size_t n_merges;
+    const Pair **ranked = merges_ranked(t, &n_merges);
+    out->n_tokens = t->n_ids;
+    out->tokens = calloc((size_t)t->n_ids, sizeof *out->tokens);
+    out->types = calloc((size_t)t->n_ids, sizeof *out->types);
+    out->merges = calloc(n_merges + 1, sizeof *out->merges);
+    out->pre = strdup(pre);
+    int oom = !ranked || !out->tokens || !out->types || !out->merges || !out->pre;
+    for (int i = 0; !oom && i < t->n_ids; i++) {
+        if (t->tok_len[i] == UINT32_MAX) { /* a hole: convert_hf_to_gguf's filler */
+            char pad[32];
+            snprintf(pad, sizeof pad, "[PAD%d]", i);
+            out->tokens[i] = strdup(pad);
+            out->types[i] = TOKEN_UNUSED;
+        } else {
+            out->tokens[i] = token_key(t, i);
+            out->types[i] = t->type[i];
+        }
+        oom = out->tokens[i] == NULL;
+    }
+    for (size_t i = 0; !oom && i < n_merges; i++) {
+        out->merges[i] = merge_text(t, ranked[i]);
+        out->n_merges = (int)i + 1;
+        oom = out->merges[i] == NULL;
+    }
+    free(ranked);
+    out->bos = t->bos, out->eos = t->eos, out->unk = t->unk, out->pad = t->pad;
+    if (!oom && t->chat_template) oom = (out->chat_template = strdup(t->chat_template)) == NULL;
+    return oom ? err_set(err, "out of memory for the tokenizer's lists") : 0;
+}
+
+int tokenizer_to_lists(const Tokenizer *t, TokenizerLists *out, char *err) {
+    memset(out, 0, sizeof *out);
+    out->bos = out->eos = out->unk = out->pad = -1;
+    if (lists_fill(t, out, err) == 0) return 0;
+    tokenizer_lists_free(out);
+    return -1;
+}
+
+/* ---- tokenizer.json, tokenizer_config.json, special_tokens_map.json out ---- */
+
+static json_t *byte_level_json(int use_regex) {
+    return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+                     "trim_offsets", 1, "use_regex", use_regex);
+}
+
+/* the stages as tokenizers' pre_tokenizer: one, or a Sequence */
+static json_t *pre_tokenizer_json(const Tokenizer *t) {
+    json_t *list = json_array();
+    int last_byte_level = t->stage[t->n_stages - 1].kind == STAGE_BYTE_LEVEL;
+    for (int k = 0; k < t->n_stages; k++) {
+        const Stage *s = &t->stage[k];
+        json_t *p;
+        if (s->kind == STAGE_BYTE_LEVEL && k == t->n_stages - 1)
+            p = byte_level_json(1);
+        else if (s->kind == STAGE_DIGIT || s->kind == STAGE_DIGITS)
+            p = json_pack("{s:s, s:b}", "type", "Digits", "individual_digits",
+                          s->kind == STAGE_DIGIT);
+        else
+            p = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                          s->pattern, "behavior", "Isolated", "invert", 0);
+        json_array_append_new(list, p);
+    }
+    if (!last_byte_level) json_array_append_new(list, byte_level_json(0));
+    if (json_array_size(list) == 1) {
+        json_t *one = json_incref(json_array_get(list, 0));
+        json_decref(list);
+        return one;
+    }
+    return json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", list);
+}
+
+/* tokenizer.json's model: BPE with its vocab and merges */
+static json_t *model_json(const Tokenizer *t, char *err) {
+    json_t *vocab = json_object(), *merges = json_array(), *model = NULL;
+    size_t n_merges;
+    const Pair **ranked = merges_ranked(t, &n_merges);
+    char *unk = t->unk_byte >= 0 ? token_key(t, t->unk_byte) : NULL;
+    int rc = vocab && merges && ranked && (unk || t->unk_byte < 0)
+                 ? 0
+                 : err_set(err, "out of memory for tokenizer.json");
+    for (int i = 0; rc == 0 && i < t->n_ids; i++) {
+        if (t->tok_len[i] == UINT32_MAX || t->type[i] == TOKEN_UNUSED) continue;
+        char *key = token_key(t, i);
+        if (key == NULL)
+            rc = err_set(err, "out of memory for tokenizer.json");
+        else if (json_object_get(vocab, key))
+            rc = err_set(err,
+                         "token %d \"%.40s\" is written as another token is; tokenizer.json "
+                         "cannot hold both",
+                         i, key);
+        else if (json_object_set_new(vocab, key, json_integer(i)) != 0)
+            rc = err_set(err, "token %d is not UTF-8; tokenizer.json cannot hold it", i);
+        free(key);
+    }
+    for (size_t i = 0; rc == 0 && i < n_merges; i++) {
+        char *m = merge_text(t, ranked[i]);
+        if (m == NULL || json_array_append_new(merges, json_string(m)) != 0)
+            rc = err_set(err, "out of memory for tokenizer.json");
+        free(m);
+    }
+    if (rc == 0)
+        model = json_pack("{s:s, s:n, s:s?, s:n, s:n, s:b, s:b, s:b, s:O, s:O}", "type", "BPE",
+                          "dropout", "unk_token", unk, "continuing_subword_prefix",
+                          "end_of_word_suffix", "fuse_unk", t->fuse_unk, "byte_fallback", 0,
+                          "ignore_merges", t->ignore_merges, "vocab", vocab, "merges", merges);
+    if (rc == 0 && model == NULL) err_set(err, "out of memory for tokenizer.json");
+    json_decref(vocab), json_decref(merges);
+    free(ranked), free(unk);
+    return model;
+}
+
+/* the tokenizer as tokenizers' tokenizer.json */
+static json_t *tokenizer_json(const Tokenizer *t, char *err) {
+    json_t *model = model_json(t, err);
+    if (model == NULL) return NULL;
+    json_t *added = json_array();
+    for (int i = 0; i < t->n_ids; i++) {
+        if (t->tok_len[i] == UINT32_MAX || t->type[i] == TOKEN_NORMAL || t->type[i] == TOKEN_UNUSED)
+            continue;
+        char *key = token_key(t, i);
+        json_array_append_new(added, json_pack("{s:i, s:s?, s:b, s:b, s:b, s:b, s:b}", "id", i,
+                                               "content", key, "single_word", 0, "lstrip", 0,
+                                               "rstrip", 0, "normalized", 0, "special", 1));
+        free(key);
+    }
+    json_t *root = json_pack("{s:s, s:n, s:n, s:o, s:o, s:o, s:n, s:o, s:o}", "version", "1.0",
+                             "truncation", "padding", "added_tokens", added, "normalizer",
+                             t->nfc ? json_pack("{s:s}", "type", "NFC") : json_null(),
+                             "pre_tokenizer", pre_tokenizer_json(t), "post_processor", "decoder",
+                             byte_level_json(1), "model", model);
+    if (root == NULL) err_set(err, "out of memory for tokenizer.json");
+    return root;
+}
+
+/* bos_token and friends as text into obj (none: not set) */
+static int special_tokens_json(const Tokenizer *t, json_t *obj, char *err) {
+    const char *names[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    int ids[4] = {t->bos, t->eos, t->unk, t->pad};
+    for (int k = 0; k < 4; k++) {
+        if (ids[k] < 0 || ids[k] >= t->n_ids || t->tok_len[ids[k]] == UINT32_MAX) continue;
+        json_t *s = json_stringn((const char *)t->arena + t->tok_off[ids[k]], t->tok_len[ids[k]]);
+        if (s == NULL || json_object_set_new(obj, names[k], s) != 0)
+            return err_set(err, "%s (token %d) is not UTF-8 text", names[k], ids[k]);
+    }
+    return 0;
+}
+
+/* DIR/<name> of the text (atomically) */
+static int text_write(const char *dir, const char *name, const char *text, char *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return file_write_atomic(path, text, strlen(text), 0644, err);
+}
+
+int tokenizer_save_hf(const Tokenizer *t, const char *dir, char *err) {
+    json_t *tok = tokenizer_json(t, err), *config = json_object(), *map = json_object();
+    char *text[3] = {NULL, NULL, NULL};
+    int rc = tok ? 0 : -1;
+    if (rc == 0 && (!config || !map)) rc = err_set(err, "out of memory");
+    if (rc == 0) rc = special_tokens_json(t, map, err);
+    if (rc == 0) {
+        json_object_set_new(config, "tokenizer_class", json_string("PreTrainedTokenizerFast"));
+        json_object_set_new(config, "clean_up_tokenization_spaces", json_false());
+        json_object_update(config, map);
+        if (t->chat_template &&
+            json_object_set_new(config, "chat_template", json_string(t->chat_template)) != 0)
+            rc = err_set(err, "the chat template is not UTF-8 text");
+    }
+    /* all three in memory before the first file is written */
+    if (rc == 0) {
+        text[0] = json_dumps(tok, JSON_INDENT(2));
+        text[1] = json_dumps(config, JSON_INDENT(2));
+        text[2] = json_dumps(map, JSON_INDENT(2));
+        if (!text[0] || !text[1] || !text[2]) rc = err_set(err, "out of memory for %s", dir);
+    }
+    if (rc == 0) rc = file_mkdir_p(dir, 0755, err);
+    if (rc == 0) rc = text_write(dir, "tokenizer.json", text[0], err);
+    if (rc == 0) rc = text_write(dir, "tokenizer_config.json", text[1], err);
+    if (rc == 0) rc = text_write(dir, "special_tokens_map.json", text[2], err);
+    json_decref(tok), json_decref(config), json_decref(map);
+    free(text[0]), free(text[1]), free(text[2]);
+    return rc;
 }
 
 /* ---- shards ---------------------------------------------------------------------- */

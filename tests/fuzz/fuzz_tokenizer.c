@@ -3,7 +3,8 @@
  * encoder (kernels/tokenizer.c): vocab.json and merges.txt come from
  * whoever hands a site its tokenizer. The input is vocab NUL merges NUL
  * text; when the files are accepted, the text is encoded and decoded, and
- * anything but the same bytes back aborts.
+ * anything but the same bytes back (less the bytes the vocabulary has no
+ * token for, which are dropped) aborts.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,17 +25,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];
     Tokenizer *t = tokenizer_parse(v, (size_t)(z1 - v), m, (size_t)(z2 - m), err);
     if (t == NULL) return 0;
+    char *want = malloc(tlen + 1);
+    size_t wlen = 0;
+    for (size_t i = 0; i < tlen; i++)
+        if (tokenizer_byte_token(t, (uint8_t)text[i]) >= 0) want[wlen++] = text[i];
     TokenBuf b = {0};
     if (tokenizer_encode(t, text, tlen, &b, err) == 0) {
         size_t at = 0;
         for (size_t k = 0; k < b.n; k++) {
             size_t bl;
             const uint8_t *bytes = tokenizer_decode(t, b.ids[k], &bl);
-            if (bytes == NULL || at + bl > tlen || memcmp(text + at, bytes, bl) != 0) abort();
+            if (bytes == NULL || at + bl > wlen || memcmp(want + at, bytes, bl) != 0) abort();
             at += bl;
         }
-        if (at != tlen) abort();
+        if (at != wlen) abort();
     }
+    free(want);
     token_buf_free(&b);
     tokenizer_free(t);
     return 0;
