@@ -82,8 +82,11 @@ int cmd_sample(const Command *cmd, int argc, char **argv);
 int cmd_export(const Command *cmd, int argc, char **argv);
 int cmd_tokenize(const Command *cmd, int argc, char **argv);
 
-/* The tokenizer of --tokenizer DIR (DIR/vocab.json, DIR/merges.txt) or of
- * --vocab and --merges, which win over DIR's files. NULL with err set. */
+/* The tokenizer inside a GGUF file (its tokenizer.ggml.* keys). */
+struct Tokenizer *cli_tokenizer_gguf(const char *path, char *err);
+/* The tokenizer of --tokenizer DIR (DIR/tokenizer.json, or DIR/vocab.json
+ * and DIR/merges.txt) or FILE.gguf, or of --vocab and --merges, which win
+ * over DIR's files. NULL with err set. */
 struct Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges,
                                      char *err);
 

@@ -107,36 +107,51 @@ static int federation_tokenizer(const char *home, char *out, size_t len) {
     return ok;
 }
 
-/* The tokenizer of src as lists (*g the GGUF they were read from, to close
- * after), or none when src is NULL: a GGUF's own, or a Hugging Face
- * folder's converted. 1 with lists, 0 without, -1 with err. */
-static int tokenizer_lists_of(const char *src, TokenizerLists *tl, Gguf **g, char *err) {
-    *g = NULL;
+/* The tokenizer of src as lists: a GGUF's own keys, or a Hugging Face
+ * folder's tokenizer converted; 1 with lists, 0 when src is NULL, -1 with
+ * err. */
+static int tokenizer_lists_of(const char *src, TokenizerLists *tl, char *err) {
     if (src == NULL) return 0;
-    if (!gguf_path_is(src))
-        return err_set(err,
-                       "%s: a GGUF takes its tokenizer from a GGUF file; Hugging Face folders "
-                       "are not converted yet",
-                       src);
-    if ((*g = gguf_open(src, err)) == NULL) return -1;
-    if (gguf_tokenizer_lists(*g, tl, err) != 0) {
-        gguf_close(*g);
-        *g = NULL;
-        return -1;
+    if (gguf_path_is(src)) {
+        Gguf *g = gguf_open(src, err);
+        int rc = g ? gguf_tokenizer_lists(g, tl, err) : -1;
+        gguf_close(g);
+        return rc == 0 ? 1 : -1;
     }
-    return 1;
+    Tokenizer *t = tokenizer_load_dir(src, err);
+    char why[ERR_LEN];
+    int rc = t ? tokenizer_to_lists(t, tl, why) : -1;
+    if (t && rc != 0) err_set(err, "%s: %s", src, why);
+    tokenizer_free(t);
+    return rc == 0 ? 1 : -1;
 }
 
 /* --format gguf, in dtype (f32 by default: the model of record, exact),
  * with the tokenizer of tok_src (NULL: none) */
 static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
     TokenizerLists tl;
-    Gguf *g;
-    int have = tokenizer_lists_of(tok_src, &tl, &g, err);
+    int have = tokenizer_lists_of(tok_src, &tl, err);
     if (have < 0) return -1;
     int rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
-    if (have) gguf_tokenizer_lists_free(&tl);
-    gguf_close(g);
+    if (have) tokenizer_lists_free(&tl);
+    return rc;
+}
+
+/* --format hf with the tokenizer of a GGUF file: the model's folder, then
+ * the tokenizer's files written from the GGUF's lists, its bos, eos and
+ * pad ids in config.json and generation_config.json */
+static int export_hf_from_gguf(const GPT *m, const char *out, HfExport *hf, const char *gguf,
+                               char *err) {
+    TokenizerLists tl;
+    if (tokenizer_lists_of(gguf, &tl, err) < 0) return -1;
+    char why[ERR_LEN];
+    Tokenizer *t = tokenizer_from_lists(&tl, why);
+    hf->bos = tl.bos, hf->eos = tl.eos, hf->pad = tl.pad;
+    tokenizer_lists_free(&tl);
+    if (t == NULL) return err_set(err, "%s: %s", gguf, why);
+    hf->tokenizer_dir = NULL;
+    int rc = gpt_export_hf(m, out, hf, err) == 0 && tokenizer_save_hf(t, out, err) == 0 ? 0 : -1;
+    tokenizer_free(t);
     return rc;
 }
 
@@ -190,14 +205,8 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     if (hold_round(ckpt, &held, home, err) != 0) return cli_fail(cmd, "%s", err);
     if (tok == NULL && (is_hf || is_gguf) && federation_tokenizer(home, source, sizeof source))
         tok = source;
-    if (is_hf && tok && gguf_path_is(tok)) {
-        if (held >= 0) close(held);
-        return cli_fail(cmd,
-                        "%s: a Hugging Face folder takes its tokenizer from a folder; GGUF "
-                        "files are not converted yet",
-                        tok);
-    }
-    if (is_hf) hf.tokenizer_dir = tok;
+    int tok_gguf = tok && gguf_path_is(tok);
+    if (is_hf && !tok_gguf) hf.tokenizer_dir = tok;
     if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
         gpt_load(&m, ckpt, NULL, err) != 0) {
         gpt_free(&m);
@@ -205,9 +214,10 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
         return cli_fail(cmd, "%s", err);
     }
     if (held >= 0) close(held); /* read whole: retention may have it */
-    int rc = is_hf     ? gpt_export_hf(&m, out, &hf, err)
-             : is_gguf ? export_gguf(&m, out, gguf_type, tok, err)
-                       : gpt_export_llmc(&m, out, err);
+    int rc = is_hf && tok_gguf ? export_hf_from_gguf(&m, out, &hf, tok, err)
+             : is_hf           ? gpt_export_hf(&m, out, &hf, err)
+             : is_gguf         ? export_gguf(&m, out, gguf_type, tok, err)
+                               : gpt_export_llmc(&m, out, err);
     int arch = m.cfg.arch;
     gpt_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
@@ -220,10 +230,9 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     } else if (is_hf) {
         static const char *const names[] = {[HF_F32] = "f32", [HF_BF16] = "bf16", [HF_F16] = "f16"};
         printf("exported %s to %s (%s, %s: transformers' %s.from_pretrained reads it)\n", ckpt, out,
-               names[hf.dtype], hf.tokenizer_dir ? "with the tokenizer" : "no tokenizer",
-               model_hf_class(arch));
-        if (hf.tokenizer_dir)
-            printf("tokenizer files from %s\n", hf.tokenizer_dir);
+               names[hf.dtype], tok ? "with the tokenizer" : "no tokenizer", model_hf_class(arch));
+        if (tok)
+            printf("tokenizer files from %s\n", tok);
         else
             printf("no tokenizer files written: add them with --tokenizer DIR, the Hugging Face "
                    "folder the model came from\n");

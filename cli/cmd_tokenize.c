@@ -10,12 +10,29 @@
 #include "cli.h"
 #include "kernels/model.h"
 #include "kernels/data.h"
+#include "kernels/gguf.h"
 #include "kernels/tokenizer.h"
 #include "util/util.h"
 
+Tokenizer *cli_tokenizer_gguf(const char *path, char *err) {
+    Gguf *g = gguf_open(path, err);
+    TokenizerLists tl;
+    if (g == NULL || gguf_tokenizer_lists(g, &tl, err) != 0) {
+        gguf_close(g);
+        return NULL;
+    }
+    gguf_close(g);
+    char why[ERR_LEN];
+    Tokenizer *t = tokenizer_from_lists(&tl, why);
+    tokenizer_lists_free(&tl);
+    if (t == NULL) err_set(err, "%s: %s", path, why);
+    return t;
+}
+
 Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *merges, char *err) {
     char v[1024], m[1024];
-    if (dir != NULL && vocab == NULL && merges == NULL) return tokenizer_load_dir(dir, err);
+    if (dir != NULL && vocab == NULL && merges == NULL)
+        return gguf_path_is(dir) ? cli_tokenizer_gguf(dir, err) : tokenizer_load_dir(dir, err);
     if (dir != NULL) {
         snprintf(v, sizeof v, "%s/vocab.json", dir);
         snprintf(m, sizeof m, "%s/merges.txt", dir);
@@ -23,8 +40,8 @@ Tokenizer *cli_tokenizer_open(const char *dir, const char *vocab, const char *me
         merges = merges ? merges : m;
     }
     if (vocab == NULL || merges == NULL) {
-        err_set(err, "give --tokenizer DIR (tokenizer.json, or vocab.json and merges.txt) or both "
-                     "--vocab and --merges");
+        err_set(err, "give --tokenizer DIR (tokenizer.json, or vocab.json and merges.txt) or "
+                     "FILE.gguf, or both --vocab and --merges");
         return NULL;
     }
     return tokenizer_load(vocab, merges, err);

@@ -6,16 +6,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "kernels/device.h"
 #include "kernels/model.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "kernels/data.h"
 #include "kernels/tokenizer.h"
 #include "kernels/train.h"
 #include "kernels/sampler.h"
-#include "kernels/tokenizer.h"
 #include "util/util.h"
 
 /* What strait train prints as it goes: a progress bar, a line per
@@ -242,15 +243,27 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     if (n < 1 || !(temperature >= 0))
         return cli_usage_error(cmd, "--tokens > 0, --temperature >= 0");
     char err[ERR_LEN];
-    GPTConfig cfg;
-    if (gpt_read_config(argv[optind], &cfg, NULL, err) != 0) return cli_fail(cmd, "%s", err);
+    const char *ckpt = argv[optind];
+    /* a Strait checkpoint, or a pretrained model as people hold it (a GGUF
+     * file, a Hugging Face folder), which is also its own tokenizer */
+    struct stat st;
+    int pretrained = gguf_path_is(ckpt) || (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode));
+    GPT m;
+    memset(&m, 0, sizeof m);
+    if (pretrained ? gpt_import(&m, ckpt, err) != 0 : gpt_read_config(ckpt, &m.cfg, NULL, err) != 0)
+        return cli_fail(cmd, "%s", err);
+    GPTConfig cfg = m.cfg;
+    if (pretrained && !tdir && !vocab && !merges) tdir = ckpt;
     Tokenizer *tok = NULL;
     if (tdir || vocab || merges) {
-        if ((tok = cli_tokenizer_open(tdir, vocab, merges, err)) == NULL)
+        if ((tok = cli_tokenizer_open(tdir, vocab, merges, err)) == NULL) {
+            gpt_free(&m);
             return cli_fail(cmd, "%s", err);
+        }
         if (tokenizer_vocab_size(tok) > cfg.V) {
             int tv = tokenizer_vocab_size(tok);
             tokenizer_free(tok);
+            gpt_free(&m);
             return cli_fail(cmd,
                             "the tokenizer has %d tokens, the model only %d: not its tokenizer", tv,
                             cfg.V);
@@ -258,12 +271,13 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     } else if (cfg.V != 256) {
         return cli_fail(cmd,
                         "this checkpoint uses a %d-token vocabulary: give its BPE tokenizer with "
-                        "--tokenizer DIR (tokenizer.json, or vocab.json and merges.txt)",
+                        "--tokenizer DIR (tokenizer.json, or vocab.json and merges.txt) or "
+                        "FILE.gguf",
                         cfg.V);
     }
-    GPT m;
-    if (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, argv[optind], NULL, err) != 0) {
+    if (!pretrained && (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, ckpt, NULL, err) != 0)) {
         tokenizer_free(tok);
+        gpt_free(&m);
         return cli_fail(cmd, "%s", err);
     }
     gpt_sample_text(&m, tok, prompt, n, temperature, seed, stdout);

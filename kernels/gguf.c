@@ -565,15 +565,6 @@ int gguf_get_i32s(const Gguf *g, const char *key, int32_t **out, size_t *n, char
 
 /* ---- the tokenizer --------------------------------------------------------------- */
 
-void gguf_tokenizer_lists_free(TokenizerLists *l) {
-    gguf_strings_free(l->tokens, (size_t)(l->n_tokens > 0 ? l->n_tokens : 0));
-    gguf_strings_free(l->merges, (size_t)(l->n_merges > 0 ? l->n_merges : 0));
-    free(l->types);
-    free(l->pre);
-    free(l->chat_template);
-    memset(l, 0, sizeof *l);
-}
-
 int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err) {
     memset(out, 0, sizeof *out);
     out->bos = out->eos = out->unk = out->pad = -1;
@@ -613,7 +604,7 @@ int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err) {
         if (rc == 1) *dst[i] = (int)v;
     }
     if (rc < 0) {
-        gguf_tokenizer_lists_free(out);
+        tokenizer_lists_free(out);
         out->bos = out->eos = out->unk = out->pad = -1;
         return -1;
     }

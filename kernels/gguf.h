@@ -121,7 +121,6 @@ void gguf_quantize_q8_0(const float *x, size_t n, uint8_t *out);
  * name ("llama" is SentencePiece); tokens, token_type, merges, pre, the
  * bos, eos, unknown and padding ids (-1 when absent), chat_template. */
 int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err);
-void gguf_tokenizer_lists_free(TokenizerLists *l);
 
 /* A model from a GGUF file (gguf_model.c): general.architecture "llama"
  * (Llama 2 and 3, SmolLM2) or "qwen2", its <arch>.* keys to a GPTConfig

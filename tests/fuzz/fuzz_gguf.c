@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(out);
     }
     TokenizerLists tl;
-    if (gguf_tokenizer_lists(g, &tl, err) == 0) gguf_tokenizer_lists_free(&tl);
+    if (gguf_tokenizer_lists(g, &tl, err) == 0) tokenizer_lists_free(&tl);
     gguf_close(g);
     static char path[64];
     if (path[0] == '\0') snprintf(path, sizeof path, "/tmp/fuzz-gguf-%d.gguf", (int)getpid());

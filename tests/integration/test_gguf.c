@@ -189,8 +189,8 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     cr_assert_str_eq(tl2.merges[100], tl.merges[100]);
     cr_assert_str_eq(tl2.chat_template, tl.chat_template);
     cr_assert_eq(memcmp(tl2.types, tl.types, sizeof(int32_t) * 49152), 0);
-    gguf_tokenizer_lists_free(&tl2);
-    gguf_tokenizer_lists_free(&tl);
+    tokenizer_lists_free(&tl2);
+    tokenizer_lists_free(&tl);
     gguf_close(g2);
     gguf_close(g);
     gpt_free(&back);
