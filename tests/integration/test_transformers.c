@@ -239,3 +239,60 @@ Test(transformers, a_qwen2_transformers_5_saves_loads_trains_and_goes_back, .tim
     if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
     saved_by_transformers("make-qwen2", 300);
 }
+
+/* transformers loads what `strait export --format gguf` writes, through
+ * from_pretrained(gguf_file=): a Llama of SmolLM2's vocabulary (grouped-
+ * query attention, tied) trained a few steps by Strait, exported in f32
+ * with the tokenizer of the real SmolLM2 GGUF; its logits equal Strait's
+ * to 1e-4 and transformers' tokenizer loads from the same file. */
+Test(transformers, loads_a_gguf_strait_exports_with_the_same_logits, .timeout = 600) {
+    const char *py = getenv("STRAIT_HF_PYTHON"), *smol = getenv("STRAIT_SMOLLM2");
+    if (py == NULL) cr_skip_test("make test-hf runs this one");
+    if (smol == NULL || access(smol, R_OK) != 0) cr_skip_test("no SmolLM2 GGUF (make models)");
+    char *dir = harness_tmpdir("transformers"), err[ERR_LEN];
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    cfg.V = 49152, cfg.tied = 1, cfg.rope.theta = 100000.0f;
+    cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
+    GPT m;
+    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    TrainConfig c = train_defaults(1e-2f, 3);
+    Trainer *t = trainer_create(&m, &c, 0, 2, 16, err);
+    cr_assert_not_null(t, "%s", err);
+    int in[32], tg[32];
+    for (int i = 0; i < 32; i++) in[i] = (i * 3701) % cfg.V, tg[i] = (i * 1103 + 7) % cfg.V;
+    for (int s = 0; s < 3; s++) trainer_step(t, in, tg, train_lr(&c, s), NULL);
+    trainer_free(t);
+    char ckpt[800], out[800], ids_path[800], logits_path[800], s[800];
+    snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
+    snprintf(out, sizeof out, "%s/m.gguf", dir);
+    cr_assert_eq(gpt_save(&m, ckpt, 3, err), 0, "%s", err);
+    ProcResult r = harness_strait("export", ckpt, "--format", "gguf", "--tokenizer", smol, out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    int ids[T_IDS];
+    some_ids(ids, cfg.V);
+    float *ours = strait_logits(&m, ids, T_IDS);
+    snprintf(ids_path, sizeof ids_path, "%s/gguf.ids", dir);
+    snprintf(logits_path, sizeof logits_path, "%s/gguf.logits", dir);
+    cr_assert_eq(file_write_atomic(ids_path, ids, sizeof ids, 0644, err), 0, "%s", err);
+    cr_assert_eq(
+        file_write_atomic(logits_path, ours, sizeof(float) * T_IDS * (size_t)cfg.V, 0644, err), 0,
+        "%s", err);
+    free(ours);
+    snprintf(s, sizeof s, "%s/tests/python/gguf_transformers.py", getenv("STRAIT_SRC"));
+    char *argv[] = {(char *)py, s, out, ids_path, logits_path, NULL};
+    r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "transformers: %s %s", r.out, r.err);
+    const char *d = strstr(r.out, "max_diff ");
+    cr_assert_not_null(d, "%s", r.out);
+    double diff = atof(d + 9);
+    cr_assert_lt(diff, 1e-4, "transformers' logits of the GGUF differ from Strait's by %g", diff);
+    cr_assert_not_null(strstr(r.out, "tokenizer ["), "transformers' tokenizer: %s", r.out);
+    fprintf(stderr, "transformers vs Strait on a GGUF export: largest logit difference %.2e\n",
+            diff);
+    proc_result_free(&r);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
