@@ -18,16 +18,14 @@ const Command cli_commands[] = {
      "  --listen HOST:PORT     where the coordinator listens (default 0.0.0.0:7700)\n"
      "  --advertise HOST:PORT  the address sites use (default: the listen address);\n"
      "                         its host goes into the coordinator's certificate\n"
-     "  --model PRESET         tiny, small, base, gpt2-124m, gpt2-large (GPT-2);\n"
-     "                         llama-tiny, llama-small, qwen2-tiny, smollm2-135m,\n"
-     "                         smollm2-360m, llama-3.2-1b,\n"
-     "                         qwen2.5-0.5b (their shapes, random weights); default small\n"
+     "  --model PRESET         {presets}\n"
+     "                         (their shapes, random weights); default small\n"
      "  --init-from HFDIR      round 0 starts from a pretrained Hugging Face folder\n"
      "                         (config.json, model.safetensors) or a GGUF file (FILE.gguf,\n"
      "                         llama.cpp's): its shapes are checked, it\n"
      "                         is copied into DIR/model/ and its SHA-256 recorded\n"
-     "  --recipe NAME          diloco (default), sparseloco, fedavg or fedadam: codecs and\n"
-     "                         outer optimizer together (federation.ini [recipe])\n"
+     "  --recipe NAME          {recipes}: codecs and outer optimizer\n"
+     "                         together (federation.ini [recipe]); default diloco\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -89,9 +87,9 @@ const Command cli_commands[] = {
      "DIR is the federation folder, or an admin kit (then through the Admin API).\n",
      cmd_site_revoke},
     {"train",
-     "--data PATH... [--model PRESET | --init-from HFDIR] [--steps N] [--batch B] [--seq T]\n"
-     "     [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32] [--moments fp32|bf16]\n"
-     "     [--out CKPT]",
+     "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
+     "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
+     "     [--moments fp32|bf16] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -99,7 +97,8 @@ const Command cli_commands[] = {
      "flags:\n"
      "  --data PATH       training data: text or token files, or a folder of tokens_*.bin\n"
      "                    shards (strait tokenize --out); repeat for more\n"
-     "  --model PRESET    a preset of strait train's list (default small)\n"
+     "  --model PRESET    {presets}\n"
+     "                    (default small)\n"
      "  --init-from DIR   start from a Hugging Face folder (config.json and\n"
      "                    model.safetensors; F32, F16 or BF16) or a GGUF file (llama,\n"
      "                    qwen2; F32 to Q4_K, Q5_K, Q6_K) instead of a preset\n"
@@ -188,10 +187,10 @@ const Command cli_commands[] = {
      "flags:\n"
      "  --sites N      sites (default 3)\n"
      "  --rounds N     rounds (default 20)\n"
-     "  --model M      tiny, small or base (default small)\n"
+     "  --model M      {byte-presets} (default small)\n"
      "  --steps H      local steps per round (default 50)\n"
-     "  --recipe R     diloco (default), sparseloco, fedavg or fedadam (docs/tuning.md)\n"
-     "  --codec C      override the recipe's uplink: fp32, fp16, bf16, int8, topk or topk2\n"
+     "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
+     "  --codec C      override the recipe's uplink: {codecs}\n"
      "  --non-iid      one language per site instead of disjoint English collections\n"
      "  --baseline     then train one centralized model on all the sites' collections with\n"
      "                 the same tokens ('strait train'), and compare both on held-out text\n"

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compress/compress.h"
+#include "coordinator/coordinator.h"
+#include "kernels/model.h"
 #include "util/util.h"
 
 /* How many words of argv (from argv[0]) the command's name covers, or 0. */
@@ -48,9 +51,54 @@ static void print_overview(FILE *out) {
                  "exit status: 0 ok, 1 failed, 2 usage error.\n");
 }
 
+/* The choices a help text names, from the tables the code reads them by,
+ * so the help cannot drift from them: {presets}, {byte-presets},
+ * {recipes}, {codecs}. */
+static const char *help_list(const char *name, size_t len) {
+    if (len == 9 && strncmp(name, "{presets}", len) == 0) return model_preset_names();
+    if (len == 9 && strncmp(name, "{recipes}", len) == 0) return coordinator_recipe_names();
+    if (len == 8 && strncmp(name, "{codecs}", len) == 0) return codec_names();
+    if (len == 14 && strncmp(name, "{byte-presets}", len) == 0) return model_byte_preset_names();
+    return NULL;
+}
+
+/* text with each {list} put in, its words wrapped at 88 columns under the
+ * column the list started at */
+static void print_help_text(const char *text, FILE *out) {
+    int col = 0;
+    for (const char *p = text; *p;) {
+        const char *end = *p == '{' ? strchr(p, '}') : NULL;
+        const char *list = end ? help_list(p, (size_t)(end - p + 1)) : NULL;
+        if (list == NULL) {
+            col = *p == '\n' ? 0 : col + 1;
+            fputc(*p++, out);
+            continue;
+        }
+        int indent = col;
+        for (const char *w = list; *w;) {
+            size_t len = strcspn(w, " ");
+            if (col > indent && col + (int)len + 1 > 88) {
+                fprintf(out, "\n%*s", indent, "");
+                col = indent;
+            } else if (col > indent) {
+                fputc(' ', out);
+                col++;
+            }
+            fprintf(out, "%.*s", (int)len, w);
+            col += (int)len;
+            w += len;
+            while (*w == ' ') w++;
+        }
+        p = end + 1;
+    }
+}
+
 static void print_command_help(const Command *c, FILE *out) {
     fprintf(out, "usage: strait %s %s\n\n%s\n", c->name, c->usage, c->summary);
-    if (c->help && *c->help) fprintf(out, "\n%s", c->help);
+    if (c->help && *c->help) {
+        fputc('\n', out);
+        print_help_text(c->help, out);
+    }
 }
 
 int cmd_help(const Command *cmd, int argc, char **argv) {

@@ -319,4 +319,9 @@ void outer_step(OuterOpt *o, float *theta, const float *delta_mean);
 /* "nesterov", "avg", "adam" → kind; -1 if unknown */
 int outer_kind_parse(const char *name, OuterKind *out);
 
+/* The recipes (federation.ini [recipe] name), "diloco, sparseloco, fedavg
+ * or fedadam" from the table the settings are read by: for help and
+ * messages. */
+const char *coordinator_recipe_names(void);
+
 #endif /* STRAIT_COORDINATOR_H */

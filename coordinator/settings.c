@@ -10,6 +10,8 @@
  * momentum; Nesterov 0.7 and 0.3; Adam 0.01 with β1 0.9).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "coordinator_internal.h"
@@ -58,8 +60,26 @@ int rounds_recipe_known(const char *name) {
     return 0;
 }
 
+/* "diloco, sparseloco, fedavg or fedadam", from the table */
+static char recipe_names[160];
+static void list_recipes(void) {
+    size_t n = 0, count = sizeof RECIPES / sizeof RECIPES[0];
+    for (size_t i = 0; i < count && n < sizeof recipe_names; i++)
+        n += (size_t)snprintf(recipe_names + n, sizeof recipe_names - n, "%s%s",
+                              i == 0           ? ""
+                              : i + 1 == count ? " or "
+                                               : ", ",
+                              RECIPES[i].name);
+}
+
 const char *rounds_recipe_names(void) {
-    return "diloco, sparseloco, fedavg or fedadam";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, list_recipes);
+    return recipe_names;
+}
+
+const char *coordinator_recipe_names(void) {
+    return rounds_recipe_names();
 }
 
 /* The recipe's codecs and optimizer, with the keys written in the file over them. */

@@ -137,8 +137,7 @@ int demo_check(const DemoOptions *o, char *err) {
     if (o->sites < 1 || o->sites > DEMO_MAX_SITES || o->rounds < 1 || o->steps < 1)
         return err_set(err, "--sites 1-%d, --rounds and --steps positive", DEMO_MAX_SITES);
     if (gpt_config_preset(o->model, &cfg) != 0 || cfg.V != 256)
-        return err_set(err, "--model tiny, small, base, llama-tiny, llama-small or qwen2-tiny "
-                            "(byte-level)");
+        return err_set(err, "--model %s (byte-level)", model_byte_preset_names());
     if (o->codec && codec_params_parse(o->codec, &cp, err) != 0) return -1;
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
         return err_set(err, "--device is cpu or cuda, not '%s'", o->device);

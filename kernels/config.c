@@ -71,12 +71,23 @@ static const struct Preset {
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
+/* the presets' names, comma-separated; byte_level: those of 256 tokens */
+static void preset_names(char *names, size_t cap, int byte_level) {
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (!byte_level || PRESETS[i].V == 256)
+            snprintf(names + strlen(names), cap - strlen(names), "%s%s", names[0] ? ", " : "",
+                     PRESETS[i].name);
+}
+
 const char *model_preset_names(void) {
     static char names[512];
-    if (names[0] == '\0')
-        for (size_t i = 0; i < N_PRESETS; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                     PRESETS[i].name);
+    if (names[0] == '\0') preset_names(names, sizeof names, 0);
+    return names;
+}
+
+const char *model_byte_preset_names(void) {
+    static char names[512];
+    if (names[0] == '\0') preset_names(names, sizeof names, 1);
     return names;
 }
 

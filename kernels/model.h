@@ -52,8 +52,11 @@ double gpt_train_bytes(const GPTConfig *cfg, int B, int T, int moments_bf16);
  * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
  * random weights); -1 for an unknown name */
 int gpt_config_preset(const char *name, GPTConfig *cfg);
-/* The presets' names, comma-separated, for messages. */
+/* The presets' names, comma-separated, for messages and help; and those of
+ * the byte-level ones (a vocabulary of 256: what trains on text as it is,
+ * the demo's). */
 const char *model_preset_names(void);
+const char *model_byte_preset_names(void);
 struct TokenSet;
 /* The vocabulary cfg (model `name`) trains with on ts: a byte-level preset
  * (256) takes vocab when it is given, else GPT-2's 50257 for shards (more

@@ -11,6 +11,9 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 
+#include "compress/compress.h"
+#include "coordinator/coordinator.h"
+#include "kernels/model.h"
 #include "kernels/tokenizer.h"
 #include "tests/harness.h"
 #include "util/util.h"
@@ -289,4 +292,40 @@ Test(cli, data_takes_a_folder_of_token_shards) {
     proc_result_free(&r);
     harness_rmtree(root);
     free(root);
+}
+
+/* each name of list ("a, b, c or d") appears in text */
+static void each_named(const char *list, const char *text, const char *what) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(w, "or") == 0) continue;
+        char word[80];
+        snprintf(word, sizeof word, " %s", w); /* a whole name, not a part of another */
+        cr_expect(strstr(text, word) != NULL, "%s: '%s' is not named in its help:\n%s", what, w,
+                  text);
+        n++;
+    }
+    cr_assert_gt(n, 1, "%s: no names in '%s'", what, list);
+}
+
+/* The help names every choice the code knows, from the same tables, so
+ * the two cannot drift: presets (init, train), the byte-level ones (demo),
+ * recipes (init, demo), codecs (demo), formats (export). */
+Test(cli, help_names_every_preset_recipe_codec_and_format) {
+    ProcResult init = strait("help", "init", NULL), train = strait("help", "train", NULL),
+               demo = strait("help", "demo", NULL), exp = strait("help", "export", NULL);
+    cr_assert(init.status == 0 && train.status == 0 && demo.status == 0 && exp.status == 0);
+    each_named(model_preset_names(), init.out, "strait help init");
+    each_named(model_preset_names(), train.out, "strait help train");
+    each_named(model_byte_preset_names(), demo.out, "strait help demo");
+    each_named(coordinator_recipe_names(), init.out, "strait help init");
+    each_named(coordinator_recipe_names(), demo.out, "strait help demo");
+    each_named(codec_names(), demo.out, "strait help demo");
+    each_named("hf, gguf or llmc", exp.out, "strait help export");
+    cr_assert_null(strchr(init.out, '{'), "a list left unfilled:\n%s", init.out);
+    cr_assert_null(strchr(demo.out, '{'), "a list left unfilled:\n%s", demo.out);
+    proc_result_free(&init), proc_result_free(&train), proc_result_free(&demo);
+    proc_result_free(&exp);
 }
