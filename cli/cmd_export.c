@@ -126,14 +126,54 @@ static int tokenizer_lists_of(const char *src, TokenizerLists *tl, char *err) {
     return rc == 0 ? 1 : -1;
 }
 
+/* The lists padded to the model's vocabulary with unused tokens, as
+ * llama.cpp's converter pads a vocabulary smaller than its embedding
+ * (Qwen2.5: 151,665 tokens, 151,936 rows); more tokens than rows is not
+ * this model's tokenizer. */
+static int lists_fit(TokenizerLists *tl, int V, const char *src, char *err) {
+    if (tl->n_tokens > V)
+        return err_set(err, "%s's tokenizer has %d tokens, the model %d: not its tokenizer", src,
+                       tl->n_tokens, V);
+    if (tl->n_tokens == V) return 0;
+    char **tokens = realloc(tl->tokens, sizeof *tokens * (size_t)V);
+    if (tokens) tl->tokens = tokens;
+    int32_t *types = tokens && tl->types ? realloc(tl->types, sizeof *types * (size_t)V) : NULL;
+    if (types) tl->types = types;
+    if (tokens == NULL || (tl->types && types == NULL)) return err_set(err, "out of memory");
+    for (int i = tl->n_tokens; i < V; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "[PAD%d]", i);
+        if ((tl->tokens[i] = strdup(name)) == NULL) return err_set(err, "out of memory");
+        if (tl->types) tl->types[i] = 5; /* unused */
+        tl->n_tokens = i + 1;
+    }
+    return 0;
+}
+
 /* --format gguf, in dtype (f32 by default: the model of record, exact),
  * with the tokenizer of tok_src (NULL: none) */
 static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
     TokenizerLists tl;
     int have = tokenizer_lists_of(tok_src, &tl, err);
     if (have < 0) return -1;
-    int rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
+    int rc = have ? lists_fit(&tl, m->cfg.V, tok_src, err) : 0;
+    if (rc == 0) rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
     if (have) tokenizer_lists_free(&tl);
+    return rc;
+}
+
+/* Whether the tokenizer of src serves a model of V tokens in this format:
+ * 0, or -1 with err (what export would fail on, found before it writes). */
+static int tokenizer_fits(const char *src, int V, char *err) {
+    TokenizerLists tl;
+    int have = tokenizer_lists_of(src, &tl, err);
+    if (have <= 0) return have;
+    int rc = tl.n_tokens > V ? err_set(err,
+                                       "%s's tokenizer has %d tokens, the model %d: not its "
+                                       "tokenizer",
+                                       src, tl.n_tokens, V)
+                             : 0;
+    tokenizer_lists_free(&tl);
     return rc;
 }
 
@@ -179,9 +219,11 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     int is_hf = format && strcmp(format, "hf") == 0, is_gguf = format && !strcmp(format, "gguf");
     if (format == NULL || (!is_hf && !is_gguf && strcmp(format, "llmc") != 0))
         return cli_usage_error(cmd, "give --format hf (a folder), gguf or llmc (a file)");
-    if (!is_hf && !is_gguf && (dtype || tok || shard_flag))
-        return cli_usage_error(cmd, "--dtype and --tokenizer are --format hf's and gguf's");
     if (!is_hf && shard_flag) return cli_usage_error(cmd, "--max-shard-size is --format hf's");
+    if (!is_hf && !is_gguf && (dtype || tok))
+        return cli_usage_error(cmd, "--dtype and --tokenizer are --format hf's and gguf's");
+    int no_tok = tok && strcmp(tok, "none") == 0;
+    if (no_tok) tok = NULL;
     int gguf_type = -1;
     if (is_gguf && (gguf_type = gguf_dtype_of(dtype ? dtype : "f32")) < 0)
         return cli_usage_error(cmd, "--dtype %s: give f32, f16, bf16 or q8_0", dtype);
@@ -203,16 +245,30 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int held;
     if (hold_round(ckpt, &held, home, err) != 0) return cli_fail(cmd, "%s", err);
-    if (tok == NULL && (is_hf || is_gguf) && federation_tokenizer(home, source, sizeof source))
-        tok = source;
-    int tok_gguf = tok && gguf_path_is(tok);
-    if (is_hf && !tok_gguf) hf.tokenizer_dir = tok;
+    int auto_tok = tok == NULL && !no_tok && (is_hf || is_gguf) &&
+                   federation_tokenizer(home, source, sizeof source);
+    if (auto_tok) tok = source;
     if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
         gpt_load(&m, ckpt, NULL, err) != 0) {
         gpt_free(&m);
         if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);
     }
+    int tok_gguf = tok && gguf_path_is(tok);
+    /* a tokenizer that has to be converted is tried before anything is
+     * written: given, its failure is the export's; taken from the
+     * federation's source, the model goes out without it, said in one line */
+    char why[ERR_LEN];
+    if (tok && (is_gguf || tok_gguf) && tokenizer_fits(tok, m.cfg.V, why) != 0) {
+        if (!auto_tok) {
+            if (held >= 0) close(held);
+            gpt_free(&m);
+            return cli_fail(cmd, "%s", why);
+        }
+        fprintf(stderr, "strait export: without the federation's tokenizer: %s\n", why);
+        tok = NULL, tok_gguf = 0;
+    }
+    if (is_hf && !tok_gguf) hf.tokenizer_dir = tok;
     if (held >= 0) close(held); /* read whole: retention may have it */
     int rc = is_hf && tok_gguf ? export_hf_from_gguf(&m, out, &hf, tok, err)
              : is_hf           ? gpt_export_hf(&m, out, &hf, err)

@@ -2,7 +2,9 @@
  * cmd_init.c — `strait init DIR` and `strait coordinator start DIR`: create
  * a federation's home, and run its coordinator.
  */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -54,7 +56,9 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
     if (o.model && o.init_from)
         return cli_usage_error(cmd,
                                "--model or --init-from: the pretrained model has its own shape");
-    char fp[65], err[ERR_LEN];
+    char fp[65], err[ERR_LEN], source[PATH_MAX];
+    /* recorded whole ([model] source), so export finds its tokenizer from anywhere */
+    if (o.init_from && realpath(o.init_from, source) != NULL) o.init_from = source;
     if (coordinator_init_home(argv[optind], &o, fp, err) != 0) return cli_fail(cmd, "%s", err);
     printf("federation created in %s\n", argv[optind]);
     if (o.init_from)

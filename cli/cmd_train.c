@@ -262,7 +262,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     if (pretrained ? gpt_import(&m, ckpt, err) != 0 : gpt_read_config(ckpt, &m.cfg, NULL, err) != 0)
         return cli_fail(cmd, "%s", err);
     GPTConfig cfg = m.cfg;
-    if (pretrained && !tdir && !vocab && !merges) tdir = ckpt;
+    if (pretrained && !tdir && !vocab && !merges && cfg.V != 256) tdir = ckpt; /* its own */
     Tokenizer *tok = NULL;
     if (tdir || vocab || merges) {
         if ((tok = cli_tokenizer_open(tdir, vocab, merges, err)) == NULL) {

@@ -172,7 +172,8 @@ const Command cli_commands[] = {
      "                  tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
      "                  vocab.json, merges.txt, chat_template.jinja, generation_config.json\n"
      "                  and its bos/eos/pad ids) or a GGUF file (its tokenizer.ggml.* keys);\n"
-     "                  a federation's round takes federation.ini's [model] source\n",
+     "                  a federation's round takes federation.ini's [model] source;\n"
+     "                  none: no tokenizer\n",
      cmd_export},
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"

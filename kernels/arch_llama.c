@@ -264,6 +264,16 @@ static int rope_read(json_t *o, const char *field, RopeConfig *r, char *err) {
                        "%s of type %s; Strait computes rotary embeddings of type default or "
                        "llama3 (Llama 3's) only",
                        field, type);
+    /* every one of Llama 3's four: a missing factor would silently mean none */
+    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+    for (int i = 0; i < 4; i++)
+        if (!json_is_number(json_object_get(o, need[i])))
+            return err_set(err,
+                           "%s of type llama3 has no %s (a number); Llama 3's scaling needs "
+                           "factor, low_freq_factor, high_freq_factor and "
+                           "original_max_position_embeddings",
+                           field, need[i]);
     if (hf_num(o, "factor", 0, &r->factor, err) ||
         hf_num(o, "low_freq_factor", 0, &r->low_freq, err) ||
         hf_num(o, "high_freq_factor", 0, &r->high_freq, err) ||

@@ -62,7 +62,9 @@ int hf_fields_check(json_t *j, const HfField *fields, int n, char *err) {
                            "config.json has %.80s, a field Strait does not know (it might change "
                            "the model); remove it from config.json if it does not change the model",
                            key);
-        if (json_is_null(v) || f->rule == HF_USED || f->rule == HF_HARMLESS) continue;
+        if (f->rule == HF_USED || f->rule == HF_HARMLESS) continue;
+        /* null is transformers' None: false or 0, neutral only where that is */
+        if (json_is_null(v) && f->rule != HF_TRUE && f->rule != HF_ONE) continue;
         if (f->rule == HF_TOKEN_ID) {
             int ok = token_id_ok(v);
             if (json_is_array(v)) {
@@ -74,10 +76,11 @@ int hf_fields_check(json_t *j, const HfField *fields, int n, char *err) {
                 return err_set(err, "config.json's %s should be a token id or a list of them", key);
             continue;
         }
-        int neutral = f->rule == HF_FALSE  ? json_is_false(v)
-                      : f->rule == HF_TRUE ? json_is_true(v)
-                      : json_is_number(v)  ? json_number_value(v) == (f->rule == HF_ONE ? 1.0 : 0.0)
-                                           : 0;
+        int neutral = json_is_null(v)       ? 0
+                      : f->rule == HF_FALSE ? json_is_false(v)
+                      : f->rule == HF_TRUE  ? json_is_true(v)
+                      : json_is_number(v) ? json_number_value(v) == (f->rule == HF_ONE ? 1.0 : 0.0)
+                                          : 0;
         if (!neutral) {
             static const char *const want[] = {
                 [HF_FALSE] = "false", [HF_TRUE] = "true", [HF_ZERO] = "0", [HF_ONE] = "1"};

@@ -117,6 +117,11 @@ static Refusal REFUSED[] = {
      "original_max_position_embeddings"},
     {L4, "rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 2.0}",
      "rope_scaling of type dynamic"},
+    /* Llama 3's scaling without its factor: no scaling at all, were it defaulted */
+    {L5, "rope_parameters",
+     "{\"rope_type\": \"llama3\", \"rope_theta\": 100000.0, \"low_freq_factor\": 1.0,"
+     " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
+     "has no factor"},
     /* both forms, disagreeing */
     {L5, "rope_theta", "10000.0", "disagree"},
     {L4, "rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "disagree"},
@@ -140,6 +145,8 @@ static Refusal REFUSED[] = {
     {G5, "n_inner", "100", "n_inner"},
     {G5, "add_cross_attention", "true", "add_cross_attention"},
     {G5, "scale_attn_weights", "false", "scale_attn_weights"},
+    {G5, "scale_attn_weights", "null", "scale_attn_weights"}, /* None: falsy in transformers */
+    {G5, "tie_word_embeddings", "null", "tie_word_embeddings"},
     {G5, "scale_attn_by_inverse_layer_idx", "true", "scale_attn_by_inverse_layer_idx"},
     {G5, "reorder_and_upcast_attn", "true", "reorder_and_upcast_attn"},
     /* fields Strait does not know at all */
