@@ -127,12 +127,17 @@ static int tokenizer_lists_of(const char *src, TokenizerLists *tl, char *err) {
 }
 
 /* --format gguf, in dtype (f32 by default: the model of record, exact),
- * with the tokenizer of tok_src (NULL: none) */
+ * with the tokenizer of tok_src (NULL: none; a GGUF's tokenizer.* keys
+ * copied verbatim) */
 static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
     TokenizerLists tl;
     int have = tokenizer_lists_of(tok_src, &tl, err);
     if (have < 0) return -1;
-    int rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
+    Gguf *src = have && gguf_path_is(tok_src) ? gguf_open(tok_src, err) : NULL;
+    int rc = have && gguf_path_is(tok_src) && src == NULL
+                 ? -1
+                 : gpt_export_gguf(m, out, dtype, have ? &tl : NULL, src, err);
+    gguf_close(src);
     if (have) tokenizer_lists_free(&tl);
     return rc;
 }
