@@ -151,13 +151,20 @@ static int lists_fit(TokenizerLists *tl, int V, const char *src, char *err) {
 }
 
 /* --format gguf, in dtype (f32 by default: the model of record, exact),
- * with the tokenizer of tok_src (NULL: none) */
+ * with the tokenizer of tok_src (NULL: none; a GGUF's tokenizer.* keys
+ * copied verbatim) */
 static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
     TokenizerLists tl;
     int have = tokenizer_lists_of(tok_src, &tl, err);
     if (have < 0) return -1;
+    /* a GGUF's own keys verbatim when its list is the model's; else the
+     * lists (a folder's converted, or padded to the model's rows) */
+    int n0 = have ? tl.n_tokens : 0, verbatim = have && n0 == m->cfg.V && gguf_path_is(tok_src);
     int rc = have ? lists_fit(&tl, m->cfg.V, tok_src, err) : 0;
-    if (rc == 0) rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, err);
+    Gguf *src = rc == 0 && verbatim ? gguf_open(tok_src, err) : NULL;
+    if (rc == 0 && verbatim && src == NULL) rc = -1;
+    if (rc == 0) rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, src, err);
+    gguf_close(src);
     if (have) tokenizer_lists_free(&tl);
     return rc;
 }

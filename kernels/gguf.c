@@ -29,11 +29,13 @@
 #define GGUF_MAGIC 0x46554747u /* "GGUF" */
 
 typedef struct Kv {
-    char *key;        /* owned */
-    uint32_t type;    /* GGUF_* */
-    uint32_t atype;   /* an array's element type */
-    uint64_t n;       /* an array's count, a string's length */
-    const uint8_t *v; /* the value (a string's bytes; an array's first element) */
+    char *key;          /* owned */
+    uint32_t type;      /* GGUF_* */
+    uint32_t atype;     /* an array's element type */
+    uint64_t n;         /* an array's count, a string's length */
+    const uint8_t *v;   /* the value (a string's bytes; an array's first element) */
+    const uint8_t *raw; /* the value as the file holds it: its type, then its bytes */
+    size_t raw_n;
 } Kv;
 
 struct Gguf {
@@ -90,6 +92,22 @@ static char *dup_bytes(const uint8_t *s, uint64_t n) {
     return d;
 }
 
+const char *gguf_shown(const char *s, char *buf) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0, i = 0;
+    for (; i < GGUF_SHOWN_MAX && s[i]; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+            buf[o++] = (char)ch;
+        } else {
+            buf[o++] = '\\', buf[o++] = 'x', buf[o++] = hex[ch >> 4], buf[o++] = hex[ch & 15];
+        }
+    }
+    if (s[i]) buf[o++] = '.', buf[o++] = '.', buf[o++] = '.';
+    buf[o] = '\0';
+    return buf;
+}
+
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -116,53 +134,63 @@ static int cmp_span(const void *a, const void *b) {
 
 /* ---- parsing --------------------------------------------------------------------- */
 
+static int parse_value(Gguf *g, Cur *c, Kv *kv, const char *sk, char *err);
+
 static int parse_kv(Gguf *g, Cur *c, Kv *kv, char *err) {
     uint64_t kl;
     const uint8_t *ks;
+    char sk[GGUF_SHOWN];
     if (str_at(c, &kl, &ks))
         return err_set(err, "%s: a key runs past the end of the file", g->name);
     if (kl == 0 || kl > 65535 || (kv->key = dup_bytes(ks, kl)) == NULL)
         return err_set(err, "%s: a key of %llu bytes (or holding a NUL); not GGUF", g->name,
                        (unsigned long long)kl);
+    gguf_shown(kv->key, sk);
+    kv->raw = c->p;
+    int rc = parse_value(g, c, kv, sk, err);
+    kv->raw_n = (size_t)(c->p - kv->raw);
+    return rc;
+}
+
+/* kv's type and value at c; sk: its key as messages show it */
+static int parse_value(Gguf *g, Cur *c, Kv *kv, const char *sk, char *err) {
     if (u32_at(c, &kv->type) || kv->type >= GGUF_NTYPES)
-        return err_set(err, "%s: key %s has value type %u, not one GGUF defines", g->name, kv->key,
+        return err_set(err, "%s: key %s has value type %u, not one GGUF defines", g->name, sk,
                        kv->type);
     if (kv->type == GGUF_STRING) {
         if (str_at(c, &kv->n, &kv->v))
-            return err_set(err, "%s: key %s's string runs past the end of the file", g->name,
-                           kv->key);
+            return err_set(err, "%s: key %s's string runs past the end of the file", g->name, sk);
         return 0;
     }
     if (kv->type != GGUF_ARRAY) {
         kv->n = 1;
         if (take(c, SCALAR_SIZE[kv->type], &kv->v))
-            return err_set(err, "%s: key %s's value runs past the end of the file", g->name,
-                           kv->key);
+            return err_set(err, "%s: key %s's value runs past the end of the file", g->name, sk);
         return 0;
     }
     if (u32_at(c, &kv->atype) || kv->atype >= GGUF_NTYPES || kv->atype == GGUF_ARRAY)
         return err_set(err,
                        "%s: key %s is an array of type %u; GGUF's arrays hold scalars or "
                        "strings",
-                       g->name, kv->key, kv->atype);
+                       g->name, sk, kv->atype);
     if (u64_at(c, &kv->n))
-        return err_set(err, "%s: key %s's array runs past the end of the file", g->name, kv->key);
+        return err_set(err, "%s: key %s's array runs past the end of the file", g->name, sk);
     kv->v = c->p;
     if (kv->atype != GGUF_STRING) {
         if (kv->n > c->left / SCALAR_SIZE[kv->atype] ||
             take(c, (size_t)kv->n * SCALAR_SIZE[kv->atype], NULL))
             return err_set(err, "%s: key %s claims %llu elements, more than the file holds",
-                           g->name, kv->key, (unsigned long long)kv->n);
+                           g->name, sk, (unsigned long long)kv->n);
         return 0;
     }
     if (kv->n > c->left / 8)
-        return err_set(err, "%s: key %s claims %llu strings, more than the file holds", g->name,
-                       kv->key, (unsigned long long)kv->n);
+        return err_set(err, "%s: key %s claims %llu strings, more than the file holds", g->name, sk,
+                       (unsigned long long)kv->n);
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t sl;
         if (str_at(c, &sl, NULL))
             return err_set(err, "%s: key %s's string %llu runs past the end of the file", g->name,
-                           kv->key, (unsigned long long)i);
+                           sk, (unsigned long long)i);
     }
     return 0;
 }
@@ -171,37 +199,40 @@ static int parse_tensor_info(Gguf *g, Cur *c, GgufTensor *t, char *err) {
     uint64_t nl, off;
     const uint8_t *ns;
     uint32_t nd = 0;
+    char sn[GGUF_SHOWN];
     if (str_at(c, &nl, &ns))
         return err_set(err, "%s: a tensor name runs past the end of the file", g->name);
     if (nl == 0 || nl > 255 || (t->name = dup_bytes(ns, nl)) == NULL)
         return err_set(err, "%s: a tensor name of %llu bytes (or holding a NUL); GGUF's are 1-255",
                        g->name, (unsigned long long)nl);
+    gguf_shown(t->name, sn);
     if (u32_at(c, &nd) || nd < 1 || nd > GGUF_MAX_DIMS)
-        return err_set(err, "%s: tensor %s has %u dimensions; GGUF's have 1 to %d", g->name,
-                       t->name, nd, GGUF_MAX_DIMS);
+        return err_set(err, "%s: tensor %s has %u dimensions; GGUF's have 1 to %d", g->name, sn, nd,
+                       GGUF_MAX_DIMS);
     t->n_dims = (int)nd;
     t->n_elems = 1;
     for (int d = 0; d < t->n_dims; d++) {
         if (u64_at(c, &t->ne[d]))
             return err_set(err, "%s: tensor %s's dimensions run past the end of the file", g->name,
-                           t->name);
+                           sn);
         if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40) / t->n_elems)
             return err_set(err,
                            "%s: tensor %s has a dimension of %llu (beyond 2^40 values, or "
                            "zero)",
-                           g->name, t->name, (unsigned long long)t->ne[d]);
+                           g->name, sn, (unsigned long long)t->ne[d]);
         t->n_elems *= t->ne[d];
     }
     for (int d = t->n_dims; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     uint32_t block, bytes;
     if (u32_at(c, &t->type) || u64_at(c, &off))
-        return err_set(err, "%s: tensor %s's info runs past the end of the file", g->name, t->name);
+        return err_set(err, "%s: tensor %s's info runs past the end of the file", g->name, sn);
     if (gguf_type_block(t->type, &block, &bytes) != 0)
-        return err_set(err, "%s: tensor %s has type %u, not one ggml defines", g->name, t->name,
-                       t->type);
+        return err_set(err,
+                       "%s: tensor %s has type %u, which this Strait does not know (a newer ggml?)",
+                       g->name, sn, t->type);
     if (t->ne[0] % block != 0)
         return err_set(err, "%s: tensor %s's rows of %llu are not whole %s blocks of %u", g->name,
-                       t->name, (unsigned long long)t->ne[0], gguf_type_name(t->type), block);
+                       sn, (unsigned long long)t->ne[0], gguf_type_name(t->type), block);
     t->n_bytes = t->n_elems / block * bytes;
     t->offset = off;
     return 0;
@@ -247,9 +278,10 @@ static int parse(Gguf *g, char *err) {
     char **names = mallocCheck(sizeof *names * ((size_t)(n_kv > n_t ? n_kv : n_t) + 1));
     for (int i = 0; i < g->n_kv; i++) names[i] = g->kv[i].key;
     const char *dup = duplicate(names, g->n_kv);
+    char shown[GGUF_SHOWN], shown2[GGUF_SHOWN];
     if (dup) {
         free(names);
-        return err_set(err, "%s: key %s is given twice", g->name, dup);
+        return err_set(err, "%s: key %s is given twice", g->name, gguf_shown(dup, shown));
     }
     g->alignment = 32;
     int ai = gguf_find_key(g, "general.alignment");
@@ -273,7 +305,7 @@ static int parse(Gguf *g, char *err) {
     for (int i = 0; i < g->n_t; i++) names[i] = g->t[i].name;
     dup = duplicate(names, g->n_t);
     free(names);
-    if (dup) return err_set(err, "%s: tensor %s is given twice", g->name, dup);
+    if (dup) return err_set(err, "%s: tensor %s is given twice", g->name, gguf_shown(dup, shown));
     /* the data section, and each tensor's bytes inside it */
     size_t at = g->len - c.left, pad = (g->alignment - at % g->alignment) % g->alignment;
     if (g->n_t > 0 && pad > c.left)
@@ -285,13 +317,15 @@ static int parse(Gguf *g, char *err) {
         GgufTensor *t = &g->t[i];
         uint64_t off = t->offset;
         if (off % g->alignment != 0)
-            rc = err_set(err, "%s: tensor %s's offset %llu is not a multiple of the alignment %u",
-                         g->name, t->name, (unsigned long long)off, g->alignment);
+            rc =
+                err_set(err, "%s: tensor %s's offset %llu is not a multiple of the alignment %u",
+                        g->name, gguf_shown(t->name, shown), (unsigned long long)off, g->alignment);
         else if (off > data_len || t->n_bytes > data_len - off)
             rc = err_set(err,
                          "%s: tensor %s's %llu bytes at offset %llu lie past the end of the "
                          "file (truncated?)",
-                         g->name, t->name, (unsigned long long)t->n_bytes, (unsigned long long)off);
+                         g->name, gguf_shown(t->name, shown), (unsigned long long)t->n_bytes,
+                         (unsigned long long)off);
         if (rc == 0) t->data = g->base + data_start + off;
         sp[i] = (Span){off, off + t->n_bytes, i};
     }
@@ -299,8 +333,9 @@ static int parse(Gguf *g, char *err) {
         qsort(sp, (size_t)g->n_t, sizeof *sp, cmp_span);
         for (int i = 1; i < g->n_t && rc == 0; i++)
             if (sp[i].off < sp[i - 1].end)
-                rc = err_set(err, "%s: tensors %s and %s overlap", g->name, g->t[sp[i - 1].i].name,
-                             g->t[sp[i].i].name);
+                rc = err_set(err, "%s: tensors %s and %s overlap", g->name,
+                             gguf_shown(g->t[sp[i - 1].i].name, shown),
+                             gguf_shown(g->t[sp[i].i].name, shown2));
     }
     free(sp);
     return rc;
@@ -349,12 +384,6 @@ Gguf *gguf_open(const char *path, char *err) {
 const char *gguf_name(const Gguf *g) {
     return g->name;
 }
-uint32_t gguf_version(const Gguf *g) {
-    return g->version;
-}
-uint32_t gguf_alignment(const Gguf *g) {
-    return g->alignment;
-}
 int gguf_n_kv(const Gguf *g) {
     return g->n_kv;
 }
@@ -368,6 +397,11 @@ int gguf_kv_type(const Gguf *g, int i, int *array_type) {
 
 uint64_t gguf_kv_len(const Gguf *g, int i) {
     return g->kv[i].n;
+}
+
+size_t gguf_kv_value_bytes(const Gguf *g, int i, const uint8_t **p) {
+    *p = g->kv[i].raw;
+    return g->kv[i].raw_n;
 }
 
 int gguf_find_key(const Gguf *g, const char *key) {
@@ -461,25 +495,6 @@ int gguf_get_int(const Gguf *g, const char *key, int64_t lo, int64_t hi, int64_t
     return 1;
 }
 
-int gguf_get_u32(const Gguf *g, const char *key, uint32_t *out, char *err) {
-    int64_t v;
-    int rc = gguf_get_int(g, key, 0, UINT32_MAX, &v, err);
-    if (rc == 1) *out = (uint32_t)v;
-    return rc;
-}
-int gguf_get_i32(const Gguf *g, const char *key, int32_t *out, char *err) {
-    int64_t v;
-    int rc = gguf_get_int(g, key, INT32_MIN, INT32_MAX, &v, err);
-    if (rc == 1) *out = (int32_t)v;
-    return rc;
-}
-int gguf_get_u64(const Gguf *g, const char *key, uint64_t *out, char *err) {
-    int64_t v;
-    int rc = gguf_get_int(g, key, 0, INT64_MAX, &v, err);
-    if (rc == 1) *out = (uint64_t)v;
-    return rc;
-}
-
 int gguf_get_f32(const Gguf *g, const char *key, float *out, char *err) {
     const Kv *kv = kv_of(g, key);
     if (kv == NULL) return 0;
@@ -496,11 +511,15 @@ int gguf_get_f32(const Gguf *g, const char *key, float *out, char *err) {
     return 1;
 }
 
-int gguf_get_bool(const Gguf *g, const char *key, int *out, char *err) {
+/* a bool (its byte 0 or 1) */
+static int gguf_get_bool(const Gguf *g, const char *key, int *out, char *err) {
     const Kv *kv = kv_of(g, key);
     if (kv == NULL) return 0;
-    if (kv->type != GGUF_BOOL || kv->v[0] > 1)
+    if (kv->type != GGUF_BOOL)
         return err_set(err, "%s: %s is a %s, not a boolean", g->name, key, type_name(kv->type));
+    if (kv->v[0] > 1)
+        return err_set(err, "%s: %s is a bool holding the byte %u; GGUF's bools are 0 or 1",
+                       g->name, key, kv->v[0]);
     *out = kv->v[0];
     return 1;
 }
@@ -515,12 +534,14 @@ int gguf_get_str(const Gguf *g, const char *key, char **out, char *err) {
     return 1;
 }
 
-void gguf_strings_free(char **s, size_t n) {
+static void gguf_strings_free(char **s, size_t n) {
     for (size_t i = 0; s && i < n; i++) free(s[i]);
     free(s);
 }
 
-int gguf_get_strs(const Gguf *g, const char *key, char ***out, size_t *n, char *err) {
+/* arrays: of strings (owned copies, free with gguf_strings_free), of
+ * integers that fit an int32 (owned) */
+static int gguf_get_strs(const Gguf *g, const char *key, char ***out, size_t *n, char *err) {
     const Kv *kv = kv_of(g, key);
     if (kv == NULL) return 0;
     if (kv->type != GGUF_ARRAY || kv->atype != GGUF_STRING)
@@ -541,7 +562,7 @@ int gguf_get_strs(const Gguf *g, const char *key, char ***out, size_t *n, char *
     return 1;
 }
 
-int gguf_get_i32s(const Gguf *g, const char *key, int32_t **out, size_t *n, char *err) {
+static int gguf_get_i32s(const Gguf *g, const char *key, int32_t **out, size_t *n, char *err) {
     const Kv *kv = kv_of(g, key);
     if (kv == NULL) return 0;
     int64_t v;
@@ -572,22 +593,45 @@ int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err) {
     int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err);
     if (rc <= 0)
         return rc < 0 ? -1 : err_set(err, "%s has no tokenizer (tokenizer.ggml.model)", g->name);
+    char shown[GGUF_SHOWN];
+    if (strcmp(model, "none") == 0 || strcmp(model, "no_vocab") == 0) {
+        err_set(err,
+                "%s: the file has no tokenizer (tokenizer.ggml.model %s): give --tokenizer with "
+                "a GGUF file or a Hugging Face folder that has one",
+                g->name, model);
+        free(model);
+        return -1;
+    }
     if (strcmp(model, "gpt2") != 0) {
         err_set(err, "%s: tokenizer.ggml.model is %s; Strait reads byte-level BPE (gpt2) only%s",
-                g->name, model, strcmp(model, "llama") == 0 ? " (llama is SentencePiece)" : "");
+                g->name, gguf_shown(model, shown),
+                strcmp(model, "llama") == 0 ? " (llama is SentencePiece)" : "");
         free(model);
         return -1;
     }
     free(model);
+    int space = 0;
+    rc = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space, err);
+    if (rc < 0) return -1;
+    if (space)
+        return err_set(err,
+                       "%s: tokenizer.ggml.add_space_prefix is true; Strait's byte-level BPE "
+                       "adds no prefix space",
+                       g->name);
+    /* the counts before any string is copied */
+    static const char *const lists[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"};
+    for (int i = 0; i < 2; i++) {
+        int k = gguf_find_key(g, lists[i]);
+        if (k >= 0 && gguf_kv_len(g, k) > (1u << 22))
+            return err_set(err, "%s: %s holds %llu entries; Strait takes at most 2^22", g->name,
+                           lists[i], (unsigned long long)gguf_kv_len(g, k));
+    }
     size_t nt = 0, nm = 0, ny = 0;
     rc = gguf_get_strs(g, "tokenizer.ggml.tokens", &out->tokens, &nt, err);
     if (rc == 0) rc = err_set(err, "%s has no tokenizer.ggml.tokens", g->name);
-    if (rc > 0 && nt > (1u << 22))
-        rc = err_set(err, "%s: %zu tokens; Strait takes at most 2^22", g->name, nt);
     out->n_tokens = (int)nt;
     if (rc > 0) rc = gguf_get_strs(g, "tokenizer.ggml.merges", &out->merges, &nm, err);
     out->n_merges = (int)nm;
-    if (rc >= 0 && nm > (1u << 22)) rc = err_set(err, "%s: %zu merges", g->name, nm);
     if (rc >= 0) rc = gguf_get_i32s(g, "tokenizer.ggml.token_type", &out->types, &ny, err);
     if (rc > 0 && ny != nt)
         rc = err_set(err, "%s: tokenizer.ggml.token_type has %zu entries for %zu tokens", g->name,

@@ -75,8 +75,12 @@ Gguf *gguf_open(const char *path, char *err);
 Gguf *gguf_parse(const uint8_t *data, size_t len, const char *name, char *err);
 void gguf_close(Gguf *g);
 const char *gguf_name(const Gguf *g);
-uint32_t gguf_version(const Gguf *g);
-uint32_t gguf_alignment(const Gguf *g);
+/* A name from a file as a message shows it: bytes outside printable ASCII
+ * (and the backslash) as \xNN, at most GGUF_SHOWN_MAX bytes then "...";
+ * buf holds GGUF_SHOWN. Returns buf. */
+#define GGUF_SHOWN_MAX 80
+#define GGUF_SHOWN     (GGUF_SHOWN_MAX * 4 + 4)
+const char *gguf_shown(const char *s, char *buf);
 
 /* Metadata, by key. Each getter returns 1 when the key is there with a
  * fitting type (and, for numbers, a value in range), 0 when it is absent,
@@ -85,21 +89,15 @@ uint32_t gguf_alignment(const Gguf *g);
 int gguf_n_kv(const Gguf *g);
 const char *gguf_kv_key(const Gguf *g, int i);
 int gguf_kv_type(const Gguf *g, int i, int *array_type); /* GGUF_*; array_type for an array */
-uint64_t gguf_kv_len(const Gguf *g, int i);        /* an array's count, a string's bytes, else 1 */
+uint64_t gguf_kv_len(const Gguf *g, int i); /* an array's count, a string's bytes, else 1 */
+/* key i's value as the file holds it (its type, u32, then its bytes; what
+ * a writer copies verbatim); the count of bytes at *p */
+size_t gguf_kv_value_bytes(const Gguf *g, int i, const uint8_t **p);
 int gguf_find_key(const Gguf *g, const char *key); /* index, or -1 */
 int gguf_get_int(const Gguf *g, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err);
-int gguf_get_u32(const Gguf *g, const char *key, uint32_t *out, char *err);
-int gguf_get_i32(const Gguf *g, const char *key, int32_t *out, char *err);
-int gguf_get_u64(const Gguf *g, const char *key, uint64_t *out, char *err);
 int gguf_get_f32(const Gguf *g, const char *key, float *out, char *err); /* F32 or F64 */
-int gguf_get_bool(const Gguf *g, const char *key, int *out, char *err);
 /* a string (owned copy, NUL-terminated; one holding a NUL is refused) */
 int gguf_get_str(const Gguf *g, const char *key, char **out, char *err);
-/* arrays: of strings (owned copies, free with gguf_strings_free), of
- * integers that fit an int32 (owned) */
-int gguf_get_strs(const Gguf *g, const char *key, char ***out, size_t *n, char *err);
-int gguf_get_i32s(const Gguf *g, const char *key, int32_t **out, size_t *n, char *err);
-void gguf_strings_free(char **s, size_t n);
 
 int gguf_n_tensors(const Gguf *g);
 const GgufTensor *gguf_tensor_at(const Gguf *g, int i);
@@ -113,13 +111,15 @@ const char *gguf_type_name(uint32_t type);
 int gguf_type_block(uint32_t type, uint32_t *block, uint32_t *bytes);
 int gguf_type_decodes(uint32_t type);
 int gguf_dequantize(uint32_t type, const void *src, size_t n, float *dst, char *err);
-/* n (a multiple of 32) values to Q8_0 blocks (34 bytes each), as ggml rounds */
+/* n (a multiple of 32) finite values to Q8_0 blocks (34 bytes each), as ggml
+ * rounds; the quantized values clamped to +-127 */
 void gguf_quantize_q8_0(const float *x, size_t n, uint8_t *out);
 
 /* tokenizer.ggml.* as TokenizerLists (owned copies; tokenizer_lists_free
  * releases them): model "gpt2" (byte-level BPE) only, any other refused by
- * name ("llama" is SentencePiece); tokens, token_type, merges, pre, the
- * bos, eos, unknown and padding ids (-1 when absent), chat_template. */
+ * name ("llama" is SentencePiece; "none" is a file without a tokenizer),
+ * add_space_prefix true refused; tokens, token_type, merges, pre, the bos,
+ * eos, unknown and padding ids (-1 when absent), chat_template. */
 int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err);
 
 /* A model from a GGUF file (gguf_model.c): general.architecture "llama"
@@ -136,11 +136,18 @@ int gguf_path_is(const char *path);
 
 /* The model out to a GGUF llama.cpp loads, atomically: general.*, the
  * <arch>.* keys, general.alignment 32, llama.cpp's tensor names with the q
- * and k rows interleaved as its converter does; 1-D tensors in F32,
- * matrices in dtype (GGML_F32, GGML_F16, GGML_BF16 or GGML_Q8_0); the
- * tokenizer.ggml.* keys from tok (NULL: none). Llama family only. */
+ * and k rows (weights and biases) interleaved as its converter does; 1-D
+ * tensors in F32, matrices in dtype (GGML_F32, GGML_F16, GGML_BF16 or
+ * GGML_Q8_0); Llama 3's rope scaling as rope_freqs.weight (llama only)
+ * with the strait.rope.scaling.* keys its reader takes the setting from.
+ * The tokenizer: every tokenizer.* key of tok_src verbatim (its type and
+ * bytes; tok_src wins), else tokenizer.ggml.* from tok, else
+ * tokenizer.ggml.model "none" (llama.cpp's no vocabulary; <arch>.vocab_size
+ * gives its size). A value that is not finite, or beyond what its type
+ * holds (f16's 65504), is refused naming the tensor before the file is
+ * opened. Llama family only. */
 int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLists *tok,
-                    char *err);
+                    const Gguf *tok_src, char *err);
 /* "f32", "f16", "bf16", "q8_0" to GGML_*; -1 */
 int gguf_dtype_of(const char *name);
 

@@ -69,11 +69,12 @@ static int gguf_name_of(const ArchTensor *t, int l, char *out, size_t n) {
     return -1;
 }
 
-/* the rows of q (heads NH) and k (NKV) are interleaved per head for "llama" */
+/* the rows of q (heads NH) and k (NKV), weights and biases, are
+ * interleaved per head for "llama" */
 static int permuted_heads(const GPTConfig *c, const ArchTensor *t) {
     if (c->arch != ARCH_LLAMA) return 0;
-    if (strcmp(t->name, "attn.q.weight") == 0) return c->NH;
-    if (strcmp(t->name, "attn.k.weight") == 0) return c->NKV;
+    if (strncmp(t->name, "attn.q.", 7) == 0) return c->NH;
+    if (strncmp(t->name, "attn.k.", 7) == 0) return c->NKV;
     return 0;
 }
 
@@ -142,27 +143,76 @@ static void llama3_divisors(const GPTConfig *c, float *out) {
     }
 }
 
-static int rope_freqs_read(const Gguf *g, GPTConfig *c, char *err) {
+/* Strait's own record of the setting the divisors were made from (llama.cpp
+ * reads no key for it) */
+static const char *const SCALING[] = {
+    "strait.rope.scaling.factor", "strait.rope.scaling.low_freq_factor",
+    "strait.rope.scaling.high_freq_factor", "strait.rope.scaling.original_context_length"};
+
+/* rope_freqs.weight to c->rope: the setting of the strait.rope.scaling.*
+ * keys when the file has them, else Llama 3.1's and 3.2's published one
+ * (low 1, high 4, the original context ctx) with the factor the divisors
+ * of the longest wavelengths give; refused unless the setting gives the
+ * divisors the file holds */
+static int rope_freqs_read(const Gguf *g, GPTConfig *c, int ctx, char *err) {
     const GgufTensor *t = gguf_tensor(g, ROPE_FREQS);
-    if (t == NULL) return 0;
+    int have = 0;
+    for (int i = 0; i < 4; i++) have += gguf_find_key(g, SCALING[i]) >= 0;
+    if (t == NULL && have == 0) return 0;
+    if (t == NULL || (have != 0 && have != 4))
+        return err_set(err, "%s: %s and the four strait.rope.scaling.* keys come together",
+                       gguf_name(g), ROPE_FREQS);
+    if (c->arch != ARCH_LLAMA)
+        return err_set(err,
+                       "%s: tensor %s is set; llama.cpp's %s has no rotary divisors, so the "
+                       "file does not say one model",
+                       gguf_name(g), ROPE_FREQS, model_arch_name(c->arch));
     int n = c->HD / 2;
     if (t->type != GGML_F32 || t->n_dims != 1 || t->ne[0] != (uint64_t)n)
         return err_set(err, "%s: tensor %s should be F32 [%d]", gguf_name(g), ROPE_FREQS, n);
-    float *have = mallocCheck(sizeof(float) * (size_t)n * 2), *want = have + n, factor = 0;
-    memcpy(have, t->data, sizeof(float) * (size_t)n);
-    for (int i = 0; i < n; i++) factor = fmaxf(factor, have[i]);
-    c->rope.factor = factor, c->rope.low_freq = 1, c->rope.high_freq = 4;
-    c->rope.original_ctx = 8192;
-    llama3_divisors(c, want);
-    int same = factor >= 1;
-    for (int i = 0; i < n && same; i++) same = fabsf(have[i] - want[i]) <= 1e-5f * want[i];
-    free(have);
-    if (!same)
-        return err_set(err,
-                       "%s: tensor %s holds rotary divisors that are not Llama 3's (low 1, high "
-                       "4, original context 8192); Strait computes no other scaling",
-                       gguf_name(g), ROPE_FREQS);
-    return 0;
+    float *have_d = mallocCheck(sizeof(float) * (size_t)n * 2), *want = have_d + n;
+    memcpy(have_d, t->data, sizeof(float) * (size_t)n);
+    RopeConfig *r = &c->rope;
+    int rc = 0;
+    if (have) {
+        int64_t oc = 0;
+        rc = gguf_get_f32(g, SCALING[0], &r->factor, err) < 0 ||
+                     gguf_get_f32(g, SCALING[1], &r->low_freq, err) < 0 ||
+                     gguf_get_f32(g, SCALING[2], &r->high_freq, err) < 0 ||
+                     gguf_get_int(g, SCALING[3], 1, 1 << 24, &oc, err) < 0
+                 ? -1
+                 : 0;
+        r->original_ctx = (int)oc;
+        if (rc == 0 && !(r->factor >= 1 && r->low_freq > 0 && r->high_freq > r->low_freq))
+            rc = err_set(err,
+                         "%s: strait.rope.scaling.* should have factor >= 1 and 0 < low_freq "
+                         "< high_freq",
+                         gguf_name(g));
+    } else {
+        /* the factor shows only where a wavelength passes ctx / low */
+        r->low_freq = 1, r->high_freq = 4, r->original_ctx = ctx, r->factor = have_d[n - 1];
+        double longest = 2 * 3.14159265358979323846 * pow(r->theta, (double)(n - 1) * 2 / c->HD);
+        if (longest <= ctx)
+            rc = err_set(err,
+                         "%s: tensor %s: no wavelength of these %d frequencies passes the "
+                         "original context %d, so the divisors do not show Llama 3's factor; "
+                         "Strait cannot tell the setting",
+                         gguf_name(g), ROPE_FREQS, n, ctx);
+    }
+    if (rc == 0) {
+        llama3_divisors(c, want);
+        int same = 1;
+        for (int i = 0; i < n && same; i++) same = fabsf(have_d[i] - want[i]) <= 1e-5f * want[i];
+        if (!same)
+            rc = err_set(err,
+                         "%s: tensor %s holds rotary divisors that are not Llama 3's (factor %g, "
+                         "low %g, high %g, original context %d); Strait computes no other "
+                         "scaling",
+                         gguf_name(g), ROPE_FREQS, r->factor, r->low_freq, r->high_freq,
+                         r->original_ctx);
+    }
+    free(have_d);
+    return rc;
 }
 
 static int config_read(const Gguf *g, GPTConfig *c, char *err) {
@@ -173,11 +223,12 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
     c->arch = strcmp(arch, "llama") == 0   ? ARCH_LLAMA
               : strcmp(arch, "qwen2") == 0 ? ARCH_QWEN2
                                            : -1;
+    char shown[GGUF_SHOWN];
     if (c->arch < 0) {
         err_set(err,
                 "%s: general.architecture is %s; Strait reads llama (Llama 2 and 3, SmolLM2) "
                 "and qwen2",
-                gguf_name(g), arch);
+                gguf_name(g), gguf_shown(arch, shown));
         free(arch);
         return -1;
     }
@@ -192,11 +243,11 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
             rc = err_set(err,
                          "%s: %s is set; Strait does not compute what it describes, so it "
                          "cannot reproduce this model",
-                         gguf_name(g), k);
+                         gguf_name(g), gguf_shown(k, shown));
     }
     const char *a = arch;
     c->rope.theta = 10000.0f; /* llama.cpp's own when rope.freq_base is absent */
-    int HD = 0, VD = 0, rot = 0, scaled_ctx = 0;
+    int HD = 0, VD = 0, rot = 0, scaled_ctx = 8192;
     if (rc >= 0)
         rc = key_int(g, a, "block_count", 1, 1, 256, &c->L, err) ||
                      key_int(g, a, "context_length", 1, 1, 1 << 20, &c->T, err) ||
@@ -234,18 +285,19 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
     if (rc == 0 && gguf_get_str(g, full, &stype, err) < 0) rc = -1;
     if (rc == 0 && stype && strcmp(stype, "none") != 0)
         rc = err_set(err, "%s: %s is %s; Strait computes no rope scaling but Llama 3's",
-                     gguf_name(g), full, stype);
+                     gguf_name(g), full, gguf_shown(stype, shown));
     free(stype);
     float sf = 0;
     if (rc == 0 && key_f32(g, a, "rope.scaling.factor", 0, &sf, err) != 0) rc = -1;
     if (rc == 0 && sf != 0 && sf != 1)
         rc = err_set(err, "%s: %s.rope.scaling.factor is %g; Strait computes no such scaling",
                      gguf_name(g), a, sf);
-    if (rc == 0) rc = rope_freqs_read(g, c, err);
+    if (rc == 0) rc = rope_freqs_read(g, c, scaled_ctx, err);
     /* the vocabulary: the token list's length, else vocab_size, else the embedding's rows */
     int64_t V = 0;
     if (rc == 0) {
         int vk = 0;
+        uint64_t listed = 0;
         if (key_int(g, a, "vocab_size", 0, 2, 1 << 22, &vk, err) != 0) rc = -1;
         int ti = gguf_find_key(g, "tokenizer.ggml.tokens");
         const GgufTensor *e = gguf_tensor(g, "token_embd.weight");
@@ -253,7 +305,12 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
         if (ti >= 0 && (gguf_kv_type(g, ti, &at) != GGUF_ARRAY || at != GGUF_STRING))
             rc = err_set(err, "%s: tokenizer.ggml.tokens is not an array of strings", gguf_name(g));
         else if (ti >= 0)
-            V = gguf_kv_len(g, ti) > (1u << 22) ? -1 : (int64_t)gguf_kv_len(g, ti);
+            listed = gguf_kv_len(g, ti);
+        if (rc == 0 && listed > (1u << 22))
+            rc = err_set(err,
+                         "%s: tokenizer.ggml.tokens holds %llu tokens; Strait takes at most 2^22",
+                         gguf_name(g), (unsigned long long)listed);
+        V = (int64_t)listed;
         if (rc == 0 && vk && V && vk != V)
             rc = err_set(err, "%s: %s.vocab_size %d, but tokenizer.ggml.tokens holds %lld",
                          gguf_name(g), a, vk, (long long)V);
@@ -265,7 +322,8 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
         c->V = (int)V;
     }
     c->tied = gguf_tensor(g, "output.weight") == NULL;
-    c->qkv_bias = c->arch == ARCH_QWEN2;
+    /* Llama's biases are optional (a Strait configuration may set them) */
+    c->qkv_bias = c->arch == ARCH_QWEN2 || gguf_tensor(g, "blk.0.attn_q.bias") != NULL;
     snprintf(c->name, sizeof c->name, "gguf");
     free(arch);
     char why[ERR_LEN];
@@ -289,14 +347,21 @@ static int take(const Gguf *g, const GPTConfig *c, const ArchTensor *t, int l, f
     uint64_t cols = two_d ? (uint64_t)arch_dim(c, t->d1) : 1;
     int ok = gt->n_dims == (two_d ? 2 : 1) &&
              (two_d ? gt->ne[0] == cols && gt->ne[1] == rows : gt->ne[0] == rows);
-    if (!ok)
-        return err_set(err,
-                       "%s: tensor %s has shape [%llu, %llu, %llu, %llu] (%d dimensions); "
-                       "the configuration makes it [%llu%s%llu]",
-                       gguf_name(g), name, (unsigned long long)gt->ne[0],
-                       (unsigned long long)gt->ne[1], (unsigned long long)gt->ne[2],
-                       (unsigned long long)gt->ne[3], gt->n_dims, (unsigned long long)cols,
-                       two_d ? ", " : "", two_d ? (unsigned long long)rows : 0ULL);
+    if (!ok) {
+        char have[128], want[64];
+        int at = snprintf(have, sizeof have, "[%llu", (unsigned long long)gt->ne[0]);
+        for (int d = 1; d < gt->n_dims; d++)
+            at += snprintf(have + at, sizeof have - (size_t)at, ", %llu",
+                           (unsigned long long)gt->ne[d]);
+        snprintf(have + at, sizeof have - (size_t)at, "]");
+        if (two_d)
+            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)cols,
+                     (unsigned long long)rows);
+        else
+            snprintf(want, sizeof want, "[%llu]", (unsigned long long)rows);
+        return err_set(err, "%s: tensor %s has shape %s; the configuration makes it %s",
+                       gguf_name(g), name, have, want);
+    }
     if (!gguf_type_decodes(gt->type)) {
         const char *tn = gguf_type_name(gt->type);
         return err_set(err,
@@ -346,6 +411,7 @@ static int unused_tensor(const Gguf *g, const GPTConfig *c, char *err) {
     const Arch *a = arch_of(c->arch);
     for (int i = 0; i < gguf_n_tensors(g); i++) {
         const char *name = gguf_tensor_at(g, i)->name;
+        char shown[GGUF_SHOWN];
         int used = strcmp(name, ROPE_FREQS) == 0 && c->rope.factor > 0;
         for (int r = 0; r < a->n_tensors && !used; r++)
             for (int l = 0; l < (a->tensors[r].layer ? c->L : 1) && !used; l++) {
@@ -358,7 +424,7 @@ static int unused_tensor(const Gguf *g, const GPTConfig *c, char *err) {
             return err_set(err,
                            "%s: tensor %s is one Strait's %s does not have; it would change "
                            "the model",
-                           gguf_name(g), name, a->name);
+                           gguf_name(g), gguf_shown(name, shown), a->name);
     }
     return 0;
 }
@@ -498,14 +564,70 @@ static void put_tokenizer(Buf *b, int *n, const TokenizerLists *tok) {
     if (tok->chat_template) kv_str(b, n, "tokenizer.chat_template", tok->chat_template);
 }
 
+/* the tokenizer.* keys of src, verbatim; -1 unless its token list is V long */
+static int put_tokenizer_of(Buf *b, int *n, const Gguf *src, int V, char *err) {
+    int ti = gguf_find_key(src, "tokenizer.ggml.tokens"), at = -1;
+    if (gguf_find_key(src, "tokenizer.ggml.model") < 0 || ti < 0)
+        return err_set(err, "%s has no tokenizer (tokenizer.ggml.model and .tokens)",
+                       gguf_name(src));
+    if (gguf_kv_type(src, ti, &at) != GGUF_ARRAY || gguf_kv_len(src, ti) != (uint64_t)V)
+        return err_set(err,
+                       "%s: tokenizer.ggml.tokens holds %llu entries; the model's vocabulary is %d",
+                       gguf_name(src), (unsigned long long)gguf_kv_len(src, ti), V);
+    for (int i = 0; i < gguf_n_kv(src); i++) {
+        const char *key = gguf_kv_key(src, i);
+        if (strncmp(key, "tokenizer.", 10) != 0) continue;
+        const uint8_t *v;
+        size_t len = gguf_kv_value_bytes(src, i, &v);
+        put_str(b, key);
+        put(b, v, len);
+        (*n)++;
+    }
+    return 0;
+}
+
+/* t's values, checked before a byte is written: finite, and inside what
+ * its type holds */
+static int values_fit(const OutTensor *t, char *err) {
+    size_t n = (size_t)(t->ne[0] * t->ne[1]);
+    for (size_t i = 0; i < n; i++) {
+        float x = t->src[i];
+        if (!isfinite(x))
+            return err_set(err, "tensor %s holds %s at element %zu; nothing written", t->name,
+                           isnan(x) ? "NaN" : "an infinity", i);
+        if (t->type == GGML_F16 && isinf(half_to_float(float_to_half(x))))
+            return err_set(err,
+                           "tensor %s holds %g at element %zu, beyond f16's range (65504); "
+                           "export in bf16 or f32",
+                           t->name, (double)x, i);
+        if (t->type == GGML_BF16 && isinf(bf16_to_float(float_to_bf16(x))))
+            return err_set(err,
+                           "tensor %s holds %g at element %zu, beyond bf16's range; export in f32",
+                           t->name, (double)x, i);
+        /* Q8_0's scale amax / 127 is an f16 */
+        if (t->type == GGML_Q8_0 && isinf(half_to_float(float_to_half(fabsf(x) / 127))))
+            return err_set(err,
+                           "tensor %s holds %g at element %zu, beyond Q8_0's range (its scale "
+                           "is an f16); export in bf16 or f32",
+                           t->name, (double)x, i);
+    }
+    return 0;
+}
+
 int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLists *tok,
-                    char *err) {
+                    const Gguf *tok_src, char *err) {
     const GPTConfig *c = &m->cfg;
     if (c->arch != ARCH_LLAMA && c->arch != ARCH_QWEN2)
         return err_set(err, "GGUF export takes the Llama family (llama, qwen2), not %s",
                        model_arch_name(c->arch));
     if (dtype != GGML_F32 && dtype != GGML_F16 && dtype != GGML_BF16 && dtype != GGML_Q8_0)
         return err_set(err, "GGUF export writes f32, f16, bf16 or q8_0");
+    if (c->arch != ARCH_LLAMA && c->rope.factor > 0)
+        return err_set(err,
+                       "the model has Llama 3's rope scaling; llama.cpp's %s has no rotary "
+                       "divisors (rope_freqs) to carry it",
+                       model_arch_name(c->arch));
+    if (tok_src) tok = NULL; /* the source's keys win */
     if (tok && tok->n_tokens != c->V)
         return err_set(err, "the tokenizer has %d tokens; the model's vocabulary is %d",
                        tok->n_tokens, c->V);
@@ -540,7 +662,19 @@ int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLi
         kv_u32(&b, &n_kv, KEY("attention.value_length"), (uint32_t)c->HD);
     }
 #undef KEY
+    if (c->rope.factor > 0) { /* rope_freqs' setting, for Strait's reader */
+        kv_f32(&b, &n_kv, SCALING[0], c->rope.factor);
+        kv_f32(&b, &n_kv, SCALING[1], c->rope.low_freq);
+        kv_f32(&b, &n_kv, SCALING[2], c->rope.high_freq);
+        kv_u32(&b, &n_kv, SCALING[3], (uint32_t)c->rope.original_ctx);
+    }
+    if (tok_src && put_tokenizer_of(&b, &n_kv, tok_src, c->V, err) != 0) {
+        free(b.p);
+        return -1;
+    }
     if (tok) put_tokenizer(&b, &n_kv, tok);
+    if (tok == NULL && tok_src == NULL) /* llama.cpp's vocabulary type none; vocab_size says V */
+        kv_str(&b, &n_kv, "tokenizer.ggml.model", "none");
     /* the tensors, in the table's order; q and k interleaved for llama */
     OutTensor *ts = callocCheck((size_t)m->n_views + 1, sizeof *ts);
     int n = 0;
@@ -579,6 +713,8 @@ int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLi
         llama3_divisors(c, o->own);
         o->src = o->own;
     }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) rc = values_fit(&ts[i], err);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         uint32_t block, bytes;
@@ -602,8 +738,8 @@ int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLi
     }
     static const uint8_t zeros[32] = {0};
     put(&h, zeros, (32 - h.n % 32) % 32);
-    AtomicFile *af = file_atomic_open(path, 0644, err);
-    int rc = af ? file_atomic_write(af, h.p, h.n, err) : -1;
+    AtomicFile *af = rc == 0 ? file_atomic_open(path, 0644, err) : NULL;
+    if (rc == 0) rc = af ? file_atomic_write(af, h.p, h.n, err) : -1;
     uint8_t *enc = NULL;
     for (int i = 0; i < n && rc == 0; i++) {
         enc = realloc(enc, (size_t)ts[i].bytes + 32);

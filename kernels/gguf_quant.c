@@ -190,6 +190,8 @@ static const struct GgmlType {
     [34] = {"TQ1_0", 256, 54, NULL},
     [35] = {"TQ2_0", 256, 66, NULL},
     [39] = {"MXFP4", 32, 17, NULL},
+    [40] = {"NVFP4", 64, 36, NULL},
+    [41] = {"Q1_0", 128, 18, NULL},
 };
 #define N_TYPES (uint32_t)(sizeof TYPES / sizeof TYPES[0])
 
@@ -212,7 +214,7 @@ int gguf_dequantize(uint32_t type, const void *src, size_t n, float *dst, char *
     if (!gguf_type_decodes(type)) {
         const char *name = gguf_type_name(type);
         if (name) return err_set(err, "type %s, which Strait does not decode", name);
-        return err_set(err, "type %u, not one ggml knows", type);
+        return err_set(err, "type %u, which this Strait does not know (a newer ggml?)", type);
     }
     const struct GgmlType *t = &TYPES[type];
     if (n % t->block != 0)
@@ -237,6 +239,12 @@ void gguf_quantize_q8_0(const float *x, size_t n, uint8_t *out) {
         float d = amax / 127, id = d != 0 ? 1 / d : 0;
         uint16_t h = float_to_half(d);
         memcpy(o, &h, 2);
-        for (int j = 0; j < 32; j++) o[2 + j] = (uint8_t)(int8_t)round_away(b[j] * id);
+        /* 1/d overflows for amax below ~3e-37 (d then rounds to an f16 0): the
+         * quantized values are clamped, NaN (0 times infinity) to 0 */
+        for (int j = 0; j < 32; j++) {
+            float v = b[j] * id;
+            v = v != v ? 0 : fminf(127, fmaxf(-127, v));
+            o[2 + j] = (uint8_t)(int8_t)round_away(v);
+        }
     }
 }

@@ -46,6 +46,97 @@ static char *dir_of(const char *root, const char *target) {
     return d;
 }
 
+/* fuzz_gguf: a GGUF as the blocks test writes it, by hand: tokenizer.ggml.*
+ * keys (gpt2: tokens, token_type, merges, pre, ids, add_space_prefix) and
+ * a tensor of each block type Strait decodes, finite f16 scales */
+static void gguf_w(FILE *f, const void *v, size_t n) {
+    fwrite(v, 1, n, f);
+}
+static void gguf_w64(FILE *f, uint64_t v) {
+    gguf_w(f, &v, 8);
+}
+static void gguf_w32(FILE *f, uint32_t v) {
+    gguf_w(f, &v, 4);
+}
+static void gguf_wstr(FILE *f, const char *s) {
+    gguf_w64(f, strlen(s));
+    gguf_w(f, s, strlen(s));
+}
+static void seed_gguf_blocks(const char *dir) {
+    static const struct {
+        const char *name;
+        uint32_t type, block, bytes, scales[2];
+    } T[] = {{"Q4_0", GGML_Q4_0, 32, 18, {0, 0}},   {"Q5_1", GGML_Q5_1, 32, 24, {0, 2}},
+             {"Q8_0", GGML_Q8_0, 32, 34, {0, 0}},   {"Q4_K", GGML_Q4_K, 256, 144, {0, 2}},
+             {"Q5_K", GGML_Q5_K, 256, 176, {0, 2}}, {"Q6_K", GGML_Q6_K, 256, 210, {208, 208}}};
+    static const char *const tokens[] = {"a", "b", "c", "ab", "abc", "<|endoftext|>"};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/blocks", dir);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return;
+    const int nt = (int)(sizeof T / sizeof T[0]);
+    gguf_w(f, "GGUF", 4);
+    gguf_w32(f, 3);
+    gguf_w64(f, (uint64_t)nt);
+    gguf_w64(f, 8);
+    gguf_wstr(f, "tokenizer.ggml.model");
+    gguf_w32(f, GGUF_STRING);
+    gguf_wstr(f, "gpt2");
+    gguf_wstr(f, "tokenizer.ggml.pre");
+    gguf_w32(f, GGUF_STRING);
+    gguf_wstr(f, "smollm");
+    gguf_wstr(f, "tokenizer.ggml.tokens");
+    gguf_w32(f, GGUF_ARRAY);
+    gguf_w32(f, GGUF_STRING);
+    gguf_w64(f, 6);
+    for (int i = 0; i < 6; i++) gguf_wstr(f, tokens[i]);
+    gguf_wstr(f, "tokenizer.ggml.token_type");
+    gguf_w32(f, GGUF_ARRAY);
+    gguf_w32(f, GGUF_I32);
+    gguf_w64(f, 6);
+    for (int i = 0; i < 6; i++) gguf_w32(f, i == 5 ? 3 : 1);
+    gguf_wstr(f, "tokenizer.ggml.merges");
+    gguf_w32(f, GGUF_ARRAY);
+    gguf_w32(f, GGUF_STRING);
+    gguf_w64(f, 2);
+    gguf_wstr(f, "a b");
+    gguf_wstr(f, "ab c");
+    gguf_wstr(f, "tokenizer.ggml.bos_token_id");
+    gguf_w32(f, GGUF_U32);
+    gguf_w32(f, 5);
+    gguf_wstr(f, "tokenizer.ggml.add_space_prefix");
+    gguf_w32(f, GGUF_BOOL);
+    gguf_w(f, "", 1);
+    gguf_wstr(f, "tokenizer.chat_template");
+    gguf_w32(f, GGUF_STRING);
+    gguf_wstr(f, "{{ messages }}");
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        gguf_wstr(f, T[i].name);
+        gguf_w32(f, 1);
+        gguf_w64(f, 2 * (uint64_t)T[i].block);
+        gguf_w32(f, T[i].type);
+        gguf_w64(f, off);
+        off += (2 * T[i].bytes + 31) / 32 * 32;
+    }
+    long at = ftell(f);
+    static const uint8_t zeros[32];
+    gguf_w(f, zeros, (size_t)((32 - at % 32) % 32));
+    uint32_t s = 7;
+    for (int i = 0; i < nt; i++) {
+        uint8_t b[2 * 210 + 32] = {0};
+        size_t n = 2 * T[i].bytes;
+        for (size_t k = 0; k < n; k++) b[k] = (uint8_t)((s = s * 1103515245u + 12345u) >> 16);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 2; j++) { /* f16 0.0625 and -0.03125 */
+                uint16_t h = j ? 0xa800 : 0x2c00;
+                memcpy(b + k * T[i].bytes + T[i].scales[j], &h, 2);
+            }
+        gguf_w(f, b, (n + 31) / 32 * 32);
+    }
+    fclose(f);
+}
+
 static char *read_whole(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) return NULL;
@@ -201,11 +292,12 @@ int main(int argc, char **argv) {
     if (gpt_build(&lm, &lc8, 1, err) == 0) {
         char gp[1024];
         snprintf(gp, sizeof gp, "%s/f32", dir_of(root, "fuzz_gguf"));
-        if (gpt_export_gguf(&lm, gp, GGML_F32, NULL, err) != 0) fprintf(stderr, "%s\n", err);
+        if (gpt_export_gguf(&lm, gp, GGML_F32, NULL, NULL, err) != 0) fprintf(stderr, "%s\n", err);
         snprintf(gp, sizeof gp, "%s/q8_0", dir_of(root, "fuzz_gguf"));
-        if (gpt_export_gguf(&lm, gp, GGML_Q8_0, NULL, err) != 0) fprintf(stderr, "%s\n", err);
+        if (gpt_export_gguf(&lm, gp, GGML_Q8_0, NULL, NULL, err) != 0) fprintf(stderr, "%s\n", err);
         gpt_free(&lm);
     }
+    seed_gguf_blocks(dir_of(root, "fuzz_gguf"));
     /* and the folder transformers 4 saved (BF16), with its config in transformers 4's form
      * and in 5's (tests/fixtures; make fuzz runs in the source tree) */
     static const char *const configs[] = {"tests/fixtures/llama-transformers4/config.json",

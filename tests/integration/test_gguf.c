@@ -177,7 +177,7 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     /* out again as F32 with its tokenizer, and back: the same bits */
     char path[700];
     snprintf(path, sizeof path, "%s/out.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, &tl, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, &tl, NULL, err), 0, "%s", err);
     GPT back;
     cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
@@ -190,6 +190,13 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     cr_assert_str_eq(tl2.chat_template, tl.chat_template);
     cr_assert_eq(memcmp(tl2.types, tl.types, sizeof(int32_t) * 49152), 0);
     tokenizer_lists_free(&tl2);
+    /* with the file as the tokenizer's source: every tokenizer.* key of it
+     * (add_bos_token, add_space_prefix, ...) with its type and value, as the
+     * gguf package reads both */
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, &tl, g, err), 0, "%s", err);
+    char *same = reference("tokenizer_keys", model, path, NULL, NULL, NULL);
+    cr_assert(strstr(same, "same 12"), "%s", same);
+    free(same);
     tokenizer_lists_free(&tl);
     gguf_close(g2);
     gguf_close(g);
@@ -271,7 +278,7 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
     for (int p = 0; p < 2; p++) {
         GPT m = moved(presets[p], p == 0), back;
         snprintf(path, sizeof path, "%s/%s.gguf", dir, presets[p]);
-        cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
         cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
         cr_assert_eq(back.table_hash, m.table_hash, "%s", presets[p]);
         cr_assert_eq(memcmp(&back.cfg.rope, &m.cfg.rope, sizeof m.cfg.rope), 0, "%s", presets[p]);
@@ -287,7 +294,7 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         cr_assert_eq(rename(path, f32), 0);
         const int types[3] = {GGML_F16, GGML_BF16, GGML_Q8_0};
         for (int k = 0; k < 3; k++) {
-            cr_assert_eq(gpt_export_gguf(&m, path, types[k], NULL, err), 0, "%s", err);
+            cr_assert_eq(gpt_export_gguf(&m, path, types[k], NULL, NULL, err), 0, "%s", err);
             char *same = reference("quantized", f32, path, NULL, NULL, NULL);
             char want[32];
             snprintf(want, sizeof want, "same %d", 7 * m.cfg.L + (p ? 1 : 2));
@@ -297,7 +304,7 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         }
         /* Q8_0: each value within half a step of its block (d = amax / 127,
          * itself rounded to f16) */
-        cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, err), 0, "%s", err);
+        cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), 0, "%s", err);
         cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
         double worst = 0;
         for (size_t i = 0; i < m.n_params; i++)
@@ -316,7 +323,7 @@ static char *exported(const char *dir, size_t *len, char *path) {
     GPT m = moved("llama-tiny", 0);
     char err[ERR_LEN], *bytes;
     sprintf(path, "%s/tiny.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     gpt_free(&m);
     cr_assert_eq(file_read_all(path, 1 << 26, &bytes, len, err), 0, "%s", err);
     return bytes;
@@ -356,6 +363,13 @@ Test(gguf, bad_files_are_refused_naming_the_tensor_or_key) {
     float nan = NAN;
     memcpy(c + at + 8, &nan, 4);
     refused(bad, c, len, "output_norm.weight", "NaN");
+    /* a norm of the wrong length: its one dimension, and the configuration's */
+    memcpy(c, b, len);
+    info = memmem(c, len, "output_norm.weight", 18);
+    cr_assert(info);
+    uint64_t short_norm = 32;
+    memcpy(info + 18 + 4, &short_norm, 8);
+    refused(bad, c, len, "output_norm.weight", "shape [32]; the configuration makes it [64]");
     /* a key of the architecture's that Strait does not compute */
     memcpy(c, b, len);
     char *key = memmem(c, len, "llama.vocab_size", 16);
@@ -380,7 +394,7 @@ Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
     char err[ERR_LEN], sha[65], want[120], *ini;
     GPT m = moved("llama-tiny", 0), back;
     snprintf(src, sizeof src, "%s/tiny.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, src, GGML_F32, NULL, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_gguf(&m, src, GGML_F32, NULL, NULL, err), 0, "%s", err);
     /* a federation's round 0 from it, its source named by the file's SHA-256 */
     snprintf(fed, sizeof fed, "%s/fed", dir);
     ProcResult r = harness_strait("init", fed, "--init-from", src);
@@ -422,6 +436,302 @@ Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
     cr_assert(strstr(r.err, "q4_0"), "%s", r.err);
     proc_result_free(&r);
     gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, an_export_without_a_tokenizer_loads_as_llama_cpps_vocabulary_none) {
+    char *dir = harness_tmpdir("gguf-notok"), path[600], err[ERR_LEN], *model = NULL;
+    GPT m = moved("llama-tiny", 0), back;
+    snprintf(path, sizeof path, "%s/notok.gguf", dir);
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    Gguf *g = gguf_open(path, err);
+    cr_assert(g, "%s", err);
+    cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.model", &model, err), 1, "%s", err);
+    cr_assert_str_eq(model, "none");
+    int64_t vs = 0;
+    cr_assert_eq(gguf_get_int(g, "llama.vocab_size", 0, 1 << 22, &vs, err), 1, "%s", err);
+    cr_assert_eq(vs, m.cfg.V);
+    TokenizerLists tl;
+    cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), -1);
+    cr_assert(strstr(err, "has no tokenizer (tokenizer.ggml.model none)") &&
+                  strstr(err, "--tokenizer"),
+              "%s", err);
+    gguf_close(g);
+    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert_eq(back.cfg.V, m.cfg.V);
+    cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
+    free(model);
+    gpt_free(&back);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* rope_freqs.weight's divisors for c, read back from path */
+static void divisors_read_back(const char *path, const GPTConfig *c) {
+    char err[ERR_LEN];
+    GPT back;
+    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert_eq(memcmp(&back.cfg.rope, &c->rope, sizeof c->rope), 0,
+                 "factor %g low %g high %g ctx %d", back.cfg.rope.factor, back.cfg.rope.low_freq,
+                 back.cfg.rope.high_freq, back.cfg.rope.original_ctx);
+    gpt_free(&back);
+}
+
+Test(gguf, llama3_scaling_round_trips_any_setting_and_qwen2_has_none) {
+    char *dir = harness_tmpdir("gguf-rope"), path[600], err[ERR_LEN];
+    GPT m = moved("llama-tiny", 0);
+    snprintf(path, sizeof path, "%s/rope.gguf", dir);
+    /* not Llama 3.1's low 1, high 4, context 8192 */
+    m.cfg.rope = (RopeConfig){500000.0f, 16.0f, 2.0f, 8.0f, 4096};
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    divisors_read_back(path, &m.cfg);
+    /* a short head and a long original context: no divisor is the factor */
+    m.cfg.rope = (RopeConfig){10000.0f, 8.0f, 1.0f, 4.0f, 65536};
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    divisors_read_back(path, &m.cfg);
+    /* without Strait's record of the setting the factor cannot be read: refused */
+    size_t len;
+    char *b;
+    cr_assert_eq(file_read_all(path, 1 << 26, &b, &len, err), 0, "%s", err);
+    for (char *at = b; (at = memmem(at, len - (size_t)(at - b), "strait.rope", 11)) != NULL;)
+        memcpy(at, "straiX", 6);
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    refused(bad, b, len, "rope_freqs.weight", "factor");
+    /* a qwen2 file with rope_freqs (the llama one's keys renamed): refused */
+    cr_assert_eq(file_read_all(path, 1 << 26, &b, &len, err), 0, "%s", err);
+    for (char *at = b; (at = memmem(at, len - (size_t)(at - b), "llama", 5)) != NULL;)
+        memcpy(at, "qwen2", 5);
+    refused(bad, b, len, "rope_freqs.weight", "qwen2");
+    free(b);
+    gpt_free(&m);
+    /* and qwen2's export does not write it */
+    m = moved("qwen2-tiny", 0);
+    m.cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 8192};
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), -1);
+    cr_assert(strstr(err, "qwen2") && strstr(err, "rope_freqs"), "%s", err);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, export_refuses_values_its_type_cannot_hold_before_writing) {
+    char *dir = harness_tmpdir("gguf-range"), path[600], err[ERR_LEN];
+    GPT m = moved("llama-tiny", 0);
+    snprintf(path, sizeof path, "%s/x.gguf", dir);
+    float *up = m.params + gpt_view(&m, "h.0.mlp.up.weight")->offset; /* layer 0 */
+    up[5] = NAN;
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), -1);
+    cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "NaN"), "%s", err);
+    cr_assert_neq(access(path, F_OK), 0, "a file was written");
+    up[5] = 1e5f;
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F16, NULL, NULL, err), -1);
+    cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "f16") && strstr(err, "bf16"), "%s",
+              err);
+    cr_assert_neq(access(path, F_OK), 0, "a file was written");
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), 0, "%s", err);
+    up[5] = 1e9f; /* Q8_0's scale 1e9 / 127 is past f16's range */
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), -1);
+    cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "Q8_0"), "%s", err);
+    gpt_free(&m);
+    /* a block of values too small for 1/d: clamped, never cast from inf or NaN */
+    float x[32] = {1e-38f, -1e-38f};
+    uint8_t q[34];
+    gguf_quantize_q8_0(x, 32, q);
+    cr_assert_eq((int8_t)q[2], 127);
+    cr_assert_eq((int8_t)q[3], -127);
+    for (int j = 4; j < 34; j++) cr_assert_eq(q[j], 0, "byte %d", j);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, llama_with_qkv_bias_permutes_its_biases_like_the_weights) {
+    char *dir = harness_tmpdir("gguf-bias"), path[600], err[ERR_LEN];
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    cfg.qkv_bias = 1;
+    GPT m, back;
+    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.001f * (float)(i % 97);
+    snprintf(path, sizeof path, "%s/bias.gguf", dir);
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    /* the file's rows: Hugging Face's row h HD + p HD/2 + i at h HD + 2i + p */
+    Gguf *g = gguf_open(path, err);
+    cr_assert(g, "%s", err);
+    const char *names[2][2] = {{"h.0.attn.q.bias", "blk.0.attn_q.bias"},
+                               {"h.0.attn.k.bias", "blk.0.attn_k.bias"}};
+    int HD = cfg.HD;
+    for (int k = 0; k < 2; k++) {
+        const float *ours = m.params + gpt_view(&m, names[k][0])->offset;
+        const GgufTensor *t = gguf_tensor(g, names[k][1]);
+        cr_assert(t, "%s", names[k][1]);
+        for (uint64_t r = 0; r < t->ne[0]; r++) {
+            int h = (int)r / HD, w = (int)r % HD, p = w / (HD / 2), i = w % (HD / 2);
+            float f;
+            memcpy(&f, t->data + 4 * (size_t)(h * HD + 2 * i + p), 4);
+            cr_assert_eq(f, ours[r], "%s row %llu", names[k][1], (unsigned long long)r);
+        }
+    }
+    gguf_close(g);
+    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert(back.cfg.qkv_bias);
+    cr_assert_eq(back.table_hash, m.table_hash);
+    cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
+    gpt_free(&back);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, q_and_k_rows_are_the_converters_permutation_of_the_hf_export) {
+    char *dir = harness_tmpdir("gguf-perm"), hf[600], path[600], err[ERR_LEN];
+    GPT m = moved("llama-tiny", 0);
+    cr_assert_lt(m.cfg.NKV, m.cfg.NH);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(path, sizeof path, "%s/perm.gguf", dir);
+    HfExport o = HF_EXPORT_DEFAULTS;
+    cr_assert_eq(gpt_export_hf(&m, hf, &o, err), 0, "%s", err);
+    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    char *same = reference("permute", hf, path, NULL, NULL, NULL), want[32];
+    snprintf(want, sizeof want, "same %d", 2 * m.cfg.L);
+    cr_assert(strstr(same, want), "%s", same);
+    free(same);
+    gpt_free(&m);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+Test(gguf, every_type_has_the_gguf_packages_geometry_and_newer_ones_are_named) {
+    char *seen = reference("sizes", NULL, NULL, NULL, NULL, NULL), err[ERR_LEN];
+    int n = 0;
+    for (char *line = strtok(seen, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[32];
+        unsigned type, block, bytes, ob, oy;
+        cr_assert_eq(sscanf(line, "type %31s %u %u %u", name, &type, &block, &bytes), 4, "%s",
+                     line);
+        cr_assert(gguf_type_name(type), "%s (%u) is not known", name, type);
+        cr_assert_str_eq(gguf_type_name(type), name);
+        cr_assert_eq(gguf_type_block(type, &ob, &oy), 0);
+        cr_assert(ob == block && oy == bytes, "%s: %u/%u, the package's %u/%u", name, ob, oy, block,
+                  bytes);
+        n++;
+    }
+    cr_assert_geq(n, 33, "%s", seen);
+    cr_assert_str_eq(gguf_type_name(40), "NVFP4");
+    cr_assert_str_eq(gguf_type_name(41), "Q1_0");
+    cr_assert_eq(gguf_dequantize(42, "", 0, NULL, err), -1);
+    cr_assert(strstr(err, "type 42, which this Strait does not know (a newer ggml?)"), "%s", err);
+    free(seen);
+}
+
+/* a GGUF built by hand: keys only */
+typedef struct Raw {
+    uint8_t *p;
+    size_t n;
+} Raw;
+static void raw_put(Raw *r, const void *v, size_t n) {
+    r->p = realloc(r->p, r->n + n);
+    memcpy(r->p + r->n, v, n);
+    r->n += n;
+}
+static void raw_u32(Raw *r, uint32_t v) {
+    raw_put(r, &v, 4);
+}
+static void raw_u64(Raw *r, uint64_t v) {
+    raw_put(r, &v, 8);
+}
+static void raw_str(Raw *r, const char *s) {
+    raw_u64(r, strlen(s));
+    raw_put(r, s, strlen(s));
+}
+static Raw raw_head(uint64_t n_kv) {
+    Raw r = {0};
+    raw_put(&r, "GGUF", 4);
+    raw_u32(&r, 3);
+    raw_u64(&r, 0);
+    raw_u64(&r, n_kv);
+    return r;
+}
+static void raw_kv_str(Raw *r, const char *k, const char *v) {
+    raw_str(r, k);
+    raw_u32(r, GGUF_STRING);
+    raw_str(r, v);
+}
+static void raw_kv_u32(Raw *r, const char *k, uint32_t v) {
+    raw_str(r, k);
+    raw_u32(r, GGUF_U32);
+    raw_u32(r, v);
+}
+
+Test(gguf, names_from_the_file_are_shown_escaped_and_cut) {
+    char key[1001], err[ERR_LEN];
+    memset(key, 'A', 1000);
+    key[1000] = '\0';
+    key[3] = '\n', key[4] = '\x1b';
+    Raw r = raw_head(1);
+    raw_str(&r, key);
+    raw_u32(&r, 99);
+    cr_assert_null(gguf_parse(r.p, r.n, "hand", err));
+    cr_assert(strstr(err, "value type 99") && strstr(err, "AAA\\x0a\\x1bAAA") && strstr(err, "..."),
+              "%s", err);
+    cr_assert(strchr(err, '\n') == NULL && strchr(err, '\x1b') == NULL && strlen(err) < 200, "%s",
+              err);
+    free(r.p);
+}
+
+Test(gguf, a_bad_bool_and_a_vocabulary_past_2_22_say_what_they_are) {
+    char *dir = harness_tmpdir("gguf-keys"), path[600], err[ERR_LEN];
+    TokenizerLists tl;
+    for (int v = 1; v <= 2; v++) {
+        Raw r = raw_head(2);
+        raw_kv_str(&r, "tokenizer.ggml.model", "gpt2");
+        raw_str(&r, "tokenizer.ggml.add_space_prefix");
+        raw_u32(&r, GGUF_BOOL);
+        uint8_t b = (uint8_t)v;
+        raw_put(&r, &b, 1);
+        Gguf *g = gguf_parse(r.p, r.n, "hand", err);
+        cr_assert(g, "%s", err);
+        cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), -1);
+        cr_assert(strstr(err, v == 1 ? "add_space_prefix is true" : "a bool holding the byte 2"),
+                  "%s", err);
+        gguf_close(g);
+        free(r.p);
+    }
+    /* 2^22 + 1 tokens: counted before a string is copied, and named on import */
+    Raw r = raw_head(9);
+    raw_kv_str(&r, "general.architecture", "llama");
+    raw_kv_u32(&r, "llama.block_count", 1);
+    raw_kv_u32(&r, "llama.context_length", 8);
+    raw_kv_u32(&r, "llama.embedding_length", 8);
+    raw_kv_u32(&r, "llama.feed_forward_length", 8);
+    raw_kv_u32(&r, "llama.attention.head_count", 2);
+    raw_str(&r, "llama.attention.layer_norm_rms_epsilon");
+    raw_u32(&r, GGUF_F32);
+    float eps = 1e-5f;
+    raw_put(&r, &eps, 4);
+    raw_kv_str(&r, "tokenizer.ggml.model", "gpt2");
+    raw_str(&r, "tokenizer.ggml.tokens");
+    raw_u32(&r, GGUF_ARRAY);
+    raw_u32(&r, GGUF_STRING);
+    uint64_t n = (1u << 22) + 1;
+    raw_u64(&r, n);
+    size_t at = r.n;
+    r.p = realloc(r.p, r.n + 8 * n);
+    memset(r.p + at, 0, 8 * n); /* empty strings */
+    r.n += 8 * n;
+    Gguf *g = gguf_parse(r.p, r.n, "hand", err);
+    cr_assert(g, "%s", err);
+    cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), -1);
+    cr_assert(strstr(err, "tokenizer.ggml.tokens holds 4194305 entries"), "%s", err);
+    gguf_close(g);
+    snprintf(path, sizeof path, "%s/big.gguf", dir);
+    cr_assert_eq(file_write_atomic(path, r.p, r.n, 0644, err), 0, "%s", err);
+    GPT m;
+    cr_assert_eq(gpt_import_gguf(&m, path, err), -1);
+    cr_assert(strstr(err, "tokenizer.ggml.tokens holds 4194305 tokens"), "%s", err);
+    free(r.p);
     harness_rmtree(dir);
     free(dir);
 }

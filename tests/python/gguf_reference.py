@@ -22,6 +22,15 @@ GGUF reader, dequantizers and importer (tests/integration/test_gguf.c).
     python gguf_reference.py read GGUF
         prints every key and tensor (name, type, shape, float64 sum of its
         dequantized values) as the gguf package's GGUFReader sees them.
+    python gguf_reference.py sizes
+        every type the package defines: "type NAME NUMBER BLOCK BYTES".
+    python gguf_reference.py tokenizer_keys SRC.gguf OUT.gguf
+        every tokenizer.* key of SRC is in OUT with the same value types
+        and value; prints "same N".
+    python gguf_reference.py permute HFDIR OUT.gguf
+        the q and k weights of the Hugging Face folder (F32) put through
+        convert_hf_to_gguf.py's LlamaModel.permute (written here from its
+        definition) equal OUT's blk.*.attn_q/attn_k rows; prints "same N".
 """
 import sys
 
@@ -182,6 +191,58 @@ def read(path):
                                         "x".join(str(int(d)) for d in t.shape), x.sum()))
 
 
+def sizes():
+    from gguf.constants import GGML_QUANT_SIZES
+    for t, (block, size) in GGML_QUANT_SIZES.items():
+        print("type %s %d %d %d" % (t.name, t.value, block, size))
+
+
+def tokenizer_keys(src_path, out_path):
+    src, out = GGUFReader(src_path), GGUFReader(out_path)
+    n = 0
+    for k, f in src.fields.items():
+        if not k.startswith("tokenizer."):
+            continue
+        assert k in out.fields, "%s is missing" % k
+        g = out.fields[k]
+        assert f.types == g.types, "%s: types %s, the source's %s" % (k, g.types, f.types)
+        assert f.contents() == g.contents(), "%s differs" % k
+        n += 1
+    print("same %d" % n)
+
+
+def llama_permute(weights, n_head, n_head_kv):
+    """LlamaModel.permute: each head's rows as (2 halves, HD/2 pairs), the
+    two axes swapped."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def permute(hf_dir, out_path):
+    import json
+    from safetensors.numpy import load_file
+    cfg = json.load(open(hf_dir + "/config.json"))
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    assert KV < H, "the check wants grouped-query attention"
+    hf = load_file(hf_dir + "/model.safetensors")
+    gg = {t.name: t for t in GGUFReader(out_path).tensors}
+    n = 0
+    for l in range(cfg["num_hidden_layers"]):
+        for proj, kind, heads in (("q_proj", "attn_q", H), ("k_proj", "attn_k", KV)):
+            w = hf["model.layers.%d.self_attn.%s.weight" % (l, proj)].astype(np.float32)
+            t = gg["blk.%d.%s.weight" % (l, kind)]
+            assert t.tensor_type == Q.F32
+            got = np.asarray(t.data, dtype=np.float32).reshape(w.shape)
+            want = llama_permute(w, H, heads)
+            assert (got == want).all(), "blk.%d.%s: %d rows differ" % (
+                l, kind, (got != want).any(axis=1).sum())
+            assert not (got == w).all(), "blk.%d.%s: not permuted at all" % (l, kind)
+            n += 1
+    print("same %d" % n)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "blocks":
@@ -190,5 +251,11 @@ if __name__ == "__main__":
         model(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     elif cmd == "quantized":
         quantized(sys.argv[2], sys.argv[3])
+    elif cmd == "sizes":
+        sizes()
+    elif cmd == "tokenizer_keys":
+        tokenizer_keys(sys.argv[2], sys.argv[3])
+    elif cmd == "permute":
+        permute(sys.argv[2], sys.argv[3])
     else:
         read(sys.argv[2])
