@@ -82,7 +82,7 @@ Test(smollm2, a_federation_of_two_sites_from_the_gguf_trains_and_goes_back_out) 
     coord = harness_start_coordinator(fed, addr);
     cr_assert_gt(coord, 0, "the coordinator did not start");
     for (int i = 0; i < 2; i++) {
-        char sdir[1400], name[8];
+        char sdir[1400], name[16];
         snprintf(sdir, sizeof sdir, "%s/site%d", root, i);
         snprintf(name, sizeof name, "s%d", i);
         harness_enroll_join(fed, addr, name, sdir);
