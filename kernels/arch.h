@@ -55,14 +55,18 @@ typedef struct Arch {
  * change the model (HF_HARMLESS: every config's own — architectures,
  * transformers_version, dtype, use_cache, … — need not be listed), a token
  * id (HF_TOKEN_ID: null, an id or a list of ids), or a setting Strait
- * computes only at its neutral value (absent, null or that value); any
+ * computes only at its neutral value (absent or that value, or null where
+ * that is false or 0: transformers reads None as both); any
  * other is refused by name, since it might change the arithmetic. */
 typedef enum { HF_USED, HF_HARMLESS, HF_TOKEN_ID, HF_FALSE, HF_TRUE, HF_ZERO, HF_ONE } HfRule;
 typedef struct HfField {
     const char *key;
     HfRule rule;
 } HfField;
-int hf_fields_check(struct json_t *j, const HfField *fields, int n, char *err);
+/* every field of j in fields, more (a second table, NULL: none) or the
+ * fields every config.json carries, at a value its rule takes */
+int hf_fields_check(struct json_t *j, const HfField *fields, int n, const HfField *more, int n_more,
+                    char *err);
 /* An integer field in [lo, hi] (absent or null: def, or an error naming it
  * when def < 0); a number (absent or null: def). */
 int hf_int(struct json_t *j, const char *key, long long def, long long lo, long long hi, int *out,

@@ -189,7 +189,8 @@ static const HfField GPT2_FIELDS[] = {
 
 /* config.json as transformers' GPT2Config names it */
 static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
-    if (hf_fields_check(j, GPT2_FIELDS, (int)(sizeof GPT2_FIELDS / sizeof GPT2_FIELDS[0]), err))
+    if (hf_fields_check(j, GPT2_FIELDS, (int)(sizeof GPT2_FIELDS / sizeof GPT2_FIELDS[0]), NULL, 0,
+                        err))
         return -1;
     json_int_t L = 0, H = 0, C = 0, T = 0, V = 0;
     const char *act = "gelu_new";

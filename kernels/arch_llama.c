@@ -182,7 +182,7 @@ static void backward(const GPT *m, const Pass *p) {
  * own (hf_config.c): what Strait reads, and what it knows not to change
  * the model at a neutral value. SmolLM2's carry rope_interleaved and two
  * of transformers.js's. */
-static const HfField LLAMA_FIELDS[] = {
+static const HfField FAMILY_FIELDS[] = {
     {"num_hidden_layers", HF_USED},
     {"hidden_size", HF_USED},
     {"num_attention_heads", HF_USED},
@@ -198,30 +198,14 @@ static const HfField LLAMA_FIELDS[] = {
     {"rope_parameters", HF_USED},
     {"tie_word_embeddings", HF_USED},
     {"attention_dropout", HF_ZERO},
-    {"attention_bias", HF_FALSE},
-    {"mlp_bias", HF_FALSE},
-    {"pretraining_tp", HF_ONE},
-    {"rope_interleaved", HF_FALSE},
-    {"is_llama_config", HF_HARMLESS},
-    {"transformers.js_config", HF_HARMLESS},
+};
+static const HfField LLAMA_FIELDS[] = {
+    {"attention_bias", HF_FALSE},     {"mlp_bias", HF_FALSE},
+    {"pretraining_tp", HF_ONE},       {"rope_interleaved", HF_FALSE},
+    {"is_llama_config", HF_HARMLESS}, {"transformers.js_config", HF_HARMLESS},
 };
 static const HfField QWEN2_FIELDS[] = {
-    {"num_hidden_layers", HF_USED},
-    {"hidden_size", HF_USED},
-    {"num_attention_heads", HF_USED},
-    {"intermediate_size", HF_USED},
-    {"max_position_embeddings", HF_USED},
-    {"vocab_size", HF_USED},
-    {"num_key_value_heads", HF_USED},
-    {"head_dim", HF_USED},
-    {"rms_norm_eps", HF_USED},
-    {"hidden_act", HF_USED},
-    {"rope_theta", HF_USED},
-    {"rope_scaling", HF_USED},
-    {"rope_parameters", HF_USED},
-    {"tie_word_embeddings", HF_USED},
     {"layer_types", HF_USED},
-    {"attention_dropout", HF_ZERO},
     {"use_sliding_window", HF_FALSE}, /* and with none, the window's size is moot: */
     {"sliding_window", HF_HARMLESS},
     {"max_window_layers", HF_HARMLESS},
@@ -331,8 +315,10 @@ static int layer_types_check(json_t *j, int L, char *err) {
 static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
     const char *type = json_string_value(json_object_get(j, "model_type"));
     int qwen = type && strcmp(type, "qwen2") == 0;
-    if (qwen ? hf_fields_check(j, QWEN2_FIELDS, N_OF(QWEN2_FIELDS), err)
-             : hf_fields_check(j, LLAMA_FIELDS, N_OF(LLAMA_FIELDS), err))
+    if (qwen ? hf_fields_check(j, FAMILY_FIELDS, N_OF(FAMILY_FIELDS), QWEN2_FIELDS,
+                               N_OF(QWEN2_FIELDS), err)
+             : hf_fields_check(j, FAMILY_FIELDS, N_OF(FAMILY_FIELDS), LLAMA_FIELDS,
+                               N_OF(LLAMA_FIELDS), err))
         return -1;
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     if (act && strcmp(act, "silu") != 0)

@@ -40,9 +40,12 @@ static const HfField COMMON[] = {
     {"sep_token_id", HF_TOKEN_ID},
 };
 
-static const HfField *field_of(const char *key, const HfField *f, int n) {
+static const HfField *field_of(const char *key, const HfField *f, int n, const HfField *more,
+                               int n_more) {
     for (int i = 0; i < n; i++)
         if (strcmp(f[i].key, key) == 0) return &f[i];
+    for (int i = 0; i < n_more; i++)
+        if (strcmp(more[i].key, key) == 0) return &more[i];
     for (size_t i = 0; i < sizeof COMMON / sizeof COMMON[0]; i++)
         if (strcmp(COMMON[i].key, key) == 0) return &COMMON[i];
     return NULL;
@@ -52,11 +55,12 @@ static int token_id_ok(json_t *v) {
     return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < (1 << 30);
 }
 
-int hf_fields_check(json_t *j, const HfField *fields, int n, char *err) {
+int hf_fields_check(json_t *j, const HfField *fields, int n, const HfField *more, int n_more,
+                    char *err) {
     const char *key;
     json_t *v;
     json_object_foreach(j, key, v) {
-        const HfField *f = field_of(key, fields, n);
+        const HfField *f = field_of(key, fields, n, more, n_more);
         if (f == NULL)
             return err_set(err,
                            "config.json has %.80s, a field Strait does not know (it might change "

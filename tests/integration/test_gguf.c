@@ -735,3 +735,58 @@ Test(gguf, a_bad_bool_and_a_vocabulary_past_2_22_say_what_they_are) {
     harness_rmtree(dir);
     free(dir);
 }
+
+/* A tokenizer converted for a model with more rows than tokens is padded
+ * with unused tokens as llama.cpp's converter pads Qwen2.5's; one with more
+ * tokens than the model has rows is not its tokenizer and is refused before
+ * anything is written; --tokenizer none writes no tokenizer. */
+Test(gguf, a_tokenizer_is_padded_to_the_models_rows_or_refused, .timeout = 300) {
+    const char *smol = getenv("STRAIT_SMOLLM2");
+    if (smol == NULL || access(smol, R_OK) != 0) cr_skip("no SmolLM2 GGUF (make models)");
+    char *dir = harness_tmpdir("gguf-pad"), ck[700], out[700], err[ERR_LEN];
+    GPTConfig cfg;
+    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    const int rows[2] = {49152 + 40, 300};
+    for (int k = 0; k < 2; k++) {
+        cfg.V = rows[k];
+        cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
+        GPT m;
+        cr_assert_eq(gpt_build(&m, &cfg, 3, err), 0, "%s", err);
+        snprintf(ck, sizeof ck, "%s/m%d.safetensors", dir, k);
+        snprintf(out, sizeof out, "%s/m%d.gguf", dir, k);
+        cr_assert_eq(gpt_save(&m, ck, 0, err), 0, "%s", err);
+        gpt_free(&m);
+        ProcResult r = harness_strait("export", ck, "--format", "gguf", "--tokenizer", smol, out);
+        if (k == 1) { /* 49152 tokens for 300 rows */
+            cr_assert_eq(r.status, 1, "%s", r.out);
+            cr_assert(strstr(r.err, "not its tokenizer"), "%s", r.err);
+            cr_assert_eq(access(out, F_OK), -1, "a refused export wrote %s", out);
+            proc_result_free(&r);
+            continue;
+        }
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        Gguf *g = gguf_open(out, err);
+        cr_assert_not_null(g, "%s", err);
+        TokenizerLists tl;
+        cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), 0, "%s", err);
+        gguf_close(g);
+        cr_assert_eq(tl.n_tokens, rows[k]);
+        cr_assert_str_eq(tl.tokens[49152], "[PAD49152]");
+        cr_assert_str_eq(tl.tokens[rows[k] - 1], "[PAD49191]");
+        cr_assert(tl.types && tl.types[rows[k] - 1] == 5, "a pad is an unused token");
+        cr_assert_str_eq(tl.tokens[2], "<|im_end|>"); /* the real ones stay where they were */
+        tokenizer_lists_free(&tl);
+        /* --tokenizer none: a file with no tokenizer, as llama.cpp's vocabulary none */
+        r = harness_strait("export", ck, "--format", "gguf", "--tokenizer", "none", out);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        g = gguf_open(out, err);
+        cr_assert_not_null(g, "%s", err);
+        cr_assert_eq(gguf_tokenizer_lists(g, &tl, err), -1);
+        cr_assert(strstr(err, "no tokenizer"), "%s", err);
+        gguf_close(g);
+    }
+    harness_rmtree(dir);
+    free(dir);
+}
