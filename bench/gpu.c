@@ -41,11 +41,11 @@ static double median3(double a, double b, double c) {
 }
 
 static double tokens_per_s(int gpus, int B, int T, int steps, int tf32) {
-    GPTConfig cfg;
-    gpt_config_preset("gpt2-124m", &cfg);
-    GPT m;
+    ModelConfig cfg;
+    model_config_preset("gpt2-124m", &cfg);
+    Model m;
     char err[ERR_LEN];
-    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
     size_t bt = (size_t)B * T * (size_t)gpus;
     int *in = mallocCheck(sizeof(int) * bt), *tg = mallocCheck(sizeof(int) * bt);
     for (size_t i = 0; i < bt; i++)
@@ -61,7 +61,7 @@ static double tokens_per_s(int gpus, int B, int T, int steps, int tf32) {
     }
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
     trainer_free(t);
-    gpt_free(&m);
+    model_free(&m);
     free(in), free(tg);
     return (double)bt * steps / secs;
 }

@@ -39,11 +39,11 @@ static void root(void *ctx, float *x, size_t n) {
 /* tokens/s of this process's share (B of the global batch), with its step
  * time's all-reduce share in *share */
 static double run(const Ranks *rk, int threads, int steps, double *share) {
-    GPTConfig cfg;
-    gpt_config_preset("small", &cfg);
-    GPT m;
+    ModelConfig cfg;
+    model_config_preset("small", &cfg);
+    Model m;
     char err[ERR_LEN];
-    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
     kernels_set_threads(threads);
     int B = B_TOTAL / rk->size;
     int *in = mallocCheck(sizeof(int) * B_TOTAL * T_SEQ),
@@ -63,7 +63,7 @@ static double run(const Ranks *rk, int threads, int steps, double *share) {
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
     *share = (double)reduce_ns / 1e9 / secs;
     trainer_free(t);
-    gpt_free(&m);
+    model_free(&m);
     free(in), free(tg);
     return (double)B_TOTAL * T_SEQ * steps / secs; /* the whole site's tokens */
 }

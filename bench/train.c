@@ -49,11 +49,11 @@ static double peak_rss_mb(void) {
 static int bench_bf16; /* this child keeps AdamW's moments in bf16 */
 
 static double tokens_per_s(const char *preset, int B, int T, int threads, int steps) {
-    GPTConfig cfg;
-    gpt_config_preset(preset, &cfg);
-    GPT m;
+    ModelConfig cfg;
+    model_config_preset(preset, &cfg);
+    Model m;
     char err[ERR_LEN];
-    if (gpt_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
     m.moments_bf16 = bench_bf16;
     kernels_set_threads(threads);
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
@@ -70,7 +70,7 @@ static double tokens_per_s(const char *preset, int B, int T, int threads, int st
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
     trainer_free(t);
     free(in), free(tg);
-    gpt_free(&m);
+    model_free(&m);
     return (double)steps * B * T / secs;
 }
 
@@ -104,9 +104,9 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_object_set_new(o, "threads", json_integer(threads));
     json_object_set_new(o, "tokens_per_s", json_real(tok_s));
     json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
-    GPTConfig cfg;
-    if (gpt_config_preset(preset, &cfg) == 0 && cfg.V > 256) { /* the published shapes */
-        double params = gpt_config_params(&cfg), peak = sgemm_flops(threads);
+    ModelConfig cfg;
+    if (model_config_preset(preset, &cfg) == 0 && cfg.V > 256) { /* the published shapes */
+        double params = model_config_params(&cfg), peak = sgemm_flops(threads);
         json_object_set_new(o, "arch", json_string(model_arch_name(cfg.arch)));
         json_object_set_new(o, "params", json_real(params));
         json_object_set_new(o, "memory",
@@ -260,14 +260,15 @@ int main(int argc, char **argv) {
                   {"smollm2-360m", 1}, {"qwen2.5-0.5b", 0}, {"llama-3.2-1b", 0},
                   {"llama-3.2-1b", 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        GPTConfig cfg;
-        gpt_config_preset(shapes[k].preset, &cfg);
-        double need = gpt_train_bytes(&cfg, 4, 64, shapes[k].bf16), have = kernels_mem_available();
+        ModelConfig cfg;
+        model_config_preset(shapes[k].preset, &cfg);
+        double need = model_train_bytes(&cfg, 4, 64, shapes[k].bf16),
+               have = kernels_mem_available();
         if (need > 0.8 * have) {
             json_t *o =
                 json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case",
                           shapes[k].preset, "arch", model_arch_name(cfg.arch), "moments",
-                          shapes[k].bf16 ? "bf16" : "fp32", "params", gpt_config_params(&cfg),
+                          shapes[k].bf16 ? "bf16" : "fp32", "params", model_config_params(&cfg),
                           "needs_gb", need / 1e9, "available_gb", have / 1e9, "fits", 0);
             json_emit_line(stdout, o);
             continue;

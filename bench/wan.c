@@ -337,7 +337,7 @@ static int run_mode(int mode, double target, Result *out) {
         snprintf(path, sizeof path, "%s/%s", fed, ar[i].r.checkpoint_path);
         double loss = NAN;
         if (out->committed < 384 &&
-            gpt_eval_checkpoint(path, held, 2, 8, 64, 16, &loss, err) == 0) {
+            model_eval_checkpoint(path, held, 2, 8, 64, 16, &loss, err) == 0) {
             out->loss[out->committed] = loss;
             out->tokens[out->committed] = got;
             out->at_s[out->committed++] = (double)(ar[i].r.closed_at - t0) / 1e3;

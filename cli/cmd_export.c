@@ -153,7 +153,7 @@ static int lists_fit(TokenizerLists *tl, int V, const char *src, char *err) {
 /* --format gguf, in dtype (f32 by default: the model of record, exact),
  * with the tokenizer of tok_src (NULL: none; a GGUF's tokenizer.* keys
  * copied verbatim) */
-static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok_src, char *err) {
+static int export_gguf(const Model *m, const char *out, int dtype, const char *tok_src, char *err) {
     TokenizerLists tl;
     int have = tokenizer_lists_of(tok_src, &tl, err);
     if (have < 0) return -1;
@@ -163,7 +163,7 @@ static int export_gguf(const GPT *m, const char *out, int dtype, const char *tok
     int rc = have ? lists_fit(&tl, m->cfg.V, tok_src, err) : 0;
     Gguf *src = rc == 0 && verbatim ? gguf_open(tok_src, err) : NULL;
     if (rc == 0 && verbatim && src == NULL) rc = -1;
-    if (rc == 0) rc = gpt_export_gguf(m, out, dtype, have ? &tl : NULL, src, err);
+    if (rc == 0) rc = model_export_gguf(m, out, dtype, have ? &tl : NULL, src, err);
     gguf_close(src);
     if (have) tokenizer_lists_free(&tl);
     return rc;
@@ -187,7 +187,7 @@ static int tokenizer_fits(const char *src, int V, char *err) {
 /* --format hf with the tokenizer of a GGUF file: the model's folder, then
  * the tokenizer's files written from the GGUF's lists, its bos, eos and
  * pad ids in config.json and generation_config.json */
-static int export_hf_from_gguf(const GPT *m, const char *out, HfExport *hf, const char *gguf,
+static int export_hf_from_gguf(const Model *m, const char *out, HfExport *hf, const char *gguf,
                                char *err) {
     TokenizerLists tl;
     if (tokenizer_lists_of(gguf, &tl, err) < 0) return -1;
@@ -197,7 +197,7 @@ static int export_hf_from_gguf(const GPT *m, const char *out, HfExport *hf, cons
     tokenizer_lists_free(&tl);
     if (t == NULL) return err_set(err, "%s: %s", gguf, why);
     hf->tokenizer_dir = NULL;
-    int rc = gpt_export_hf(m, out, hf, err) == 0 && tokenizer_save_hf(t, out, err) == 0 ? 0 : -1;
+    int rc = model_export_hf(m, out, hf, err) == 0 && tokenizer_save_hf(t, out, err) == 0 ? 0 : -1;
     tokenizer_free(t);
     return rc;
 }
@@ -247,17 +247,17 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     if (optind != argc - 2) return cli_usage_error(cmd, "expected CKPT and OUT");
     const char *ckpt = argv[optind], *out = argv[optind + 1];
     char err[ERR_LEN], home[4096], source[4096];
-    GPTConfig cfg;
-    GPT m;
+    ModelConfig cfg;
+    Model m;
     memset(&m, 0, sizeof m);
     int held;
     if (hold_round(ckpt, &held, home, err) != 0) return cli_fail(cmd, "%s", err);
     int auto_tok = tok == NULL && !no_tok && (is_hf || is_gguf) &&
                    federation_tokenizer(home, source, sizeof source);
     if (auto_tok) tok = source;
-    if (gpt_read_config(ckpt, &cfg, NULL, err) != 0 || gpt_build(&m, &cfg, 0, err) != 0 ||
-        gpt_load(&m, ckpt, NULL, err) != 0) {
-        gpt_free(&m);
+    if (model_read_config(ckpt, &cfg, NULL, err) != 0 || model_build(&m, &cfg, 0, err) != 0 ||
+        model_load(&m, ckpt, NULL, err) != 0) {
+        model_free(&m);
         if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);
     }
@@ -269,7 +269,7 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     if (tok && (is_gguf || tok_gguf) && tokenizer_fits(tok, m.cfg.V, why) != 0) {
         if (!auto_tok) {
             if (held >= 0) close(held);
-            gpt_free(&m);
+            model_free(&m);
             return cli_fail(cmd, "%s", why);
         }
         fprintf(stderr, "strait export: without the federation's tokenizer: %s\n", why);
@@ -278,11 +278,11 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     if (is_hf && !tok_gguf) hf.tokenizer_dir = tok;
     if (held >= 0) close(held); /* read whole: retention may have it */
     int rc = is_hf && tok_gguf ? export_hf_from_gguf(&m, out, &hf, tok, err)
-             : is_hf           ? gpt_export_hf(&m, out, &hf, err)
+             : is_hf           ? model_export_hf(&m, out, &hf, err)
              : is_gguf         ? export_gguf(&m, out, gguf_type, tok, err)
-                               : gpt_export_llmc(&m, out, err);
+                               : model_export_llmc(&m, out, err);
     int arch = m.cfg.arch;
-    gpt_free(&m);
+    model_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
     if (is_gguf) {
         printf("exported %s to %s (GGUF, %s, %s: llama.cpp loads it)\n", ckpt, out,

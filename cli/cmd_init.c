@@ -49,8 +49,8 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         }
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one folder DIR");
-    GPTConfig preset;
-    if (o.model && gpt_config_preset(o.model, &preset) != 0)
+    ModelConfig preset;
+    if (o.model && model_config_preset(o.model, &preset) != 0)
         return cli_usage_error(cmd, "unknown model '%s'; use one of %s", o.model,
                                model_preset_names());
     if (o.model && o.init_from)

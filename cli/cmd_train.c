@@ -45,7 +45,7 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
     o->loss = p->loss;
     if (o->have_val && (p->step % o->val_every == 0 || last)) {
         trainer_to_host(t, TRAINER_PARAMS); /* validation runs on the CPU copy */
-        o->val_loss = (float)gpt_eval_tokens(trainer_model(t), o->val, o->B, o->T, 8);
+        o->val_loss = (float)model_eval_tokens(trainer_model(t), o->val, o->B, o->T, 8);
     }
     if (o->json && (p->step % 10 == 0 || last || p->step % o->val_every == 0)) {
         json_t *j = json_object();
@@ -162,8 +162,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (vocab < 0 || vocab > 65536 || (vocab && init_from))
         return cli_usage_error(cmd, "--vocab is 1 to 65536, and not with --init-from (its "
                                     "config.json has one)");
-    GPTConfig cfg; /* a preset's flags are checked here; a folder's, once it is read */
-    if (!init_from && gpt_config_preset(preset, &cfg) != 0)
+    ModelConfig cfg; /* a preset's flags are checked here; a folder's, once it is read */
+    if (!init_from && model_config_preset(preset, &cfg) != 0)
         return cli_usage_error(cmd, "unknown model '%s'; use one of %s", preset,
                                model_preset_names());
     if (!init_from && T > cfg.T)
@@ -257,22 +257,23 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
      * file, a Hugging Face folder), which is also its own tokenizer */
     struct stat st;
     int pretrained = (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) || gguf_magic(ckpt);
-    GPT m;
+    Model m;
     memset(&m, 0, sizeof m);
-    if (pretrained ? gpt_import(&m, ckpt, err) != 0 : gpt_read_config(ckpt, &m.cfg, NULL, err) != 0)
+    if (pretrained ? model_import(&m, ckpt, err) != 0
+                   : model_read_config(ckpt, &m.cfg, NULL, err) != 0)
         return cli_fail(cmd, "%s", err);
-    GPTConfig cfg = m.cfg;
+    ModelConfig cfg = m.cfg;
     if (pretrained && !tdir && !vocab && !merges && cfg.V != 256) tdir = ckpt; /* its own */
     Tokenizer *tok = NULL;
     if (tdir || vocab || merges) {
         if ((tok = cli_tokenizer_open(tdir, vocab, merges, err)) == NULL) {
-            gpt_free(&m);
+            model_free(&m);
             return cli_fail(cmd, "%s", err);
         }
         if (tokenizer_vocab_size(tok) > cfg.V) {
             int tv = tokenizer_vocab_size(tok);
             tokenizer_free(tok);
-            gpt_free(&m);
+            model_free(&m);
             return cli_fail(cmd,
                             "the tokenizer has %d tokens, the model only %d: not its tokenizer", tv,
                             cfg.V);
@@ -284,13 +285,14 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
                         "FILE.gguf",
                         cfg.V);
     }
-    if (!pretrained && (gpt_build(&m, &cfg, 0, err) != 0 || gpt_load(&m, ckpt, NULL, err) != 0)) {
+    if (!pretrained &&
+        (model_build(&m, &cfg, 0, err) != 0 || model_load(&m, ckpt, NULL, err) != 0)) {
         tokenizer_free(tok);
-        gpt_free(&m);
+        model_free(&m);
         return cli_fail(cmd, "%s", err);
     }
-    gpt_sample_text(&m, tok, prompt, n, temperature, seed, stdout);
+    model_sample_text(&m, tok, prompt, n, temperature, seed, stdout);
     tokenizer_free(tok);
-    gpt_free(&m);
+    model_free(&m);
     return EXIT_OK;
 }

@@ -72,7 +72,7 @@ Strait__HelloResponse *site_hello(Site *s, char *err);
  * *served gets the round the coordinator says it is (maybe past the one
  * asked in: a download that outlived rounds), times the download's and the
  * decode's milliseconds. */
-int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
+int site_get_model(Site *s, Model *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
                    uint64_t *served, RoundTimes *times, char *err);
 /* One Heartbeat, never retried: the federation's current round, or 0 when
  * the coordinator did not answer; *reported (may be NULL) whether this
@@ -89,12 +89,12 @@ int site_wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, 
 int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, size_t mlen,
                 const uint8_t blob_sha[32], int *refused);
 /* Refuses a model this site cannot hold, before anything is allocated. */
-int site_check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err);
+int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err);
 /* SITEDIR/state/: AdamW's moments, the error feedback, the round and the
  * data position; saved atomically, loaded at start (1 loaded, 0 none). */
-int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
+int site_state_save(const Site *s, const Model *m, const ErrorFeedback *ef, uint64_t round,
                     size_t pos, char *err);
-int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
+int site_state_load(const Site *s, Model *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
                     char *err);
 /* The thread that ends the site on SIGINT and SIGTERM. */
 void *site_signal_watch(void *arg);
@@ -105,7 +105,7 @@ typedef struct Session {
     Site s;
     Ranks rk;
     Strait__HelloResponse *hr;
-    GPT m;        /* θ_local in m.params while training */
+    Model m;      /* θ_local in m.params while training */
     float *theta; /* the global model the round trains from; n_params */
     uint8_t theta_sha[32];
     int64_t have_round; /* the round of the model in theta; -1: none yet */

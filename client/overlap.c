@@ -81,7 +81,7 @@ static void *inflight_main(void *arg) {
     if (f->finished) return NULL;
     /* the model after the round, decoded into next: a view of the model
      * whose parameters are that buffer (the trainer has the model itself) */
-    GPT view = f->ss->m;
+    Model view = f->ss->m;
     view.params = f->next;
     uint64_t served = current;
     if (site_get_model(s, &view, f->base, f->base_sha, f->base_round, &served, &f->times, f->err) !=
@@ -107,7 +107,7 @@ static void adopt_next(Session *ss, Inflight *f) {
 /* The current model into ss->theta (synchronously): at the start, and
  * when the site lost its rounds. */
 static int fetch_current(Session *ss, uint64_t *round, RoundTimes *times, char *err) {
-    GPT *m = &ss->m;
+    Model *m = &ss->m;
     uint64_t served = *round;
     if (site_get_model(&ss->s, m, ss->theta, ss->theta_sha, ss->have_round, &served, times, err) !=
         0)
@@ -121,7 +121,7 @@ static int fetch_current(Session *ss, uint64_t *round, RoundTimes *times, char *
 }
 
 int site_loop_overlap(Session *ss, char *err) {
-    GPT *m = &ss->m;
+    Model *m = &ss->m;
     const size_t bytes = sizeof(float) * m->n_params;
     uint64_t total = ss->hr->total_rounds;
     if (ss->hr->finished) return 0;

@@ -65,7 +65,7 @@ static int async_wait_turn(Session *ss, uint64_t round, char *err) {
 
 static int site_loop_sync(Session *ss, char *err) {
     const Ranks *rk = &ss->rk;
-    GPT *m = &ss->m;
+    Model *m = &ss->m;
     uint64_t round = ss->hr->current_round;
     int finished = ss->hr->finished;
     for (;;) {

@@ -44,7 +44,7 @@ static Strait__HelloResponse *share_hello(const Ranks *rk, Strait__HelloResponse
 }
 
 /* The inner optimizer's state and the data position, rank 0's to all. */
-static void share_state(const Ranks *rk, GPT *m, size_t *pos) {
+static void share_state(const Ranks *rk, Model *m, size_t *pos) {
     if (rk->size == 1) return;
     int64_t head[3] = {m->m != NULL || m->mh != NULL, m->step, (int64_t)*pos};
     ranks_bcast(head, sizeof head);
@@ -69,7 +69,7 @@ static void share_state(const Ranks *rk, GPT *m, size_t *pos) {
 
 /* Every rank must hold rank 0's θ after a round's steps: the mean gradient
  * and rank 0's clip factor make it so; this checks it did. */
-static int check_same_model(const Ranks *rk, const GPT *m, char *err) {
+static int check_same_model(const Ranks *rk, const Model *m, char *err) {
     if (rk->size == 1) return 0;
     uint64_t mine = XXH64(m->params, m->n_params * sizeof(float), 0), root = mine;
     ranks_bcast(&root, sizeof root);
@@ -90,18 +90,18 @@ static int check_same_model(const Ranks *rk, const GPT *m, char *err) {
  * --init-from when given), checked against this machine's memory. */
 static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
     Strait__HelloResponse *hr = ss->hr;
-    GPTConfig cfg;
+    ModelConfig cfg;
     const Strait__ModelShape *sh = hr->model_shape;
     char why[ERR_LEN];
     if (sh && sh->config && sh->config[0]) { /* the whole description: any architecture */
         if (model_config_parse(sh->config, strlen(sh->config), &cfg, why) != 0)
             return err_set(err, "the coordinator sent a model this strait cannot build: %s", why);
     } else if (sh && sh->layers > 0) { /* an older coordinator's GPT-2 shape */
-        if (gpt_config_shape(&cfg, hr->model, sh->layers, sh->channels, sh->heads, sh->context,
-                             sh->vocab, why) != 0)
+        if (model_config_shape(&cfg, hr->model, sh->layers, sh->channels, sh->heads, sh->context,
+                               sh->vocab, why) != 0)
             return err_set(err, "the coordinator sent a model shape this strait cannot build: %s",
                            why);
-    } else if (gpt_config_preset(hr->model, &cfg) != 0) {
+    } else if (model_config_preset(hr->model, &cfg) != 0) {
         return err_set(err, "the federation trains model '%s', unknown to this strait; upgrade",
                        hr->model);
     }
@@ -111,16 +111,16 @@ static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
     if (site_check_memory(o, &cfg, err) != 0) return -1;
     /* the federation's initial model, drawn from its seed as the
      * coordinator drew it: when it is the current model, no download */
-    if (gpt_build(&ss->m, &cfg, hr->model_seed, err) != 0) return -1;
+    if (model_build(&ss->m, &cfg, hr->model_seed, err) != 0) return -1;
     ss->m.moments_bf16 = o->moments_bf16;
     if (ss->m.table_hash != hr->table_hash)
         return err_set(err, "the federation's parameter table differs from this strait's; upgrade");
     if (o->init_from && ss->rk.rank == 0) { /* the pretrained start: maybe no round-0 download */
-        GPT pre;
-        if (gpt_import(&pre, o->init_from, err) != 0) return -1;
+        Model pre;
+        if (model_import(&pre, o->init_from, err) != 0) return -1;
         int same = pre.table_hash == ss->m.table_hash;
         if (same) memcpy(ss->m.params, pre.params, ss->m.n_params * sizeof(float));
-        gpt_free(&pre);
+        model_free(&pre);
         if (!same)
             return err_set(err, "--init-from %s: its shape is not the federation's model's",
                            o->init_from);
@@ -217,12 +217,12 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if ((ss->hr = share_hello(rk, ss->hr, err)) == NULL) return -1;
     Strait__HelloResponse *hr = ss->hr;
     if (session_model(ss, o, err) != 0) return -1;
-    GPT *m = &ss->m;
+    Model *m = &ss->m;
     if (codec_params_parse(hr->uplink_codec, &ss->codec, err) != 0) return -1;
     if (ss->codec.id == CODEC_TOPK && hr->uplink_density > 0)
         ss->codec.density = hr->uplink_density;
     if (codec_params_check(&ss->codec, err) != 0) return -1;
-    GPTConfig cfg = m->cfg;
+    ModelConfig cfg = m->cfg;
     ss->H = (int)hr->inner_steps, ss->B = o->batch > 0 ? o->batch : 8;
     ss->T = o->seq > 0 ? o->seq : (cfg.T < 128 ? cfg.T : 128);
     int B = ss->B, T = ss->T;
@@ -318,7 +318,7 @@ void session_close(Session *ss) {
     blob_free(&ss->blob);
     ef_free(&ss->ef);
     tokens_free(&ss->ts);
-    gpt_free(&ss->m);
+    model_free(&ss->m);
 }
 
 /* Logs the SHA-256 of the model of `round` in theta: what the coordinator
@@ -394,7 +394,7 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
 int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
                    const RoundTrained *t, RoundTimes *times, uint8_t blob_sha[32], uint8_t *meta,
                    size_t *mlen, char *err) {
-    GPT *m = &ss->m;
+    Model *m = &ss->m;
     CodecLayout L = {m->table_hash, m->n_params, NULL, 0};
     uint64_t t0 = time_monotonic_ns();
     if (ss->on_gpu) {

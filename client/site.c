@@ -95,16 +95,16 @@ Strait__HelloResponse *site_hello(Site *s, char *err) {
     return hr;
 }
 
-/* Downloads the current model into the GPT. A site that holds the
+/* Downloads the current model into the Model. A site that holds the
  * previous round's model (theta, of round `have`, whose SHA-256 is
  * theta_sha) gets the way from it to the current one: the outer update in
  * the downlink codec, which it adds to theta exactly as the coordinator
  * added it to its own copy (so the two stay bit-identical), or the lossless
  * delta of a lossless downlink. Any other site gets the whole checkpoint
  * (through SITEDIR/model.safetensors). */
-static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err);
+static int decode_model(Site *s, Model *m, const float *theta, int64_t have, NetBuf *pl, char *err);
 
-static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
+static int get_model_once(Site *s, Model *m, const float *theta, const uint8_t theta_sha[32],
                           int64_t have, uint64_t *served, uint64_t *current, int *was_delta,
                           RoundTimes *times, char *err);
 
@@ -121,7 +121,7 @@ static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t the
  * last one gave, until the round asked for or, when the stream says the
  * federation is further on (a download that waited out a cut link), that
  * round: a site does not train a model rounds old only to be refused. */
-int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
+int site_get_model(Site *s, Model *m, const float *theta, const uint8_t theta_sha[32], int64_t have,
                    uint64_t *served, RoundTimes *times, char *err) {
     uint64_t want = *served;
     const int64_t first = have;
@@ -158,7 +158,7 @@ int site_get_model(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[
     }
 }
 
-static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t theta_sha[32],
+static int get_model_once(Site *s, Model *m, const float *theta, const uint8_t theta_sha[32],
                           int64_t have, uint64_t *served, uint64_t *current, int *was_delta,
                           RoundTimes *times, char *err) {
     uint64_t t0 = time_monotonic_ns();
@@ -213,7 +213,8 @@ static int get_model_once(Site *s, GPT *m, const float *theta, const uint8_t the
 
 /* The payload of GetModel (freed here) into m: a delta onto theta, a
  * checkpoint, or a safetensors file. */
-static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBuf *pl, char *err) {
+static int decode_model(Site *s, Model *m, const float *theta, int64_t have, NetBuf *pl,
+                        char *err) {
     NetBuf payload = *pl;
     s->bytes_down += payload.len;
     BlobKind kind = compress_blob_kind(payload.data, payload.len);
@@ -247,7 +248,7 @@ static int decode_model(Site *s, GPT *m, const float *theta, int64_t have, NetBu
     int rc = file_write_atomic(path, payload.data, payload.len, 0644, err);
     net_buf_free(&payload);
     if (rc != 0) return -1;
-    return gpt_load(m, path, NULL, err);
+    return model_load(m, path, NULL, err);
 }
 
 /* One Heartbeat, never retried: the federation's current round, or 0 when
@@ -309,10 +310,10 @@ static double memory_available(const SiteRunOptions *o) {
 
 /* Refuses a model this site cannot hold: its training state, the round's
  * copy of θ, the error-feedback residual, a download and the update. */
-int site_check_memory(const SiteRunOptions *o, const GPTConfig *cfg, char *err) {
+int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err) {
     int B = o->batch > 0 ? o->batch : 8, T = o->seq > 0 ? o->seq : (cfg->T < 128 ? cfg->T : 128);
-    double n = gpt_config_params(cfg);
-    double need = gpt_train_bytes(cfg, B, T, o->moments_bf16) + 4.0 * n * 4;
+    double n = model_config_params(cfg);
+    double need = model_train_bytes(cfg, B, T, o->moments_bf16) + 4.0 * n * 4;
     double have = memory_available(o);
     if (have <= 0 || need <= have) return 0;
     return err_set(err,
@@ -352,7 +353,7 @@ static void remove_state_dir(const char *dir) {
  * or a crash anywhere leaves the last whole state, never one file of a
  * newer round beside another of an older one; the folder it replaced is
  * removed after. */
-int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64_t round,
+int site_state_save(const Site *s, const Model *m, const ErrorFeedback *ef, uint64_t round,
                     size_t pos, char *err) {
     char dir[1200], fresh[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/state", s->o.site_dir);
@@ -364,7 +365,7 @@ int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64
              pos);
     int bad = 0;
     snprintf(path, sizeof path, "%s/inner.opt.safetensors", fresh);
-    bad = bad || gpt_save_optimizer(m, path, err) != 0;
+    bad = bad || model_save_optimizer(m, path, err) != 0;
     snprintf(path, sizeof path, "%s/ef.bin", fresh);
     bad = bad || ef_save(ef, path, 0600, err) != 0;
     snprintf(path, sizeof path, "%s/state.ini", fresh);
@@ -398,7 +399,7 @@ int site_state_save(const Site *s, const GPT *m, const ErrorFeedback *ef, uint64
 }
 
 /* 1 when a saved state was loaded, 0 when there is none, -1 on a damaged one. */
-int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
+int site_state_load(const Site *s, Model *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
                     char *err) {
     char path[1300];
     /* state, or state.old when a save without the exchange stopped between
@@ -418,7 +419,7 @@ int site_state_load(const Site *s, GPT *m, ErrorFeedback *ef, uint64_t *round, s
     config_free(cfg);
     if (bad) return -1;
     snprintf(path, sizeof path, "%s/%s/inner.opt.safetensors", s->o.site_dir, sub);
-    if (access(path, F_OK) == 0 && gpt_load_optimizer(m, path, err) != 0) return -1;
+    if (access(path, F_OK) == 0 && model_load_optimizer(m, path, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/%s/ef.bin", s->o.site_dir, sub);
     char *data;
     size_t len;

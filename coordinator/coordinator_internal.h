@@ -160,7 +160,7 @@ typedef enum RoundState {
 } RoundState;
 
 typedef struct Rounds {
-    GPT model;          /* θ of the current round in model.params; owned */
+    Model model;        /* θ of the current round in model.params; owned */
     OuterOpt outer;     /* owned */
     RoundSum sum;       /* owned */
     float *spare_stage; /* owned: a closed round's stage, for the next round's sum */
@@ -433,7 +433,7 @@ typedef struct Coordinator {
     char dir[1024];
     char name[128];
     char model[32];                                /* the preset's name, or "pretrained" */
-    GPTConfig model_cfg;                           /* the model's shape */
+    ModelConfig model_cfg;                         /* the model's shape */
     char model_init[1200];                         /* the pretrained initial model's file, or "" */
     char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
     char admin_sha[65];
@@ -493,7 +493,8 @@ int rounds_recipe_known(const char *name);
  * against the SHA-256 init recorded. Fills co's model, model_cfg and
  * model_init. */
 int model_settings_read(const Config *cfg, Coordinator *co, char *err);
-int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *out, char *err);
+int rounds_settings_read(const Config *cfg, const ModelConfig *model, RoundsSettings *out,
+                         char *err);
 /* What Hello sends as lookahead: with overlap, [rounds] lookahead times the
  * outer optimizer's step for one mean update Δ̄ with no momentum behind it,
  * θ ← θ − step·Δ̄ (nesterov η(1+μ), avg η); 0 without overlap and for

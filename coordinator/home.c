@@ -267,7 +267,7 @@ static void san_add(char *san, size_t len, const char *addr) {
 /* The [model] section: a preset drawn from a seed, or the pretrained model
  * strait init wrote into the home, with the SHA-256s that tie it to its
  * source. */
-static void model_section(char *out, size_t len, const CoordInitOptions *o, const GPT *m,
+static void model_section(char *out, size_t len, const CoordInitOptions *o, const Model *m,
                           const char *init_sha, const char *source_sha) {
     if (o->init_from == NULL) {
         snprintf(out, len,
@@ -322,7 +322,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     if (o->init_from && strchr(o->init_from, '\n'))
         return err_set(err, "the --init-from path must be one line");
     /* the pretrained model is read and checked before anything is written */
-    GPT pre;
+    Model pre;
     memset(&pre, 0, sizeof pre);
     char init_sha[65] = "", source_sha[65] = "";
     if (o->init_from) {
@@ -332,14 +332,14 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
             snprintf(path, sizeof path, "%s", o->init_from);
         else
             snprintf(path, sizeof path, "%s/model.safetensors", o->init_from);
-        if (gpt_import(&pre, o->init_from, err) != 0 ||
+        if (model_import(&pre, o->init_from, err) != 0 ||
             security_sha256_file(path, source_sha, &bytes, err) != 0) {
-            gpt_free(&pre);
+            model_free(&pre);
             return -1;
         }
     }
     if (file_mkdir_p(dir, 0700, err) != 0) {
-        gpt_free(&pre);
+        model_free(&pre);
         return -1;
     }
     char *ca = NULL, *ca_key = NULL, *srv = NULL, *srv_key = NULL, *adm = NULL, *adm_key = NULL;
@@ -370,7 +370,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         snprintf(sub, sizeof sub, "%s/%s", dir, COORD_INIT_MODEL);
         int64_t bytes;
         if (file_mkdir_p(dirname_of(sub, parent, sizeof parent), 0700, err) != 0 ||
-            gpt_save(&pre, sub, 0, err) != 0 ||
+            model_save(&pre, sub, 0, err) != 0 ||
             security_sha256_file(sub, init_sha, &bytes, err) != 0) {
             free(chain);
             goto out;
@@ -433,7 +433,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
     rc = 0;
 out:
     free(ca), free(ca_key), free(srv), free(srv_key), free(adm), free(adm_key);
-    gpt_free(&pre);
+    model_free(&pre);
     return rc;
 }
 

@@ -110,7 +110,7 @@ int round_publish_model(Coordinator *co, const char *rel, char *err) {
     Rounds *r = &co->rounds;
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", co->dir, rel);
-    if (gpt_save(&r->model, path, (int)r->number, err) != 0) return -1;
+    if (model_save(&r->model, path, (int)r->number, err) != 0) return -1;
     Served *s = served_map_file(path, err);
     if (s == NULL) return -1;
     served_unref(r->ckpt);
@@ -153,12 +153,12 @@ int round_outer_load(Coordinator *co, const StoreRound *last, char *err) {
     float *dsts[2] = {r->outer.b, r->outer.v};
     const char *prefixes[2] = {"outer_b.", "outer_v."};
     int n_opt = r->outer.v ? 2 : r->outer.b ? 1 : 0;
-    if (n_opt && gpt_load_state(&r->model, path, dsts, prefixes, n_opt, err) != 0) return -1;
+    if (n_opt && model_load_state(&r->model, path, dsts, prefixes, n_opt, err) != 0) return -1;
     r->outer.step = (int)r->number;
     if (r->down_ef.e) {
         const char *down[1] = {"down_e."};
         char why[ERR_LEN];
-        if (gpt_load_state(&r->model, path, &r->down_ef.e, down, 1, why) != 0) {
+        if (model_load_state(&r->model, path, &r->down_ef.e, down, 1, why) != 0) {
             memset(r->down_ef.e, 0, sizeof(float) * r->down_ef.n);
             log_warn("rounds", "no downlink residual to resume (%s); it starts at zero", why);
         }
@@ -413,7 +413,7 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
             err_set(err, "the outer step made parameter %zu non-finite", i);
             goto out;
         }
-    GPT view = r->model;
+    Model view = r->model;
     view.params = theta;
     /* the optimizer's state and the downlink's residual beside the checkpoint */
     const float *bases[3];
@@ -434,12 +434,12 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
     {
 #pragma omp section
         /* the checkpoint: the model the next round starts from */
-        ck_failed = gpt_save(&view, path, (int)c->number + 1, ck_err) != 0 ||
+        ck_failed = model_save(&view, path, (int)c->number + 1, ck_err) != 0 ||
                     (nx->ckpt = served_map_file(path, ck_err)) == NULL;
 #pragma omp section
         state_failed = n_bases > 0 &&
-                       (gpt_save_state(&view, state_path, bases, prefixes, n_bases, r->outer.step,
-                                       state_err) != 0 ||
+                       (model_save_state(&view, state_path, bases, prefixes, n_bases, r->outer.step,
+                                         state_err) != 0 ||
                         security_sha256_file(state_path, state_sha, &state_bytes, state_err) != 0);
 #pragma omp section
         { /* for the lossless downlink, the exact delta θ_r → θ_{r+1} for sites

@@ -729,7 +729,7 @@ static void warn_weak_rule(Coordinator *co) {
                  rule, (long long)n, n == 1 ? "" : "s");
 }
 
-static int earlier_model_sha(Coordinator *co, GPT *scratch, int64_t round, uint8_t sha[32]);
+static int earlier_model_sha(Coordinator *co, Model *scratch, int64_t round, uint8_t sha[32]);
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
@@ -740,9 +740,9 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     r->delta_from = -1;
     r->set = *set;
     r->max_tokens = set->inner_steps * set->batch * set->seq;
-    if (gpt_build(&r->model, &co->model_cfg, (uint64_t)set->seed, err) != 0) return -1;
+    if (model_build(&r->model, &co->model_cfg, (uint64_t)set->seed, err) != 0) return -1;
     /* a pretrained start replaces the seeded draw (a resume replaces both) */
-    if (co->model_init[0] && gpt_load(&r->model, co->model_init, NULL, err) != 0) return -1;
+    if (co->model_init[0] && model_load(&r->model, co->model_init, NULL, err) != 0) return -1;
     if (outer_init(&r->outer, set->outer, r->model.n_params, (float)set->outer_lr,
                    (float)set->momentum, err) != 0)
         return -1;
@@ -772,7 +772,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     if (rc == 0) {
         char path[1600];
         snprintf(path, sizeof path, "%s/%s", co->dir, last.checkpoint_path);
-        if (gpt_load(&r->model, path, NULL, err) != 0) return -1;
+        if (model_load(&r->model, path, NULL, err) != 0) return -1;
         r->number = last.number + 1;
         int outer = round_outer_load(co, &last, err);
         if (outer < 0) return -1;
@@ -792,7 +792,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     rounds_history_add(r, r->number, r->theta_sha);
     /* the models updates may still be trained from: the round before's
      * with overlap, `staleness` rounds back with async rounds */
-    GPT scratch = {0}; /* built once, for the checkpoints read back */
+    Model scratch = {0}; /* built once, for the checkpoints read back */
     /* a delta from the round before's model, rebuilt from its checkpoint:
      * the sites that hold it take that, not the whole model (round 0's
      * model is the seeded or pretrained one, not kept) */
@@ -813,7 +813,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
             break;
         rounds_history_add(r, r->number - k, sha);
     }
-    if (scratch.params) gpt_free(&scratch);
+    if (scratch.params) model_free(&scratch);
     /* the policy as it stands now (it may have been lowered), and the
      * disk's room, before the first round of this process */
     r->commit_bytes = round_commit_estimate(r);
@@ -832,7 +832,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
  * from the checkpoint of the round before into scratch (built on first
  * use): what updates trained before a restart name as their base; -1 when
  * it is not at hand (its checkpoint gone), said in one line. */
-static int earlier_model_sha(Coordinator *co, GPT *scratch, int64_t round, uint8_t sha[32]) {
+static int earlier_model_sha(Coordinator *co, Model *scratch, int64_t round, uint8_t sha[32]) {
     char err[ERR_LEN];
     StoreRound prev;
     pthread_mutex_lock(&co->store_lock);
@@ -841,11 +841,11 @@ static int earlier_model_sha(Coordinator *co, GPT *scratch, int64_t round, uint8
     if (rc == 0 && strcmp(prev.state, "committed") != 0)
         rc = err_set(err, "round %lld is not committed", (long long)round - 1);
     if (rc == 0 && scratch->params == NULL)
-        rc = gpt_build(scratch, &co->model_cfg, (uint64_t)co->rounds.set.seed, err);
+        rc = model_build(scratch, &co->model_cfg, (uint64_t)co->rounds.set.seed, err);
     if (rc == 0) {
         char path[1600];
         snprintf(path, sizeof path, "%s/%s", co->dir, prev.checkpoint_path);
-        rc = gpt_load(scratch, path, NULL, err);
+        rc = model_load(scratch, path, NULL, err);
     }
     if (rc == 0)
         security_sha256(scratch->params, scratch->n_params * 4, sha);
@@ -882,7 +882,7 @@ void rounds_stop(Coordinator *co) {
     codec_checked_free(r->pool);
     outer_free(&r->outer);
     ef_free(&r->down_ef);
-    gpt_free(&r->model);
+    model_free(&r->model);
     net_spool_close(r->spool);
     served_unref(r->ckpt);
     served_unref(r->delta);

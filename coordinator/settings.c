@@ -156,7 +156,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     if (init == NULL || init[0] == '\0') {
         const char *preset = config_get_str(cfg, "model", "preset", "small");
         snprintf(co->model, sizeof co->model, "%s", preset);
-        if (gpt_config_preset(preset, &co->model_cfg) != 0)
+        if (model_config_preset(preset, &co->model_cfg) != 0)
             return err_set(err,
                            "federation.ini: [model] preset = %s is not a model this strait "
                            "knows; use one of %s",
@@ -181,7 +181,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
                        "([model] init_sha256): the initial model changed; restore it or run "
                        "strait init --init-from again",
                        co->model_init, have, want[0] ? want : "(none)");
-    return gpt_read_config(co->model_init, &co->model_cfg, NULL, err);
+    return model_read_config(co->model_init, &co->model_cfg, NULL, err);
 }
 
 /* [rounds] min_sites: a number, or quorum (the default): more than half of
@@ -258,9 +258,10 @@ double rounds_lookahead(const RoundsSettings *s) {
     return 0;
 }
 
-int rounds_settings_read(const Config *cfg, const GPTConfig *model, RoundsSettings *o, char *err) {
+int rounds_settings_read(const Config *cfg, const ModelConfig *model, RoundsSettings *o,
+                         char *err) {
     memset(o, 0, sizeof *o);
-    GPTConfig gc = *model;
+    ModelConfig gc = *model;
     const char *agg = config_get_str(cfg, "rounds", "aggregate", "mean");
     const int64_t DAY = 24LL * 3600 * 1000;
     if (config_get_int(cfg, "rounds", "total", 10, 1, 1000000, &o->total, err) ||

@@ -132,11 +132,11 @@ static int dead_site(int *pids, int sites, const char *dir, char *why, size_t le
 }
 
 int demo_check(const DemoOptions *o, char *err) {
-    GPTConfig cfg;
+    ModelConfig cfg;
     CodecParams cp;
     if (o->sites < 1 || o->sites > DEMO_MAX_SITES || o->rounds < 1 || o->steps < 1)
         return err_set(err, "--sites 1-%d, --rounds and --steps positive", DEMO_MAX_SITES);
-    if (gpt_config_preset(o->model, &cfg) != 0 || cfg.V != 256)
+    if (model_config_preset(o->model, &cfg) != 0 || cfg.V != 256)
         return err_set(err, "--model %s (byte-level)", model_byte_preset_names());
     if (o->codec && codec_params_parse(o->codec, &cp, err) != 0) return -1;
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
@@ -296,9 +296,9 @@ static int reap_sites(int *pids, int sites, const char *dir, char *err) {
 
 int demo_run(const DemoOptions *o, FILE *out, char *err) {
     char dir[512], fed[600], fp[65], addr[64];
-    GPTConfig cfg;
+    ModelConfig cfg;
     if (demo_check(o, err) != 0) return -1;
-    gpt_config_preset(o->model, &cfg);
+    model_config_preset(o->model, &cfg);
     if (access(FORTUNES "/fortunes", R_OK) != 0)
         return err_set(err, "no fortune collections in %s; run 'make deps' (package fortunes)",
                        FORTUNES);
@@ -352,15 +352,15 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
     if (demo_score(&run, &tot, o->baseline, out, serr) != 0 && rc == 0)
         rc = err_set(err, "%s", serr);
     fflush(out);
-    GPT m;
+    Model m;
     memset(&m, 0, sizeof m);
     char ckpt[800];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-%06d.safetensors", fed, o->rounds - 1);
-    if (gpt_build(&m, &cfg, 1, serr) == 0 && gpt_load(&m, ckpt, NULL, serr) == 0) {
+    if (model_build(&m, &cfg, 1, serr) == 0 && model_load(&m, ckpt, NULL, serr) == 0) {
         fprintf(out, "\na sample from the final model:\n\n");
-        gpt_sample_text(&m, NULL, "The ", 240, 0.8f, 7, out);
+        model_sample_text(&m, NULL, "The ", 240, 0.8f, 7, out);
     }
-    gpt_free(&m);
+    model_free(&m);
     fprintf(out, "\nthe federation, its store and the logs stay in %s\n", dir);
 stop:
     for (int i = 0; i < o->sites; i++)

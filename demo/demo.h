@@ -44,12 +44,12 @@ int demo_run(const DemoOptions *o, FILE *out, char *err);
 
 /* ---- scoring (score.c) ---- */
 
-struct GPTConfig;
+struct ModelConfig;
 struct StoreTotals;
 /* A finished demo federation, for scoring. */
 typedef struct DemoRun {
     const char *exe, *dir, *fed, *model, *recipe; /* fed: the federation's folder */
-    const struct GPTConfig *cfg;
+    const struct ModelConfig *cfg;
     int sites, rounds, steps, non_iid, seed;
     int64_t fed_ms;
     char (*files)[512]; /* every site's collections */

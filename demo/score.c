@@ -27,7 +27,7 @@ static const char *const HELD_OUT[] = {DEMO_FORTUNES "/platitudes", DEMO_FORTUNE
 
 static int held_out(const DemoRun *d, const char *ckpt, double *loss, char *err) {
     int T = d->cfg->T < 128 ? d->cfg->T : 128; /* what the sites train on */
-    return gpt_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, loss, err);
+    return model_eval_checkpoint(ckpt, HELD_OUT, 2, 8, T, HELD_OUT_BATCHES, loss, err);
 }
 
 static int baseline_progress(void *ctx, Trainer *t, const TrainProgress *p) {
@@ -57,9 +57,9 @@ static int train_baseline(const DemoRun *d, const char *name, long long steps, i
     if (tokens_load(&ts, paths, n, err) != 0) return -1;
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    GPT m;
+    Model m;
     int64_t t0 = time_wall_ms();
-    int rc = gpt_build(&m, d->cfg, 1, err);
+    int rc = model_build(&m, d->cfg, 1, err);
     if (rc == 0) {
         TrainConfig c = train_defaults(3e-3f, (int)steps);
         ProgressBar pb;
@@ -67,8 +67,8 @@ static int train_baseline(const DemoRun *d, const char *name, long long steps, i
         kernels_set_threads(0);
         rc = train_run(&m, &c, train, 0, batch, T, 1, baseline_progress, &pb, err);
         progress_finish(&pb, (uint64_t)steps, rc == 0 ? "done" : "failed");
-        if (rc == 0) rc = gpt_save(&m, out, (int)steps, err);
-        gpt_free(&m);
+        if (rc == 0) rc = model_save(&m, out, (int)steps, err);
+        model_free(&m);
     }
     tokens_free(&ts);
     *wall_s = (time_wall_ms() - t0) / 1000.0;

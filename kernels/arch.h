@@ -40,14 +40,14 @@ typedef struct Arch {
     int embed_row, head_row; /* the token embedding's row; the output layer's (if untied) */
     /* the activations of a (B, T) pass; the graph through the final norm
      * into ACT_OUT, and its backward from dACT_OUT */
-    void (*layout)(const GPTConfig *c, int B, int T, ActLayout *lay);
-    void (*forward)(const GPT *m, const Pass *p);
-    void (*backward)(const GPT *m, const Pass *p);
+    void (*layout)(const ModelConfig *c, int B, int T, ActLayout *lay);
+    void (*forward)(const Model *m, const Pass *p);
+    void (*backward)(const Model *m, const Pass *p);
     /* Hugging Face's config.json: its fields into c's shape (checked
      * after by model_config_check), -1 naming a field Strait cannot
      * honour; and c as config.json */
-    int (*hf_config_read)(struct json_t *j, GPTConfig *c, char *err);
-    struct json_t *(*hf_config_write)(const GPTConfig *c);
+    int (*hf_config_read)(struct json_t *j, ModelConfig *c, char *err);
+    struct json_t *(*hf_config_write)(const ModelConfig *c);
 } Arch;
 
 /* hf_config.c: config.json's fields for the architectures' readers. Every
@@ -77,12 +77,12 @@ extern const Arch arch_gpt2, arch_llama, arch_qwen2;
 const Arch *arch_of(int arch);
 
 /* a dimension's size; whether row r exists in this configuration */
-int arch_dim(const GPTConfig *c, Dim d);
-int arch_has(const GPTConfig *c, const ArchTensor *t);
+int arch_dim(const ModelConfig *c, Dim d);
+int arch_has(const ModelConfig *c, const ArchTensor *t);
 
 /* table row r's tensor at layer l (0 for the others) inside base (params or
  * grads, host or device), NULL if this configuration has none */
-static inline float *arch_w(const GPT *m, float *base, int r, int l) {
+static inline float *arch_w(const Model *m, float *base, int r, int l) {
     int v = m->row_view[r * m->cfg.L + l];
     return v < 0 ? NULL : base + m->views[v].offset;
 }

@@ -60,7 +60,7 @@ enum {
     LNF_RSTD
 };
 
-static void layout(const GPTConfig *c, int B, int T, ActLayout *lay) {
+static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH;
     int L = c->L;
     lay->len = 0, lay->B = B, lay->T = T;
@@ -88,7 +88,7 @@ static void layout(const GPTConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, ACT_LSE, BT, 0); /* each row's log-sum-exp, for the classifier's backward */
 }
 
-static void forward(const GPT *m, const Pass *p) {
+static void forward(const Model *m, const Pass *p) {
     const Ops *o = p->ops;
     void *st = p->stream;
     int C = m->cfg.C, L = m->cfg.L, B = p->B, T = p->T, BT = B * T;
@@ -118,7 +118,7 @@ static void forward(const GPT *m, const Pass *p) {
                          W(LNFB, 0), BT, C, st);
 }
 
-static void backward(const GPT *m, const Pass *p) {
+static void backward(const Model *m, const Pass *p) {
     const Ops *o = p->ops;
     void *st = p->stream;
     int C = m->cfg.C, L = m->cfg.L, B = p->B, T = p->T, BT = B * T;
@@ -188,7 +188,7 @@ static const HfField GPT2_FIELDS[] = {
 };
 
 /* config.json as transformers' GPT2Config names it */
-static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
+static int hf_config_read(json_t *j, ModelConfig *c, char *err) {
     if (hf_fields_check(j, GPT2_FIELDS, (int)(sizeof GPT2_FIELDS / sizeof GPT2_FIELDS[0]), NULL, 0,
                         err))
         return -1;
@@ -222,7 +222,7 @@ static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
     return 0;
 }
 
-static json_t *hf_config_write(const GPTConfig *c) {
+static json_t *hf_config_write(const ModelConfig *c) {
     return json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:i,s:i,s:f,s:f,s:f}",
                      "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", c->V,
                      "n_positions", c->T, "n_ctx", c->T, "n_embd", c->C, "n_layer", c->L, "n_head",

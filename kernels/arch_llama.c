@@ -66,7 +66,7 @@ enum {
     RSTDF
 };
 
-static void layout(const GPTConfig *c, int B, int T, ActLayout *lay) {
+static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, F = (size_t)c->F;
     size_t Qd = NH * (size_t)c->HD, KVd = (size_t)c->NKV * (size_t)c->HD;
     int L = c->L;
@@ -95,10 +95,10 @@ static void layout(const GPTConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, ACT_LSE, BT, 0);
 }
 
-static void forward(const GPT *m, const Pass *p) {
+static void forward(const Model *m, const Pass *p) {
     const Ops *o = p->ops;
     void *st = p->stream;
-    const GPTConfig *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
     float *a = p->acts, *w = p->params, eps = c->eps;
@@ -128,10 +128,10 @@ static void forward(const GPT *m, const Pass *p) {
     o->rmsnorm_forward(A(ACT_OUT, 0), A(RSTDF, 0), A(RES3, L - 1), W(LNF, 0), BT, C, eps, st);
 }
 
-static void backward(const GPT *m, const Pass *p) {
+static void backward(const Model *m, const Pass *p) {
     const Ops *o = p->ops;
     void *st = p->stream;
-    const GPTConfig *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
     float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
@@ -312,7 +312,7 @@ static int layer_types_check(json_t *j, int L, char *err) {
     return 0;
 }
 
-static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
+static int hf_config_read(json_t *j, ModelConfig *c, char *err) {
     const char *type = json_string_value(json_object_get(j, "model_type"));
     int qwen = type && strcmp(type, "qwen2") == 0;
     if (qwen ? hf_fields_check(j, FAMILY_FIELDS, N_OF(FAMILY_FIELDS), QWEN2_FIELDS,
@@ -344,7 +344,7 @@ static int hf_config_read(json_t *j, GPTConfig *c, char *err) {
     return 0;
 }
 
-static json_t *hf_config_write(const GPTConfig *c) {
+static json_t *hf_config_write(const ModelConfig *c) {
     int qwen = c->arch == ARCH_QWEN2;
     json_t *j =
         json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s}", "architectures",

@@ -91,23 +91,23 @@ const char *model_byte_preset_names(void) {
     return names;
 }
 
-int gpt_config_preset(const char *name, GPTConfig *cfg) {
+int model_config_preset(const char *name, ModelConfig *cfg) {
     for (size_t i = 0; i < N_PRESETS; i++) {
         const struct Preset *p = &PRESETS[i];
         if (strcmp(p->name, name) != 0) continue;
-        GPTConfig c = {.arch = p->arch,
-                       .L = p->L,
-                       .C = p->C,
-                       .NH = p->NH,
-                       .T = p->T,
-                       .V = p->V,
-                       .NKV = p->NKV,
-                       .HD = p->C / p->NH,
-                       .F = p->F,
-                       .tied = p->tied,
-                       .qkv_bias = p->arch == ARCH_QWEN2,
-                       .eps = p->eps,
-                       .rope = p->scaling};
+        ModelConfig c = {.arch = p->arch,
+                         .L = p->L,
+                         .C = p->C,
+                         .NH = p->NH,
+                         .T = p->T,
+                         .V = p->V,
+                         .NKV = p->NKV,
+                         .HD = p->C / p->NH,
+                         .F = p->F,
+                         .tied = p->tied,
+                         .qkv_bias = p->arch == ARCH_QWEN2,
+                         .eps = p->eps,
+                         .rope = p->scaling};
         c.rope.theta = p->theta;
         snprintf(c.name, sizeof c.name, "%s", name);
         if (model_config_check(&c, NULL) != 0) return -1;
@@ -119,7 +119,7 @@ int gpt_config_preset(const char *name, GPTConfig *cfg) {
 
 /* ---- checks ------------------------------------------------------------------- */
 
-int model_config_check(GPTConfig *c, char *err) {
+int model_config_check(ModelConfig *c, char *err) {
     if (arch_of(c->arch) == NULL)
         return err_set(err, "architecture %d is not one this strait builds", c->arch);
     if (c->L < 1 || c->L > 256 || c->NH < 1 || c->C < 1 || c->C > 65536 || c->T < 1 ||
@@ -164,7 +164,7 @@ int model_config_check(GPTConfig *c, char *err) {
     c->Vp = (c->V + 63) / 64 * 64;
     /* the table's size, before anything is allocated: a claimed shape must
      * not be able to exhaust memory */
-    double params = gpt_config_params(c);
+    double params = model_config_params(c);
     if (params > 4e9)
         return err_set(err,
                        "a shape of %.2f billion parameters; this strait builds at most 4 billion "
@@ -173,8 +173,8 @@ int model_config_check(GPTConfig *c, char *err) {
     return 0;
 }
 
-int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
-                     long long T, long long V, char *err) {
+int model_config_shape(ModelConfig *cfg, const char *name, long long L, long long C, long long NH,
+                       long long T, long long V, char *err) {
     if (L < 1 || L > 256 || NH < 1 || C < 1 || C > 65536 || C % NH != 0 || T < 1 || T > (1 << 20) ||
         V < 2 || V > (1 << 22))
         return err_set(err,
@@ -182,7 +182,7 @@ int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C,
                        "heads, context %lld, vocabulary %lld (1-256 layers, channels to 65536 "
                        "and a multiple of heads, context to 2^20, vocabulary 2 to 2^22)",
                        L, C, NH, T, V);
-    GPTConfig c = {
+    ModelConfig c = {
         .arch = ARCH_GPT2, .L = (int)L, .C = (int)C, .NH = (int)NH, .T = (int)T, .V = (int)V};
     snprintf(c.name, sizeof c.name, "%s", name);
     if (model_config_check(&c, err) != 0) return -1;
@@ -192,7 +192,7 @@ int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C,
 
 /* ---- as JSON -------------------------------------------------------------------- */
 
-char *model_config_json(const GPTConfig *c) {
+char *model_config_json(const ModelConfig *c) {
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(c->name));
     json_object_set_new(o, "L", json_integer(c->L));
@@ -243,14 +243,14 @@ static int real_field(json_t *o, const char *key, float *out, char *err) {
     return 0;
 }
 
-int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err) {
+int model_config_parse(const char *text, size_t len, ModelConfig *cfg, char *err) {
     json_error_t je;
     json_t *o = json_loadb(text, len, 0, &je);
     if (!json_is_object(o)) {
         json_decref(o);
         return err_set(err, "the model configuration is not a JSON object");
     }
-    GPTConfig c;
+    ModelConfig c;
     memset(&c, 0, sizeof c);
     const char *arch = json_string_value(json_object_get(o, "arch"));
     const char *name = json_string_value(json_object_get(o, "name"));
@@ -297,8 +297,8 @@ int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err) 
     return rc;
 }
 
-int gpt_config_fit_tokens(GPTConfig *cfg, int vocab, int pretrained, const TokenSet *ts,
-                          const char *name, char *err) {
+int model_config_fit_tokens(ModelConfig *cfg, int vocab, int pretrained, const TokenSet *ts,
+                            const char *name, char *err) {
     if (vocab < 0 || vocab > 65536 || (vocab && pretrained))
         return err_set(err, "--vocab is 1 to 65536, and not with --init-from (its config.json "
                             "has one)");

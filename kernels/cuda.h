@@ -1,6 +1,6 @@
 /*
  * cuda.h — the CUDA kernels (kernels/cuda/), only in builds with
- * STRAIT_HAVE_CUDA: the twins of the CPU ops, AdamW and clipping, the GPT
+ * STRAIT_HAVE_CUDA: the twins of the CPU ops, AdamW and clipping, the Model
  * on the site's GPUs with NCCL, and the kernels behind compress/'s GPU
  * paths.
  */
@@ -39,41 +39,41 @@ void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n,
 /* global L2 norm of grads, scaled down to max_norm if above */
 float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream);
 
-/* The GPT on the site's GPUs (kernels/cuda/gpt_cuda.cu): one replica per
+/* The Model on the site's GPUs (kernels/cuda/model_cuda.cu): one replica per
  * device, gradients averaged with NCCL. host gives the table, the initial
  * parameters and the layout for batches of (B, T) per GPU. */
-typedef struct GPTCuda GPTCuda;
-GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err);
+typedef struct ModelCuda ModelCuda;
+ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err);
 /* The same on one of `ranks` processes (a site under mpirun): every GPU of
  * every rank in one NCCL communicator (global rank rank × n_gpus + i),
- * bootstrapped by rank 0's id (gpt_cuda_nccl_id), which the caller has
+ * bootstrapped by rank 0's id (model_cuda_nccl_id), which the caller has
  * broadcast. Never run on a GPU yet. */
 #define GPT_CUDA_NCCL_ID_BYTES 128
-int gpt_cuda_nccl_id(void *id);
-GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
-                               const void *nccl_id, char *err);
-void gpt_cuda_free(GPTCuda *g);
+int model_cuda_nccl_id(void *id);
+ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank, int ranks,
+                                   const void *nccl_id, char *err);
+void model_cuda_free(ModelCuda *g);
 /* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
-float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
-                    float lr, float max_norm);
+float model_cuda_step(ModelCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
+                      float lr, float max_norm);
 /* The mean loss of replica 0's parameters on one (B, T) batch: forward only,
  * nothing updated (the held-out evaluator on a GPU site). */
-float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets);
+float model_cuda_loss(ModelCuda *g, const int *inputs, const int *targets);
 /* Every replica takes host's parameters (TRAINER_PARAMS) and AdamW state
  * (TRAINER_MOMENTS: m, v, step; zeros when host has taken no step yet). */
-void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what);
+void model_cuda_load_from_host(ModelCuda *g, const Model *host, int what);
 /* Replica 0's parameters (TRAINER_PARAMS) and AdamW state (TRAINER_MOMENTS;
  * m, v allocated when absent) into host: what a site saves after its inner
  * steps, and its Δ when it is made on the host. */
-void gpt_cuda_to_host(GPTCuda *g, GPT *host, int what);
+void model_cuda_to_host(ModelCuda *g, Model *host, int what);
 /* From now on keep, on replica 0's device, a copy of the parameters every
- * replica holds now and takes at each gpt_cuda_load_from_host: the round's
+ * replica holds now and takes at each model_cuda_load_from_host: the round's
  * θ, for its Δ on the device. */
-void gpt_cuda_keep_base(GPTCuda *g);
+void model_cuda_keep_base(ModelCuda *g);
 /* Replica 0's parameters and (*base, when asked) the kept copy, NULL if
  * none: device memory. Makes replica 0's device the calling thread's
  * current one, where the caller's own allocations then land. */
-const float *gpt_cuda_params(GPTCuda *g, const float **base);
+const float *model_cuda_params(ModelCuda *g, const float **base);
 
 /* A section's payload from x (device memory) into host memory. take_off:
  * x is error feedback's residual, and becomes x − the payload's decoded

@@ -76,7 +76,7 @@ static void *plugin_sym(const char *name) {
     return f;
 }
 
-/* For functions only reachable after the plugin answered (a GPTCuda exists,
+/* For functions only reachable after the plugin answered (a ModelCuda exists,
  * device memory was allocated): a missing one is a broken install. */
 static void *need_sym(const char *name) {
     void *f = plugin_sym(name);
@@ -113,28 +113,28 @@ const char *kernels_nccl_version(void) {
     return fn();
 }
 
-GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
-    static GPTCuda *(*fn)(GPT *, int, int, int, char *);
-    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_create")) == NULL) {
+ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err) {
+    static ModelCuda *(*fn)(Model *, int, int, int, char *);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("model_cuda_create")) == NULL) {
         err_set(err, "%s", why_not);
         return NULL;
     }
     return fn(host, n_gpus, B, T, err);
 }
 
-GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
-                               const void *nccl_id, char *err) {
-    static GPTCuda *(*fn)(GPT *, int, int, int, int, int, const void *, char *);
-    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_create_world")) == NULL) {
+ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank, int ranks,
+                                   const void *nccl_id, char *err) {
+    static ModelCuda *(*fn)(Model *, int, int, int, int, int, const void *, char *);
+    if (fn == NULL && (*(void **)&fn = plugin_sym("model_cuda_create_world")) == NULL) {
         err_set(err, "%s", why_not);
         return NULL;
     }
     return fn(host, n_gpus, B, T, rank, ranks, nccl_id, err);
 }
 
-int gpt_cuda_nccl_id(void *id) {
+int model_cuda_nccl_id(void *id) {
     static int (*fn)(void *);
-    if (fn == NULL && (*(void **)&fn = plugin_sym("gpt_cuda_nccl_id")) == NULL) return -1;
+    if (fn == NULL && (*(void **)&fn = plugin_sym("model_cuda_nccl_id")) == NULL) return -1;
     return fn(id);
 }
 
@@ -157,17 +157,18 @@ FORWARD_VOID(adamw_cuda,
              (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, stream))
 FORWARD(float, clip_grad_norm_cuda, (float *grads, size_t n, float max_norm, void *stream),
         (grads, n, max_norm, stream))
-FORWARD_VOID(gpt_cuda_free, (GPTCuda * g), (g))
-FORWARD(float, gpt_cuda_step,
-        (GPTCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,
+FORWARD_VOID(model_cuda_free, (ModelCuda * g), (g))
+FORWARD(float, model_cuda_step,
+        (ModelCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,
          float max_norm),
         (g, inputs, targets, o, lr, max_norm))
-FORWARD(float, gpt_cuda_loss, (GPTCuda * g, const int *inputs, const int *targets),
+FORWARD(float, model_cuda_loss, (ModelCuda * g, const int *inputs, const int *targets),
         (g, inputs, targets))
-FORWARD_VOID(gpt_cuda_load_from_host, (GPTCuda * g, const GPT *host, int what), (g, host, what))
-FORWARD_VOID(gpt_cuda_to_host, (GPTCuda * g, GPT *host, int what), (g, host, what))
-FORWARD_VOID(gpt_cuda_keep_base, (GPTCuda * g), (g))
-FORWARD(const float *, gpt_cuda_params, (GPTCuda * g, const float **base), (g, base))
+FORWARD_VOID(model_cuda_load_from_host, (ModelCuda * g, const Model *host, int what),
+             (g, host, what))
+FORWARD_VOID(model_cuda_to_host, (ModelCuda * g, Model *host, int what), (g, host, what))
+FORWARD_VOID(model_cuda_keep_base, (ModelCuda * g), (g))
+FORWARD(const float *, model_cuda_params, (ModelCuda * g, const float **base), (g, base))
 FORWARD_VOID(kernels_cuda_set_tf32, (int on), (on))
 FORWARD(int, kernels_cuda_copy_checked,
         (float *x, uint64_t n, float *h_out, int take_off, void *stream),

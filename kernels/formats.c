@@ -21,8 +21,8 @@
 #define LLMC_MAGIC   20240326
 #define LLMC_VERSION 3
 
-int gpt_export_llmc(const GPT *m, const char *path, char *err) {
-    const GPTConfig *c = &m->cfg;
+int model_export_llmc(const Model *m, const char *path, char *err) {
+    const ModelConfig *c = &m->cfg;
     if (c->arch != ARCH_GPT2)
         return err_set(err, "llm.c trains GPT-2; this model is a %s: export it with --format hf",
                        model_arch_name(c->arch));

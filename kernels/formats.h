@@ -11,26 +11,26 @@
 
 /* Writes the parameters (and, once AdamW has run, its moments to
  * "<path minus .safetensors>.opt.safetensors"), atomically. */
-int gpt_save(const GPT *m, const char *path, int step, char *err);
+int model_save(const Model *m, const char *path, int step, char *err);
 /* Reads a checkpoint's model config and step from its metadata. */
-int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err);
+int model_read_config(const char *path, ModelConfig *cfg, int *step, char *err);
 /* Loads parameters into a model built with the same table; every offset,
  * dtype and shape is checked before data is copied. */
-int gpt_load(GPT *m, const char *path, int *step, char *err);
+int model_load(Model *m, const char *path, int *step, char *err);
 /* Other per-parameter state laid out like the parameters (an outer
  * optimizer's momentum): tensor i of base b is named prefixes[b] + view name. */
-int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
-                   const char *const *prefixes, int n_bases, int step, char *err);
-int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
-                   int n_bases, char *err);
+int model_save_state(const Model *m, const char *path, const float *const *bases,
+                     const char *const *prefixes, int n_bases, int step, char *err);
+int model_load_state(const Model *m, const char *path, float *const *dsts,
+                     const char *const *prefixes, int n_bases, char *err);
 /* Writes AdamW's moments and step alone, atomically (an error before the
- * first step: there are none); gpt_load_optimizer reads them back. */
-int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err);
+ * first step: there are none); model_load_optimizer reads them back. */
+int model_save_optimizer(const Model *m, const char *opt_path, char *err);
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
-int gpt_load_optimizer(GPT *m, const char *opt_path, char *err);
+int model_load_optimizer(Model *m, const char *opt_path, char *err);
 
 /* formats.c: llm.c's checkpoint (header version 3, fp32), GPT-2 only. */
-int gpt_export_llmc(const GPT *m, const char *path, char *err);
+int model_export_llmc(const Model *m, const char *path, char *err);
 
 /* hf.c: Hugging Face. Out: a folder transformers' GPT2LMHeadModel,
  * LlamaForCausalLM or Qwen2ForCausalLM.from_pretrained loads (PyTorch's
@@ -52,18 +52,18 @@ typedef struct HfExport {
 } HfExport;
 #define HF_EXPORT_DEFAULTS                                                                         \
     { HF_F32, 0, NULL, -1, -1, -1 }
-int gpt_export_hf(const GPT *m, const char *dir, const HfExport *o, char *err);
+int model_export_hf(const Model *m, const char *dir, const HfExport *o, char *err);
 /* In: a folder of any of the three (SmolLM2 and Llama 2 and 3 are
  * LlamaForCausalLM): config.json in transformers 4's form or 5's and
  * model.safetensors or the shards of model.safetensors.index.json, F32,
  * F16 or BF16, PyTorch's layout or Flax's, mapped rather than read; m is
  * built here and freed on failure, which names the offending field,
  * tensor or file. */
-int gpt_import_hf(GPT *m, const char *dir, char *err);
+int model_import_hf(Model *m, const char *dir, char *err);
 /* A config.json (path) into cfg, checked: every field one Strait honours
  * or knows to be harmless (kernels/hf_config.c), -1 naming the first that
  * is not. */
-int hf_config_load(const char *path, GPTConfig *cfg, char *err);
+int hf_config_load(const char *path, ModelConfig *cfg, char *err);
 
 /* model.safetensors.index.json's weight_map, checked: every tensor maps to
  * a *.safetensors file of the same folder (no path), at most 4096 files. */

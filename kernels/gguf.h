@@ -123,15 +123,15 @@ void gguf_quantize_q8_0(const float *x, size_t n, uint8_t *out);
 int gguf_tokenizer_lists(const Gguf *g, TokenizerLists *out, char *err);
 
 /* A model from a GGUF file (gguf_model.c): general.architecture "llama"
- * (Llama 2 and 3, SmolLM2) or "qwen2", its <arch>.* keys to a GPTConfig
+ * (Llama 2 and 3, SmolLM2) or "qwen2", its <arch>.* keys to a ModelConfig
  * (any key of the namespace Strait cannot honour refused by name), its
  * tensors dequantized into Strait's table, llama.cpp's interleaving of the
  * q and k rows undone. m is built here and freed on failure; err names the
  * file, the key or tensor, and the problem. */
-int gpt_import_gguf(GPT *m, const char *path, char *err);
-/* What --init-from takes: a file is read as GGUF (gpt_import_gguf), a
- * folder as Hugging Face's (gpt_import_hf). gguf_path_is: path is a file. */
-int gpt_import(GPT *m, const char *path, char *err);
+int model_import_gguf(Model *m, const char *path, char *err);
+/* What --init-from takes: a file is read as GGUF (model_import_gguf), a
+ * folder as Hugging Face's (model_import_hf). gguf_path_is: path is a file. */
+int model_import(Model *m, const char *path, char *err);
 int gguf_path_is(const char *path);
 
 /* The model out to a GGUF llama.cpp loads, atomically: general.*, the
@@ -146,8 +146,8 @@ int gguf_path_is(const char *path);
  * gives its size). A value that is not finite, or beyond what its type
  * holds (f16's 65504), is refused naming the tensor before the file is
  * opened. Llama family only. */
-int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLists *tok,
-                    const Gguf *tok_src, char *err);
+int model_export_gguf(const Model *m, const char *path, int dtype, const TokenizerLists *tok,
+                      const Gguf *tok_src, char *err);
 /* "f32", "f16", "bf16", "q8_0" to GGML_*; -1 */
 int gguf_dtype_of(const char *name);
 

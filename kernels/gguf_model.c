@@ -3,7 +3,7 @@
  * gguf.h).
  *
  * In: general.architecture "llama" or "qwen2"; the <arch>.* keys to a
- * GPTConfig, each one Strait cannot honour (an expert count, a sliding
+ * ModelConfig, each one Strait cannot honour (an expert count, a sliding
  * window, a rope scaling type other than none, ...) refused by name; the
  * tensors under llama.cpp's names into Strait's table (GGUF lists a
  * matrix's dimensions as [in, out]: its bytes are PyTorch's [out, in]),
@@ -71,7 +71,7 @@ static int gguf_name_of(const ArchTensor *t, int l, char *out, size_t n) {
 
 /* the rows of q (heads NH) and k (NKV), weights and biases, are
  * interleaved per head for "llama" */
-static int permuted_heads(const GPTConfig *c, const ArchTensor *t) {
+static int permuted_heads(const ModelConfig *c, const ArchTensor *t) {
     if (c->arch != ARCH_LLAMA) return 0;
     if (strncmp(t->name, "attn.q.", 7) == 0) return c->NH;
     if (strncmp(t->name, "attn.k.", 7) == 0) return c->NKV;
@@ -126,7 +126,7 @@ static int key_f32(const Gguf *g, const char *arch, const char *key, int require
 }
 
 /* Llama 3's divisors for a RopeConfig, as llama.cpp's converter computes them */
-static void llama3_divisors(const GPTConfig *c, float *out) {
+static void llama3_divisors(const ModelConfig *c, float *out) {
     const RopeConfig *r = &c->rope;
     double ctx = r->original_ctx, lo = ctx / r->low_freq, hi = ctx / r->high_freq;
     for (int i = 0; i < c->HD / 2; i++) {
@@ -154,7 +154,7 @@ static const char *const SCALING[] = {
  * (low 1, high 4, the original context ctx) with the factor the divisors
  * of the longest wavelengths give; refused unless the setting gives the
  * divisors the file holds */
-static int rope_freqs_read(const Gguf *g, GPTConfig *c, int ctx, char *err) {
+static int rope_freqs_read(const Gguf *g, ModelConfig *c, int ctx, char *err) {
     const GgufTensor *t = gguf_tensor(g, ROPE_FREQS);
     int have = 0;
     for (int i = 0; i < 4; i++) have += gguf_find_key(g, SCALING[i]) >= 0;
@@ -215,7 +215,7 @@ static int rope_freqs_read(const Gguf *g, GPTConfig *c, int ctx, char *err) {
     return rc;
 }
 
-static int config_read(const Gguf *g, GPTConfig *c, char *err) {
+static int config_read(const Gguf *g, ModelConfig *c, char *err) {
     memset(c, 0, sizeof *c);
     char *arch = NULL;
     int rc = gguf_get_str(g, "general.architecture", &arch, err);
@@ -335,7 +335,7 @@ static int config_read(const Gguf *g, GPTConfig *c, char *err) {
 
 /* row t at layer l's tensor in the file, its shape and type checked; with
  * dst, dequantized into it in Strait's layout (tmp: room for it) */
-static int take(const Gguf *g, const GPTConfig *c, const ArchTensor *t, int l, float *dst,
+static int take(const Gguf *g, const ModelConfig *c, const ArchTensor *t, int l, float *dst,
                 float *tmp, char *err) {
     char name[96];
     if (gguf_name_of(t, l, name, sizeof name) != 0)
@@ -387,7 +387,7 @@ static int take(const Gguf *g, const GPTConfig *c, const ArchTensor *t, int l, f
 }
 
 /* every row of m's table: checked (read 0), then read */
-static int take_all(const Gguf *g, const GPTConfig *c, GPT *m, int read, char *err) {
+static int take_all(const Gguf *g, const ModelConfig *c, Model *m, int read, char *err) {
     const Arch *a = arch_of(c->arch);
     float *tmp = NULL;
     if (read) {
@@ -407,7 +407,7 @@ static int take_all(const Gguf *g, const GPTConfig *c, GPT *m, int read, char *e
 }
 
 /* a tensor in the file that no row takes: refused by name */
-static int unused_tensor(const Gguf *g, const GPTConfig *c, char *err) {
+static int unused_tensor(const Gguf *g, const ModelConfig *c, char *err) {
     const Arch *a = arch_of(c->arch);
     for (int i = 0; i < gguf_n_tensors(g); i++) {
         const char *name = gguf_tensor_at(g, i)->name;
@@ -429,20 +429,20 @@ static int unused_tensor(const Gguf *g, const GPTConfig *c, char *err) {
     return 0;
 }
 
-int gpt_import_gguf(GPT *m, const char *path, char *err) {
+int model_import_gguf(Model *m, const char *path, char *err) {
     memset(m, 0, sizeof *m);
     Gguf *g = gguf_open(path, err);
     if (g == NULL) return -1;
-    GPTConfig cfg;
+    ModelConfig cfg;
     int rc = config_read(g, &cfg, err);
     /* every tensor's shape and type before the model is allocated */
     if (rc == 0) rc = unused_tensor(g, &cfg, err);
     if (rc == 0) rc = take_all(g, &cfg, NULL, 0, err);
-    if (rc == 0) rc = gpt_build(m, &cfg, 0, err);
+    if (rc == 0) rc = model_build(m, &cfg, 0, err);
     if (rc == 0) {
         memset(m->params, 0, m->n_params * sizeof(float)); /* padded embedding rows stay zero */
         rc = take_all(g, &cfg, m, 1, err);
-        if (rc != 0) gpt_free(m);
+        if (rc != 0) model_free(m);
     }
     gguf_close(g);
     return rc;
@@ -453,8 +453,8 @@ int gguf_path_is(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int gpt_import(GPT *m, const char *path, char *err) {
-    return gguf_path_is(path) ? gpt_import_gguf(m, path, err) : gpt_import_hf(m, path, err);
+int model_import(Model *m, const char *path, char *err) {
+    return gguf_path_is(path) ? model_import_gguf(m, path, err) : model_import_hf(m, path, err);
 }
 
 /* ---- out ------------------------------------------------------------------------- */
@@ -614,9 +614,9 @@ static int values_fit(const OutTensor *t, char *err) {
     return 0;
 }
 
-int gpt_export_gguf(const GPT *m, const char *path, int dtype, const TokenizerLists *tok,
-                    const Gguf *tok_src, char *err) {
-    const GPTConfig *c = &m->cfg;
+int model_export_gguf(const Model *m, const char *path, int dtype, const TokenizerLists *tok,
+                      const Gguf *tok_src, char *err) {
+    const ModelConfig *c = &m->cfg;
     if (c->arch != ARCH_LLAMA && c->arch != ARCH_QWEN2)
         return err_set(err, "GGUF export takes the Llama family (llama, qwen2), not %s",
                        model_arch_name(c->arch));

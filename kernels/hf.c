@@ -213,7 +213,7 @@ static void hf_name(char *out, size_t n, const char *pattern, int l) {
 /* The file's tensor for view v (table row t, layer l): found under its
  * PyTorch or Flax name, its dtype, shape and bytes checked; with dst, its
  * values converted to fp32 into Strait's layout. -1 naming it. */
-static int hf_take(const HfIn *in, const GPT *m, const ArchTensor *t, int l, const char *prefix,
+static int hf_take(const HfIn *in, const Model *m, const ArchTensor *t, int l, const char *prefix,
                    float *dst, char *err) {
     char base[160], full[200];
     hf_name(base, sizeof base, t->hf, l);
@@ -291,7 +291,7 @@ static int hf_take(const HfIn *in, const GPT *m, const ArchTensor *t, int l, con
 }
 
 /* every view of m from the files: all checked first (dst NULL), then read */
-static int hf_take_all(const HfIn *in, GPT *m, const char *prefix, int read, char *err) {
+static int hf_take_all(const HfIn *in, Model *m, const char *prefix, int read, char *err) {
     const Arch *a = m->arch;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? m->cfg.L : 1); l++) {
@@ -315,7 +315,7 @@ static const Arch *hf_arch(json_t *cfg, const char *path, char *err) {
     return NULL;
 }
 
-int hf_config_load(const char *path, GPTConfig *cfg, char *err) {
+int hf_config_load(const char *path, ModelConfig *cfg, char *err) {
     char *text = NULL;
     if (file_read_all(path, 1 << 20, &text, NULL, err) != 0) return -1;
     json_error_t je;
@@ -339,11 +339,11 @@ int hf_config_load(const char *path, GPTConfig *cfg, char *err) {
     return rc != 0 ? err_set(err, "%s: %s", path, why) : 0;
 }
 
-int gpt_import_hf(GPT *m, const char *dir, char *err) {
+int model_import_hf(Model *m, const char *dir, char *err) {
     memset(m, 0, sizeof *m);
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    GPTConfig cfg;
+    ModelConfig cfg;
     if (hf_config_load(path, &cfg, err) != 0) return -1;
     const Arch *a = arch_of(cfg.arch);
     int rc;
@@ -355,13 +355,13 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
     /* the config's sizes are claims: files too small for them are refused
      * before the model they describe is allocated (2 bytes a value at the
      * least, F16 or BF16; the files hold no padded embedding rows) */
-    GPTConfig unpadded = cfg;
+    ModelConfig unpadded = cfg;
     unpadded.Vp = cfg.V;
-    double want = gpt_config_params(&unpadded);
+    double want = model_config_params(&unpadded);
     rc = 2 * want > (double)in.bytes
              ? err_set(err, "%s holds %zu bytes of tensors; config.json describes %.0f values", dir,
                        in.bytes, want)
-             : gpt_build(m, &cfg, 0, err);
+             : model_build(m, &cfg, 0, err);
     if (rc == 0) {
         memset(m->params, 0, m->n_params * 4); /* padded embedding rows stay zero */
         rc = hf_take_all(&in, m, a->hf_prefix, 0, err) || hf_take_all(&in, m, a->hf_prefix, 1, err)
@@ -369,7 +369,7 @@ int gpt_import_hf(GPT *m, const char *dir, char *err) {
                  : 0;
     }
     hf_in_free(&in);
-    if (rc != 0 && m->params) gpt_free(m);
+    if (rc != 0 && m->params) model_free(m);
     return rc;
 }
 
@@ -575,7 +575,7 @@ static int write_json(const char *dir, const char *file, json_t *j, char *err) {
     return rc;
 }
 
-int gpt_export_hf(const GPT *m, const char *dir, const HfExport *opt, char *err) {
+int model_export_hf(const Model *m, const char *dir, const HfExport *opt, char *err) {
     HfExport o = HF_EXPORT_DEFAULTS;
     if (opt) o = *opt;
     if (o.dtype < HF_F32 || o.dtype > HF_F16) return err_set(err, "unknown dtype %d", o.dtype);

@@ -4,8 +4,8 @@
  * seeded initialisation. No op is called here, so readers of model files
  * (and their fuzz targets) can build a table without BLAS.
  *
- * Ownership: a GPT owns params, grads, m, v, its table and its activation
- * buffers; gpt_free releases all of them.
+ * Ownership: a Model owns params, grads, m, v, its table and its activation
+ * buffers; model_free releases all of them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ const Arch *arch_of(int arch) {
     return arch >= 0 && arch < ARCH_COUNT ? all[arch] : NULL;
 }
 
-int arch_dim(const GPTConfig *c, Dim d) {
+int arch_dim(const ModelConfig *c, Dim d) {
     switch (d) {
     case DIM_NONE:
         return 1;
@@ -45,7 +45,7 @@ int arch_dim(const GPTConfig *c, Dim d) {
     return 0;
 }
 
-int arch_has(const GPTConfig *c, const ArchTensor *t) {
+int arch_has(const ModelConfig *c, const ArchTensor *t) {
     return t->when == IF_ALWAYS || (t->when == IF_UNTIED && !c->tied) ||
            (t->when == IF_QKV_BIAS && c->qkv_bias);
 }
@@ -61,7 +61,7 @@ void act_add(ActLayout *lay, int a, size_t n, int layers) {
 /* Calls f for every tensor of the configuration in table order: its row,
  * layer (0 outside layers), name and shape. */
 typedef void (*TensorFn)(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1);
-static void each_tensor(const GPTConfig *c, TensorFn f, void *ctx) {
+static void each_tensor(const ModelConfig *c, TensorFn f, void *ctx) {
     const Arch *a = arch_of(c->arch);
     for (int r = 0; r < a->n_tensors; r++) {
         const ArchTensor *t = &a->tensors[r];
@@ -92,22 +92,22 @@ static void count_tensor(void *ctx, int row, int layer, const char *name, int nd
     *(double *)ctx += (double)d0 * (ndim > 1 ? d1 : 1);
 }
 
-double gpt_config_params(const GPTConfig *c) {
+double model_config_params(const ModelConfig *c) {
     double n = 0;
     each_tensor(c, count_tensor, &n);
     return n;
 }
 
-double gpt_train_bytes(const GPTConfig *c, int B, int T, int moments_bf16) {
+double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
     ActLayout lay = {0};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* parameters, gradients, AdamW's two moments; a step's activations and
      * their gradients */
-    return (moments_bf16 ? 12.0 : 16.0) * gpt_config_params(c) + 8.0 * (double)lay.len;
+    return (moments_bf16 ? 12.0 : 16.0) * model_config_params(c) + 8.0 * (double)lay.len;
 }
 
 static void add_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
-    GPT *m = ctx;
+    Model *m = ctx;
     ParamView *v = &m->views[m->n_views];
     snprintf(v->name, sizeof v->name, "%s", name);
     v->ndim = ndim;
@@ -124,7 +124,7 @@ static void count_view(void *ctx, int row, int layer, const char *name, int ndim
     (*(int *)ctx)++;
 }
 
-static void build_table(GPT *m) {
+static void build_table(Model *m) {
     int n = 0;
     each_tensor(&m->cfg, count_view, &n);
     m->views = callocCheck((size_t)n, sizeof(ParamView));
@@ -144,7 +144,7 @@ static void build_table(GPT *m) {
     m->table_hash = h;
 }
 
-const ParamView *gpt_view(const GPT *m, const char *name) {
+const ParamView *model_view(const Model *m, const char *name) {
     for (int i = 0; i < m->n_views; i++)
         if (strcmp(m->views[i].name, name) == 0) return &m->views[i];
     return NULL;
@@ -170,7 +170,7 @@ static float normal(uint64_t *s) {
 }
 
 typedef struct InitCtx {
-    GPT *m;
+    Model *m;
     uint64_t s;
     float resid_scale;
     int view;
@@ -191,9 +191,9 @@ static void init_tensor(void *ctx, int row, int layer, const char *name, int ndi
     for (size_t k = 0; k < rows * (size_t)v->shape[1]; k++) p[k] = std * normal(&c->s);
 }
 
-int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err) {
+int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
     memset(m, 0, sizeof *m);
-    GPTConfig check = *cfg;
+    ModelConfig check = *cfg;
     char why[ERR_LEN];
     if (model_config_check(&check, why) != 0)
         return err_set(err, "inconsistent model configuration: %s", why);
@@ -209,7 +209,7 @@ int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err) {
     return 0;
 }
 
-void gpt_free(GPT *m) {
+void model_free(Model *m) {
     free(m->views), free(m->row_view), free(m->params), free(m->grads), free(m->m), free(m->v);
     free(m->mh), free(m->vh);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);

@@ -4,7 +4,7 @@
  * named views, derived from the architecture's tensor table in
  * kernels/arch.h, which checkpoints, codecs and aggregation all walk),
  * seeded initialisation (kernels/model.c), forward and backward over an
- * Ops table, gradient clipping and next-token logits (kernels/gpt.c).
+ * Ops table, gradient clipping and next-token logits (kernels/graph.c).
  * Training it is train.h; its files are formats.h.
  *
  * The architectures: GPT-2 (learned positions, LayerNorm, GELU MLP, fused
@@ -22,7 +22,7 @@
 
 enum { ARCH_GPT2, ARCH_LLAMA, ARCH_QWEN2, ARCH_COUNT };
 
-typedef struct GPTConfig {
+typedef struct ModelConfig {
     char name[24];   /* preset name, or "custom", "hf", ... */
     int arch;        /* ARCH_* */
     int L, C, NH, T; /* layers, channels, heads, max sequence */
@@ -32,7 +32,7 @@ typedef struct GPTConfig {
     int qkv_bias;    /* biases on q, k and v (Qwen2; GPT-2's fused qkv always has one) */
     float eps;       /* the norms' epsilon */
     RopeConfig rope; /* the Llama family's rotary embeddings */
-} GPTConfig;
+} ModelConfig;
 
 /* the architecture's name ("gpt2", "llama", "qwen2"), transformers' class
  * for it ("GPT2LMHeadModel"), ARCH_* of a name (-1) */
@@ -41,17 +41,17 @@ const char *model_hf_class(int arch);
 int model_arch_of(const char *name);
 
 /* Parameters of a shape (its table's size), before anything is built. */
-double gpt_config_params(const GPTConfig *cfg);
+double model_config_params(const ModelConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: the
  * parameters, their gradients, AdamW's moments (in fp32, or bf16 with
  * moments_bf16) and a step's activations and their gradients (the
  * architecture's own layout). */
-double gpt_train_bytes(const GPTConfig *cfg, int B, int T, int moments_bf16);
+double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
 
 /* presets: tiny, small, base, gpt2-124m (GPT-2); llama-tiny, qwen2-tiny,
  * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
  * random weights); -1 for an unknown name */
-int gpt_config_preset(const char *name, GPTConfig *cfg);
+int model_config_preset(const char *name, ModelConfig *cfg);
 /* The presets' names, comma-separated, for messages and help; and those of
  * the byte-level ones (a vocabulary of 256: what trains on text as it is,
  * the demo's). */
@@ -63,25 +63,25 @@ struct TokenSet;
  * if their ids go higher); a published or pretrained shape keeps its own
  * (vocab must be 0 then). -1 with err when vocab is out of 1-65536 or the
  * data holds ids beyond the vocabulary. */
-int gpt_config_fit_tokens(GPTConfig *cfg, int vocab, int pretrained, const struct TokenSet *ts,
-                          const char *name, char *err);
+int model_config_fit_tokens(ModelConfig *cfg, int vocab, int pretrained, const struct TokenSet *ts,
+                            const char *name, char *err);
 /* A GPT-2 shape given by someone else (a config.json, a coordinator):
  * checked to be one this code can build — 1..256 layers, channels 1..65536
  * a multiple of heads, context 1..2^20, vocabulary 2..2^22, at most 4
  * billion parameters — and padded. */
-int gpt_config_shape(GPTConfig *cfg, const char *name, long long L, long long C, long long NH,
-                     long long T, long long V, char *err);
+int model_config_shape(ModelConfig *cfg, const char *name, long long L, long long C, long long NH,
+                       long long T, long long V, char *err);
 /* Any configuration from outside checked the same way (every field, its
  * architecture's rules: NH a multiple of NKV, an even head size for rotary
  * embeddings, ...), Vp set; -1 naming the first bad field. */
-int model_config_check(GPTConfig *cfg, char *err);
+int model_config_check(ModelConfig *cfg, char *err);
 /* The configuration as JSON text (owned by the caller): what a checkpoint's
  * metadata and Hello carry. A GPT-2's has the keys it always had (L, C,
  * NH, T, V, Vp, name) and nothing more, so its checkpoints stay the bytes
  * they were; another architecture's adds "arch" and its fields. */
-char *model_config_json(const GPTConfig *cfg);
+char *model_config_json(const ModelConfig *cfg);
 /* The reverse, checked by model_config_check; -1 with the reason. */
-int model_config_parse(const char *text, size_t len, GPTConfig *cfg, char *err);
+int model_config_parse(const char *text, size_t len, ModelConfig *cfg, char *err);
 
 /* One named tensor in the flat parameter buffer. */
 typedef struct ParamView {
@@ -102,8 +102,8 @@ typedef struct ActLayout {
 } ActLayout;
 
 struct Arch;
-typedef struct GPT {
-    GPTConfig cfg;
+typedef struct Model {
+    ModelConfig cfg;
     const struct Arch *arch;
     ParamView *views; /* owned; in the architecture's table order */
     int n_views;
@@ -123,27 +123,27 @@ typedef struct GPT {
     int fwd_B, fwd_T, has_targets;
     int *inputs, *targets;
     float loss;
-} GPT;
+} Model;
 
 /* Builds the table and initialises from a seed as the architecture says
  * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'
  * weights 1, biases 0), the same bits on every machine. */
-int gpt_build(GPT *m, const GPTConfig *cfg, uint64_t seed, char *err);
-void gpt_free(GPT *m);
-const ParamView *gpt_view(const GPT *m, const char *name);
+int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
+void model_free(Model *m);
+const ParamView *model_view(const Model *m, const char *name);
 /* The layout of a (B, T) pass's activations (what a GPU replica sizes its
  * buffers by). */
-void gpt_layout(const GPT *m, int B, int T, ActLayout *lay);
+void model_layout(const Model *m, int B, int T, ActLayout *lay);
 /* inputs, targets (B,T) token ids; targets may be NULL (returns -1). */
-float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T);
-void gpt_zero_grad(GPT *m);
-void gpt_backward(GPT *m);
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+void model_zero_grad(Model *m);
+void model_backward(Model *m);
 /* global L2 norm of the gradients */
-float gpt_grad_norm(const GPT *m);
+float model_grad_norm(const Model *m);
 /* ... scaled down to max_norm if above (0: never); returns the norm before */
-float gpt_clip_grad_norm(GPT *m, float max_norm);
+float model_clip_grad_norm(Model *m, float max_norm);
 /* logits (V) for the token after ctx[0..n) (the last T of them), for sampling */
-void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits);
+void model_next_logits(Model *m, const int *ctx, int n, float *logits);
 
 /* One pass of the graph on one backend: host or device buffers laid out by
  * the model's table and `lay`. What a GPU replica runs (kernels/cuda/). */
@@ -156,8 +156,8 @@ typedef struct Pass {
     int B, T;
 } Pass;
 /* forward through the classifier: the mean loss, or -1 without targets */
-float model_pass_forward(const GPT *m, const Pass *p);
+float model_pass_forward(const Model *m, const Pass *p);
 /* backward of the last forward with targets: zeroes dacts, accumulates grads */
-void model_pass_backward(const GPT *m, const Pass *p);
+void model_pass_backward(const Model *m, const Pass *p);
 
 #endif /* STRAIT_KERNELS_MODEL_H */

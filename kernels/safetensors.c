@@ -26,7 +26,7 @@
 
 /* Writes tensors (prefix + view name) from `base` with the metadata: F32,
  * or BF16 (elem 2: bases hold bf16 bits). */
-static int write_file_as(const char *path, const GPT *m, const void *const *bases,
+static int write_file_as(const char *path, const Model *m, const void *const *bases,
                          const char *const *prefixes, int n_bases, int step, int elem, char *err) {
     json_t *h = json_object(), *meta = json_object();
     char *cfg = model_config_json(&m->cfg);
@@ -82,12 +82,12 @@ out:
     return rc;
 }
 
-static int write_file(const char *path, const GPT *m, const float *const *bases,
+static int write_file(const char *path, const Model *m, const float *const *bases,
                       const char *const *prefixes, int n_bases, int step, char *err) {
     return write_file_as(path, m, (const void *const *)bases, prefixes, n_bases, step, 4, err);
 }
 
-int gpt_save(const GPT *m, const char *path, int step, char *err) {
+int model_save(const Model *m, const char *path, int step, char *err) {
     const float *bases[1] = {m->params};
     const char *prefixes[1] = {""};
     if (write_file(path, m, bases, prefixes, 1, step, err) != 0) return -1;
@@ -98,10 +98,10 @@ int gpt_save(const GPT *m, const char *path, int step, char *err) {
                        ? strlen(path) - 12
                        : strlen(path)),
              path);
-    return gpt_save_optimizer(m, opt, err);
+    return model_save_optimizer(m, opt, err);
 }
 
-int gpt_save_optimizer(const GPT *m, const char *opt_path, char *err) {
+int model_save_optimizer(const Model *m, const char *opt_path, char *err) {
     const char *prefixes[2] = {"adam_m.", "adam_v."};
     if (m->mh && m->vh) { /* bf16 moments, as they are kept */
         const void *bases[2] = {m->mh, m->vh};
@@ -190,7 +190,7 @@ fail:
     return -1;
 }
 
-int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
+int model_read_config(const char *path, ModelConfig *cfg, int *step, char *err) {
     StFile f;
     if (st_open(path, &f, err) != 0) return -1;
     json_t *h = f.h;
@@ -215,7 +215,7 @@ int gpt_read_config(const char *path, GPTConfig *cfg, int *step, char *err) {
 /* Reads each view's tensor (prefix + name) into dst after checking it: dst
  * holds fp32 (elem 4) or bf16 bits (elem 2); an F32 or BF16 file tensor is
  * converted to it. */
-static int load_tensors_as(const char *path, const StFile *f, const GPT *m, void *dst, int elem,
+static int load_tensors_as(const char *path, const StFile *f, const Model *m, void *dst, int elem,
                            const char *prefix, char *err) {
     json_t *h = f->h;
     uint64_t dlen = f->data_len;
@@ -271,12 +271,12 @@ static int load_tensors_as(const char *path, const StFile *f, const GPT *m, void
     return 0;
 }
 
-static int load_tensors(const char *path, const StFile *f, const GPT *m, float *dst,
+static int load_tensors(const char *path, const StFile *f, const Model *m, float *dst,
                         const char *prefix, char *err) {
     return load_tensors_as(path, f, m, dst, 4, prefix, err);
 }
 
-int gpt_load(GPT *m, const char *path, int *step, char *err) {
+int model_load(Model *m, const char *path, int *step, char *err) {
     StFile f;
     if (st_open(path, &f, err) != 0) return -1;
     json_t *h = f.h;
@@ -297,7 +297,7 @@ int gpt_load(GPT *m, const char *path, int *step, char *err) {
     return rc;
 }
 
-int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
+int model_load_optimizer(Model *m, const char *opt_path, char *err) {
     StFile f;
     if (st_open(opt_path, &f, err) != 0) return -1;
     json_t *h = f.h;
@@ -322,13 +322,13 @@ int gpt_load_optimizer(GPT *m, const char *opt_path, char *err) {
     return rc;
 }
 
-int gpt_save_state(const GPT *m, const char *path, const float *const *bases,
-                   const char *const *prefixes, int n_bases, int step, char *err) {
+int model_save_state(const Model *m, const char *path, const float *const *bases,
+                     const char *const *prefixes, int n_bases, int step, char *err) {
     return write_file(path, m, bases, prefixes, n_bases, step, err);
 }
 
-int gpt_load_state(const GPT *m, const char *path, float *const *dsts, const char *const *prefixes,
-                   int n_bases, char *err) {
+int model_load_state(const Model *m, const char *path, float *const *dsts,
+                     const char *const *prefixes, int n_bases, char *err) {
     StFile f;
     if (st_open(path, &f, err) != 0) return -1;
     int rc = 0;

@@ -34,9 +34,9 @@ int sampler_next(Sampler *s, const float *logits, int usable) {
     return next;
 }
 
-void gpt_sample_text(GPT *m, Tokenizer *tok, const char *prompt, int n, float temperature,
-                     uint64_t seed, FILE *out) {
-    const GPTConfig cfg = m->cfg;
+void model_sample_text(Model *m, Tokenizer *tok, const char *prompt, int n, float temperature,
+                       uint64_t seed, FILE *out) {
+    const ModelConfig cfg = m->cfg;
     size_t plen = strlen(prompt);
     TokenBuf ctx = {0};
     char err[ERR_LEN];
@@ -59,7 +59,7 @@ void gpt_sample_text(GPT *m, Tokenizer *tok, const char *prompt, int n, float te
     sampler_init(&s, seed, temperature);
     fputs(prompt, out);
     for (int k = 0; k < n; k++) {
-        gpt_next_logits(m, ids, len, logits);
+        model_next_logits(m, ids, len, logits);
         int next = sampler_next(&s, logits, usable);
         ids[len++] = next;
         if (tok != NULL) {

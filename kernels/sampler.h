@@ -26,7 +26,7 @@ int sampler_next(Sampler *s, const float *logits, int usable);
 /* Writes prompt and then n tokens the model continues it with to out; with
  * tok NULL, ids are bytes. Only ids the tokenizer has come out (a padded
  * or larger model's others never do). */
-void gpt_sample_text(GPT *m, Tokenizer *tok, const char *prompt, int n, float temperature,
-                     uint64_t seed, FILE *out);
+void model_sample_text(Model *m, Tokenizer *tok, const char *prompt, int n, float temperature,
+                       uint64_t seed, FILE *out);
 
 #endif

@@ -19,12 +19,12 @@
 #include "kernels/cuda.h"
 #endif
 
-void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr) {
-    gpt_adamw_step_scaled(m, o, lr, 1.0f);
+void model_adamw_step(Model *m, const AdamWConfig *o, float lr) {
+    model_adamw_step_scaled(m, o, lr, 1.0f);
 }
 
 /* AdamW with its moments kept in bf16: read, updated in fp32, rounded back */
-static void adamw_bf16(GPT *m, const AdamWConfig *o, float lr, float grad_scale) {
+static void adamw_bf16(Model *m, const AdamWConfig *o, float lr, float grad_scale) {
     if (m->mh == NULL) {
         m->mh = callocCheck(m->n_params, sizeof(uint16_t));
         m->vh = callocCheck(m->n_params, sizeof(uint16_t));
@@ -48,7 +48,7 @@ static void adamw_bf16(GPT *m, const AdamWConfig *o, float lr, float grad_scale)
     }
 }
 
-void gpt_adamw_step_scaled(GPT *m, const AdamWConfig *o, float lr, float grad_scale) {
+void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float grad_scale) {
     if (m->moments_bf16) {
         adamw_bf16(m, o, lr, grad_scale);
         return;
@@ -97,12 +97,12 @@ float train_lr(const TrainConfig *c, int step) {
 /* ---- the trainer ---------------------------------------------------------------------- */
 
 struct Trainer {
-    GPT *m;
+    Model *m;
     TrainConfig c;
     int B, T, replicas;
     TrainCollectives coll; /* mean NULL: one process */
 #ifdef STRAIT_HAVE_CUDA
-    GPTCuda *gpu;
+    ModelCuda *gpu;
 #endif
 };
 
@@ -115,12 +115,12 @@ static void ranks_coll_root(void *ctx, float *x, size_t n) {
     ranks_bcast(x, n * sizeof *x);
 }
 
-Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err) {
+Trainer *trainer_create(Model *m, const TrainConfig *c, int gpus, int B, int T, char *err) {
     return trainer_create_ranks(m, c, gpus, B, T, NULL, err);
 }
 
-Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int T, const Ranks *rk,
-                              char *err) {
+Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, int T,
+                              const Ranks *rk, char *err) {
     int ranks = rk ? rk->size : 1;
     if (B < 1 || T < 1 || T > m->cfg.T || gpus < 0) {
         err_set(err, "batches of %d x %d do not fit a model of context %d", B, T, m->cfg.T);
@@ -144,7 +144,7 @@ Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int
     uint8_t id[GPT_CUDA_NCCL_ID_BYTES] = {0};
     int id_ok = 1;
     if (ranks > 1 && gpus > 0) { /* rank 0's NCCL id to every rank; all fail together */
-        if (rk->rank == 0) id_ok = gpt_cuda_nccl_id(id) == 0;
+        if (rk->rank == 0) id_ok = model_cuda_nccl_id(id) == 0;
         ranks_bcast(&id_ok, sizeof id_ok);
         ranks_bcast(id, sizeof id);
     }
@@ -154,8 +154,8 @@ Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int
         return NULL;
     }
     if (gpus > 0) kernels_cuda_set_tf32(c->tf32);
-    if (gpus > 0 && (t->gpu = gpt_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
-                                                    ranks > 1 ? id : NULL, err)) == NULL) {
+    if (gpus > 0 && (t->gpu = model_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
+                                                      ranks > 1 ? id : NULL, err)) == NULL) {
         free(t);
         return NULL;
     }
@@ -166,7 +166,7 @@ Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int
 void trainer_free(Trainer *t) {
     if (t == NULL) return;
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) gpt_cuda_free(t->gpu);
+    if (t->gpu) model_cuda_free(t->gpu);
 #endif
     free(t);
 }
@@ -174,29 +174,29 @@ void trainer_free(Trainer *t) {
 int trainer_replicas(const Trainer *t) {
     return t->replicas;
 }
-GPT *trainer_model(Trainer *t) {
+Model *trainer_model(Trainer *t) {
     return t->m;
 }
 
 float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *grad_norm) {
     if (grad_norm) *grad_norm = NAN;
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) return gpt_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
+    if (t->gpu) return model_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
 #endif
-    GPT *m = t->m;
-    float loss = gpt_forward(m, in, tg, t->B, t->T);
-    gpt_zero_grad(m);
-    gpt_backward(m);
+    Model *m = t->m;
+    float loss = model_forward(m, in, tg, t->B, t->T);
+    model_zero_grad(m);
+    model_backward(m);
     if (t->coll.mean) t->coll.mean(t->coll.ctx, m->grads, m->n_params);
     /* clipping folded into AdamW: one pass over the gradients fewer */
-    float norm = gpt_grad_norm(m), max = t->c.max_grad_norm;
+    float norm = model_grad_norm(m), max = t->c.max_grad_norm;
     float scale[3] = {max > 0 && norm > max ? max / norm : 1.0f, norm, loss};
     if (t->coll.mean) {
         t->coll.mean(t->coll.ctx, &scale[2], 1); /* the loss over every rank's batch */
         t->coll.root(t->coll.ctx, scale, 2);
     }
     if (grad_norm) *grad_norm = scale[1];
-    gpt_adamw_step_scaled(m, &t->c.adamw, lr, scale[0]);
+    model_adamw_step_scaled(m, &t->c.adamw, lr, scale[0]);
     return scale[2];
 }
 
@@ -214,7 +214,7 @@ int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err) {
 
 void trainer_to_host(Trainer *t, int what) {
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) gpt_cuda_to_host(t->gpu, t->m, what);
+    if (t->gpu) model_cuda_to_host(t->gpu, t->m, what);
 #else
     (void)t, (void)what;
 #endif
@@ -222,7 +222,7 @@ void trainer_to_host(Trainer *t, int what) {
 
 void trainer_from_host(Trainer *t, int what) {
 #ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) gpt_cuda_load_from_host(t->gpu, t->m, what);
+    if (t->gpu) model_cuda_load_from_host(t->gpu, t->m, what);
 #else
     (void)t, (void)what;
 #endif
@@ -231,7 +231,7 @@ void trainer_from_host(Trainer *t, int what) {
 int trainer_keep_base(Trainer *t) {
 #ifdef STRAIT_HAVE_CUDA
     if (t->gpu) {
-        gpt_cuda_keep_base(t->gpu);
+        model_cuda_keep_base(t->gpu);
         return 0;
     }
 #endif
@@ -242,7 +242,7 @@ int trainer_keep_base(Trainer *t) {
 int trainer_device_params(Trainer *t, const float **d_params, const float **d_base) {
 #ifdef STRAIT_HAVE_CUDA
     if (t->gpu) {
-        *d_params = gpt_cuda_params(t->gpu, d_base);
+        *d_params = model_cuda_params(t->gpu, d_base);
         return *d_base ? 0 : -1;
     }
 #endif
@@ -250,7 +250,7 @@ int trainer_device_params(Trainer *t, const float **d_params, const float **d_ba
     return -1;
 }
 
-int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
+int train_run(Model *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
               TrainObserver obs, void *ctx, char *err) {
     Loader ld;
     if (loader_init(&ld, data, B, T, 0, 1, seed, err) != 0) return -1;
@@ -298,17 +298,17 @@ static double eval_batches(TokenView v, int B, int T, int batches, BatchLoss los
 }
 
 static float cpu_loss(void *m, const int *in, const int *tg, int B, int T) {
-    return gpt_forward(m, in, tg, B, T);
+    return model_forward(m, in, tg, B, T);
 }
 
-double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches) {
+double model_eval_tokens(Model *m, TokenView v, int B, int T, int batches) {
     return eval_batches(v, B, T, batches, cpu_loss, m);
 }
 
 #ifdef STRAIT_HAVE_CUDA
 static float gpu_loss(void *g, const int *in, const int *tg, int B, int T) {
     (void)B, (void)T; /* the replicas' own */
-    return gpt_cuda_loss(g, in, tg);
+    return model_cuda_loss(g, in, tg);
 }
 #endif
 
@@ -316,43 +316,43 @@ double trainer_eval_tokens(Trainer *t, TokenView v, int batches) {
 #ifdef STRAIT_HAVE_CUDA
     if (t->gpu) return eval_batches(v, t->B, t->T, batches, gpu_loss, t->gpu);
 #endif
-    return gpt_eval_tokens(t->m, v, t->B, t->T, batches);
+    return model_eval_tokens(t->m, v, t->B, t->T, batches);
 }
 
-int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
-                        int batches, double *loss, char *err) {
-    GPTConfig cfg;
-    GPT m;
+int model_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
+                          int batches, double *loss, char *err) {
+    ModelConfig cfg;
+    Model m;
     TokenSet ts;
-    if (gpt_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
+    if (model_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
     if (T > cfg.T) T = cfg.T;
-    if (gpt_build(&m, &cfg, 0, err) != 0) return -1;
-    int rc = gpt_load(&m, ckpt, NULL, err);
+    if (model_build(&m, &cfg, 0, err) != 0) return -1;
+    int rc = model_load(&m, ckpt, NULL, err);
     if (rc == 0) rc = tokens_load(&ts, paths, n_paths, err);
     if (rc == 0) {
         if (ts.vocab > cfg.V)
             rc = err_set(err, "the data's vocabulary (%d) is larger than the model's (%d)",
                          ts.vocab, cfg.V);
         TokenView v = {ts.tokens, ts.n};
-        if (rc == 0) *loss = gpt_eval_tokens(&m, v, B, T, batches);
+        if (rc == 0) *loss = model_eval_tokens(&m, v, B, T, batches);
         if (rc == 0 && isnan(*loss))
             rc = err_set(err, "%zu tokens are too few for one batch of %d x %d", ts.n, B, T);
         tokens_free(&ts);
     }
-    gpt_free(&m);
+    model_free(&m);
     return rc;
 }
 
 int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart *s),
               TrainObserver obs, void *ctx, char *err) {
-    GPTConfig cfg;
-    GPT m;
+    ModelConfig cfg;
+    Model m;
     memset(&m, 0, sizeof m);
     const char *name = j->init_from ? j->init_from : j->preset;
     if (j->init_from) { /* the pretrained model's shape, and its weights */
-        if (gpt_import(&m, j->init_from, err) != 0) return -1;
+        if (model_import(&m, j->init_from, err) != 0) return -1;
         cfg = m.cfg;
-    } else if (gpt_config_preset(j->preset, &cfg) != 0) {
+    } else if (model_config_preset(j->preset, &cfg) != 0) {
         return err_set(err, "unknown model '%s'; use one of %s", j->preset, model_preset_names());
     }
     int T = j->T ? j->T : cfg.T, rc = -1;
@@ -362,20 +362,20 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
         goto out;
     }
     if (tokens_load(&ts, j->data, j->n_data, err) != 0 ||
-        gpt_config_fit_tokens(&cfg, j->vocab, j->init_from != NULL, &ts, name, err) != 0)
+        model_config_fit_tokens(&cfg, j->vocab, j->init_from != NULL, &ts, name, err) != 0)
         goto out;
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    if (!j->init_from && gpt_build(&m, &cfg, j->seed, err) != 0) goto out;
+    if (!j->init_from && model_build(&m, &cfg, j->seed, err) != 0) goto out;
     m.moments_bf16 = j->moments_bf16;
     TrainJobStart st = {name, m.n_params, train.n, val, T};
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
     tc.tf32 = j->tf32;
     if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
-    rc = j->out ? gpt_save(&m, j->out, j->steps, err) : 0;
+    rc = j->out ? model_save(&m, j->out, j->steps, err) : 0;
 out:
-    gpt_free(&m);
+    model_free(&m);
     tokens_free(&ts);
     return rc;
 }

@@ -17,8 +17,8 @@ typedef struct AdamWConfig {
 
 /* One AdamW step on m's gradients (moments allocated at the first); the
  * scaled one takes the gradients times grad_scale (clipping, in the pass). */
-void gpt_adamw_step(GPT *m, const AdamWConfig *o, float lr);
-void gpt_adamw_step_scaled(GPT *m, const AdamWConfig *o, float lr, float grad_scale);
+void model_adamw_step(Model *m, const AdamWConfig *o, float lr);
+void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float grad_scale);
 /* linear warmup then cosine decay to max_lr * min_lr_frac */
 float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac);
 
@@ -41,10 +41,10 @@ float train_lr(const TrainConfig *c, int step);
 /* A held-out score: the mean loss of the model over the first `batches`
  * consecutive (B, T) batches of v (fewer when v is shorter), the same
  * tokens for every model scored; NAN when not even one batch fits. */
-double gpt_eval_tokens(GPT *m, TokenView v, int B, int T, int batches);
+double model_eval_tokens(Model *m, TokenView v, int B, int T, int batches);
 /* The same score for a checkpoint file over text files or shards. */
-int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
-                        int batches, double *loss, char *err);
+int model_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths, int B, int T,
+                          int batches, double *loss, char *err);
 
 /* A trainer of one model: on the CPU (gpus 0), or with one replica on each
  * of gpus GPUs, gradients averaged with NCCL (CUDA builds). A GPU trainer
@@ -52,7 +52,7 @@ int gpt_eval_checkpoint(const char *ckpt, const char *const *paths, int n_paths,
  * parameters and AdamW state between it and m (no-ops on the CPU). */
 typedef struct Trainer Trainer;
 
-Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, char *err);
+Trainer *trainer_create(Model *m, const TrainConfig *c, int gpus, int B, int T, char *err);
 /* The same as one of the ranks of a site (kernels/ranks.h; every rank calls
  * it): on the CPU the gradients are averaged over the ranks with MPI and
  * every rank takes rank 0's clip factor; on GPUs every GPU of every rank is
@@ -60,12 +60,12 @@ Trainer *trainer_create(GPT *m, const TrainConfig *c, int gpus, int B, int T, ch
  * A step takes trainer_replicas() batches; the ranks' steps together are
  * one step on all their batches. rk NULL or of size 1: trainer_create. */
 struct Ranks;
-Trainer *trainer_create_ranks(GPT *m, const TrainConfig *c, int gpus, int B, int T,
+Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, int T,
                               const struct Ranks *rk, char *err);
 void trainer_free(Trainer *t);
 /* batches a step takes: 1 on the CPU, gpus on GPUs */
 int trainer_replicas(const Trainer *t);
-GPT *trainer_model(Trainer *t);
+Model *trainer_model(Trainer *t);
 /* One optimizer step at learning rate lr on trainer_replicas() batches of
  * (B, T) laid one after another in in and tg; the mean loss. *grad_norm
  * (may be NULL): the norm before clipping, NAN on GPUs. */
@@ -99,7 +99,7 @@ void trainer_from_host(Trainer *t, int what);
  * Both -1 for a CPU trainer. */
 int trainer_keep_base(Trainer *t);
 int trainer_device_params(Trainer *t, const float **d_params, const float **d_base);
-/* gpt_eval_tokens of the trainer's model on its (B, T) batches where it
+/* model_eval_tokens of the trainer's model on its (B, T) batches where it
  * trains: on the CPU, the host model; on GPUs, replica 0's parameters (no
  * copy to the host; the forward on the GPU). */
 double trainer_eval_tokens(Trainer *t, TokenView v, int batches);
@@ -117,12 +117,12 @@ typedef int (*TrainObserver)(void *ctx, Trainer *t, const TrainProgress *p);
 
 /* c->total_steps steps on (B, T) batches read from data from a seeded
  * start, on the CPU or gpus GPUs; m holds the result. obs may be NULL. */
-int train_run(GPT *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
+int train_run(Model *m, const TrainConfig *c, TokenView data, int gpus, int B, int T, uint64_t seed,
               TrainObserver obs, void *ctx, char *err);
 
 /* What `strait train` runs, the baseline every federated run is measured
  * against: the model (a preset, or a Hugging Face folder's shape and
- * weights), its vocabulary fitted to the data (gpt_config_fit_tokens), the
+ * weights), its vocabulary fitted to the data (model_config_fit_tokens), the
  * last 10% of the tokens held out, `steps` of train_run under
  * train_defaults(lr), and a checkpoint at out (NULL: none). */
 typedef struct TrainJob {

@@ -176,11 +176,11 @@ StoreRound store_fixture_wait_committed_by(const char *home, int64_t n, int time
     return r;
 }
 
-void store_fixture_load_tiny(const char *home, const char *rel, GPT *m) {
+void store_fixture_load_tiny(const char *home, const char *rel, Model *m) {
     char path[1200], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", home, rel);
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(m, &cfg, 0, err), 0, "%s", err);
-    cr_assert_eq(gpt_load(m, path, NULL, err), 0, "%s", err);
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    cr_assert_eq(model_build(m, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(model_load(m, path, NULL, err), 0, "%s", err);
 }

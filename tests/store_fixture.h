@@ -51,6 +51,6 @@ StoreRound store_fixture_wait_committed(const char *home, int64_t n, int timeout
 StoreRound store_fixture_wait_committed_by(const char *home, int64_t n, int timeout_s, int pid);
 /* m (built here) holds the `tiny` checkpoint at HOME/rel: a federation's
  * round, or its current model. */
-void store_fixture_load_tiny(const char *home, const char *rel, GPT *m);
+void store_fixture_load_tiny(const char *home, const char *rel, Model *m);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * ops.c — the CPU reference ops of the GPT model, forward and backward, in
+ * ops.c — the CPU reference ops of the Model model, forward and backward, in
  * fp32 (after llm.c's train_gpt2.c). Matrix products go through OpenBLAS;
  * attention runs over batch × heads with OpenMP. Every backward op
  * accumulates (+=) into its gradient buffers, which the caller zeroes.

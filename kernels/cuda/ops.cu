@@ -43,7 +43,7 @@ static int blocks(size_t n, int per) {
 }
 
 /* One cuBLAS handle per device for the process, made at its first use and
- * bound to each op's stream. Not one per host thread: gpt_cuda_step starts
+ * bound to each op's stream. Not one per host thread: model_cuda_step starts
  * a thread per GPU at every step, and a thread's handle (its workspace on
  * the device) would be lost with the thread, step after step. cuBLAS may be
  * called on one handle from several threads; here one thread at a time

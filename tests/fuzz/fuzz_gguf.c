@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (f == NULL) return 0;
     fwrite(data, 1, size, f);
     fclose(f);
-    GPT m;
-    if (gpt_import_gguf(&m, path, err) == 0) gpt_free(&m);
+    Model m;
+    if (model_import_gguf(&m, path, err) == 0) model_free(&m);
     return 0;
 }

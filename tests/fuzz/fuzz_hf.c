@@ -1,6 +1,6 @@
 /*
  * fuzz_hf.c — libFuzzer target for the Hugging Face GPT-2 reader
- * (gpt_import_hf in kernels/formats.c): `strait train --init-from` and
+ * (model_import_hf in kernels/formats.c): `strait train --init-from` and
  * `strait init --init-from` read folders from the internet. The input is
  * config.json NUL model.safetensors, written to a folder and imported; the
  * table is built without ops (kernels/model.c), so no BLAS is needed.
@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     put(dir, "config.json", data, (size_t)(z - data));
     put(dir, "model.safetensors", z + 1, size - (size_t)(z - data) - 1);
     char err[512];
-    GPT m;
-    if (gpt_import_hf(&m, dir, err) == 0) gpt_free(&m);
+    Model m;
+    if (model_import_hf(&m, dir, err) == 0) model_free(&m);
     return 0;
 }

@@ -2,7 +2,7 @@
  * fuzz_model_config.c — libFuzzer target for the model description reader
  * (model_config_parse in kernels/config.c): a site builds whatever a
  * coordinator's Hello describes, and a checkpoint's metadata carries the
- * same JSON. An accepted description must be one gpt_config_params can
+ * same JSON. An accepted description must be one model_config_params can
  * size within the 4 billion parameters the check promises, and survive
  * being written and read again unchanged.
  */
@@ -15,10 +15,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    GPTConfig c, again;
+    ModelConfig c, again;
     char err[512];
     if (model_config_parse((const char *)data, size, &c, err) != 0) return 0;
-    if (!(gpt_config_params(&c) <= 4e9)) abort();
+    if (!(model_config_params(&c) <= 4e9)) abort();
     char *text = model_config_json(&c);
     if (model_config_parse(text, strlen(text), &again, err) != 0) abort();
     if (again.arch != c.arch || again.L != c.L || again.NKV != c.NKV || again.Vp != c.Vp) abort();

@@ -2,9 +2,9 @@
  * fuzz_safetensors.c — libFuzzer target for the safetensors reader
  * (kernels/safetensors.c): a site loads the checkpoints the coordinator
  * sends, and anyone loads checkpoints from disk. The input is written to a
- * file and read three ways: its model config (gpt_read_config), its
- * parameters into a small model table (gpt_load), and per-parameter state
- * under a prefix (gpt_load_state). The table is built here by hand (two
+ * file and read three ways: its model config (model_read_config), its
+ * parameters into a small model table (model_load), and per-parameter state
+ * under a prefix (model_load_state). The table is built here by hand (two
  * tensors, no ops), so the target needs no BLAS.
  */
 #include <stdint.h>
@@ -26,22 +26,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fwrite(data, 1, size, f);
     fclose(f);
     char err[512];
-    GPTConfig cfg;
+    ModelConfig cfg;
     int step;
-    gpt_read_config(path, &cfg, &step, err);
+    model_read_config(path, &cfg, &step, err);
     /* wte [4, 3] and ln_f.bias [3], as a real table names them */
     static ParamView views[2] = {{"wte", 2, {4, 3}, 0, 12}, {"ln_f.bias", 1, {3, 0}, 12, 3}};
     static float params[15], state[15];
-    GPT m;
+    Model m;
     memset(&m, 0, sizeof m);
     m.views = views;
     m.n_views = 2;
     m.n_params = 15;
     m.table_hash = 0x1234;
     m.params = params;
-    gpt_load(&m, path, &step, err);
+    model_load(&m, path, &step, err);
     float *dsts[1] = {state};
     const char *prefixes[1] = {"outer_b."};
-    gpt_load_state(&m, path, dsts, prefixes, 1, err);
+    model_load_state(&m, path, dsts, prefixes, 1, err);
     return 0;
 }

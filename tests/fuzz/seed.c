@@ -151,7 +151,7 @@ static char *read_whole(const char *path, size_t *len) {
 
 /* fuzz_tokenizer: vocab.json of the 256 bytes in GPT-2's alphabet plus
  * "he", "ll", "hell", then NUL, merges, NUL, text. */
-static void seed_hf(const char *root, const GPTConfig *hc, const char *name);
+static void seed_hf(const char *root, const ModelConfig *hc, const char *name);
 
 static void seed_tokenizer(const char *dir, const char *json_dir) {
     char v[8192];
@@ -245,17 +245,17 @@ int main(int argc, char **argv) {
     ef_free(&ef);
     /* fuzz_safetensors' table: wte [4, 3] and ln_f.bias [3] */
     ParamView views[2] = {{"wte", 2, {4, 3}, 0, 12}, {"ln_f.bias", 1, {3, 0}, 12, 3}};
-    GPT m;
+    Model m;
     memset(&m, 0, sizeof m);
-    m.cfg = (GPTConfig){.name = "fuzz", .L = 1, .C = 3, .NH = 1, .T = 4, .V = 4, .Vp = 4};
+    m.cfg = (ModelConfig){.name = "fuzz", .L = 1, .C = 3, .NH = 1, .T = 4, .V = 4, .Vp = 4};
     m.views = views, m.n_views = 2, m.n_params = 15, m.table_hash = 0x1234, m.params = x;
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", st_dir);
     const float *bases[1] = {x + 100};
     const char *prefixes[1] = {"outer_b."};
-    if (gpt_save(&m, path, 3, err) != 0) fprintf(stderr, "%s\n", err);
+    if (model_save(&m, path, 3, err) != 0) fprintf(stderr, "%s\n", err);
     snprintf(path, sizeof path, "%s/state.safetensors", st_dir);
-    if (gpt_save_state(&m, path, bases, prefixes, 1, 3, err) != 0) fprintf(stderr, "%s\n", err);
+    if (model_save_state(&m, path, bases, prefixes, 1, 3, err) != 0) fprintf(stderr, "%s\n", err);
     char *csr, *key;
     if (security_csr_create("seed-site", &csr, &key, err) == 0) {
         put(join_dir, "csr", NULL, 0, (const uint8_t *)csr, strlen(csr));
@@ -268,34 +268,36 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/ids.bin", dir_of(root, "fuzz_shard"));
     if (tokens_write_bin(path, ids, 100, err) != 0) fprintf(stderr, "%s\n", err);
     /* fuzz_hf: a small GPT-2 as Hugging Face writes it, config.json NUL model.safetensors */
-    GPTConfig hc = {.name = "custom", .L = 1, .C = 8, .NH = 2, .T = 8, .V = 16, .Vp = 64};
+    ModelConfig hc = {.name = "custom", .L = 1, .C = 8, .NH = 2, .T = 8, .V = 16, .Vp = 64};
     /* and a Llama: grouped-query attention, untied, rope scaling */
-    GPTConfig lc = {.name = "custom",
-                    .arch = ARCH_LLAMA,
-                    .L = 1,
-                    .C = 8,
-                    .NH = 2,
-                    .T = 8,
-                    .V = 16,
-                    .Vp = 64,
-                    .NKV = 1,
-                    .HD = 4,
-                    .F = 12,
-                    .eps = 1e-5f,
-                    .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
-    const GPTConfig *hcs[2] = {&hc, &lc};
+    ModelConfig lc = {.name = "custom",
+                      .arch = ARCH_LLAMA,
+                      .L = 1,
+                      .C = 8,
+                      .NH = 2,
+                      .T = 8,
+                      .V = 16,
+                      .Vp = 64,
+                      .NKV = 1,
+                      .HD = 4,
+                      .F = 12,
+                      .eps = 1e-5f,
+                      .rope = {10000.0f, 8.0f, 1.0f, 4.0f, 4}};
+    const ModelConfig *hcs[2] = {&hc, &lc};
     for (int k = 0; k < 2; k++) seed_hf(root, hcs[k], k ? "llama" : "gpt2");
     /* fuzz_gguf: the Llama as GGUF, F32 and Q8_0 */
-    GPT lm;
-    GPTConfig lc8 = lc;
+    Model lm;
+    ModelConfig lc8 = lc;
     lc8.C = 32, lc8.HD = 16, lc8.F = 32, lc8.rope.original_ctx = 8192;
-    if (gpt_build(&lm, &lc8, 1, err) == 0) {
+    if (model_build(&lm, &lc8, 1, err) == 0) {
         char gp[1024];
         snprintf(gp, sizeof gp, "%s/f32", dir_of(root, "fuzz_gguf"));
-        if (gpt_export_gguf(&lm, gp, GGML_F32, NULL, NULL, err) != 0) fprintf(stderr, "%s\n", err);
+        if (model_export_gguf(&lm, gp, GGML_F32, NULL, NULL, err) != 0)
+            fprintf(stderr, "%s\n", err);
         snprintf(gp, sizeof gp, "%s/q8_0", dir_of(root, "fuzz_gguf"));
-        if (gpt_export_gguf(&lm, gp, GGML_Q8_0, NULL, NULL, err) != 0) fprintf(stderr, "%s\n", err);
-        gpt_free(&lm);
+        if (model_export_gguf(&lm, gp, GGML_Q8_0, NULL, NULL, err) != 0)
+            fprintf(stderr, "%s\n", err);
+        model_free(&lm);
     }
     seed_gguf_blocks(dir_of(root, "fuzz_gguf"));
     /* and the folder transformers 4 saved (BF16), with its config in transformers 4's form
@@ -336,12 +338,12 @@ int main(int argc, char **argv) {
 
 /* fuzz_hf's seed: the config's model as Hugging Face writes it, config.json
  * NUL model.safetensors */
-static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
+static void seed_hf(const char *root, const ModelConfig *hc, const char *name) {
     char err[ERR_LEN], path[1024];
-    GPT hm;
+    Model hm;
     char hdir[900];
     snprintf(hdir, sizeof hdir, "%s/hf-tmp", root);
-    if (gpt_build(&hm, hc, 1, err) == 0 && gpt_export_hf(&hm, hdir, NULL, err) == 0) {
+    if (model_build(&hm, hc, 1, err) == 0 && model_export_hf(&hm, hdir, NULL, err) == 0) {
         size_t cl, ml;
         snprintf(path, sizeof path, "%s/config.json", hdir);
         char *cj = read_whole(path, &cl);
@@ -359,7 +361,7 @@ static void seed_hf(const char *root, const GPTConfig *hc, const char *name) {
         snprintf(path, sizeof path, "%s/generation_config.json", hdir);
         remove(path);
         remove(hdir);
-        gpt_free(&hm);
+        model_free(&hm);
     } else {
         fprintf(stderr, "%s\n", err);
     }

@@ -185,14 +185,14 @@ Test(cuda_ops, attention_rope_and_classifier_match_the_cpu) {
 
 #ifdef STRAIT_HAVE_CUDA
 static void fifty_steps(const char *preset, float tol) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset(preset, &cfg), 0);
-    GPT cpu, host;
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(preset, &cfg), 0);
+    Model cpu, host;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&cpu, &cfg, 3, err), 0);
-    cr_assert_eq(gpt_build(&host, &cfg, 3, err), 0);
+    cr_assert_eq(model_build(&cpu, &cfg, 3, err), 0);
+    cr_assert_eq(model_build(&host, &cfg, 3, err), 0);
     int B = 4, T = 64;
-    GPTCuda *g = gpt_cuda_create(&host, 1, B, T, err);
+    ModelCuda *g = model_cuda_create(&host, 1, B, T, err);
     cr_assert_not_null(g, "%s", err);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
@@ -200,17 +200,17 @@ static void fifty_steps(const char *preset, float tol) {
         if (s % 10 == 0) cr_log_info("%s: step %d of 50", preset, s); /* where a hang stands */
         for (int i = 0; i < B * T; i++)
             in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
-        float lc = gpt_forward(&cpu, in, tg, B, T);
-        gpt_zero_grad(&cpu);
-        gpt_backward(&cpu);
-        gpt_clip_grad_norm(&cpu, 1.0f);
-        gpt_adamw_step(&cpu, &o, 1e-3f);
-        float lg = gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
+        float lc = model_forward(&cpu, in, tg, B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        model_clip_grad_norm(&cpu, 1.0f);
+        model_adamw_step(&cpu, &o, 1e-3f);
+        float lg = model_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
         cr_assert_leq(fabsf(lg - lc), tol, "%s step %d: GPU loss %g, CPU loss %g", preset, s, lg,
                       lc);
     }
-    gpt_cuda_free(g);
-    gpt_free(&cpu), gpt_free(&host);
+    model_cuda_free(g);
+    model_free(&cpu), model_free(&host);
 }
 #endif
 
@@ -231,23 +231,23 @@ Test(cuda_ops, fifty_steps_of_small_and_llama_small_track_the_cpu_trainer, .time
 Test(cuda_ops, fifty_steps_with_tf32_matmuls_track_the_cpu_trainer, .timeout = 600) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("small", &cfg), 0);
-    GPT host;
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("small", &cfg), 0);
+    Model host;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&host, &cfg, 3, err), 0);
+    cr_assert_eq(model_build(&host, &cfg, 3, err), 0);
     int B = 4, T = 64, in[4 * 64], tg[4 * 64];
     for (int i = 0; i < B * T; i++) in[i] = (i * 31) % 256, tg[i] = (in[i] * 5 + 1) % 256;
-    GPTCuda *g = gpt_cuda_create(&host, 1, B, T, err);
+    ModelCuda *g = model_cuda_create(&host, 1, B, T, err);
     cr_assert_not_null(g, "%s", err);
     kernels_cuda_set_tf32(0);
-    float fp32 = gpt_cuda_loss(g, in, tg);
+    float fp32 = model_cuda_loss(g, in, tg);
     kernels_cuda_set_tf32(1);
-    float tf32 = gpt_cuda_loss(g, in, tg);
+    float tf32 = model_cuda_loss(g, in, tg);
     cr_assert_neq(memcmp(&fp32, &tf32, sizeof fp32), 0,
                   "the same forward gave loss %.9g with TF32 and with fp32: TF32 is not on", tf32);
-    gpt_cuda_free(g);
-    gpt_free(&host);
+    model_cuda_free(g);
+    model_free(&host);
     fifty_steps("small", 5e-2f);
     fifty_steps("llama-small", 5e-2f);
     kernels_cuda_set_tf32(0);
@@ -260,39 +260,40 @@ Test(cuda_ops, fifty_steps_with_tf32_matmuls_track_the_cpu_trainer, .timeout = 6
 Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    GPT cpu, site;
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    Model cpu, site;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&cpu, &cfg, 5, err), 0);
-    cr_assert_eq(gpt_build(&site, &cfg, 9, err), 0); /* other weights: the load must replace them */
+    cr_assert_eq(model_build(&cpu, &cfg, 5, err), 0);
+    cr_assert_eq(model_build(&site, &cfg, 9, err),
+                 0); /* other weights: the load must replace them */
     int B = 4, T = 32;
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < 3; s++) { /* earlier rounds: moments to keep */
         for (int i = 0; i < B * T; i++) in[i] = (i * 13 + s) % 256, tg[i] = (in[i] + 1) % 256;
-        gpt_forward(&cpu, in, tg, B, T);
-        gpt_zero_grad(&cpu);
-        gpt_backward(&cpu);
-        gpt_adamw_step(&cpu, &o, 1e-3f);
+        model_forward(&cpu, in, tg, B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        model_adamw_step(&cpu, &o, 1e-3f);
     }
     memcpy(site.params, cpu.params, cpu.n_params * 4);
     site.m = malloc(cpu.n_params * 4), site.v = malloc(cpu.n_params * 4);
     memcpy(site.m, cpu.m, cpu.n_params * 4), memcpy(site.v, cpu.v, cpu.n_params * 4);
     site.step = cpu.step;
-    GPTCuda *g = gpt_cuda_create(&site, 1, B, T, err);
+    ModelCuda *g = model_cuda_create(&site, 1, B, T, err);
     cr_assert_not_null(g, "%s", err);
-    gpt_cuda_load_from_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
+    model_cuda_load_from_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
     for (int s = 0; s < 10; s++) {
         for (int i = 0; i < B * T; i++) in[i] = (i * 29 + s) % 256, tg[i] = (in[i] * 3) % 256;
-        gpt_forward(&cpu, in, tg, B, T);
-        gpt_zero_grad(&cpu);
-        gpt_backward(&cpu);
-        gpt_clip_grad_norm(&cpu, 1.0f);
-        gpt_adamw_step(&cpu, &o, 1e-3f);
-        gpt_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
+        model_forward(&cpu, in, tg, B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        model_clip_grad_norm(&cpu, 1.0f);
+        model_adamw_step(&cpu, &o, 1e-3f);
+        model_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
     }
-    gpt_cuda_to_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
+    model_cuda_to_host(g, &site, TRAINER_PARAMS | TRAINER_MOMENTS);
     cr_assert_eq(site.step, cpu.step);
     const float *want[3] = {cpu.params, cpu.m, cpu.v}, *got[3] = {site.params, site.m, site.v};
     const char *names[3] = {"theta_local", "adam m", "adam v"};
@@ -304,29 +305,29 @@ Test(cuda_ops, a_site_round_moves_state_to_the_gpu_and_back, .timeout = 300) {
         }
         cr_assert_leq(worst, 2e-2, "%s: worst relative difference %g", names[k], worst);
     }
-    gpt_cuda_free(g);
+    model_cuda_free(g);
     free(in), free(tg);
-    gpt_free(&cpu), gpt_free(&site);
+    model_free(&cpu), model_free(&site);
 #endif
 }
 
 /* The held-out evaluator where a GPU site trains: trainer_eval_tokens on the
- * GPU scores the same batches as gpt_eval_tokens on the CPU, within the
+ * GPU scores the same batches as model_eval_tokens on the CPU, within the
  * forward's tolerance, and leaves the parameters where they were. */
 Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
-    GPTConfig cfg;
-    gpt_config_preset("small", &cfg);
-    GPT m;
+    ModelConfig cfg;
+    model_config_preset("small", &cfg);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 11, err), 0);
+    cr_assert_eq(model_build(&m, &cfg, 11, err), 0);
     int B = 4, T = 64;
     size_t n = (size_t)B * T * 3 + 1;
     uint32_t *tok = malloc(n * sizeof *tok);
     for (size_t i = 0; i < n; i++) tok[i] = (uint32_t)((i * 37 + i / 7) % 256);
     TokenView v = {tok, n};
-    double cpu = gpt_eval_tokens(&m, v, B, T, 4); /* 3 batches fit */
+    double cpu = model_eval_tokens(&m, v, B, T, 4); /* 3 batches fit */
     TrainConfig c = train_defaults(1e-3f, 10);
     Trainer *t = trainer_create(&m, &c, 1, B, T, err);
     cr_assert_not_null(t, "%s", err);
@@ -340,7 +341,7 @@ Test(cuda_ops, the_gpu_evaluator_scores_as_the_cpu_one) {
     cr_assert_eq(memcmp(before, m.params, m.n_params * 4), 0, "the evaluator moved parameters");
     trainer_free(t);
     free(before), free(tok);
-    gpt_free(&m);
+    model_free(&m);
 #endif
 }
 

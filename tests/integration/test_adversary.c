@@ -106,12 +106,12 @@ static StoreRound wait_committed(int64_t n, int timeout_s) {
     return store_fixture_wait_committed(fed, n, timeout_s);
 }
 
-static GPT tiny(void) {
-    GPT m;
-    GPTConfig cfg;
+static Model tiny(void) {
+    Model m;
+    ModelConfig cfg;
     char err[ERR_LEN];
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err); /* federation.ini's seed: θ0 */
+    model_config_preset("tiny", &cfg);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0, "%s", err); /* federation.ini's seed: θ0 */
     return m;
 }
 
@@ -120,7 +120,7 @@ static GPT tiny(void) {
  * round's mean (consumed), then the int8 downlink, θ + the decoded outer
  * update. The momentum and the residual start from b and e (NULL: zeros)
  * and are stepped there; step is the optimizer's step count. */
-static float *recipe_step(const GPT *m, float *mean, float *b, float *e, int step) {
+static float *recipe_step(const Model *m, float *mean, float *b, float *e, int step) {
     size_t n = m->n_params;
     char err[ERR_LEN];
     OuterOpt o;
@@ -152,7 +152,7 @@ static float *recipe_step(const GPT *m, float *mean, float *b, float *e, int ste
  * int8 downlink of the default recipe. */
 static float *expected_theta_as(const Blob *honest, const double *tokens, int n_honest, int median,
                                 double total) {
-    GPT m = tiny();
+    Model m = tiny();
     char err[ERR_LEN];
     float *mean = malloc(m.n_params * 4);
     if (median) {
@@ -173,7 +173,7 @@ static float *expected_theta_as(const Blob *honest, const double *tokens, int n_
     }
     float *theta = recipe_step(&m, mean, NULL, NULL, 0);
     free(mean);
-    gpt_free(&m);
+    model_free(&m);
     return theta;
 }
 
@@ -182,15 +182,15 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
 }
 
 static void assert_model_is(const StoreRound *r, const float *want) {
-    GPT m = tiny();
+    Model m = tiny();
     char path[1200], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", fed, r->checkpoint_path);
-    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
     size_t bad = 0;
     for (size_t i = 0; i < m.n_params; i++) bad += memcmp(&m.params[i], &want[i], 4) != 0;
     cr_assert_eq(bad, 0, "%zu of %zu parameters differ from the honest sites' model", bad,
                  m.n_params);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 /* The federation's store, read only (close it with store_close). */
@@ -230,7 +230,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob evil = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
     Blob junk = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
@@ -267,7 +267,7 @@ Test(adversary, another_sites_upload_is_out_of_reach) {
     free(want);
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&good), blob_free(&evil), blob_free(&junk);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* ---- weights, bounds and codecs ---------------------------------------------------- */
@@ -279,7 +279,7 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     char b_dir[700], m_dir[700], details[256];
     site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob big = attacker_update("int8", t.table_hash, t.n_params, -5.0f, 0);
     Blob fp32 = attacker_update("fp32", t.table_hash, t.n_params, 0, 1e-3f);
@@ -346,7 +346,7 @@ Test(adversary, a_site_cannot_choose_its_weight_or_skip_the_gates) {
     proc_result_free(&r);
     net_channel_destroy(b), net_channel_destroy(m);
     blob_free(&good), blob_free(&big), blob_free(&fp32);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* A stream that stalls — after its header, or before it — is cut at the
@@ -359,7 +359,7 @@ Test(adversary, a_stalled_upload_is_cut) {
     char m_dir[700], details[256], err[ERR_LEN];
     site("m", m_dir, sizeof m_dir);
     NetChannel *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "slow", 1000, NULL, 0, NULL, 0, 0, 0};
     int64_t t0 = time_wall_ms();
@@ -377,7 +377,7 @@ Test(adversary, a_stalled_upload_is_cut) {
     cr_assert_lt(time_wall_ms() - t0, 30000, "a header-less stream lived to its client's deadline");
     net_channel_destroy(m);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* Uploads in flight count against a site's spool quota at their declared
@@ -416,7 +416,7 @@ Test(adversary, a_failed_commit_changes_nothing) {
     snprintf(squat, sizeof squat, "%s/checkpoints/round-000000.safetensors", fed);
     cr_assert_eq(file_mkdir_p(squat, 0700, err), 0, "%s", err);
     NetChannel *b = attacker_channel(b_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(b, &a, &good, details, sizeof details), NET_OK, "%s", details);
@@ -450,7 +450,7 @@ Test(adversary, a_failed_commit_changes_nothing) {
     free(want);
     net_channel_destroy(b);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* The faultsim log's line for attempt a of scope ("faultsim: SCOPE attempt
@@ -547,7 +547,7 @@ static Walk fault_walk(const char *fault, int max_attempts) {
     char b_dir[700], details[256], err[ERR_LEN], id[48];
     site("b", b_dir, sizeof b_dir);
     NetChannel *b = attacker_channel(b_dir, addr);
-    GPT m = tiny();
+    Model m = tiny();
     size_t n = m.n_params;
     Blob good = attacker_update("int8", m.table_hash, n, 0, 1e-3f);
     /* the round's mean of the one update, and the recipe's state */
@@ -610,7 +610,7 @@ static Walk fault_walk(const char *fault, int max_attempts) {
     net_channel_destroy(b);
     blob_free(&good);
     free(mean0), free(mean), free(ob), free(oe);
-    gpt_free(&m);
+    model_free(&m);
     cr_assert_eq(proc_stop(coord, 10000), 0, "the test build did not stop cleanly");
     coord = -1;
     /* nothing of a failed attempt is left beside the committed rounds' files */
@@ -698,7 +698,7 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     char b_dir[700], details[256], squat[800], path[1200], err[ERR_LEN];
     site("b", b_dir, sizeof b_dir);
     NetChannel *b = attacker_channel(b_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob u0 = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob u1 = attacker_update("int8", t.table_hash, t.n_params, 0, -2e-3f);
     AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
@@ -706,15 +706,15 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     StoreRound r0 = wait_committed(0, 30);
     /* round 0's model and outer state, read while it is the newest: once
      * round 1 commits, retention keeps the newest round's state alone */
-    GPT m = tiny();
+    Model m = tiny();
     size_t n = m.n_params;
     float *b0 = calloc(n, 4), *e0 = calloc(n, 4), *mean = malloc(n * 4);
     snprintf(path, sizeof path, "%s/%s", fed, r0.checkpoint_path);
-    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/%s", fed, r0.state_path);
     float *dsts[2] = {b0, e0};
     const char *prefixes[2] = {"outer_b.", "down_e."};
-    cr_assert_eq(gpt_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
+    cr_assert_eq(model_load_state(&m, path, dsts, prefixes, 2, err), 0, "%s", err);
     snprintf(squat, sizeof squat, "%s/checkpoints/round-000001.safetensors", fed);
     cr_assert_eq(file_mkdir_p(squat, 0700, err), 0, "%s", err);
     a.round = 1, a.upload_id = "b-r1";
@@ -751,17 +751,17 @@ Test(adversary, a_failed_commit_puts_the_optimizer_state_back) {
     float *b1 = malloc(n * 4), *e1 = malloc(n * 4);
     float *got[2] = {b1, e1};
     snprintf(path, sizeof path, "%s/%s", fed, r1.state_path);
-    cr_assert_eq(gpt_load_state(&m, path, got, prefixes, 2, err), 0, "%s", err);
+    cr_assert_eq(model_load_state(&m, path, got, prefixes, 2, err), 0, "%s", err);
     size_t bad_b = 0, bad_e = 0;
     for (size_t i = 0; i < n; i++)
         bad_b += memcmp(&b0[i], &b1[i], 4) != 0, bad_e += memcmp(&e0[i], &e1[i], 4) != 0;
     cr_assert_eq(bad_b, 0, "%zu momenta differ from one step on round 0's", bad_b);
     cr_assert_eq(bad_e, 0, "%zu residuals differ from one step on round 0's", bad_e);
     free(b0), free(e0), free(b1), free(e1), free(mean), free(theta);
-    gpt_free(&m);
+    model_free(&m);
     net_channel_destroy(b);
     blob_free(&u0), blob_free(&u1);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* ---- no site can starve the others ------------------------------------------------- */
@@ -846,14 +846,14 @@ Test(adversary, one_site_cannot_pile_up_calls_and_revocation_ends_them) {
                  denied);
     cr_assert_lt(time_wall_ms() - t0, 10000, "a revoked site's calls stayed open");
     usleep(600000); /* the coordinator lets go of the cancelled calls at its next tick */
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "m-1", 1000, NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(attacker_push(m, &a, &good, details, sizeof details), NET_PERMISSION_DENIED, "%s",
                  details);
     net_channel_destroy(m);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
@@ -914,7 +914,7 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
         if ((rc = client_hello(b_dir, &hello, err)) != 0 && strstr(err, "busy")) sleep(1);
     cr_assert_eq(rc, 0, "%s", err);
     NetChannel *b = attacker_channel(b_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     AttackClaim a = {0, "b-r0", 1000, NULL, 0, NULL, 0, 0, 0};
     int64_t pushed_at = time_wall_ms();
@@ -938,7 +938,7 @@ Test(adversary, sites_waiting_on_a_round_do_not_hold_workers, .timeout = 400) {
                  SITES);
     net_channel_destroy(b);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* ---- the port, joins and configuration ------------------------------------------------ */
@@ -1157,7 +1157,7 @@ Test(adversary, a_trickling_site_is_cut_and_the_honest_round_commits) {
     cr_assert_eq(client_renew(m_dir, err), 0, "%s", err);
     NetChannel *m[2] = {attacker_channel(m_old, addr), attacker_channel(m_dir, addr)};
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob other = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
     enum { STREAMS = 8 };
@@ -1194,7 +1194,7 @@ Test(adversary, a_trickling_site_is_cut_and_the_honest_round_commits) {
     net_channel_destroy(m[0]), net_channel_destroy(m[1]);
     net_channel_destroy(b), net_channel_destroy(c);
     blob_free(&good), blob_free(&other);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* Abandoned calls stop counting: calls queued behind busy workers whose
@@ -1208,7 +1208,7 @@ Test(adversary, calls_whose_client_gave_up_stop_counting) {
     char b_dir[700], m_dir[700], details[256];
     site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *m = attacker_channel(m_dir, addr), *b = attacker_channel(b_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     /* m holds both common workers with streams that say nothing */
     NetClientCall *hold[2];
@@ -1228,7 +1228,7 @@ Test(adversary, calls_whose_client_gave_up_stop_counting) {
     for (int i = 0; i < 2; i++) net_client_finish(hold[i], details, sizeof details);
     net_channel_destroy(m), net_channel_destroy(b);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* An update accepted just before its site is revoked leaves the round:
@@ -1240,7 +1240,7 @@ Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 2e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, -4e-3f);
@@ -1281,7 +1281,7 @@ Test(adversary, a_revoked_sites_update_leaves_the_open_round) {
     cr_assert_eq(failed, 1, "no attempt failed for the revocation");
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 static double l2_norm(const float *x, size_t n) {
@@ -1297,7 +1297,7 @@ static double l2_distance(const float *a, const float *b, size_t n) {
 }
 
 /* The blob's norm, as the coordinator's gate measures it. */
-static double blob_norm(const GPT *t, const Blob *b) {
+static double blob_norm(const Model *t, const Blob *b) {
     RoundGate g;
     cr_assert_eq(round_gate_inspect(t->n_params, t->table_hash, b->data, b->len, NULL, &g), 0);
     double norm = g.norm;
@@ -1318,7 +1318,7 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     double theta_norm = l2_norm(t.params, t.n_params);
     float v = (float)(1.9 * theta_norm / sqrt((double)t.n_params));
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
@@ -1358,7 +1358,7 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
     free(want), free(honest), free(plain);
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* The same Mallory in round 0 under robust_start, before any round has
@@ -1366,7 +1366,7 @@ Test(adversary, a_site_inside_every_bound_cannot_take_over_the_mean) {
  * median of the three updates, bit for bit; beside one, the mean of the
  * two with Mallory's weight and norm capped at the honest site's. */
 Test(adversary, round_0_is_robust_before_the_federation_has_norms) {
-    GPT t = tiny();
+    Model t = tiny();
     float v = (float)(1.9 * l2_norm(t.params, t.n_params) / sqrt((double)t.n_params));
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.5e-3f);
@@ -1418,7 +1418,7 @@ Test(adversary, round_0_is_robust_before_the_federation_has_norms) {
         teardown();
     }
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* After a round with a quorum, the absolute bound is 4 x the median of
@@ -1431,7 +1431,7 @@ Test(adversary, the_norm_bound_follows_the_honest_rounds) {
     char b_dir[700], m_dir[700], details[256];
     site("b", b_dir, sizeof b_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     float v = (float)(1.9 * l2_norm(t.params, t.n_params) / sqrt((double)t.n_params));
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.2e-3f);
@@ -1453,7 +1453,7 @@ Test(adversary, the_norm_bound_follows_the_honest_rounds) {
     cr_assert_eq(rejected_with(r1.id, "norm_gate"), 1);
     net_channel_destroy(b), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gm), blob_free(&big);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* `strait site run` for the site in dir on one fortunes file, in the
@@ -1485,7 +1485,7 @@ static double held_out(int64_t n) {
     char path[1300], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", fed, r.checkpoint_path);
     double loss = NAN;
-    cr_assert_eq(gpt_eval_checkpoint(path, paths, 2, 8, 64, 16, &loss, err), 0, "%s", err);
+    cr_assert_eq(model_eval_checkpoint(path, paths, 2, 8, 64, 16, &loss, err), 0, "%s", err);
     return loss;
 }
 
@@ -1505,7 +1505,7 @@ static void shrinking_attack(int mallory, double loss[4]) {
     if (mallory) {
         site("m", m_dir, sizeof m_dir);
         NetChannel *m = attacker_channel(m_dir, addr);
-        GPT t = tiny();
+        Model t = tiny();
         float *x = malloc(t.n_params * 4);
         for (size_t i = 0; i < t.n_params; i++) x[i] = 1.99f * t.params[i];
         Blob gm = attacker_encode("int8", t.table_hash, x, t.n_params);
@@ -1513,7 +1513,7 @@ static void shrinking_attack(int mallory, double loss[4]) {
         cr_assert_eq(attacker_push(m, &am, &gm, details, sizeof details), NET_OK, "%s", details);
         net_channel_destroy(m);
         blob_free(&gm), free(x);
-        gpt_free(&t);
+        model_free(&t);
     }
     sites_pid[0] = run_site(b_dir, "/usr/share/games/fortunes/fortunes");
     sites_pid[1] = run_site(c_dir, "/usr/share/games/fortunes/literature");
@@ -1563,7 +1563,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob junk = attacker_update("fp32", t.table_hash, t.n_params, 0, 1e-3f); /* the wrong codec */
     enum { JUNK = 12 };
@@ -1610,7 +1610,7 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     cr_assert_eq(n, 3 + 2, "%zu rows for round 0", n);
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&good), blob_free(&junk);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* A site bounds what it builds: a model larger than --max-memory is
@@ -1641,7 +1641,7 @@ Test(adversary, a_lying_loss_report_is_outvoted_and_flagged) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *ch[3] = {attacker_channel(b_dir, addr), attacker_channel(c_dir, addr),
                          attacker_channel(m_dir, addr)};
-    GPT t = tiny();
+    Model t = tiny();
     Blob good = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     const char *ids[3] = {"b-r0", "c-r0", "m-r0"};
     const double losses[3] = {5.2, 5.4, 0.1}; /* m says its update made the model excellent */
@@ -1674,7 +1674,7 @@ Test(adversary, a_lying_loss_report_is_outvoted_and_flagged) {
     cr_assert_eq(others, 0, "an honest report was flagged");
     for (int i = 0; i < 3; i++) net_channel_destroy(ch[i]);
     blob_free(&good);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* Where a site says its round went (UpdateMeta's times) is shown as its
@@ -1692,7 +1692,7 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob gb = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob gc = attacker_update("int8", t.table_hash, t.n_params, 0, 1.2e-3f);
     Blob gm = attacker_update("int8", t.table_hash, t.n_params, 0, 1.1e-3f);
@@ -1759,7 +1759,7 @@ Test(adversary, claimed_times_change_only_the_claimants_figures) {
     proc_result_free(&pr);
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&gb), blob_free(&gc), blob_free(&gm);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* A WaitRound whose poll runs out while round 0 is still open is answered
@@ -1865,7 +1865,7 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     char a_dir[700], b_dir[700], details[256];
     site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
     NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     size_t n = t.n_params;
     Blob u[4];
     for (int i = 0; i < 4; i++) u[i] = attacker_update("int8", t.table_hash, n, 0, 1e-3f * (i + 1));
@@ -1938,7 +1938,7 @@ Test(adversary, async_rounds_weigh_stale_updates_and_refuse_older_ones) {
     free(theta);
     for (int i = 0; i < 4; i++) blob_free(&u[i]);
     net_channel_destroy(a), net_channel_destroy(b);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* An async round merges once its quorum is in and its grace window has
@@ -1958,7 +1958,7 @@ Test(adversary, an_async_round_merges_on_its_quorum_without_the_slowest) {
         site(name, dirs[i], sizeof dirs[i]);
         ch[i] = attacker_channel(dirs[i], addr);
     }
-    GPT t = tiny();
+    Model t = tiny();
     Blob u = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     uint8_t theta0[32];
     security_sha256(t.params, t.n_params * 4, theta0);
@@ -1982,7 +1982,7 @@ Test(adversary, an_async_round_merges_on_its_quorum_without_the_slowest) {
     cr_assert_eq(staleness_of(open1.id, "s2", 0), 1);
     blob_free(&u);
     for (int i = 0; i < 3; i++) net_channel_destroy(ch[i]);
-    gpt_free(&t);
+    model_free(&t);
 }
 
 /* A resume point is a claim: a GetModel that says it holds part of a
@@ -2078,7 +2078,7 @@ Test(adversary, a_late_every_round_site_does_not_set_the_pace) {
     site("b", b_dir, sizeof b_dir), site("c", c_dir, sizeof c_dir), site("m", m_dir, sizeof m_dir);
     NetChannel *b = attacker_channel(b_dir, addr), *c = attacker_channel(c_dir, addr),
                *m = attacker_channel(m_dir, addr);
-    GPT t = tiny();
+    Model t = tiny();
     Blob honest = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-3f);
     Blob tiny_update = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-4f);
     const int64_t honest_ms = 4000, late_ms = 10000, rounds = 7;
@@ -2156,5 +2156,5 @@ Test(adversary, a_late_every_round_site_does_not_set_the_pace) {
                  (long long)(rounds - 4));
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&honest), blob_free(&tiny_update);
-    gpt_free(&t);
+    model_free(&t);
 }

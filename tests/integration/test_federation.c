@@ -36,18 +36,18 @@ static double held_out_of(const char *root, const char *rel) {
     char path[900], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", root, rel);
     double loss = NAN;
-    cr_assert_eq(gpt_eval_checkpoint(path, paths, 2, 8, 64, 16, &loss, err), 0, "%s", err);
+    cr_assert_eq(model_eval_checkpoint(path, paths, 2, 8, 64, 16, &loss, err), 0, "%s", err);
     return loss;
 }
 
-static GPT load_checkpoint(const char *root, const char *rel) {
+static Model load_checkpoint(const char *root, const char *rel) {
     char path[900], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", root, rel);
-    GPTConfig cfg;
-    GPT m;
-    cr_assert_eq(gpt_read_config(path, &cfg, NULL, err), 0, "%s", err);
-    cr_assert_eq(gpt_build(&m, &cfg, 0, err), 0, "%s", err);
-    cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+    ModelConfig cfg;
+    Model m;
+    cr_assert_eq(model_read_config(path, &cfg, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
     return m;
 }
 
@@ -62,11 +62,11 @@ static void assert_models_identical(const char *root, int sites, int rounds) {
         for (int n = 1; n < rounds; n++) {
             char rel[64], want[112], hex[65];
             snprintf(rel, sizeof rel, "fed/checkpoints/round-%06d.safetensors", n - 1);
-            GPT m = load_checkpoint(root, rel);
+            Model m = load_checkpoint(root, rel);
             uint8_t sha[32];
             security_sha256(m.params, m.n_params * 4, sha);
             security_hex(sha, 32, hex);
-            gpt_free(&m);
+            model_free(&m);
             snprintf(want, sizeof want, "round %d: model sha256 %s", n, hex);
             cr_assert_not_null(strstr(text, want),
                                "site-%d's model of round %d is not the coordinator's (%s)", site, n,
@@ -157,11 +157,11 @@ Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .tim
                                   "--steps", "30", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
-    GPT m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
+    Model m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
     cr_assert_eq(m.cfg.arch, ARCH_LLAMA, "the federation's model is a %s",
                  model_arch_name(m.cfg.arch));
     cr_assert_eq(m.cfg.NKV, 2);
-    gpt_free(&m);
+    model_free(&m);
     double first = held_out_of(root, "fed/checkpoints/round-000000.safetensors");
     double last = held_out_of(root, "fed/checkpoints/round-000002.safetensors");
     cr_assert_lt(last, first - 0.1, "held-out loss %g after round 0, %g after round 2", first,
@@ -260,13 +260,13 @@ Test(federation, demo_baseline_scores_both_models_on_held_out_text, .timeout = 3
     cr_assert_float_eq(json_number_value(json_object_get(o, "dense_ratio")), dense / (up + down),
                        1e-6);
     /* 2 sites x 3 rounds x 20 steps, one fp32 gradient up and one down each */
-    GPTConfig cfg;
-    GPT m;
+    ModelConfig cfg;
+    Model m;
     char err[ERR_LEN];
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    model_config_preset("tiny", &cfg);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0);
     cr_assert_float_eq(dense, 2.0 * 3 * 20 * 2 * 4.0 * (double)m.n_params, 1);
-    gpt_free(&m);
+    model_free(&m);
     json_decref(o);
     harness_rmtree(root);
     free(root);

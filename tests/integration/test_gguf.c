@@ -98,8 +98,8 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     at += 7;
     for (int i = 0; i < 8; i++) ref_greedy[i] = (int)strtol(at, (char **)&at, 10);
 
-    GPT m;
-    cr_assert_eq(gpt_import_gguf(&m, model, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_import_gguf(&m, model, err), 0, "%s", err);
     cr_assert_eq(m.cfg.L, 30);
     cr_assert_eq(m.cfg.C, 576);
     cr_assert_eq(m.cfg.NKV, 3);
@@ -112,19 +112,19 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     TokenSet ts;
     cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
     TokenView v = {ts.tokens, ts.n};
-    double loss = gpt_eval_tokens(&m, v, 1, REAL_T, REAL_N);
+    double loss = model_eval_tokens(&m, v, 1, REAL_T, REAL_N);
     /* The same windows' loss from Strait's final hidden states, the
      * logits and their log-sum-exp in double: Strait's forward against
      * the reference's. The evaluator's figure (the fused classifier sums
      * 49152 exponentials in fp32) sits 1.6e-4 below both. */
-    const float *wte = m.params + gpt_view(&m, "wte")->offset;
+    const float *wte = m.params + model_view(&m, "wte")->offset;
     double exact = 0;
     int in[REAL_T], tg[REAL_T], C = m.cfg.C, V = m.cfg.V;
     double *lg = malloc(sizeof(double) * (size_t)V);
     for (int k = 0; k < REAL_N; k++) {
         for (int i = 0; i < REAL_T; i++)
             in[i] = (int)ts.tokens[k * REAL_T + i], tg[i] = (int)ts.tokens[k * REAL_T + i + 1];
-        gpt_forward(&m, in, tg, 1, REAL_T);
+        model_forward(&m, in, tg, 1, REAL_T);
         const float *h = m.acts + m.lay.off[ACT_OUT];
         for (int t = 0; t < REAL_T; t++) {
             double mx = -INFINITY, sum = 0;
@@ -150,7 +150,7 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     for (int i = 0; i < 12; i++) ctx[i] = (int)ts.tokens[i];
     float *logits = malloc(sizeof(float) * (size_t)m.cfg.V);
     for (int k = 0; k < 8; k++) {
-        gpt_next_logits(&m, ctx, 12 + k, logits);
+        model_next_logits(&m, ctx, 12 + k, logits);
         int best = 0;
         for (int i = 1; i < m.cfg.V; i++)
             if (logits[i] > logits[best]) best = i;
@@ -177,9 +177,9 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     /* out again as F32 with its tokenizer, and back: the same bits */
     char path[700];
     snprintf(path, sizeof path, "%s/out.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, &tl, NULL, err), 0, "%s", err);
-    GPT back;
-    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, &tl, NULL, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
     Gguf *g2 = gguf_open(path, err);
     cr_assert(g2, "%s", err);
@@ -193,34 +193,34 @@ Test(gguf, smollm2_gives_the_references_held_out_loss_and_greedy_tokens, .timeou
     /* with the file as the tokenizer's source: every tokenizer.* key of it
      * (add_bos_token, add_space_prefix, ...) with its type and value, as the
      * gguf package reads both */
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, &tl, g, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, &tl, g, err), 0, "%s", err);
     char *same = reference("tokenizer_keys", model, path, NULL, NULL, NULL);
     cr_assert(strstr(same, "same 12"), "%s", same);
     free(same);
     tokenizer_lists_free(&tl);
     gguf_close(g2);
     gguf_close(g);
-    gpt_free(&back);
-    gpt_free(&m);
+    model_free(&back);
+    model_free(&m);
     free(out);
     harness_rmtree(dir);
     free(dir);
 }
 
 /* a preset with weights moved off their init */
-static GPT moved(const char *preset, int scaled_rope) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset(preset, &cfg), 0);
+static Model moved(const char *preset, int scaled_rope) {
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(preset, &cfg), 0);
     if (scaled_rope) cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 8192};
-    GPT m;
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
     uint64_t s = 99;
     for (size_t i = 0; i < m.n_params; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         m.params[i] += 0.1f * (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
     }
-    const ParamView *v = gpt_view(&m, "wte"); /* padding rows stay zero */
+    const ParamView *v = model_view(&m, "wte"); /* padding rows stay zero */
     for (size_t r = (size_t)cfg.V; r < (size_t)cfg.Vp; r++)
         memset(m.params + v->offset + r * (size_t)cfg.C, 0, sizeof(float) * (size_t)cfg.C);
     return m;
@@ -276,15 +276,15 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
     char *dir = harness_tmpdir("gguf-out"), path[600], err[ERR_LEN];
     const char *presets[2] = {"llama-tiny", "qwen2-tiny"};
     for (int p = 0; p < 2; p++) {
-        GPT m = moved(presets[p], p == 0), back;
+        Model m = moved(presets[p], p == 0), back;
         snprintf(path, sizeof path, "%s/%s.gguf", dir, presets[p]);
-        cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
-        cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+        cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
         cr_assert_eq(back.table_hash, m.table_hash, "%s", presets[p]);
         cr_assert_eq(memcmp(&back.cfg.rope, &m.cfg.rope, sizeof m.cfg.rope), 0, "%s", presets[p]);
         cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0, "%s",
                      presets[p]);
-        gpt_free(&back);
+        model_free(&back);
         /* the gguf package reads every key and tensor as Strait does */
         check_reader(path, m.n_views + (p == 0), p == 0 ? "llama" : "qwen2"); /* + rope_freqs */
         /* F16, BF16 and Q8_0: the bytes the gguf package's quantizers make of
@@ -294,7 +294,7 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         cr_assert_eq(rename(path, f32), 0);
         const int types[3] = {GGML_F16, GGML_BF16, GGML_Q8_0};
         for (int k = 0; k < 3; k++) {
-            cr_assert_eq(gpt_export_gguf(&m, path, types[k], NULL, NULL, err), 0, "%s", err);
+            cr_assert_eq(model_export_gguf(&m, path, types[k], NULL, NULL, err), 0, "%s", err);
             char *same = reference("quantized", f32, path, NULL, NULL, NULL);
             char want[32];
             snprintf(want, sizeof want, "same %d", 7 * m.cfg.L + (p ? 1 : 2));
@@ -304,15 +304,15 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
         }
         /* Q8_0: each value within half a step of its block (d = amax / 127,
          * itself rounded to f16) */
-        cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), 0, "%s", err);
-        cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+        cr_assert_eq(model_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
         double worst = 0;
         for (size_t i = 0; i < m.n_params; i++)
             worst = fmax(worst, fabs((double)back.params[i] - m.params[i]));
         cr_assert(worst > 0 && worst < 0.6 * 0.2 / 127 * 1.01 + 1e-4, "Q8_0 error %g", worst);
         check_reader(path, m.n_views + (p == 0), p == 0 ? "llama" : "qwen2");
-        gpt_free(&back);
-        gpt_free(&m);
+        model_free(&back);
+        model_free(&m);
     }
     harness_rmtree(dir);
     free(dir);
@@ -320,11 +320,11 @@ Test(gguf, exports_read_back_f32_exactly_and_q8_0_within_its_step) {
 
 /* the exported bytes of llama-tiny, for corrupting */
 static char *exported(const char *dir, size_t *len, char *path) {
-    GPT m = moved("llama-tiny", 0);
+    Model m = moved("llama-tiny", 0);
     char err[ERR_LEN], *bytes;
     sprintf(path, "%s/tiny.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
-    gpt_free(&m);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    model_free(&m);
     cr_assert_eq(file_read_all(path, 1 << 26, &bytes, len, err), 0, "%s", err);
     return bytes;
 }
@@ -333,8 +333,8 @@ static void refused(const char *path, const void *bytes, size_t len, const char 
                     const char *want2) {
     char err[ERR_LEN];
     cr_assert_eq(file_write_atomic(path, bytes, len, 0644, err), 0, "%s", err);
-    GPT m;
-    cr_assert_eq(gpt_import_gguf(&m, path, err), -1, "accepted; wanted %s", want1);
+    Model m;
+    cr_assert_eq(model_import_gguf(&m, path, err), -1, "accepted; wanted %s", want1);
     cr_assert(strstr(err, path) && strstr(err, want1) && (!want2 || strstr(err, want2)), "%s", err);
 }
 
@@ -392,9 +392,9 @@ Test(gguf, bad_files_are_refused_naming_the_tensor_or_key) {
 Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
     char *dir = harness_tmpdir("gguf-cli"), src[600], fed[600], path[700], ck[700], out[700];
     char err[ERR_LEN], sha[65], want[120], *ini;
-    GPT m = moved("llama-tiny", 0), back;
+    Model m = moved("llama-tiny", 0), back;
     snprintf(src, sizeof src, "%s/tiny.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, src, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, src, GGML_F32, NULL, NULL, err), 0, "%s", err);
     /* a federation's round 0 from it, its source named by the file's SHA-256 */
     snprintf(fed, sizeof fed, "%s/fed", dir);
     ProcResult r = harness_strait("init", fed, "--init-from", src);
@@ -408,12 +408,12 @@ Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
     cr_assert(strstr(ini, want), "%s", ini);
     free(ini);
     snprintf(path, sizeof path, "%s/model/initial.safetensors", fed);
-    GPTConfig cfg;
-    cr_assert_eq(gpt_read_config(path, &cfg, NULL, err), 0, "%s", err);
-    cr_assert_eq(gpt_build(&back, &cfg, 0, err), 0, "%s", err);
-    cr_assert_eq(gpt_load(&back, path, NULL, err), 0, "%s", err);
+    ModelConfig cfg;
+    cr_assert_eq(model_read_config(path, &cfg, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_build(&back, &cfg, 0, err), 0, "%s", err);
+    cr_assert_eq(model_load(&back, path, NULL, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
-    gpt_free(&back);
+    model_free(&back);
     /* trained from it, and out again in bf16 */
     uint32_t ids[2000];
     for (int i = 0; i < 2000; i++) ids[i] = (uint32_t)(i * 37 % 256);
@@ -428,23 +428,23 @@ Test(gguf, init_train_and_export_take_a_gguf_file, .timeout = 300) {
     r = harness_strait("export", ck, "--format", "gguf", out, "--dtype", "bf16");
     cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
     proc_result_free(&r);
-    cr_assert_eq(gpt_import_gguf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(model_import_gguf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.table_hash, m.table_hash);
-    gpt_free(&back);
+    model_free(&back);
     r = harness_strait("export", ck, "--format", "gguf", out, "--dtype", "q4_0");
     cr_assert_neq(r.status, 0);
     cr_assert(strstr(r.err, "q4_0"), "%s", r.err);
     proc_result_free(&r);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
 Test(gguf, an_export_without_a_tokenizer_loads_as_llama_cpps_vocabulary_none) {
     char *dir = harness_tmpdir("gguf-notok"), path[600], err[ERR_LEN], *model = NULL;
-    GPT m = moved("llama-tiny", 0), back;
+    Model m = moved("llama-tiny", 0), back;
     snprintf(path, sizeof path, "%s/notok.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     Gguf *g = gguf_open(path, err);
     cr_assert(g, "%s", err);
     cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.model", &model, err), 1, "%s", err);
@@ -458,38 +458,38 @@ Test(gguf, an_export_without_a_tokenizer_loads_as_llama_cpps_vocabulary_none) {
                   strstr(err, "--tokenizer"),
               "%s", err);
     gguf_close(g);
-    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
     cr_assert_eq(back.cfg.V, m.cfg.V);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
     free(model);
-    gpt_free(&back);
-    gpt_free(&m);
+    model_free(&back);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
 /* rope_freqs.weight's divisors for c, read back from path */
-static void divisors_read_back(const char *path, const GPTConfig *c) {
+static void divisors_read_back(const char *path, const ModelConfig *c) {
     char err[ERR_LEN];
-    GPT back;
-    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
     cr_assert_eq(memcmp(&back.cfg.rope, &c->rope, sizeof c->rope), 0,
                  "factor %g low %g high %g ctx %d", back.cfg.rope.factor, back.cfg.rope.low_freq,
                  back.cfg.rope.high_freq, back.cfg.rope.original_ctx);
-    gpt_free(&back);
+    model_free(&back);
 }
 
 Test(gguf, llama3_scaling_round_trips_any_setting_and_qwen2_has_none) {
     char *dir = harness_tmpdir("gguf-rope"), path[600], err[ERR_LEN];
-    GPT m = moved("llama-tiny", 0);
+    Model m = moved("llama-tiny", 0);
     snprintf(path, sizeof path, "%s/rope.gguf", dir);
     /* not Llama 3.1's low 1, high 4, context 8192 */
     m.cfg.rope = (RopeConfig){500000.0f, 16.0f, 2.0f, 8.0f, 4096};
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     divisors_read_back(path, &m.cfg);
     /* a short head and a long original context: no divisor is the factor */
     m.cfg.rope = (RopeConfig){10000.0f, 8.0f, 1.0f, 4.0f, 65536};
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     divisors_read_back(path, &m.cfg);
     /* without Strait's record of the setting the factor cannot be read: refused */
     size_t len;
@@ -506,36 +506,36 @@ Test(gguf, llama3_scaling_round_trips_any_setting_and_qwen2_has_none) {
         memcpy(at, "qwen2", 5);
     refused(bad, b, len, "rope_freqs.weight", "qwen2");
     free(b);
-    gpt_free(&m);
+    model_free(&m);
     /* and qwen2's export does not write it */
     m = moved("qwen2-tiny", 0);
     m.cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 8192};
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), -1);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), -1);
     cr_assert(strstr(err, "qwen2") && strstr(err, "rope_freqs"), "%s", err);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
 Test(gguf, export_refuses_values_its_type_cannot_hold_before_writing) {
     char *dir = harness_tmpdir("gguf-range"), path[600], err[ERR_LEN];
-    GPT m = moved("llama-tiny", 0);
+    Model m = moved("llama-tiny", 0);
     snprintf(path, sizeof path, "%s/x.gguf", dir);
-    float *up = m.params + gpt_view(&m, "h.0.mlp.up.weight")->offset; /* layer 0 */
+    float *up = m.params + model_view(&m, "h.0.mlp.up.weight")->offset; /* layer 0 */
     up[5] = NAN;
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), -1);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), -1);
     cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "NaN"), "%s", err);
     cr_assert_neq(access(path, F_OK), 0, "a file was written");
     up[5] = 1e5f;
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F16, NULL, NULL, err), -1);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F16, NULL, NULL, err), -1);
     cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "f16") && strstr(err, "bf16"), "%s",
               err);
     cr_assert_neq(access(path, F_OK), 0, "a file was written");
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_BF16, NULL, NULL, err), 0, "%s", err);
     up[5] = 1e9f; /* Q8_0's scale 1e9 / 127 is past f16's range */
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), -1);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_Q8_0, NULL, NULL, err), -1);
     cr_assert(strstr(err, "blk.0.ffn_up.weight") && strstr(err, "Q8_0"), "%s", err);
-    gpt_free(&m);
+    model_free(&m);
     /* a block of values too small for 1/d: clamped, never cast from inf or NaN */
     float x[32] = {1e-38f, -1e-38f};
     uint8_t q[34];
@@ -549,14 +549,14 @@ Test(gguf, export_refuses_values_its_type_cannot_hold_before_writing) {
 
 Test(gguf, llama_with_qkv_bias_permutes_its_biases_like_the_weights) {
     char *dir = harness_tmpdir("gguf-bias"), path[600], err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
     cfg.qkv_bias = 1;
-    GPT m, back;
-    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    Model m, back;
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.001f * (float)(i % 97);
     snprintf(path, sizeof path, "%s/bias.gguf", dir);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     /* the file's rows: Hugging Face's row h HD + p HD/2 + i at h HD + 2i + p */
     Gguf *g = gguf_open(path, err);
     cr_assert(g, "%s", err);
@@ -564,7 +564,7 @@ Test(gguf, llama_with_qkv_bias_permutes_its_biases_like_the_weights) {
                                {"h.0.attn.k.bias", "blk.0.attn_k.bias"}};
     int HD = cfg.HD;
     for (int k = 0; k < 2; k++) {
-        const float *ours = m.params + gpt_view(&m, names[k][0])->offset;
+        const float *ours = m.params + model_view(&m, names[k][0])->offset;
         const GgufTensor *t = gguf_tensor(g, names[k][1]);
         cr_assert(t, "%s", names[k][1]);
         for (uint64_t r = 0; r < t->ne[0]; r++) {
@@ -575,30 +575,30 @@ Test(gguf, llama_with_qkv_bias_permutes_its_biases_like_the_weights) {
         }
     }
     gguf_close(g);
-    cr_assert_eq(gpt_import_gguf(&back, path, err), 0, "%s", err);
+    cr_assert_eq(model_import_gguf(&back, path, err), 0, "%s", err);
     cr_assert(back.cfg.qkv_bias);
     cr_assert_eq(back.table_hash, m.table_hash);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
-    gpt_free(&back);
-    gpt_free(&m);
+    model_free(&back);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
 Test(gguf, q_and_k_rows_are_the_converters_permutation_of_the_hf_export) {
     char *dir = harness_tmpdir("gguf-perm"), hf[600], path[600], err[ERR_LEN];
-    GPT m = moved("llama-tiny", 0);
+    Model m = moved("llama-tiny", 0);
     cr_assert_lt(m.cfg.NKV, m.cfg.NH);
     snprintf(hf, sizeof hf, "%s/hf", dir);
     snprintf(path, sizeof path, "%s/perm.gguf", dir);
     HfExport o = HF_EXPORT_DEFAULTS;
-    cr_assert_eq(gpt_export_hf(&m, hf, &o, err), 0, "%s", err);
-    cr_assert_eq(gpt_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(&m, hf, &o, err), 0, "%s", err);
+    cr_assert_eq(model_export_gguf(&m, path, GGML_F32, NULL, NULL, err), 0, "%s", err);
     char *same = reference("permute", hf, path, NULL, NULL, NULL), want[32];
     snprintf(want, sizeof want, "same %d", 2 * m.cfg.L);
     cr_assert(strstr(same, want), "%s", same);
     free(same);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
@@ -728,8 +728,8 @@ Test(gguf, a_bad_bool_and_a_vocabulary_past_2_22_say_what_they_are) {
     gguf_close(g);
     snprintf(path, sizeof path, "%s/big.gguf", dir);
     cr_assert_eq(file_write_atomic(path, r.p, r.n, 0644, err), 0, "%s", err);
-    GPT m;
-    cr_assert_eq(gpt_import_gguf(&m, path, err), -1);
+    Model m;
+    cr_assert_eq(model_import_gguf(&m, path, err), -1);
     cr_assert(strstr(err, "tokenizer.ggml.tokens holds 4194305 tokens"), "%s", err);
     free(r.p);
     harness_rmtree(dir);
@@ -744,18 +744,18 @@ Test(gguf, a_tokenizer_is_padded_to_the_models_rows_or_refused, .timeout = 300) 
     const char *smol = getenv("STRAIT_SMOLLM2");
     if (smol == NULL || access(smol, R_OK) != 0) cr_skip("no SmolLM2 GGUF (make models)");
     char *dir = harness_tmpdir("gguf-pad"), ck[700], out[700], err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
     const int rows[2] = {49152 + 40, 300};
     for (int k = 0; k < 2; k++) {
         cfg.V = rows[k];
         cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
-        GPT m;
-        cr_assert_eq(gpt_build(&m, &cfg, 3, err), 0, "%s", err);
+        Model m;
+        cr_assert_eq(model_build(&m, &cfg, 3, err), 0, "%s", err);
         snprintf(ck, sizeof ck, "%s/m%d.safetensors", dir, k);
         snprintf(out, sizeof out, "%s/m%d.gguf", dir, k);
-        cr_assert_eq(gpt_save(&m, ck, 0, err), 0, "%s", err);
-        gpt_free(&m);
+        cr_assert_eq(model_save(&m, ck, 0, err), 0, "%s", err);
+        model_free(&m);
         ProcResult r = harness_strait("export", ck, "--format", "gguf", "--tokenizer", smol, out);
         if (k == 1) { /* 49152 tokens for 300 rows */
             cr_assert_eq(r.status, 1, "%s", r.out);

@@ -56,12 +56,12 @@ static int tokenizer_folder(const char *dir) {
 }
 
 /* a GPT-2 of V tokens saved as Strait's checkpoint; m stays built */
-static void checkpoint(GPT *m, int V, const char *path) {
+static void checkpoint(Model *m, int V, const char *path) {
     char err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
-    cr_assert_eq(gpt_build(m, &cfg, 5, err), 0, "%s", err);
-    cr_assert_eq(gpt_save(m, path, 0, err), 0, "%s", err);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
+    cr_assert_eq(model_build(m, &cfg, 5, err), 0, "%s", err);
+    cr_assert_eq(model_save(m, path, 0, err), 0, "%s", err);
 }
 
 static json_t *json_of(const char *dir, const char *file) {
@@ -90,7 +90,7 @@ Test(hf_export, bf16_shards_with_their_index_and_the_tokenizers_files, .timeout 
     snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", root);
     snprintf(out, sizeof out, "%s/out", root);
     int V = tokenizer_folder(tok);
-    GPT m;
+    Model m;
     checkpoint(&m, V, ckpt);
     ProcResult r = harness_strait("export", ckpt, "--format", "hf", out, "--dtype", "bf16",
                                   "--max-shard-size", "20KB", "--tokenizer", tok);
@@ -138,14 +138,14 @@ Test(hf_export, bf16_shards_with_their_index_and_the_tokenizers_files, .timeout 
                  (long long)seen);
     json_decref(ix);
     /* each value is bf16's rounding of Strait's */
-    GPT back;
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) {
         float want = bf16_of(m.params[i]);
         cr_assert(back.params[i] == want, "parameter %zu: %.9g, bf16 of %.9g is %.9g", i,
                   back.params[i], m.params[i], want);
     }
-    gpt_free(&back);
+    model_free(&back);
     /* the tokenizer's files as they are, its ids in both configs */
     static const char *const files[] = {"vocab.json", "merges.txt"};
     for (int k = 0; k < 2; k++) {
@@ -167,10 +167,10 @@ Test(hf_export, bf16_shards_with_their_index_and_the_tokenizers_files, .timeout 
     char ixp[800];
     snprintf(ixp, sizeof ixp, "%s/model.safetensors.index.json", out);
     cr_assert_neq(access(ixp, F_OK), 0, "a stale index was left");
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * 4), 0);
-    gpt_free(&back);
-    gpt_free(&m);
+    model_free(&back);
+    model_free(&m);
     harness_rmtree(root);
     free(root);
 }
@@ -180,7 +180,7 @@ Test(hf_export, f16_without_a_tokenizer_says_how_to_add_one, .timeout = 60) {
     char ckpt[700], out[700], err[ERR_LEN];
     snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", root);
     snprintf(out, sizeof out, "%s/out", root);
-    GPT m;
+    Model m;
     checkpoint(&m, 300, ckpt);
     ProcResult r = harness_strait("export", ckpt, "--format", "hf", out, "--dtype", "f16");
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -190,15 +190,15 @@ Test(hf_export, f16_without_a_tokenizer_says_how_to_add_one, .timeout = 60) {
     char path[800];
     snprintf(path, sizeof path, "%s/vocab.json", out);
     cr_assert_neq(access(path, F_OK), 0);
-    GPT back;
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++)
         cr_assert(back.params[i] == (float)(_Float16)m.params[i], "parameter %zu", i);
-    gpt_free(&back);
+    model_free(&back);
     json_t *cfg = json_of(out, "config.json");
     cr_assert_str_eq(json_string_value(json_object_get(cfg, "torch_dtype")), "float16");
     json_decref(cfg);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(root);
     free(root);
 }
@@ -210,9 +210,9 @@ Test(hf_export, bad_flags_are_refused_by_name, .timeout = 60) {
     snprintf(out, sizeof out, "%s/out", root);
     snprintf(empty, sizeof empty, "%s/empty", root);
     cr_assert_eq(mkdir(empty, 0755), 0);
-    GPT m;
+    Model m;
     checkpoint(&m, 300, ckpt);
-    gpt_free(&m);
+    model_free(&m);
     static const struct {
         const char *flag, *value, *said;
     } bad[] = {

@@ -25,11 +25,11 @@ Test(interop, pytorch_safetensors_reads_every_tensor, .timeout = 120) {
     snprintf(raw, sizeof raw, "%s/params.f32", dir);
     snprintf(index, sizeof index, "%s/index.json", dir);
     snprintf(script, sizeof script, "%s/tests/python/check_safetensors.py", src);
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    GPT m;
-    cr_assert_eq(gpt_build(&m, &cfg, 11, err), 0);
-    cr_assert_eq(gpt_save(&m, ckpt, 0, err), 0, "%s", err);
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 11, err), 0);
+    cr_assert_eq(model_save(&m, ckpt, 0, err), 0, "%s", err);
     cr_assert_eq(file_write_atomic(raw, m.params, m.n_params * 4, 0644, err), 0);
     json_t *arr = json_array();
     for (int i = 0; i < m.n_views; i++) {
@@ -50,26 +50,26 @@ Test(interop, pytorch_safetensors_reads_every_tensor, .timeout = 120) {
     snprintf(want, sizeof want, "ok %d tensors", m.n_views);
     cr_assert_not_null(strstr(r.out, want), "%s", r.out);
     proc_result_free(&r);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
 
 /* A tiny model with weights moved off their init, saved as a checkpoint. */
-static GPT trained_looking(const char *ckpt) {
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    GPT m;
+static Model trained_looking(const char *ckpt) {
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
     uint64_t s = 99;
     for (size_t i = 0; i < m.n_params; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         m.params[i] += 0.05f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
     }
-    const ParamView *wte = gpt_view(&m, "wte");
+    const ParamView *wte = model_view(&m, "wte");
     for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
-    cr_assert_eq(gpt_save(&m, ckpt, 0, err), 0, "%s", err);
+    cr_assert_eq(model_save(&m, ckpt, 0, err), 0, "%s", err);
     return m;
 }
 
@@ -83,7 +83,7 @@ Test(interop, hf_export_matches_an_independent_numpy_forward_pass, .timeout = 12
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
     snprintf(script, sizeof script, "%s/tests/python/gpt2_hf_numpy.py", src);
-    GPT m = trained_looking(ckpt);
+    Model m = trained_looking(ckpt);
     ProcResult r = harness_strait("export", ckpt, "--format", "hf", out);
     cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
     proc_result_free(&r);
@@ -95,7 +95,7 @@ Test(interop, hf_export_matches_an_independent_numpy_forward_pass, .timeout = 12
         snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%d", i ? "," : "", in[i]);
         snprintf(tgs + strlen(tgs), sizeof tgs - strlen(tgs), "%s%d", i ? "," : "", tg[i]);
     }
-    double strait = gpt_forward(&m, in, tg, B, T);
+    double strait = model_forward(&m, in, tg, B, T);
     char *argv[] = {(char *)py, script, out, "2", "16", ins, tgs, NULL};
     r = proc_run(argv);
     cr_assert_eq(r.status, 0, "python said: %s %s", r.out, r.err);
@@ -104,7 +104,7 @@ Test(interop, hf_export_matches_an_independent_numpy_forward_pass, .timeout = 12
     cr_assert_float_eq(numpy, strait, 1e-4, "numpy %g, strait %g", numpy, strait);
     cr_assert_gt(strait, 1.0, "a loss that tests nothing: %g", strait);
     proc_result_free(&r);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
@@ -115,7 +115,7 @@ Test(interop, llmc_export_has_llmcs_header_and_tensor_order) {
     char *dir = harness_tmpdir("llmc"), ckpt[700], out[700], err[ERR_LEN];
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/model.bin", dir);
-    GPT m = trained_looking(ckpt);
+    Model m = trained_looking(ckpt);
     ProcResult r = harness_strait("export", ckpt, "--format", "llmc", out);
     cr_assert_eq(r.status, 0, "%s %s", r.out, r.err);
     proc_result_free(&r);
@@ -124,20 +124,20 @@ Test(interop, llmc_export_has_llmcs_header_and_tensor_order) {
     cr_assert_eq(file_read_all(out, 1 << 26, &bytes, &len, err), 0, "%s", err);
     cr_assert_eq(len, 1024 + m.n_params * 4);
     const int32_t *h = (const int32_t *)bytes;
-    const GPTConfig *c = &m.cfg;
+    const ModelConfig *c = &m.cfg;
     int32_t want[8] = {20240326, 3, c->T, c->V, c->L, c->NH, c->C, c->Vp};
     for (int i = 0; i < 8; i++) cr_assert_eq(h[i], want[i], "header[%d] = %d", i, h[i]);
     const float *p = (const float *)(bytes + 1024);
     size_t C = (size_t)c->C, L = (size_t)c->L;
     /* wte, wpe, ln1w (L, C), ln1b (L, C), then qkvw (L, 3C, C): layer 1's */
     size_t at = (size_t)c->Vp * C + (size_t)c->T * C + 2 * L * C + 3 * C * C;
-    const ParamView *qkv1 = gpt_view(&m, "h.1.attn.qkv.weight");
+    const ParamView *qkv1 = model_view(&m, "h.1.attn.qkv.weight");
     cr_assert_eq(memcmp(p + at, m.params + qkv1->offset, qkv1->numel * 4), 0, "qkvw of layer 1");
     /* ... and last, lnfw and lnfb */
-    const ParamView *lnfb = gpt_view(&m, "ln_f.bias");
+    const ParamView *lnfb = model_view(&m, "ln_f.bias");
     cr_assert_eq(memcmp(p + m.n_params - C, m.params + lnfb->offset, C * 4), 0, "lnfb");
     free(bytes);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
@@ -148,15 +148,15 @@ Test(interop, hf_import_reads_back_the_export_bit_for_bit) {
     char *dir = harness_tmpdir("hfround"), ckpt[700], out[700], err[ERR_LEN];
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
-    GPT m = trained_looking(ckpt), back;
-    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    Model m = trained_looking(ckpt), back;
+    cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.table_hash, m.table_hash, "another layout");
     cr_assert_eq(back.n_params, m.n_params);
     size_t differ = 0;
     for (size_t i = 0; i < m.n_params; i++) differ += memcmp(&m.params[i], &back.params[i], 4) != 0;
     cr_assert_eq(differ, 0, "%zu parameters differ", differ);
-    gpt_free(&m), gpt_free(&back);
+    model_free(&m), model_free(&back);
     harness_rmtree(dir);
     free(dir);
 }
@@ -170,8 +170,8 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     char *dir = harness_tmpdir("hfin"), ckpt[700], out[700], err[ERR_LEN];
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
-    GPT m = trained_looking(ckpt), back;
-    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+    Model m = trained_looking(ckpt), back;
+    cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
     static const char script[] =
         "import sys, numpy as np\n"
         "from safetensors.numpy import load_file, save_file\n"
@@ -186,25 +186,25 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     ProcResult r = proc_run(argv);
     cr_assert_eq(r.status, 0, "python said: %s", r.err);
     proc_result_free(&r);
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++)
         cr_assert_float_eq(back.params[i], m.params[i], 1e-3f * fabsf(m.params[i]) + 1e-7f,
                            "parameter %zu", i);
-    gpt_free(&back);
+    model_free(&back);
     const char *modes[2] = {"missing", "shape"},
                *said[2] = {"h.1.mlp.c_fc.bias", "h.0.attn.c_proj.weight has shape"};
     for (int k = 0; k < 2; k++) {
-        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
         argv[4] = (char *)modes[k];
         r = proc_run(argv);
         cr_assert_eq(r.status, 0, "python said: %s", r.err);
         proc_result_free(&r);
-        cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a %s tensor was accepted", modes[k]);
+        cr_assert_eq(model_import_hf(&back, out, err), -1, "a %s tensor was accepted", modes[k]);
         cr_assert_not_null(strstr(err, said[k]), "%s", err);
     }
     /* a config claiming far more than the file holds is refused before the
      * model it describes is allocated */
-    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
     char cfg[800], *text;
     snprintf(cfg, sizeof cfg, "%s/config.json", out);
     cr_assert_eq(file_read_all(cfg, 1 << 20, &text, NULL, err), 0, "%s", err);
@@ -213,9 +213,10 @@ Test(interop, hf_import_takes_fp16_and_names_a_missing_or_misshaped_tensor, .tim
     memcpy(layers, "\"n_layer\": 9", 12);
     cr_assert_eq(file_write_atomic(cfg, text, strlen(text), 0644, err), 0, "%s", err);
     free(text);
-    cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a config larger than its file was accepted");
+    cr_assert_eq(model_import_hf(&back, out, err), -1,
+                 "a config larger than its file was accepted");
     cr_assert_not_null(strstr(err, "config.json describes"), "%s", err);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }

@@ -24,14 +24,14 @@
 #define T_IDS 24
 
 /* a preset with weights moved off their init (norms and biases too) */
-static GPT moved(const char *preset, int scaled_rope, int vocab) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset(preset, &cfg), 0);
+static Model moved(const char *preset, int scaled_rope, int vocab) {
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(preset, &cfg), 0);
     if (scaled_rope) cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 16};
     if (vocab) cfg.V = vocab, cfg.Vp = (vocab + 63) / 64 * 64;
-    GPT m;
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
     uint64_t s = 99;
     for (size_t i = 0; i < m.n_params; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -39,7 +39,7 @@ static GPT moved(const char *preset, int scaled_rope, int vocab) {
     }
     const char *padded[2] = {"wte", "lm_head.weight"};
     for (int k = 0; k < 2; k++) { /* padding rows stay zero */
-        const ParamView *v = gpt_view(&m, padded[k]);
+        const ParamView *v = model_view(&m, padded[k]);
         for (size_t r = (size_t)cfg.V; v && r < (size_t)cfg.Vp; r++)
             memset(m.params + v->offset + r * (size_t)cfg.C, 0, sizeof(float) * (size_t)cfg.C);
     }
@@ -47,7 +47,7 @@ static GPT moved(const char *preset, int scaled_rope, int vocab) {
 }
 
 /* the largest difference between numpy's logits of dir and Strait's */
-static double numpy_diff(GPT *m, const char *dir) {
+static double numpy_diff(Model *m, const char *dir) {
     const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
     cr_assert(py && src, "run through make test (it builds build/venv with numpy)");
     char ids_path[800], out[800], script[800], err[ERR_LEN];
@@ -68,7 +68,7 @@ static double numpy_diff(GPT *m, const char *dir) {
     float *ours = malloc(sizeof(float) * (size_t)m->cfg.V);
     double worst = 0;
     for (int t = 1; t <= T_IDS; t++) {
-        gpt_next_logits(m, ids, t, ours);
+        model_next_logits(m, ids, t, ours);
         for (int v = 0; v < m->cfg.V; v++) {
             float x;
             memcpy(&x, theirs + 4 * ((size_t)(t - 1) * m->cfg.V + v), 4);
@@ -83,13 +83,13 @@ Test(llama, exports_match_an_independent_numpy_forward_and_read_back_bit_for_bit
     char *dir = harness_tmpdir("llama"), out[700], err[ERR_LEN];
     const char *presets[2] = {"llama-tiny", "qwen2-tiny"};
     for (int k = 0; k < 2; k++) {
-        GPT m = moved(presets[k], k == 0, k == 0 ? 300 : 0), back;
+        Model m = moved(presets[k], k == 0, k == 0 ? 300 : 0), back;
         snprintf(out, sizeof out, "%s/%s", dir, presets[k]);
-        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
         double d = numpy_diff(&m, out);
         cr_assert_lt(d, 1e-4, "%s: logits differ from numpy's by %g", presets[k], d);
         fprintf(stderr, "%s: Strait against numpy, largest logit difference %.2e\n", presets[k], d);
-        cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+        cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
         cr_assert_eq(back.cfg.arch, m.cfg.arch);
         cr_assert_eq(back.table_hash, m.table_hash, "another layout");
         cr_assert_eq(back.cfg.NKV, m.cfg.NKV);
@@ -97,7 +97,7 @@ Test(llama, exports_match_an_independent_numpy_forward_and_read_back_bit_for_bit
         cr_assert_eq(back.cfg.rope.factor, m.cfg.rope.factor);
         cr_assert_eq(back.cfg.rope.theta, m.cfg.rope.theta);
         cr_assert_eq(memcmp(back.params, m.params, m.n_params * 4), 0, "%s", presets[k]);
-        gpt_free(&m), gpt_free(&back);
+        model_free(&m), model_free(&back);
     }
     harness_rmtree(dir);
     free(dir);
@@ -144,21 +144,22 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
     cr_assert(getenv("STRAIT_PYTHON"), "run through make test (it builds build/venv)");
     char *dir = harness_tmpdir("llamashard"), out[700], err[ERR_LEN];
     snprintf(out, sizeof out, "%s/hf", dir);
-    GPT m = moved("llama-tiny", 1, 0), back;
-    cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+    Model m = moved("llama-tiny", 1, 0), back;
+    cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
     reshape(out, "bf16");
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) /* bf16 keeps 8 bits of mantissa */
         cr_assert_float_eq(back.params[i], m.params[i], 4e-3f * fabsf(m.params[i]) + 1e-30f,
                            "parameter %zu", i);
-    gpt_free(&back);
+    model_free(&back);
     const char *modes[2] = {"missing", "escape"},
                *said[2] = {"model.layers.1.mlp.up_proj.weight", "../outside.safetensors"};
     for (int k = 0; k < 2; k++) {
         harness_rmtree(out);
-        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
         reshape(out, modes[k]);
-        cr_assert_eq(gpt_import_hf(&back, out, err), -1, "a %s checkpoint was accepted", modes[k]);
+        cr_assert_eq(model_import_hf(&back, out, err), -1, "a %s checkpoint was accepted",
+                     modes[k]);
         cr_assert_not_null(strstr(err, said[k]) || (k == 1 && strstr(err, "same folder")), "%s: %s",
                            modes[k], err);
     }
@@ -174,7 +175,7 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         harness_rmtree(out);
-        cr_assert_eq(gpt_export_hf(&m, out, NULL, err), 0, "%s", err);
+        cr_assert_eq(model_export_hf(&m, out, NULL, err), 0, "%s", err);
         char cfg[800], *text;
         snprintf(cfg, sizeof cfg, "%s/config.json", out);
         cr_assert_eq(file_read_all(cfg, 1 << 20, &text, NULL, err), 0, "%s", err);
@@ -187,10 +188,10 @@ Test(llama, sharded_bf16_loads_and_what_cannot_be_computed_is_refused, .timeout 
         strcpy(edited + (at - text) + tl, at + fl);
         cr_assert_eq(file_write_atomic(cfg, edited, strlen(edited), 0644, err), 0, "%s", err);
         free(text), free(edited);
-        cr_assert_eq(gpt_import_hf(&back, out, err), -1, "%s was accepted", bad[k].to);
+        cr_assert_eq(model_import_hf(&back, out, err), -1, "%s was accepted", bad[k].to);
         cr_assert_not_null(strstr(err, bad[k].said), "%s: %s", bad[k].to, err);
     }
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }

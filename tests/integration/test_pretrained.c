@@ -48,20 +48,20 @@ TestSuite(pretrained, .fini = teardown, .timeout = 240);
 
 /* A tiny model moved off its seeded init (no site could build it from a
  * seed), exported as a Hugging Face folder. */
-static GPT make_pretrained(void) {
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    GPT m;
+static Model make_pretrained(void) {
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 77, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 77, err), 0, "%s", err);
     uint64_t s = 5;
     for (size_t i = 0; i < m.n_params; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         m.params[i] += 0.03f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
     }
-    const ParamView *wte = gpt_view(&m, "wte");
+    const ParamView *wte = model_view(&m, "wte");
     for (size_t i = (size_t)cfg.V * cfg.C; i < wte->numel; i++) m.params[wte->offset + i] = 0;
-    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(&m, hf, NULL, err), 0, "%s", err);
     return m;
 }
 
@@ -129,7 +129,7 @@ static void round_zero(int site_has_it) {
     root = harness_tmpdir("pretrained");
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(hf, sizeof hf, "%s/hf", root);
-    GPT pre = make_pretrained();
+    Model pre = make_pretrained();
     federation_from(hf);
     /* the source's SHA-256, in federation.ini and in the audit log */
     char path[800], src_sha[65], err[ERR_LEN], *ini;
@@ -164,7 +164,7 @@ static void round_zero(int site_has_it) {
     cr_assert_eq(tokens_load(&ts, paths, 1, err), 0, "%s", err);
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    double expect = gpt_eval_tokens(&pre, val, 8, 64, 4); /* the site's held-out batches */
+    double expect = model_eval_tokens(&pre, val, 8, 64, 4); /* the site's held-out batches */
     tokens_free(&ts);
     snprintf(path, sizeof path, "%s/%s", fed, STORE_DB_FILE);
     Store *st = store_open(path, STORE_READONLY, err);
@@ -178,7 +178,7 @@ static void round_zero(int site_has_it) {
                        ups[0].start_eval_loss, expect);
     free(ups);
     store_close(st);
-    gpt_free(&pre);
+    model_free(&pre);
 }
 
 Test(pretrained, init_from_records_the_source_and_round_zero_starts_from_it) {
@@ -194,8 +194,8 @@ Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
     root = harness_tmpdir("pretrained");
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(hf, sizeof hf, "%s/hf", root);
-    GPT pre = make_pretrained();
-    gpt_free(&pre);
+    Model pre = make_pretrained();
+    model_free(&pre);
     /* a folder with no model in it: refused before anything is written */
     char empty[700];
     snprintf(empty, sizeof empty, "%s/empty", root);
@@ -260,18 +260,18 @@ static void whole_path(int llama) {
     int V = tokenizer_vocab_size(tok);
     tokenizer_free(tok);
     /* the "pretrained" model of that vocabulary, in the same folder */
-    GPTConfig cfg;
+    ModelConfig cfg;
     if (llama) {
-        cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+        cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
         cfg.V = V, cfg.rope = (RopeConfig){500000.0f, 8.0f, 1.0f, 4.0f, 32};
         cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
     } else {
-        cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
+        cr_assert_eq(model_config_shape(&cfg, "custom", 2, 64, 2, 64, V, err), 0, "%s", err);
     }
-    GPT m;
-    cr_assert_eq(gpt_build(&m, &cfg, 9, err), 0, "%s", err);
-    cr_assert_eq(gpt_export_hf(&m, hf, NULL, err), 0, "%s", err);
-    gpt_free(&m);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 9, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(&m, hf, NULL, err), 0, "%s", err);
+    model_free(&m);
     char shards[700], shard0[800];
     snprintf(shards, sizeof shards, "%s/shards", root);
     r = S("tokenize", "--tokenizer", hf, "--out", shards, texts[0], texts[1]);
@@ -317,13 +317,13 @@ static void whole_path(int llama) {
         cr_assert(nx == ny && memcmp(x, y, nx) == 0, "the export's %s is not the source's", file);
         free(x), free(y);
     }
-    GPT back;
-    cr_assert_eq(gpt_import_hf(&back, out, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_hf(&back, out, err), 0, "%s", err);
     cr_assert_eq(back.cfg.V, V);
     cr_assert_eq(back.cfg.L, 2);
     cr_assert_eq(back.cfg.arch, cfg.arch);
     cr_assert_eq(back.cfg.rope.factor, cfg.rope.factor);
-    gpt_free(&back);
+    model_free(&back);
     r = S("sample", ckpt, "--tokenizer", hf, "--tokens", "12", "--prompt", "The ", "--seed", "3");
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strncmp(r.out, "The ", 4) == 0 && strlen(r.out) > 6, "%s", r.out);

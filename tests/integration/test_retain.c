@@ -143,7 +143,7 @@ static void assert_db_check(int pruned) {
 /* What GetModel gives a site holding round `have`'s model (checkpoint of
  * have - 1): a link of the chain, decoded onto it, is the next model. */
 static void assert_chain_link(int64_t have) {
-    GPT base, next;
+    Model base, next;
     char rel[64], err[ERR_LEN], details[256], dir[700];
     snprintf(rel, sizeof rel, "checkpoints/round-%06lld.safetensors", (long long)have - 1);
     store_fixture_load_tiny(fed, rel, &base);
@@ -180,7 +180,7 @@ static void assert_chain_link(int64_t have) {
     free(u);
     net_buf_free(&payload);
     net_channel_destroy(ch);
-    gpt_free(&base), gpt_free(&next);
+    model_free(&base), model_free(&next);
 }
 
 /* Thirteen rounds under keep_last = 2, keep_every = 5: rounds 0, 5 and 10
@@ -311,14 +311,14 @@ Test(retain, a_coordinator_killed_inside_its_prunes_resumes) {
  * really short). */
 Test(retain, a_coordinator_short_of_disk_warns_before_a_commit_fails) {
     setup_federation("2");
-    GPT m;
+    Model m;
     char err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("tiny", &cfg), 0);
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("tiny", &cfg), 0);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0, "%s", err);
     char fake[32];
     snprintf(fake, sizeof fake, "%lld", (long long)((int64_t)m.n_params * 4));
-    gpt_free(&m);
+    model_free(&m);
     harness_use_test_build(1);
     setenv("STRAIT_TEST_DISK_FREE", fake, 1);
     setenv("STRAIT_LOG", "info", 1);

@@ -142,7 +142,7 @@ static StoreRound wait_committed(int64_t n, int timeout_s) {
     return store_fixture_wait_committed(fed, n, timeout_s);
 }
 
-static void load_params(const char *rel, GPT *m) {
+static void load_params(const char *rel, Model *m) {
     store_fixture_load_tiny(fed, rel, m);
 }
 
@@ -155,7 +155,7 @@ Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
     coord = -1;
     /* the last committed round (one may have landed before the kill), read
      * before the restart: rounds after it prune its outer state */
-    GPT a, b;
+    Model a, b;
     StoreRound last;
     char db[800], err[ERR_LEN];
     snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
@@ -170,7 +170,7 @@ Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
     float *mom = calloc(a.n_params, 4);
     float *dsts[1] = {mom};
     const char *prefixes[1] = {"outer_b."};
-    cr_assert_eq(gpt_load_state(&a, outer, dsts, prefixes, 1, err), 0, "%s", err);
+    cr_assert_eq(model_load_state(&a, outer, dsts, prefixes, 1, err), 0, "%s", err);
     double norm = 0;
     for (size_t i = 0; i < a.n_params; i++) norm += (double)mom[i] * mom[i];
     cr_assert_gt(norm, 0, "the saved outer momentum is all zeros");
@@ -180,7 +180,7 @@ Test(rounds, a_coordinator_killed_mid_run_resumes_and_the_sites_carry_on) {
     load_params("checkpoints/current.safetensors", &b);
     cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0,
                  "the restarted coordinator does not hold the last checkpoint's model");
-    gpt_free(&a), gpt_free(&b);
+    model_free(&a), model_free(&b);
     wait_committed(4, 180);
     for (int i = 0; i < 3; i++) {
         int st;
@@ -291,11 +291,11 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     /* every refusal below gets its own reason, read and recorded */
     harness_ini_set(ini, "limits", "refusals_per_round", "100");
     start_coordinator();
-    GPT m;
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
+    Model m;
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
     char err[ERR_LEN], details[256];
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
     uint64_t n = m.n_params;
     float *delta = malloc(n * 4);
     for (uint64_t i = 0; i < n; i++)
@@ -355,13 +355,13 @@ Test(rounds, bad_updates_are_refused_with_their_reason_and_change_nothing) {
     free(ups);
     store_close(s);
     /* θ1 = θ0 − η(Δ + μ·Δ) with Nesterov's first step: the good update alone */
-    GPT after;
+    Model after;
     load_params(r0.checkpoint_path, &after);
     for (uint64_t i = 0; i < n; i += 97) {
         float want = m.params[i] - 0.7f * (delta[i] + 0.3f * delta[i]);
         cr_assert_float_eq(after.params[i], want, 1e-6f, "param %llu", (unsigned long long)i);
     }
-    gpt_free(&after), gpt_free(&m);
+    model_free(&after), model_free(&m);
     blob_free(&good), blob_free(&other), blob_free(&nan_blob);
     free(delta);
 }
@@ -384,11 +384,11 @@ static void held_commit_federation(const char *rounds, char hold[700], Blob *goo
     start_coordinator();
     harness_use_test_build(0);
     unsetenv("STRAIT_TEST_COMMIT_HOLD");
-    GPT m;
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
+    Model m;
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0);
     float *delta = malloc(m.n_params * 4);
     for (uint64_t i = 0; i < m.n_params; i++) delta[i] = 1e-3f * (float)((int)(i % 5) - 2);
     CodecParams p = codec_params_default(CODEC_FP32);
@@ -396,7 +396,7 @@ static void held_commit_federation(const char *rounds, char hold[700], Blob *goo
     *good = (Blob){0};
     cr_assert_eq(codec_encode(&p, &L, delta, good, err), 0, "%s", err);
     free(delta);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 /* A commit (outer step, checkpoint and state files, hashes, the store)
@@ -641,11 +641,11 @@ static double round_peak(int n_sites, const Blob *updates) {
 
 Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
     model_preset = "base";
-    GPTConfig cfg;
-    gpt_config_preset("base", &cfg);
-    GPT m;
+    ModelConfig cfg;
+    model_config_preset("base", &cfg);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0);
     float *delta = malloc(m.n_params * 4);
     CodecParams p = codec_params_default(CODEC_FP32);
     p.zstd_level = 0;
@@ -661,7 +661,7 @@ Test(rounds, coordinator_memory_does_not_grow_with_the_sites, .timeout = 600) {
     }
     double blob_mib = (double)b[0].len / (1 << 20);
     free(delta);
-    gpt_free(&m);
+    model_free(&m);
     double two = round_peak(2, b), sixteen = round_peak(16, b);
     fprintf(stderr,
             "coordinator peak RSS for one round of base (fp32 updates of %.0f MiB, pushed at "
@@ -697,11 +697,11 @@ Test(rounds, a_median_round_ignores_a_hostile_site) {
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     harness_ini_set(ini, "codec", "uplink", "fp32");
     start_coordinator();
-    GPT m;
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
+    Model m;
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
     char err[ERR_LEN], details[256];
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0);
     uint64_t n = m.n_params;
     float *good = malloc(n * 4), *bad = malloc(n * 4);
     for (uint64_t i = 0; i < n; i++) {
@@ -719,14 +719,14 @@ Test(rounds, a_median_round_ignores_a_hostile_site) {
     cr_assert_eq(push(c2, 0, "g2", &bg, details), NET_OK, "%s", details);
     StoreRound r0 = wait_committed(0, 30);
     cr_assert_eq(r0.participants, 3);
-    GPT after;
+    Model after;
     load_params(r0.checkpoint_path, &after);
     for (uint64_t i = 0; i < n; i += 10) { /* the hostile values, and their neighbours */
         float want = m.params[i] - 0.7f * (good[i] + 0.3f * good[i]);
         cr_assert_float_eq(after.params[i], want, 1e-6f, "param %llu", (unsigned long long)i);
     }
     net_channel_destroy(c0), net_channel_destroy(c1), net_channel_destroy(c2);
-    gpt_free(&after), gpt_free(&m);
+    model_free(&after), model_free(&m);
     blob_free(&bg), blob_free(&bb);
     free(good), free(bad);
 }
@@ -868,7 +868,7 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
     setup_federation("3", "1", "60s", 1);
     run_site(0);
     wait_committed(2, 120); /* the last round: the delta is from round 2's model to the final */
-    GPT base, final;
+    Model base, final;
     load_params("checkpoints/round-000001.safetensors", &base); /* what round 2 trained from */
     load_params("checkpoints/round-000002.safetensors", &final);
     uint8_t sha[32], wrong[32] = {0};
@@ -911,8 +911,8 @@ Test(rounds, a_model_delta_is_served_only_onto_its_own_base) {
         net_buf_free(&payload);
     }
     net_channel_destroy(ch);
-    gpt_free(&base);
-    gpt_free(&final);
+    model_free(&base);
+    model_free(&final);
 }
 
 /* A restarted coordinator has not kept the downlink's own delta (the
@@ -927,7 +927,7 @@ Test(rounds, a_restarted_coordinator_serves_a_delta_onto_the_round_before) {
     proc_stop(sites_pid[0], 5000), sites_pid[0] = 0;
     proc_stop(coord, 10000), coord = -1;
     start_coordinator();
-    GPT base, final;
+    Model base, final;
     load_params("checkpoints/round-000001.safetensors", &base); /* round 2's model */
     load_params("checkpoints/round-000002.safetensors", &final);
     char path[800], err[ERR_LEN], details[256];
@@ -963,8 +963,8 @@ Test(rounds, a_restarted_coordinator_serves_a_delta_onto_the_round_before) {
     free(theta);
     net_buf_free(&payload);
     net_channel_destroy(ch);
-    gpt_free(&base);
-    gpt_free(&final);
+    model_free(&base);
+    model_free(&final);
 }
 
 /* A site some rounds behind gets a chain of deltas, one round each, while
@@ -978,7 +978,7 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
     setup_federation("3", "1", "60s", 1);
     run_site(0);
     wait_committed(2, 120);
-    GPT m[3];
+    Model m[3];
     load_params("checkpoints/round-000000.safetensors", &m[0]); /* round 1's model */
     load_params("checkpoints/round-000001.safetensors", &m[1]); /* round 2's */
     load_params("checkpoints/round-000002.safetensors", &m[2]); /* the last */
@@ -1067,5 +1067,5 @@ Test(rounds, a_site_rounds_behind_catches_up_by_a_chain_of_deltas) {
     }
     free(u);
     net_channel_destroy(ch);
-    for (int k = 0; k < 3; k++) gpt_free(&m[k]);
+    for (int k = 0; k < 3; k++) model_free(&m[k]);
 }

@@ -114,13 +114,13 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     StoreRound rb = store_fixture_wait_committed(fed_b, 0, 60);
     cr_assert_eq(ra.tokens, rb.tokens, "2 ranks of 4 trained %lld tokens, 1 of 8 %lld",
                  (long long)ra.tokens, (long long)rb.tokens);
-    GPT a, b, m0;
+    Model a, b, m0;
     store_fixture_load_tiny(fed_a, ra.checkpoint_path, &a);
     store_fixture_load_tiny(fed_b, rb.checkpoint_path, &b);
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m0, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
+    cr_assert_eq(model_build(&m0, &cfg, 1, err), 0); /* federation.ini's seed: θ0 */
     double diff = 0, step = 0;
     for (size_t i = 0; i < a.n_params; i++) {
         double d = (double)a.params[i] - b.params[i], u = (double)b.params[i] - m0.params[i];
@@ -131,7 +131,7 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     cr_assert_gt(step, 0, "the round did not move the model");
     cr_assert_leq(sqrt(diff), 1e-4 * sqrt(step), "2 ranks: %.3g away, the update is %.3g",
                   sqrt(diff), sqrt(step));
-    gpt_free(&a), gpt_free(&b), gpt_free(&m0);
+    model_free(&a), model_free(&b), model_free(&m0);
     free(fed_a), free(fed_b);
 }
 

@@ -33,15 +33,15 @@
 #define T_IDS 48
 
 /* Strait's logits at every position: the next-token logits of each prefix. */
-static float *strait_logits(GPT *m, const int *ids, int n) {
+static float *strait_logits(Model *m, const int *ids, int n) {
     float *out = malloc(sizeof(float) * (size_t)n * m->cfg.V);
-    for (int t = 1; t <= n; t++) gpt_next_logits(m, ids, t, out + (size_t)(t - 1) * m->cfg.V);
+    for (int t = 1; t <= n; t++) model_next_logits(m, ids, t, out + (size_t)(t - 1) * m->cfg.V);
     return out;
 }
 
 /* The largest difference between logits from transformers (a file of
  * T_IDS x V floats) and Strait's on the same ids. */
-static double max_diff(GPT *m, const int *ids, const char *logits_path) {
+static double max_diff(Model *m, const int *ids, const char *logits_path) {
     char *theirs, err[ERR_LEN];
     size_t len;
     cr_assert_eq(file_read_all(logits_path, 1 << 28, &theirs, &len, err), 0, "%s", err);
@@ -78,7 +78,7 @@ static void script(char *out, size_t n) {
 }
 
 /* transformers' logits of the folder `out` on ids, against m's */
-static double transformers_vs(GPT *m, const char *dir, const char *out, const char *tag) {
+static double transformers_vs(Model *m, const char *dir, const char *out, const char *tag) {
     const char *py = getenv("STRAIT_HF_PYTHON");
     char ids_path[800], logits_path[800], s[800], err[ERR_LEN];
     int ids[T_IDS];
@@ -94,10 +94,10 @@ static double transformers_vs(GPT *m, const char *dir, const char *out, const ch
 
 /* The largest difference between transformers' logits of m's export
  * (f32, one file) and Strait's own. */
-static double max_diff_against_transformers(GPT *m, const char *dir, const char *tag) {
+static double max_diff_against_transformers(Model *m, const char *dir, const char *tag) {
     char out[800], err[ERR_LEN];
     snprintf(out, sizeof out, "%s/%s", dir, tag);
-    cr_assert_eq(gpt_export_hf(m, out, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(m, out, NULL, err), 0, "%s", err);
     return transformers_vs(m, dir, out, tag);
 }
 
@@ -118,10 +118,10 @@ Test(transformers, loads_the_export_with_the_same_logits_before_and_after_traini
      .timeout = 600) {
     if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
     char *dir = harness_tmpdir("transformers"), err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_shape(&cfg, "custom", 2, 64, 2, 64, 2257, err), 0, "%s", err);
-    GPT m;
-    cr_assert_eq(gpt_build(&m, &cfg, 3, err), 0, "%s", err);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_shape(&cfg, "custom", 2, 64, 2, 64, 2257, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 3, err), 0, "%s", err);
     double before = max_diff_against_transformers(&m, dir, "init");
     cr_assert_lt(before, 1e-4, "untrained: logits differ by %g", before);
     /* a few AdamW steps move every tensor off its init (biases and norms too) */
@@ -140,11 +140,11 @@ Test(transformers, loads_the_export_with_the_same_logits_before_and_after_traini
     /* and the importer reads transformers' layout back to the same model */
     char path[800];
     snprintf(path, sizeof path, "%s/trained", dir);
-    GPT back;
-    cr_assert_eq(gpt_import_hf(&back, path, err), 0, "%s", err);
+    Model back;
+    cr_assert_eq(model_import_hf(&back, path, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * 4), 0);
-    gpt_free(&back);
-    gpt_free(&m);
+    model_free(&back);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
@@ -165,8 +165,8 @@ static void saved_by_transformers(const char *make, int vocab) {
     snprintf(v, sizeof v, "%d", vocab);
     char *argv[] = {(char *)py, s, (char *)make, saved, v, ids_path, logits_path, NULL};
     run_python(argv);
-    GPT m;
-    cr_assert_eq(gpt_import_hf(&m, saved, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_import_hf(&m, saved, err), 0, "%s", err);
     cr_assert_eq(m.cfg.V, vocab);
     double d = max_diff(&m, ids, logits_path);
     cr_assert_lt(d, 1e-4, "logits differ by %g", d);
@@ -193,16 +193,16 @@ static void saved_by_transformers(const char *make, int vocab) {
     o.dtype = HF_BF16, o.max_shard = 40000, o.tokenizer_dir = has_tokenizer ? saved : NULL;
     snprintf(f32, sizeof f32, "%s/trained", dir);
     snprintf(bf16, sizeof bf16, "%s/bf16", dir);
-    cr_assert_eq(gpt_export_hf(&m, bf16, &o, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(&m, bf16, &o, err), 0, "%s", err);
     int shards = count_shards(bf16);
     cr_assert_gt(shards, 2, "%d shards", shards);
     char *check[] = {(char *)py, s, "rounded", f32, bf16, "bf16", NULL};
     run_python(check);
-    GPT rounded; /* Strait's model rounded to bf16: what the files hold, widened */
-    cr_assert_eq(gpt_import_hf(&rounded, bf16, err), 0, "%s", err);
+    Model rounded; /* Strait's model rounded to bf16: what the files hold, widened */
+    cr_assert_eq(model_import_hf(&rounded, bf16, err), 0, "%s", err);
     double b = transformers_vs(&rounded, dir, bf16, "bf16");
     cr_assert_lt(b, 1e-4, "bf16: logits differ by %g", b);
-    gpt_free(&rounded);
+    model_free(&rounded);
     if (has_tokenizer) {
         char *tok[] = {(char *)py, s, "tokenizer", bf16, saved, NULL};
         run_python(tok);
@@ -212,7 +212,7 @@ static void saved_by_transformers(const char *make, int vocab) {
             "Strait's model rounded to bf16)%s\n",
             after, shards, b, has_tokenizer ? "; AutoTokenizer loads it" : "");
 done:
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }
@@ -250,12 +250,12 @@ Test(transformers, loads_a_gguf_strait_exports_with_the_same_logits, .timeout = 
     if (py == NULL) cr_skip_test("make test-hf runs this one");
     if (smol == NULL || access(smol, R_OK) != 0) cr_skip_test("no SmolLM2 GGUF (make models)");
     char *dir = harness_tmpdir("transformers"), err[ERR_LEN];
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("llama-tiny", &cfg), 0);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
     cfg.V = 49152, cfg.tied = 1, cfg.rope.theta = 100000.0f;
     cr_assert_eq(model_config_check(&cfg, err), 0, "%s", err);
-    GPT m;
-    cr_assert_eq(gpt_build(&m, &cfg, 5, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
     TrainConfig c = train_defaults(1e-2f, 3);
     Trainer *t = trainer_create(&m, &c, 0, 2, 16, err);
     cr_assert_not_null(t, "%s", err);
@@ -266,7 +266,7 @@ Test(transformers, loads_a_gguf_strait_exports_with_the_same_logits, .timeout = 
     char ckpt[800], out[800], ids_path[800], logits_path[800], s[800];
     snprintf(ckpt, sizeof ckpt, "%s/m.safetensors", dir);
     snprintf(out, sizeof out, "%s/m.gguf", dir);
-    cr_assert_eq(gpt_save(&m, ckpt, 3, err), 0, "%s", err);
+    cr_assert_eq(model_save(&m, ckpt, 3, err), 0, "%s", err);
     ProcResult r = harness_strait("export", ckpt, "--format", "gguf", "--tokenizer", smol, out);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
@@ -292,7 +292,7 @@ Test(transformers, loads_a_gguf_strait_exports_with_the_same_logits, .timeout = 
     fprintf(stderr, "transformers vs Strait on a GGUF export: largest logit difference %.2e\n",
             diff);
     proc_result_free(&r);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }

@@ -5,7 +5,7 @@ its logits on IDS against Strait's, and its tokenizer from the same file.
     python gguf_transformers.py OUT.gguf IDS STRAIT_LOGITS
 
 IDS: int32 ids (one sequence); STRAIT_LOGITS: float32, T x vocab (Strait's
-gpt_next_logits for each prefix). Prints "max_diff D max_logit M" and the
+model_next_logits for each prefix). Prints "max_diff D max_logit M" and the
 ids transformers' tokenizer gives "Hello world 123" (needs accelerate).
 """
 import os

@@ -104,10 +104,10 @@ Test(faults, an_atomic_replace_leaves_the_old_file_or_the_new) {
  * leaves the earlier state whole, moments, residual and round together. */
 Test(faults, a_site_state_save_is_whole_or_not_at_all) {
     char *dir = harness_tmpdir("faults-state"), err[ERR_LEN];
-    GPT m;
-    GPTConfig cfg;
-    gpt_config_preset("tiny", &cfg);
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err);
+    Model m;
+    ModelConfig cfg;
+    model_config_preset("tiny", &cfg);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0, "%s", err);
     size_t n = m.n_params;
     m.m = calloc(n, 4), m.v = calloc(n, 4);
     ErrorFeedback ef, back;
@@ -172,7 +172,7 @@ Test(faults, a_site_state_save_is_whole_or_not_at_all) {
     cr_assert_eq(site_state_load(&s, &m, &back, &round, &pos, err), 1, "%s", err);
     cr_assert(round == 3 && pos == 300 && back.e[0] == 3.0f, "state.old was not read back");
     ef_free(&ef), ef_free(&back);
-    gpt_free(&m);
+    model_free(&m);
     harness_rmtree(dir);
     free(dir);
 }

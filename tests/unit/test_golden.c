@@ -56,28 +56,28 @@ static const Golden GOLDEN[] = {
 };
 
 static void run(const Golden *g, float *losses, char sha[SHA256_HEX_LEN]) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset(g->preset, &cfg), 0);
-    GPT m;
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(g->preset, &cfg), 0);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, 42, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, 42, err), 0, "%s", err);
     int n = g->B * g->T, *in = malloc(sizeof(int) * n), *tg = malloc(sizeof(int) * n);
     for (int i = 0; i < n; i++) in[i] = (i * 13 + 7) % 251, tg[i] = (i * 17 + 3) % 251;
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < g->steps; s++) {
-        losses[s] = gpt_forward(&m, in, tg, g->B, g->T);
-        gpt_zero_grad(&m);
-        gpt_backward(&m);
-        gpt_clip_grad_norm(&m, 1.0f);
-        gpt_adamw_step(&m, &o, 3e-3f);
+        losses[s] = model_forward(&m, in, tg, g->B, g->T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        model_clip_grad_norm(&m, 1.0f);
+        model_adamw_step(&m, &o, 3e-3f);
     }
     char *dir = harness_tmpdir("golden"), path[700];
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
-    cr_assert_eq(gpt_save(&m, path, g->steps, err), 0, "%s", err);
+    cr_assert_eq(model_save(&m, path, g->steps, err), 0, "%s", err);
     int64_t bytes;
     cr_assert_eq(security_sha256_file(path, sha, &bytes, err), 0, "%s", err);
     free(dir), free(in), free(tg);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 Test(golden, gpt2_losses_and_checkpoints_are_those_recorded_before_the_redesign, .timeout = 120) {

@@ -25,16 +25,16 @@ static void fixture(char *out, size_t n, const char *name) {
     snprintf(out, n, "%s/tests/fixtures/%s", src, name);
 }
 
-static GPTConfig config_of(const char *name) {
+static ModelConfig config_of(const char *name) {
     char path[800], err[ERR_LEN];
     fixture(path, sizeof path, name);
-    GPTConfig c;
+    ModelConfig c;
     cr_assert_eq(hf_config_load(path, &c, err), 0, "%s: %s", name, err);
     return c;
 }
 
 /* the fields that make the model: everything but its name */
-static void assert_same_model(const GPTConfig *a, const GPTConfig *b, const char *what) {
+static void assert_same_model(const ModelConfig *a, const ModelConfig *b, const char *what) {
     cr_assert(a->arch == b->arch && a->L == b->L && a->C == b->C && a->NH == b->NH &&
                   a->T == b->T && a->V == b->V && a->NKV == b->NKV && a->HD == b->HD &&
                   a->F == b->F && a->tied == b->tied && a->qkv_bias == b->qkv_bias &&
@@ -43,7 +43,7 @@ static void assert_same_model(const GPTConfig *a, const GPTConfig *b, const char
 }
 
 Test(hf_config, smollm2s_rope_parameters_theta_is_taken_as_transformers_5_writes_it) {
-    GPTConfig c = config_of("configs/llama-transformers5.json");
+    ModelConfig c = config_of("configs/llama-transformers5.json");
     cr_assert_eq(c.arch, ARCH_LLAMA);
     cr_assert_eq(c.rope.theta, 100000.0f, "theta %g", c.rope.theta);
     cr_assert_eq(c.rope.factor, 0.0f);
@@ -57,20 +57,20 @@ Test(hf_config, each_architecture_reads_the_same_from_transformers_4_and_5) {
         char four[80], five[80];
         snprintf(four, sizeof four, "configs/%s-transformers4.json", arch[i]);
         snprintf(five, sizeof five, "configs/%s-transformers5.json", arch[i]);
-        GPTConfig a = config_of(four), b = config_of(five);
+        ModelConfig a = config_of(four), b = config_of(five);
         assert_same_model(&a, &b, arch[i]);
     }
-    GPTConfig l3 = config_of("configs/llama3-transformers5.json");
+    ModelConfig l3 = config_of("configs/llama3-transformers5.json");
     cr_assert(l3.rope.theta == 500000.0f && l3.rope.factor == 8.0f && l3.rope.low_freq == 1.0f &&
               l3.rope.high_freq == 4.0f && l3.rope.original_ctx == 16 && !l3.tied);
-    GPTConfig q = config_of("configs/qwen2-transformers5.json");
+    ModelConfig q = config_of("configs/qwen2-transformers5.json");
     cr_assert(q.arch == ARCH_QWEN2 && q.qkv_bias && q.rope.theta == 1000000.0f);
-    GPTConfig g = config_of("configs/gpt2-transformers5.json");
+    ModelConfig g = config_of("configs/gpt2-transformers5.json");
     cr_assert(g.arch == ARCH_GPT2 && g.L == 1 && g.C == 16 && g.NH == 2 && g.V == 64);
 }
 
 /* a fixture with one field set (value: JSON; NULL removes it), loaded */
-static int edited(const char *name, const char *key, const char *value, GPTConfig *c, char *err) {
+static int edited(const char *name, const char *key, const char *value, ModelConfig *c, char *err) {
     char path[800], out[800];
     fixture(path, sizeof path, name);
     json_error_t je;
@@ -162,7 +162,7 @@ ParameterizedTestParameters(hf_config, refuses_what_it_cannot_compute_naming_it)
 }
 
 ParameterizedTest(Refusal *r, hf_config, refuses_what_it_cannot_compute_naming_it) {
-    GPTConfig c;
+    ModelConfig c;
     char err[ERR_LEN];
     cr_assert_eq(edited(r->fixture, r->key, r->value, &c, err), -1, "%s = %s was accepted", r->key,
                  r->value);
@@ -170,7 +170,7 @@ ParameterizedTest(Refusal *r, hf_config, refuses_what_it_cannot_compute_naming_i
 }
 
 Test(hf_config, an_unknown_field_says_what_to_do) {
-    GPTConfig c;
+    ModelConfig c;
     char err[ERR_LEN];
     cr_assert_eq(edited(L5, "some_new_knob", "3", &c, err), -1);
     cr_assert_not_null(strstr(err, "some_new_knob"), "%s", err);
@@ -198,7 +198,7 @@ Test(hf_config, what_does_not_change_the_model_is_taken) {
         {L5, "rope_parameters", NULL}, /* transformers' own default: theta 10000 */
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        GPTConfig c;
+        ModelConfig c;
         char err[ERR_LEN];
         cr_assert_eq(edited(ok[i].fixture, ok[i].key, ok[i].value, &c, err), 0, "%s = %s: %s",
                      ok[i].key, ok[i].value ? ok[i].value : "(removed)", err);
@@ -213,8 +213,8 @@ Test(hf_config, a_llama_saved_by_transformers_4_gives_the_logits_it_recorded, .t
     json_error_t je;
     json_t *ref = json_load_file(path, 0, &je);
     cr_assert_not_null(ref, "%s: %s", path, je.text);
-    GPT m;
-    cr_assert_eq(gpt_import_hf(&m, dir, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_import_hf(&m, dir, err), 0, "%s", err);
     cr_assert_eq(m.cfg.rope.theta, 100000.0f, "the old form's rope_theta: %g", m.cfg.rope.theta);
     json_t *ids = json_object_get(ref, "ids"), *logits = json_object_get(ref, "logits");
     int n = (int)json_array_size(ids), V = m.cfg.V;
@@ -224,7 +224,7 @@ Test(hf_config, a_llama_saved_by_transformers_4_gives_the_logits_it_recorded, .t
     float *ours = malloc(sizeof(float) * (size_t)V);
     double worst = 0;
     for (int t = 1; t <= n; t++) {
-        gpt_next_logits(&m, ctx, t, ours);
+        model_next_logits(&m, ctx, t, ours);
         json_t *row = json_array_get(logits, (size_t)(t - 1));
         cr_assert_eq((int)json_array_size(row), V);
         for (int v = 0; v < V; v++) {
@@ -234,6 +234,6 @@ Test(hf_config, a_llama_saved_by_transformers_4_gives_the_logits_it_recorded, .t
     }
     cr_assert_lt(worst, 1e-4, "logits differ from transformers 4's by %g", worst);
     free(ctx), free(ours);
-    gpt_free(&m);
+    model_free(&m);
     json_decref(ref);
 }

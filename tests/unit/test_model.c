@@ -1,5 +1,5 @@
 /*
- * test_model.c — the CPU ops and the GPT: every backward op against central
+ * test_model.c — the CPU ops and the Model: every backward op against central
  * finite differences (accumulated in double), the whole tiny model's loss
  * against finite differences for samples of every tensor and along a
  * random direction through the whole of each, the fused
@@ -323,38 +323,38 @@ Test(classifier, fused_is_the_same_on_two_and_five_threads) {
 
 /* ---- the whole model ------------------------------------------------------------- */
 
-static GPT preset_model(const char *preset, uint64_t seed) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset(preset, &cfg), 0);
-    GPT m;
+static Model preset_model(const char *preset, uint64_t seed) {
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(preset, &cfg), 0);
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_build(&m, &cfg, seed, err), 0, "%s", err);
+    cr_assert_eq(model_build(&m, &cfg, seed, err), 0, "%s", err);
     return m;
 }
-static GPT tiny(uint64_t seed) {
+static Model tiny(uint64_t seed) {
     return preset_model("tiny", seed);
 }
 
 typedef struct ModelCtx {
-    GPT *m;
+    Model *m;
     int *in, *tg, B, T;
 } ModelCtx;
 
 static double model_loss(void *p) {
     ModelCtx *c = p;
-    return gpt_forward(c->m, c->in, c->tg, c->B, c->T);
+    return model_forward(c->m, c->in, c->tg, c->B, c->T);
 }
 
 static void whole_model_gradient(const char *preset) {
-    GPT m = preset_model(preset, 7);
+    Model m = preset_model(preset, 7);
     /* larger weights than at init, so every path carries gradient */
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
     int B = 2, T = 8, in[16], tg[16];
     for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
     ModelCtx c = {&m, in, tg, B, T};
-    gpt_zero_grad(&m);
+    model_zero_grad(&m);
     model_loss(&c);
-    gpt_backward(&m);
+    model_backward(&m);
     float *grads = malloc(m.n_params * 4);
     memcpy(grads, m.grads, m.n_params * 4);
     for (int v = 0; v < m.n_views; v++) {
@@ -399,7 +399,7 @@ static void whole_model_gradient(const char *preset) {
         free(save), free(dir);
     }
     free(grads);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 Test(model, loss_gradient_matches_finite_differences_in_every_tensor, .timeout = 120) {
@@ -415,25 +415,25 @@ Test(model, llama_and_qwen2_gradients_match_finite_differences_in_every_tensor, 
 }
 
 Test(model, a_shape_from_outside_is_checked_before_anything_is_allocated) {
-    GPTConfig c;
+    ModelConfig c;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_config_shape(&c, "custom", 2, 64, 2, 64, 2257, err), 0, "%s", err);
+    cr_assert_eq(model_config_shape(&c, "custom", 2, 64, 2, 64, 2257, err), 0, "%s", err);
     cr_assert_eq(c.Vp, 2304, "the vocabulary is padded to a multiple of 64");
-    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 3, 64, 300, err), -1, "64 channels, 3 heads");
-    cr_assert_eq(gpt_config_shape(&c, "x", 0, 64, 2, 64, 300, err), -1);
-    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 2, 64, 1, err), -1);
-    cr_assert_eq(gpt_config_shape(&c, "x", 2, 64, 2, 0, 300, err), -1);
+    cr_assert_eq(model_config_shape(&c, "x", 2, 64, 3, 64, 300, err), -1, "64 channels, 3 heads");
+    cr_assert_eq(model_config_shape(&c, "x", 0, 64, 2, 64, 300, err), -1);
+    cr_assert_eq(model_config_shape(&c, "x", 2, 64, 2, 64, 1, err), -1);
+    cr_assert_eq(model_config_shape(&c, "x", 2, 64, 2, 0, 300, err), -1);
     /* in range one by one, too large together: 96 layers of 12288 channels */
-    cr_assert_eq(gpt_config_shape(&c, "x", 96, 12288, 96, 2048, 50257, err), -1);
+    cr_assert_eq(model_config_shape(&c, "x", 96, 12288, 96, 2048, 50257, err), -1);
     cr_assert_not_null(strstr(err, "billion"), "%s", err);
 }
 
 /* A description from outside (a coordinator's Hello, a checkpoint) is
  * checked field by field, and what it describes before anything exists. */
 Test(model, a_description_from_outside_is_checked_field_by_field) {
-    GPTConfig c, back;
+    ModelConfig c, back;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_config_preset("llama-3.2-1b", &c), 0);
+    cr_assert_eq(model_config_preset("llama-3.2-1b", &c), 0);
     char *text = model_config_json(&c);
     cr_assert_eq(model_config_parse(text, strlen(text), &back, err), 0, "%s", err);
     cr_assert_eq(memcmp(&back.rope, &c.rope, sizeof c.rope), 0, "rope scaling lost: %s", text);
@@ -470,29 +470,29 @@ Test(model, a_description_from_outside_is_checked_field_by_field) {
 }
 
 Test(model, the_table_hash_names_the_layout) {
-    GPT a = tiny(1), b = tiny(2);
+    Model a = tiny(1), b = tiny(2);
     cr_assert_eq(a.table_hash, b.table_hash, "the seed must not change the table");
-    GPTConfig small;
-    gpt_config_preset("small", &small);
-    GPT c;
-    cr_assert_eq(gpt_build(&c, &small, 1, NULL), 0);
+    ModelConfig small;
+    model_config_preset("small", &small);
+    Model c;
+    cr_assert_eq(model_build(&c, &small, 1, NULL), 0);
     cr_assert_neq(a.table_hash, c.table_hash);
     cr_assert_eq(a.views[0].offset, 0);
     cr_assert_str_eq(a.views[a.n_views - 1].name, "ln_f.bias");
     cr_assert_eq(a.views[a.n_views - 1].offset + a.views[a.n_views - 1].numel, a.n_params);
-    gpt_free(&a), gpt_free(&b), gpt_free(&c);
+    model_free(&a), model_free(&b), model_free(&c);
 }
 
-static void train_steps(GPT *m, const int *in, const int *tg, int B, int T, int steps, float lr,
+static void train_steps(Model *m, const int *in, const int *tg, int B, int T, int steps, float lr,
                         float *losses) {
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.0f};
     for (int s = 0; s < steps; s++) {
-        float loss = gpt_forward(m, in, tg, B, T);
+        float loss = model_forward(m, in, tg, B, T);
         if (losses) losses[s] = loss;
-        gpt_zero_grad(m);
-        gpt_backward(m);
-        gpt_clip_grad_norm(m, 1.0f);
-        gpt_adamw_step(m, &o, lr);
+        model_zero_grad(m);
+        model_backward(m);
+        model_clip_grad_norm(m, 1.0f);
+        model_adamw_step(m, &o, lr);
     }
 }
 
@@ -500,12 +500,12 @@ Test(model, same_seed_same_threads_same_losses_bit_for_bit) {
     int B = 4, T = 32, in[128], tg[128];
     for (int i = 0; i < B * T; i++) in[i] = (i * 13) % 251, tg[i] = (i * 17 + 3) % 251;
     float l1[20], l2[20];
-    GPT a = tiny(99), b = tiny(99);
+    Model a = tiny(99), b = tiny(99);
     cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0, "same seed, different init");
     train_steps(&a, in, tg, B, T, 20, 1e-3f, l1);
     train_steps(&b, in, tg, B, T, 20, 1e-3f, l2);
     cr_assert_eq(memcmp(l1, l2, sizeof l1), 0, "losses differ between identical runs");
-    gpt_free(&a), gpt_free(&b);
+    model_free(&a), model_free(&b);
 }
 
 /* one batch of 4 x 64 bytes of pangrams, the same at every step */
@@ -519,12 +519,12 @@ static void pangram_batch(int *in, int *tg) {
 Test(model, tiny_learns_a_repeated_batch, .timeout = 120) {
     int B = 4, T = 64, in[256], tg[256];
     pangram_batch(in, tg);
-    GPT m = tiny(3);
+    Model m = tiny(3);
     float losses[300];
     train_steps(&m, in, tg, B, T, 300, 3e-3f, losses);
     cr_assert_gt(losses[0], 5.0f, "initial loss %g should be near ln 256", losses[0]);
     cr_assert_lt(losses[299], 1.0f, "loss after 300 steps is %g nats/byte", losses[299]);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 /* The small model on real text from Debian's fortunes: validation loss falls
@@ -538,10 +538,10 @@ Test(model, small_learns_real_text, .timeout = 180) {
     cr_assert_eq(tokens_load(&ts, paths, 3, err), 0, "%s (make deps installs fortunes)", err);
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
-    GPTConfig cfg;
-    gpt_config_preset("small", &cfg);
-    GPT m;
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0);
+    ModelConfig cfg;
+    model_config_preset("small", &cfg);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0);
     int B = 8, T = 64;
     Loader tl, vl;
     cr_assert_eq(loader_init(&tl, train, B, T, 0, 1, 1, err), 0, "%s", err);
@@ -550,26 +550,26 @@ Test(model, small_learns_real_text, .timeout = 180) {
     float val0 = 0, val1 = 0;
     for (int k = 0; k < 4; k++) {
         loader_next(&vl, in, tg);
-        val0 += gpt_forward(&m, in, tg, B, T) / 4;
+        val0 += model_forward(&m, in, tg, B, T) / 4;
     }
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < 250; s++) {
         loader_next(&tl, in, tg);
-        gpt_forward(&m, in, tg, B, T);
-        gpt_zero_grad(&m);
-        gpt_backward(&m);
-        gpt_clip_grad_norm(&m, 1.0f);
-        gpt_adamw_step(&m, &o, lr_schedule(s, 250, 20, 3e-3f, 0.1f));
+        model_forward(&m, in, tg, B, T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        model_clip_grad_norm(&m, 1.0f);
+        model_adamw_step(&m, &o, lr_schedule(s, 250, 20, 3e-3f, 0.1f));
     }
     vl.pos = 0;
     for (int k = 0; k < 4; k++) {
         loader_next(&vl, in, tg);
-        val1 += gpt_forward(&m, in, tg, B, T) / 4;
+        val1 += model_forward(&m, in, tg, B, T) / 4;
     }
     cr_assert_gt(val0, 5.0f, "initial validation loss %g", val0);
     cr_assert_lt(val1, 3.0f, "validation loss only fell from %g to %g", val0, val1);
     free(in), free(tg);
-    gpt_free(&m);
+    model_free(&m);
     tokens_free(&ts);
 }
 
@@ -583,7 +583,7 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
     pangram_batch(in, tg);
     enum { STEPS = 40 }; /* still learning, not memorised: a loss above 1 */
     float l32[STEPS], l16[STEPS];
-    GPT a = preset_model("llama-tiny", 3), b = preset_model("llama-tiny", 3);
+    Model a = preset_model("llama-tiny", 3), b = preset_model("llama-tiny", 3);
     b.moments_bf16 = 1;
     train_steps(&a, in, tg, B, T, STEPS, 1e-3f, l32);
     train_steps(&b, in, tg, B, T, STEPS, 1e-3f, l16);
@@ -596,36 +596,36 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
                        "bf16 %g, fp32 %g after %d steps", l16[STEPS - 1], l32[STEPS - 1], STEPS);
     cr_log_info("llama-tiny after %d steps: loss %.4f with fp32 moments, %.4f with bf16", STEPS,
                 l32[STEPS - 1], l16[STEPS - 1]);
-    GPTConfig c = a.cfg;
-    double saved = gpt_train_bytes(&c, 8, 64, 0) - gpt_train_bytes(&c, 8, 64, 1);
+    ModelConfig c = a.cfg;
+    double saved = model_train_bytes(&c, 8, 64, 0) - model_train_bytes(&c, 8, 64, 1);
     cr_assert_float_eq(saved, 4.0 * (double)a.n_params, 1.0);
     /* the file keeps bf16 moments as they are; each kind reads the other's */
     char *dir = harness_tmpdir("bf16"), p16[700], p32[700], err[ERR_LEN];
     snprintf(p16, sizeof p16, "%s/m16.opt.safetensors", dir);
     snprintf(p32, sizeof p32, "%s/m32.opt.safetensors", dir);
-    cr_assert_eq(gpt_save_optimizer(&b, p16, err), 0, "%s", err);
-    cr_assert_eq(gpt_save_optimizer(&a, p32, err), 0, "%s", err);
-    GPT r16 = preset_model("llama-tiny", 1), r32 = preset_model("llama-tiny", 1);
+    cr_assert_eq(model_save_optimizer(&b, p16, err), 0, "%s", err);
+    cr_assert_eq(model_save_optimizer(&a, p32, err), 0, "%s", err);
+    Model r16 = preset_model("llama-tiny", 1), r32 = preset_model("llama-tiny", 1);
     r16.moments_bf16 = 1;
-    cr_assert_eq(gpt_load_optimizer(&r16, p16, err), 0, "%s", err);
+    cr_assert_eq(model_load_optimizer(&r16, p16, err), 0, "%s", err);
     cr_assert_eq(memcmp(r16.mh, b.mh, b.n_params * 2), 0, "bf16 moments changed in the file");
     cr_assert_eq(memcmp(r16.vh, b.vh, b.n_params * 2), 0);
     cr_assert_eq(r16.step, STEPS);
-    cr_assert_eq(gpt_load_optimizer(&r32, p16, err), 0, "%s", err); /* widened, exactly */
+    cr_assert_eq(model_load_optimizer(&r32, p16, err), 0, "%s", err); /* widened, exactly */
     for (size_t i = 0; i < b.n_params; i++) {
         uint32_t u = (uint32_t)b.mh[i] << 16;
         float want;
         memcpy(&want, &u, 4);
         cr_assert_eq(memcmp(&r32.m[i], &want, 4), 0, "moment %zu", i);
     }
-    cr_assert_eq(gpt_load_optimizer(&r16, p32, err), 0, "%s", err); /* rounded to nearest */
+    cr_assert_eq(model_load_optimizer(&r16, p32, err), 0, "%s", err); /* rounded to nearest */
     for (size_t i = 0; i < a.n_params; i += 97) {
         uint32_t u = (uint32_t)r16.vh[i] << 16;
         float got;
         memcpy(&got, &u, 4);
         cr_assert_float_eq(got, a.v[i], 4e-3f * fabsf(a.v[i]) + 1e-38f, "v[%zu]", i);
     }
-    gpt_free(&a), gpt_free(&b), gpt_free(&r16), gpt_free(&r32);
+    model_free(&a), model_free(&b), model_free(&r16), model_free(&r32);
     harness_rmtree(dir);
     free(dir);
 }
@@ -635,19 +635,19 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
 Test(checkpoint_file, round_trip_is_bit_exact_and_damage_is_refused) {
     char *dir = harness_tmpdir("ckpt"), path[700], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    GPT a = tiny(5);
+    Model a = tiny(5);
     int B = 2, T = 8, in[16], tg[16];
     for (int i = 0; i < 16; i++) in[i] = i, tg[i] = i + 1;
     train_steps(&a, in, tg, B, T, 2, 1e-3f, NULL);
-    cr_assert_eq(gpt_save(&a, path, 2, err), 0, "%s", err);
-    GPTConfig cfg;
+    cr_assert_eq(model_save(&a, path, 2, err), 0, "%s", err);
+    ModelConfig cfg;
     int step;
-    cr_assert_eq(gpt_read_config(path, &cfg, &step, err), 0, "%s", err);
+    cr_assert_eq(model_read_config(path, &cfg, &step, err), 0, "%s", err);
     cr_assert_eq(step, 2);
     cr_assert_eq(cfg.C, 64);
-    GPT b;
-    cr_assert_eq(gpt_build(&b, &cfg, 0, err), 0);
-    cr_assert_eq(gpt_load(&b, path, NULL, err), 0, "%s", err);
+    Model b;
+    cr_assert_eq(model_build(&b, &cfg, 0, err), 0);
+    cr_assert_eq(model_load(&b, path, NULL, err), 0, "%s", err);
     cr_assert_eq(memcmp(a.params, b.params, a.n_params * 4), 0);
     char opt[720];
     snprintf(opt, sizeof opt, "%s/model.opt.safetensors", dir);
@@ -663,27 +663,27 @@ Test(checkpoint_file, round_trip_is_bit_exact_and_damage_is_refused) {
     char bad[720];
     snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
     cr_assert_eq(file_write_atomic(bad, data, len, 0644, err), 0);
-    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_eq(model_load(&b, bad, NULL, err), -1);
     cr_assert_not_null(strstr(err, "does not fit"), "%s", err);
     memcpy(data, &hl, 8);
     cr_assert_eq(file_write_atomic(bad, data, len - 100, 0644, err), 0);
-    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_eq(model_load(&b, bad, NULL, err), -1);
     cr_assert_not_null(strstr(err, "do not fit"), "%s", err);
     /* a wrong dtype and a wrong shape, with the header edited in place */
     char *dt = strstr(data + 8, "\"F32\"");
     cr_assert_not_null(dt);
     memcpy(dt, "\"F16\"", 5);
     cr_assert_eq(file_write_atomic(bad, data, len, 0644, err), 0);
-    cr_assert_eq(gpt_load(&b, bad, NULL, err), -1);
+    cr_assert_eq(model_load(&b, bad, NULL, err), -1);
     cr_assert_not_null(strstr(err, "dtype F16"), "%s", err);
     free(data);
-    GPTConfig small;
-    gpt_config_preset("small", &small);
-    GPT c;
-    gpt_build(&c, &small, 0, err);
-    cr_assert_eq(gpt_load(&c, path, NULL, err), -1, "a tiny checkpoint loaded into small");
+    ModelConfig small;
+    model_config_preset("small", &small);
+    Model c;
+    model_build(&c, &small, 0, err);
+    cr_assert_eq(model_load(&c, path, NULL, err), -1, "a tiny checkpoint loaded into small");
     cr_assert_not_null(strstr(err, "parameter table"), "%s", err);
-    gpt_free(&a), gpt_free(&b), gpt_free(&c);
+    model_free(&a), model_free(&b), model_free(&c);
     harness_rmtree(dir);
     free(dir);
 }
@@ -741,7 +741,7 @@ Test(shards, bin_round_trip_and_header_validation) {
  * the same tokens for every model; fewer batches when the text is short,
  * NAN when not even one fits. */
 Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
-    GPT m = tiny(3);
+    Model m = tiny(3);
     int B = 2, T = 16;
     uint32_t tokens[3 * 2 * 16 + 1];
     for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
@@ -751,21 +751,21 @@ Test(model, eval_tokens_is_the_mean_loss_of_the_first_batches) {
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < B * T; i++)
             in[i] = tokens[k * B * T + i], tg[i] = tokens[k * B * T + i + 1];
-        want += gpt_forward(&m, in, tg, B, T);
+        want += model_forward(&m, in, tg, B, T);
     }
     TokenView v = {tokens, sizeof tokens / sizeof tokens[0]};
-    cr_assert_float_eq(gpt_eval_tokens(&m, v, B, T, 3), want / 3, 1e-6);
+    cr_assert_float_eq(model_eval_tokens(&m, v, B, T, 3), want / 3, 1e-6);
     /* asked for more batches than fit: the three that do */
-    cr_assert_float_eq(gpt_eval_tokens(&m, v, B, T, 50), want / 3, 1e-6);
+    cr_assert_float_eq(model_eval_tokens(&m, v, B, T, 50), want / 3, 1e-6);
     TokenView short_view = {tokens, (size_t)B * T}; /* one token short of a batch */
-    cr_assert(isnan(gpt_eval_tokens(&m, short_view, B, T, 1)));
+    cr_assert(isnan(model_eval_tokens(&m, short_view, B, T, 1)));
     /* a site scores through its trainer, on that trainer's (B, T) batches */
     TrainConfig c = train_defaults(1e-3f, 10);
     Trainer *t = trainer_create(&m, &c, 0, B, T, NULL);
     cr_assert_not_null(t);
-    cr_assert_eq(trainer_eval_tokens(t, v, 3), gpt_eval_tokens(&m, v, B, T, 3));
+    cr_assert_eq(trainer_eval_tokens(t, v, 3), model_eval_tokens(&m, v, B, T, 3));
     trainer_free(t);
-    gpt_free(&m);
+    model_free(&m);
 }
 
 /* The sampler: greedy is the argmax; at temperature 1 the draws follow the

@@ -16,8 +16,8 @@
 #include "util/util.h"
 
 static int read_text(const char *text, RoundsSettings *o, char *err) {
-    GPTConfig gc;
-    cr_assert_eq(gpt_config_preset("tiny", &gc), 0);
+    ModelConfig gc;
+    cr_assert_eq(model_config_preset("tiny", &gc), 0);
     Config *cfg = config_parse_string(text, "federation.ini", err);
     cr_assert_not_null(cfg, "%s: %s", text, err);
     int rc = rounds_settings_read(cfg, &gc, o, err);

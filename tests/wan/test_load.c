@@ -168,14 +168,14 @@ static void push_round(int n_sites, int threads, int round, const Blob *update) 
  * `codec`: every round commits with every update, and a JSON line a round
  * on stderr says its time and the coordinator's CPU and memory. */
 static void load_run(const char *model, int n_sites, int threads, int rounds, const char *codec) {
-    GPTConfig cfg;
-    GPT m;
+    ModelConfig cfg;
+    Model m;
     char err[ERR_LEN];
-    cr_assert_eq(gpt_config_preset(model, &cfg), 0);
-    cr_assert_eq(gpt_build(&m, &cfg, 1, err), 0, "%s", err);
+    cr_assert_eq(model_config_preset(model, &cfg), 0);
+    cr_assert_eq(model_build(&m, &cfg, 1, err), 0, "%s", err);
     uint64_t table_hash = m.table_hash;
     size_t n_params = m.n_params;
-    gpt_free(&m); /* only its table: the coordinator has the model */
+    model_free(&m); /* only its table: the coordinator has the model */
     Blob update = noisy_update(table_hash, n_params, codec);
     start_federation(model, n_sites, rounds, codec);
     double rss0, peak0, cpu0;
@@ -219,9 +219,9 @@ Test(load, a_thousand_sites_every_round_commits) {
  * the prepared update and 2 GiB besides, it skips, saying so, where less
  * than seven models' worth is free. */
 Test(load, six_sites_of_gpt2_large_as_flare_measures_it, .timeout = 3600) {
-    GPTConfig cfg;
-    cr_assert_eq(gpt_config_preset("gpt2-large", &cfg), 0);
-    double model = 4.0 * gpt_config_params(&cfg) / (double)(1u << 30);
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("gpt2-large", &cfg), 0);
+    double model = 4.0 * model_config_params(&cfg) / (double)(1u << 30);
     double need = 7 * model + 2, avail = kernels_mem_available() / (double)(1u << 30);
     if (avail < need)
         cr_skip_test("%.1f GiB of memory free; six fp32 updates of GPT-2 large need %.1f", avail,

@@ -184,15 +184,15 @@ static int assert_models_identical(int rounds) {
             snprintf(rel, sizeof rel, "checkpoints/round-%06d.safetensors", n - 1);
             char path[900], err[ERR_LEN];
             snprintf(path, sizeof path, "%s/%s", fed, rel);
-            GPTConfig cfg;
-            GPT m;
-            cr_assert_eq(gpt_read_config(path, &cfg, NULL, err), 0, "%s", err);
-            cr_assert_eq(gpt_build(&m, &cfg, 0, err), 0, "%s", err);
-            cr_assert_eq(gpt_load(&m, path, NULL, err), 0, "%s", err);
+            ModelConfig cfg;
+            Model m;
+            cr_assert_eq(model_read_config(path, &cfg, NULL, err), 0, "%s", err);
+            cr_assert_eq(model_build(&m, &cfg, 0, err), 0, "%s", err);
+            cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
             uint8_t sha[32];
             security_sha256(m.params, m.n_params * 4, sha);
             security_hex(sha, 32, hex);
-            gpt_free(&m);
+            model_free(&m);
             cr_assert_eq(strncmp(at + strlen(want), hex, 64), 0,
                          "site %d's model of round %d is not the coordinator's", i, n);
             checked++;

@@ -1,6 +1,6 @@
 /*
- * gpt_cuda.cu — the GPT trained on the site's GPUs: one replica per device
- * in one process, the forward and backward passes of kernels/gpt.c built
+ * model_cuda.cu — the Model trained on the site's GPUs: one replica per device
+ * in one process, the forward and backward passes of kernels/graph.c built
  * from the CUDA ops, gradients averaged across the replicas with NCCL
  * (ncclCommInitAll, ncclAllReduce with ncclAvg on each replica's stream),
  * and AdamW on every replica so their parameters stay identical. Each
@@ -8,7 +8,7 @@
  * communicator), so the synchronizations inside a step (the loss, the
  * clipping norm) hold up only their own GPU. Never run on a GPU yet.
  *
- * The host GPT (gpt_build) supplies the table, the initial parameters and
+ * The host Model (model_build) supplies the table, the initial parameters and
  * the activation layout; the graph is the host's own (model_pass_forward
  * and model_pass_backward in the executable, which is linked -rdynamic)
  * run over the CUDA ops table, ops_cuda.
@@ -53,20 +53,20 @@ typedef struct Replica {
     int *inputs, *targets;                        /* device, owned */
 } Replica;
 
-struct GPTCuda {
-    const GPT *host; /* table and layout, not owned */
+struct ModelCuda {
+    const Model *host; /* table and layout, not owned */
     int n;
     Replica r[MAX_GPUS];
 #ifdef STRAIT_HAVE_NCCL
     ncclComm_t comms[MAX_GPUS];
 #endif
     int B, T, step;
-    int world;     /* replicas in the communicator: this process's GPUs x the ranks */
-    float *base;   /* on replica 0's device: the parameters of the last load (gpt_cuda_keep_base) */
+    int world;   /* replicas in the communicator: this process's GPUs x the ranks */
+    float *base; /* on replica 0's device: the parameters of the last load (model_cuda_keep_base) */
     ActLayout lay; /* the activations of a (B, T) pass */
 };
 
-extern "C" int gpt_cuda_nccl_id(void *id) {
+extern "C" int model_cuda_nccl_id(void *id) {
 #ifdef STRAIT_HAVE_NCCL
     static_assert(sizeof(ncclUniqueId) == GPT_CUDA_NCCL_ID_BYTES, "NCCL's id size");
     return ncclGetUniqueId((ncclUniqueId *)id) == ncclSuccess ? 0 : -1;
@@ -76,12 +76,12 @@ extern "C" int gpt_cuda_nccl_id(void *id) {
 #endif
 }
 
-extern "C" GPTCuda *gpt_cuda_create(GPT *host, int n_gpus, int B, int T, char *err) {
-    return gpt_cuda_create_world(host, n_gpus, B, T, 0, 1, NULL, err);
+extern "C" ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err) {
+    return model_cuda_create_world(host, n_gpus, B, T, 0, 1, NULL, err);
 }
 
-extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, int rank, int ranks,
-                                          const void *nccl_id, char *err) {
+extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank,
+                                              int ranks, const void *nccl_id, char *err) {
     int have = 0;
     cudaError_t ce = cudaGetDeviceCount(&have);
     if (ce != cudaSuccess || have == 0) {
@@ -104,9 +104,9 @@ extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, i
         snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
         return NULL;
     }
-    GPTCuda *g = (GPTCuda *)calloc(1, sizeof *g);
+    ModelCuda *g = (ModelCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
-    gpt_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
+    model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
     size_t np = host->n_params * sizeof(float), na = g->lay.len * sizeof(float);
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
@@ -144,7 +144,7 @@ extern "C" GPTCuda *gpt_cuda_create_world(GPT *host, int n_gpus, int B, int T, i
     return g;
 }
 
-extern "C" void gpt_cuda_free(GPTCuda *g) {
+extern "C" void model_cuda_free(ModelCuda *g) {
     if (g == NULL) return;
     for (int i = 0; i < g->n; i++) {
         Replica *r = &g->r[i];
@@ -163,7 +163,7 @@ extern "C" void gpt_cuda_free(GPTCuda *g) {
 extern "C" const Ops ops_cuda;
 
 /* one pass of the host model's graph on replica r's buffers */
-static Pass replica_pass(const GPTCuda *g, Replica *r, int with_targets) {
+static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
     Pass p = {&ops_cuda, r->stream, r->params,
               r->grads,  r->acts,   r->dacts,
               &g->lay,   r->inputs, with_targets ? r->targets : NULL,
@@ -177,7 +177,7 @@ static Pass replica_pass(const GPTCuda *g, Replica *r, int with_targets) {
  * and AdamW. The loss and the clipping norm synchronize only this thread,
  * so N GPUs step side by side instead of one after another. */
 typedef struct ReplicaStep {
-    GPTCuda *g;
+    ModelCuda *g;
     int i;
     const int *inputs, *targets;
     const AdamWConfig *o;
@@ -186,8 +186,8 @@ typedef struct ReplicaStep {
 
 static void *replica_step(void *arg) {
     ReplicaStep *rs = (ReplicaStep *)arg;
-    GPTCuda *g = rs->g;
-    const GPT *m = g->host;
+    ModelCuda *g = rs->g;
+    const Model *m = g->host;
     Replica *r = &g->r[rs->i];
     size_t bt = (size_t)g->B * g->T;
     cudaCheck(cudaSetDevice(r->device));
@@ -218,8 +218,8 @@ static void *replica_step(void *arg) {
 
 /* One step on every replica: inputs/targets hold n_gpus batches of (B, T),
  * replica i takes the i-th. Returns the mean loss over all replicas. */
-extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets,
-                               const AdamWConfig *o, float lr, float max_norm) {
+extern "C" float model_cuda_step(ModelCuda *g, const int *inputs, const int *targets,
+                                 const AdamWConfig *o, float lr, float max_norm) {
     ReplicaStep rs[MAX_GPUS];
     pthread_t th[MAX_GPUS];
     for (int i = 0; i < g->n; i++) rs[i] = ReplicaStep{g, i, inputs, targets, o, lr, max_norm, 0};
@@ -237,8 +237,8 @@ extern "C" float gpt_cuda_step(GPTCuda *g, const int *inputs, const int *targets
     return loss;
 }
 
-extern "C" float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets) {
-    const GPT *m = g->host;
+extern "C" float model_cuda_loss(ModelCuda *g, const int *inputs, const int *targets) {
+    const Model *m = g->host;
     Replica *r = &g->r[0];
     size_t bt = (size_t)g->B * g->T;
     cudaCheck(cudaSetDevice(r->device));
@@ -250,7 +250,7 @@ extern "C" float gpt_cuda_loss(GPTCuda *g, const int *inputs, const int *targets
     return model_pass_forward(m, &p); /* the loss comes back to the host: in order */
 }
 
-extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what) {
+extern "C" void model_cuda_load_from_host(ModelCuda *g, const Model *host, int what) {
     size_t np = host->n_params * sizeof(float);
     for (int i = 0; i < g->n; i++) {
         Replica *r = &g->r[i];
@@ -272,20 +272,20 @@ extern "C" void gpt_cuda_load_from_host(GPTCuda *g, const GPT *host, int what) {
     if (what & TRAINER_MOMENTS) g->step = host->step;
 }
 
-extern "C" void gpt_cuda_keep_base(GPTCuda *g) {
+extern "C" void model_cuda_keep_base(ModelCuda *g) {
     size_t np = g->host->n_params * sizeof(float);
     cudaCheck(cudaSetDevice(g->r[0].device));
     if (g->base == NULL) cudaCheck(cudaMalloc((void **)&g->base, np));
     cudaCheck(cudaMemcpy(g->base, g->r[0].params, np, cudaMemcpyDeviceToDevice));
 }
 
-extern "C" const float *gpt_cuda_params(GPTCuda *g, const float **base) {
+extern "C" const float *model_cuda_params(ModelCuda *g, const float **base) {
     cudaCheck(cudaSetDevice(g->r[0].device));
     if (base) *base = g->base;
     return g->r[0].params;
 }
 
-extern "C" void gpt_cuda_to_host(GPTCuda *g, GPT *host, int what) {
+extern "C" void model_cuda_to_host(ModelCuda *g, Model *host, int what) {
     size_t np = host->n_params * sizeof(float);
     cudaCheck(cudaSetDevice(g->r[0].device));
     if (what & TRAINER_PARAMS)

@@ -1,5 +1,5 @@
 /*
- * gpt.c — the model's compute (API: model.h): one pass of any
+ * graph.c — the model's compute (API: model.h): one pass of any
  * architecture's graph on any backend's Ops table with the fused
  * classifier, the host model on the CPU ops, gradient clipping and
  * next-token logits. Activations are sized for the (B, T) of the first
@@ -16,14 +16,14 @@
 #include "util/util.h"
 
 /* the output layer's weight inside base: its own, or the tied embedding */
-static float *head_w(const GPT *m, float *base) {
+static float *head_w(const Model *m, float *base) {
     float *w = m->arch->head_row >= 0 ? arch_w(m, base, m->arch->head_row, 0) : NULL;
     return w ? w : arch_w(m, base, m->arch->embed_row, 0);
 }
 
 /* ---- one pass on any backend ------------------------------------------------------- */
 
-float model_pass_forward(const GPT *m, const Pass *p) {
+float model_pass_forward(const Model *m, const Pass *p) {
     m->arch->forward(m, p);
     if (p->targets == NULL) return -1.0f;
     float *a = p->acts;
@@ -32,7 +32,7 @@ float model_pass_forward(const GPT *m, const Pass *p) {
                                       p->B * p->T, m->cfg.C, m->cfg.V, p->stream);
 }
 
-void model_pass_backward(const GPT *m, const Pass *p) {
+void model_pass_backward(const Model *m, const Pass *p) {
     float *a = p->acts;
     p->ops->zero(p->dacts, p->lay->len, p->stream);
     p->ops->classifier_backward(act_at(p, p->dacts, ACT_OUT, 0), head_w(m, p->grads),
@@ -44,14 +44,14 @@ void model_pass_backward(const GPT *m, const Pass *p) {
 
 /* ---- the host model on the CPU ops --------------------------------------------------- */
 
-void gpt_layout(const GPT *m, int B, int T, ActLayout *lay) {
+void model_layout(const Model *m, int B, int T, ActLayout *lay) {
     memset(lay, 0, sizeof *lay);
     m->arch->layout(&m->cfg, B, T, lay);
 }
 
 /* Activations sized for (B, T): regrown only when a larger pass comes. */
-static void ensure_acts(GPT *m, int B, int T) {
-    gpt_layout(m, B, T, &m->lay);
+static void ensure_acts(Model *m, int B, int T) {
+    model_layout(m, B, T, &m->lay);
     if (m->acts && m->lay.len <= m->acts_cap && B * T <= m->fwd_cap) return;
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     m->acts = mallocCheck(m->lay.len * sizeof(float));
@@ -61,7 +61,7 @@ static void ensure_acts(GPT *m, int B, int T) {
     m->acts_cap = m->lay.len, m->fwd_cap = B * T;
 }
 
-static Pass host_pass(GPT *m) {
+static Pass host_pass(Model *m) {
     Pass p = {&ops_cpu, NULL,      m->params,
               m->grads, m->acts,   m->dacts,
               &m->lay,  m->inputs, m->has_targets ? m->targets : NULL,
@@ -69,8 +69,8 @@ static Pass host_pass(GPT *m) {
     return p;
 }
 
-float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T) {
-    const GPTConfig *c = &m->cfg;
+float model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    const ModelConfig *c = &m->cfg;
     if (T > c->T) DIE("sequence of %d tokens is longer than the model's %d", T, c->T);
     for (int i = 0; i < B * T; i++)
         if (inputs[i] < 0 || inputs[i] >= c->V) DIE("token %d outside the vocabulary", inputs[i]);
@@ -84,11 +84,11 @@ float gpt_forward(GPT *m, const int *inputs, const int *targets, int B, int T) {
     return loss;
 }
 
-void gpt_zero_grad(GPT *m) {
+void model_zero_grad(Model *m) {
     memset(m->grads, 0, m->n_params * sizeof(float));
 }
 
-void gpt_backward(GPT *m) {
+void model_backward(Model *m) {
     if (!m->has_targets) DIE("backward needs a forward with targets");
     Pass p = host_pass(m);
     model_pass_backward(m, &p);
@@ -96,7 +96,7 @@ void gpt_backward(GPT *m) {
 
 /* ---- optimisation ---------------------------------------------------------------------- */
 
-float gpt_grad_norm(const GPT *m) {
+float model_grad_norm(const Model *m) {
     /* blocks summed in float over 8 lanes (vectorised), the blocks in
      * double: the threads split the blocks, so the order of the sum is
      * fixed for a given thread count */
@@ -118,8 +118,8 @@ float gpt_grad_norm(const GPT *m) {
     return (float)sqrt(s);
 }
 
-float gpt_clip_grad_norm(GPT *m, float max_norm) {
-    float norm = gpt_grad_norm(m);
+float model_clip_grad_norm(Model *m, float max_norm) {
+    float norm = model_grad_norm(m);
     if (max_norm > 0 && norm > max_norm) {
         float scale = max_norm / norm, *g = m->grads;
 #pragma omp parallel for schedule(static)
@@ -128,10 +128,10 @@ float gpt_clip_grad_norm(GPT *m, float max_norm) {
     return norm;
 }
 
-void gpt_next_logits(GPT *m, const int *ctx, int n, float *logits) {
+void model_next_logits(Model *m, const int *ctx, int n, float *logits) {
     int T = n < m->cfg.T ? n : m->cfg.T;
     const int *start = ctx + (n - T);
-    gpt_forward(m, start, NULL, 1, T);
+    model_forward(m, start, NULL, 1, T);
     const float *h = m->acts + m->lay.off[ACT_OUT] + (size_t)(T - 1) * m->cfg.C;
     classifier_logits(logits, h, head_w(m, m->params), m->cfg.C, m->cfg.V);
 }
