@@ -5,8 +5,14 @@
  * graph (the activation layout, and one forward and one backward over an
  * Ops table). The parameter table, the parameter count, checkpoints, HF
  * import and export are derived from the tensor table; nothing indexes
- * parameters by position. A new architecture is one file
- * (kernels/arch_<name>.c) defining one Arch, and one row in arch_of.
+ * parameters by position. An architecture also brings its presets and its
+ * rules for a configuration (the check hook).
+ *
+ * The registry is kernels/arch.c: a new architecture is one file
+ * (kernels/arch_<name>.c) defining one Arch, and one row in ARCHES
+ * (model.h). The arrows: arch_<name>.c use this header alone; arch.c
+ * (the registry and the table walk) uses them; config.c (checks, presets,
+ * JSON) uses arch.c; model.c (building) uses config.c and arch.c.
  */
 #ifndef STRAIT_KERNELS_ARCH_H
 #define STRAIT_KERNELS_ARCH_H
@@ -29,6 +35,14 @@ typedef struct ArchTensor {
     int hf_conv1d;  /* stored there as [in, out] (GPT-2's Conv1D) */
 } ArchTensor;
 
+/* a published shape (random weights; the real ones come from --init-from) */
+typedef struct ArchPreset {
+    const char *name;
+    int L, C, NH, NKV, F, T, V, tied, qkv_bias;
+    float theta, eps;
+    RopeConfig scaling; /* factor 0: none */
+} ArchPreset;
+
 struct json_t;
 typedef struct Arch {
     const char *name;      /* "gpt2" */
@@ -48,6 +62,15 @@ typedef struct Arch {
      * honour; and c as config.json */
     int (*hf_config_read)(struct json_t *j, ModelConfig *c, char *err);
     struct json_t *(*hf_config_write)(const ModelConfig *c);
+    /* A configuration whose shape (L, C, NH, T, V) is in range: what
+     * follows from the shape set, the rest checked (-1 naming the first bad
+     * field). shape_only: everything follows from the shape, and the
+     * configuration's JSON carries the shape alone. */
+    int (*check)(ModelConfig *c, char *err);
+    int shape_only;
+    const ArchPreset *presets;
+    int n_presets;
+    const char *gguf_arch; /* llama.cpp's general.architecture (NULL: none) */
 } Arch;
 
 /* hf_config.c: config.json's fields for the architectures' readers. Every
@@ -73,12 +96,46 @@ int hf_int(struct json_t *j, const char *key, long long def, long long lo, long 
            char *err);
 int hf_num(struct json_t *j, const char *key, double def, float *out, char *err);
 
-extern const Arch arch_gpt2, arch_llama, arch_qwen2;
+#define ARCH_EXTERN(up, low) extern const Arch arch_##low;
+ARCHES(ARCH_EXTERN)
+#undef ARCH_EXTERN
+/* the registry's row for ARCH_* (NULL: none); the one named (NULL) */
 const Arch *arch_of(int arch);
+const Arch *arch_named(const char *name);
 
-/* a dimension's size; whether row r exists in this configuration */
-int arch_dim(const ModelConfig *c, Dim d);
-int arch_has(const ModelConfig *c, const ArchTensor *t);
+/* a dimension's size */
+static inline int arch_dim(const ModelConfig *c, Dim d) {
+    switch (d) {
+    case DIM_NONE:
+        return 1;
+    case DIM_C:
+        return c->C;
+    case DIM_3C:
+        return 3 * c->C;
+    case DIM_4C:
+        return 4 * c->C;
+    case DIM_VP:
+        return c->Vp;
+    case DIM_T:
+        return c->T;
+    case DIM_Q:
+        return c->NH * c->HD;
+    case DIM_KV:
+        return c->NKV * c->HD;
+    case DIM_F:
+        return c->F;
+    }
+    return 0;
+}
+/* whether a table row exists in this configuration */
+static inline int arch_has(const ModelConfig *c, const ArchTensor *t) {
+    return t->when == IF_ALWAYS || (t->when == IF_UNTIED && !c->tied) ||
+           (t->when == IF_QKV_BIAS && c->qkv_bias);
+}
+/* Calls f for every tensor of the configuration in table order: its row,
+ * layer (0 outside layers), name and shape. */
+typedef void (*TensorFn)(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1);
+void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx);
 
 /* table row r's tensor at layer l (0 for the others) inside base (params or
  * grads, host or device), NULL if this configuration has none */
@@ -88,7 +145,11 @@ static inline float *arch_w(const Model *m, float *base, int r, int l) {
 }
 
 /* layout helpers: activation a of n floats (per layer when layers > 0) */
-void act_add(ActLayout *lay, int a, size_t n, int layers);
+static inline void act_add(ActLayout *lay, int a, size_t n, int layers) {
+    lay->off[a] = lay->len;
+    lay->stride[a] = layers > 0 ? n : 0;
+    lay->len += layers > 0 ? n * (size_t)layers : n;
+}
 /* activation a (at layer l) inside buffer base */
 static inline float *act_at(const Pass *p, float *base, int a, int l) {
     return base + p->lay->off[a] + (size_t)l * p->lay->stride[a];

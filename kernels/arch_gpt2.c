@@ -6,6 +6,7 @@
  * federation's table hash depends on them), its activations and its graph,
  * after llm.c's train_gpt2.c.
  */
+#include <assert.h>
 #include <string.h>
 
 #include "kernels/arch.h"
@@ -63,6 +64,7 @@ enum {
 static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH;
     int L = c->L;
+    assert(B >= 1 && T >= 1);
     lay->len = 0, lay->B = B, lay->T = T;
     act_add(lay, ENCODED, BT * C, 0);
     act_add(lay, LN1, BT * C, L);
@@ -94,6 +96,7 @@ static void forward(const Model *m, const Pass *p) {
     int C = m->cfg.C, L = m->cfg.L, B = p->B, T = p->T, BT = B * T;
     float *a = p->acts, *w = p->params;
     size_t sBTC = (size_t)BT * C;
+    assert(C % m->cfg.NH == 0 && m->cfg.F == 4 * C && p->lay->B == B);
     AttnShape as = {B, T, m->cfg.NH, m->cfg.NH, C / m->cfg.NH, 3 * C, 3 * C};
 #define A(x, l) act_at(p, a, x, l)
 #define W(r, l) arch_w(m, w, r, l)
@@ -231,16 +234,40 @@ static json_t *hf_config_write(const ModelConfig *c) {
                      "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0);
 }
 
-const Arch arch_gpt2 = {"gpt2",
-                        "GPT2LMHeadModel",
-                        "gpt2",
-                        "transformer.",
-                        TENSORS,
-                        sizeof TENSORS / sizeof TENSORS[0],
-                        WTE,
-                        -1,
-                        layout,
-                        forward,
-                        backward,
-                        hf_config_read,
-                        hf_config_write};
+/* everything but the shape follows from it */
+static int check(ModelConfig *c, char *err) {
+    if (c->C % c->NH != 0)
+        return err_set(err, "%d channels do not divide into %d heads", c->C, c->NH);
+    c->NKV = c->NH, c->HD = c->C / c->NH, c->F = 4 * c->C;
+    c->tied = 1, c->qkv_bias = 0, c->eps = 1e-5f;
+    memset(&c->rope, 0, sizeof c->rope);
+    return 0;
+}
+
+/* name, L, C, NH, NKV, F, T, V, tied, qkv_bias, theta, eps, scaling */
+static const ArchPreset PRESETS[] = {
+    {"tiny", 2, 64, 2, 2, 256, 64, 256, 1, 0, 0, 1e-5f, {.factor = 0}},
+    {"small", 4, 128, 4, 4, 512, 128, 256, 1, 0, 0, 1e-5f, {.factor = 0}},
+    {"base", 6, 384, 6, 6, 1536, 256, 256, 1, 0, 0, 1e-5f, {.factor = 0}},
+    {"gpt2-124m", 12, 768, 12, 12, 3072, 1024, 50257, 1, 0, 0, 1e-5f, {.factor = 0}},
+    {"gpt2-large", 36, 1280, 20, 20, 5120, 1024, 50257, 1, 0, 0, 1e-5f, {.factor = 0}},
+};
+
+const Arch arch_gpt2 = {.name = "gpt2",
+                        .hf_class = "GPT2LMHeadModel",
+                        .hf_type = "gpt2",
+                        .hf_prefix = "transformer.",
+                        .tensors = TENSORS,
+                        .n_tensors = sizeof TENSORS / sizeof TENSORS[0],
+                        .embed_row = WTE,
+                        .head_row = -1,
+                        .layout = layout,
+                        .forward = forward,
+                        .backward = backward,
+                        .hf_config_read = hf_config_read,
+                        .hf_config_write = hf_config_write,
+                        .check = check,
+                        .shape_only = 1,
+                        .presets = PRESETS,
+                        .n_presets = sizeof PRESETS / sizeof PRESETS[0],
+                        .gguf_arch = NULL};

@@ -8,6 +8,7 @@
  * projections into the residual stream scaled by 1/sqrt(2L) as in GPT-2
  * (transformers draws them unscaled; a preset's start is Strait's choice).
  */
+#include <assert.h>
 #include <string.h>
 
 #include "kernels/arch.h"
@@ -70,6 +71,7 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, F = (size_t)c->F;
     size_t Qd = NH * (size_t)c->HD, KVd = (size_t)c->NKV * (size_t)c->HD;
     int L = c->L;
+    assert(B >= 1 && T >= 1);
     lay->len = 0, lay->B = B, lay->T = T;
     act_add(lay, ENCODED, BT * C, 0);
     act_add(lay, XN1, BT * C, L);
@@ -101,6 +103,7 @@ static void forward(const Model *m, const Pass *p) {
     const ModelConfig *c = &m->cfg;
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
+    assert(c->NKV >= 1 && c->NH % c->NKV == 0 && c->HD % 2 == 0 && p->lay->B == B);
     float *a = p->acts, *w = p->params, eps = c->eps;
     AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
 #define A(x, l) act_at(p, a, x, l)
@@ -134,6 +137,7 @@ static void backward(const Model *m, const Pass *p) {
     const ModelConfig *c = &m->cfg;
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
+    assert(c->NKV >= 1 && c->NH % c->NKV == 0 && c->HD % 2 == 0 && p->lay->B == B);
     float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
     AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
 #define D(x, l) act_at(p, d, x, l)
@@ -372,12 +376,72 @@ static json_t *hf_config_write(const ModelConfig *c) {
     return j;
 }
 
-#define N_TENSORS (int)(sizeof TENSORS / sizeof TENSORS[0])
-/* Llama and Qwen2: one table and one graph, their Hugging Face names apart */
-#define LLAMA_FAMILY(name, hf_class)                                                               \
+/* what the shape leaves open: grouped heads, rotary embeddings, the norms */
+static int check(ModelConfig *c, char *err) {
+    const RopeConfig *r = &c->rope;
+    if (c->NKV < 1 || c->NH % c->NKV != 0)
+        return err_set(err, "%d attention heads do not share %d key/value heads evenly", c->NH,
+                       c->NKV);
+    if (c->HD < 2 || c->HD % 2 != 0 || c->HD > 1024 || (long long)c->HD * c->NH > 65536)
+        return err_set(err,
+                       "head size %d; rotary embeddings need an even one, at most 1024 "
+                       "(and heads x head size at most 65536)",
+                       c->HD);
+    if (c->F < 1 || c->F > (1 << 20)) return err_set(err, "MLP width %d; use 1 to 2^20", c->F);
+    if (!(c->eps > 0 && c->eps < 1))
+        return err_set(err, "norm epsilon %g; use more than 0, less than 1", c->eps);
+    if (!(r->theta > 1 && r->theta < 1e12f))
+        return err_set(err, "rope_theta %g; use more than 1", r->theta);
+    if (r->factor != 0 &&
+        !(r->factor >= 1 && r->factor < 1e6f && r->low_freq > 0 && r->high_freq > r->low_freq &&
+          r->high_freq < 1e6f && r->original_ctx >= 1))
+        return err_set(err,
+                       "rope_scaling factor %g, low_freq_factor %g, high_freq_factor %g, "
+                       "original_max_position_embeddings %d; use a factor of at least 1 and "
+                       "0 < low < high",
+                       r->factor, r->low_freq, r->high_freq, r->original_ctx);
+    c->tied = c->tied != 0;
+    c->qkv_bias = c->qkv_bias != 0;
+    return 0;
+}
+
+/* The published models' config.json (their weights come from --init-from;
+ * a preset draws random ones): name, L, C, NH, NKV, F, T, V, tied,
+ * qkv_bias, theta, eps, scaling */
+static const ArchPreset LLAMA_PRESETS[] = {
+    {"llama-tiny", 2, 64, 4, 2, 176, 64, 256, 0, 0, 10000.0f, 1e-5f, {.factor = 0}},
+    {"llama-small", 4, 128, 4, 2, 352, 128, 256, 0, 0, 10000.0f, 1e-5f, {.factor = 0}},
+    {"smollm2-135m", 30, 576, 9, 3, 1536, 8192, 49152, 1, 0, 100000.0f, 1e-5f, {.factor = 0}},
+    {"smollm2-360m", 32, 960, 15, 5, 2560, 8192, 49152, 1, 0, 100000.0f, 1e-5f, {.factor = 0}},
+    {"llama-3.2-1b",
+     16,
+     2048,
+     32,
+     8,
+     8192,
+     131072,
+     128256,
+     1,
+     0,
+     500000.0f,
+     1e-5f,
+     {.factor = 32.0f, .low_freq = 1.0f, .high_freq = 4.0f, .original_ctx = 8192}},
+};
+static const ArchPreset QWEN2_PRESETS[] = {
+    {"qwen2-tiny", 2, 64, 4, 2, 176, 64, 256, 1, 1, 1000000.0f, 1e-6f, {.factor = 0}},
+    {"qwen2.5-0.5b", 24, 896, 14, 2, 4864, 32768, 151936, 1, 1, 1000000.0f, 1e-6f, {.factor = 0}},
+};
+
+/* Llama and Qwen2: one table, one graph and one check, their Hugging Face
+ * names and presets apart */
+#define LLAMA_FAMILY(id, class, rows)                                                              \
     {                                                                                              \
-        name, hf_class, name, "", TENSORS, N_TENSORS, WTE, HEAD, layout, forward, backward,        \
-            hf_config_read, hf_config_write                                                        \
+        .name = id, .hf_class = class, .hf_type = id, .hf_prefix = "", .tensors = TENSORS,         \
+        .n_tensors = sizeof TENSORS / sizeof TENSORS[0], .embed_row = WTE, .head_row = HEAD,       \
+        .layout = layout, .forward = forward, .backward = backward,                                \
+        .hf_config_read = hf_config_read, .hf_config_write = hf_config_write, .check = check,      \
+        .shape_only = 0, .presets = rows, .n_presets = sizeof rows / sizeof rows[0],               \
+        .gguf_arch = id                                                                            \
     }
-const Arch arch_llama = LLAMA_FAMILY("llama", "LlamaForCausalLM");
-const Arch arch_qwen2 = LLAMA_FAMILY("qwen2", "Qwen2ForCausalLM");
+const Arch arch_llama = LLAMA_FAMILY("llama", "LlamaForCausalLM", LLAMA_PRESETS);
+const Arch arch_qwen2 = LLAMA_FAMILY("qwen2", "Qwen2ForCausalLM", QWEN2_PRESETS);

@@ -1,6 +1,7 @@
 /*
- * config.c — the model's configuration (API: model.h): the architectures'
- * names, the presets, the checks every configuration from outside passes
+ * config.c — the model's configuration (API: model.h): the presets (each
+ * architecture's own, from the registry), the checks every configuration
+ * from outside passes (the shape here, the rest the architecture's check)
  * (a checkpoint's metadata, a config.json, a coordinator's Hello), and the
  * configuration as JSON, the one description a checkpoint and Hello carry.
  */
@@ -14,69 +15,17 @@
 #include "kernels/model.h"
 #include "util/util.h"
 
-const char *model_arch_name(int arch) {
-    const Arch *a = arch_of(arch);
-    return a ? a->name : "?";
-}
-
-const char *model_hf_class(int arch) {
-    const Arch *a = arch_of(arch);
-    return a ? a->hf_class : "?";
-}
-
-int model_arch_of(const char *name) {
-    for (int i = 0; i < ARCH_COUNT; i++)
-        if (strcmp(arch_of(i)->name, name) == 0) return i;
-    return -1;
-}
-
-/* ---- presets ------------------------------------------------------------------ */
-
-/* The Llama-family shapes are the published models' config.json (their
- * weights come from --init-from; a preset draws random ones). */
-static const struct Preset {
-    const char *name;
-    int arch, L, C, NH, NKV, F, T, V, tied;
-    float theta, eps;
-    RopeConfig scaling; /* factor 0: none */
-} PRESETS[] = {
-#define NO_SCALING                                                                                 \
-    { 0, 0, 0, 0, 0 }
-    {"tiny", ARCH_GPT2, 2, 64, 2, 2, 256, 64, 256, 1, 0, 1e-5f, NO_SCALING},
-    {"small", ARCH_GPT2, 4, 128, 4, 4, 512, 128, 256, 1, 0, 1e-5f, NO_SCALING},
-    {"base", ARCH_GPT2, 6, 384, 6, 6, 1536, 256, 256, 1, 0, 1e-5f, NO_SCALING},
-    {"gpt2-124m", ARCH_GPT2, 12, 768, 12, 12, 3072, 1024, 50257, 1, 0, 1e-5f, NO_SCALING},
-    {"gpt2-large", ARCH_GPT2, 36, 1280, 20, 20, 5120, 1024, 50257, 1, 0, 1e-5f, NO_SCALING},
-    {"llama-tiny", ARCH_LLAMA, 2, 64, 4, 2, 176, 64, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
-    {"llama-small", ARCH_LLAMA, 4, 128, 4, 2, 352, 128, 256, 0, 10000.0f, 1e-5f, NO_SCALING},
-    {"qwen2-tiny", ARCH_QWEN2, 2, 64, 4, 2, 176, 64, 256, 1, 1000000.0f, 1e-6f, NO_SCALING},
-    {"smollm2-135m", ARCH_LLAMA, 30, 576, 9, 3, 1536, 8192, 49152, 1, 100000.0f, 1e-5f, NO_SCALING},
-    {"smollm2-360m", ARCH_LLAMA, 32, 960, 15, 5, 2560, 8192, 49152, 1, 100000.0f, 1e-5f,
-     NO_SCALING},
-    {"llama-3.2-1b",
-     ARCH_LLAMA,
-     16,
-     2048,
-     32,
-     8,
-     8192,
-     131072,
-     128256,
-     1,
-     500000.0f,
-     1e-5f,
-     {0, 32.0f, 1.0f, 4.0f, 8192}},
-    {"qwen2.5-0.5b", ARCH_QWEN2, 24, 896, 14, 2, 4864, 32768, 151936, 1, 1000000.0f, 1e-6f,
-     NO_SCALING},
-};
-#define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
+/* ---- presets: every architecture's, in the registry's order ------------------------ */
 
 /* the presets' names, comma-separated; byte_level: those of 256 tokens */
 static void preset_names(char *names, size_t cap, int byte_level) {
-    for (size_t i = 0; i < N_PRESETS; i++)
-        if (!byte_level || PRESETS[i].V == 256)
-            snprintf(names + strlen(names), cap - strlen(names), "%s%s", names[0] ? ", " : "",
-                     PRESETS[i].name);
+    for (int a = 0; a < ARCH_COUNT; a++)
+        for (int i = 0; i < arch_of(a)->n_presets; i++) {
+            const ArchPreset *p = &arch_of(a)->presets[i];
+            if (!byte_level || p->V == 256)
+                snprintf(names + strlen(names), cap - strlen(names), "%s%s", names[0] ? ", " : "",
+                         p->name);
+        }
 }
 
 const char *model_preset_names(void) {
@@ -92,28 +41,29 @@ const char *model_byte_preset_names(void) {
 }
 
 int model_config_preset(const char *name, ModelConfig *cfg) {
-    for (size_t i = 0; i < N_PRESETS; i++) {
-        const struct Preset *p = &PRESETS[i];
-        if (strcmp(p->name, name) != 0) continue;
-        ModelConfig c = {.arch = p->arch,
-                         .L = p->L,
-                         .C = p->C,
-                         .NH = p->NH,
-                         .T = p->T,
-                         .V = p->V,
-                         .NKV = p->NKV,
-                         .HD = p->C / p->NH,
-                         .F = p->F,
-                         .tied = p->tied,
-                         .qkv_bias = p->arch == ARCH_QWEN2,
-                         .eps = p->eps,
-                         .rope = p->scaling};
-        c.rope.theta = p->theta;
-        snprintf(c.name, sizeof c.name, "%s", name);
-        if (model_config_check(&c, NULL) != 0) return -1;
-        *cfg = c;
-        return 0;
-    }
+    for (int a = 0; a < ARCH_COUNT; a++)
+        for (int i = 0; i < arch_of(a)->n_presets; i++) {
+            const ArchPreset *p = &arch_of(a)->presets[i];
+            if (strcmp(p->name, name) != 0) continue;
+            ModelConfig c = {.arch = a,
+                             .L = p->L,
+                             .C = p->C,
+                             .NH = p->NH,
+                             .T = p->T,
+                             .V = p->V,
+                             .NKV = p->NKV,
+                             .HD = p->C / p->NH,
+                             .F = p->F,
+                             .tied = p->tied,
+                             .qkv_bias = p->qkv_bias,
+                             .eps = p->eps,
+                             .rope = p->scaling};
+            c.rope.theta = p->theta;
+            snprintf(c.name, sizeof c.name, "%s", name);
+            if (model_config_check(&c, NULL) != 0) return -1;
+            *cfg = c;
+            return 0;
+        }
     return -1;
 }
 
@@ -129,38 +79,7 @@ int model_config_check(ModelConfig *c, char *err) {
                        "context %d, vocabulary %d (1-256 layers, channels to 65536, context to "
                        "2^20, vocabulary 2 to 2^22)",
                        c->L, c->C, c->NH, c->T, c->V);
-    if (c->arch == ARCH_GPT2) { /* everything else follows from the shape */
-        if (c->C % c->NH != 0)
-            return err_set(err, "%d channels do not divide into %d heads", c->C, c->NH);
-        c->NKV = c->NH, c->HD = c->C / c->NH, c->F = 4 * c->C;
-        c->tied = 1, c->qkv_bias = 0, c->eps = 1e-5f;
-        memset(&c->rope, 0, sizeof c->rope);
-    } else {
-        const RopeConfig *r = &c->rope;
-        if (c->NKV < 1 || c->NH % c->NKV != 0)
-            return err_set(err, "%d attention heads do not share %d key/value heads evenly", c->NH,
-                           c->NKV);
-        if (c->HD < 2 || c->HD % 2 != 0 || c->HD > 1024 || (long long)c->HD * c->NH > 65536)
-            return err_set(err,
-                           "head size %d; rotary embeddings need an even one, at most 1024 "
-                           "(and heads x head size at most 65536)",
-                           c->HD);
-        if (c->F < 1 || c->F > (1 << 20)) return err_set(err, "MLP width %d; use 1 to 2^20", c->F);
-        if (!(c->eps > 0 && c->eps < 1))
-            return err_set(err, "norm epsilon %g; use more than 0, less than 1", c->eps);
-        if (!(r->theta > 1 && r->theta < 1e12f))
-            return err_set(err, "rope_theta %g; use more than 1", r->theta);
-        if (r->factor != 0 &&
-            !(r->factor >= 1 && r->factor < 1e6f && r->low_freq > 0 && r->high_freq > r->low_freq &&
-              r->high_freq < 1e6f && r->original_ctx >= 1))
-            return err_set(err,
-                           "rope_scaling factor %g, low_freq_factor %g, high_freq_factor %g, "
-                           "original_max_position_embeddings %d; use a factor of at least 1 and "
-                           "0 < low < high",
-                           r->factor, r->low_freq, r->high_freq, r->original_ctx);
-        c->tied = c->tied != 0;
-        c->qkv_bias = c->qkv_bias != 0;
-    }
+    if (arch_of(c->arch)->check(c, err) != 0) return -1;
     c->Vp = (c->V + 63) / 64 * 64;
     /* the table's size, before anything is allocated: a claimed shape must
      * not be able to exhaust memory */
@@ -201,7 +120,7 @@ char *model_config_json(const ModelConfig *c) {
     json_object_set_new(o, "T", json_integer(c->T));
     json_object_set_new(o, "V", json_integer(c->V));
     json_object_set_new(o, "Vp", json_integer(c->Vp));
-    if (c->arch != ARCH_GPT2) {
+    if (!arch_of(c->arch)->shape_only) {
         json_object_set_new(o, "arch", json_string(model_arch_name(c->arch)));
         json_object_set_new(o, "NKV", json_integer(c->NKV));
         json_object_set_new(o, "HD", json_integer(c->HD));
@@ -257,8 +176,9 @@ int model_config_parse(const char *text, size_t len, ModelConfig *cfg, char *err
     snprintf(c.name, sizeof c.name, "%s", name ? name : "custom");
     int rc = 0;
     if (arch && (c.arch = model_arch_of(arch)) < 0)
-        rc = err_set(err, "architecture '%s' is not one this strait builds (%s, %s, %s)", arch,
-                     model_arch_name(0), model_arch_name(1), model_arch_name(2));
+        rc = err_set(err, "architecture '%s' is not one this strait builds (%s)", arch,
+                     model_arch_names());
+    int more = rc == 0 && !arch_of(c.arch)->shape_only; /* the fields beyond the shape */
     int vp = 0;
     json_t *scaling = json_object_get(o, "rope_scaling");
     if (rc == 0)
@@ -267,14 +187,14 @@ int model_config_parse(const char *text, size_t len, ModelConfig *cfg, char *err
                      int_field(o, "T", 1, 1, 1 << 20, &c.T, err) ||
                      int_field(o, "V", 1, 2, 1 << 22, &c.V, err) ||
                      int_field(o, "Vp", 0, 2, 1 << 22, &vp, err) ||
-                     int_field(o, "NKV", c.arch != ARCH_GPT2, 1, 65536, &c.NKV, err) ||
-                     int_field(o, "HD", c.arch != ARCH_GPT2, 1, 65536, &c.HD, err) ||
-                     int_field(o, "F", c.arch != ARCH_GPT2, 1, 1 << 20, &c.F, err) ||
+                     int_field(o, "NKV", more, 1, 65536, &c.NKV, err) ||
+                     int_field(o, "HD", more, 1, 65536, &c.HD, err) ||
+                     int_field(o, "F", more, 1, 1 << 20, &c.F, err) ||
                      real_field(o, "eps", &c.eps, err) ||
                      real_field(o, "rope_theta", &c.rope.theta, err)
                  ? -1
                  : 0;
-    if (rc == 0 && c.arch != ARCH_GPT2) {
+    if (rc == 0 && more) {
         c.tied = json_is_true(json_object_get(o, "tied"));
         c.qkv_bias = json_is_true(json_object_get(o, "qkv_bias"));
     }

@@ -220,9 +220,9 @@ static int config_read(const Gguf *g, ModelConfig *c, char *err) {
     char *arch = NULL;
     int rc = gguf_get_str(g, "general.architecture", &arch, err);
     if (rc <= 0) return rc < 0 ? -1 : err_set(err, "%s has no general.architecture", gguf_name(g));
-    c->arch = strcmp(arch, "llama") == 0   ? ARCH_LLAMA
-              : strcmp(arch, "qwen2") == 0 ? ARCH_QWEN2
-                                           : -1;
+    c->arch = -1;
+    for (int i = 0; i < ARCH_COUNT && c->arch < 0; i++)
+        if (arch_of(i)->gguf_arch && strcmp(arch_of(i)->gguf_arch, arch) == 0) c->arch = i;
     char shown[GGUF_SHOWN];
     if (c->arch < 0) {
         err_set(err,
@@ -617,7 +617,7 @@ static int values_fit(const OutTensor *t, char *err) {
 int model_export_gguf(const Model *m, const char *path, int dtype, const TokenizerLists *tok,
                       const Gguf *tok_src, char *err) {
     const ModelConfig *c = &m->cfg;
-    if (c->arch != ARCH_LLAMA && c->arch != ARCH_QWEN2)
+    if (m->arch->gguf_arch == NULL)
         return err_set(err, "GGUF export takes the Llama family (llama, qwen2), not %s",
                        model_arch_name(c->arch));
     if (dtype != GGML_F32 && dtype != GGML_F16 && dtype != GGML_BF16 && dtype != GGML_Q8_0)

@@ -7,6 +7,7 @@
  * Ownership: a Model owns params, grads, m, v, its table and its activation
  * buffers; model_free releases all of them.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,98 +17,13 @@
 #include "kernels/model.h"
 #include "util/util.h"
 
-const Arch *arch_of(int arch) {
-    static const Arch *const all[ARCH_COUNT] = {&arch_gpt2, &arch_llama, &arch_qwen2};
-    return arch >= 0 && arch < ARCH_COUNT ? all[arch] : NULL;
-}
-
-int arch_dim(const ModelConfig *c, Dim d) {
-    switch (d) {
-    case DIM_NONE:
-        return 1;
-    case DIM_C:
-        return c->C;
-    case DIM_3C:
-        return 3 * c->C;
-    case DIM_4C:
-        return 4 * c->C;
-    case DIM_VP:
-        return c->Vp;
-    case DIM_T:
-        return c->T;
-    case DIM_Q:
-        return c->NH * c->HD;
-    case DIM_KV:
-        return c->NKV * c->HD;
-    case DIM_F:
-        return c->F;
-    }
-    return 0;
-}
-
-int arch_has(const ModelConfig *c, const ArchTensor *t) {
-    return t->when == IF_ALWAYS || (t->when == IF_UNTIED && !c->tied) ||
-           (t->when == IF_QKV_BIAS && c->qkv_bias);
-}
-
-void act_add(ActLayout *lay, int a, size_t n, int layers) {
-    lay->off[a] = lay->len;
-    lay->stride[a] = layers > 0 ? n : 0;
-    lay->len += layers > 0 ? n * (size_t)layers : n;
-}
-
 /* ---- the parameter table ----------------------------------------------------- */
-
-/* Calls f for every tensor of the configuration in table order: its row,
- * layer (0 outside layers), name and shape. */
-typedef void (*TensorFn)(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1);
-static void each_tensor(const ModelConfig *c, TensorFn f, void *ctx) {
-    const Arch *a = arch_of(c->arch);
-    for (int r = 0; r < a->n_tensors; r++) {
-        const ArchTensor *t = &a->tensors[r];
-        if (!t->layer) {
-            if (arch_has(c, t))
-                f(ctx, r, 0, t->name, t->d1 == DIM_NONE ? 1 : 2, arch_dim(c, t->d0),
-                  arch_dim(c, t->d1));
-            continue;
-        }
-        int end = r; /* the block of layer rows, layer by layer */
-        while (end < a->n_tensors && a->tensors[end].layer) end++;
-        for (int l = 0; l < c->L; l++)
-            for (int k = r; k < end; k++) {
-                const ArchTensor *lt = &a->tensors[k];
-                if (!arch_has(c, lt)) continue;
-                char name[64];
-                snprintf(name, sizeof name, "h.%d.%s", l, lt->name);
-                f(ctx, k, l, name, lt->d1 == DIM_NONE ? 1 : 2, arch_dim(c, lt->d0),
-                  arch_dim(c, lt->d1));
-            }
-        r = end - 1;
-    }
-}
-
-static void count_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0,
-                         int d1) {
-    (void)row, (void)layer, (void)name;
-    *(double *)ctx += (double)d0 * (ndim > 1 ? d1 : 1);
-}
-
-double model_config_params(const ModelConfig *c) {
-    double n = 0;
-    each_tensor(c, count_tensor, &n);
-    return n;
-}
-
-double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
-    ActLayout lay = {0};
-    arch_of(c->arch)->layout(c, B, T, &lay);
-    /* parameters, gradients, AdamW's two moments; a step's activations and
-     * their gradients */
-    return (moments_bf16 ? 12.0 : 16.0) * model_config_params(c) + 8.0 * (double)lay.len;
-}
 
 static void add_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1) {
     Model *m = ctx;
+    assert(row >= 0 && row < m->arch->n_tensors && layer >= 0 && layer < m->cfg.L);
+    assert(d0 >= 1 && (ndim == 1 || d1 >= 1) && strlen(name) < sizeof m->views[0].name);
+    assert(m->row_view[row * m->cfg.L + layer] == -1); /* each (row, layer) once */
     ParamView *v = &m->views[m->n_views];
     snprintf(v->name, sizeof v->name, "%s", name);
     v->ndim = ndim;
@@ -126,12 +42,13 @@ static void count_view(void *ctx, int row, int layer, const char *name, int ndim
 
 static void build_table(Model *m) {
     int n = 0;
-    each_tensor(&m->cfg, count_view, &n);
+    arch_each_tensor(&m->cfg, count_view, &n);
     m->views = callocCheck((size_t)n, sizeof(ParamView));
     size_t rows = (size_t)m->arch->n_tensors * (size_t)m->cfg.L;
     m->row_view = mallocCheck(rows * sizeof(int));
     for (size_t i = 0; i < rows; i++) m->row_view[i] = -1;
-    each_tensor(&m->cfg, add_tensor, m);
+    arch_each_tensor(&m->cfg, add_tensor, m);
+    assert(m->n_views == n && (double)m->n_params == model_config_params(&m->cfg));
     /* FNV-1a over names, shapes and order: the federation's table identity */
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < m->n_views; i++) {
@@ -201,11 +118,12 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
         return err_set(err, "a vocabulary of %d pads to %d, not %d", cfg->V, check.Vp, cfg->Vp);
     m->cfg = check; /* with what the architecture derives (GPT-2's head size, ...) */
     m->arch = arch_of(cfg->arch);
+    assert(m->arch != NULL && m->cfg.Vp >= m->cfg.V && m->cfg.Vp % 64 == 0);
     build_table(m);
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
     InitCtx c = {m, seed, 1.0f / sqrtf(2.0f * (float)cfg->L), 0};
-    each_tensor(cfg, init_tensor, &c);
+    arch_each_tensor(cfg, init_tensor, &c);
     return 0;
 }
 

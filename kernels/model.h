@@ -20,7 +20,12 @@
 
 #include "kernels/ops.h"
 
-enum { ARCH_GPT2, ARCH_LLAMA, ARCH_QWEN2, ARCH_COUNT };
+/* The architectures, in the registry's order (kernels/arch.c): a new one
+ * is its file, kernels/arch_<name>.c, and a row here. */
+#define ARCHES(X)          X(GPT2, gpt2) X(LLAMA, llama) X(QWEN2, qwen2)
+#define ARCH_ENUM(up, low) ARCH_##up,
+enum { ARCHES(ARCH_ENUM) ARCH_COUNT };
+#undef ARCH_ENUM
 
 typedef struct ModelConfig {
     char name[24];   /* preset name, or "custom", "hf", ... */
@@ -39,6 +44,8 @@ typedef struct ModelConfig {
 const char *model_arch_name(int arch);
 const char *model_hf_class(int arch);
 int model_arch_of(const char *name);
+/* every architecture's name, comma-separated, for messages and help */
+const char *model_arch_names(void);
 
 /* Parameters of a shape (its table's size), before anything is built. */
 double model_config_params(const ModelConfig *cfg);

@@ -1,0 +1,95 @@
+/*
+ * arch.c — the registry of architectures (API: arch.h, and model.h's
+ * names): one row per architecture, in ARCHES' order, and what follows
+ * from an architecture's tensor table alone: the walk over a
+ * configuration's tensors, its parameter count and its training memory.
+ * Nothing here knows one architecture from another.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/arch.h"
+#include "kernels/model.h"
+
+#define ARCH_ROW(up, low) [ARCH_##up] = &arch_##low,
+static const Arch *const ALL[ARCH_COUNT] = {ARCHES(ARCH_ROW)};
+#undef ARCH_ROW
+
+const Arch *arch_of(int arch) {
+    return arch >= 0 && arch < ARCH_COUNT ? ALL[arch] : NULL;
+}
+
+const Arch *arch_named(const char *name) {
+    int i = model_arch_of(name);
+    return i < 0 ? NULL : ALL[i];
+}
+
+const char *model_arch_name(int arch) {
+    const Arch *a = arch_of(arch);
+    return a ? a->name : "?";
+}
+
+const char *model_hf_class(int arch) {
+    const Arch *a = arch_of(arch);
+    return a ? a->hf_class : "?";
+}
+
+int model_arch_of(const char *name) {
+    for (int i = 0; name && i < ARCH_COUNT; i++)
+        if (strcmp(ALL[i]->name, name) == 0) return i;
+    return -1;
+}
+
+const char *model_arch_names(void) {
+    static char names[128];
+    if (names[0] == '\0')
+        for (int i = 0; i < ARCH_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     ALL[i]->name);
+    return names;
+}
+
+void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx) {
+    const Arch *a = arch_of(c->arch);
+    for (int r = 0; r < a->n_tensors; r++) {
+        const ArchTensor *t = &a->tensors[r];
+        if (!t->layer) {
+            if (arch_has(c, t))
+                f(ctx, r, 0, t->name, t->d1 == DIM_NONE ? 1 : 2, arch_dim(c, t->d0),
+                  arch_dim(c, t->d1));
+            continue;
+        }
+        int end = r; /* the block of layer rows, layer by layer */
+        while (end < a->n_tensors && a->tensors[end].layer) end++;
+        for (int l = 0; l < c->L; l++)
+            for (int k = r; k < end; k++) {
+                const ArchTensor *lt = &a->tensors[k];
+                if (!arch_has(c, lt)) continue;
+                char name[64];
+                snprintf(name, sizeof name, "h.%d.%s", l, lt->name);
+                f(ctx, k, l, name, lt->d1 == DIM_NONE ? 1 : 2, arch_dim(c, lt->d0),
+                  arch_dim(c, lt->d1));
+            }
+        r = end - 1;
+    }
+}
+
+static void count_tensor(void *ctx, int row, int layer, const char *name, int ndim, int d0,
+                         int d1) {
+    (void)row, (void)layer, (void)name;
+    *(double *)ctx += (double)d0 * (ndim > 1 ? d1 : 1);
+}
+
+double model_config_params(const ModelConfig *c) {
+    double n = 0;
+    arch_each_tensor(c, count_tensor, &n);
+    return n;
+}
+
+double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
+    ActLayout lay = {0};
+    arch_of(c->arch)->layout(c, B, T, &lay);
+    /* parameters, gradients, AdamW's two moments; a step's activations and
+     * their gradients */
+    return (moments_bf16 ? 12.0 : 16.0) * model_config_params(c) + 8.0 * (double)lay.len;
+}
