@@ -5,6 +5,7 @@
  * rather than sent as infinity. The casts themselves, one value at a time
  * and in lanes, are simd.c's: this file calls it, never the other way.
  */
+#include <assert.h>
 #include <math.h>
 
 #include "compress_internal.h"
@@ -75,6 +76,7 @@ static size_t half_raw_len(const CodecParams *p, uint32_t count) {
 
 static int half_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
+    assert(p->id == CODEC_BF16 || p->id == CODEC_FP16);
     int bf = p->id == CODEC_BF16;
     if (codec_simd()->to_half(x, count, bf, out)) return 0;
     for (uint32_t i = 0; i < count; i++) { /* which value, and why */
@@ -94,6 +96,7 @@ static int half_encode(const CodecParams *p, const float *x, uint32_t count, uin
 
 static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, double *norm2,
                       uint64_t *nonzeros, char *err) {
+    assert(p->id == CODEC_BF16 || p->id == CODEC_FP16);
     const CodecSimd *k = codec_simd();
     int bf = p->id == CODEC_BF16;
     float tile[HALF_TILE];
@@ -111,6 +114,7 @@ static int half_check(const CodecParams *p, const uint8_t *raw, uint32_t count, 
 
 static void half_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                        float *dst, int accumulate) {
+    assert(p->id == CODEC_BF16 || p->id == CODEC_FP16);
     const CodecSimd *k = codec_simd();
     int bf = p->id == CODEC_BF16;
     if (!accumulate) {

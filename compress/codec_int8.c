@@ -15,6 +15,7 @@
  * scale, in a separate sum) — so their order does not matter.
  * kernels/cuda/compress.cu follows the same steps.
  */
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
                               uint8_t *restrict table, uint8_t *restrict codes,
                               int32_t *restrict off, uint32_t *restrict clamped,
                               int64_t (*h)[256]) {
+    assert(n > 0 && scale >= FLT_MIN && isfinite(scale)); /* block_scale's */
     float inv = 1.0f / scale;
     int64_t mid_sum[256] = {0}, edge_sum[2] = {0, 0};
     uint32_t mid_count[256] = {0}, edge_count[2] = {0, 0};
@@ -68,6 +70,7 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
         uint32_t m = n - t0 < SIMD_TERM_TILE ? n - t0 : SIMD_TERM_TILE, i = 0;
         const uint8_t *c = codes + t0;
         uint32_t n_clamped = k->int8_codes(x + t0, m, inv, codes + t0, off, clamped);
+        assert(n_clamped <= m);
         for (; i + 4 <= m; i += 4) {   /* neighbours often share a bin: four histograms */
             uint32_t q4 = ld32(c + i); /* one load for four codes */
             h[0][q4 & 255] += off[i] + SIMD_TERM_ONE;
@@ -97,12 +100,14 @@ static void int8_encode_block(const CodecSimd *k, const float *restrict x, uint3
             cnt += edge_count[edge];
         }
         double mean = cnt ? total / (double)cnt : centre;
+        assert(isfinite(mean));
         stf(table + 4 * q, (float)(mean * (double)scale));
     }
 }
 
 static int int8_encode(const CodecParams *p, const float *x, uint32_t count, uint8_t *out,
                        char *err) {
+    assert(p->block > 0 && x != NULL && out != NULL);
     const CodecSimd *k = codec_simd();
     /* scratch: the four histograms, the tile's offsets, the clamped indices */
     int64_t(*h)[256] = malloc(sizeof(int64_t) * 4 * 256 +
@@ -148,6 +153,7 @@ static double lanes_sum(const double *acc) {
 
 /* A block's squared norm from its table and codes. */
 static double block_norm2(const float *table, const uint8_t *codes, uint32_t n) {
+    assert(n > 0);
     double sq[256], acc[INT8_LANES] = {0};
     for (int q = 0; q < 256; q++) sq[q] = (double)table[q] * table[q];
     uint32_t i = 0;
@@ -195,8 +201,10 @@ static int int8_check_add(const CodecParams *p, const uint8_t *raw, uint32_t cou
     return 0;
 }
 
+/* after int8_check: the tables are finite */
 static void int8_apply(const CodecParams *p, const uint8_t *raw, uint32_t count, float w,
                        float *dst, int accumulate) {
+    assert(p->block > 0);
     const CodecSimd *k = codec_simd();
     for (uint32_t b0 = 0; b0 < count; b0 += p->block) {
         uint32_t n = count - b0 < p->block ? count - b0 : p->block;

@@ -92,6 +92,7 @@ static float kth_largest(float *v, uint32_t n, uint32_t k) {
  * equal to v, in index order. */
 static int topk_select(const CodecSimd *ks, const float *x, uint32_t len, uint32_t k, float *cmag,
                        float *tmp, uint32_t *cand, uint16_t *out) {
+    assert(k <= len && len <= 65536);
     uint32_t n_cand = 0;
     int checked = 0;
     if (k < len) {
@@ -109,6 +110,7 @@ static int topk_select(const CodecSimd *ks, const float *x, uint32_t len, uint32
             checked = 1;
         }
     }
+    assert(n_cand <= len);
     if (n_cand < k) { /* estimate too high (or k == len): every index */
         if (!checked && !ks->finite(x, len, NULL)) return -1;
         n_cand = len;
@@ -134,6 +136,7 @@ static float lower_median_mag(const float *v, uint64_t n, float *scratch) {
 
 static void quantize_values(const CodecParams *p, const float *v, uint64_t n, uint8_t *table,
                             uint8_t *codes, float *scratch) {
+    assert(p->value_bits == 8 || p->value_bits == 2);
     float amax = 0;
     for (uint64_t i = 0; i < n; i++)
         if (fabsf(v[i]) > amax) amax = fabsf(v[i]);
@@ -149,6 +152,7 @@ static void quantize_values(const CodecParams *p, const float *v, uint64_t n, ui
             if (r > 127.0f) r = 127.0f;
             if (r < -127.0f) r = -127.0f;
             int q = (int)r + 128;
+            assert(q >= 1 && q <= 255); /* bin 0 is never a code: its value is 0 */
             codes[i] = (uint8_t)q;
             sum[q] += lrintf((f - r) * FIX_MID);
             cnt[q]++;
@@ -193,11 +197,13 @@ int topk_encode_selected(const CodecParams *p, uint32_t count, const uint16_t *s
     uint64_t kv = 0;
     for (uint32_t c0 = 0; c0 < count; c0 += p->chunk) {
         uint32_t len = count - c0 < p->chunk ? count - c0 : p->chunk, k = topk_k(ppm, len);
+        assert(k <= len && len <= 65536 && kv + k <= K); /* an index fits 16 bits */
         st16(w, (uint16_t)k);
         memcpy(w + 2, sel + kv, 2 * (size_t)k);
         w += 2 + 2 * (size_t)k;
         kv += k;
     }
+    assert(kv == K);
     quantize_values(p, vals, K, table, w, scratch);
     free(scratch);
     return 0;

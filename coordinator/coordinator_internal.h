@@ -229,7 +229,8 @@ typedef struct Rounds {
     int64_t commit_bytes;
     ErrorFeedback down_ef;  /* what the downlink codec has not yet sent of θ's moves */
     int state_lost;         /* a failed commit stepped outer and down_ef in place and they
-                             * could not be read back: no round opens until they are */
+                             * could not be read back: no round opens until they are, so
+                             * it is set only while UNOPENED */
     NetSpool *spool;        /* owned */
     pthread_mutex_t lock;   /* guards everything above */
     pthread_cond_t changed; /* a round committed or the federation finished */
@@ -237,10 +238,12 @@ typedef struct Rounds {
     int stop;
     /* ROUND_UNOPENED: the ticker tries again every second from reopen_at_ms */
     int64_t reopen_at_ms, reopen_logged_ms;
-    /* An attempt whose failure the store did not take yet (0: none): it is
-     * recorded before the next attempt opens. */
-    int64_t stale_id, stale_bytes_down;
-    char stale_reason[300];
+    /* A failed attempt the store did not record yet (id 0: none): recorded
+     * before the next attempt opens, so it is set only while UNOPENED. */
+    struct {
+        int64_t id, bytes_down;
+        char reason[300];
+    } unrecorded;
     /* One update is read at a time, from its inspection to its apply: a read
      * uses every core already, and an update's pages (a map of its spool
      * file) are resident only while it is read, so memory does not grow with

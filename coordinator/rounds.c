@@ -44,8 +44,11 @@
  *
  * What each state implies is asserted at every move and whenever a handler
  * takes rounds.lock (rounds_assert_state, as SQLite's assert_pager_state):
- * OPEN has a store row, an allocated sum and no lost optimizer state;
- * COMMITTING's sum has moved to the commit; FINISHED has run every round.
+ * OPEN has a store row and an allocated sum; COMMITTING's sum has moved
+ * to the commit; FINISHED has run every round. What keeps a round from
+ * opening is UNOPENED's alone: an optimizer state a failed commit lost
+ * (state_lost) and a failed attempt the store has not recorded
+ * (unrecorded) are set in no other state.
  *
  * Threading: handlers run on net/'s workers; everything in Rounds is under
  * rounds.lock, the store under store_lock (taken after rounds.lock), but for
@@ -86,12 +89,14 @@ int rounds_move_legal(RoundState from, RoundState to) {
 
 void rounds_assert_state(const Rounds *r) {
     assert(r->n_kept >= 0 && r->n_kept <= r->n_reported && r->n_reported <= r->cap_reports);
+    /* what keeps a round from opening is UNOPENED's alone */
+    assert(r->state == ROUND_UNOPENED || (!r->state_lost && r->unrecorded.id == 0));
     switch (r->state) {
     case ROUND_NONE:
         assert(r->n_reported == 0);
         break;
     case ROUND_OPEN:
-        assert(r->round_id > 0 && !r->state_lost && r->number < r->set.total);
+        assert(r->round_id > 0 && r->number < r->set.total);
         assert(r->sum.sum != NULL && r->sum.n == r->model.n_params);
         break;
     case ROUND_COMMITTING:
@@ -218,9 +223,10 @@ static int open_round(Coordinator *co, char *err) {
     flush_refusals(co); /* the attempt that ends: its own */
     if (rc == 0) {
         pthread_mutex_lock(&co->store_lock);
-        if (r->stale_id > 0 && (rc = store_round_fail(co->store, r->stale_id, r->stale_reason,
-                                                      r->stale_bytes_down, now, err)) == 0)
-            r->stale_id = 0;
+        if (r->unrecorded.id > 0 &&
+            (rc = store_round_fail(co->store, r->unrecorded.id, r->unrecorded.reason,
+                                   r->unrecorded.bytes_down, now, err)) == 0)
+            r->unrecorded.id = 0;
         if (rc == 0) rc = store_round_open(co->store, r->number, now, &r->round_id, err);
         StoreRound opened; /* which attempt it is; unknown: not the first */
         r->attempt = rc == 0 && store_round_get(co->store, r->number, &opened, NULL) == 0
@@ -266,8 +272,8 @@ static void fail_round(Coordinator *co, const char *reason) {
     if (store_round_fail(co->store, r->round_id, reason, r->bytes_down, time_wall_ms(), err) != 0) {
         log_error("rounds", "cannot record round %lld as failed: %s (recorded before it reopens)",
                   (long long)r->number, err);
-        r->stale_id = r->round_id, r->stale_bytes_down = r->bytes_down;
-        snprintf(r->stale_reason, sizeof r->stale_reason, "%s", reason);
+        r->unrecorded.id = r->round_id, r->unrecorded.bytes_down = r->bytes_down;
+        snprintf(r->unrecorded.reason, sizeof r->unrecorded.reason, "%s", reason);
     }
     pthread_mutex_unlock(&co->store_lock);
     log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);

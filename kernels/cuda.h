@@ -48,7 +48,7 @@ ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err);
  * every rank in one NCCL communicator (global rank rank × n_gpus + i),
  * bootstrapped by rank 0's id (model_cuda_nccl_id), which the caller has
  * broadcast. Never run on a GPU yet. */
-#define GPT_CUDA_NCCL_ID_BYTES 128
+#define MODEL_CUDA_NCCL_ID_BYTES 128
 int model_cuda_nccl_id(void *id);
 ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank, int ranks,
                                    const void *nccl_id, char *err);

@@ -5,6 +5,7 @@
  * next-token logits. Activations are sized for the (B, T) of the first
  * forward and regrown if a larger one comes.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +18,24 @@
 
 /* the output layer's weight inside base: its own, or the tied embedding */
 static float *head_w(const Model *m, float *base) {
+    assert(m->arch->embed_row >= 0 && m->arch->embed_row < m->arch->n_tensors);
     float *w = m->arch->head_row >= 0 ? arch_w(m, base, m->arch->head_row, 0) : NULL;
     return w ? w : arch_w(m, base, m->arch->embed_row, 0);
 }
 
 /* ---- one pass on any backend ------------------------------------------------------- */
 
+/* a pass's buffers are laid out for its own (B, T) and the model's table */
+static void assert_pass(const Model *m, const Pass *p) {
+    assert(p->ops != NULL && p->lay != NULL && p->params != NULL && p->acts != NULL);
+    assert(p->B >= 1 && p->T >= 1 && p->T <= m->cfg.T);
+    assert(p->lay->B == p->B && p->lay->T == p->T && p->lay->len > 0);
+    assert(m->arch == arch_of(m->cfg.arch) && m->n_views > 0);
+    (void)m, (void)p;
+}
+
 float model_pass_forward(const Model *m, const Pass *p) {
+    assert_pass(m, p);
     m->arch->forward(m, p);
     if (p->targets == NULL) return -1.0f;
     float *a = p->acts;
@@ -33,6 +45,8 @@ float model_pass_forward(const Model *m, const Pass *p) {
 }
 
 void model_pass_backward(const Model *m, const Pass *p) {
+    assert_pass(m, p);
+    assert(p->grads != NULL && p->dacts != NULL && p->targets != NULL);
     float *a = p->acts;
     p->ops->zero(p->dacts, p->lay->len, p->stream);
     p->ops->classifier_backward(act_at(p, p->dacts, ACT_OUT, 0), head_w(m, p->grads),
@@ -59,6 +73,7 @@ static void ensure_acts(Model *m, int B, int T) {
     m->inputs = mallocCheck((size_t)B * T * sizeof(int));
     m->targets = mallocCheck((size_t)B * T * sizeof(int));
     m->acts_cap = m->lay.len, m->fwd_cap = B * T;
+    assert(m->lay.len <= m->acts_cap && B * T <= m->fwd_cap);
 }
 
 static Pass host_pass(Model *m) {
@@ -108,6 +123,7 @@ float model_grad_norm(const Model *m) {
     for (size_t b = 0; b < blocks; b++) {
         size_t i = b * BLOCK, end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
         float lane[8] = {0};
+        assert(i < end);
         for (; i + 8 <= end; i += 8)
             for (int k = 0; k < 8; k++) lane[k] += g[i + k] * g[i + k];
         float part = 0;
@@ -129,6 +145,7 @@ float model_clip_grad_norm(Model *m, float max_norm) {
 }
 
 void model_next_logits(Model *m, const int *ctx, int n, float *logits) {
+    assert(n >= 1);
     int T = n < m->cfg.T ? n : m->cfg.T;
     const int *start = ctx + (n - T);
     model_forward(m, start, NULL, 1, T);

@@ -2,6 +2,7 @@
  * train.c — the one trainer (API: train.h): AdamW, the schedule, a step on
  * the CPU or the site's GPUs, a whole run, and the held-out evaluator.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,8 @@ static void adamw_bf16(Model *m, const AdamWConfig *o, float lr, float grad_scal
 }
 
 void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float grad_scale) {
+    assert(m->params != NULL && m->grads != NULL && m->step >= 0);
+    assert(grad_scale >= 0 && grad_scale <= 1); /* clipping only scales down */
     if (m->moments_bf16) {
         adamw_bf16(m, o, lr, grad_scale);
         return;
@@ -76,6 +79,7 @@ void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float gra
 }
 
 float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_frac) {
+    assert(step >= 0 && warmup >= 0);
     if (step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
     if (total <= warmup) return max_lr;
     float progress = (float)(step - warmup) / (float)(total - warmup);
@@ -141,7 +145,7 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
     if (ranks > 1 && gpus == 0)
         t->coll = (TrainCollectives){ranks_coll_mean, ranks_coll_root, NULL};
 #ifdef STRAIT_HAVE_CUDA
-    uint8_t id[GPT_CUDA_NCCL_ID_BYTES] = {0};
+    uint8_t id[MODEL_CUDA_NCCL_ID_BYTES] = {0};
     int id_ok = 1;
     if (ranks > 1 && gpus > 0) { /* rank 0's NCCL id to every rank; all fail together */
         if (rk->rank == 0) id_ok = model_cuda_nccl_id(id) == 0;
@@ -184,6 +188,7 @@ float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *gr
     if (t->gpu) return model_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
 #endif
     Model *m = t->m;
+    assert(tg != NULL && t->B >= 1 && t->T >= 1 && t->T <= m->cfg.T);
     float loss = model_forward(m, in, tg, t->B, t->T);
     model_zero_grad(m);
     model_backward(m);

@@ -68,7 +68,7 @@ struct ModelCuda {
 
 extern "C" int model_cuda_nccl_id(void *id) {
 #ifdef STRAIT_HAVE_NCCL
-    static_assert(sizeof(ncclUniqueId) == GPT_CUDA_NCCL_ID_BYTES, "NCCL's id size");
+    static_assert(sizeof(ncclUniqueId) == MODEL_CUDA_NCCL_ID_BYTES, "NCCL's id size");
     return ncclGetUniqueId((ncclUniqueId *)id) == ncclSuccess ? 0 : -1;
 #else
     (void)id;

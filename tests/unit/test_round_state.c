@@ -58,6 +58,9 @@ Test(round_state, what_each_state_implies_holds_where_the_code_leaves_it) {
     rounds_assert_state(&r);
     r.state = ROUND_UNOPENED, r.reopen_at_ms = 1;
     rounds_assert_state(&r);
+    r.state_lost = 1, r.unrecorded.id = 7; /* what keeps it from opening */
+    rounds_assert_state(&r);
+    r.state_lost = 0, r.unrecorded.id = 0;
     r.state = ROUND_FINISHED, r.number = 10;
     rounds_assert_state(&r);
 }
@@ -74,6 +77,23 @@ Test(round_state, an_open_round_with_lost_optimizer_state_aborts, .signal = SIGA
     float sum[4] = {0};
     Rounds r;
     open_round_of(&r, sum);
+    r.state_lost = 1;
+    rounds_assert_state(&r);
+}
+
+Test(round_state, an_open_round_with_a_failed_attempt_not_recorded_aborts, .signal = SIGABRT) {
+    float sum[4] = {0};
+    Rounds r;
+    open_round_of(&r, sum);
+    r.unrecorded.id = 3; /* recorded before an attempt opens */
+    rounds_assert_state(&r);
+}
+
+Test(round_state, a_finished_federation_with_lost_optimizer_state_aborts, .signal = SIGABRT) {
+    float sum[4] = {0};
+    Rounds r;
+    open_round_of(&r, sum);
+    r.state = ROUND_FINISHED, r.number = r.set.total, r.sum.sum = NULL;
     r.state_lost = 1;
     rounds_assert_state(&r);
 }
