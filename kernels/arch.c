@@ -10,6 +10,7 @@
 
 #include "kernels/arch.h"
 #include "kernels/model.h"
+#include "util/util.h"
 
 #define ARCH_ROW(up, low) [ARCH_##up] = &arch_##low,
 static const Arch *const ALL[ARCH_COUNT] = {ARCHES(ARCH_ROW)};
@@ -48,6 +49,50 @@ const char *model_arch_names(void) {
                      ALL[i]->name);
     return names;
 }
+
+/* ---- adapters' targets, by name ------------------------------------------------- */
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} LORA_NAMES[] = {{LORA_Q, "q"},       {LORA_K, "k"},   {LORA_V, "v"},      {LORA_O, "o"},
+                  {LORA_GATE, "gate"}, {LORA_UP, "up"}, {LORA_DOWN, "down"}};
+#define N_LORA_NAMES (int)(sizeof LORA_NAMES / sizeof LORA_NAMES[0])
+
+int model_lora_targets_parse(const char *list, unsigned *targets, char *err) {
+    if (strcmp(list, "all") == 0) {
+        *targets = LORA_ALL;
+        return 0;
+    }
+    unsigned t = 0;
+    const char *s = list;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        int found = 0;
+        for (int i = 0; i < N_LORA_NAMES && !found; i++)
+            if (strlen(LORA_NAMES[i].name) == n && strncmp(s, LORA_NAMES[i].name, n) == 0)
+                t |= LORA_NAMES[i].bit, found = 1;
+        if (!found)
+            return err_set(err,
+                           "adapter target '%.*s' is not one of q, k, v, o, gate, up, down (or "
+                           "all)",
+                           (int)n, s);
+        s += n + (s[n] == ',');
+    }
+    if (t == 0) return err_set(err, "no adapter target; name some of q, k, v, o, gate, up, down");
+    *targets = t;
+    return 0;
+}
+
+void model_lora_targets_names(unsigned targets, char *out, size_t cap) {
+    out[0] = '\0';
+    for (int i = 0; i < N_LORA_NAMES; i++)
+        if (targets & LORA_NAMES[i].bit)
+            snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? "," : "",
+                     LORA_NAMES[i].name);
+}
+
+/* ---- the table walk --------------------------------------------------------------- */
 
 void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx) {
     const Arch *a = arch_of(c->arch);

@@ -33,6 +33,7 @@ typedef struct ArchTensor {
     When when;
     const char *hf; /* Hugging Face's name, "%d" the layer */
     int hf_conv1d;  /* stored there as [in, out] (GPT-2's Conv1D) */
+    unsigned lora;  /* the LORA_* bit of a projection adapters may adapt (0: none) */
 } ArchTensor;
 
 /* a published shape (random weights; the real ones come from --init-from) */
@@ -137,12 +138,31 @@ static inline int arch_has(const ModelConfig *c, const ArchTensor *t) {
 typedef void (*TensorFn)(void *ctx, int row, int layer, const char *name, int ndim, int d0, int d1);
 void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx);
 
-/* table row r's tensor at layer l (0 for the others) inside base (params or
- * grads, host or device), NULL if this configuration has none */
+/* table row r's tensor at layer l (0 for the others) inside base (the
+ * base's weights or their gradients, host or device: laid out by
+ * base_views), NULL if this configuration has none */
 static inline float *arch_w(const Model *m, float *base, int r, int l) {
     int v = m->row_view[r * m->cfg.L + l];
-    return v < 0 ? NULL : base + m->views[v].offset;
+    return v < 0 ? NULL : base + m->base_views[v].offset;
 }
+
+/* the base's weight of row r at layer l inside base (NULL: none, or
+ * frozen when base is NULL) */
+static inline float *arch_wg(const Model *m, float *base, int r, int l) {
+    return base ? arch_w(m, base, r, l) : NULL;
+}
+
+/* lora.c: the adapters inside an architecture's graph. lora_layout adds
+ * activations a0 .. a0 + 8 (one per adapted projection, and a scratch);
+ * lora_forward adds (alpha / rank) B A inp to out after row r's
+ * projection at layer l, lora_backward its gradients (into dinp and the
+ * adapters'), both nothing when row r is not adapted. */
+#define LORA_ACTS 8
+void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0);
+void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
+                  float *out);
+void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
+                   float *dinp, const float *dout);
 
 /* layout helpers: activation a of n floats (per layer when layers > 0) */
 static inline void act_add(ActLayout *lay, int a, size_t n, int layers) {

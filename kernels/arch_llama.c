@@ -16,33 +16,33 @@
 
 enum { WTE, LN1, QW, QB, KW, KB, VW, VB, OW, LN2, GATE_W, UP_W, DOWN_W, LNF, HEAD };
 static const ArchTensor TENSORS[] = {
-    [WTE] = {"wte", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_ALWAYS, "model.embed_tokens.weight", 0},
+    [WTE] = {"wte", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_ALWAYS, "model.embed_tokens.weight", 0, 0},
     [LN1] = {"ln_1.weight", 1, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS,
-             "model.layers.%d.input_layernorm.weight", 0},
+             "model.layers.%d.input_layernorm.weight", 0, 0},
     [QW] = {"attn.q.weight", 1, DIM_Q, DIM_C, INIT_NORMAL, IF_ALWAYS,
-            "model.layers.%d.self_attn.q_proj.weight", 0},
+            "model.layers.%d.self_attn.q_proj.weight", 0, LORA_Q},
     [QB] = {"attn.q.bias", 1, DIM_Q, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
-            "model.layers.%d.self_attn.q_proj.bias", 0},
+            "model.layers.%d.self_attn.q_proj.bias", 0, 0},
     [KW] = {"attn.k.weight", 1, DIM_KV, DIM_C, INIT_NORMAL, IF_ALWAYS,
-            "model.layers.%d.self_attn.k_proj.weight", 0},
+            "model.layers.%d.self_attn.k_proj.weight", 0, LORA_K},
     [KB] = {"attn.k.bias", 1, DIM_KV, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
-            "model.layers.%d.self_attn.k_proj.bias", 0},
+            "model.layers.%d.self_attn.k_proj.bias", 0, 0},
     [VW] = {"attn.v.weight", 1, DIM_KV, DIM_C, INIT_NORMAL, IF_ALWAYS,
-            "model.layers.%d.self_attn.v_proj.weight", 0},
+            "model.layers.%d.self_attn.v_proj.weight", 0, LORA_V},
     [VB] = {"attn.v.bias", 1, DIM_KV, DIM_NONE, INIT_ZERO, IF_QKV_BIAS,
-            "model.layers.%d.self_attn.v_proj.bias", 0},
+            "model.layers.%d.self_attn.v_proj.bias", 0, 0},
     [OW] = {"attn.o.weight", 1, DIM_C, DIM_Q, INIT_RESID, IF_ALWAYS,
-            "model.layers.%d.self_attn.o_proj.weight", 0},
+            "model.layers.%d.self_attn.o_proj.weight", 0, LORA_O},
     [LN2] = {"ln_2.weight", 1, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS,
-             "model.layers.%d.post_attention_layernorm.weight", 0},
+             "model.layers.%d.post_attention_layernorm.weight", 0, 0},
     [GATE_W] = {"mlp.gate.weight", 1, DIM_F, DIM_C, INIT_NORMAL, IF_ALWAYS,
-                "model.layers.%d.mlp.gate_proj.weight", 0},
+                "model.layers.%d.mlp.gate_proj.weight", 0, LORA_GATE},
     [UP_W] = {"mlp.up.weight", 1, DIM_F, DIM_C, INIT_NORMAL, IF_ALWAYS,
-              "model.layers.%d.mlp.up_proj.weight", 0},
+              "model.layers.%d.mlp.up_proj.weight", 0, LORA_UP},
     [DOWN_W] = {"mlp.down.weight", 1, DIM_C, DIM_F, INIT_RESID, IF_ALWAYS,
-                "model.layers.%d.mlp.down_proj.weight", 0},
-    [LNF] = {"ln_f.weight", 0, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS, "model.norm.weight", 0},
-    [HEAD] = {"lm_head.weight", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_UNTIED, "lm_head.weight", 0},
+                "model.layers.%d.mlp.down_proj.weight", 0, LORA_DOWN},
+    [LNF] = {"ln_f.weight", 0, DIM_C, DIM_NONE, INIT_ONE, IF_ALWAYS, "model.norm.weight", 0, 0},
+    [HEAD] = {"lm_head.weight", 0, DIM_VP, DIM_C, INIT_NORMAL, IF_UNTIED, "lm_head.weight", 0, 0},
 };
 
 enum {
@@ -64,7 +64,8 @@ enum {
     SWI,
     DOWN,
     RES3,
-    RSTDF
+    RSTDF,
+    LORA_A0 /* lora.c's: LORA_ACTS of them */
 };
 
 static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
@@ -95,6 +96,7 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, RSTDF, BT, 0);
     act_add(lay, ACT_LOSSES, BT, 0);
     act_add(lay, ACT_LSE, BT, 0);
+    lora_layout(c, B, T, lay, LORA_A0);
 }
 
 static void forward(const Model *m, const Pass *p) {
@@ -113,19 +115,26 @@ static void forward(const Model *m, const Pass *p) {
         float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         o->rmsnorm_forward(A(XN1, l), A(RSTD1, l), x, W(LN1, l), BT, C, eps, st);
         o->matmul_forward(A(Q, l), A(XN1, l), W(QW, l), W(QB, l), BT, C, Qd, st);
+        lora_forward(m, p, LORA_A0, QW, l, A(XN1, l), A(Q, l));
         o->matmul_forward(A(K, l), A(XN1, l), W(KW, l), W(KB, l), BT, C, KVd, st);
+        lora_forward(m, p, LORA_A0, KW, l, A(XN1, l), A(K, l));
         o->matmul_forward(A(V, l), A(XN1, l), W(VW, l), W(VB, l), BT, C, KVd, st);
+        lora_forward(m, p, LORA_A0, VW, l, A(XN1, l), A(V, l));
         o->rope_forward(A(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
         o->rope_forward(A(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
         o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l), &as,
                              st);
         o->matmul_forward(A(ATTPROJ, l), A(ATTY, l), W(OW, l), NULL, BT, Qd, C, st);
+        lora_forward(m, p, LORA_A0, OW, l, A(ATTY, l), A(ATTPROJ, l));
         o->residual_forward(A(RES2, l), x, A(ATTPROJ, l), (size_t)BT * C, st);
         o->rmsnorm_forward(A(XN2, l), A(RSTD2, l), A(RES2, l), W(LN2, l), BT, C, eps, st);
         o->matmul_forward(A(GATE, l), A(XN2, l), W(GATE_W, l), NULL, BT, C, F, st);
+        lora_forward(m, p, LORA_A0, GATE_W, l, A(XN2, l), A(GATE, l));
         o->matmul_forward(A(UP, l), A(XN2, l), W(UP_W, l), NULL, BT, C, F, st);
+        lora_forward(m, p, LORA_A0, UP_W, l, A(XN2, l), A(UP, l));
         o->swiglu_forward(A(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F, st);
         o->matmul_forward(A(DOWN, l), A(SWI, l), W(DOWN_W, l), NULL, BT, F, C, st);
+        lora_forward(m, p, LORA_A0, DOWN_W, l, A(SWI, l), A(DOWN, l));
         o->residual_forward(A(RES3, l), A(RES2, l), A(DOWN, l), (size_t)BT * C, st);
     }
     o->rmsnorm_forward(A(ACT_OUT, 0), A(RSTDF, 0), A(RES3, L - 1), W(LNF, 0), BT, C, eps, st);
@@ -141,7 +150,7 @@ static void backward(const Model *m, const Pass *p) {
     float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
     AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
 #define D(x, l) act_at(p, d, x, l)
-#define G(r, l) arch_w(m, g, r, l)
+#define G(r, l) arch_wg(m, g, r, l) /* NULL: the base is frozen */
     o->rmsnorm_backward(D(RES3, L - 1), G(LNF, 0), D(ACT_OUT, 0), A(RES3, L - 1), W(LNF, 0),
                         A(RSTDF, 0), BT, C, st);
     for (int l = L - 1; l >= 0; l--) {
@@ -150,30 +159,37 @@ static void backward(const Model *m, const Pass *p) {
         o->residual_backward(D(RES2, l), D(DOWN, l), D(RES3, l), (size_t)BT * C, st);
         o->matmul_backward(D(SWI, l), G(DOWN_W, l), NULL, D(DOWN, l), A(SWI, l), W(DOWN_W, l), BT,
                            F, C, st);
+        lora_backward(m, p, LORA_A0, DOWN_W, l, A(SWI, l), D(SWI, l), D(DOWN, l));
         o->swiglu_backward(D(GATE, l), D(UP, l), D(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F,
                            st);
         o->matmul_backward(D(XN2, l), G(GATE_W, l), NULL, D(GATE, l), A(XN2, l), W(GATE_W, l), BT,
                            C, F, st);
+        lora_backward(m, p, LORA_A0, GATE_W, l, A(XN2, l), D(XN2, l), D(GATE, l));
         o->matmul_backward(D(XN2, l), G(UP_W, l), NULL, D(UP, l), A(XN2, l), W(UP_W, l), BT, C, F,
                            st);
+        lora_backward(m, p, LORA_A0, UP_W, l, A(XN2, l), D(XN2, l), D(UP, l));
         o->rmsnorm_backward(D(RES2, l), G(LN2, l), D(XN2, l), A(RES2, l), W(LN2, l), A(RSTD2, l),
                             BT, C, st);
         o->residual_backward(dx, D(ATTPROJ, l), D(RES2, l), (size_t)BT * C, st);
         o->matmul_backward(D(ATTY, l), G(OW, l), NULL, D(ATTPROJ, l), A(ATTY, l), W(OW, l), BT, Qd,
                            C, st);
+        lora_backward(m, p, LORA_A0, OW, l, A(ATTY, l), D(ATTY, l), D(ATTPROJ, l));
         o->attention_backward(D(Q, l), D(K, l), D(V, l), D(PREATT, l), D(ATT, l), D(ATTY, l),
                               A(Q, l), A(K, l), A(V, l), A(ATT, l), &as, st);
         o->rope_backward(D(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
         o->rope_backward(D(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
         o->matmul_backward(D(XN1, l), G(QW, l), G(QB, l), D(Q, l), A(XN1, l), W(QW, l), BT, C, Qd,
                            st);
+        lora_backward(m, p, LORA_A0, QW, l, A(XN1, l), D(XN1, l), D(Q, l));
         o->matmul_backward(D(XN1, l), G(KW, l), G(KB, l), D(K, l), A(XN1, l), W(KW, l), BT, C, KVd,
                            st);
+        lora_backward(m, p, LORA_A0, KW, l, A(XN1, l), D(XN1, l), D(K, l));
         o->matmul_backward(D(XN1, l), G(VW, l), G(VB, l), D(V, l), A(XN1, l), W(VW, l), BT, C, KVd,
                            st);
+        lora_backward(m, p, LORA_A0, VW, l, A(XN1, l), D(XN1, l), D(V, l));
         o->rmsnorm_backward(dx, G(LN1, l), D(XN1, l), x, W(LN1, l), A(RSTD1, l), BT, C, st);
     }
-    o->encoder_backward(G(WTE, 0), NULL, D(ENCODED, 0), p->inputs, B, T, C, st);
+    if (g != NULL) o->encoder_backward(G(WTE, 0), NULL, D(ENCODED, 0), p->inputs, B, T, C, st);
 #undef A
 #undef W
 #undef D

@@ -69,6 +69,29 @@ int model_config_preset(const char *name, ModelConfig *cfg) {
 
 /* ---- checks ------------------------------------------------------------------- */
 
+/* adapters: none, or a rank, an alpha and targets the architecture has */
+static int lora_check(const ModelConfig *c, char *err) {
+    const AdapterConfig *a = &c->lora;
+    if (a->rank == 0)
+        return a->targets == 0 && a->alpha == 0 && a->base == 0
+                   ? 0
+                   : err_set(err, "adapter settings without a rank");
+    const Arch *arch = arch_of(c->arch);
+    unsigned takes = 0;
+    for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
+    if (takes == 0)
+        return err_set(err, "LoRA adapters take the Llama family's projections; a %s has none",
+                       arch->name);
+    if (a->rank < 1 || a->rank > LORA_RANK_MAX)
+        return err_set(err, "adapter rank %d; use 1 to %d", a->rank, LORA_RANK_MAX);
+    if (!(a->alpha > 0 && a->alpha < 1e6f))
+        return err_set(err, "adapter alpha %g; use more than 0 (PEFT's lora_alpha)", a->alpha);
+    if (a->targets == 0 || (a->targets & ~takes) != 0)
+        return err_set(err, "adapter targets 0x%x; a %s takes q, k, v, o, gate, up, down",
+                       a->targets, arch->name);
+    return 0;
+}
+
 int model_config_check(ModelConfig *c, char *err) {
     if (arch_of(c->arch) == NULL)
         return err_set(err, "architecture %d is not one this strait builds", c->arch);
@@ -80,6 +103,7 @@ int model_config_check(ModelConfig *c, char *err) {
                        "2^20, vocabulary 2 to 2^22)",
                        c->L, c->C, c->NH, c->T, c->V);
     if (arch_of(c->arch)->check(c, err) != 0) return -1;
+    if (lora_check(c, err) != 0) return -1;
     c->Vp = (c->V + 63) / 64 * 64;
     /* the table's size, before anything is allocated: a claimed shape must
      * not be able to exhaust memory */
@@ -136,6 +160,14 @@ char *model_config_json(const ModelConfig *c) {
                           (double)c->rope.low_freq, "high_freq_factor", (double)c->rope.high_freq,
                           "original_max_position_embeddings", c->rope.original_ctx));
     }
+    if (c->lora.rank > 0) {
+        char targets[64], base[17];
+        model_lora_targets_names(c->lora.targets, targets, sizeof targets);
+        snprintf(base, sizeof base, "%016llx", (unsigned long long)c->lora.base);
+        json_object_set_new(o, "lora",
+                            json_pack("{s:i,s:f,s:s,s:s}", "rank", c->lora.rank, "alpha",
+                                      (double)c->lora.alpha, "targets", targets, "base", base));
+    }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     return text;
@@ -159,6 +191,32 @@ static int real_field(json_t *o, const char *key, float *out, char *err) {
     if (!json_is_number(v) || !isfinite(json_number_value(v)))
         return err_set(err, "the model configuration's %s should be a number", key);
     *out = (float)json_number_value(v);
+    return 0;
+}
+
+/* "lora": {"rank": 8, "alpha": 16, "targets": "q,v", "base": "<16 hex digits>"} */
+static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
+    const char *targets = json_string_value(json_object_get(o, "targets"));
+    const char *base = json_string_value(json_object_get(o, "base"));
+    if (!json_is_object(o) || targets == NULL || base == NULL || strlen(base) != 16 ||
+        strspn(base, "0123456789abcdef") != 16)
+        return err_set(err, "the model configuration's lora should be an object of rank, alpha, "
+                            "targets and base (16 hex digits)");
+    if (int_field(o, "rank", 1, 1, LORA_RANK_MAX, &a->rank, err) ||
+        real_field(o, "alpha", &a->alpha, err) ||
+        model_lora_targets_parse(targets, &a->targets, err))
+        return -1;
+    a->base = strtoull(base, NULL, 16);
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
+            strcmp(key, "base"))
+            return err_set(err,
+                           "the model configuration's lora has a field '%s' this strait does "
+                           "not know",
+                           key);
+    }
     return 0;
 }
 
@@ -208,6 +266,8 @@ int model_config_parse(const char *text, size_t len, ModelConfig *cfg, char *err
                         ? err_set(err, "the model configuration's rope_scaling is not an object")
                         : -1)
                  : 0;
+    json_t *lora = json_object_get(o, "lora");
+    if (rc == 0 && lora != NULL) rc = lora_parse(lora, &c.lora, err);
     json_decref(o);
     if (rc == 0) rc = model_config_check(&c, err);
     if (rc == 0 && vp != 0 && vp != c.Vp)

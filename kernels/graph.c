@@ -19,6 +19,7 @@
 /* the output layer's weight inside base: its own, or the tied embedding */
 static float *head_w(const Model *m, float *base) {
     assert(m->arch->embed_row >= 0 && m->arch->embed_row < m->arch->n_tensors);
+    if (base == NULL) return NULL; /* frozen */
     float *w = m->arch->head_row >= 0 ? arch_w(m, base, m->arch->head_row, 0) : NULL;
     return w ? w : arch_w(m, base, m->arch->embed_row, 0);
 }
@@ -46,7 +47,8 @@ float model_pass_forward(const Model *m, const Pass *p) {
 
 void model_pass_backward(const Model *m, const Pass *p) {
     assert_pass(m, p);
-    assert(p->grads != NULL && p->dacts != NULL && p->targets != NULL);
+    assert((p->grads != NULL || p->dlora != NULL) && p->dacts != NULL && p->targets != NULL);
+    assert((p->lora != NULL) == (m->cfg.lora.rank > 0));
     float *a = p->acts;
     p->ops->zero(p->dacts, p->lay->len, p->stream);
     p->ops->classifier_backward(act_at(p, p->dacts, ACT_OUT, 0), head_w(m, p->grads),
@@ -77,10 +79,19 @@ static void ensure_acts(Model *m, int B, int T) {
 }
 
 static Pass host_pass(Model *m) {
-    Pass p = {&ops_cpu, NULL,      m->params,
-              m->grads, m->acts,   m->dacts,
-              &m->lay,  m->inputs, m->has_targets ? m->targets : NULL,
-              m->fwd_B, m->fwd_T};
+    int adapted = m->cfg.lora.rank > 0; /* the base frozen, the adapters training */
+    Pass p = {.ops = &ops_cpu,
+              .params = m->base,
+              .grads = adapted ? NULL : m->grads,
+              .lora = adapted ? m->params : NULL,
+              .dlora = adapted ? m->grads : NULL,
+              .acts = m->acts,
+              .dacts = m->dacts,
+              .lay = &m->lay,
+              .inputs = m->inputs,
+              .targets = m->has_targets ? m->targets : NULL,
+              .B = m->fwd_B,
+              .T = m->fwd_T};
     return p;
 }
 

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "kernels/arch.h"
 #include "kernels/model.h"
 #include "util/util.h"
@@ -40,6 +42,19 @@ static void count_view(void *ctx, int row, int layer, const char *name, int ndim
     (*(int *)ctx)++;
 }
 
+/* FNV-1a over names, shapes and order: the federation's table identity */
+static uint64_t table_hash(const ParamView *views, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        const ParamView *v = &views[i];
+        char rec[128];
+        int len =
+            snprintf(rec, sizeof rec, "%s:%d:%d:%d;", v->name, v->ndim, v->shape[0], v->shape[1]);
+        for (int k = 0; k < len; k++) h = (h ^ (uint8_t)rec[k]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 static void build_table(Model *m) {
     int n = 0;
     arch_each_tensor(&m->cfg, count_view, &n);
@@ -49,16 +64,8 @@ static void build_table(Model *m) {
     for (size_t i = 0; i < rows; i++) m->row_view[i] = -1;
     arch_each_tensor(&m->cfg, add_tensor, m);
     assert(m->n_views == n && (double)m->n_params == model_config_params(&m->cfg));
-    /* FNV-1a over names, shapes and order: the federation's table identity */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < m->n_views; i++) {
-        const ParamView *v = &m->views[i];
-        char rec[128];
-        int len =
-            snprintf(rec, sizeof rec, "%s:%d:%d:%d;", v->name, v->ndim, v->shape[0], v->shape[1]);
-        for (int k = 0; k < len; k++) h = (h ^ (uint8_t)rec[k]) * 0x100000001b3ull;
-    }
-    m->table_hash = h;
+    m->table_hash = table_hash(m->views, m->n_views);
+    m->base_views = m->views, m->n_base_views = m->n_views, m->n_base = m->n_params;
 }
 
 const ParamView *model_view(const Model *m, const char *name) {
@@ -117,19 +124,115 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
     if (check.Vp != cfg->Vp)
         return err_set(err, "a vocabulary of %d pads to %d, not %d", cfg->V, check.Vp, cfg->Vp);
     m->cfg = check; /* with what the architecture derives (GPT-2's head size, ...) */
+    memset(&m->cfg.lora, 0, sizeof m->cfg.lora); /* added below, over the base */
     m->arch = arch_of(cfg->arch);
     assert(m->arch != NULL && m->cfg.Vp >= m->cfg.V && m->cfg.Vp % 64 == 0);
     build_table(m);
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
+    m->base = m->params;
     InitCtx c = {m, seed, 1.0f / sqrtf(2.0f * (float)cfg->L), 0};
-    arch_each_tensor(cfg, init_tensor, &c);
+    arch_each_tensor(&m->cfg, init_tensor, &c);
+    if (check.lora.rank > 0) {
+        if (model_add_adapters(m, &check.lora, seed, err) != 0) {
+            model_free(m);
+            return -1;
+        }
+        /* the base drawn here stands in for the one the configuration names */
+        m->cfg.lora.base = check.lora.base;
+    }
+    return 0;
+}
+
+/* ---- adapters ------------------------------------------------------------------------ */
+
+uint64_t model_base_fingerprint(const Model *m) {
+    return XXH3_64bits(m->base, m->n_base * sizeof(float));
+}
+
+/* the base's row r at layer l: (out, in) of its projection */
+static void adapter_dims(const Model *m, int r, int *out, int *in) {
+    const ArchTensor *t = &m->arch->tensors[r];
+    *out = arch_dim(&m->cfg, t->d0), *in = arch_dim(&m->cfg, t->d1);
+}
+
+/* A view of the adapters' table: name, (d0, d1), after the last */
+static void adapter_view(Model *m, const char *name, int d0, int d1) {
+    ParamView *v = &m->views[m->n_views++];
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->ndim = 2, v->shape[0] = d0, v->shape[1] = d1;
+    v->numel = (size_t)d0 * (size_t)d1;
+    v->offset = m->n_params;
+    m->n_params += v->numel;
+}
+
+int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err) {
+    if (m->cfg.lora.rank > 0) return err_set(err, "the model has adapters already");
+    unsigned takes = 0;
+    for (int r = 0; r < m->arch->n_tensors; r++) takes |= m->arch->tensors[r].lora;
+    if (takes == 0)
+        return err_set(err,
+                       "LoRA adapters take the Llama family's projections; a %s has none: "
+                       "fine-tune it whole, or start from a Llama-family model",
+                       m->arch->name);
+    if (a->rank < 1 || a->rank > LORA_RANK_MAX)
+        return err_set(err, "adapter rank %d; use 1 to %d", a->rank, LORA_RANK_MAX);
+    if (!(a->alpha > 0 && a->alpha < 1e6f))
+        return err_set(err, "adapter alpha %g; use more than 0 (PEFT's lora_alpha)", a->alpha);
+    if (a->targets == 0 || (a->targets & ~takes) != 0)
+        return err_set(err, "adapter targets 0x%x; a %s takes q, k, v, o, gate, up, down",
+                       a->targets, m->arch->name);
+    int L = m->cfg.L, n = 0, R = a->rank;
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < m->arch->n_tensors; r++)
+            n += (m->arch->tensors[r].lora & a->targets) && m->row_view[r * L + l] >= 0 ? 2 : 0;
+    /* the base: what trained until now, frozen, without gradients */
+    free(m->grads), free(m->m), free(m->v), free(m->mh), free(m->vh);
+    m->grads = NULL, m->m = m->v = NULL, m->mh = m->vh = NULL, m->step = 0;
+    m->base = m->params, m->base_views = m->views;
+    m->n_base = m->n_params, m->n_base_views = m->n_views;
+    m->views = callocCheck((size_t)n, sizeof(ParamView));
+    m->n_views = 0, m->n_params = 0;
+    m->lora_view = mallocCheck((size_t)m->arch->n_tensors * L * sizeof(int));
+    for (int i = 0; i < m->arch->n_tensors * L; i++) m->lora_view[i] = -1;
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < m->arch->n_tensors; r++) {
+            const ArchTensor *t = &m->arch->tensors[r];
+            if (!(t->lora & a->targets) || m->row_view[r * L + l] < 0) continue;
+            int out, in;
+            adapter_dims(m, r, &out, &in);
+            const char *base = m->base_views[m->row_view[r * L + l]].name;
+            size_t stem = strlen(base) - (strstr(base, ".weight") ? strlen(".weight") : 0);
+            char name[64];
+            m->lora_view[r * L + l] = m->n_views;
+            snprintf(name, sizeof name, "%.*s.lora_A", (int)stem, base);
+            adapter_view(m, name, R, in);
+            snprintf(name, sizeof name, "%.*s.lora_B", (int)stem, base);
+            adapter_view(m, name, out, R);
+        }
+    assert(m->n_views == n);
+    m->params = callocCheck(m->n_params, sizeof(float));
+    m->grads = callocCheck(m->n_params, sizeof(float));
+    /* A as PEFT draws it (kaiming_uniform with a = sqrt(5): uniform in
+     * ±1/sqrt(in)) from 24-bit uniforms; B zero, so nothing changes yet */
+    uint64_t s = seed ^ 0x4c6f5241ull; /* "LoRA": not the base's stream */
+    for (int i = 0; i < m->n_views; i += 2) {
+        const ParamView *A = &m->views[i];
+        float bound = 1.0f / sqrtf((float)A->shape[1]), *p = m->params + A->offset;
+        for (size_t k = 0; k < A->numel; k++)
+            p[k] = bound * (float)((double)(rng_next(&s) >> 40) / 8388608.0 - 1.0);
+    }
+    m->table_hash = table_hash(m->views, m->n_views);
+    m->cfg.lora = *a;
+    m->cfg.lora.base = model_base_fingerprint(m);
     return 0;
 }
 
 void model_free(Model *m) {
-    free(m->views), free(m->row_view), free(m->params), free(m->grads), free(m->m), free(m->v);
-    free(m->mh), free(m->vh);
+    if (m->base != m->params) free(m->base);
+    if (m->base_views != m->views) free(m->base_views);
+    free(m->views), free(m->row_view), free(m->lora_view), free(m->params), free(m->grads);
+    free(m->m), free(m->v), free(m->mh), free(m->vh);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     memset(m, 0, sizeof *m);
 }

@@ -27,6 +27,28 @@
 enum { ARCHES(ARCH_ENUM) ARCH_COUNT };
 #undef ARCH_ENUM
 
+/* Low-rank adapters (LoRA, as PEFT computes them): beside each adapted
+ * projection W (out x in) of the frozen base, y = W x + (alpha / rank) B A x
+ * with A (rank x in) and B (out x rank); only A and B train and travel.
+ * The projections, by their Hugging Face names: */
+enum {
+    LORA_Q = 1 << 0,    /* q_proj */
+    LORA_K = 1 << 1,    /* k_proj */
+    LORA_V = 1 << 2,    /* v_proj */
+    LORA_O = 1 << 3,    /* o_proj */
+    LORA_GATE = 1 << 4, /* gate_proj */
+    LORA_UP = 1 << 5,   /* up_proj */
+    LORA_DOWN = 1 << 6, /* down_proj */
+    LORA_ALL = (1 << 7) - 1
+};
+#define LORA_RANK_MAX 1024
+typedef struct AdapterConfig {
+    int rank;         /* 0: none, the whole model trains; else 1..LORA_RANK_MAX */
+    float alpha;      /* PEFT's lora_alpha: the adapters' output is scaled by alpha / rank */
+    unsigned targets; /* LORA_* adapted (PEFT's default for the Llama family: q and v) */
+    uint64_t base;    /* the frozen base's fingerprint (model_base_fingerprint; 0: not taken) */
+} AdapterConfig;
+
 typedef struct ModelConfig {
     char name[24];   /* preset name, or "custom", "hf", ... */
     int arch;        /* ARCH_* */
@@ -37,6 +59,7 @@ typedef struct ModelConfig {
     int qkv_bias;    /* biases on q, k and v (Qwen2; GPT-2's fused qkv always has one) */
     float eps;       /* the norms' epsilon */
     RopeConfig rope; /* the Llama family's rotary embeddings */
+    AdapterConfig lora;
 } ModelConfig;
 
 /* the architecture's name ("gpt2", "llama", "qwen2"), transformers' class
@@ -112,16 +135,29 @@ struct Arch;
 typedef struct Model {
     ModelConfig cfg;
     const struct Arch *arch;
-    ParamView *views; /* owned; in the architecture's table order */
+    /* What trains and travels (the federation's θ, the codecs' sections,
+     * AdamW, checkpoints): the architecture's table, or with adapters
+     * (cfg.lora.rank > 0) the adapters' alone, each adapted projection's A
+     * then B, layer by layer. */
+    ParamView *views; /* owned */
     int n_views;
-    int *row_view; /* owned: view of table row r at layer l (r * L + l), -1 if absent */
     size_t n_params;
     uint64_t table_hash;   /* FNV-1a of names, shapes and order */
     float *params, *grads; /* owned, n_params each */
-    float *m, *v;          /* AdamW moments, allocated at the first step */
-    int moments_bf16;      /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
-    uint16_t *mh, *vh;     /* bf16 moments (bits), allocated at the first step */
-    int step;              /* AdamW steps taken */
+    /* The architecture's table, what the graph reads: without adapters the
+     * same arrays as above (not owned twice); with them the frozen base,
+     * owned, with no gradients. */
+    ParamView *base_views;
+    int n_base_views;
+    int *row_view; /* owned: base view of table row r at layer l (r * L + l), -1 if absent */
+    size_t n_base;
+    float *base;
+    int *lora_view; /* owned with adapters: A's view of table row r at layer l (B's is the next), -1
+                     */
+    float *m, *v;   /* AdamW moments, allocated at the first step */
+    int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
+    uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
+    int step;          /* AdamW steps taken */
     /* activations of the last forward, and their gradients (owned) */
     float *acts, *dacts;
     size_t acts_cap;
@@ -134,8 +170,21 @@ typedef struct Model {
 
 /* Builds the table and initialises from a seed as the architecture says
  * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'
- * weights 1, biases 0), the same bits on every machine. */
+ * weights 1, biases 0), the same bits on every machine. With adapters in
+ * cfg, the base is drawn so and the adapters added (model_add_adapters). */
 int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
+/* Freezes m's weights as the base and adds adapters: A drawn from seed
+ * as PEFT draws it (uniform in ±1/sqrt(in)), B zero, so the model
+ * computes what it did. a->base is set to the base's fingerprint. -1 when
+ * m has adapters already, or a is not one m's architecture takes. */
+int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err);
+/* A fingerprint of the base's values (XXH3 of its floats, table order):
+ * what a federation of adapters checks every site's base against. */
+uint64_t model_base_fingerprint(const Model *m);
+/* "q,v"-style lists of LORA_* (every name, "all"): -1 naming an unknown one */
+int model_lora_targets_parse(const char *list, unsigned *targets, char *err);
+/* the names of targets, comma-separated, into out */
+void model_lora_targets_names(unsigned targets, char *out, size_t cap);
 void model_free(Model *m);
 const ParamView *model_view(const Model *m, const char *name);
 /* The layout of a (B, T) pass's activations (what a GPU replica sizes its
@@ -157,7 +206,10 @@ void model_next_logits(Model *m, const int *ctx, int n, float *logits);
 typedef struct Pass {
     const Ops *ops;
     void *stream;
-    float *params, *grads, *acts, *dacts;
+    /* the architecture's weights and their gradients (NULL: frozen), the
+     * adapters' and theirs (NULL: none) */
+    float *params, *grads, *lora, *dlora;
+    float *acts, *dacts;
     const ActLayout *lay;
     const int *inputs, *targets;
     int B, T;

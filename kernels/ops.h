@@ -106,7 +106,9 @@ void classifier_logits(float *logits, const float *h, const float *wte, int C, i
 
 /* One backend's ops: the functions above with a trailing stream (a
  * cudaStream_t on the GPU, ignored on the CPU). A backend may skip lse
- * (the CUDA classifier recomputes it in its backward). */
+ * (the CUDA classifier recomputes it in its backward). A weight's gradient
+ * (matmul's dweight and dbias, the norms' dw, the classifier's dw) may be
+ * NULL: the weight is frozen, and only the input's gradient is made. */
 typedef struct Ops {
     const char *name;
     void (*zero)(float *p, size_t n, void *st);
@@ -148,6 +150,8 @@ typedef struct Ops {
     void (*classifier_backward)(float *dh, float *dw, const float *h, const float *w,
                                 const int *targets, const float *lse, int N, int C, int V,
                                 void *st);
+    /* y += a·x (an adapter's scaled output, and its gradient) */
+    void (*scale_add)(float *y, const float *x, float a, size_t N, void *st);
 } Ops;
 
 extern const Ops ops_cpu;

@@ -136,6 +136,11 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
         return NULL;
     }
 #endif
+    if (gpus > 0 && m->cfg.lora.rank > 0) {
+        err_set(err,
+                "LoRA adapters train on the CPU in this build; leave out --gpus/--device cuda");
+        return NULL;
+    }
     if (gpus > 0 && m->moments_bf16) {
         err_set(err, "bf16 AdamW moments are kept on the CPU only; on GPUs use --moments fp32");
         return NULL;

@@ -135,9 +135,10 @@ void classifier_backward(float *dh, float *dwte, const float *h, const float *wt
                 /* dh (rows,C) += dlogits (rows,vc) · wte (vc,C) */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, vc, 1.0f, tile, vc,
                             wte + (size_t)v0 * C, C, 1.0f, mine, C);
-                /* dwte (vc,C) += dlogitsᵀ (vc,rows) · h (rows,C) */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vc, C, rows, 1.0f, tile, vc,
-                            h + (size_t)r0 * C, C, 1.0f, dwte + (size_t)v0 * C, C);
+                /* dwte (vc,C) += dlogitsᵀ (vc,rows) · h (rows,C); NULL: frozen */
+                if (dwte != NULL)
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vc, C, rows, 1.0f, tile,
+                                vc, h + (size_t)r0 * C, C, 1.0f, dwte + (size_t)v0 * C, C);
             }
         }
         float *out = dh + (size_t)r0 * C;

@@ -146,7 +146,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
                         dout + (size_t)r0 * OC, OC, weight, C, 1.0f, dinp + (size_t)r0 * C, C);
         /* dweight rows (OC,C) += doutᵀ · inp, by blocks of output channels */
         int o0 = p * per_o, ocs = OC - o0 < per_o ? OC - o0 : per_o;
-        if (ocs > 0) {
+        if (ocs > 0 && dweight != NULL) { /* NULL: frozen */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ocs, C, N, 1.0f, dout + o0, OC,
                         inp, C, 1.0f, dweight + (size_t)o0 * C, C);
             if (dbias != NULL)

@@ -40,10 +40,9 @@ void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *in
         float *dx = dinp + (size_t)n * C, s = rstd[n], dot = 0;
         for (int i = 0; i < C; i++) dot += w[i] * d[i] * x[i];
         float k = s * s * s * dot / C;
-        for (int i = 0; i < C; i++) {
-            dw[i] += d[i] * (x[i] * s);
-            dx[i] += s * w[i] * d[i] - k * x[i];
-        }
+        if (dw != NULL) /* NULL: frozen */
+            for (int i = 0; i < C; i++) dw[i] += d[i] * (x[i] * s);
+        for (int i = 0; i < C; i++) dx[i] += s * w[i] * d[i] - k * x[i];
     }
 }
 

@@ -41,6 +41,11 @@ static void rms_b(float *dinp, float *dw, const float *dout, const float *inp, c
     (void)st;
     rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
 }
+static void scale_add(float *y, const float *x, float a, size_t N, void *st) {
+    (void)st;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) y[i] += a * x[i];
+}
 static void mm_f(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                  int OC, void *st) {
     (void)st;
@@ -129,4 +134,5 @@ const Ops ops_cpu = {
     .residual_backward = res_b,
     .classifier_forward = cls_f,
     .classifier_backward = cls_b,
+    .scale_add = scale_add,
 };

@@ -164,10 +164,19 @@ extern "C" const Ops ops_cuda;
 
 /* one pass of the host model's graph on replica r's buffers */
 static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
-    Pass p = {&ops_cuda, r->stream, r->params,
-              r->grads,  r->acts,   r->dacts,
-              &g->lay,   r->inputs, with_targets ? r->targets : NULL,
-              g->B,      g->T};
+    Pass p = {.ops = &ops_cuda,
+              .stream = r->stream,
+              .params = r->params,
+              .grads = r->grads,
+              .lora = NULL, /* adapters train on the CPU alone */
+              .dlora = NULL,
+              .acts = r->acts,
+              .dacts = r->dacts,
+              .lay = &g->lay,
+              .inputs = r->inputs,
+              .targets = with_targets ? r->targets : NULL,
+              .B = g->B,
+              .T = g->T};
     return p;
 }
 

@@ -202,6 +202,7 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     cublasHandle_t h = blas(stream);
     cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one,
                             dinp, C));
+    if (dweight == NULL) return; /* frozen */
     cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one,
                             dweight, C));
     if (dbias) {
@@ -364,6 +365,15 @@ extern "C" void residual_forward_cuda(float *out, const float *a, const float *b
 extern "C" void residual_backward_cuda(float *da, float *db, const float *dout, size_t N,
                                        void *stream) {
     residual_backward_k<<<blocks(N, 256), 256, 0, S(stream)>>>(da, db, dout, N);
+    launchCheck();
+}
+
+__global__ void scale_add_k(float *y, const float *x, float a, size_t N) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < N) y[i] += a * x[i];
+}
+static void scale_add_cuda(float *y, const float *x, float a, size_t N, void *stream) {
+    scale_add_k<<<blocks(N, 256), 256, 0, S(stream)>>>(y, x, a, N);
     launchCheck();
 }
 
@@ -570,4 +580,5 @@ extern "C" const Ops ops_cuda = {
     .residual_backward = residual_backward_cuda,
     .classifier_forward = classifier_forward_cuda,
     .classifier_backward = classifier_backward_cuda,
+    .scale_add = scale_add_cuda,
 };

@@ -39,7 +39,7 @@ __global__ void rmsnorm_backward_k(float *dinp, float *dw, const float *dout, co
     for (int i = threadIdx.x; i < C; i += blockDim.x) dot += w[i] * d[i] * x[i];
     float k = s * s * s * block_sum(dot, sh) / C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        atomicAdd(&dw[i], d[i] * (x[i] * s));
+        if (dw != NULL) atomicAdd(&dw[i], d[i] * (x[i] * s)); /* NULL: frozen */
         dx[i] += s * w[i] * d[i] - k * x[i];
     }
 }

@@ -345,10 +345,10 @@ static double model_loss(void *p) {
     return model_forward(c->m, c->in, c->tg, c->B, c->T);
 }
 
-static void whole_model_gradient(const char *preset) {
-    Model m = preset_model(preset, 7);
-    /* larger weights than at init, so every path carries gradient */
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+/* every tensor of what trains (the whole model, or its adapters) against
+ * finite differences of the loss */
+static void every_tensor_gradient(Model *mp) {
+    Model m = *mp;
     int B = 2, T = 8, in[16], tg[16];
     for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
     ModelCtx c = {&m, in, tg, B, T};
@@ -399,6 +399,14 @@ static void whole_model_gradient(const char *preset) {
         free(save), free(dir);
     }
     free(grads);
+    *mp = m;
+}
+
+static void whole_model_gradient(const char *preset) {
+    Model m = preset_model(preset, 7);
+    /* larger weights than at init, so every path carries gradient */
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    every_tensor_gradient(&m);
     model_free(&m);
 }
 
@@ -412,6 +420,104 @@ Test(model, loss_gradient_matches_finite_differences_in_every_tensor, .timeout =
 Test(model, llama_and_qwen2_gradients_match_finite_differences_in_every_tensor, .timeout = 180) {
     whole_model_gradient("llama-tiny");
     whole_model_gradient("qwen2-tiny");
+}
+
+/* ---- adapters ------------------------------------------------------------------- */
+
+static Model adapted(const char *preset, unsigned targets, int rank) {
+    Model m = preset_model(preset, 7);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    AdapterConfig a = {.rank = rank, .alpha = 2.0f * (float)rank, .targets = targets};
+    char err[ERR_LEN];
+    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+    return m;
+}
+
+Test(adapters, every_adapter_gradient_matches_finite_differences, .timeout = 180) {
+    const char *presets[] = {"llama-tiny", "qwen2-tiny"};
+    for (int k = 0; k < 2; k++) {
+        Model m = adapted(presets[k], LORA_ALL, 4);
+        cr_assert_eq(m.n_views, 2 * 7 * m.cfg.L, "A and B of seven projections in each layer");
+        /* B nonzero, so A's gradient is too */
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
+        every_tensor_gradient(&m);
+        model_free(&m);
+    }
+}
+
+Test(adapters, start_as_a_no_op_and_leave_the_base_as_it_was, .timeout = 120) {
+    Model m = preset_model("llama-tiny", 7);
+    int B = 2, T = 16, in[32], tg[32];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    float before = model_forward(&m, in, tg, B, T);
+    size_t n_base = m.n_params;
+    AdapterConfig a = {.rank = 8, .alpha = 16, .targets = LORA_Q | LORA_V};
+    char err[ERR_LEN];
+    cr_assert_eq(model_add_adapters(&m, &a, 3, err), 0, "%s", err);
+    uint64_t fp = m.cfg.lora.base;
+    cr_assert_eq(fp, model_base_fingerprint(&m));
+    cr_assert_eq(m.n_base, n_base);
+    /* PEFT's q and v at rank 8: A (8, 64) and B (64, 8) for q, B (32, 8) for v */
+    cr_assert_eq(m.n_params, (size_t)m.cfg.L * (8 * 64 + 64 * 8 + 8 * 64 + 32 * 8));
+    const ParamView *qa = model_view(&m, "h.0.attn.q.lora_A"),
+                    *vb = model_view(&m, "h.1.attn.v.lora_B");
+    cr_assert(qa && vb && qa->shape[0] == 8 && qa->shape[1] == 64 && vb->shape[0] == 32 &&
+              vb->shape[1] == 8);
+    float after = model_forward(&m, in, tg, B, T);
+    cr_assert_eq(after, before, "B is zero: the adapted model computes what the base did");
+    TrainConfig tc = train_defaults(1e-2f, 20);
+    for (int s = 0; s < 20; s++) {
+        model_forward(&m, in, tg, B, T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        model_adamw_step(&m, &tc.adamw, 1e-2f);
+    }
+    float trained = model_forward(&m, in, tg, B, T);
+    cr_assert_lt(trained, before - 0.1f, "the adapters learn the batch: %f from %f", trained,
+                 before);
+    cr_assert_eq(model_base_fingerprint(&m), fp, "the base is frozen");
+    model_free(&m);
+}
+
+Test(adapters, what_the_configuration_claims_is_checked) {
+    ModelConfig c;
+    char err[ERR_LEN];
+    cr_assert_eq(model_config_preset("llama-tiny", &c), 0);
+    c.lora = (AdapterConfig){.rank = 8, .alpha = 16, .targets = LORA_Q | LORA_V, .base = 0x1234};
+    char *json = model_config_json(&c);
+    ModelConfig back;
+    cr_assert_eq(model_config_parse(json, strlen(json), &back, err), 0, "%s: %s", json, err);
+    cr_assert(back.lora.rank == 8 && back.lora.alpha == 16 &&
+              back.lora.targets == (LORA_Q | LORA_V) && back.lora.base == 0x1234);
+    free(json);
+    const char *bad[] = {
+        "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
+        "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":0,\"alpha\":1,"
+        "\"targets\":\"q\",\"base\":\"0000000000000001\"}}",
+        "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
+        "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,\"alpha\":-1,"
+        "\"targets\":\"q\",\"base\":\"0000000000000001\"}}",
+        "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
+        "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,\"alpha\":8,"
+        "\"targets\":\"q,lm_head\",\"base\":\"0000000000000001\"}}",
+        "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
+        "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,\"alpha\":8,"
+        "\"targets\":\"q\",\"base\":\"0000000000000001\",\"dropout\":0.1}}",
+        "{\"L\":2,\"C\":64,\"NH\":2,\"T\":64,\"V\":256,\"lora\":{\"rank\":4,\"alpha\":8,"
+        "\"targets\":\"q\",\"base\":\"0000000000000001\"}}",
+    };
+    const char *says[] = {"rank", "alpha", "lm_head", "dropout", "Llama family"};
+    for (int i = 0; i < 5; i++) {
+        err[0] = '\0';
+        cr_assert_neq(model_config_parse(bad[i], strlen(bad[i]), &back, err), 0, "%s", bad[i]);
+        cr_assert(strstr(err, says[i]), "%s: %s (should name %s)", bad[i], err, says[i]);
+    }
+    /* and a GPT-2 takes none */
+    Model g = tiny(1);
+    AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_Q};
+    cr_assert_neq(model_add_adapters(&g, &a, 1, err), 0);
+    cr_assert(strstr(err, "Llama family"), "%s", err);
+    model_free(&g);
 }
 
 Test(model, a_shape_from_outside_is_checked_before_anything_is_allocated) {
