@@ -132,6 +132,13 @@ int model_import_gguf(Model *m, const char *path, char *err);
 /* What --init-from takes: a file is read as GGUF (model_import_gguf), a
  * folder as Hugging Face's (model_import_hf). gguf_path_is: path is a file. */
 int model_import(Model *m, const char *path, char *err);
+/* A model whose configuration has adapters (cfg.lora.rank > 0): the base
+ * from base_path (model_import's file or folder), checked to be the one
+ * the adapters were trained over (its shape, and cfg.lora.base, the
+ * fingerprint of its values), then the adapters added (their values
+ * zero: the caller loads them, model_load for Strait's checkpoints). m is
+ * built here and freed on failure, which says what differs. */
+int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, char *err);
 int gguf_path_is(const char *path);
 
 /* The model out to a GGUF llama.cpp loads, atomically: general.*, the

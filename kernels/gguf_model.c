@@ -457,6 +457,31 @@ int model_import(Model *m, const char *path, char *err) {
     return gguf_path_is(path) ? model_import_gguf(m, path, err) : model_import_hf(m, path, err);
 }
 
+int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, char *err) {
+    if (cfg->lora.rank == 0) return err_set(err, "the model has no adapters to put over a base");
+    if (model_import(m, base_path, err) != 0) return -1;
+    const ModelConfig *b = &m->cfg;
+    int rc = 0;
+    if (b->arch != cfg->arch || b->L != cfg->L || b->C != cfg->C || b->NH != cfg->NH ||
+        b->NKV != cfg->NKV || b->HD != cfg->HD || b->F != cfg->F || b->V != cfg->V ||
+        b->tied != cfg->tied || b->qkv_bias != cfg->qkv_bias)
+        rc = err_set(err,
+                     "%s is a %s of %d layers and %d channels; the adapters were trained over a "
+                     "%s of %d layers and %d channels: give the base they were made for",
+                     base_path, model_arch_name(b->arch), b->L, b->C, model_arch_name(cfg->arch),
+                     cfg->L, cfg->C);
+    uint64_t fp = rc == 0 ? model_base_fingerprint(m) : 0;
+    if (rc == 0 && fp != cfg->lora.base)
+        rc = err_set(err,
+                     "%s holds other weights than the base the adapters were trained over "
+                     "(fingerprint %016llx, not %016llx): give that base, as it was read then",
+                     base_path, (unsigned long long)fp, (unsigned long long)cfg->lora.base);
+    if (rc == 0) rc = model_add_adapters(m, &cfg->lora, 0, err);
+    if (rc == 0) memset(m->params, 0, m->n_params * sizeof(float));
+    if (rc != 0) model_free(m);
+    return rc;
+}
+
 /* ---- out ------------------------------------------------------------------------- */
 
 /* the header being written: metadata and tensor infos (owned) */
