@@ -48,6 +48,20 @@ int cli_u64(const Command *cmd, const char *flag, unsigned long long *out);
 /* --matmul's value: 1 for tf32, 0 for fp32, -2 after a usage error */
 int cli_matmul(const Command *cmd, const char *value);
 
+/* The adapters' flags, shared by the commands that take them:
+ * --lora-rank N, --lora-alpha A (PEFT's lora_alpha; default the rank, a
+ * scaling of 1 as PEFT's defaults), --lora-targets q,v,... (default q and
+ * v, PEFT's for the Llama family). CLI_LORA_OPTS are their getopt rows
+ * (values 'R', 'A', 'G'); cli_lora_opt takes one (0, or -2 after a usage
+ * error), cli_lora_done fills what was left out (-2 for targets or an
+ * alpha without a rank). */
+#define CLI_LORA_OPTS                                                                              \
+    {"lora-rank", required_argument, NULL, 'R'}, {"lora-alpha", required_argument, NULL, 'A'},     \
+        {"lora-targets", required_argument, NULL, 'G'}
+struct AdapterConfig;
+int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterConfig *a);
+int cli_lora_done(const Command *cmd, struct AdapterConfig *a);
+
 /* A --data operand into data[*n] (at most 64): a file as it is, or a
  * folder's token shards as `strait tokenize --out` writes them
  * (tokens_*.bin, in name order). 0, or -2 after a usage error naming it. */

@@ -32,7 +32,13 @@ static void train_started(void *ctx, const TrainJobStart *s) {
     TrainOut *o = ctx;
     o->val = s->val, o->T = s->T, o->started = 1;
     o->have_val = s->val.n > (size_t)o->B * s->T; /* at least one batch of validation */
-    if (!o->json)
+    if (!o->json && s->n_frozen)
+        fprintf(stderr,
+                "training adapters of %s (%zu parameters over a frozen base of %zu) on %zu "
+                "tokens, %d steps of %d x %d%s\n",
+                s->name, s->n_params, s->n_frozen, s->train_tokens, o->steps, o->B, s->T,
+                o->cuda ? " per GPU" : "");
+    else if (!o->json)
         fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d%s\n",
                 s->name, s->n_params, s->train_tokens, o->steps, o->B, s->T,
                 o->cuda ? " per GPU" : "");
@@ -79,7 +85,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
         {"json", no_argument, NULL, 'J'},          {"init-from", required_argument, NULL, 'I'},
         {"vocab", required_argument, NULL, 'V'},   {"moments", required_argument, NULL, 'M'},
-        {"matmul", required_argument, NULL, 'x'},  {NULL, 0, NULL, 0}};
+        {"matmul", required_argument, NULL, 'x'},  CLI_LORA_OPTS,
+        {NULL, 0, NULL, 0}};
+    AdapterConfig lora = {0};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
         gpus = 1, moments_bf16 = 0, tf32 = -1;
@@ -144,8 +152,14 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'x':
             if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
+        case 'R':
+        case 'A':
+        case 'G':
+            if (cli_lora_opt(cmd, c, optarg, &lora) != 0) return EXIT_USAGE;
+            break;
         }
     }
+    if (cli_lora_done(cmd, &lora) != 0) return EXIT_USAGE;
     for (; optind < argc; optind++) /* paths may follow --data as plain operands */
         if (cli_data_add(cmd, data, &n_data, argv[optind]) != 0) return EXIT_USAGE;
     if (n_data == 0) return cli_usage_error(cmd, "give the training text with --data PATH");
@@ -182,7 +196,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .moments_bf16 = moments_bf16,
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
-                    .seed = seed};
+                    .seed = seed,
+                    .lora = lora};
     TrainOut o = {.B = B,
                   .steps = steps,
                   .val_every = val_every,

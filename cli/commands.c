@@ -89,7 +89,8 @@ const Command cli_commands[] = {
     {"train",
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
-     "     [--moments fp32|bf16] [--out CKPT]",
+     "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
+     "     [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -117,6 +118,11 @@ const Command cli_commands[] = {
      "  --matmul M        with cuda: tf32 (default; tensor cores, as llm.c) or fp32\n"
      "  --val-every K     validation loss every K steps (default 100)\n"
      "  --seed S          initialisation and data order (default 1)\n"
+     "  --lora-rank R     fine-tune low-rank adapters (LoRA) of rank R over the model,\n"
+     "                    frozen (the Llama family; CPU); --out then holds the adapters\n"
+     "  --lora-alpha A    their output is scaled by A / R (PEFT's lora_alpha; default R)\n"
+     "  --lora-targets T  the projections adapted, of {lora-targets}\n"
+     "                    (default q,v, as PEFT)\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
      "  --json            one JSON object per logged step on stdout\n",
      cmd_train},

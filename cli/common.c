@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "kernels/model.h"
+#include "util/util.h"
 
 int cli_usage_error(const Command *cmd, const char *fmt, ...) {
     va_list ap;
@@ -155,5 +157,36 @@ int cli_data_add(const Command *cmd, const char **data, int *n, const char *path
     }
     qsort(names, (size_t)k, sizeof names[0], name_cmp);
     for (int i = 0; i < k; i++) data[(*n)++] = found[n_found++] = names[i];
+    return 0;
+}
+
+int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a) {
+    char err[ERR_LEN];
+    switch (c) {
+    case 'R':
+        if (cli_int(cmd, "--lora-rank", &a->rank)) return -2;
+        if (a->rank < 1 || a->rank > LORA_RANK_MAX)
+            return cli_usage_error(cmd, "--lora-rank is 1 to %d", LORA_RANK_MAX);
+        return 0;
+    case 'A':
+        if (cli_float(cmd, "--lora-alpha", &a->alpha)) return -2;
+        if (!(a->alpha > 0 && a->alpha < 1e6f))
+            return cli_usage_error(cmd, "--lora-alpha must be more than 0 (PEFT's lora_alpha)");
+        return 0;
+    case 'G':
+        if (model_lora_targets_parse(value, &a->targets, err) != 0)
+            return cli_usage_error(cmd, "--lora-targets: %s", err);
+        return 0;
+    }
+    return -2;
+}
+
+int cli_lora_done(const Command *cmd, AdapterConfig *a) {
+    if (a->rank == 0)
+        return a->alpha == 0 && a->targets == 0
+                   ? 0
+                   : cli_usage_error(cmd, "--lora-alpha and --lora-targets need --lora-rank");
+    if (a->alpha == 0) a->alpha = (float)a->rank;
+    if (a->targets == 0) a->targets = LORA_Q | LORA_V;
     return 0;
 }

@@ -53,8 +53,11 @@ static void print_overview(FILE *out) {
 
 /* The choices a help text names, from the tables the code reads them by,
  * so the help cannot drift from them: {presets}, {byte-presets},
- * {recipes}, {codecs}. */
+ * {recipes}, {codecs}, {lora-targets}. */
 static const char *help_list(const char *name, size_t len) {
+    static char targets[96];
+    if (targets[0] == '\0') model_lora_targets_names(LORA_ALL, targets, sizeof targets);
+    if (len == 14 && strncmp(name, "{lora-targets}", len) == 0) return targets;
     if (len == 9 && strncmp(name, "{presets}", len) == 0) return model_preset_names();
     if (len == 9 && strncmp(name, "{recipes}", len) == 0) return coordinator_recipe_names();
     if (len == 8 && strncmp(name, "{codecs}", len) == 0) return codec_names();

@@ -377,8 +377,14 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     TokenView train, val;
     tokens_split(&ts, 0.1, &train, &val);
     if (!j->init_from && model_build(&m, &cfg, j->seed, err) != 0) goto out;
+    if (j->lora.rank > 0 && model_add_adapters(&m, &j->lora, j->seed, err) != 0) goto out;
     m.moments_bf16 = j->moments_bf16;
-    TrainJobStart st = {name, m.n_params, train.n, val, T};
+    TrainJobStart st = {.name = name,
+                        .n_params = m.n_params,
+                        .train_tokens = train.n,
+                        .n_frozen = m.base != m.params ? m.n_base : 0,
+                        .val = val,
+                        .T = T};
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
     tc.tf32 = j->tf32;

@@ -136,11 +136,13 @@ typedef struct TrainJob {
     int tf32; /* on GPUs: TrainConfig's tf32 */
     float lr;
     uint64_t seed;
+    AdapterConfig lora; /* rank 0: the whole model trains; else adapters over it, frozen */
 } TrainJob;
 /* What the job tells its caller before the first step. */
 typedef struct TrainJobStart {
     const char *name; /* the preset or the folder */
-    size_t n_params, train_tokens;
+    size_t n_params, train_tokens; /* n_params: what trains */
+    size_t n_frozen;               /* the frozen base's parameters (0: none) */
     TokenView val; /* the held-out tokens, for a caller that scores on them */
     int T;         /* the sequence length it trains at */
 } TrainJobStart;
