@@ -52,12 +52,16 @@ int cli_matmul(const Command *cmd, const char *value);
  * --lora-rank N, --lora-alpha A (PEFT's lora_alpha; default the rank, a
  * scaling of 1 as PEFT's defaults), --lora-targets q,v,... (default q and
  * v, PEFT's for the Llama family). CLI_LORA_OPTS are their getopt rows
- * (values 'R', 'A', 'G'); cli_lora_opt takes one (0, or -2 after a usage
+ * (values CLI_OPT_LORA_*, outside every command's letters); cli_lora_opt
+ * takes one (0, or -2 after a usage
  * error), cli_lora_done fills what was left out (-2 for targets or an
  * alpha without a rank). */
+enum { CLI_OPT_LORA_RANK = 0x1000, CLI_OPT_LORA_ALPHA, CLI_OPT_LORA_TARGETS };
 #define CLI_LORA_OPTS                                                                              \
-    {"lora-rank", required_argument, NULL, 'R'}, {"lora-alpha", required_argument, NULL, 'A'},     \
-        {"lora-targets", required_argument, NULL, 'G'}
+    {"lora-rank", required_argument, NULL, CLI_OPT_LORA_RANK},                                     \
+        {"lora-alpha", required_argument, NULL, CLI_OPT_LORA_ALPHA}, {                             \
+        "lora-targets", required_argument, NULL, CLI_OPT_LORA_TARGETS                              \
+    }
 struct AdapterConfig;
 int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterConfig *a);
 int cli_lora_done(const Command *cmd, struct AdapterConfig *a);

@@ -24,6 +24,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
                                          {"seed", required_argument, NULL, 'S'},
                                          {"set", required_argument, NULL, 'X'},
                                          {"device", required_argument, NULL, 'D'},
+                                         CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     DemoOptions o = {.model = "small",
                      .recipe = "diloco",
@@ -72,6 +73,11 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         case 'D':
             o.device = optarg;
             break;
+        case CLI_OPT_LORA_RANK:
+        case CLI_OPT_LORA_ALPHA:
+        case CLI_OPT_LORA_TARGETS:
+            if (cli_lora_opt(cmd, c, optarg, &o.lora) != 0) return EXIT_USAGE;
+            break;
         case 'S':
             if (cli_int(cmd, "--seed", &o.seed)) return EXIT_USAGE;
             seed_given = 1;
@@ -79,6 +85,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
     }
     if (optind != argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (cli_lora_done(cmd, &o.lora) != 0) return EXIT_USAGE;
     char err[ERR_LEN], exe[1024];
     if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
     if (demo_check(&o, err) != 0) return cli_usage_error(cmd, "%s", err);

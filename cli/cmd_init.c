@@ -13,11 +13,15 @@
 #include "util/util.h"
 
 int cmd_init(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"name", required_argument, NULL, 'n'},      {"listen", required_argument, NULL, 'l'},
-        {"advertise", required_argument, NULL, 'a'}, {"model", required_argument, NULL, 'm'},
-        {"force", no_argument, NULL, 'f'},           {"recipe", required_argument, NULL, 'r'},
-        {"init-from", required_argument, NULL, 'I'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"advertise", required_argument, NULL, 'a'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"force", no_argument, NULL, 'f'},
+                                         {"recipe", required_argument, NULL, 'r'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         CLI_LORA_OPTS,
+                                         {NULL, 0, NULL, 0}};
     CoordInitOptions o = {0};
     int c;
     optind = 1;
@@ -46,7 +50,21 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         case 'I':
             o.init_from = optarg;
             break;
+        case CLI_OPT_LORA_RANK:
+        case CLI_OPT_LORA_ALPHA:
+        case CLI_OPT_LORA_TARGETS:
+            if (cli_lora_opt(cmd, c, optarg, &o.lora) != 0) return EXIT_USAGE;
+            break;
         }
+    }
+    if (cli_lora_done(cmd, &o.lora) != 0) return EXIT_USAGE;
+    ModelConfig check; /* a preset's adapters here; a pretrained model's once it is read */
+    char why[ERR_LEN];
+    if (o.lora.rank > 0 && !o.init_from &&
+        model_config_preset(o.model ? o.model : "small", &check) == 0) {
+        check.lora = o.lora;
+        if (model_config_check(&check, why) != 0)
+            return cli_usage_error(cmd, "--lora-rank: %s", why);
     }
     if (optind != argc - 1) return cli_usage_error(cmd, "expected one folder DIR");
     ModelConfig preset;

@@ -76,17 +76,25 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
 }
 
 int cmd_train(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},    {"model", required_argument, NULL, 'm'},
-        {"steps", required_argument, NULL, 's'},   {"batch", required_argument, NULL, 'b'},
-        {"seq", required_argument, NULL, 't'},     {"lr", required_argument, NULL, 'l'},
-        {"threads", required_argument, NULL, 'j'}, {"device", required_argument, NULL, 'D'},
-        {"out", required_argument, NULL, 'o'},     {"val-every", required_argument, NULL, 'v'},
-        {"gpus", required_argument, NULL, 'g'},    {"seed", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'J'},          {"init-from", required_argument, NULL, 'I'},
-        {"vocab", required_argument, NULL, 'V'},   {"moments", required_argument, NULL, 'M'},
-        {"matmul", required_argument, NULL, 'x'},  CLI_LORA_OPTS,
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"out", required_argument, NULL, 'o'},
+                                         {"val-every", required_argument, NULL, 'v'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 'S'},
+                                         {"json", no_argument, NULL, 'J'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {"vocab", required_argument, NULL, 'V'},
+                                         {"moments", required_argument, NULL, 'M'},
+                                         {"matmul", required_argument, NULL, 'x'},
+                                         CLI_LORA_OPTS,
+                                         {NULL, 0, NULL, 0}};
     AdapterConfig lora = {0};
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
@@ -152,9 +160,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'x':
             if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
-        case 'R':
-        case 'A':
-        case 'G':
+        case CLI_OPT_LORA_RANK:
+        case CLI_OPT_LORA_ALPHA:
+        case CLI_OPT_LORA_TARGETS:
             if (cli_lora_opt(cmd, c, optarg, &lora) != 0) return EXIT_USAGE;
             break;
         }

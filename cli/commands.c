@@ -10,7 +10,8 @@
 const Command cli_commands[] = {
     {"init",
      "DIR [--name NAME] [--listen HOST:PORT] [--advertise HOST:PORT]\n"
-     "     [--model PRESET | --init-from HFDIR|FILE.gguf] [--recipe NAME] [--force]",
+     "     [--model PRESET | --init-from HFDIR|FILE.gguf] [--recipe NAME] [--force]\n"
+     "     [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]",
      "create a federation: CA, coordinator and admin certificates, federation.ini, the store",
      "Keys are written 0600. An existing federation is kept unless --force.\n\n"
      "flags:\n"
@@ -26,6 +27,12 @@ const Command cli_commands[] = {
      "                         is copied into DIR/model/ and its SHA-256 recorded\n"
      "  --recipe NAME          {recipes}: codecs and outer optimizer\n"
      "                         together (federation.ini [recipe]); default diloco\n"
+     "  --lora-rank R          fine-tune low-rank adapters (LoRA) of rank R over the\n"
+     "                         model, frozen (the Llama family): only they train and\n"
+     "                         travel; each site gives the same base with --init-from\n"
+     "  --lora-alpha A         their output is scaled by A / R (default R)\n"
+     "  --lora-targets T       the projections adapted, of {lora-targets}\n"
+     "                         (default q,v)\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -195,6 +202,8 @@ const Command cli_commands[] = {
      "  --sites N      sites (default 3)\n"
      "  --rounds N     rounds (default 20)\n"
      "  --model M      {byte-presets} (default small)\n"
+     "  --lora-rank R  fine-tune low-rank adapters of rank R over the model (the Llama\n"
+     "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets\n"
      "  --steps H      local steps per round (default 50)\n"
      "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
      "  --codec C      override the recipe's uplink: {codecs}\n"

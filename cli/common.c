@@ -163,17 +163,17 @@ int cli_data_add(const Command *cmd, const char **data, int *n, const char *path
 int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a) {
     char err[ERR_LEN];
     switch (c) {
-    case 'R':
+    case CLI_OPT_LORA_RANK:
         if (cli_int(cmd, "--lora-rank", &a->rank)) return -2;
         if (a->rank < 1 || a->rank > LORA_RANK_MAX)
             return cli_usage_error(cmd, "--lora-rank is 1 to %d", LORA_RANK_MAX);
         return 0;
-    case 'A':
+    case CLI_OPT_LORA_ALPHA:
         if (cli_float(cmd, "--lora-alpha", &a->alpha)) return -2;
         if (!(a->alpha > 0 && a->alpha < 1e6f))
             return cli_usage_error(cmd, "--lora-alpha must be more than 0 (PEFT's lora_alpha)");
         return 0;
-    case 'G':
+    case CLI_OPT_LORA_TARGETS:
         if (model_lora_targets_parse(value, &a->targets, err) != 0)
             return cli_usage_error(cmd, "--lora-targets: %s", err);
         return 0;

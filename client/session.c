@@ -86,6 +86,29 @@ static int check_same_model(const Ranks *rk, const Model *m, char *err) {
 
 /* ---- the session --------------------------------------------------------------- */
 
+/* Adapters over a frozen base: the base from --init-from (every rank reads
+ * it), or, without it, the one the seed drew; either way the one whose
+ * fingerprint the federation's configuration names, else nothing trains.
+ * The adapters themselves are the round's download. */
+static int session_base(Session *ss, const ModelConfig *cfg, const SiteRunOptions *o, char *err) {
+    uint64_t hash = ss->m.table_hash;
+    if (o->init_from) {
+        model_free(&ss->m);
+        if (model_import_base(&ss->m, cfg, o->init_from, err) != 0) return -1;
+        ss->m.moments_bf16 = o->moments_bf16;
+        if (ss->m.table_hash != hash)
+            return err_set(err, "--init-from %s: its adapters' table is not the federation's",
+                           o->init_from);
+        return 0;
+    }
+    if (model_base_fingerprint(&ss->m) != cfg->lora.base)
+        return err_set(err,
+                       "the federation fine-tunes adapters over a pretrained base: give this "
+                       "site the same base with --init-from (the file or folder the federation "
+                       "was initialised from, or a copy)");
+    return 0;
+}
+
 /* The model the coordinator describes, built from its seed (and from
  * --init-from when given), checked against this machine's memory. */
 static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
@@ -115,6 +138,8 @@ static int session_model(Session *ss, const SiteRunOptions *o, char *err) {
     ss->m.moments_bf16 = o->moments_bf16;
     if (ss->m.table_hash != hr->table_hash)
         return err_set(err, "the federation's parameter table differs from this strait's; upgrade");
+    if (cfg.lora.rank > 0) /* adapters: over the base the federation names */
+        return session_base(ss, &cfg, o, err);
     if (o->init_from && ss->rk.rank == 0) { /* the pretrained start: maybe no round-0 download */
         Model pre;
         if (model_import(&pre, o->init_from, err) != 0) return -1;

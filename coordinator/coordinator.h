@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "compress/compress.h"
+#include "kernels/model.h"
 #include "store.h"
 
 #define COORD_PROTOCOL_VERSION 1
@@ -27,7 +28,8 @@ typedef struct CoordInitOptions {
     const char *listen;    /* default 0.0.0.0:7700 */
     const char *advertise; /* HOST:PORT sites use; default the listen address */
     const char *model;     /* model preset, default "small" */
-    const char *init_from; /* a Hugging Face GPT-2 folder round 0 starts from, or NULL */
+    const char *init_from; /* a Hugging Face folder or a GGUF file round 0 starts from, or NULL */
+    AdapterConfig lora;    /* rank 0: the whole model trains; else adapters over it, frozen */
     int force;             /* replace an existing federation */
     /* round settings written to federation.ini; 0 or NULL: the defaults */
     int rounds, min_sites, inner_steps;

@@ -269,13 +269,30 @@ static void san_add(char *san, size_t len, const char *addr) {
  * source. */
 static void model_section(char *out, size_t len, const CoordInitOptions *o, const Model *m,
                           const char *init_sha, const char *source_sha) {
+    char adapter[512] =
+        "; adapter = lora fine-tunes low-rank adapters (rank, alpha, targets) over\n"
+        "; the model, frozen: only they train and travel\n"
+        "adapter = none\n";
+    if (o->lora.rank > 0) {
+        char targets[64];
+        model_lora_targets_names(o->lora.targets, targets, sizeof targets);
+        snprintf(adapter, sizeof adapter,
+                 "; low-rank adapters (LoRA) over the model, frozen: only they train and travel,\n"
+                 "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down\n"
+                 "adapter = lora\n"
+                 "rank = %d\n"
+                 "alpha = %g\n"
+                 "targets = %s\n",
+                 o->lora.rank, (double)o->lora.alpha, targets);
+    }
     if (o->init_from == NULL) {
         snprintf(out, len,
                  "; %s\n"
                  "preset = %s\n"
                  "; the initial model is drawn from this seed\n"
-                 "seed = 1\n",
-                 model_preset_names(), o->model ? o->model : "small");
+                 "seed = 1\n"
+                 "%s",
+                 model_preset_names(), o->model ? o->model : "small", adapter);
         return;
     }
     snprintf(
@@ -290,9 +307,10 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
         "source = %s\n"
         "source_sha256 = %s\n"
         "; the seed only draws nothing here: the model is the pretrained one\n"
-        "seed = 1\n",
+        "seed = 1\n"
+        "%s",
         model_arch_name(m->cfg.arch), m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.T, m->cfg.V,
-        COORD_INIT_MODEL, init_sha, o->init_from, source_sha);
+        COORD_INIT_MODEL, init_sha, o->init_from, source_sha, adapter);
 }
 
 int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sha256[65],
@@ -332,7 +350,10 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
             snprintf(path, sizeof path, "%s", o->init_from);
         else
             snprintf(path, sizeof path, "%s/model.safetensors", o->init_from);
+        /* with adapters, the initial model is theirs (drawn from seed 1, the
+         * [model] seed) over the pretrained base, whose fingerprint it holds */
         if (model_import(&pre, o->init_from, err) != 0 ||
+            (o->lora.rank > 0 && model_add_adapters(&pre, &o->lora, 1, err) != 0) ||
             security_sha256_file(path, source_sha, &bytes, err) != 0) {
             model_free(&pre);
             return -1;

@@ -150,9 +150,44 @@ static int read_recipe(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
+/* [model] adapter = lora with rank, alpha and targets (adapter = none or
+ * absent: the whole model trains, and the three must be absent) */
+static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err) {
+    memset(a, 0, sizeof *a);
+    const char *adapter = config_get_str(cfg, "model", "adapter", "none");
+    int lora = strcmp(adapter, "lora") == 0;
+    if (!lora && strcmp(adapter, "none") != 0)
+        return err_set(err, "federation.ini: [model] adapter = %s; use lora or none", adapter);
+    if (!lora) {
+        if (config_get(cfg, "model", "rank") || config_get(cfg, "model", "alpha") ||
+            config_get(cfg, "model", "targets"))
+            return err_set(err, "federation.ini: [model] rank, alpha and targets are the "
+                                "adapters'; set adapter = lora, or remove them");
+        return 0;
+    }
+    int64_t rank;
+    double alpha;
+    if (config_get_int(cfg, "model", "rank", 8, 1, LORA_RANK_MAX, &rank, err) ||
+        config_get_double(cfg, "model", "alpha", (double)rank, &alpha, err))
+        return -1;
+    if (!(alpha > 0 && alpha < 1e6))
+        return err_set(err,
+                       "federation.ini: [model] alpha = %g; use more than 0 (PEFT's "
+                       "lora_alpha: the adapters' output is scaled by alpha / rank)",
+                       alpha);
+    char why[ERR_LEN];
+    a->rank = (int)rank, a->alpha = (float)alpha;
+    if (model_lora_targets_parse(config_get_str(cfg, "model", "targets", "q,v"), &a->targets,
+                                 why) != 0)
+        return err_set(err, "federation.ini: [model] targets: %s", why);
+    return 0;
+}
+
 int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     const char *init = config_get(cfg, "model", "init");
     co->model_init[0] = '\0';
+    AdapterConfig lora;
+    if (adapter_settings_read(cfg, &lora, err) != 0) return -1;
     if (init == NULL || init[0] == '\0') {
         const char *preset = config_get_str(cfg, "model", "preset", "small");
         snprintf(co->model, sizeof co->model, "%s", preset);
@@ -161,7 +196,19 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
                            "federation.ini: [model] preset = %s is not a model this strait "
                            "knows; use one of %s",
                            preset, model_preset_names());
-        return 0;
+        if (lora.rank == 0) return 0;
+        /* adapters over the base the seed draws: its fingerprint, which
+         * every site's seeded base must match */
+        Model base;
+        int64_t seed;
+        if (config_get_int(cfg, "model", "seed", 1, 0, INT64_MAX, &seed, err) != 0 ||
+            model_build(&base, &co->model_cfg, (uint64_t)seed, err) != 0)
+            return -1;
+        lora.base = model_base_fingerprint(&base);
+        lora.base_seed = seed;
+        model_free(&base);
+        co->model_cfg.lora = lora;
+        return model_config_check(&co->model_cfg, err);
     }
     /* a pretrained start: the file strait init wrote, exactly */
     if (init[0] == '/' || strstr(init, ".."))
@@ -181,7 +228,15 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
                        "([model] init_sha256): the initial model changed; restore it or run "
                        "strait init --init-from again",
                        co->model_init, have, want[0] ? want : "(none)");
-    return model_read_config(co->model_init, &co->model_cfg, NULL, err);
+    if (model_read_config(co->model_init, &co->model_cfg, NULL, err) != 0) return -1;
+    const AdapterConfig *have_lora = &co->model_cfg.lora;
+    if (have_lora->rank != lora.rank || have_lora->alpha != lora.alpha ||
+        have_lora->targets != lora.targets)
+        return err_set(err,
+                       "federation.ini's [model] adapter settings are not those of %s (strait "
+                       "init wrote both): restore them, or run strait init again",
+                       co->model_init);
+    return 0;
 }
 
 /* [rounds] min_sites: a number, or quorum (the default): more than half of

@@ -165,7 +165,8 @@ static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *o
                            .inner_steps = o->steps,
                            .recipe = o->recipe,
                            .uplink = o->codec,
-                           .deadline = "5m"};
+                           .deadline = "5m",
+                           .lora = o->lora};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return -1;
     /* the scores read every round's model (summary.json's round_val_losses):
      * a demo's models are small, it keeps them all (a --set may say otherwise) */

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/model.h"
+
 #define DEMO_FORTUNES  "/usr/share/games/fortunes"
 #define DEMO_MAX_SITES 12
 #define DEMO_MAX_SETS  32
@@ -31,6 +33,7 @@ typedef struct DemoOptions {
     int sites, rounds, steps, non_iid, baseline, seed; /* seed 0: the sites' own */
     const char *sets[DEMO_MAX_SETS];                   /* federation.ini edits, SECTION.KEY=VALUE */
     int n_sets;
+    AdapterConfig lora; /* rank 0: the whole model trains; else adapters over its seeded base */
 } DemoOptions;
 
 /* Checks what the caller could not: the model a byte-level preset, the

@@ -131,10 +131,23 @@ double model_config_params(const ModelConfig *c) {
     return n;
 }
 
+double model_adapter_params(const ModelConfig *c) {
+    if (c->lora.rank == 0) return 0;
+    const Arch *a = arch_of(c->arch);
+    double n = 0;
+    for (int r = 0; r < a->n_tensors; r++)
+        if ((a->tensors[r].lora & c->lora.targets) && arch_has(c, &a->tensors[r]))
+            n += (double)c->lora.rank *
+                 (arch_dim(c, a->tensors[r].d0) + arch_dim(c, a->tensors[r].d1));
+    return n * c->L;
+}
+
 double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
     ActLayout lay = {0};
     arch_of(c->arch)->layout(c, B, T, &lay);
-    /* parameters, gradients, AdamW's two moments; a step's activations and
-     * their gradients */
-    return (moments_bf16 ? 12.0 : 16.0) * model_config_params(c) + 8.0 * (double)lay.len;
+    /* what trains: parameters, gradients, AdamW's two moments; a frozen
+     * base its values alone; a step's activations and their gradients */
+    double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c);
+    if (adapters > 0) return 4.0 * model_config_params(c) + per * adapters + 8.0 * (double)lay.len;
+    return per * model_config_params(c) + 8.0 * (double)lay.len;
 }

@@ -73,9 +73,10 @@ int model_config_preset(const char *name, ModelConfig *cfg) {
 static int lora_check(const ModelConfig *c, char *err) {
     const AdapterConfig *a = &c->lora;
     if (a->rank == 0)
-        return a->targets == 0 && a->alpha == 0 && a->base == 0
+        return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0
                    ? 0
                    : err_set(err, "adapter settings without a rank");
+    if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
     const Arch *arch = arch_of(c->arch);
     unsigned takes = 0;
     for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
@@ -164,9 +165,11 @@ char *model_config_json(const ModelConfig *c) {
         char targets[64], base[17];
         model_lora_targets_names(c->lora.targets, targets, sizeof targets);
         snprintf(base, sizeof base, "%016llx", (unsigned long long)c->lora.base);
-        json_object_set_new(o, "lora",
-                            json_pack("{s:i,s:f,s:s,s:s}", "rank", c->lora.rank, "alpha",
-                                      (double)c->lora.alpha, "targets", targets, "base", base));
+        json_t *l = json_pack("{s:i,s:f,s:s,s:s}", "rank", c->lora.rank, "alpha",
+                              (double)c->lora.alpha, "targets", targets, "base", base);
+        if (c->lora.base_seed >= 0) /* a drawn base: anyone can draw it again */
+            json_object_set_new(l, "base_seed", json_integer(c->lora.base_seed));
+        json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
@@ -207,11 +210,19 @@ static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
         model_lora_targets_parse(targets, &a->targets, err))
         return -1;
     a->base = strtoull(base, NULL, 16);
+    a->base_seed = -1;
+    json_t *seed = json_object_get(o, "base_seed");
+    if (seed != NULL) {
+        if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+            return err_set(err, "the model configuration's lora base_seed should be an integer "
+                                "of at least 0");
+        a->base_seed = json_integer_value(seed);
+    }
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
-            strcmp(key, "base"))
+            strcmp(key, "base") && strcmp(key, "base_seed"))
             return err_set(err,
                            "the model configuration's lora has a field '%s' this strait does "
                            "not know",

@@ -131,15 +131,17 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
     m->base = m->params;
-    InitCtx c = {m, seed, 1.0f / sqrtf(2.0f * (float)cfg->L), 0};
+    int drawn = check.lora.rank > 0 && check.lora.base_seed >= 0;
+    InitCtx c = {m, drawn ? (uint64_t)check.lora.base_seed : seed,
+                 1.0f / sqrtf(2.0f * (float)cfg->L), 0};
     arch_each_tensor(&m->cfg, init_tensor, &c);
     if (check.lora.rank > 0) {
         if (model_add_adapters(m, &check.lora, seed, err) != 0) {
             model_free(m);
             return -1;
         }
-        /* the base drawn here stands in for the one the configuration names */
-        m->cfg.lora.base = check.lora.base;
+        /* what the configuration names (a pretrained base is stood in for) */
+        m->cfg.lora.base = check.lora.base, m->cfg.lora.base_seed = check.lora.base_seed;
     }
     return 0;
 }
@@ -225,6 +227,7 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     m->table_hash = table_hash(m->views, m->n_views);
     m->cfg.lora = *a;
     m->cfg.lora.base = model_base_fingerprint(m);
+    m->cfg.lora.base_seed = -1;
     return 0;
 }
 

@@ -43,10 +43,11 @@ enum {
 };
 #define LORA_RANK_MAX 1024
 typedef struct AdapterConfig {
-    int rank;         /* 0: none, the whole model trains; else 1..LORA_RANK_MAX */
-    float alpha;      /* PEFT's lora_alpha: the adapters' output is scaled by alpha / rank */
-    unsigned targets; /* LORA_* adapted (PEFT's default for the Llama family: q and v) */
-    uint64_t base;    /* the frozen base's fingerprint (model_base_fingerprint; 0: not taken) */
+    int rank;          /* 0: none, the whole model trains; else 1..LORA_RANK_MAX */
+    float alpha;       /* PEFT's lora_alpha: the adapters' output is scaled by alpha / rank */
+    unsigned targets;  /* LORA_* adapted (PEFT's default for the Llama family: q and v) */
+    uint64_t base;     /* the frozen base's fingerprint (model_base_fingerprint; 0: not taken) */
+    int64_t base_seed; /* the seed a drawn base was drawn from; -1: a pretrained one */
 } AdapterConfig;
 
 typedef struct ModelConfig {
@@ -72,11 +73,13 @@ const char *model_arch_names(void);
 
 /* Parameters of a shape (its table's size), before anything is built. */
 double model_config_params(const ModelConfig *cfg);
-/* About what training a shape takes in host memory at batch B x T: the
- * parameters, their gradients, AdamW's moments (in fp32, or bf16 with
- * moments_bf16) and a step's activations and their gradients (the
- * architecture's own layout). */
+/* About what training a shape takes in host memory at batch B x T: what
+ * trains (parameters, their gradients, AdamW's moments in fp32, or bf16
+ * with moments_bf16), a frozen base's values (with adapters), and a step's
+ * activations and their gradients (the architecture's own layout). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
+/* The adapters' parameters of a configuration (0 without adapters). */
+double model_adapter_params(const ModelConfig *cfg);
 
 /* presets: tiny, small, base, gpt2-124m (GPT-2); llama-tiny, qwen2-tiny,
  * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
@@ -171,12 +174,16 @@ typedef struct Model {
 /* Builds the table and initialises from a seed as the architecture says
  * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'
  * weights 1, biases 0), the same bits on every machine. With adapters in
- * cfg, the base is drawn so and the adapters added (model_add_adapters). */
+ * cfg, the base is drawn so (from cfg's base_seed when it has one) and the
+ * adapters added from seed; a pretrained base is only stood in for (the
+ * caller loads it: model_import_base). */
 int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
 /* Freezes m's weights as the base and adds adapters: A drawn from seed
  * as PEFT draws it (uniform in ±1/sqrt(in)), B zero, so the model
- * computes what it did. a->base is set to the base's fingerprint. -1 when
- * m has adapters already, or a is not one m's architecture takes. */
+ * computes what it did. The configuration's lora is a with the base's
+ * fingerprint, and base_seed -1 (a pretrained base; model_build's drawn
+ * one sets its seed). -1 when m has adapters already, or a is not one m's
+ * architecture takes. */
 int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err);
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */

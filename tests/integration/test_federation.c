@@ -184,6 +184,49 @@ Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .tim
 
 /* fedavg: fp32 up, the exact model delta down (a checkpoint blob), the
  * plain mean; the models stay identical without any error feedback. */
+/* Adapters federate as the whole model does: the round's model is the
+ * adapters alone (over the base the seed draws, which every site draws
+ * again and checks), one model everywhere, held-out loss falls, and an
+ * update is the adapters' size. */
+Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
+    setenv("STRAIT_LOG", "info", 1);
+    char *root = harness_tmpdir("fedlora");
+    ProcResult r =
+        harness_strait("demo", "--sites", "2", "--rounds", "3", "--model", "llama-tiny", "--steps",
+                       "30", "--lora-rank", "4", "--lora-targets", "all", "--dir", root);
+    cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    Model m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
+    /* rank 4 on all seven projections of two layers of 64 channels (k, v:
+     * 32; the MLP: 176) */
+    size_t adapters = 2 * 4 * ((64 + 64) * 2 + (64 + 32) * 2 + (64 + 176) * 3);
+    cr_assert_eq(m.cfg.lora.rank, 4);
+    cr_assert_eq(m.n_params, adapters, "the round's model holds %zu values", m.n_params);
+    cr_assert_eq(m.cfg.lora.base_seed, 1, "the base is the one [model] seed draws");
+    cr_assert_eq(model_base_fingerprint(&m), m.cfg.lora.base);
+    model_free(&m);
+    double first = held_out_of(root, "fed/checkpoints/round-000000.safetensors");
+    double last = held_out_of(root, "fed/checkpoints/round-000002.safetensors");
+    cr_assert_lt(last, first - 0.01, "held-out loss %g after round 0, %g after round 2", first,
+                 last);
+    assert_models_identical(root, 2, 3);
+    char db[800], err[ERR_LEN];
+    snprintf(db, sizeof db, "%s/fed/%s", root, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound rd;
+    cr_assert_eq(store_round_get(s, 2, &rd, err), 0, "%s", err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
+    cr_assert_eq(nu, 2);
+    for (size_t i = 0; i < nu; i++) cr_assert_eq(ups[i].raw_bytes, (int64_t)(4 * adapters));
+    free(ups);
+    store_close(s);
+    harness_rmtree(root);
+    free(root);
+}
+
 Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedavg");

@@ -178,3 +178,110 @@ Test(smollm2, a_federation_of_two_sites_from_the_gguf_trains_and_goes_back_out) 
     free(x);
     free(y);
 }
+
+/* Fine-tuning SmolLM2 with LoRA across two sites: only the adapters
+ * (rank 8 on q and v: 460,800 parameters over a base of 134.5 million)
+ * train and travel; a site without the base is refused with what to do;
+ * held-out loss goes down. */
+Test(smollm2, a_lora_federation_over_the_gguf_moves_only_the_adapters) {
+    const char *gguf = model_or_skip();
+    net_global_init();
+    root = harness_tmpdir("smollm2-lora");
+    char fed[600], shard0[2][1300], path[1400], err[ERR_LEN];
+    snprintf(fed, sizeof fed, "%s/fed", root);
+    for (int i = 0; i < 2; i++) {
+        char shards[700];
+        snprintf(shards, sizeof shards, "%s/shards%d", root, i);
+        ProcResult r = S("tokenize", "--tokenizer", gguf, "--out", shards, TEXTS[i]);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        snprintf(shard0[i], sizeof shard0[i], "%s/tokens_000000.bin", shards);
+    }
+    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", gguf, "--lora-rank",
+                     "8", "--lora-alpha", "16");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    snprintf(path, sizeof path, "%s/federation.ini", fed);
+    harness_ini_set(path, "rounds", "total", "2");
+    harness_ini_set(path, "rounds", "inner_steps", "6");
+    harness_ini_set(path, "rounds", "deadline", "10m");
+    harness_ini_set(path, "rounds", "min_sites", "2");
+    harness_ini_set(path, "rounds", "batch", "2");
+    harness_ini_set(path, "rounds", "seq", "64");
+    char addr[64];
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "the coordinator did not start");
+    char sdir[2][1400];
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(sdir[i], sizeof sdir[i], "%s/site%d", root, i);
+        snprintf(name, sizeof name, "s%d", i);
+        harness_enroll_join(fed, addr, name, sdir[i]);
+    }
+    /* without the base: refused, saying what to give */
+    r = S("site", "run", sdir[1], "--data", shard0[1], "--threads", "1");
+    cr_assert_neq(r.status, 0, "a site without the base trained: %s", r.out);
+    cr_assert(strstr(r.err, "--init-from"), "the refusal does not say what to do: %s", r.err);
+    proc_result_free(&r);
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {(char *)harness_strait_bin(),
+                        "site",
+                        "run",
+                        sdir[i],
+                        "--data",
+                        shard0[i],
+                        "--threads",
+                        "1",
+                        "--batch",
+                        "2",
+                        "--seq",
+                        "64",
+                        "--lr",
+                        "1e-3",
+                        "--init-from",
+                        (char *)gguf,
+                        NULL};
+        int fd;
+        sites[i] = proc_spawn(argv, &fd);
+        close(fd);
+    }
+    StoreRound r0 = store_fixture_wait_committed_by(fed, 0, 800, coord);
+    StoreRound r1 = store_fixture_wait_committed_by(fed, 1, 800, coord);
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_eq(r1.participants, 2);
+    cr_assert_lt(r0.start_eval_loss, 6.0, "the base scores %.4f: not SmolLM2's",
+                 r0.start_eval_loss);
+    cr_assert_lt(r1.start_eval_loss, r0.start_eval_loss - 0.01,
+                 "held-out loss %.4f after round 0, %.4f before", r1.start_eval_loss,
+                 r0.start_eval_loss);
+    cr_log_info("smollm2 lora federation: held-out %.4f before, %.4f after round 0, %.4f after "
+                "round 1",
+                r0.start_eval_loss, r1.start_eval_loss, r1.eval_loss);
+    /* what travelled: the adapters, each update 460,800 values */
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    StoreRound rd;
+    cr_assert_eq(store_round_get(s, 1, &rd, err), 0, "%s", err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
+    cr_assert_eq(nu, 2);
+    for (size_t i = 0; i < nu; i++)
+        cr_assert_eq(ups[i].raw_bytes, 4 * 460800, "an update of %lld bytes, not the adapters'",
+                     (long long)ups[i].raw_bytes);
+    free(ups);
+    store_close(s);
+    /* the round's checkpoint is the adapters over the GGUF's base */
+    char ckpt[800];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints/round-000001.safetensors", fed);
+    ModelConfig cfg;
+    cr_assert_eq(model_read_config(ckpt, &cfg, NULL, err), 0, "%s", err);
+    Model m;
+    cr_assert_eq(model_import_base(&m, &cfg, gguf, err), 0, "%s", err);
+    cr_assert_eq(model_load(&m, ckpt, NULL, err), 0, "%s", err);
+    cr_assert_eq(m.n_params, 460800);
+    cr_assert_eq(m.n_base, 134515008);
+    model_free(&m);
+}
