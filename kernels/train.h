@@ -140,11 +140,11 @@ typedef struct TrainJob {
 } TrainJob;
 /* What the job tells its caller before the first step. */
 typedef struct TrainJobStart {
-    const char *name; /* the preset or the folder */
+    const char *name;              /* the preset or the folder */
     size_t n_params, train_tokens; /* n_params: what trains */
     size_t n_frozen;               /* the frozen base's parameters (0: none) */
-    TokenView val; /* the held-out tokens, for a caller that scores on them */
-    int T;         /* the sequence length it trains at */
+    TokenView val;                 /* the held-out tokens, for a caller that scores on them */
+    int T;                         /* the sequence length it trains at */
 } TrainJobStart;
 int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart *s),
               TrainObserver obs, void *ctx, char *err);
