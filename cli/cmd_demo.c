@@ -85,7 +85,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
     }
     if (optind != argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-    if (cli_lora_done(cmd, &o.lora) != 0) return EXIT_USAGE;
+    if (cli_lora_done(cmd, &o.lora, 1, 1) != 0) return EXIT_USAGE; /* [model] seed */
     char err[ERR_LEN], exe[1024];
     if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
     if (demo_check(&o, err) != 0) return cli_usage_error(cmd, "%s", err);

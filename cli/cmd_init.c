@@ -57,7 +57,7 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
             break;
         }
     }
-    if (cli_lora_done(cmd, &o.lora) != 0) return EXIT_USAGE;
+    if (cli_lora_done(cmd, &o.lora, 1, 1) != 0) return EXIT_USAGE; /* [model] seed */
     ModelConfig check; /* a preset's adapters here; a pretrained model's once it is read */
     char why[ERR_LEN];
     if (o.lora.rank > 0 && !o.init_from &&

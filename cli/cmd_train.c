@@ -167,7 +167,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             break;
         }
     }
-    if (cli_lora_done(cmd, &lora) != 0) return EXIT_USAGE;
+    if (cli_lora_done(cmd, &lora, 0, seed) != 0) return EXIT_USAGE;
     for (; optind < argc; optind++) /* paths may follow --data as plain operands */
         if (cli_data_add(cmd, data, &n_data, argv[optind]) != 0) return EXIT_USAGE;
     if (n_data == 0) return cli_usage_error(cmd, "give the training text with --data PATH");

@@ -173,6 +173,14 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
         if (!(a->alpha > 0 && a->alpha < 1e6f))
             return cli_usage_error(cmd, "--lora-alpha must be more than 0 (PEFT's lora_alpha)");
         return 0;
+    case CLI_OPT_LORA_RULE:
+        if (strcmp(value, "ffa") != 0 && strcmp(value, "fedit") != 0)
+            return cli_usage_error(cmd,
+                                   "--lora-rule is ffa (A frozen: only B trains, averaged "
+                                   "exactly) or fedit (A and B averaged apart), not '%s'",
+                                   value);
+        a->freeze_a = strcmp(value, "ffa") == 0 ? 1 : 2; /* 2: fedit said; 0 when done */
+        return 0;
     case CLI_OPT_LORA_TARGETS:
         if (model_lora_targets_parse(value, &a->targets, err) != 0)
             return cli_usage_error(cmd, "--lora-targets: %s", err);
@@ -181,12 +189,15 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
     return -2;
 }
 
-int cli_lora_done(const Command *cmd, AdapterConfig *a) {
+int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t seed) {
     if (a->rank == 0)
-        return a->alpha == 0 && a->targets == 0
+        return a->alpha == 0 && a->targets == 0 && a->freeze_a == 0
                    ? 0
-                   : cli_usage_error(cmd, "--lora-alpha and --lora-targets need --lora-rank");
+                   : cli_usage_error(cmd, "--lora-alpha, --lora-targets and --lora-rule need "
+                                          "--lora-rank");
     if (a->alpha == 0) a->alpha = (float)a->rank;
     if (a->targets == 0) a->targets = LORA_Q | LORA_V;
+    a->freeze_a = a->freeze_a == 0 ? federated : a->freeze_a == 1;
+    a->a_seed = seed;
     return 0;
 }

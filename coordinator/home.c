@@ -269,7 +269,7 @@ static void san_add(char *san, size_t len, const char *addr) {
  * source. */
 static void model_section(char *out, size_t len, const CoordInitOptions *o, const Model *m,
                           const char *init_sha, const char *source_sha) {
-    char adapter[512] =
+    char adapter[1024] =
         "; adapter = lora fine-tunes low-rank adapters (rank, alpha, targets) over\n"
         "; the model, frozen: only they train and travel\n"
         "adapter = none\n";
@@ -278,12 +278,16 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
         model_lora_targets_names(o->lora.targets, targets, sizeof targets);
         snprintf(adapter, sizeof adapter,
                  "; low-rank adapters (LoRA) over the model, frozen: only they train and travel,\n"
-                 "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down\n"
+                 "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down;\n"
+                 "; rule ffa (A frozen at its draw from the seed, the same at every site: only B\n"
+                 "; trains and travels, and its average is the sites' updates' exactly) or fedit\n"
+                 "; (A and B both train, averaged apart: mean(B) mean(A) is not mean(B A))\n"
                  "adapter = lora\n"
                  "rank = %d\n"
                  "alpha = %g\n"
-                 "targets = %s\n",
-                 o->lora.rank, (double)o->lora.alpha, targets);
+                 "targets = %s\n"
+                 "rule = %s\n",
+                 o->lora.rank, (double)o->lora.alpha, targets, o->lora.freeze_a ? "ffa" : "fedit");
     }
     if (o->init_from == NULL) {
         snprintf(out, len,
@@ -386,7 +390,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         goto out;
     }
     snprintf(chain, chain_len, "%s%s", srv, ca);
-    char sub[1100], parent[1100], model_ini[2048];
+    char sub[1100], parent[1100], model_ini[3072];
     if (o->init_from) {
         snprintf(sub, sizeof sub, "%s/%s", dir, COORD_INIT_MODEL);
         int64_t bytes;

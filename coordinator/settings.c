@@ -160,8 +160,8 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
         return err_set(err, "federation.ini: [model] adapter = %s; use lora or none", adapter);
     if (!lora) {
         if (config_get(cfg, "model", "rank") || config_get(cfg, "model", "alpha") ||
-            config_get(cfg, "model", "targets"))
-            return err_set(err, "federation.ini: [model] rank, alpha and targets are the "
+            config_get(cfg, "model", "targets") || config_get(cfg, "model", "rule"))
+            return err_set(err, "federation.ini: [model] rank, alpha, targets and rule are the "
                                 "adapters'; set adapter = lora, or remove them");
         return 0;
     }
@@ -180,6 +180,13 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
     if (model_lora_targets_parse(config_get_str(cfg, "model", "targets", "q,v"), &a->targets,
                                  why) != 0)
         return err_set(err, "federation.ini: [model] targets: %s", why);
+    const char *rule = config_get_str(cfg, "model", "rule", "ffa");
+    if (strcmp(rule, "ffa") != 0 && strcmp(rule, "fedit") != 0)
+        return err_set(err,
+                       "federation.ini: [model] rule = %s; use ffa (A frozen, B averaged "
+                       "exactly) or fedit (A and B averaged apart)",
+                       rule);
+    a->freeze_a = strcmp(rule, "ffa") == 0;
     return 0;
 }
 
@@ -206,6 +213,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
             return -1;
         lora.base = model_base_fingerprint(&base);
         lora.base_seed = seed;
+        lora.a_seed = (uint64_t)seed; /* a frozen A's draw: the [model] seed's */
         model_free(&base);
         co->model_cfg.lora = lora;
         return model_config_check(&co->model_cfg, err);
@@ -231,7 +239,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     if (model_read_config(co->model_init, &co->model_cfg, NULL, err) != 0) return -1;
     const AdapterConfig *have_lora = &co->model_cfg.lora;
     if (have_lora->rank != lora.rank || have_lora->alpha != lora.alpha ||
-        have_lora->targets != lora.targets)
+        have_lora->targets != lora.targets || have_lora->freeze_a != lora.freeze_a)
         return err_set(err,
                        "federation.ini's [model] adapter settings are not those of %s (strait "
                        "init wrote both): restore them, or run strait init again",

@@ -143,7 +143,7 @@ void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx);
  * base_views), NULL if this configuration has none */
 static inline float *arch_w(const Model *m, float *base, int r, int l) {
     int v = m->row_view[r * m->cfg.L + l];
-    return v < 0 ? NULL : base + m->base_views[v].offset;
+    return v < 0 ? NULL : base + model_base_views(m)[v].offset;
 }
 
 /* the base's weight of row r at layer l inside base (NULL: none, or

@@ -77,6 +77,8 @@ static int lora_check(const ModelConfig *c, char *err) {
                    ? 0
                    : err_set(err, "adapter settings without a rank");
     if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
+    if (a->freeze_a != 0 && a->freeze_a != 1)
+        return err_set(err, "adapter freeze_a %d; 0 or 1", a->freeze_a);
     const Arch *arch = arch_of(c->arch);
     unsigned takes = 0;
     for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
@@ -169,6 +171,8 @@ char *model_config_json(const ModelConfig *c) {
                               (double)c->lora.alpha, "targets", targets, "base", base);
         if (c->lora.base_seed >= 0) /* a drawn base: anyone can draw it again */
             json_object_set_new(l, "base_seed", json_integer(c->lora.base_seed));
+        if (c->lora.freeze_a) /* A frozen: every site draws it from a_seed */
+            json_object_set_new(l, "a_seed", json_integer((json_int_t)c->lora.a_seed));
         json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -218,11 +222,18 @@ static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
                                 "of at least 0");
         a->base_seed = json_integer_value(seed);
     }
+    json_t *a_seed = json_object_get(o, "a_seed"); /* present: A is frozen at its draw */
+    if (a_seed != NULL) {
+        if (!json_is_integer(a_seed) || json_integer_value(a_seed) < 0)
+            return err_set(err, "the model configuration's lora a_seed should be an integer of "
+                                "at least 0");
+        a->freeze_a = 1, a->a_seed = (uint64_t)json_integer_value(a_seed);
+    }
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
-            strcmp(key, "base") && strcmp(key, "base_seed"))
+            strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed"))
             return err_set(err,
                            "the model configuration's lora has a field '%s' this strait does "
                            "not know",

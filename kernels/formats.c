@@ -35,8 +35,8 @@ int model_export_llmc(const Model *m, const char *path, char *err) {
     const Arch *a = m->arch;
     for (int r = 0; r < a->n_tensors && rc == 0; r++)
         for (int l = 0; l < (a->tensors[r].layer ? c->L : 1) && rc == 0; l++) {
-            const ParamView *v = &m->base_views[m->row_view[r * c->L + l]];
-            rc = file_atomic_write(af, m->base + v->offset, v->numel * 4, err);
+            const ParamView *v = &model_base_views(m)[m->row_view[r * c->L + l]];
+            rc = file_atomic_write(af, model_base(m) + v->offset, v->numel * 4, err);
         }
     if (rc != 0) {
         file_atomic_abort(af);

@@ -400,7 +400,8 @@ static int take_all(const Gguf *g, const ModelConfig *c, Model *m, int read, cha
     for (int r = 0; r < a->n_tensors && rc == 0; r++)
         for (int l = 0; l < (a->tensors[r].layer ? c->L : 1) && rc == 0; l++) {
             if (!arch_has(c, &a->tensors[r])) continue;
-            rc = take(g, c, &a->tensors[r], l, read ? arch_w(m, m->base, r, l) : NULL, tmp, err);
+            rc = take(g, c, &a->tensors[r], l, read ? arch_w(m, model_base(m), r, l) : NULL, tmp,
+                      err);
         }
     free(tmp);
     return rc;
@@ -705,7 +706,7 @@ int model_export_gguf(const Model *m, const char *path, int dtype, const Tokeniz
     int n = 0;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? c->L : 1); l++) {
-            const float *src = arch_w(m, m->base, r, l);
+            const float *src = arch_w(m, model_base(m), r, l);
             if (src == NULL) continue;
             const ArchTensor *t = &a->tensors[r];
             OutTensor *o = &ts[n++];

@@ -81,7 +81,7 @@ static void ensure_acts(Model *m, int B, int T) {
 static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0; /* the base frozen, the adapters training */
     Pass p = {.ops = &ops_cpu,
-              .params = m->base,
+              .params = model_base(m),
               .grads = adapted ? NULL : m->grads,
               .lora = adapted ? m->params : NULL,
               .dlora = adapted ? m->grads : NULL,

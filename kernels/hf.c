@@ -295,7 +295,7 @@ static int hf_take_all(const HfIn *in, Model *m, const char *prefix, int read, c
     const Arch *a = m->arch;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? m->cfg.L : 1); l++) {
-            float *dst = arch_w(m, m->base, r, l);
+            float *dst = arch_w(m, model_base(m), r, l);
             if (dst == NULL) continue; /* not in this configuration */
             if (hf_take(in, m, &a->tensors[r], l, prefix, read ? dst : NULL, err) != 0) return -1;
         }
@@ -606,7 +606,7 @@ int model_export_hf(const Model *m, const char *dir, const HfExport *opt, char *
     int n = 0, shards = 1;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? m->cfg.L : 1); l++) {
-            const float *src = arch_w(m, m->base, r, l);
+            const float *src = arch_w(m, model_base(m), r, l);
             if (src == NULL) continue;
             const ArchTensor *t = &a->tensors[r];
             HfTensor *w = &ts[n++];

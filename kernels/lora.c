@@ -31,53 +31,53 @@ void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0) {
     act_add(lay, a0 + LORA_ACTS - 1, BT * widest, 0);
 }
 
-/* row r's adapter at layer l: A, B (inside base), its activation's index;
- * 0 when the row is not adapted there */
-static int adapter(const Model *m, const Pass *p, float *base, int a0, int r, int l, float **A,
-                   float **Bm, int *act) {
-    if (p->lora == NULL || m->lora_view == NULL) return 0;
-    int v = m->lora_view[r * m->cfg.L + l];
-    if (v < 0) return 0;
+/* row r's adapter at layer l on pass p: A and B, their gradients (dA NULL
+ * for a frozen A), the activation holding A inp, and the dimensions; 0
+ * when the row is not adapted there */
+typedef struct Adapter {
+    float *A, *B, *dA, *dB;
+    int act, in, out;
+} Adapter;
+
+static int adapter(const Model *m, const Pass *p, int a0, int r, int l, Adapter *ad) {
+    const float *A, *B, *dA, *dB;
+    if (p->lora == NULL || !model_lora_at(m, m->params, r, l, &A, &B, &ad->in, &ad->out)) return 0;
     unsigned bit = m->arch->tensors[r].lora;
     assert(bit != 0 && (bit & (bit - 1)) == 0 && (bit & m->cfg.lora.targets));
-    *act = a0 + __builtin_ctz(bit);
-    *A = base ? base + m->views[v].offset : NULL;
-    *Bm = base ? base + m->views[v + 1].offset : NULL;
-    assert(m->views[v].shape[0] == m->cfg.lora.rank &&
-           m->views[v + 1].shape[1] == m->cfg.lora.rank);
+    ad->act = a0 + __builtin_ctz(bit);
+    /* the same offsets inside the pass's own buffers (host or device) */
+    ad->B = p->lora + (B - m->params);
+    ad->A = m->lora_frozen ? (float *)A : p->lora + (A - m->params);
+    model_lora_at(m, m->grads, r, l, &dA, &dB, &ad->in, &ad->out);
+    ad->dB = p->dlora ? p->dlora + (dB - m->grads) : NULL;
+    ad->dA = p->dlora && dA ? p->dlora + (dA - m->grads) : NULL;
     return 1;
 }
 
 void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                   float *out) {
-    float *A, *Bm;
-    int act;
-    if (!adapter(m, p, p->lora, a0, r, l, &A, &Bm, &act)) return;
+    Adapter ad;
+    if (!adapter(m, p, a0, r, l, &ad)) return;
     const Ops *o = p->ops;
     int R = m->cfg.lora.rank, BT = p->B * p->T;
-    int in = m->views[m->lora_view[r * m->cfg.L + l]].shape[1];
-    int outd = m->views[m->lora_view[r * m->cfg.L + l] + 1].shape[0];
-    float *ax = act_at(p, p->acts, act, l), *tmp = act_at(p, p->acts, a0 + LORA_ACTS - 1, 0);
-    o->matmul_forward(ax, inp, A, NULL, BT, in, R, p->stream);
-    o->matmul_forward(tmp, ax, Bm, NULL, BT, R, outd, p->stream);
-    o->scale_add(out, tmp, m->cfg.lora.alpha / (float)R, (size_t)BT * outd, p->stream);
+    float *ax = act_at(p, p->acts, ad.act, l), *tmp = act_at(p, p->acts, a0 + LORA_ACTS - 1, 0);
+    o->matmul_forward(ax, inp, ad.A, NULL, BT, ad.in, R, p->stream);
+    o->matmul_forward(tmp, ax, ad.B, NULL, BT, R, ad.out, p->stream);
+    o->scale_add(out, tmp, m->cfg.lora.alpha / (float)R, (size_t)BT * ad.out, p->stream);
 }
 
 void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                    float *dinp, const float *dout) {
-    float *A, *Bm, *dA, *dB;
-    int act;
-    if (!adapter(m, p, p->lora, a0, r, l, &A, &Bm, &act)) return;
-    adapter(m, p, p->dlora, a0, r, l, &dA, &dB, &act);
+    Adapter ad;
+    if (!adapter(m, p, a0, r, l, &ad)) return;
     const Ops *o = p->ops;
     int R = m->cfg.lora.rank, BT = p->B * p->T;
-    int in = m->views[m->lora_view[r * m->cfg.L + l]].shape[1];
-    int outd = m->views[m->lora_view[r * m->cfg.L + l] + 1].shape[0];
-    float *ax = act_at(p, p->acts, act, l), *dax = act_at(p, p->dacts, act, l);
+    float *ax = act_at(p, p->acts, ad.act, l), *dax = act_at(p, p->dacts, ad.act, l);
     float *sd = act_at(p, p->dacts, a0 + LORA_ACTS - 1, 0); /* s·dout */
-    o->zero(sd, (size_t)BT * outd, p->stream);
-    o->scale_add(sd, dout, m->cfg.lora.alpha / (float)R, (size_t)BT * outd, p->stream);
+    o->zero(sd, (size_t)BT * ad.out, p->stream);
+    o->scale_add(sd, dout, m->cfg.lora.alpha / (float)R, (size_t)BT * ad.out, p->stream);
     /* dax is zero (the backward zeroes dacts) and takes s·dout B; dB += */
-    o->matmul_backward(dax, dB, NULL, sd, ax, Bm, BT, R, outd, p->stream);
-    o->matmul_backward(dinp, dA, NULL, dax, inp, A, BT, in, R, p->stream);
+    o->matmul_backward(dax, ad.dB, NULL, sd, ax, ad.B, BT, R, ad.out, p->stream);
+    /* dA NULL: A is frozen, only dinp */
+    o->matmul_backward(dinp, ad.dA, NULL, dax, inp, ad.A, BT, ad.in, R, p->stream);
 }

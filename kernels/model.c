@@ -65,7 +65,6 @@ static void build_table(Model *m) {
     arch_each_tensor(&m->cfg, add_tensor, m);
     assert(m->n_views == n && (double)m->n_params == model_config_params(&m->cfg));
     m->table_hash = table_hash(m->views, m->n_views);
-    m->base_views = m->views, m->n_base_views = m->n_views, m->n_base = m->n_params;
 }
 
 const ParamView *model_view(const Model *m, const char *name) {
@@ -130,7 +129,6 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
     build_table(m);
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
-    m->base = m->params;
     int drawn = check.lora.rank > 0 && check.lora.base_seed >= 0;
     InitCtx c = {m, drawn ? (uint64_t)check.lora.base_seed : seed,
                  1.0f / sqrtf(2.0f * (float)cfg->L), 0};
@@ -149,7 +147,7 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
 /* ---- adapters ------------------------------------------------------------------------ */
 
 uint64_t model_base_fingerprint(const Model *m) {
-    return XXH3_64bits(m->base, m->n_base * sizeof(float));
+    return XXH3_64bits(model_base(m), model_base_count(m) * sizeof(float));
 }
 
 /* the base's row r at layer l: (out, in) of its projection */
@@ -184,19 +182,21 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     if (a->targets == 0 || (a->targets & ~takes) != 0)
         return err_set(err, "adapter targets 0x%x; a %s takes q, k, v, o, gate, up, down",
                        a->targets, m->arch->name);
-    int L = m->cfg.L, n = 0, R = a->rank;
+    int L = m->cfg.L, n = 0, R = a->rank, freeze = a->freeze_a != 0;
+    size_t rows = (size_t)m->arch->n_tensors * L, n_frozen = 0;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++)
-            n += (m->arch->tensors[r].lora & a->targets) && m->row_view[r * L + l] >= 0 ? 2 : 0;
+            n += (m->arch->tensors[r].lora & a->targets) && m->row_view[r * L + l] >= 0;
     /* the base: what trained until now, frozen, without gradients */
     free(m->grads), free(m->m), free(m->v), free(m->mh), free(m->vh);
     m->grads = NULL, m->m = m->v = NULL, m->mh = m->vh = NULL, m->step = 0;
     m->base = m->params, m->base_views = m->views;
     m->n_base = m->n_params, m->n_base_views = m->n_views;
-    m->views = callocCheck((size_t)n, sizeof(ParamView));
+    m->views = callocCheck((size_t)n * (freeze ? 1 : 2), sizeof(ParamView));
     m->n_views = 0, m->n_params = 0;
-    m->lora_view = mallocCheck((size_t)m->arch->n_tensors * L * sizeof(int));
-    for (int i = 0; i < m->arch->n_tensors * L; i++) m->lora_view[i] = -1;
+    m->lora_view = mallocCheck(rows * sizeof(int));
+    m->lora_a = callocCheck(rows, sizeof(size_t));
+    for (size_t i = 0; i < rows; i++) m->lora_view[i] = -1;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
             const ArchTensor *t = &m->arch->tensors[r];
@@ -206,24 +206,36 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
             const char *base = m->base_views[m->row_view[r * L + l]].name;
             size_t stem = strlen(base) - (strstr(base, ".weight") ? strlen(".weight") : 0);
             char name[64];
+            if (freeze) { /* A beside the table: it neither trains nor travels */
+                m->lora_a[r * L + l] = n_frozen;
+                n_frozen += (size_t)R * in;
+            } else {
+                m->lora_a[r * L + l] = m->n_params;
+                snprintf(name, sizeof name, "%.*s.lora_A", (int)stem, base);
+                adapter_view(m, name, R, in);
+            }
             m->lora_view[r * L + l] = m->n_views;
-            snprintf(name, sizeof name, "%.*s.lora_A", (int)stem, base);
-            adapter_view(m, name, R, in);
             snprintf(name, sizeof name, "%.*s.lora_B", (int)stem, base);
             adapter_view(m, name, out, R);
         }
-    assert(m->n_views == n);
+    assert(m->n_views == n * (freeze ? 1 : 2));
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
+    if (freeze) m->lora_frozen = callocCheck(n_frozen ? n_frozen : 1, sizeof(float));
     /* A as PEFT draws it (kaiming_uniform with a = sqrt(5): uniform in
-     * ±1/sqrt(in)) from 24-bit uniforms; B zero, so nothing changes yet */
-    uint64_t s = seed ^ 0x4c6f5241ull; /* "LoRA": not the base's stream */
-    for (int i = 0; i < m->n_views; i += 2) {
-        const ParamView *A = &m->views[i];
-        float bound = 1.0f / sqrtf((float)A->shape[1]), *p = m->params + A->offset;
-        for (size_t k = 0; k < A->numel; k++)
-            p[k] = bound * (float)((double)(rng_next(&s) >> 40) / 8388608.0 - 1.0);
-    }
+     * ±1/sqrt(in)) from 24-bit uniforms, layer by layer in table order; B
+     * zero, so nothing changes yet */
+    uint64_t s = (freeze ? a->a_seed : seed) ^ 0x4c6f5241ull; /* "LoRA": not the base's stream */
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < m->arch->n_tensors; r++) {
+            if (m->lora_view[r * L + l] < 0) continue;
+            int out, in;
+            adapter_dims(m, r, &out, &in);
+            float bound = 1.0f / sqrtf((float)in);
+            float *A = (freeze ? m->lora_frozen : m->params) + m->lora_a[r * L + l];
+            for (size_t k = 0; k < (size_t)R * in; k++)
+                A[k] = bound * (float)((double)(rng_next(&s) >> 40) / 8388608.0 - 1.0);
+        }
     m->table_hash = table_hash(m->views, m->n_views);
     m->cfg.lora = *a;
     m->cfg.lora.base = model_base_fingerprint(m);
@@ -231,10 +243,22 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     return 0;
 }
 
+int model_lora_at(const Model *m, const float *buf, int r, int l, const float **A, const float **B,
+                  int *in, int *out) {
+    int i = r * m->cfg.L + l, v = m->lora_view ? m->lora_view[i] : -1;
+    if (v < 0) return 0;
+    adapter_dims(m, r, out, in);
+    int grads = buf != NULL && buf == m->grads;
+    *B = buf ? buf + m->views[v].offset : NULL;
+    *A = m->lora_frozen ? (grads ? NULL : m->lora_frozen + m->lora_a[i])
+                        : (buf ? buf + m->lora_a[i] : NULL);
+    return 1;
+}
+
 void model_free(Model *m) {
-    if (m->base != m->params) free(m->base);
-    if (m->base_views != m->views) free(m->base_views);
-    free(m->views), free(m->row_view), free(m->lora_view), free(m->params), free(m->grads);
+    free(m->base), free(m->base_views);
+    free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_frozen);
+    free(m->params), free(m->grads);
     free(m->m), free(m->v), free(m->mh), free(m->vh);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     memset(m, 0, sizeof *m);

@@ -48,6 +48,12 @@ typedef struct AdapterConfig {
     unsigned targets;  /* LORA_* adapted (PEFT's default for the Llama family: q and v) */
     uint64_t base;     /* the frozen base's fingerprint (model_base_fingerprint; 0: not taken) */
     int64_t base_seed; /* the seed a drawn base was drawn from; -1: a pretrained one */
+    /* FFA-LoRA: A stays at its draw from a_seed, the same at every site,
+     * and only B trains and travels, so averaging B averages the sites'
+     * updates B·A exactly (A and B both training, averaged apart, do not:
+     * mean(B)·mean(A) is not mean(B·A)) */
+    int freeze_a;
+    uint64_t a_seed;
 } AdapterConfig;
 
 typedef struct ModelConfig {
@@ -147,17 +153,22 @@ typedef struct Model {
     size_t n_params;
     uint64_t table_hash;   /* FNV-1a of names, shapes and order */
     float *params, *grads; /* owned, n_params each */
-    /* The architecture's table, what the graph reads: without adapters the
-     * same arrays as above (not owned twice); with them the frozen base,
-     * owned, with no gradients. */
+    /* With adapters, the architecture's table (what the graph reads): the
+     * frozen base, owned, with no gradients; NULL without them, when the
+     * table above is the architecture's (model_base and the like give
+     * whichever it is; a caller may swap params for another buffer). */
     ParamView *base_views;
     int n_base_views;
     int *row_view; /* owned: base view of table row r at layer l (r * L + l), -1 if absent */
     size_t n_base;
     float *base;
-    int *lora_view; /* owned with adapters: A's view of table row r at layer l (B's is the next), -1
-                     */
-    float *m, *v;   /* AdamW moments, allocated at the first step */
+    /* with adapters (owned): B's view of table row r at layer l (r * L + l;
+     * -1: not adapted), A's offset (into params, or into lora_frozen with
+     * freeze_a) */
+    int *lora_view;
+    size_t *lora_a;
+    float *lora_frozen;
+    float *m, *v;      /* AdamW moments, allocated at the first step */
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
     int step;          /* AdamW steps taken */
@@ -171,6 +182,18 @@ typedef struct Model {
     float loss;
 } Model;
 
+/* The architecture's table: the frozen base's views, values and count
+ * with adapters, else what trains (row_view indexes these views). */
+static inline float *model_base(const Model *m) {
+    return m->base ? m->base : m->params;
+}
+static inline const ParamView *model_base_views(const Model *m) {
+    return m->base_views ? m->base_views : m->views;
+}
+static inline size_t model_base_count(const Model *m) {
+    return m->base ? m->n_base : m->n_params;
+}
+
 /* Builds the table and initialises from a seed as the architecture says
  * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'
  * weights 1, biases 0), the same bits on every machine. With adapters in
@@ -179,7 +202,8 @@ typedef struct Model {
  * caller loads it: model_import_base). */
 int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
 /* Freezes m's weights as the base and adds adapters: A drawn from seed
- * as PEFT draws it (uniform in ±1/sqrt(in)), B zero, so the model
+ * (a->a_seed with freeze_a) as PEFT draws it (uniform in ±1/sqrt(in)), B
+ * zero, so the model
  * computes what it did. The configuration's lora is a with the base's
  * fingerprint, and base_seed -1 (a pretrained base; model_build's drawn
  * one sets its seed). -1 when m has adapters already, or a is not one m's
@@ -188,6 +212,11 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */
 uint64_t model_base_fingerprint(const Model *m);
+/* Row r's adapter at layer l: A and B inside what trains (buf: params or
+ * grads; A is lora_frozen's with freeze_a, and NULL in grads), their
+ * (in, out); 0 when the row is not adapted there. */
+int model_lora_at(const Model *m, const float *buf, int r, int l, const float **A, const float **B,
+                  int *in, int *out);
 /* "q,v"-style lists of LORA_* (every name, "all"): -1 naming an unknown one */
 int model_lora_targets_parse(const char *list, unsigned *targets, char *err);
 /* the names of targets, comma-separated, into out */

@@ -383,7 +383,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     TrainJobStart st = {.name = name,
                         .n_params = m.n_params,
                         .train_tokens = train.n,
-                        .n_frozen = m.base != m.params ? m.n_base : 0,
+                        .n_frozen = m.base ? m.n_base : 0,
                         .val = val,
                         .T = T};
     if (started) started(ctx, &st);

@@ -197,10 +197,12 @@ Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
     Model m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
-    /* rank 4 on all seven projections of two layers of 64 channels (k, v:
-     * 32; the MLP: 176) */
-    size_t adapters = 2 * 4 * ((64 + 64) * 2 + (64 + 32) * 2 + (64 + 176) * 3);
+    /* B alone (FFA-LoRA, a federation's default: A frozen at the seed's
+     * draw): rank 4 on all seven projections of two layers of 64 channels,
+     * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64 */
+    size_t adapters = 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64);
     cr_assert_eq(m.cfg.lora.rank, 4);
+    cr_assert(m.cfg.lora.freeze_a && m.lora_frozen != NULL, "A is frozen");
     cr_assert_eq(m.n_params, adapters, "the round's model holds %zu values", m.n_params);
     cr_assert_eq(m.cfg.lora.base_seed, 1, "the base is the one [model] seed draws");
     cr_assert_eq(model_base_fingerprint(&m), m.cfg.lora.base);

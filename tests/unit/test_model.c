@@ -445,6 +445,58 @@ Test(adapters, every_adapter_gradient_matches_finite_differences, .timeout = 180
     }
 }
 
+Test(adapters, with_a_frozen_every_b_gradient_matches_finite_differences, .timeout = 180) {
+    Model m = preset_model("llama-tiny", 7);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_ALL, .freeze_a = 1, .a_seed = 5};
+    char err[ERR_LEN];
+    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+    cr_assert_eq(m.n_views, 7 * m.cfg.L, "B alone trains: one view per adapted projection");
+    for (int v = 0; v < m.n_views; v++) cr_assert(strstr(m.views[v].name, "lora_B"));
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
+    every_tensor_gradient(&m);
+    model_free(&m);
+}
+
+/* What FFA-LoRA is for: with A frozen at one draw, the mean of the sites'
+ * B is their updates' mean exactly (s·mean(B)·A = mean(s·B·A)); with A
+ * trained too (FedIT), mean(B)·mean(A) is not mean(B·A). */
+Test(adapters, averaging_b_over_a_frozen_a_is_exact_and_averaging_both_is_not) {
+    for (int freeze = 1; freeze >= 0; freeze--) {
+        Model site[2];
+        AdapterConfig a = {
+            .rank = 4, .alpha = 8, .targets = LORA_Q, .freeze_a = freeze, .a_seed = 9};
+        char err[ERR_LEN];
+        for (int k = 0; k < 2; k++) {
+            site[k] = preset_model("llama-tiny", 7);
+            cr_assert_eq(model_add_adapters(&site[k], &a, 20 + k, err), 0, "%s", err);
+            for (size_t i = 0; i < site[k].n_params; i++) site[k].params[i] += 0.3f * urand();
+        }
+        const float *A0, *B0, *A1, *B1;
+        int in, out;
+        cr_assert(model_lora_at(&site[0], site[0].params, 2, 0, &A0, &B0, &in, &out));
+        cr_assert(model_lora_at(&site[1], site[1].params, 2, 0, &A1, &B1, &in, &out));
+        if (freeze) cr_assert_eq(memcmp(A0, A1, sizeof(float) * 4 * in), 0, "one A everywhere");
+        double worst = 0;
+        for (int o = 0; o < out; o++)
+            for (int i = 0; i < in; i++) {
+                double mean_of = 0, of_mean = 0; /* mean(B A) and mean(B) mean(A) */
+                for (int r = 0; r < 4; r++) {
+                    mean_of += 0.5 * ((double)B0[o * 4 + r] * A0[r * in + i] +
+                                      (double)B1[o * 4 + r] * A1[r * in + i]);
+                    of_mean += 0.5 * ((double)B0[o * 4 + r] + B1[o * 4 + r]) * 0.5 *
+                               ((double)A0[r * in + i] + A1[r * in + i]);
+                }
+                worst = fmax(worst, fabs(mean_of - of_mean));
+            }
+        if (freeze)
+            cr_assert_lt(worst, 1e-12, "over one A, averaging B is exact: %g off", worst);
+        else
+            cr_assert_gt(worst, 1e-3, "A and B averaged apart should miss: %g", worst);
+        model_free(&site[0]), model_free(&site[1]);
+    }
+}
+
 Test(adapters, start_as_a_no_op_and_leave_the_base_as_it_was, .timeout = 120) {
     Model m = preset_model("llama-tiny", 7);
     int B = 2, T = 16, in[32], tg[32];
