@@ -199,6 +199,11 @@ static const PeftKey KEYS[] = {
     {"loftq_config", K_EMPTY, "LoftQ, which changes the base's weights"},
     {"eva_config", K_EMPTY, "EVA initialisation"},
     {"corda_config", K_EMPTY, "CorDA, which changes the base's weights"},
+    {"lora_ga_config", K_EMPTY, "LoRA-GA, which changes the base's weights"},
+    {"kasa_config", K_EMPTY, "KaSA, which truncates the base's singular values"},
+    {"monteclora_config", K_EMPTY, "MonteCLoRA's sampling over the adapters"},
+    {"use_bdlora", K_EMPTY, "BD-LoRA's block-diagonal factors"},
+    {"velora_config", K_EMPTY, "VeLoRA's compressed backward"},
 };
 #define N_KEYS (int)(sizeof KEYS / sizeof KEYS[0])
 

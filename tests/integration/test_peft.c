@@ -352,3 +352,98 @@ Test(peft, strait_export_writes_the_adapter_and_the_merged_model) {
     model_free(&back), model_free(&merged), model_free(&m);
     free(ckpt), free(base), free(peft), free(hf), free(wrong);
 }
+
+/* ---- against PEFT itself (make test-hf: STRAIT_HF_PYTHON has peft) ------------------- */
+
+/* tests/python/peft_check.py with args; its output (caller frees) */
+static char *peft_check(const char *cmd, const char *base, const char *adapter, const char *ids,
+                        const char *file) {
+    char script[800];
+    snprintf(script, sizeof script, "%s/tests/python/peft_check.py", getenv("STRAIT_SRC"));
+    char *argv[] = {(char *)getenv("STRAIT_HF_PYTHON"),
+                    script,
+                    (char *)cmd,
+                    (char *)base,
+                    (char *)adapter,
+                    (char *)ids,
+                    (char *)file,
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "peft_check.py %s: %s %s", cmd, r.out, r.err);
+    char *out = strdup(r.out);
+    proc_result_free(&r);
+    return out;
+}
+
+/* N_IDS ids into dir/ids, as int32 */
+static char *ids_file(const char *dir, int V, int *ids) {
+    char *path = malloc(1200), err[ERR_LEN];
+    for (int i = 0; i < N_IDS; i++) ids[i] = (i * 37 + 5) % V;
+    snprintf(path, 1200, "%s/ids", dir);
+    cr_assert_eq(file_write_atomic(path, ids, sizeof(int) * N_IDS, 0644, err), 0, "%s", err);
+    return path;
+}
+
+Test(transformers, peft_loads_straits_adapter_over_its_base_with_the_same_logits, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    char *dir = harness_tmpdir("peft-out"), err[ERR_LEN], base[1200], adapter[1200], lg[1200];
+    Model m, b;
+    adapted(&m, &b, LORA_ALL);
+    snprintf(base, sizeof base, "%s/base", dir);
+    snprintf(adapter, sizeof adapter, "%s/adapter", dir);
+    snprintf(lg, sizeof lg, "%s/strait.logits", dir);
+    cr_assert_eq(model_export_hf(&b, base, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_peft(&m, adapter, base, err), 0, "%s", err);
+    int ids[N_IDS];
+    char *ids_path = ids_file(dir, m.cfg.V, ids);
+    float *ours = logits(&m);
+    cr_assert_eq(file_write_atomic(lg, ours, sizeof(float) * N_IDS * m.cfg.V, 0644, err), 0, "%s",
+                 err);
+    char *out = peft_check("load", base, adapter, ids_path, lg);
+    double d = -1, e = -1;
+    cr_assert_eq(sscanf(out, "ok max_diff %lf base_diff %lf", &d, &e), 2, "%s", out);
+    fprintf(stderr, "PEFT over Strait's adapter: logits differ by %g (the adapter moves them %g)\n",
+            d, e);
+    cr_assert_lt(d, 1e-4, "PEFT's logits differ from Strait's by %g", d);
+    cr_assert_gt(e, 1e-3, "the adapter changed nothing in PEFT (%g)", e);
+    free(out), free(ours), free(ids_path);
+    model_free(&m), model_free(&b);
+    harness_rmtree(dir), free(dir);
+}
+
+Test(transformers, strait_imports_an_adapter_peft_trained_with_the_same_logits, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    char *dir = harness_tmpdir("peft-in"), err[ERR_LEN], base[1200], adapter[1200], lg[1200];
+    Model b, m;
+    ModelConfig cfg = adapted_config(LORA_Q | LORA_V);
+    memset(&cfg.lora, 0, sizeof cfg.lora);
+    cr_assert_eq(model_build(&b, &cfg, 5, err), 0, "%s", err);
+    snprintf(base, sizeof base, "%s/base", dir);
+    snprintf(adapter, sizeof adapter, "%s/adapter", dir);
+    snprintf(lg, sizeof lg, "%s/peft.logits", dir);
+    cr_assert_eq(model_export_hf(&b, base, NULL, err), 0, "%s", err);
+    model_free(&b);
+    int ids[N_IDS];
+    char *ids_path = ids_file(dir, cfg.V, ids);
+    free(peft_check("make", base, adapter, ids_path, lg));
+    cr_assert_eq(model_import_adapted(&m, base, adapter, err), 0, "%s", err);
+    cr_assert_eq(m.cfg.lora.rank, 4);
+    cr_assert_eq(m.cfg.lora.alpha, 8.0f);
+    cr_assert_eq(m.cfg.lora.targets, (unsigned)(LORA_Q | LORA_V));
+    char *theirs;
+    size_t len;
+    cr_assert_eq(file_read_all(lg, 1 << 26, &theirs, &len, err), 0, "%s", err);
+    cr_assert_eq(len, sizeof(float) * N_IDS * (size_t)m.cfg.V);
+    float *ours = logits(&m);
+    double d = 0;
+    for (size_t i = 0; i < (size_t)N_IDS * m.cfg.V; i++) {
+        float t;
+        memcpy(&t, theirs + 4 * i, 4);
+        d = fmax(d, fabs((double)t - ours[i]));
+    }
+    fprintf(stderr, "Strait over PEFT's adapter: logits differ by %g\n", d);
+    cr_assert_lt(d, 1e-4, "Strait's logits differ from PEFT's by %g", d);
+    free(theirs), free(ours), free(ids_path);
+    model_free(&m);
+    harness_rmtree(dir), free(dir);
+}
