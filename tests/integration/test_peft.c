@@ -145,6 +145,7 @@ Test(peft, merged_model_computes_what_the_adapters_do) {
     cr_assert_eq(model_merge_adapters(&m, &merged, err), 0, "%s", err);
     cr_assert_eq(merged.cfg.lora.rank, 0);
     double d = max_diff(&m, &merged);
+    fprintf(stderr, "merged against adapted: logits differ by %g\n", d);
     cr_assert(d < 1e-5, "merged logits differ by %g", d);
     cr_assert(d >= 0);
     /* and the adapters did change the model */
@@ -349,8 +350,27 @@ Test(peft, strait_export_writes_the_adapter_and_the_merged_model) {
     cr_assert_eq(model_import_hf(&back, hf, err), 0, "%s", err);
     cr_assert_eq(back.cfg.lora.rank, 0);
     cr_assert_eq(memcmp(back.params, merged.params, merged.n_params * sizeof(float)), 0);
-    model_free(&back), model_free(&merged), model_free(&m);
-    free(ckpt), free(base), free(peft), free(hf), free(wrong);
+    model_free(&back);
+    /* and as llama.cpp's file (f32: read back bit for bit) */
+    char *gguf = path_in("merged.gguf");
+    cr_assert_eq(strait(&out, ckpt, "--format", "gguf", "--merge", "--base", base, gguf, NULL), 0,
+                 "%s", out);
+    free(out);
+    cr_assert_eq(model_import_gguf(&back, gguf, err), 0, "%s", err);
+    cr_assert_eq(memcmp(back.params, merged.params, merged.n_params * sizeof(float)), 0);
+    model_free(&back), model_free(&merged);
+    /* a whole model's checkpoint takes none of it */
+    Model plain;
+    ModelConfig cfg = adapted_config(LORA_Q);
+    memset(&cfg.lora, 0, sizeof cfg.lora);
+    cr_assert_eq(model_build(&plain, &cfg, 1, err), 0, "%s", err);
+    cr_assert_eq(model_save(&plain, ckpt, 1, err), 0, "%s", err);
+    model_free(&plain);
+    cr_assert_neq(strait(&out, ckpt, "--format", "peft", peft, NULL, NULL, NULL, NULL), 0);
+    cr_assert(strstr(out, "not LoRA adapters") != NULL, "%s", out);
+    free(out);
+    model_free(&m);
+    free(ckpt), free(base), free(peft), free(hf), free(wrong), free(gguf);
 }
 
 /* ---- against PEFT itself (make test-hf: STRAIT_HF_PYTHON has peft) ------------------- */
