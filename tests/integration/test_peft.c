@@ -10,8 +10,10 @@
  *   tensor more) names what it refuses;
  * - `strait export --format peft` and `--format hf --merge --base`, and an
  *   adapter checkpoint without --base refused saying so.
- * (PEFT itself loading the folder, and Strait reading PEFT's own, is
- * test_transformers' under make test-hf.)
+ * Under make test-hf (suite transformers, peft_check.py): PEFT 0.21 loads
+ * Strait's adapter over the exported base with Strait's logits to 1e-4;
+ * Strait reads an adapter PEFT trained with PEFT's logits, over a tiny
+ * Llama's folder and over SmolLM2's GGUF (to 1e-4 of the largest logit).
  */
 #include <math.h>
 #include <stdio.h>
@@ -463,6 +465,44 @@ Test(transformers, strait_imports_an_adapter_peft_trained_with_the_same_logits, 
     }
     fprintf(stderr, "Strait over PEFT's adapter: logits differ by %g\n", d);
     cr_assert_lt(d, 1e-4, "Strait's logits differ from PEFT's by %g", d);
+    free(theirs), free(ours), free(ids_path);
+    model_free(&m);
+    harness_rmtree(dir), free(dir);
+}
+
+Test(transformers, an_adapter_peft_trained_over_smollm2_goes_over_its_gguf, .timeout = 900) {
+    const char *smol = getenv("STRAIT_SMOLLM2");
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    if (smol == NULL || access(smol, R_OK) != 0) cr_skip_test("no SmolLM2 GGUF (make models)");
+    char *dir = harness_tmpdir("peft-gguf"), err[ERR_LEN], base[1200], adapter[1200], lg[1200];
+    Model g, m;
+    /* PEFT trains over the GGUF's weights as a Hugging Face folder (f32) */
+    cr_assert_eq(model_import(&g, smol, err), 0, "%s", err);
+    snprintf(base, sizeof base, "%s/base", dir);
+    snprintf(adapter, sizeof adapter, "%s/adapter", dir);
+    snprintf(lg, sizeof lg, "%s/peft.logits", dir);
+    cr_assert_eq(model_export_hf(&g, base, NULL, err), 0, "%s", err);
+    int V = g.cfg.V, ids[N_IDS];
+    model_free(&g);
+    char *ids_path = ids_file(dir, V, ids);
+    free(peft_check("make", base, adapter, ids_path, lg));
+    /* Strait puts the adapter over the GGUF itself */
+    cr_assert_eq(model_import_adapted(&m, smol, adapter, err), 0, "%s", err);
+    char *theirs;
+    size_t len;
+    cr_assert_eq(file_read_all(lg, 1 << 28, &theirs, &len, err), 0, "%s", err);
+    cr_assert_eq(len, sizeof(float) * N_IDS * (size_t)V);
+    float *ours = logits(&m);
+    double d = 0, top = 0;
+    for (size_t i = 0; i < (size_t)N_IDS * V; i++) {
+        float t;
+        memcpy(&t, theirs + 4 * i, 4);
+        d = fmax(d, fabs((double)t - ours[i]));
+        top = fmax(top, fabs((double)t));
+    }
+    fprintf(stderr, "SmolLM2's GGUF with PEFT's adapter: logits differ by %g (largest %g)\n", d,
+            top);
+    cr_assert_lt(d, 1e-4 * fmax(top, 1.0), "Strait's logits differ from PEFT's by %g", d);
     free(theirs), free(ours), free(ids_path);
     model_free(&m);
     harness_rmtree(dir), free(dir);

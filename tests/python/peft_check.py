@@ -64,7 +64,7 @@ def make(base, adapter, ids_path, out):
     peft = get_peft_model(model, config)
     opt = torch.optim.Adam([p for p in peft.parameters() if p.requires_grad], lr=1e-2)
     vocab = model.config.vocab_size
-    for _ in range(5):
+    for _ in range(3):
         batch = torch.randint(0, vocab, (2, 16))
         loss = peft(input_ids=batch, labels=batch).loss
         opt.zero_grad()
