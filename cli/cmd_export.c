@@ -221,10 +221,10 @@ static int adapters_fit(const ModelConfig *cfg, const char *ckpt, int is_peft, i
                        "%s holds LoRA adapters: give --format peft for the adapters, or --merge "
                        "--base PATH for the base with them merged",
                        ckpt);
-    if (merge && base == NULL)
+    if (merge && base == NULL && cfg->lora.base_seed < 0)
         return err_set(err,
-                       "%s holds LoRA adapters: --merge needs the base they were trained over: "
-                       "give --base PATH (the GGUF file or Hugging Face folder)",
+                       "%s holds LoRA adapters over a pretrained base: --merge needs it: give "
+                       "--base PATH (the GGUF file or Hugging Face folder they were trained over)",
                        ckpt);
     return 0;
 }
@@ -297,6 +297,14 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
         if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);
     }
+    if (merge && base == NULL && model_base_fingerprint(&m) != cfg.lora.base) {
+        model_free(&m);
+        if (held >= 0) close(held);
+        return cli_fail(cmd,
+                        "%s: the base drawn from seed %lld is not the one the adapters were "
+                        "trained over (its fingerprint differs): give --base PATH",
+                        ckpt, (long long)cfg.lora.base_seed);
+    }
     if (merge) { /* the base with the adapters merged: a plain model */
         Model merged;
         int rc = model_merge_adapters(&m, &merged, err);
@@ -332,7 +340,10 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     float alpha = m.cfg.lora.alpha;
     model_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
-    if (merge) printf("the adapters merged into the base %s\n", base);
+    if (merge && base) printf("the adapters merged into the base %s\n", base);
+    if (merge && !base)
+        printf("the adapters merged into the base drawn from seed %lld\n",
+               (long long)cfg.lora.base_seed);
     if (is_peft) {
         printf("exported %s to %s (PEFT's LoRA adapter, r %d, lora_alpha %g: "
                "PeftModel.from_pretrained reads it over the base)\n",

@@ -86,12 +86,12 @@ void hf_index_free(HfIndex *ix);
  * (r, in), B (out, r); metadata {"format": "pt"}), each atomically. What
  * PeftModel.from_pretrained loads over the base. m must have adapters. */
 int model_export_peft(const Model *m, const char *dir, const char *base_name, char *err);
-/* adapter_config.json's text into a (rank, alpha, targets; base 0): PEFT's
- * plain LoRA alone. target_modules a list of projection names (or
- * "all-linear"); every key that would change the arithmetic at its
- * neutral value (use_rslora, use_dora, bias "none", fan_in_fan_out,
- * modules_to_save, rank_pattern, alpha_pattern, layers_to_transform, ...);
- * the keys that do not (task_type, base_model_name_or_path, lora_dropout,
+/* adapter_config.json's text into a (rank, alpha, targets; base 0 and
+ * base_seed -1: a pretrained base): PEFT's plain LoRA alone. target_modules a list of projection
+ * names (or "all-linear"); every key that would change the arithmetic at its neutral value
+ * (use_rslora, use_dora, bias "none", fan_in_fan_out, modules_to_save, rank_pattern, alpha_pattern,
+ * layers_to_transform, ...); the keys that do not (task_type, base_model_name_or_path,
+ * lora_dropout,
  * ...) taken as they are; any other key refused. -1 naming the key and
  * what to do. */
 int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err);

@@ -300,6 +300,7 @@ int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err)
     if (rc == 0 && json_object_get(j, "target_modules") == NULL)
         rc = err_set(err, "target_modules is missing; give the list of projections");
     if (rc == 0) rc = targets_of(json_object_get(j, "target_modules"), &a->targets, err);
+    a->base_seed = -1; /* over a pretrained base */
     if (rc == 0) {
         a->rank = (int)json_integer_value(r);
         a->alpha = (float)json_number_value(alpha);

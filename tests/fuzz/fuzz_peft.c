@@ -19,6 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (peft_config_parse((const char *)data, size, &a, err) != 0) return 0;
     if (a.rank < 1 || a.rank > LORA_RANK_MAX) abort();
     if (!(a.alpha > 0) || !isfinite(a.alpha)) abort();
-    if (a.targets == 0 || (a.targets & ~(unsigned)LORA_ALL) != 0 || a.base != 0) abort();
+    if (a.targets == 0 || (a.targets & ~(unsigned)LORA_ALL) != 0 || a.base != 0 ||
+        a.base_seed != -1)
+        abort();
     return 0;
 }

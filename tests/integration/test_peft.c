@@ -45,6 +45,7 @@ static ModelConfig adapted_config(unsigned targets) {
     ModelConfig cfg;
     cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
     cfg.lora.rank = 4, cfg.lora.alpha = 8, cfg.lora.targets = targets;
+    cfg.lora.base_seed = 7; /* a drawn base: the one model_build(..., 7) draws */
     return cfg;
 }
 
@@ -321,12 +322,23 @@ Test(peft, strait_export_writes_the_adapter_and_the_merged_model) {
     adapted(&m, &b, LORA_Q | LORA_V | LORA_UP);
     char *ckpt = path_in("round.safetensors"), *base = path_in("base"), *peft = path_in("out"),
          *hf = path_in("merged"), *wrong = path_in("wrong");
-    cr_assert_eq(model_save(&m, ckpt, 3, err), 0, "%s", err);
     cr_assert_eq(model_export_hf(&b, base, NULL, err), 0, "%s", err);
-    /* an adapter checkpoint without its base */
+    /* adapters over a pretrained base, merged without it */
+    m.cfg.lora.base_seed = -1;
+    cr_assert_eq(model_save(&m, ckpt, 3, err), 0, "%s", err);
     cr_assert_neq(strait(&out, ckpt, "--format", "hf", "--merge", hf, NULL, NULL, NULL), 0);
-    cr_assert(strstr(out, "--base") != NULL, "%s", out);
+    cr_assert(strstr(out, "--base PATH") != NULL, "%s", out);
     free(out);
+    /* over a drawn base, which the seed draws again */
+    m.cfg.lora.base_seed = 7;
+    cr_assert_eq(model_save(&m, ckpt, 3, err), 0, "%s", err);
+    cr_assert_eq(strait(&out, ckpt, "--format", "hf", "--merge", hf, NULL, NULL, NULL), 0, "%s",
+                 out);
+    free(out);
+    cr_assert_eq(model_merge_adapters(&m, &merged, err), 0, "%s", err);
+    cr_assert_eq(model_import_hf(&back, hf, err), 0, "%s", err);
+    cr_assert_eq(memcmp(back.params, merged.params, merged.n_params * sizeof(float)), 0);
+    model_free(&back), model_free(&merged);
     cr_assert_neq(strait(&out, ckpt, "--format", "hf", hf, NULL, NULL, NULL, NULL), 0);
     cr_assert(strstr(out, "--merge") != NULL, "%s", out);
     free(out);
