@@ -330,11 +330,11 @@ test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
 # torch wheel brings CUDA's libraries: about 5.6 GB), so it is not part of
 # `make test`; .ci/run calls it once.
 HF_VENV := build/venv-hf
-$(HF_VENV)/.ok.3:
-	@echo "  VENV   $(HF_VENV) (transformers 5.25, torch 2.15, tokenizers, gguf from PyPI, about 5.6 GB)"
+$(HF_VENV)/.ok.4:
+	@echo "  VENV   $(HF_VENV) (transformers 5.25, torch 2.15, peft 0.21, tokenizers, gguf from PyPI, about 5.6 GB)"
 	@rm -rf $(HF_VENV) && python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q --disable-pip-version-check \
 	  numpy==2.4.6 safetensors==0.8.0 torch==2.15.0 transformers==5.25.0 tokenizers==0.23.3 gguf==0.19.0 \
-	  accelerate==1.16.0 && touch $@
+	  accelerate==1.16.0 peft==0.21.2 && touch $@
 
 # bench/train's peer is transformers' Flax GPT-2 on JAX's CPU backend (the
 # figures it has kept): a venv of its own, about 800 MB, made by `make bench`
@@ -344,8 +344,8 @@ $(FLAX_VENV)/.ok.1:
 	@python3 -m venv $(FLAX_VENV) && $(FLAX_VENV)/bin/pip install -q --disable-pip-version-check \
 	  transformers==4.46.3 flax==0.8.5 "jax[cpu]==0.4.30" numpy==2.4.6 safetensors && touch $@
 
-test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.3 $(SMOLLM2)
-	@echo "transformers against Strait's Hugging Face folders ($(INTEG_BIN) --filter 'transformers/*')"
+test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.4 $(SMOLLM2)
+	@echo "transformers and PEFT against Strait's Hugging Face and adapter folders ($(INTEG_BIN) --filter 'transformers/*')"
 	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python $(INTEG_BIN) \
 	  --short-filename --filter 'transformers/*'
 
@@ -380,7 +380,8 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -
 FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c) \
   kernels/safetensors.c kernels/model.c kernels/config.c kernels/arch.c kernels/arch_gpt2.c \
   kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/hf_config.c kernels/data.c \
-  kernels/tokenizer.c kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c net/enroll.c
+  kernels/tokenizer.c kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c kernels/lora.c kernels/peft.c \
+  net/enroll.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c

@@ -1,12 +1,14 @@
 /*
- * cmd_export.c — `strait export CKPT --format hf|gguf|llmc OUT`: a Strait
- * checkpoint (a federation's round, or `strait train --out`) in Hugging
- * Face's, llama.cpp's or llm.c's format (kernels/hf.c, kernels/gguf.h,
- * kernels/formats.c). A federation's round is held against retention while
- * it is read; a pruned one gets a clear error. Hugging Face's folder and a
- * GGUF take their tokenizer from --tokenizer (a Hugging Face folder or a
- * GGUF file), else, for a federation's round, from where the federation's
- * model came from (federation.ini's [model] source).
+ * cmd_export.c — `strait export CKPT --format hf|gguf|llmc|peft OUT`: a
+ * Strait checkpoint (a federation's round, or `strait train --out`) in
+ * Hugging Face's, llama.cpp's or llm.c's format (kernels/hf.c,
+ * kernels/gguf.h, kernels/formats.c). A checkpoint of LoRA adapters goes
+ * out as PEFT's adapter folder (kernels/peft.c), or merged into its base
+ * (--merge, with --base: the base it was trained over, checked by its
+ * fingerprint) as Hugging Face's folder or a GGUF. A federation's round is held against retention
+ * while it is read; a pruned one gets a clear error. Hugging Face's folder and a GGUF take their
+ * tokenizer from --tokenizer (a Hugging Face folder or a GGUF file), else, for a federation's
+ * round, from where the federation's model came from (federation.ini's [model] source).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -202,15 +204,42 @@ static int export_hf_from_gguf(const Model *m, const char *out, HfExport *hf, co
     return rc;
 }
 
+/* What a checkpoint of adapters (cfg's lora rank) needs, and what one
+ * without them cannot take: 0, or -1 with err saying what to give. */
+static int adapters_fit(const ModelConfig *cfg, const char *ckpt, int is_peft, int merge,
+                        const char *base, char *err) {
+    if (cfg->lora.rank == 0) {
+        if (is_peft || merge || base)
+            return err_set(err,
+                           "%s holds a whole model, not LoRA adapters: --format peft, --merge "
+                           "and --base are for a checkpoint of adapters",
+                           ckpt);
+        return 0;
+    }
+    if (!is_peft && !merge)
+        return err_set(err,
+                       "%s holds LoRA adapters: give --format peft for the adapters, or --merge "
+                       "--base PATH for the base with them merged",
+                       ckpt);
+    if (merge && base == NULL && cfg->lora.base_seed < 0)
+        return err_set(err,
+                       "%s holds LoRA adapters over a pretrained base: --merge needs it: give "
+                       "--base PATH (the GGUF file or Hugging Face folder they were trained over)",
+                       ckpt);
+    return 0;
+}
+
 int cmd_export(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                          {"dtype", required_argument, NULL, 'd'},
                                          {"max-shard-size", required_argument, NULL, 's'},
                                          {"tokenizer", required_argument, NULL, 't'},
+                                         {"merge", no_argument, NULL, 'm'},
+                                         {"base", required_argument, NULL, 'b'},
                                          {NULL, 0, NULL, 0}};
-    const char *format = NULL, *dtype = NULL, *tok = NULL;
+    const char *format = NULL, *dtype = NULL, *tok = NULL, *base = NULL;
     HfExport hf = HF_EXPORT_DEFAULTS;
-    int c, shard_flag = 0;
+    int c, shard_flag = 0, merge = 0;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         if (c == -2) return EXIT_USAGE;
@@ -222,13 +251,18 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
                                    "500MB, 2GiB",
                                    optarg);
         if (c == 't') tok = optarg;
+        if (c == 'm') merge = 1;
+        if (c == 'b') base = optarg;
     }
     int is_hf = format && strcmp(format, "hf") == 0, is_gguf = format && !strcmp(format, "gguf");
-    if (format == NULL || (!is_hf && !is_gguf && strcmp(format, "llmc") != 0))
-        return cli_usage_error(cmd, "give --format hf (a folder), gguf or llmc (a file)");
+    int is_peft = format && strcmp(format, "peft") == 0;
+    if (format == NULL || (!is_hf && !is_gguf && !is_peft && strcmp(format, "llmc") != 0))
+        return cli_usage_error(cmd, "give --format hf or peft (a folder), gguf or llmc (a file)");
     if (!is_hf && shard_flag) return cli_usage_error(cmd, "--max-shard-size is --format hf's");
     if (!is_hf && !is_gguf && (dtype || tok))
         return cli_usage_error(cmd, "--dtype and --tokenizer are --format hf's and gguf's");
+    if (merge && !is_hf && !is_gguf)
+        return cli_usage_error(cmd, "--merge is --format hf's and gguf's (the merged model)");
     int no_tok = tok && strcmp(tok, "none") == 0;
     if (no_tok) tok = NULL;
     int gguf_type = -1;
@@ -255,11 +289,31 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     int auto_tok = tok == NULL && !no_tok && (is_hf || is_gguf) &&
                    federation_tokenizer(home, source, sizeof source);
     if (auto_tok) tok = source;
-    if (model_read_config(ckpt, &cfg, NULL, err) != 0 || model_build(&m, &cfg, 0, err) != 0 ||
+    if (model_read_config(ckpt, &cfg, NULL, err) != 0 ||
+        adapters_fit(&cfg, ckpt, is_peft, merge, base, err) != 0 ||
+        (base ? model_import_base(&m, &cfg, base, err) : model_build(&m, &cfg, 0, err)) != 0 ||
         model_load(&m, ckpt, NULL, err) != 0) {
         model_free(&m);
         if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);
+    }
+    if (merge && base == NULL && model_base_fingerprint(&m) != cfg.lora.base) {
+        model_free(&m);
+        if (held >= 0) close(held);
+        return cli_fail(cmd,
+                        "%s: the base drawn from seed %lld is not the one the adapters were "
+                        "trained over (its fingerprint differs): give --base PATH",
+                        ckpt, (long long)cfg.lora.base_seed);
+    }
+    if (merge) { /* the base with the adapters merged: a plain model */
+        Model merged;
+        int rc = model_merge_adapters(&m, &merged, err);
+        model_free(&m);
+        if (rc != 0) {
+            if (held >= 0) close(held);
+            return cli_fail(cmd, "%s", err);
+        }
+        m = merged;
     }
     int tok_gguf = tok && gguf_path_is(tok);
     /* a tokenizer that has to be converted is tried before anything is
@@ -277,14 +331,24 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     }
     if (is_hf && !tok_gguf) hf.tokenizer_dir = tok;
     if (held >= 0) close(held); /* read whole: retention may have it */
-    int rc = is_hf && tok_gguf ? export_hf_from_gguf(&m, out, &hf, tok, err)
-             : is_hf           ? model_export_hf(&m, out, &hf, err)
-             : is_gguf         ? export_gguf(&m, out, gguf_type, tok, err)
-                               : model_export_llmc(&m, out, err);
-    int arch = m.cfg.arch;
+    int rc = is_peft             ? model_export_peft(&m, out, base, err)
+             : is_hf && tok_gguf ? export_hf_from_gguf(&m, out, &hf, tok, err)
+             : is_hf             ? model_export_hf(&m, out, &hf, err)
+             : is_gguf           ? export_gguf(&m, out, gguf_type, tok, err)
+                                 : model_export_llmc(&m, out, err);
+    int arch = m.cfg.arch, rank = m.cfg.lora.rank;
+    float alpha = m.cfg.lora.alpha;
     model_free(&m);
     if (rc != 0) return cli_fail(cmd, "%s", err);
-    if (is_gguf) {
+    if (merge && base) printf("the adapters merged into the base %s\n", base);
+    if (merge && !base)
+        printf("the adapters merged into the base drawn from seed %lld\n",
+               (long long)cfg.lora.base_seed);
+    if (is_peft) {
+        printf("exported %s to %s (PEFT's LoRA adapter, r %d, lora_alpha %g: "
+               "PeftModel.from_pretrained reads it over the base)\n",
+               ckpt, out, rank, (double)alpha);
+    } else if (is_gguf) {
         printf("exported %s to %s (GGUF, %s, %s: llama.cpp loads it)\n", ckpt, out,
                dtype ? dtype : "f32", tok ? "with the tokenizer" : "no tokenizer");
         if (tok == NULL)

@@ -160,9 +160,9 @@ const Command cli_commands[] = {
      "  --shard-tokens N    tokens per shard (default 100000000, as llm.c's scripts)\n",
      cmd_tokenize},
     {"export",
-     "CKPT --format hf|gguf|llmc OUT [--dtype f32|bf16|f16|q8_0] [--max-shard-size 5GB]\n"
-     "     [--tokenizer SRC]",
-     "write a checkpoint in Hugging Face's, llama.cpp's (GGUF) or llm.c's format",
+     "CKPT --format hf|gguf|llmc|peft OUT [--dtype f32|bf16|f16|q8_0]\n"
+     "     [--max-shard-size 5GB] [--tokenizer SRC] [--merge] [--base PATH]",
+     "write a checkpoint in Hugging Face's, llama.cpp's (GGUF), llm.c's or PEFT's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
      "output of 'strait train --out'. A federation's round is held against retention\n"
      "([store] keep_last, keep_every) while it is read; a pruned one is refused.\n\n"
@@ -176,6 +176,15 @@ const Command cli_commands[] = {
      "                  tokenizer and chat template; norms and biases stay f32\n"
      "  --format llmc   OUT is one file in llm.c's checkpoint format (what train_gpt2.c\n"
      "                  loads: header version 3, fp32, tensors grouped across layers); GPT-2\n"
+     "  --format peft   OUT is PEFT's LoRA adapter folder (adapter_config.json and\n"
+     "                  adapter_model.safetensors) of a checkpoint of adapters, what\n"
+     "                  PeftModel.from_pretrained loads over the base\n"
+     "  --merge         hf, gguf: a checkpoint of adapters merged into its base\n"
+     "                  (W + alpha/r B A); a pretrained base is --base's, a drawn one\n"
+     "                  is drawn again from its seed\n"
+     "  --base PATH     the base a checkpoint of adapters was trained over (a GGUF file or\n"
+     "                  Hugging Face folder; checked by the fingerprint of its values); for\n"
+     "                  peft, also adapter_config.json's base_model_name_or_path\n"
      "  --dtype D       f32 (default, the model as it is), bf16 or f16 (rounded to\n"
      "                  nearest, ties to even; config.json's torch_dtype says which); for\n"
      "                  gguf also q8_0 (llama.cpp's 8-bit blocks)\n"

@@ -76,4 +76,56 @@ typedef struct HfIndex {
 int hf_index_parse(const char *text, size_t len, HfIndex *ix, char *err);
 void hf_index_free(HfIndex *ix);
 
+/* ---- PEFT's LoRA adapters (kernels/peft.c) ------------------------------------------ */
+
+/* Out: DIR/adapter_config.json (PEFT's keys for plain LoRA: r, lora_alpha,
+ * target_modules as q_proj, v_proj, ..., every other at its neutral value;
+ * base_model_name_or_path base_name, or null) and
+ * DIR/adapter_model.safetensors (F32, PEFT's names
+ * "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight", A
+ * (r, in), B (out, r); metadata {"format": "pt"}), each atomically. What
+ * PeftModel.from_pretrained loads over the base. m must have adapters. */
+int model_export_peft(const Model *m, const char *dir, const char *base_name, char *err);
+/* adapter_config.json's text into a (rank, alpha, targets; base 0 and
+ * base_seed -1: a pretrained base): PEFT's plain LoRA alone. target_modules a list of projection
+ * names (or "all-linear"); every key that would change the arithmetic at its neutral value
+ * (use_rslora, use_dora, bias "none", fan_in_fan_out, modules_to_save, rank_pattern, alpha_pattern,
+ * layers_to_transform, ...); the keys that do not (task_type, base_model_name_or_path,
+ * lora_dropout,
+ * ...) taken as they are; any other key refused. -1 naming the key and
+ * what to do. */
+int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err);
+/* In: m, a base without adapters (model_import's), gets DIR's adapters:
+ * the config (peft_config_parse), then every tensor of
+ * adapter_model.safetensors (F32, BF16 or F16; each name, dtype, shape and
+ * byte range checked, none missing and none more, every layer adapted).
+ * On failure m is freed; err names the file, key or tensor. */
+int model_import_peft(Model *m, const char *dir, char *err);
+/* model_import of base_path then model_import_peft of peft_dir: what
+ * --init-from takes for an adapter folder over its base. m is built here
+ * and freed on failure. */
+int model_import_adapted(Model *m, const char *base_path, const char *peft_dir, char *err);
+/* A plain model (no adapters; out built here) equal to m's base with
+ * W += (alpha / r) B A for each adapted projection: what the Hugging Face
+ * and GGUF exports write as the merged model. */
+int model_merge_adapters(const Model *m, Model *out, char *err);
+
+/* hf.c, for peft.c: one safetensors file. st_write writes 2-D F32 tensors
+ * in order with metadata {"format": "pt"}, atomically; st_map maps
+ * DIR/FILE and parses its header (NULL with err), st_header is that
+ * header (each tensor's entry, and __metadata__), st_take checks tensor
+ * name (F32, F16 or BF16, shape (rows, cols), its bytes inside the file)
+ * and converts it to fp32 into dst (NULL: only checked). */
+typedef struct StTensor {
+    char name[160];
+    int shape[2];
+    const float *src;
+} StTensor;
+int st_write(const char *path, const StTensor *ts, int n, char *err);
+typedef struct StMap StMap;
+StMap *st_map(const char *dir, const char *file, char *err);
+json_t *st_header(const StMap *s);
+int st_take(const StMap *s, const char *name, int rows, int cols, float *dst, char *err);
+void st_unmap(StMap *s);
+
 #endif /* STRAIT_KERNELS_FORMATS_H */

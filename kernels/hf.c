@@ -105,7 +105,7 @@ int hf_index_parse(const char *text, size_t len, HfIndex *ix, char *err) {
 
 /* ---- reading safetensors files ---------------------------------------------------- */
 
-typedef struct Shard {
+typedef struct StMap {
     uint8_t *map; /* the whole file, mapped read-only (owned) */
     size_t len;
     json_t *header;
@@ -210,6 +210,59 @@ static void hf_name(char *out, size_t n, const char *pattern, int l) {
         snprintf(out, n, "%.*s%d%s", (int)(at - pattern), pattern, l, at + 2);
 }
 
+/* Tensor `full` of a mapped file (its header entry e): its dtype (F32, F16
+ * or BF16), ndim dimensions of want, and bytes checked; with dst, its
+ * values converted to fp32, transposed into dst when asked. -1 naming it. */
+static int tensor_take(const Shard *sh, json_t *e, const char *full, int ndim, const int want[2],
+                       int transpose, float *dst, char *err) {
+    const char *dtype = json_string_value(json_object_get(e, "dtype"));
+    int size = dtype && !strcmp(dtype, "F32")                               ? 4
+               : dtype && (!strcmp(dtype, "F16") || !strcmp(dtype, "BF16")) ? 2
+                                                                            : 0;
+    if (size == 0)
+        return err_set(err, "tensor %s has dtype %s; use F32, F16 or BF16", full,
+                       dtype ? dtype : "(none)");
+    json_t *shape = json_object_get(e, "shape"), *offs = json_object_get(e, "data_offsets");
+    int two_d = ndim == 2;
+    if (!json_is_array(shape) || (int)json_array_size(shape) != ndim)
+        return err_set(err, "tensor %s should have %d dimensions", full, ndim);
+    for (int d = 0; d < ndim; d++)
+        if (json_integer_value(json_array_get(shape, (size_t)d)) != want[d])
+            return err_set(err, "tensor %s has shape [%lld%s%lld], expected [%d%s%d]", full,
+                           (long long)json_integer_value(json_array_get(shape, 0)),
+                           two_d ? ", " : "",
+                           two_d ? (long long)json_integer_value(json_array_get(shape, 1)) : 0LL,
+                           want[0], two_d ? ", " : "", two_d ? want[1] : 0);
+    size_t count = (size_t)want[0] * (size_t)want[1];
+    json_int_t b = json_integer_value(json_array_get(offs, 0)),
+               en = json_integer_value(json_array_get(offs, 1));
+    if (!json_is_array(offs) || b < 0 || en < b || (uint64_t)en > sh->data_len ||
+        (uint64_t)(en - b) != count * (uint64_t)size)
+        return err_set(err, "tensor %s's bytes do not fit the file or its shape", full);
+    if (dst == NULL) return 0;
+    const uint8_t *src = sh->data + b;
+    for (size_t i = 0; i < count; i++) {
+        float v;
+        if (size == 4) {
+            memcpy(&v, src + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            v = dtype[0] == 'F' ? half_to_float(h) : bf16_to_float(h);
+        }
+        if (!isfinite(v))
+            return err_set(err, "%s: tensor %s holds %s at element %zu", sh->file, full,
+                           isnan(v) ? "NaN" : "an infinity", i);
+        /* source element i is at (r, c) of the source layout */
+        size_t r = i / (size_t)want[1], c = i % (size_t)want[1];
+        dst[transpose ? c * (size_t)want[0] + r : i] = v;
+    }
+    /* the tensor's pages are read: give them back (the file keeps them) */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), from = (size_t)(src - sh->map) / page * page;
+    madvise(sh->map + from, (size_t)(src - sh->map) + count * size - from, MADV_DONTNEED);
+    return 0;
+}
+
 /* The file's tensor for view v (table row t, layer l): found under its
  * PyTorch or Flax name, its dtype, shape and bytes checked; with dst, its
  * values converted to fp32 into Strait's layout. -1 naming it. */
@@ -241,53 +294,36 @@ static int hf_take(const HfIn *in, const Model *m, const ArchTensor *t, int l, c
     int cols = two_d ? arch_dim(&m->cfg, t->d1) : 1;
     /* PyTorch stores Conv1D transposed; Flax stores a Dense transposed */
     int transpose = two_d && (variant == 0 ? t->hf_conv1d : variant == 2 ? !t->hf_conv1d : 0);
-    const char *dtype = json_string_value(json_object_get(e, "dtype"));
-    int size = dtype && !strcmp(dtype, "F32")                               ? 4
-               : dtype && (!strcmp(dtype, "F16") || !strcmp(dtype, "BF16")) ? 2
-                                                                            : 0;
-    if (size == 0)
-        return err_set(err, "tensor %s has dtype %s; use F32, F16 or BF16", full,
-                       dtype ? dtype : "(none)");
-    json_t *shape = json_object_get(e, "shape"), *offs = json_object_get(e, "data_offsets");
     int want[2] = {transpose ? cols : rows, transpose ? rows : cols};
-    int ndim = two_d ? 2 : 1;
-    if (!json_is_array(shape) || (int)json_array_size(shape) != ndim)
-        return err_set(err, "tensor %s should have %d dimensions", full, ndim);
-    for (int d = 0; d < ndim; d++)
-        if (json_integer_value(json_array_get(shape, (size_t)d)) != want[d])
-            return err_set(err, "tensor %s has shape [%lld%s%lld], expected [%d%s%d]", full,
-                           (long long)json_integer_value(json_array_get(shape, 0)),
-                           two_d ? ", " : "",
-                           two_d ? (long long)json_integer_value(json_array_get(shape, 1)) : 0LL,
-                           want[0], two_d ? ", " : "", two_d ? want[1] : 0);
-    size_t count = (size_t)rows * cols;
-    json_int_t b = json_integer_value(json_array_get(offs, 0)),
-               en = json_integer_value(json_array_get(offs, 1));
-    if (!json_is_array(offs) || b < 0 || en < b || (uint64_t)en > sh->data_len ||
-        (uint64_t)(en - b) != count * (uint64_t)size)
-        return err_set(err, "tensor %s's bytes do not fit the file or its shape", full);
-    if (dst == NULL) return 0;
-    const uint8_t *src = sh->data + b;
-    for (size_t i = 0; i < count; i++) {
-        float v;
-        if (size == 4) {
-            memcpy(&v, src + 4 * i, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            v = dtype[0] == 'F' ? half_to_float(h) : bf16_to_float(h);
-        }
-        if (!isfinite(v))
-            return err_set(err, "%s: tensor %s holds %s at element %zu", sh->file, full,
-                           isnan(v) ? "NaN" : "an infinity", i);
-        /* source element i is at (r, c) of the source layout */
-        size_t r = i / (size_t)want[1], c = i % (size_t)want[1];
-        dst[transpose ? c * (size_t)cols + r : i] = v;
-    }
-    /* the tensor's pages are read: give them back (the file keeps them) */
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), from = (size_t)(src - sh->map) / page * page;
-    madvise(sh->map + from, (size_t)(src - sh->map) + count * size - from, MADV_DONTNEED);
-    return 0;
+    return tensor_take(sh, e, full, two_d ? 2 : 1, want, transpose, dst, err);
+}
+
+/* ---- one file, for other formats' readers (formats.h) ---------------------------- */
+
+StMap *st_map(const char *dir, const char *file, char *err) {
+    Shard *s = callocCheck(1, sizeof *s);
+    if (shard_open(dir, file, s, err) == 0) return s;
+    st_unmap(s);
+    return NULL;
+}
+
+void st_unmap(StMap *s) {
+    if (s == NULL) return;
+    json_decref(s->header);
+    if (s->map) munmap(s->map, s->len);
+    free(s);
+}
+
+json_t *st_header(const StMap *s) {
+    return s->header;
+}
+
+int st_take(const StMap *s, const char *name, int rows, int cols, float *dst, char *err) {
+    json_t *e = json_object_get(s->header, name);
+    if (!json_is_object(e) || strcmp(name, "__metadata__") == 0)
+        return err_set(err, "%s has no tensor %s", s->file, name);
+    int want[2] = {rows, cols};
+    return tensor_take(s, e, name, 2, want, 0, dst, err);
 }
 
 /* every view of m from the files: all checked first (dst NULL), then read */
@@ -452,6 +488,19 @@ static int write_shard(const char *path, const HfTensor *ts, int n, int shard, i
     free(text), free(buf);
     if (af && rc != 0) file_atomic_abort(af);
     return rc == 0 ? file_atomic_commit(af, err) : -1;
+}
+
+int st_write(const char *path, const StTensor *ts, int n, char *err) {
+    HfTensor *hs = callocCheck((size_t)(n ? n : 1), sizeof *hs);
+    for (int i = 0; i < n; i++) {
+        snprintf(hs[i].name, sizeof hs[i].name, "%s", ts[i].name);
+        hs[i].ndim = 2, hs[i].shape[0] = ts[i].shape[0], hs[i].shape[1] = ts[i].shape[1];
+        hs[i].src = ts[i].src;
+        hs[i].count = (size_t)ts[i].shape[0] * (size_t)ts[i].shape[1];
+    }
+    int rc = write_shard(path, hs, n, 0, HF_F32, err);
+    free(hs);
+    return rc;
 }
 
 /* A tokenizer folder's files, read whole before anything is written. */

@@ -5,7 +5,8 @@
  * starts deep inside the decoders instead of at the magic number.
  * Also safetensors checkpoints and states of fuzz_safetensors' small
  * table, a tokenizer (every byte and a few merges) with text, a token
- * shard, a small Hugging Face GPT-2 folder and a small Llama as GGUF.
+ * shard, a small Hugging Face GPT-2 folder, a small Llama as GGUF and
+ * PEFT's adapter_config.json.
  *
  *   seed CORPUS_ROOT      (writes CORPUS_ROOT/fuzz_<target>/)
  */
@@ -328,6 +329,23 @@ int main(int argc, char **argv) {
         "{\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", "
         "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}";
     put(dir_of(root, "fuzz_hf_index"), "two", NULL, 0, (const uint8_t *)index, strlen(index));
+    /* fuzz_peft: adapter_config.json as PEFT 0.21 saves it */
+    static const char peft[] =
+        "{\"alora_invocation_tokens\": null, \"alpha_pattern\": {}, \"arrow_config\": null, "
+        "\"auto_mapping\": null, \"base_model_name_or_path\": \"HuggingFaceTB/SmolLM2-135M\", "
+        "\"bias\": \"none\", \"corda_config\": null, \"ensure_weight_tying\": false, "
+        "\"eva_config\": null, \"exclude_modules\": null, \"fan_in_fan_out\": false, "
+        "\"inference_mode\": true, \"init_lora_weights\": true, \"kasa_config\": null, "
+        "\"layer_replication\": null, \"layers_pattern\": null, \"layers_to_transform\": null, "
+        "\"loftq_config\": {}, \"lora_alpha\": 8, \"lora_bias\": false, \"lora_dropout\": 0.0, "
+        "\"lora_ga_config\": null, \"megatron_config\": null, \"megatron_core\": "
+        "\"megatron.core\", \"modules_to_save\": null, \"monteclora_config\": null, "
+        "\"peft_type\": \"LORA\", \"peft_version\": \"0.21.2\", \"qalora_group_size\": 16, "
+        "\"r\": 4, \"rank_pattern\": {}, \"revision\": null, \"target_modules\": [\"q_proj\", "
+        "\"v_proj\"], \"target_parameters\": null, \"task_type\": \"CAUSAL_LM\", "
+        "\"trainable_token_indices\": null, \"use_bdlora\": null, \"use_dora\": false, "
+        "\"use_qalora\": false, \"use_rslora\": false, \"velora_config\": null}";
+    put(dir_of(root, "fuzz_peft"), "peft-0.21", NULL, 0, (const uint8_t *)peft, sizeof peft - 1);
     /* fuzz_enroll: a request frame and a refusal's answer */
     static const uint8_t request[] = "STJ1\x00\x00\x00\x05hello";
     static const uint8_t answer[] = "STJ1\x07\x00\x00\x00\x02no";

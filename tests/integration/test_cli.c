@@ -323,7 +323,7 @@ Test(cli, help_names_every_preset_recipe_codec_and_format) {
     each_named(coordinator_recipe_names(), init.out, "strait help init");
     each_named(coordinator_recipe_names(), demo.out, "strait help demo");
     each_named(codec_names(), demo.out, "strait help demo");
-    each_named("hf, gguf or llmc", exp.out, "strait help export");
+    each_named("hf, gguf, llmc or peft", exp.out, "strait help export");
     cr_assert_null(strchr(init.out, '{'), "a list left unfilled:\n%s", init.out);
     cr_assert_null(strchr(demo.out, '{'), "a list left unfilled:\n%s", demo.out);
     proc_result_free(&init), proc_result_free(&train), proc_result_free(&demo);
