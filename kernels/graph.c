@@ -161,5 +161,5 @@ void model_next_logits(Model *m, const int *ctx, int n, float *logits) {
     const int *start = ctx + (n - T);
     model_forward(m, start, NULL, 1, T);
     const float *h = m->acts + m->lay.off[ACT_OUT] + (size_t)(T - 1) * m->cfg.C;
-    classifier_logits(logits, h, head_w(m, m->base), m->cfg.C, m->cfg.V);
+    classifier_logits(logits, h, head_w(m, model_base(m)), m->cfg.C, m->cfg.V);
 }

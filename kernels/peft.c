@@ -64,21 +64,23 @@ static const char *proj_name(const Arch *a, unsigned bit, char *out, size_t n) {
 /* The adapters' tensors of m in table order, A then B, under PEFT's names
  * (owned by the caller): n of them. */
 static StTensor *peft_tensors(const Model *m, float *params, int *n) {
-    StTensor *ts = callocCheck((size_t)(m->n_views ? m->n_views : 1), sizeof *ts);
-    int L = m->cfg.L, k = 0;
+    /* B alone trains with A frozen (FFA-LoRA): A comes from beside the table */
+    int per = m->lora_frozen ? 1 : 2;
+    StTensor *ts = callocCheck((size_t)(m->n_views ? m->n_views * 2 / per : 1), sizeof *ts);
+    int L = m->cfg.L, k = 0, R = m->cfg.lora.rank;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
-            int v = m->lora_view[r * L + l];
-            if (v < 0) continue;
+            const float *A, *B;
+            int in, out;
+            if (!model_lora_at(m, params, r, l, &A, &B, &in, &out)) continue;
             char mod[160];
             module_name(m->arch, &m->arch->tensors[r], l, mod, sizeof mod);
             for (int ab = 0; ab < 2; ab++) {
-                const ParamView *pv = &m->views[v + ab];
                 StTensor *t = &ts[k++];
                 snprintf(t->name, sizeof t->name, PEFT_PREFIX "%.120s.lora_%c.weight", mod,
                          ab ? 'B' : 'A');
-                t->shape[0] = pv->shape[0], t->shape[1] = pv->shape[1];
-                t->src = params + pv->offset;
+                t->shape[0] = ab ? out : R, t->shape[1] = ab ? R : in;
+                t->src = (float *)(ab ? B : A);
             }
         }
     *n = k;
@@ -380,11 +382,9 @@ int model_merge_adapters(const Model *m, Model *out, char *err) {
     float s = m->cfg.lora.alpha / (float)R;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
-            int v = m->lora_view[r * L + l];
-            if (v < 0) continue;
-            const ParamView *A = &m->views[v], *B = &m->views[v + 1];
-            const float *pa = m->params + A->offset, *pb = m->params + B->offset;
-            int rows = B->shape[0], cols = A->shape[1];
+            const float *pa, *pb;
+            int rows, cols;
+            if (!model_lora_at(m, m->params, r, l, &pa, &pb, &cols, &rows)) continue;
             float *w = arch_w(out, out->params, r, l);
             /* W += s (B A), B A in fp32 as PEFT's merge computes it */
             for (int o = 0; o < rows; o++)
