@@ -93,9 +93,11 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"vocab", required_argument, NULL, 'V'},
                                          {"moments", required_argument, NULL, 'M'},
                                          {"matmul", required_argument, NULL, 'x'},
+                                         {"adapters", required_argument, NULL, 'P'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     AdapterConfig lora = {0};
+    const char *adapters = NULL;
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
         gpus = 1, moments_bf16 = 0, tf32 = -1;
@@ -160,6 +162,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'x':
             if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
+        case 'P':
+            adapters = optarg;
+            break;
         case CLI_OPT_LORA_RANK:
         case CLI_OPT_LORA_ALPHA:
         case CLI_OPT_LORA_TARGETS:
@@ -205,7 +210,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
                     .seed = seed,
-                    .lora = lora};
+                    .lora = lora,
+                    .adapters = adapters};
     TrainOut o = {.B = B,
                   .steps = steps,
                   .val_every = val_every,

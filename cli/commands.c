@@ -33,6 +33,9 @@ const Command cli_commands[] = {
      "  --lora-alpha A         their output is scaled by A / R (default R)\n"
      "  --lora-targets T       the projections adapted, of {lora-targets}\n"
      "                         (default q,v)\n"
+     "  --lora-rule R          ffa (default): A stays at its draw from the seed and only\n"
+     "                         B trains and travels, averaged exactly (FFA-LoRA); fedit:\n"
+     "                         A and B both, averaged apart (not exact)\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -97,7 +100,7 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
-     "     [--out CKPT]",
+     "     [--adapters PEFTDIR] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -130,6 +133,10 @@ const Command cli_commands[] = {
      "  --lora-alpha A    their output is scaled by A / R (PEFT's lora_alpha; default R)\n"
      "  --lora-targets T  the projections adapted, of {lora-targets}\n"
      "                    (default q,v, as PEFT)\n"
+     "  --lora-rule R     ffa: A stays at its draw, only B trains (FFA-LoRA); default\n"
+     "                    fedit: A and B train, as PEFT\n"
+     "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
+     "                    adapter_model.safetensors) over --init-from, its base\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
      "  --json            one JSON object per logged step on stdout\n",
      cmd_train},
@@ -212,7 +219,8 @@ const Command cli_commands[] = {
      "  --rounds N     rounds (default 20)\n"
      "  --model M      {byte-presets} (default small)\n"
      "  --lora-rank R  fine-tune low-rank adapters of rank R over the model (the Llama\n"
-     "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets\n"
+     "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets,\n"
+     "                 --lora-rule (strait help init)\n"
      "  --steps H      local steps per round (default 50)\n"
      "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
      "  --codec C      override the recipe's uplink: {codecs}\n"

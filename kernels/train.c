@@ -359,7 +359,13 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     Model m;
     memset(&m, 0, sizeof m);
     const char *name = j->init_from ? j->init_from : j->preset;
-    if (j->init_from) { /* the pretrained model's shape, and its weights */
+    if (j->adapters && (!j->init_from || j->lora.rank > 0))
+        return err_set(err, "a PEFT adapter folder goes over its base (--init-from), and brings "
+                            "its own rank, alpha and targets");
+    if (j->adapters) { /* adapters over their base, to go on from */
+        if (model_import_adapted(&m, j->init_from, j->adapters, err) != 0) return -1;
+        cfg = m.cfg;
+    } else if (j->init_from) { /* the pretrained model's shape, and its weights */
         if (model_import(&m, j->init_from, err) != 0) return -1;
         cfg = m.cfg;
     } else if (model_config_preset(j->preset, &cfg) != 0) {

@@ -136,7 +136,8 @@ typedef struct TrainJob {
     int tf32; /* on GPUs: TrainConfig's tf32 */
     float lr;
     uint64_t seed;
-    AdapterConfig lora; /* rank 0: the whole model trains; else adapters over it, frozen */
+    AdapterConfig lora;   /* rank 0: the whole model trains; else adapters over it, frozen */
+    const char *adapters; /* a PEFT adapter folder over init_from to go on from (or NULL) */
 } TrainJob;
 /* What the job tells its caller before the first step. */
 typedef struct TrainJobStart {

@@ -356,6 +356,30 @@ Test(peft, strait_export_writes_the_adapter_and_the_merged_model) {
     cr_assert_eq(model_import_adapted(&back, base, peft, err), 0, "%s", err);
     cr_assert_eq(memcmp(back.params, m.params, m.n_params * sizeof(float)), 0);
     model_free(&back);
+    /* strait train goes on from it: the same adapters, trained further */
+    char *cont = path_in("cont.safetensors");
+    ProcResult tr = harness_strait("train", "--init-from", base, "--adapters", peft, "--data",
+                                   "/usr/share/games/fortunes/debian", "--steps", "3", "--batch",
+                                   "2", "--seq", "32", "--out", cont);
+    cr_assert_eq(tr.status, 0, "%s", tr.err);
+    cr_assert(strstr(tr.err, "training adapters"), "%s", tr.err);
+    proc_result_free(&tr);
+    ModelConfig went;
+    cr_assert_eq(model_read_config(cont, &went, NULL, err), 0, "%s", err);
+    cr_assert(went.lora.rank == 4 && went.lora.targets == (LORA_Q | LORA_V | LORA_UP) &&
+              went.lora.base == m.cfg.lora.base);
+    cr_assert_eq(model_import_base(&back, &went, base, err), 0, "%s", err);
+    cr_assert_eq(model_load(&back, cont, NULL, err), 0, "%s", err);
+    double moved = 0;
+    for (size_t i = 0; i < m.n_params; i++) moved += fabs((double)back.params[i] - m.params[i]);
+    cr_assert(moved > 0 && moved < 1e3 * (double)m.n_params, "went on from %g away", moved);
+    model_free(&back);
+    tr = harness_strait("train", "--adapters", peft, "--data", "/usr/share/games/fortunes/debian",
+                        "--steps", "1");
+    cr_assert_neq(tr.status, 0);
+    cr_assert(strstr(tr.err, "--init-from"), "%s", tr.err);
+    proc_result_free(&tr);
+    free(cont);
     /* the merged model, as transformers would read it */
     cr_assert_eq(strait(&out, ckpt, "--format", "hf", "--merge", "--base", base, hf, NULL), 0, "%s",
                  out);
