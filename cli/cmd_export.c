@@ -289,10 +289,29 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     int auto_tok = tok == NULL && !no_tok && (is_hf || is_gguf) &&
                    federation_tokenizer(home, source, sizeof source);
     if (auto_tok) tok = source;
-    if (model_read_config(ckpt, &cfg, NULL, err) != 0 ||
-        adapters_fit(&cfg, ckpt, is_peft, merge, base, err) != 0 ||
-        (base ? model_import_base(&m, &cfg, base, err) : model_build(&m, &cfg, 0, err)) != 0 ||
-        model_load(&m, ckpt, NULL, err) != 0) {
+    /* a GGUF file or a Hugging Face folder: converted whole, its tokenizer its own */
+    struct stat st;
+    int foreign = gguf_path_is(ckpt) || (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode));
+    if (foreign && (is_peft || merge || base)) {
+        if (held >= 0) close(held);
+        return cli_usage_error(cmd,
+                               "%s is a whole model, without adapters: --format peft, "
+                               "--merge and --base take a checkpoint of adapters",
+                               ckpt);
+    }
+    if (foreign && !auto_tok && tok == NULL && !no_tok && (is_hf || is_gguf)) tok = ckpt;
+    int bad;
+    if (foreign) {
+        bad = model_import(&m, ckpt, err) != 0;
+        cfg = m.cfg;
+    } else {
+        bad =
+            model_read_config(ckpt, &cfg, NULL, err) != 0 ||
+            adapters_fit(&cfg, ckpt, is_peft, merge, base, err) != 0 ||
+            (base ? model_import_base(&m, &cfg, base, err) : model_build(&m, &cfg, 0, err)) != 0 ||
+            model_load(&m, ckpt, NULL, err) != 0;
+    }
+    if (bad) {
         model_free(&m);
         if (held >= 0) close(held);
         return cli_fail(cmd, "%s", err);

@@ -239,12 +239,16 @@ static int gguf_magic(const char *path) {
 }
 
 int cmd_sample(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"prompt", required_argument, NULL, 'p'},      {"tokens", required_argument, NULL, 'n'},
-        {"temperature", required_argument, NULL, 't'}, {"seed", required_argument, NULL, 's'},
-        {"tokenizer", required_argument, NULL, 'T'},   {"vocab", required_argument, NULL, 'v'},
-        {"merges", required_argument, NULL, 'm'},      {NULL, 0, NULL, 0}};
-    const char *prompt = "", *tdir = NULL, *vocab = NULL, *merges = NULL;
+    static const struct option opts[] = {{"prompt", required_argument, NULL, 'p'},
+                                         {"tokens", required_argument, NULL, 'n'},
+                                         {"temperature", required_argument, NULL, 't'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {"tokenizer", required_argument, NULL, 'T'},
+                                         {"vocab", required_argument, NULL, 'v'},
+                                         {"merges", required_argument, NULL, 'm'},
+                                         {"base", required_argument, NULL, 'B'},
+                                         {NULL, 0, NULL, 0}};
+    const char *prompt = "", *tdir = NULL, *vocab = NULL, *merges = NULL, *base = NULL;
     int n = 200;
     float temperature = 1.0f;
     unsigned long long seed = 1;
@@ -274,6 +278,9 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
             break;
         case 'm':
             merges = optarg;
+            break;
+        case 'B':
+            base = optarg;
             break;
         }
     }
@@ -314,8 +321,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
                         "FILE.gguf",
                         cfg.V);
     }
-    if (!pretrained &&
-        (model_build(&m, &cfg, 0, err) != 0 || model_load(&m, ckpt, NULL, err) != 0)) {
+    if (!pretrained && model_load_checkpoint(&m, &cfg, ckpt, base, err) != 0) {
         tokenizer_free(tok);
         model_free(&m);
         return cli_fail(cmd, "%s", err);

@@ -140,7 +140,9 @@ const Command cli_commands[] = {
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
      "  --json            one JSON object per logged step on stdout\n",
      cmd_train},
-    {"sample", "CKPT [--tokenizer DIR] [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]",
+    {"sample",
+     "CKPT [--tokenizer DIR] [--prompt TEXT] [--tokens N] [--temperature X] [--seed S]\n"
+     "     [--base PATH]",
      "generate text from a model checkpoint",
      "A byte-level model (vocabulary 256) needs no tokenizer; a BPE model needs its own\n"
      "(the tokenizer.json, or vocab.json and merges.txt, it was tokenized with).\n\n"
@@ -150,7 +152,9 @@ const Command cli_commands[] = {
      "  --prompt TEXT       text to continue (default: a newline, or <|endoftext|>)\n"
      "  --tokens N          tokens to generate (default 200)\n"
      "  --temperature X     0 picks the likeliest token; 1 samples as trained (default 1)\n"
-     "  --seed S            sampling seed (default 1)\n",
+     "  --seed S            sampling seed (default 1)\n"
+     "  --base PATH         for a checkpoint of adapters: the base they were trained over\n"
+     "                      (a GGUF file or Hugging Face folder)\n",
      cmd_sample},
     {"tokenize", "--tokenizer DIR | --vocab F --merges F  FILE... --out DIR",
      "turn text files into byte-level BPE token shards (.bin) for 'strait train'",
@@ -172,7 +176,8 @@ const Command cli_commands[] = {
      "write a checkpoint in Hugging Face's, llama.cpp's (GGUF), llm.c's or PEFT's format",
      "CKPT is a Strait checkpoint: a federation's checkpoints/round-N.safetensors or the\n"
      "output of 'strait train --out'. A federation's round is held against retention\n"
-     "([store] keep_last, keep_every) while it is read; a pruned one is refused.\n\n"
+     "([store] keep_last, keep_every) while it is read; a pruned one is refused. A GGUF\n"
+     "file or a Hugging Face folder is converted whole, with its own tokenizer.\n\n"
      "flags:\n"
      "  --format hf     OUT is a folder transformers loads (AutoModelForCausalLM and\n"
      "                  AutoTokenizer): config.json, generation_config.json, the tensors\n"

@@ -198,6 +198,8 @@ int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t 
     if (a->alpha == 0) a->alpha = (float)a->rank;
     if (a->targets == 0) a->targets = LORA_Q | LORA_V;
     a->freeze_a = a->freeze_a == 0 ? federated : a->freeze_a == 1;
+    if (seed > INT64_MAX) /* the configuration's JSON carries it as an integer */
+        return cli_usage_error(cmd, "with --lora-rank, --seed is at most 2^63 - 1");
     a->a_seed = seed;
     return 0;
 }

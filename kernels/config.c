@@ -92,6 +92,19 @@ static int lora_check(const ModelConfig *c, char *err) {
     if (a->targets == 0 || (a->targets & ~takes) != 0)
         return err_set(err, "adapter targets 0x%x; a %s takes q, k, v, o, gate, up, down",
                        a->targets, arch->name);
+    /* a rank past a projection's own sides adds nothing it could not have */
+    for (int r = 0; r < arch->n_tensors; r++)
+        if ((arch->tensors[r].lora & a->targets) && (a->rank > arch_dim(c, arch->tensors[r].d0) ||
+                                                     a->rank > arch_dim(c, arch->tensors[r].d1)))
+            return err_set(err, "adapter rank %d is more than a %d x %d projection's sides",
+                           a->rank, arch_dim(c, arch->tensors[r].d0),
+                           arch_dim(c, arch->tensors[r].d1));
+    double n = model_config_params(c) + model_adapter_params(c);
+    if (n > 4e9)
+        return err_set(err,
+                       "a base and adapters of %.2f billion values; this strait builds at most 4 "
+                       "billion",
+                       n / 1e9);
     return 0;
 }
 

@@ -139,6 +139,13 @@ int model_import(Model *m, const char *path, char *err);
  * zero: the caller loads them, model_load for Strait's checkpoints). m is
  * built here and freed on failure, which says what differs. */
 int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, char *err);
+/* A Strait checkpoint whose configuration is cfg (model_read_config's),
+ * adapters and all: over base_path when given (model_import_base), else
+ * over the base its seed draws, checked by its fingerprint; adapters over a
+ * pretrained base without base_path are refused, saying so. m is built
+ * here and freed on failure. */
+int model_load_checkpoint(Model *m, const ModelConfig *cfg, const char *ckpt, const char *base_path,
+                          char *err);
 int gguf_path_is(const char *path);
 
 /* The model out to a GGUF llama.cpp loads, atomically: general.*, the

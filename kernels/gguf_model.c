@@ -465,10 +465,12 @@ int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, c
     int rc = 0;
     if (b->arch != cfg->arch || b->L != cfg->L || b->C != cfg->C || b->NH != cfg->NH ||
         b->NKV != cfg->NKV || b->HD != cfg->HD || b->F != cfg->F || b->V != cfg->V ||
-        b->tied != cfg->tied || b->qkv_bias != cfg->qkv_bias)
+        b->tied != cfg->tied || b->qkv_bias != cfg->qkv_bias || b->T != cfg->T ||
+        b->eps != cfg->eps || memcmp(&b->rope, &cfg->rope, sizeof b->rope) != 0)
         rc = err_set(err,
-                     "%s is a %s of %d layers and %d channels; the adapters were trained over a "
-                     "%s of %d layers and %d channels: give the base they were made for",
+                     "%s is a %s of %d layers and %d channels (and its context, norm epsilon and "
+                     "rotary settings); the adapters were trained over a %s of %d layers and %d "
+                     "channels: give the base they were made for, read as it was then",
                      base_path, model_arch_name(b->arch), b->L, b->C, model_arch_name(cfg->arch),
                      cfg->L, cfg->C);
     uint64_t fp = rc == 0 ? model_base_fingerprint(m) : 0;
@@ -479,6 +481,29 @@ int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, c
                      base_path, (unsigned long long)fp, (unsigned long long)cfg->lora.base);
     if (rc == 0) rc = model_add_adapters(m, &cfg->lora, 0, err);
     if (rc == 0) memset(m->params, 0, m->n_params * sizeof(float));
+    if (rc != 0) model_free(m);
+    return rc;
+}
+
+int model_load_checkpoint(Model *m, const ModelConfig *cfg, const char *ckpt, const char *base_path,
+                          char *err) {
+    memset(m, 0, sizeof *m);
+    int adapted = cfg->lora.rank > 0, rc;
+    if (adapted && base_path)
+        rc = model_import_base(m, cfg, base_path, err);
+    else if (adapted && cfg->lora.base_seed < 0)
+        return err_set(err,
+                       "%s holds adapters trained over a pretrained base: give that base (the "
+                       "GGUF file or Hugging Face folder) with --base",
+                       ckpt);
+    else
+        rc = model_build(m, cfg, 0, err);
+    if (rc == 0 && adapted && model_base_fingerprint(m) != cfg->lora.base)
+        rc = err_set(err,
+                     "%s: the base drawn from its seed is not the one its adapters were "
+                     "trained over",
+                     ckpt);
+    if (rc == 0) rc = model_load(m, ckpt, NULL, err);
     if (rc != 0) model_free(m);
     return rc;
 }
@@ -702,7 +727,7 @@ int model_export_gguf(const Model *m, const char *path, int dtype, const Tokeniz
     if (tok == NULL && tok_src == NULL) /* llama.cpp's vocabulary type none; vocab_size says V */
         kv_str(&b, &n_kv, "tokenizer.ggml.model", "none");
     /* the tensors, in the table's order; q and k interleaved for llama */
-    OutTensor *ts = callocCheck((size_t)m->n_views + 1, sizeof *ts);
+    OutTensor *ts = callocCheck((size_t)model_base_n_views(m) + 1, sizeof *ts);
     int n = 0;
     for (int r = 0; r < a->n_tensors; r++)
         for (int l = 0; l < (a->tensors[r].layer ? c->L : 1); l++) {

@@ -650,7 +650,7 @@ int model_export_hf(const Model *m, const char *dir, const HfExport *opt, char *
         return -1;
     }
     /* the tensors, in table order, cut into shards of at most max_shard bytes */
-    HfTensor *ts = callocCheck((size_t)m->n_views, sizeof *ts);
+    HfTensor *ts = callocCheck((size_t)model_base_n_views(m), sizeof *ts);
     size_t elt = o.dtype == HF_F32 ? 4 : 2, in_shard = 0, total = 0;
     int n = 0, shards = 1;
     for (int r = 0; r < a->n_tensors; r++)

@@ -57,6 +57,7 @@ static int adapter(const Model *m, const Pass *p, int a0, int r, int l, Adapter 
 void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                   float *out) {
     Adapter ad;
+    assert((p->lora != NULL) == (m->cfg.lora.rank > 0));
     if (!adapter(m, p, a0, r, l, &ad)) return;
     const Ops *o = p->ops;
     int R = m->cfg.lora.rank, BT = p->B * p->T;

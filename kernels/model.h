@@ -193,6 +193,9 @@ static inline const ParamView *model_base_views(const Model *m) {
 static inline size_t model_base_count(const Model *m) {
     return m->base ? m->n_base : m->n_params;
 }
+static inline int model_base_n_views(const Model *m) {
+    return m->base_views ? m->n_base_views : m->n_views;
+}
 
 /* Builds the table and initialises from a seed as the architecture says
  * (GPT-2: N(0, 0.02), residual projections scaled by 1/sqrt(2L); norms'

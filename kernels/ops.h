@@ -107,8 +107,9 @@ void classifier_logits(float *logits, const float *h, const float *wte, int C, i
 /* One backend's ops: the functions above with a trailing stream (a
  * cudaStream_t on the GPU, ignored on the CPU). A backend may skip lse
  * (the CUDA classifier recomputes it in its backward). A weight's gradient
- * (matmul's dweight and dbias, the norms' dw, the classifier's dw) may be
- * NULL: the weight is frozen, and only the input's gradient is made. */
+ * (matmul's dweight and dbias, rmsnorm's dw, the classifier's dw) may be
+ * NULL: the weight is frozen, and only the input's gradient is made
+ * (LayerNorm's may not: GPT-2 takes no adapters). */
 typedef struct Ops {
     const char *name;
     void (*zero)(float *p, size_t n, void *st);

@@ -336,9 +336,8 @@ int model_eval_checkpoint(const char *ckpt, const char *const *paths, int n_path
     TokenSet ts;
     if (model_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
     if (T > cfg.T) T = cfg.T;
-    if (model_build(&m, &cfg, 0, err) != 0) return -1;
-    int rc = model_load(&m, ckpt, NULL, err);
-    if (rc == 0) rc = tokens_load(&ts, paths, n_paths, err);
+    if (model_load_checkpoint(&m, &cfg, ckpt, NULL, err) != 0) return -1;
+    int rc = tokens_load(&ts, paths, n_paths, err);
     if (rc == 0) {
         if (ts.vocab > cfg.V)
             rc = err_set(err, "the data's vocabulary (%d) is larger than the model's (%d)",

@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ModelConfig c, again;
     char err[512];
     if (model_config_parse((const char *)data, size, &c, err) != 0) return 0;
-    if (!(model_config_params(&c) <= 4e9)) abort();
+    if (!(model_config_params(&c) + model_adapter_params(&c) <= 4e9)) abort();
     char *text = model_config_json(&c);
     if (model_config_parse(text, strlen(text), &again, err) != 0) abort();
     if (again.arch != c.arch || again.L != c.L || again.NKV != c.NKV || again.Vp != c.Vp) abort();
