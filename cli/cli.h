@@ -71,6 +71,9 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterCon
  * ffa said otherwise */
 int cli_lora_done(const Command *cmd, struct AdapterConfig *a, int federated, uint64_t seed);
 
+/* whether path is a file that starts as a GGUF does ("GGUF") */
+int cli_gguf_file(const char *path);
+
 /* A --data operand into data[*n] (at most 64): a file as it is, or a
  * folder's token shards as `strait tokenize --out` writes them
  * (tokens_*.bin, in name order). 0, or -2 after a usage error naming it. */

@@ -291,7 +291,7 @@ int cmd_export(const Command *cmd, int argc, char **argv) {
     if (auto_tok) tok = source;
     /* a GGUF file or a Hugging Face folder: converted whole, its tokenizer its own */
     struct stat st;
-    int foreign = gguf_path_is(ckpt) || (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode));
+    int foreign = cli_gguf_file(ckpt) || (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode));
     if (foreign && (is_peft || merge || base)) {
         if (held >= 0) close(held);
         return cli_usage_error(cmd,

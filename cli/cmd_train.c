@@ -229,15 +229,6 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     return EXIT_OK;
 }
 
-/* whether path is a file that starts as a GGUF does ("GGUF") */
-static int gguf_magic(const char *path) {
-    char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(magic, 1, 4, f) : 0;
-    if (f) fclose(f);
-    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
-
 int cmd_sample(const Command *cmd, int argc, char **argv) {
     static const struct option opts[] = {{"prompt", required_argument, NULL, 'p'},
                                          {"tokens", required_argument, NULL, 'n'},
@@ -292,7 +283,7 @@ int cmd_sample(const Command *cmd, int argc, char **argv) {
     /* a Strait checkpoint, or a pretrained model as people hold it (a GGUF
      * file, a Hugging Face folder), which is also its own tokenizer */
     struct stat st;
-    int pretrained = (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) || gguf_magic(ckpt);
+    int pretrained = (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) || cli_gguf_file(ckpt);
     Model m;
     memset(&m, 0, sizeof m);
     if (pretrained ? model_import(&m, ckpt, err) != 0

@@ -203,3 +203,11 @@ int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t 
     a->a_seed = seed;
     return 0;
 }
+
+int cli_gguf_file(const char *path) {
+    char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(magic, 1, 4, f) : 0;
+    if (f) fclose(f);
+    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
+}

@@ -146,6 +146,8 @@ int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, c
  * here and freed on failure. */
 int model_load_checkpoint(Model *m, const ModelConfig *cfg, const char *ckpt, const char *base_path,
                           char *err);
+/* whether path is a file (model_import reads it as a GGUF, a folder as
+ * Hugging Face's) */
 int gguf_path_is(const char *path);
 
 /* The model out to a GGUF llama.cpp loads, atomically: general.*, the

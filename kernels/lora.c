@@ -7,7 +7,7 @@
  *   dB += s·dout · (A inp)ᵀ,  d(A inp) = s·doutᵀ B,  dA += d(A inp)ᵀ inp,
  *   dinp += d(A inp) A.
  * Everything runs through the backend's Ops, so the CPU and the GPUs run
- * the same steps.
+ * the same steps. Also model_lora_at (API: model.h), where an adapter is.
  */
 #include <assert.h>
 
@@ -29,6 +29,19 @@ void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0) {
     for (int k = 0; k < LORA_ACTS - 1; k++)
         if (c->lora.targets & (1u << k)) act_add(lay, a0 + k, BT * (size_t)c->lora.rank, c->L);
     act_add(lay, a0 + LORA_ACTS - 1, BT * widest, 0);
+}
+
+int model_lora_at(const Model *m, const float *buf, int r, int l, const float **A, const float **B,
+                  int *in, int *out) {
+    int i = r * m->cfg.L + l, v = m->lora_view ? m->lora_view[i] : -1;
+    if (v < 0) return 0;
+    const ArchTensor *t = &m->arch->tensors[r];
+    *out = arch_dim(&m->cfg, t->d0), *in = arch_dim(&m->cfg, t->d1);
+    int grads = buf != NULL && buf == m->grads;
+    *B = buf ? buf + m->views[v].offset : NULL;
+    *A = m->lora_frozen ? (grads ? NULL : m->lora_frozen + m->lora_a[i])
+                        : (buf ? buf + m->lora_a[i] : NULL);
+    return 1;
 }
 
 /* row r's adapter at layer l on pass p: A and B, their gradients (dA NULL

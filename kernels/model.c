@@ -243,18 +243,6 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     return 0;
 }
 
-int model_lora_at(const Model *m, const float *buf, int r, int l, const float **A, const float **B,
-                  int *in, int *out) {
-    int i = r * m->cfg.L + l, v = m->lora_view ? m->lora_view[i] : -1;
-    if (v < 0) return 0;
-    adapter_dims(m, r, out, in);
-    int grads = buf != NULL && buf == m->grads;
-    *B = buf ? buf + m->views[v].offset : NULL;
-    *A = m->lora_frozen ? (grads ? NULL : m->lora_frozen + m->lora_a[i])
-                        : (buf ? buf + m->lora_a[i] : NULL);
-    return 1;
-}
-
 void model_free(Model *m) {
     free(m->base), free(m->base_views);
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_frozen);
