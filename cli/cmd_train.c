@@ -168,6 +168,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case CLI_OPT_LORA_RANK:
         case CLI_OPT_LORA_ALPHA:
         case CLI_OPT_LORA_TARGETS:
+        case CLI_OPT_LORA_RULE:
             if (cli_lora_opt(cmd, c, optarg, &lora) != 0) return EXIT_USAGE;
             break;
         }

@@ -229,6 +229,42 @@ Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
     free(root);
 }
 
+/* The adapters' flags reach the federation: --lora-rule says which rule
+ * federation.ini holds, a wrong one is refused by name */
+Test(federation, the_lora_flags_reach_federation_ini) {
+    char *root = harness_tmpdir("lorarule");
+    const char *rules[] = {"fedit", "ffa"};
+    for (int i = 0; i < 2; i++) {
+        char fed[700], ini[800], err[ERR_LEN];
+        snprintf(fed, sizeof fed, "%s/fed-%s", root, rules[i]);
+        ProcResult r =
+            harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4", "--lora-alpha",
+                           "8", "--lora-targets", "q,o,down", "--lora-rule", rules[i]);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        proc_result_free(&r);
+        snprintf(ini, sizeof ini, "%s/federation.ini", fed);
+        Config *c = config_load(ini, err);
+        cr_assert_not_null(c, "%s", err);
+        cr_assert_str_eq(config_get_str(c, "model", "adapter", ""), "lora");
+        cr_assert_str_eq(config_get_str(c, "model", "rank", ""), "4");
+        cr_assert_str_eq(config_get_str(c, "model", "alpha", ""), "8");
+        cr_assert_str_eq(config_get_str(c, "model", "targets", ""), "q,o,down");
+        cr_assert_str_eq(config_get_str(c, "model", "rule", ""), rules[i]);
+        config_free(c);
+    }
+    ProcResult r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
+                                  "--lora-rule", "fedex", "--force");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--lora-rule"), "%s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("init", root, "--model", "tiny", "--lora-rank", "4", "--force");
+    cr_assert_eq(r.status, 2, "a GPT-2 took adapters: %s", r.out);
+    cr_assert(strstr(r.err, "Llama family"), "%s", r.err);
+    proc_result_free(&r);
+    harness_rmtree(root);
+    free(root);
+}
+
 Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedavg");
