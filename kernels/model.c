@@ -168,20 +168,9 @@ static void adapter_view(Model *m, const char *name, int d0, int d1) {
 
 int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err) {
     if (m->cfg.lora.rank > 0) return err_set(err, "the model has adapters already");
-    unsigned takes = 0;
-    for (int r = 0; r < m->arch->n_tensors; r++) takes |= m->arch->tensors[r].lora;
-    if (takes == 0)
-        return err_set(err,
-                       "LoRA adapters take the Llama family's projections; a %s has none: "
-                       "fine-tune it whole, or start from a Llama-family model",
-                       m->arch->name);
-    if (a->rank < 1 || a->rank > LORA_RANK_MAX)
-        return err_set(err, "adapter rank %d; use 1 to %d", a->rank, LORA_RANK_MAX);
-    if (!(a->alpha > 0 && a->alpha < 1e6f))
-        return err_set(err, "adapter alpha %g; use more than 0 (PEFT's lora_alpha)", a->alpha);
-    if (a->targets == 0 || (a->targets & ~takes) != 0)
-        return err_set(err, "adapter targets 0x%x; a %s takes q, k, v, o, gate, up, down",
-                       a->targets, m->arch->name);
+    ModelConfig want = m->cfg; /* the configuration's own check: rank, alpha, targets, size */
+    want.lora = *a;
+    if (model_config_check(&want, err) != 0) return -1;
     int L = m->cfg.L, n = 0, R = a->rank, freeze = a->freeze_a != 0;
     size_t rows = (size_t)m->arch->n_tensors * L, n_frozen = 0;
     for (int l = 0; l < L; l++)
