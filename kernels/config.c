@@ -79,6 +79,8 @@ static int lora_check(const ModelConfig *c, char *err) {
     if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
     if (a->freeze_a != 0 && a->freeze_a != 1)
         return err_set(err, "adapter freeze_a %d; 0 or 1", a->freeze_a);
+    if (a->base_bf16 != 0 && a->base_bf16 != 1)
+        return err_set(err, "adapter base_bf16 %d; 0 or 1", a->base_bf16);
     const Arch *arch = arch_of(c->arch);
     unsigned takes = 0;
     for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
@@ -186,6 +188,8 @@ char *model_config_json(const ModelConfig *c) {
             json_object_set_new(l, "base_seed", json_integer(c->lora.base_seed));
         if (c->lora.freeze_a) /* A frozen: every site draws it from a_seed */
             json_object_set_new(l, "a_seed", json_integer((json_int_t)c->lora.a_seed));
+        if (c->lora.base_bf16) /* absent: fp32, as before there was a choice */
+            json_object_set_new(l, "base_dtype", json_string("bf16"));
         json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -242,11 +246,19 @@ static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
                                 "at least 0");
         a->freeze_a = 1, a->a_seed = (uint64_t)json_integer_value(a_seed);
     }
+    json_t *dtype = json_object_get(o, "base_dtype");
+    if (dtype != NULL) {
+        const char *d = json_string_value(dtype);
+        if (d == NULL || (strcmp(d, "bf16") && strcmp(d, "f32")))
+            return err_set(err, "the model configuration's lora base_dtype should be bf16 or f32");
+        a->base_bf16 = strcmp(d, "bf16") == 0;
+    }
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
-            strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed"))
+            strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed") &&
+            strcmp(key, "base_dtype"))
             return err_set(err,
                            "the model configuration's lora has a field '%s' this strait does "
                            "not know",

@@ -232,8 +232,14 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     return 0;
 }
 
+void model_base_changed(Model *m) {
+    free(m->base16);
+    m->base16 = NULL;
+    memset(&m->cpu, 0, sizeof m->cpu);
+}
+
 void model_free(Model *m) {
-    free(m->base), free(m->base_views);
+    free(m->base), free(m->base_views), free(m->base16);
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_frozen);
     free(m->params), free(m->grads);
     free(m->m), free(m->v), free(m->mh), free(m->vh);

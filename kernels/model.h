@@ -54,6 +54,10 @@ typedef struct AdapterConfig {
      * mean(B)·mean(A) is not mean(B·A)) */
     int freeze_a;
     uint64_t a_seed;
+    /* the base's matmuls on a bf16 copy of its weights (inputs rounded to
+     * bf16, sums in fp32: ops.h's matmul_*_bf16), the fp32 values kept for
+     * everything else; 0: in fp32 */
+    int base_bf16;
 } AdapterConfig;
 
 typedef struct ModelConfig {
@@ -168,6 +172,11 @@ typedef struct Model {
     int *lora_view;
     size_t *lora_a;
     float *lora_frozen;
+    /* with adapters over a bf16 base (lora.base_bf16): the base's values
+     * rounded to bf16, made at the first pass (model_base_changed drops
+     * them), and the CPU ops' stream that points at them */
+    uint16_t *base16;
+    CpuStream cpu;
     float *m, *v;      /* AdamW moments, allocated at the first step */
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
@@ -215,6 +224,9 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */
 uint64_t model_base_fingerprint(const Model *m);
+/* The base's values were written: its bf16 copy is made again at the next
+ * pass. */
+void model_base_changed(Model *m);
 /* Row r's adapter at layer l: A and B inside what trains (buf: params or
  * grads; A is lora_frozen's with freeze_a, and NULL in grads), their
  * (in, out); 0 when the row is not adapted there. */
