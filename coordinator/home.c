@@ -280,14 +280,16 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
                  "; low-rank adapters (LoRA) over the model, frozen: only they train and travel,\n"
                  "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down;\n"
                  "; rule ffa (A frozen at its draw from the seed, the same at every site: only B\n"
-                 "; trains and travels, and its average is the sites' updates' exactly) or fedit\n"
-                 "; (A and B both train, averaged apart: mean(B) mean(A) is not mean(B A))\n"
+                 "; trains and travels, and its average is the sites' updates' exactly), fedsb\n"
+                 "; (Fed-SB: A and B frozen at their draws, only the rank x rank R between them\n"
+                 "; trains and travels, averaged exactly) or fedit (A and B both train, averaged\n"
+                 "; apart: mean(B) mean(A) is not mean(B A))\n"
                  "adapter = lora\n"
                  "rank = %d\n"
                  "alpha = %g\n"
                  "targets = %s\n"
                  "rule = %s\n",
-                 o->lora.rank, (double)o->lora.alpha, targets, o->lora.freeze_a ? "ffa" : "fedit");
+                 o->lora.rank, (double)o->lora.alpha, targets, model_lora_rule_name(o->lora.rule));
     }
     if (o->init_from == NULL) {
         snprintf(out, len,

@@ -202,7 +202,7 @@ Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
      * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64 */
     size_t adapters = 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64);
     cr_assert_eq(m.cfg.lora.rank, 4);
-    cr_assert(m.cfg.lora.freeze_a && m.lora_frozen != NULL, "A is frozen");
+    cr_assert(m.cfg.lora.rule == LORA_RULE_FFA && m.lora_frozen != NULL, "A is frozen");
     cr_assert_eq(m.n_params, adapters, "the round's model holds %zu values", m.n_params);
     cr_assert_eq(m.cfg.lora.base_seed, 1, "the base is the one [model] seed draws");
     cr_assert_eq(model_base_fingerprint(&m), m.cfg.lora.base);
