@@ -222,21 +222,22 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
 /* Freezes m's weights as the base and adds adapters: A drawn from seed
  * (from a->a_seed with ffa and fedsb) as PEFT draws it (uniform in
  * ±1/sqrt(in)); B zero, or with fedsb drawn from a->a_seed (uniform in
- * ±1/sqrt(rank)) and R zero; so the model computes what it did. The configuration's lora is a with
- * the base's fingerprint, and base_seed -1 (a pretrained base; model_build's drawn one sets its
- * seed). -1 when m has adapters already, or a is not one m's architecture takes. */
+ * ±1/sqrt(rank)) and R zero; so the model computes what it did. The
+ * configuration's lora is a with the base's fingerprint, and base_seed -1
+ * (a pretrained base; model_build's drawn one sets its seed). -1 when m
+ * has adapters already, or a is not one m's architecture takes. */
 int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err);
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */
 uint64_t model_base_fingerprint(const Model *m);
+/* the rows of the architecture's table: r in model_lora_at (and row_view,
+ * lora_view) is 0 to this, less one */
+int model_table_rows(const Model *m);
 /* Row r's adapter at layer l inside what trains (buf: params or grads):
  * A, R and B, a frozen one lora_frozen's (NULL in grads), R NULL unless
  * the rule is fedsb; the projection's (in, out). Its update to the
  * projection is (alpha / rank)·B·A, or (alpha / rank)·B·R·A. 0 when the
  * row is not adapted there. */
-/* the rows of the architecture's table: r in model_lora_at (and row_view,
- * lora_view) is 0 to this, less one */
-int model_table_rows(const Model *m);
 typedef struct LoraAt {
     const float *A, *R, *B; /* (rank, in), (rank, rank), (out, rank) */
     int in, out;
