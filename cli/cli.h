@@ -74,8 +74,8 @@ enum {
 struct AdapterConfig;
 int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterConfig *a);
 /* federated: a federation's default rule, ffa (A frozen at a draw from
- * seed, exact to average); else A trains too (PEFT's), unless --lora-rule
- * ffa said otherwise */
+ * seed, exact to average); else A trains too (PEFT's, fedit), unless
+ * --lora-rule said otherwise; what a rule freezes is drawn from seed */
 int cli_lora_done(const Command *cmd, struct AdapterConfig *a, int federated, uint64_t seed);
 
 /* whether path is a file that starts as a GGUF does ("GGUF") */

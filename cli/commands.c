@@ -34,8 +34,10 @@ const Command cli_commands[] = {
      "  --lora-targets T       the projections adapted, of {lora-targets}\n"
      "                         (default q,v)\n"
      "  --lora-rule R          ffa (default): A stays at its draw from the seed and only\n"
-     "                         B trains and travels, averaged exactly (FFA-LoRA); fedit:\n"
-     "                         A and B both, averaged apart (not exact)\n"
+     "                         B trains and travels, averaged exactly (FFA-LoRA); fedsb:\n"
+     "                         A and B stay at their draws, only the R x R between them\n"
+     "                         trains, averaged exactly (Fed-SB); fedit: A and B both,\n"
+     "                         averaged apart (not exact)\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -134,6 +136,7 @@ const Command cli_commands[] = {
      "  --lora-targets T  the projections adapted, of {lora-targets}\n"
      "                    (default q,v, as PEFT)\n"
      "  --lora-rule R     ffa: A stays at its draw, only B trains (FFA-LoRA); default\n"
+     "                    fedsb: only the R x R between a frozen A and B (Fed-SB);\n"
      "                    fedit: A and B train, as PEFT\n"
      "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
      "                    adapter_model.safetensors) over --init-from, its base\n"

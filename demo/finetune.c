@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "demo.h"
-#include "coordinator/store.h"
+#include "coordinator/coordinator.h"
 #include "kernels/device.h"
 #include "kernels/formats.h"
 #include "kernels/gguf.h"
@@ -103,18 +103,16 @@ int demo_finetune_data(const DemoOptions *o, FILE *out, char *err) {
     return 0;
 }
 
-/* The mean loss of a checkpoint (over the base when it holds adapters),
- * or of the base itself (ckpt NULL), on site i's held-out text. */
+/* The mean loss of a checkpoint (over the base when it holds adapters)
+ * on site i's held-out text. */
 static int held_out(const DemoOptions *o, const char *ckpt, int i, double *loss, char *err) {
     char shard[700];
     snprintf(shard, sizeof shard, "%s/site-%d-held-out/tokens_000000.bin", o->data, i + 1);
     Model m;
     ModelConfig cfg;
-    int rc = ckpt ? model_read_config(ckpt, &cfg, NULL, err) : 0;
-    if (rc == 0)
-        rc = ckpt ? model_load_checkpoint(&m, &cfg, ckpt, cfg.lora.rank ? o->base : NULL, err)
-                  : model_import(&m, o->base, err);
-    if (rc != 0) return -1;
+    if (model_read_config(ckpt, &cfg, NULL, err) != 0 ||
+        model_load_checkpoint(&m, &cfg, ckpt, cfg.lora.rank ? o->base : NULL, err) != 0)
+        return -1;
     TokenSet ts;
     const char *paths[1] = {shard};
     if (tokens_load(&ts, paths, 1, err) != 0) {
@@ -137,22 +135,21 @@ static int run_strait(char *const argv[], const char *log, char *err) {
     return 0;
 }
 
-/* The last line of a greedy sample's log: the prompt and its continuation. */
+/* A greedy sample's log, line by line: the prompt and its continuation. */
 static void sample(const DemoOptions *o, const char *model, const char *log, FILE *out) {
     char *argv[] = {(char *)o->exe, "sample", (char *)model,   "--prompt", SAMPLE_PROMPT,
                     "--tokens",     "24",     "--temperature", "0",        NULL};
-    char err[ERR_LEN], line[2048] = "";
+    char err[ERR_LEN], line[2048];
     if (run_strait(argv, log, err) != 0) {
         fprintf(out, "    (%s)\n", err);
         return;
     }
     FILE *f = fopen(log, "r");
-    char buf[2048];
-    while (f && fgets(buf, sizeof buf, f))
-        if (buf[strspn(buf, " \n")]) snprintf(line, sizeof line, "%s", buf);
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[strspn(line, " ")]) fprintf(out, "    %s\n", line);
+    }
     if (f) fclose(f);
-    line[strcspn(line, "\n")] = '\0';
-    fprintf(out, "    %s\n", line);
 }
 
 /* One centralized LoRA run on every site's text at the federation's
@@ -203,9 +200,13 @@ int demo_finetune_score(const DemoOptions *o, const DemoRun *d, const StoreTotal
     }
     ModelConfig cfg;
     if (model_read_config(ckpt, &cfg, NULL, err) != 0) return -1;
+    /* before: the federation's round 0 start, the base under adapters that
+     * add nothing yet, computed as the rounds computed it */
+    char initial[800];
+    snprintf(initial, sizeof initial, "%s/%s", d->fed, COORD_INIT_MODEL);
     ModelConfig whole = cfg;
     memset(&whole.lora, 0, sizeof whole.lora);
-    double adapters = model_config_params(&cfg); /* what trains and travels */
+    double adapters = model_adapter_trained(&cfg); /* what trains and travels */
     json_t *o_json = json_object(), *sites = json_array();
     double sum[4] = {0, 0, 0, 0};
     fprintf(out, "\nheld-out loss at each site (nats/token, a collection of its language no site "
@@ -215,7 +216,7 @@ int demo_finetune_score(const DemoOptions *o, const DemoRun *d, const StoreTotal
     int rc = 0;
     for (int i = 0; i < d->sites && rc == 0; i++) {
         double before, after, f = NAN, c = NAN;
-        rc = held_out(o, NULL, i, &before, err);
+        rc = held_out(o, initial, i, &before, err);
         if (rc == 0) rc = held_out(o, ckpt, i, &after, err);
         if (rc == 0 && full) rc = held_out(o, full_ckpt, i, &f, err);
         if (rc == 0 && full) rc = held_out(o, central, i, &c, err);
@@ -289,9 +290,10 @@ int demo_finetune_score(const DemoOptions *o, const DemoRun *d, const StoreTotal
     }
     fprintf(out, "the adapters for PEFT: %s (PeftModel.from_pretrained over the base)\n", peft);
     fprintf(out, "the base with them merged, for llama.cpp: %s\n", merged);
-    fprintf(out, "\ngreedy samples, the base and then the merged model:\n");
+    fprintf(out, "\na greedy sample from the base:\n");
     snprintf(log, sizeof log, "%s/sample-base.log", d->dir);
     sample(o, o->base, log, out);
+    fprintf(out, "and from the merged model:\n");
     snprintf(log, sizeof log, "%s/sample-merged.log", d->dir);
     sample(o, merged, log, out);
     snprintf(path, sizeof path, "%s/summary.json", d->dir);

@@ -86,8 +86,12 @@ static Model adapted(int bf16) {
     Model m;
     cr_assert_eq(model_build(&m, &cfg, 7, err), 0, "%s", err);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
-    AdapterConfig a = {
-        .rank = 4, .alpha = 8, .targets = LORA_ALL, .freeze_a = 1, .a_seed = 3, .base_bf16 = bf16};
+    AdapterConfig a = {.rank = 4,
+                       .alpha = 8,
+                       .targets = LORA_ALL,
+                       .rule = LORA_RULE_FFA,
+                       .a_seed = 3,
+                       .base_bf16 = bf16};
     cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
     cr_assert_eq(m.cfg.lora.base_bf16, bf16);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] = 0.2f * urand();
