@@ -429,7 +429,6 @@ void round_delta_restore(Coordinator *co, const float *base, const uint8_t base_
 /* Under rounds.lock (or before anyone else can see s). NULL is fine. */
 void served_unref(Served *s);
 
-
 typedef struct Coordinator {
     char dir[1024];
     char name[128];

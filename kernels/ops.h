@@ -82,6 +82,12 @@ void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, c
 void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight, int N, int C,
                           int OC);
 void bf16_from_float(uint16_t *out, const float *x, size_t n); /* rounded to nearest, ties even */
+/* The fused classifier (as above) over a frozen bf16 output layer: its
+ * logits bf16 products, its softmax and loss in fp32 and fp64; no dwte. */
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+                              const int *targets, int N, int C, int V);
+void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+                              const float *lse, int N, int C, int V);
 const char *bf16_matmul_engine(void);
 /* The CPU table's stream (NULL for none): a frozen table of n values at
  * f32 held again in bf16. A matmul whose weight lies in it, with no

@@ -7,9 +7,13 @@
  * primitive, one kept per shape; without it, or where it makes no
  * primitive, the same rounded values go through OpenBLAS's sgemm (a bf16
  * widens to fp32 exactly), so the arithmetic is the same either way up to
- * the order of the sums.
+ * the order of the sums. The classifier over a frozen output layer (a tied
+ * embedding under adapters) is here too: the same online softmax as
+ * classifier.c's, over wider chunks of the vocabulary, each chunk's logits
+ * one bf16 product.
  */
 #include <assert.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,4 +175,68 @@ void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
     free(d), free(prod);
+}
+
+/* ---- the classifier over a bf16 output layer ------------------------------ */
+
+#define CROWS  256
+#define CCHUNK 4096
+
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+                              const int *targets, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0);
+    float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
+    double *m = mallocCheck(sizeof(double) * 3 * CROWS), *s = m + CROWS, *zt = s + CROWS;
+    double total = 0;
+    for (int r0 = 0; r0 < N; r0 += CROWS) {
+        int rows = N - r0 < CROWS ? N - r0 : CROWS;
+        for (int r = 0; r < rows; r++) m[r] = -INFINITY, s[r] = 0, zt[r] = 0;
+        for (int v0 = 0; v0 < V; v0 += CCHUNK) {
+            int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < rows; r++) { /* each row's running max and sum, in double */
+                const float *l = tile + (size_t)r * vc;
+                float cm = l[0];
+                for (int j = 1; j < vc; j++) cm = l[j] > cm ? l[j] : cm;
+                double mx = cm > m[r] ? cm : m[r], sum = s[r] * exp(m[r] - mx);
+                for (int j = 0; j < vc; j++) sum += expf(l[j] - (float)mx);
+                m[r] = mx, s[r] = sum;
+                int tg = targets[r0 + r];
+                if (tg >= v0 && tg < v0 + vc) zt[r] = l[tg - v0];
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            double l = log(s[r]) + m[r], loss = l - zt[r];
+            if (lse) lse[r0 + r] = (float)l;
+            if (losses) losses[r0 + r] = (float)loss;
+            total += loss;
+        }
+    }
+    free(tile), free(m);
+    return (float)(total / N);
+}
+
+void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+                              const float *lse, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0 && targets);
+    float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
+    float dscale = 1.0f / (float)N; /* the loss is the mean over rows */
+    for (int r0 = 0; r0 < N; r0 += CROWS) {
+        int rows = N - r0 < CROWS ? N - r0 : CROWS;
+        for (int v0 = 0; v0 < V; v0 += CCHUNK) {
+            int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < rows; r++) { /* dlogits = (softmax - onehot) / N */
+                float *l = tile + (size_t)r * vc, z = lse[r0 + r];
+                for (int j = 0; j < vc; j++) l[j] = expf(l[j] - z) * dscale;
+                int tg = targets[r0 + r];
+                if (tg >= v0 && tg < v0 + vc) l[tg - v0] -= dscale;
+            }
+            /* dh (rows, C) += dlogits (rows, vc) · wte (vc, C) */
+            matmul_backward_bf16(dh + (size_t)r0 * C, tile, wte + (size_t)v0 * C, rows, C, vc);
+        }
+    }
+    free(tile);
 }

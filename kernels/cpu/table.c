@@ -114,13 +114,17 @@ static void res_b(float *da, float *db, const float *dout, size_t N, void *st) {
 }
 static float cls_f(float *losses, float *lse, const float *h, const float *w, const int *targets,
                    int N, int C, int V, void *st) {
-    (void)st;
-    return classifier_forward(losses, lse, h, w, targets, N, C, V);
+    const uint16_t *w16 = held_bf16(st, w);
+    return w16 ? classifier_forward_bf16(losses, lse, h, w16, targets, N, C, V)
+               : classifier_forward(losses, lse, h, w, targets, N, C, V);
 }
 static void cls_b(float *dh, float *dw, const float *h, const float *w, const int *targets,
                   const float *lse, int N, int C, int V, void *st) {
-    (void)st;
-    classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
+    const uint16_t *w16 = dw == NULL ? held_bf16(st, w) : NULL;
+    if (w16)
+        classifier_backward_bf16(dh, h, w16, targets, lse, N, C, V);
+    else
+        classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
 }
 
 const Ops ops_cpu = {

@@ -1,7 +1,8 @@
 /*
  * test_bf16.c — a frozen base held in bf16 (kernels/cpu/bf16.c): its
  * matmuls against fp64 sums of the rounded values, forward and backward,
- * on shapes oneDNN blocks and shapes it does not; an adapted model over a
+ * on shapes oneDNN blocks and shapes it does not; the classifier over a
+ * bf16 output layer against the fp32 one's; an adapted model over a
  * bf16 base, against the same model in fp32 (close, not equal: the
  * rounding is applied), training without moving its base; and the
  * configuration's base_dtype, read back and refused when unknown.
@@ -77,6 +78,38 @@ Test(bf16, matmuls_sum_the_rounded_values_in_fp32) {
     check_shape(37, 70, 45); /* no multiple of any block */
     check_shape(128, 64, 192);
     check_shape(256, 576, 192); /* SmolLM2's k and v */
+}
+
+/* The classifier over a bf16 output layer against classifier.c's over the
+ * same rounded values: the loss and each row's log-sum-exp to fp32's
+ * sums, dh to the rounding of dlogits to bf16 (about 2^-9 of each term) */
+Test(bf16, the_classifier_over_a_bf16_output_layer_is_the_fp32_ones_over_the_same_values) {
+    int N = 300, C = 64, V = 5000; /* two row blocks, a chunk and a part */
+    float *h = malloc(sizeof(float) * N * C), *hr = malloc(sizeof(float) * N * C);
+    float *w = malloc(sizeof(float) * V * C);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * V * C);
+    int *tg = malloc(sizeof(int) * N);
+    for (int i = 0; i < N * C; i++) h[i] = urand(), hr[i] = r16(h[i]);
+    for (int i = 0; i < V * C; i++) w[i] = 0.3f * urand();
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    bf16_from_float(w16, w, (size_t)V * C);
+    for (int i = 0; i < V * C; i++) w[i] = bf16_to_float(w16[i]);
+    float *l16 = malloc(sizeof(float) * N), *l32 = malloc(sizeof(float) * N);
+    float *dh16 = calloc((size_t)N * C, sizeof(float)),
+          *dh32 = calloc((size_t)N * C, sizeof(float));
+    float loss16 = classifier_forward_bf16(NULL, l16, h, w16, tg, N, C, V);
+    float loss32 = classifier_forward(NULL, l32, hr, w, tg, N, C, V);
+    cr_assert_lt(fabsf(loss16 - loss32), 1e-5f * fabsf(loss32), "loss %f against %f", loss16,
+                 loss32);
+    for (int i = 0; i < N; i++)
+        cr_assert_lt(fabsf(l16[i] - l32[i]), 1e-5f * fabsf(l32[i]) + 1e-5f, "row %d", i);
+    classifier_backward_bf16(dh16, h, w16, tg, l16, N, C, V);
+    classifier_backward(dh32, NULL, hr, w, tg, l32, N, C, V);
+    double d = 0, n = 0;
+    for (int i = 0; i < N * C; i++) d += pow(dh16[i] - dh32[i], 2), n += pow(dh32[i], 2);
+    cr_assert_lt(sqrt(d / n), 1e-2, "dh off by %g of its norm", sqrt(d / n));
+    cr_assert_gt(sqrt(n), 1e-6, "a gradient to compare");
+    free(h), free(hr), free(w), free(w16), free(tg), free(l16), free(l32), free(dh16), free(dh32);
 }
 
 static Model adapted(int bf16) {
