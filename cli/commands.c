@@ -38,6 +38,9 @@ const Command cli_commands[] = {
      "                         A and B stay at their draws, only the R x R between them\n"
      "                         trains, averaged exactly (Fed-SB); fedit: A and B both,\n"
      "                         averaged apart (not exact)\n"
+     "  --lora-base-dtype D    bf16 (default): the base's matmuls on a bf16 copy of its\n"
+     "                         weights, sums in fp32 (oneDNN, AMX where the CPU has it);\n"
+     "                         f32: all in fp32\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -138,6 +141,8 @@ const Command cli_commands[] = {
      "  --lora-rule R     ffa: A stays at its draw, only B trains (FFA-LoRA); default\n"
      "                    fedsb: only the R x R between a frozen A and B (Fed-SB);\n"
      "                    fedit: A and B train, as PEFT\n"
+     "  --lora-base-dtype D  bf16 (default): the base's matmuls in bf16, sums in fp32;\n"
+     "                    f32: all in fp32\n"
      "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
      "                    adapter_model.safetensors) over --init-from, its base\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
@@ -233,7 +238,7 @@ const Command cli_commands[] = {
      "  --model M      {byte-presets} (default small)\n"
      "  --lora-rank R  fine-tune low-rank adapters of rank R over the model (the Llama\n"
      "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets,\n"
-     "                 --lora-rule (strait help init)\n"
+     "                 --lora-rule, --lora-base-dtype (strait help init)\n"
      "  --steps H      local steps per round (default 50)\n"
      "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
      "  --codec C      override the recipe's uplink: {codecs}\n"

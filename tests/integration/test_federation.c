@@ -252,9 +252,15 @@ Test(federation, the_lora_flags_reach_federation_ini) {
     for (int i = 0; i < 3; i++) {
         char fed[700], ini[800], err[ERR_LEN];
         snprintf(fed, sizeof fed, "%s/fed-%s", root, rules[i]);
-        ProcResult r =
-            harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4", "--lora-alpha",
-                           "8", "--lora-targets", "q,o,down", "--lora-rule", rules[i]);
+        /* the base in bf16 unless f32 is said (fedit's here) */
+        const char *dtype = i == 0 ? "f32" : "bf16";
+        ProcResult r = i == 0
+                           ? harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
+                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                            "--lora-rule", rules[i], "--lora-base-dtype", "f32")
+                           : harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
+                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                            "--lora-rule", rules[i]);
         cr_assert_eq(r.status, 0, "%s", r.err);
         proc_result_free(&r);
         snprintf(ini, sizeof ini, "%s/federation.ini", fed);
@@ -265,12 +271,18 @@ Test(federation, the_lora_flags_reach_federation_ini) {
         cr_assert_str_eq(config_get_str(c, "model", "alpha", ""), "8");
         cr_assert_str_eq(config_get_str(c, "model", "targets", ""), "q,o,down");
         cr_assert_str_eq(config_get_str(c, "model", "rule", ""), rules[i]);
+        cr_assert_str_eq(config_get_str(c, "model", "base_dtype", ""), dtype);
         config_free(c);
     }
     ProcResult r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
                                   "--lora-rule", "fedex", "--force");
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "--lora-rule"), "%s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
+                       "--lora-base-dtype", "fp8", "--force");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--lora-base-dtype is bf16"), "%s", r.err);
     proc_result_free(&r);
     r = harness_strait("init", root, "--model", "tiny", "--lora-rank", "4", "--force");
     cr_assert_eq(r.status, 2, "a GPT-2 took adapters: %s", r.out);
