@@ -96,6 +96,10 @@ say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CPPFLAGS := -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP
 CFLAGS := -std=c11 -g -O2 -fno-math-errno -Wall -Wextra -Werror -Wstrict-prototypes -Wformat=2 -pthread
 LDFLAGS := -pthread
+# every program takes kernels/cpu/chip.o from libstrait.a: before main it
+# starts itself again with the OpenBLAS kernel the chip allows, so the
+# tests and benchmarks compute with the kernel strait does
+LDFLAGS += -Wl,-u,kernels_blas_core
 LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -ljansson -linih -lmicrohttpd -lpcre2-8 -licuuc -lm
 
 # make coverage: gcov's counters in every object (atomic: the coordinator

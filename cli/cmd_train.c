@@ -198,6 +198,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     if (!init_from && T > cfg.T)
         return cli_usage_error(cmd, "--seq %d is longer than %s's %d", T, preset, cfg.T);
     kernels_set_threads(threads);
+    char err[ERR_LEN], slow[300];
+    if (kernels_blas_check(err) != 0) return cli_fail(cmd, "%s", err);
+    if (kernels_blas_below_chip(slow, sizeof slow)) fprintf(stderr, "strait train: %s\n", slow);
     TrainJob job = {.data = data,
                     .n_data = n_data,
                     .preset = preset,
@@ -220,7 +223,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                   .json = json,
                   .val_loss = NAN,
                   .cuda = cuda};
-    char err[ERR_LEN];
+
     if (train_job(&job, train_started, train_observe, &o, err) != 0) {
         if (o.started) progress_finish(&o.pb, 0, "failed");
         return cli_fail(cmd, "%s%s", cuda && o.started ? "--device cuda: " : "", err);

@@ -36,6 +36,9 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "mpi_library", json_string(ranks_library()));
         json_object_set_new(o, "tls13_only", json_boolean(net_tls13_only()));
         json_object_set_new(o, "codec_isa", json_string(codec_isa()));
+        json_object_set_new(o, "blas_core", json_string(kernels_blas_core()));
+        json_object_set_new(o, "blas_core_for_chip", json_string(kernels_blas_core_for_chip()));
+        json_object_set_new(o, "bf16_matmuls", json_string(kernels_bf16_isa()));
         json_object_set_new(o, "gpus", json_integer(gpus));
         json_object_set_new(o, "gpu_name", json_string(gpus > 0 ? gpu_name : ""));
         json_object_set_new(o, "no_gpu_reason", json_string(gpus > 0 ? "" : why));
@@ -49,6 +52,11 @@ int cmd_version(const Command *cmd, int argc, char **argv) {
            caps.mpi ? "yes" : "no (sites run as one process)", *mpi ? " (" : "", mpi,
            *mpi ? ")" : "");
     printf("codecs: %s inner loops\n", codec_isa());
+    char below[300];
+    printf("kernels: OpenBLAS %s (the chip's instructions allow %s)%s%s; bf16 matmuls: %s\n",
+           kernels_blas_core(), kernels_blas_core_for_chip(),
+           kernels_blas_below_chip(below, sizeof below) ? ": " : "",
+           kernels_blas_below_chip(NULL, 0) ? below : "", kernels_bf16_isa());
     printf("tls: %s\n",
            net_tls13_only() ? "1.3 only" : "1.2 and 1.3 (this libgrpc cannot refuse 1.2)");
     if (gpus > 0)

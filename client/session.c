@@ -303,6 +303,10 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     ss->in = mallocCheck(sizeof(int) * batch);
     ss->tg = mallocCheck(sizeof(int) * batch);
     kernels_set_threads(o->threads);
+    char slow[300];
+    if (!ss->on_gpu && kernels_blas_check(err) != 0) return -1; /* wrong products train nothing */
+    if (!ss->on_gpu && rk->rank == 0 && kernels_blas_below_chip(slow, sizeof slow))
+        log_warn("site", "%s", slow);
     if (rk->rank == 0)
         log_info("site",
                  "%s joined federation %s at round %llu (%s, H=%d, %s uplink, %s downlink%s%s%s)",

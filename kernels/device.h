@@ -36,4 +36,18 @@ double kernels_mem_available(void);
  * ops split their products across the OpenMP threads themselves. */
 void kernels_set_threads(int n);
 
+/* The CPU's kernels (kernels/cpu/chip.c): the OpenBLAS kernel this
+ * process runs ("SkylakeX"; "none" without OpenBLAS), the one the chip's
+ * instructions allow (by CPUID, never by model name), a kernel's rank
+ * (1 SSE, 2 AVX, 3 AVX2, 4 AVX-512; 0: not known here), and 1 with why
+ * when the one running is below the chip's. kernels_blas_check computes a
+ * small product and compares it with a reference: 0, or -1 with err when
+ * the kernel is wrong here. kernels_bf16_isa: what runs the bf16 matmuls. */
+const char *kernels_blas_core(void);
+const char *kernels_blas_core_for_chip(void);
+int kernels_blas_rank(const char *core);
+int kernels_blas_below_chip(char *why, size_t len);
+int kernels_blas_check(char *err);
+const char *kernels_bf16_isa(void);
+
 #endif /* STRAIT_KERNELS_DEVICE_H */

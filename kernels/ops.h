@@ -74,7 +74,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
                      const float *weight, int N, int C, int OC);
 /* The same over a frozen weight held in bf16 (cpu/bf16.c): the input (or
  * dout) rounded to bf16, the products summed in fp32; on oneDNN's bf16
- * kernels (AMX, AVX-512 BF16) where the build has it (bf16_matmul_engine
+ * kernels (AMX, AVX-512 BF16) where the build has it (kernels_bf16_isa
  * says), else the same values through sgemm. The backward makes dinp
  * (+=) alone: a frozen weight has no gradient. */
 void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, const float *bias,
@@ -88,7 +88,6 @@ float classifier_forward_bf16(float *losses, float *lse, const float *h, const u
                               const int *targets, int N, int C, int V);
 void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
                               const float *lse, int N, int C, int V);
-const char *bf16_matmul_engine(void);
 /* The CPU table's stream (NULL for none): a frozen table of n values at
  * f32 held again in bf16. A matmul whose weight lies in it, with no
  * weight gradient asked, runs on the bf16 copy (matmul_*_bf16). */

@@ -119,14 +119,6 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
 }
 #endif
 
-const char *bf16_matmul_engine(void) {
-#ifdef STRAIT_HAVE_DNNL
-    return "oneDNN";
-#else
-    return "OpenBLAS on widened values";
-#endif
-}
-
 /* the widened values of n bf16s */
 static float *widen(const uint16_t *h, size_t n) {
     float *f = mallocCheck(n * sizeof(float));

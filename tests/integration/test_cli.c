@@ -3,7 +3,8 @@
  * version and its capability line, the usage-error conventions (one line
  * on stderr, exit status 2), --data taking a folder of token shards, and
  * a coordinator that refuses each bad setting of federation.ini before it
- * touches its store.
+ * touches its store, the demo's fine-tune flags, and the CPU's kernels
+ * named.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "compress/compress.h"
 #include "coordinator/coordinator.h"
+#include "kernels/device.h"
 #include "kernels/model.h"
 #include "kernels/tokenizer.h"
 #include "tests/harness.h"
@@ -352,4 +354,38 @@ Test(cli, the_finetune_demos_flags_are_checked_before_anything_runs) {
         cr_assert_not_null(strstr(r.err, cases[i][4]), "case %zu: %s", i, r.err);
         proc_result_free(&r);
     }
+}
+
+/* The CPU's kernels: strait version names OpenBLAS's and the one the
+ * chip's instructions allow; a kernel below the chip (here chosen by the
+ * user, whom strait leaves be) is said in one line by version and by
+ * train, which still trains */
+Test(cli, a_blas_kernel_below_the_chip_is_named_in_one_line) {
+    ProcResult r = harness_strait("version", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_error_t je;
+    json_t *o = json_loads(r.out, 0, &je);
+    cr_assert_not_null(o, "%s", r.out);
+    const char *core = json_string_value(json_object_get(o, "blas_core"));
+    const char *chip = json_string_value(json_object_get(o, "blas_core_for_chip"));
+    cr_assert(core && chip && json_string_value(json_object_get(o, "bf16_matmuls")), "%s", r.out);
+    cr_assert_geq(kernels_blas_rank(core), kernels_blas_rank(chip),
+                  "strait runs %s on a chip that allows %s: it should have started with %s", core,
+                  chip, chip);
+    json_decref(o);
+    proc_result_free(&r);
+    if (kernels_blas_rank(chip) < 2) cr_skip("this chip has no kernel above Prescott's");
+    setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+    r = harness_strait("version");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "kernels: OpenBLAS Prescott") &&
+                  strstr(r.out, "several times below it; unset OPENBLAS_CORETYPE"),
+              "%s", r.out);
+    proc_result_free(&r);
+    r = harness_strait("train", "--model", "tiny", "--data", "/usr/share/games/fortunes/fortunes",
+                       "--steps", "1", "--batch", "2", "--seq", "16");
+    unsetenv("OPENBLAS_CORETYPE");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "strait train: OpenBLAS runs its Prescott kernels"), "%s", r.err);
+    proc_result_free(&r);
 }

@@ -5,7 +5,9 @@
  * bf16 output layer against the fp32 one's; an adapted model over a
  * bf16 base, against the same model in fp32 (close, not equal: the
  * rounding is applied), training without moving its base; and the
- * configuration's base_dtype, read back and refused when unknown.
+ * configuration's base_dtype, read back and refused when unknown; and
+ * OpenBLAS's kernels ranked by the instructions they use, their products
+ * checked (kernels/cpu/chip.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include <criterion/criterion.h>
 
+#include "kernels/device.h"
 #include "kernels/half.h"
 #include "kernels/model.h"
 #include "kernels/ops.h"
@@ -73,7 +76,7 @@ static void check_shape(int N, int C, int OC) {
 }
 
 Test(bf16, matmuls_sum_the_rounded_values_in_fp32) {
-    cr_log_info("bf16 matmuls by %s", bf16_matmul_engine());
+    cr_log_info("bf16 matmuls by %s", kernels_bf16_isa());
     check_shape(1, 1, 1);
     check_shape(37, 70, 45); /* no multiple of any block */
     check_shape(128, 64, 192);
@@ -177,4 +180,15 @@ Test(bf16, the_configuration_says_the_bases_dtype_and_an_unknown_one_is_refused)
     cr_assert(strstr(err, "base_dtype should be bf16 or f32"), "%s", err);
     free(bad), free(json);
     model_free(&h);
+}
+
+/* the kernels' ranks, and OpenBLAS's products checked here */
+Test(chip, openblas_kernels_are_ranked_by_instructions_and_checked) {
+    cr_assert_eq(kernels_blas_rank("Prescott"), 1);
+    cr_assert_eq(kernels_blas_rank("haswell"), 3);
+    cr_assert_eq(kernels_blas_rank("SkylakeX"), 4);
+    cr_assert_eq(kernels_blas_rank("NoSuchCore"), 0, "an unknown kernel is not judged");
+    cr_assert_geq(kernels_blas_rank(kernels_blas_core_for_chip()), 1);
+    char err[ERR_LEN];
+    cr_assert_eq(kernels_blas_check(err), 0, "%s", err);
 }
