@@ -34,10 +34,11 @@ static void train_started(void *ctx, const TrainJobStart *s) {
     o->have_val = s->val.n > (size_t)o->B * s->T; /* at least one batch of validation */
     if (!o->json && s->n_frozen)
         fprintf(stderr,
-                "training adapters of %s (%zu parameters over a frozen base of %zu) on %zu "
-                "tokens, %d steps of %d x %d%s\n",
-                s->name, s->n_params, s->n_frozen, s->train_tokens, o->steps, o->B, s->T,
-                o->cuda ? " per GPU" : "");
+                "training adapters of %s (%zu parameters over a frozen base of %zu, its "
+                "matmuls in %s) on %zu tokens, %d steps of %d x %d%s\n",
+                s->name, s->n_params, s->n_frozen,
+                s->base_bf16 ? "bf16 (--lora-base-dtype f32 for fp32)" : "fp32", s->train_tokens,
+                o->steps, o->B, s->T, o->cuda ? " per GPU" : "");
     else if (!o->json)
         fprintf(stderr, "training %s (%zu parameters) on %zu tokens, %d steps of %d x %d%s\n",
                 s->name, s->n_params, s->train_tokens, o->steps, o->B, s->T,

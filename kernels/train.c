@@ -389,6 +389,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
                         .n_params = m.n_params,
                         .train_tokens = train.n,
                         .n_frozen = m.base ? m.n_base : 0,
+                        .base_bf16 = m.cfg.lora.base_bf16,
                         .val = val,
                         .T = T};
     if (started) started(ctx, &st);
