@@ -79,14 +79,20 @@ static void ensure_acts(Model *m, int B, int T) {
 }
 
 static Pass host_pass(Model *m) {
-    int adapted = m->cfg.lora.rank > 0; /* the base frozen, the adapters training */
-    if (adapted && m->cfg.lora.base_bf16 && m->base16 == NULL) { /* its matmuls in bf16 */
+    int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
+    int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
+    if (bf16 && m->cpu.f32 == NULL) { /* the base is frozen: one copy, at the first pass */
         m->base16 = mallocCheck(m->n_base * sizeof(uint16_t));
         bf16_from_float(m->base16, m->base, m->n_base);
-        m->cpu = (CpuStream){.f32 = m->base, .bf16 = m->base16, .n = m->n_base};
+        if (!bf16_units()) { /* no bf16 instructions: the same values in fp32, for sgemm */
+            m->base16f = mallocCheck(m->n_base * sizeof(float));
+            bf16_widen(m->base16f, m->base16, m->n_base);
+            free(m->base16), m->base16 = NULL;
+        }
+        m->cpu = (CpuStream){.f32 = m->base, .copy = {m->base16, m->base16f}, .n = m->n_base};
     }
     Pass p = {.ops = &ops_cpu,
-              .stream = m->base16 ? &m->cpu : NULL,
+              .stream = bf16 ? &m->cpu : NULL,
               .params = model_base(m),
               .grads = adapted ? NULL : m->grads,
               .lora = adapted ? m->params : NULL,

@@ -252,18 +252,12 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     return 0;
 }
 
-void model_base_changed(Model *m) {
-    free(m->base16);
-    m->base16 = NULL;
-    memset(&m->cpu, 0, sizeof m->cpu);
-}
-
 int model_table_rows(const Model *m) {
     return m->arch->n_tensors;
 }
 
 void model_free(Model *m) {
-    free(m->base), free(m->base_views), free(m->base16);
+    free(m->base), free(m->base_views), free(m->base16), free(m->base16f);
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_b);
     free(m->lora_frozen);
     free(m->params), free(m->grads);

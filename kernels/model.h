@@ -188,9 +188,11 @@ typedef struct Model {
     size_t *lora_a, *lora_b;
     float *lora_frozen;
     /* with adapters over a bf16 base (lora.base_bf16): the base's values
-     * rounded to bf16, made at the first pass (model_base_changed drops
-     * them), and the CPU ops' stream that points at them */
+     * rounded to bf16 (base16), or widened back to fp32 on a chip without
+     * bf16 instructions (base16f), made at the first pass, and the CPU
+     * ops' stream that points at them */
     uint16_t *base16;
+    float *base16f;
     CpuStream cpu;
     float *m, *v;      /* AdamW moments, allocated at the first step */
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
@@ -239,9 +241,6 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */
 uint64_t model_base_fingerprint(const Model *m);
-/* The base's values were written: its bf16 copy is made again at the next
- * pass. */
-void model_base_changed(Model *m);
 /* the rows of the architecture's table: r in model_lora_at (and row_view,
  * lora_view) is 0 to this, less one */
 int model_table_rows(const Model *m);

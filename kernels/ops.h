@@ -73,27 +73,36 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC);
 /* The same over a frozen weight held in bf16 (cpu/bf16.c): the input (or
- * dout) rounded to bf16, the products summed in fp32; on oneDNN's bf16
- * kernels (AMX, AVX-512 BF16) where the build has it (kernels_bf16_isa
- * says), else the same values through sgemm. The backward makes dinp
+ * dout) rounded to bf16, the products summed in fp32. The weight is its
+ * bf16 values (h), run on oneDNN's bf16 kernels where the chip has bf16
+ * instructions (bf16_units), or the same values widened back to fp32 (f)
+ * for sgemm where it has none; one of the two. The backward makes dinp
  * (+=) alone: a frozen weight has no gradient. */
-void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, const float *bias,
-                         int N, int C, int OC);
-void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight, int N, int C,
-                          int OC);
-void bf16_from_float(uint16_t *out, const float *x, size_t n); /* rounded to nearest, ties even */
+typedef struct BfWeight {
+    const uint16_t *h;
+    const float *f;
+} BfWeight;
+void matmul_forward_bf16(float *out, const float *inp, const BfWeight *w, const float *bias, int N,
+                         int C, int OC);
+void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int N, int C, int OC);
 /* The fused classifier (as above) over a frozen bf16 output layer: its
  * logits bf16 products, its softmax and loss in fp32 and fp64; no dwte. */
-float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const BfWeight *wte,
                               const int *targets, int N, int C, int V);
-void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, const int *targets,
                               const float *lse, int N, int C, int V);
+/* rounded to nearest, ties to even; widened back exactly */
+void bf16_from_float(uint16_t *out, const float *x, size_t n);
+void bf16_widen(float *out, const uint16_t *h, size_t n);
+/* whether this chip runs bf16 products natively (oneDNN on AVX-512 BF16
+ * or AMX): hold a frozen table as bf16 (h), else widened (f) */
+int bf16_units(void);
 /* The CPU table's stream (NULL for none): a frozen table of n values at
- * f32 held again in bf16. A matmul whose weight lies in it, with no
- * weight gradient asked, runs on the bf16 copy (matmul_*_bf16). */
+ * f32, held again in bf16 (h or f as above). A matmul or classifier whose
+ * weight lies inside it, with no weight gradient asked, runs on the copy. */
 typedef struct CpuStream {
     const float *f32;
-    const uint16_t *bf16;
+    BfWeight copy;
     size_t n;
 } CpuStream;
 void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,

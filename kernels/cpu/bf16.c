@@ -4,10 +4,12 @@
  * bf16 values summed in fp32, as mixed-precision training computes them.
  * With oneDNN (Debian's libdnnl) they run on the chip's bf16 units (AMX,
  * AVX-512 BF16, or oneDNN's own emulation elsewhere) through its matmul
- * primitive, one kept per shape; without it, or where it makes no
- * primitive, the same rounded values go through OpenBLAS's sgemm (a bf16
- * widens to fp32 exactly), so the arithmetic is the same either way up to
- * the order of the sums. The classifier over a frozen output layer (a tied
+ * primitive, one kept per shape (the least recently used goes first).
+ * On a chip without bf16 instructions oneDNN only emulates them, several
+ * times slower than fp32, so there the frozen weights are held widened
+ * back to fp32 (the same values: a bf16 widens exactly) and the rounded
+ * inputs go through OpenBLAS's sgemm: the arithmetic is the same either
+ * way up to the order of the sums. The classifier over a frozen output layer (a tied
  * embedding under adapters) is here too: the same online softmax as
  * classifier.c's, over wider chunks of the vocabulary, each chunk's logits
  * one bf16 product.
@@ -27,14 +29,29 @@
 #include "kernels/ops.h"
 #include "util/util.h"
 
-/* n values rounded to bf16 */
-static void round_bf16(uint16_t *out, const float *x, size_t n) {
+void bf16_from_float(uint16_t *out, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
 }
 
-void bf16_from_float(uint16_t *out, const float *x, size_t n) {
-    round_bf16(out, x, n);
+/* n values rounded to bf16 and widened back */
+static void round_f32(float *out, const float *x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
+void bf16_widen(float *out, const uint16_t *h, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(h[i]);
+}
+
+int bf16_units(void) {
+#ifdef STRAIT_HAVE_DNNL
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa(); /* a mask: AMX's holds BF16's */
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+#else
+    return 0;
+#endif
 }
 
 #ifdef STRAIT_HAVE_DNNL
@@ -43,7 +60,8 @@ void bf16_from_float(uint16_t *out, const float *x, size_t n) {
 enum { FWD, BWD }; /* out = x · Wᵀ; dinp = dout · W */
 typedef struct Prim {
     int kind, M, K, N;
-    dnnl_primitive_t p;
+    uint64_t used;      /* the last call's stamp: the least recent goes first */
+    dnnl_primitive_t p; /* NULL: oneDNN made none for this shape (kept, not tried again) */
     dnnl_memory_desc_t src, wei, dst;
 } Prim;
 #define PRIMS 64
@@ -54,6 +72,7 @@ static struct {
     dnnl_stream_t st;
     Prim prims[PRIMS];
     int n;
+    uint64_t clock;
 } dn = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* the primitive for src (M,K) · weights (K,N) -> dst (M,N), f32 out; the
@@ -68,16 +87,20 @@ static Prim *prim(int kind, int M, int K, int N) {
                 : -1;
     }
     if (dn.state < 0) return NULL;
+    dn.clock++;
     for (int i = 0; i < dn.n; i++) {
         Prim *q = &dn.prims[i];
-        if (q->kind == kind && q->M == M && q->K == K && q->N == N) return q;
+        if (q->kind == kind && q->M == M && q->K == K && q->N == N) {
+            q->used = dn.clock;
+            return q->p ? q : NULL;
+        }
     }
-    if (dn.n == PRIMS) { /* shapes past the table's: start it again */
-        for (int i = 0; i < dn.n; i++) dnnl_primitive_destroy(dn.prims[i].p);
-        dn.n = 0;
-    }
-    Prim *q = &dn.prims[dn.n];
-    *q = (Prim){.kind = kind, .M = M, .K = K, .N = N};
+    Prim *q = &dn.prims[dn.n < PRIMS ? dn.n++ : 0];
+    if (dn.n == PRIMS) /* full: the least recently used shape makes room */
+        for (int i = 1; i < PRIMS; i++)
+            if (dn.prims[i].used < q->used) q = &dn.prims[i];
+    if (q->p) dnnl_primitive_destroy(q->p);
+    *q = (Prim){.kind = kind, .M = M, .K = K, .N = N, .used = dn.clock};
     dnnl_dims_t sd = {M, K}, ss = {K, 1}, wd = {K, N}, dd = {M, N}, ds = {N, 1};
     dnnl_dims_t ws_fwd = {1, K}, ws_bwd = {N, 1};
     dnnl_matmul_desc_t md;
@@ -90,9 +113,8 @@ static Prim *prim(int kind, int M, int K, int N) {
              dnnl_primitive_desc_create(&pd, &md, NULL, dn.eng, NULL) == dnnl_success &&
              dnnl_primitive_create(&q->p, pd) == dnnl_success;
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (!ok) return NULL;
-    dn.n++;
-    return q;
+    if (!ok) q->p = NULL;
+    return q->p ? q : NULL;
 }
 
 /* dst (M,N) = src (M,K) bf16 · weights; 0, or -1 when oneDNN could not */
@@ -119,54 +141,62 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
 }
 #endif
 
-/* the widened values of n bf16s */
-static float *widen(const uint16_t *h, size_t n) {
+/* the widened values of n bf16s, allocated */
+static float *widened(const uint16_t *h, size_t n) {
     float *f = mallocCheck(n * sizeof(float));
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) f[i] = bf16_to_float(h[i]);
+    bf16_widen(f, h, n);
     return f;
 }
 
-void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, const float *bias,
-                         int N, int C, int OC) {
-    assert(N > 0 && C > 0 && OC > 0 && out != inp);
-    uint16_t *x = mallocCheck((size_t)N * C * sizeof(uint16_t));
-    round_bf16(x, inp, (size_t)N * C);
+void matmul_forward_bf16(float *out, const float *inp, const BfWeight *w, const float *bias, int N,
+                         int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && out != inp && (w->h != NULL || w->f != NULL));
     int done = -1;
 #ifdef STRAIT_HAVE_DNNL
-    done = dnnl_mm(FWD, out, x, weight, N, C, OC);
+    if (w->h) {
+        uint16_t *x = mallocCheck((size_t)N * C * sizeof(uint16_t));
+        bf16_from_float(x, inp, (size_t)N * C);
+        done = dnnl_mm(FWD, out, x, w->h, N, C, OC);
+        free(x);
+    }
 #endif
     if (done != 0) { /* the same values through sgemm */
-        float *xf = widen(x, (size_t)N * C), *wf = widen(weight, (size_t)OC * C);
-        matmul_forward(out, xf, wf, NULL, N, C, OC);
-        free(xf), free(wf);
+        float *x = mallocCheck((size_t)N * C * sizeof(float));
+        float *wf = w->f ? (float *)w->f : widened(w->h, (size_t)OC * C);
+        round_f32(x, inp, (size_t)N * C);
+        matmul_forward(out, x, wf, NULL, N, C, OC);
+        if (!w->f) free(wf);
+        free(x);
     }
-    free(x);
     if (bias != NULL)
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
 }
 
-void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight, int N, int C,
-                          int OC) {
-    assert(N > 0 && C > 0 && OC > 0 && dinp != dout);
-    uint16_t *d = mallocCheck((size_t)N * OC * sizeof(uint16_t));
-    float *prod = mallocCheck((size_t)N * C * sizeof(float));
-    round_bf16(d, dout, (size_t)N * OC);
+void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int N, int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && dinp != dout && (w->h != NULL || w->f != NULL));
     int done = -1;
 #ifdef STRAIT_HAVE_DNNL
-    done = dnnl_mm(BWD, prod, d, weight, N, OC, C);
-#endif
-    if (done != 0) { /* prod = d · W through sgemm's dinp (it accumulates) */
-        float *df = widen(d, (size_t)N * OC), *wf = widen(weight, (size_t)OC * C);
-        memset(prod, 0, (size_t)N * C * sizeof(float));
-        matmul_backward(prod, NULL, NULL, df, NULL, wf, N, C, OC);
-        free(df), free(wf);
-    }
+    if (w->h) {
+        uint16_t *d = mallocCheck((size_t)N * OC * sizeof(uint16_t));
+        float *prod = mallocCheck((size_t)N * C * sizeof(float));
+        bf16_from_float(d, dout, (size_t)N * OC);
+        done = dnnl_mm(BWD, prod, d, w->h, N, OC, C);
+        if (done == 0)
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
-    free(d), free(prod);
+            for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
+        free(d), free(prod);
+    }
+#endif
+    if (done != 0) { /* dinp += rounded dout · W through sgemm's (it accumulates) */
+        float *d = mallocCheck((size_t)N * OC * sizeof(float));
+        float *wf = w->f ? (float *)w->f : widened(w->h, (size_t)OC * C);
+        round_f32(d, dout, (size_t)N * OC);
+        matmul_backward(dinp, NULL, NULL, d, NULL, wf, N, C, OC);
+        if (!w->f) free(wf);
+        free(d);
+    }
 }
 
 /* ---- the classifier over a bf16 output layer ------------------------------ */
@@ -174,7 +204,13 @@ void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight
 #define CROWS  256
 #define CCHUNK 4096
 
-float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+/* rows [v0, v0 + vc) of a frozen table */
+static BfWeight rows_of(const BfWeight *w, int v0, int C) {
+    size_t at = (size_t)v0 * C;
+    return (BfWeight){.h = w->h ? w->h + at : NULL, .f = w->f ? w->f + at : NULL};
+}
+
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const BfWeight *wte,
                               const int *targets, int N, int C, int V) {
     assert(N > 0 && C > 0 && V > 0);
     float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
@@ -185,7 +221,8 @@ float classifier_forward_bf16(float *losses, float *lse, const float *h, const u
         for (int r = 0; r < rows; r++) m[r] = -INFINITY, s[r] = 0, zt[r] = 0;
         for (int v0 = 0; v0 < V; v0 += CCHUNK) {
             int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
-            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+            BfWeight chunk = rows_of(wte, v0, C);
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, &chunk, NULL, rows, C, vc);
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < rows; r++) { /* each row's running max and sum, in double */
                 const float *l = tile + (size_t)r * vc;
@@ -209,7 +246,7 @@ float classifier_forward_bf16(float *losses, float *lse, const float *h, const u
     return (float)(total / N);
 }
 
-void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, const int *targets,
                               const float *lse, int N, int C, int V) {
     assert(N > 0 && C > 0 && V > 0 && targets);
     float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
@@ -218,7 +255,8 @@ void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, co
         int rows = N - r0 < CROWS ? N - r0 : CROWS;
         for (int v0 = 0; v0 < V; v0 += CCHUNK) {
             int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
-            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+            BfWeight chunk = rows_of(wte, v0, C);
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, &chunk, NULL, rows, C, vc);
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < rows; r++) { /* dlogits = (softmax - onehot) / N */
                 float *l = tile + (size_t)r * vc, z = lse[r0 + r];
@@ -227,7 +265,7 @@ void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, co
                 if (tg >= v0 && tg < v0 + vc) l[tg - v0] -= dscale;
             }
             /* dh (rows, C) += dlogits (rows, vc) · wte (vc, C) */
-            matmul_backward_bf16(dh + (size_t)r0 * C, tile, wte + (size_t)v0 * C, rows, C, vc);
+            matmul_backward_bf16(dh + (size_t)r0 * C, tile, &chunk, rows, C, vc);
         }
     }
     free(tile);

@@ -3,6 +3,8 @@
  * is its op with the stream argument every backend's table takes: here
  * NULL, or a CpuStream whose frozen table the matmuls read in bf16.
  */
+#include <assert.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/ops.h"
@@ -46,25 +48,31 @@ static void scale_add(float *y, const float *x, float a, size_t N, void *st) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) y[i] += a * x[i];
 }
-/* weight's bf16 copy when the stream holds one for it, else NULL */
-static const uint16_t *held_bf16(const void *st, const float *weight) {
+/* 1 with the copy of the n values at weight when the stream holds them
+ * all, else 0 */
+static int held(const void *st, const float *weight, size_t n, BfWeight *w) {
     const CpuStream *s = st;
-    if (s == NULL || weight < s->f32 || weight >= s->f32 + s->n) return NULL;
-    return s->bf16 + (weight - s->f32);
+    if (s == NULL) return 0;
+    uintptr_t at = (uintptr_t)weight, lo = (uintptr_t)s->f32, hi = lo + s->n * sizeof(float);
+    if (at < lo || at >= hi) return 0;
+    size_t i = (size_t)(weight - s->f32);
+    assert(i + n <= s->n); /* a weight is one tensor of the table, never across its end */
+    *w = (BfWeight){.h = s->copy.h ? s->copy.h + i : NULL, .f = s->copy.f ? s->copy.f + i : NULL};
+    return 1;
 }
 static void mm_f(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                  int OC, void *st) {
-    const uint16_t *w16 = held_bf16(st, weight);
-    if (w16)
-        matmul_forward_bf16(out, inp, w16, bias, N, C, OC);
+    BfWeight w;
+    if (held(st, weight, (size_t)OC * C, &w))
+        matmul_forward_bf16(out, inp, &w, bias, N, C, OC);
     else
         matmul_forward(out, inp, weight, bias, N, C, OC);
 }
 static void mm_b(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                  const float *weight, int N, int C, int OC, void *st) {
-    const uint16_t *w16 = dweight == NULL && dbias == NULL ? held_bf16(st, weight) : NULL;
-    if (w16)
-        matmul_backward_bf16(dinp, dout, w16, N, C, OC);
+    BfWeight w;
+    if (dweight == NULL && dbias == NULL && held(st, weight, (size_t)OC * C, &w))
+        matmul_backward_bf16(dinp, dout, &w, N, C, OC);
     else
         matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
@@ -114,15 +122,16 @@ static void res_b(float *da, float *db, const float *dout, size_t N, void *st) {
 }
 static float cls_f(float *losses, float *lse, const float *h, const float *w, const int *targets,
                    int N, int C, int V, void *st) {
-    const uint16_t *w16 = held_bf16(st, w);
-    return w16 ? classifier_forward_bf16(losses, lse, h, w16, targets, N, C, V)
+    BfWeight w16;
+    return held(st, w, (size_t)V * C, &w16)
+               ? classifier_forward_bf16(losses, lse, h, &w16, targets, N, C, V)
                : classifier_forward(losses, lse, h, w, targets, N, C, V);
 }
 static void cls_b(float *dh, float *dw, const float *h, const float *w, const int *targets,
                   const float *lse, int N, int C, int V, void *st) {
-    const uint16_t *w16 = dw == NULL ? held_bf16(st, w) : NULL;
-    if (w16)
-        classifier_backward_bf16(dh, h, w16, targets, lse, N, C, V);
+    BfWeight w16;
+    if (dw == NULL && held(st, w, (size_t)V * C, &w16))
+        classifier_backward_bf16(dh, h, &w16, targets, lse, N, C, V);
     else
         classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
 }

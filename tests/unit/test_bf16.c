@@ -32,8 +32,10 @@ static float r16(float x) {
 }
 
 /* out = inp · Wᵀ + bias and dinp += dout · W against fp64 sums of the
- * bf16-rounded values, each within fp32's rounding of its terms' sizes */
-static void check_shape(int N, int C, int OC) {
+ * bf16-rounded values, each within fp32's rounding of its terms' sizes;
+ * the weight as bf16 (oneDNN's path where the build has it) or widened
+ * (sgemm's, as a chip without bf16 instructions runs it) */
+static void check_path(int N, int C, int OC, int widened) {
     float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C);
     float *bias = malloc(sizeof(float) * OC), *out = malloc(sizeof(float) * N * OC);
     float *dout = malloc(sizeof(float) * N * OC), *dinp = malloc(sizeof(float) * N * C);
@@ -43,10 +45,13 @@ static void check_shape(int N, int C, int OC) {
     for (int i = 0; i < OC; i++) bias[i] = urand();
     for (int i = 0; i < N * OC; i++) dout[i] = urand();
     for (int i = 0; i < N * C; i++) dinp[i] = 0.5f; /* it accumulates */
+    float *wf = malloc(sizeof(float) * OC * C);
     bf16_from_float(w16, w, (size_t)OC * C);
-    for (int i = 0; i < OC * C; i++) cr_assert_eq(bf16_to_float(w16[i]), r16(w[i]));
-    matmul_forward_bf16(out, x, w16, bias, N, C, OC);
-    matmul_backward_bf16(dinp, dout, w16, N, C, OC);
+    bf16_widen(wf, w16, (size_t)OC * C);
+    for (int i = 0; i < OC * C; i++) cr_assert_eq(wf[i], r16(w[i]));
+    BfWeight bw = widened ? (BfWeight){.f = wf} : (BfWeight){.h = w16};
+    matmul_forward_bf16(out, x, &bw, bias, N, C, OC);
+    matmul_backward_bf16(dinp, dout, &bw, N, C, OC);
     double worst = 0, rounding = 0;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -72,7 +77,11 @@ static void check_shape(int N, int C, int OC) {
             worst = fmax(worst, fabs(dinp[n * C + c] - s) / (mag * 1e-6));
         }
     cr_assert_leq(worst, 1.0, "backward %dx%dx%d: %g of 1e-6 of the terms' size", N, C, OC, worst);
-    free(x), free(w), free(bias), free(out), free(dout), free(dinp), free(w16);
+    free(x), free(w), free(bias), free(out), free(dout), free(dinp), free(w16), free(wf);
+}
+static void check_shape(int N, int C, int OC) {
+    check_path(N, C, OC, 0);
+    check_path(N, C, OC, 1);
 }
 
 Test(bf16, matmuls_sum_the_rounded_values_in_fp32) {
@@ -85,8 +94,9 @@ Test(bf16, matmuls_sum_the_rounded_values_in_fp32) {
 
 /* The classifier over a bf16 output layer against classifier.c's over the
  * same rounded values: the loss and each row's log-sum-exp to fp32's
- * sums, dh to the rounding of dlogits to bf16 (about 2^-9 of each term) */
-Test(bf16, the_classifier_over_a_bf16_output_layer_is_the_fp32_ones_over_the_same_values) {
+ * sums, dh to the rounding of dlogits to bf16 (about 2^-9 of each term);
+ * the layer as bf16 and widened, as check_shape's */
+static void check_classifier(int widened) {
     int N = 300, C = 64, V = 5000; /* two row blocks, a chunk and a part */
     float *h = malloc(sizeof(float) * N * C), *hr = malloc(sizeof(float) * N * C);
     float *w = malloc(sizeof(float) * V * C);
@@ -96,23 +106,29 @@ Test(bf16, the_classifier_over_a_bf16_output_layer_is_the_fp32_ones_over_the_sam
     for (int i = 0; i < V * C; i++) w[i] = 0.3f * urand();
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
     bf16_from_float(w16, w, (size_t)V * C);
-    for (int i = 0; i < V * C; i++) w[i] = bf16_to_float(w16[i]);
+    bf16_widen(w, w16, (size_t)V * C);
+    BfWeight bw = widened ? (BfWeight){.f = w} : (BfWeight){.h = w16};
     float *l16 = malloc(sizeof(float) * N), *l32 = malloc(sizeof(float) * N);
     float *dh16 = calloc((size_t)N * C, sizeof(float)),
           *dh32 = calloc((size_t)N * C, sizeof(float));
-    float loss16 = classifier_forward_bf16(NULL, l16, h, w16, tg, N, C, V);
+    float loss16 = classifier_forward_bf16(NULL, l16, h, &bw, tg, N, C, V);
     float loss32 = classifier_forward(NULL, l32, hr, w, tg, N, C, V);
     cr_assert_lt(fabsf(loss16 - loss32), 1e-5f * fabsf(loss32), "loss %f against %f", loss16,
                  loss32);
     for (int i = 0; i < N; i++)
         cr_assert_lt(fabsf(l16[i] - l32[i]), 1e-5f * fabsf(l32[i]) + 1e-5f, "row %d", i);
-    classifier_backward_bf16(dh16, h, w16, tg, l16, N, C, V);
+    classifier_backward_bf16(dh16, h, &bw, tg, l16, N, C, V);
     classifier_backward(dh32, NULL, hr, w, tg, l32, N, C, V);
     double d = 0, n = 0;
     for (int i = 0; i < N * C; i++) d += pow(dh16[i] - dh32[i], 2), n += pow(dh32[i], 2);
     cr_assert_lt(sqrt(d / n), 1e-2, "dh off by %g of its norm", sqrt(d / n));
     cr_assert_gt(sqrt(n), 1e-6, "a gradient to compare");
     free(h), free(hr), free(w), free(w16), free(tg), free(l16), free(l32), free(dh16), free(dh32);
+}
+
+Test(bf16, the_classifier_over_a_bf16_output_layer_is_the_fp32_ones_over_the_same_values) {
+    check_classifier(0);
+    check_classifier(1);
 }
 
 static Model adapted(int bf16) {
