@@ -130,6 +130,7 @@ typedef struct Result {
     double loss[MAX_SITES], mean;
     double exact_err; /* the last round's; NAN: not a federation */
     double worst_err; /* the worst round's */
+    double *by_round; /* every round's (owned; NULL: not a federation) */
     double up, down;  /* bytes per round per site */
     double seconds;
     size_t trained; /* values that train at a site */
@@ -378,7 +379,9 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
            *start = mallocCheck(sizeof(double) * f.n_cells);
     int *in = mallocCheck(sizeof(int) * (size_t)s->B * s->T),
         *tg = mallocCheck(sizeof(int) * (size_t)s->B * s->T);
-    Result res = {.exact_err = NAN, .trained = f.g.n_params};
+    Result res = {.exact_err = NAN,
+                  .trained = f.g.n_params,
+                  .by_round = mallocCheck(sizeof(double) * (size_t)s->rounds)};
     for (int round = 0; round < s->rounds; round++) {
         /* the round's download: the global adapters (or model), and the
          * folded base with FedEx; one base for every site, checked */
@@ -416,7 +419,7 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
                 if (!frozen_a_same(&f, &f.site[i], snap))
                     DIE("round %d: FFA's A moved at site %d", round, i);
         }
-        res.exact_err = fed_exactness(&f, mean, start);
+        res.exact_err = res.by_round[round] = fed_exactness(&f, mean, start);
         res.worst_err = fmax(res.worst_err, res.exact_err);
         /* an exact rule's aggregate is the sites' mean update, to fp32's rounding */
         if ((!lora || rule->freeze_a || rule->fold) && !(res.exact_err < 1e-4))
@@ -497,6 +500,11 @@ static json_t *line(const Setup *s, const char *rule, const char *what, int rank
                         isnan(r->exact_err) ? json_null() : json_real(r->exact_err));
     json_object_set_new(o, "exactness_rel_err_worst_round",
                         isnan(r->exact_err) ? json_null() : json_real(r->worst_err));
+    if (r->by_round) {
+        json_t *a = json_array();
+        for (int k = 0; k < s->rounds; k++) json_array_append_new(a, json_real(r->by_round[k]));
+        json_object_set_new(o, "exactness_rel_err_by_round", a);
+    }
     json_object_set_new(o, "bytes_up_per_round_per_site", json_real(r->up));
     json_object_set_new(o, "bytes_down_per_round_per_site", json_real(r->down));
     json_object_set_new(o, "seconds", json_real(r->seconds));
@@ -660,8 +668,10 @@ int main(int argc, char **argv) {
             ratios(o, &res, &central, &fullft);
             json_emit_line(stdout, o);
             fflush(stdout);
+            free(res.by_round);
         }
     }
+    free(fullft.by_round);
     free(rows);
     for (int i = 0; i < s.sites; i++) tokens_free(&s.text[i]);
     model_free(&s.base);
