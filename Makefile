@@ -8,6 +8,7 @@
 #   make test-hf    transformers 5 and Strait's HF folders (a venv of ~5.6 GB)
 #   make test-gpu   the CUDA ops and GPU training against the CPU (needs a GPU)
 #   make demo       a whole federation on this machine (DEMO_ARGS=...)
+#   make demo-finetune  a federated LoRA fine-tune of SmolLM2-135M-Instruct
 #   make bench      run the benchmarks (B=NAME for one), JSON lines out
 #   make bench-gpu  the GPU figures (needs a GPU)
 #   make fuzz       libFuzzer over the decoders (FUZZ_SECONDS=30 each)
@@ -39,7 +40,7 @@ VENV := build/venv
 NO_DEPS_GOALS := clean deps format lint help
 GOALS := $(or $(MAKECMDGOALS),all)
 
-.PHONY: models all test test-wan test-hf test-gpu bench-gpu demo bench install clean deps format lint fuzz help coverage
+.PHONY: models all test test-wan test-hf test-gpu bench-gpu demo demo-finetune bench install clean deps format lint fuzz help coverage
 .DEFAULT_GOAL := all
 
 deps:
@@ -83,7 +84,7 @@ ifeq ($(MPI),0)
 HAVE_MPI := 0
 endif
 # on stderr, so that `make bench > out.json` holds JSON lines only
-$(shell printf '%s\n' 'strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan])' >&2)
+$(shell printf '%s\n' 'strait build: CUDA $(call yesno,$(HAVE_CUDA)), NCCL $(call yesno,$(HAVE_NCCL)), OpenBLAS $(call yesno,$(HAVE_OPENBLAS)), oneDNN $(call yesno,$(HAVE_DNNL)), OpenMP $(call yesno,$(HAVE_OPENMP)), MPI $(call yesno,$(HAVE_MPI)), TLS 1.3-only setter $(call yesno,$(HAVE_GRPC_TLS13))$(if $(filter 1,$(SAN)), [ASan+UBSan])' >&2)
 ifneq ($(HAVE_GRPC_TLS13),1)
 $(warning WARNING: this libgrpc has no set_min_tls_version: the coordinator will ALSO ACCEPT TLS 1.2 (docs/design.md §4 asks for 1.3 only))
 endif
@@ -113,6 +114,10 @@ endif
 ifeq ($(HAVE_OPENBLAS),1)
 CPPFLAGS += -DSTRAIT_HAVE_OPENBLAS
 LDLIBS += -lopenblas
+endif
+ifeq ($(HAVE_DNNL),1)
+CPPFLAGS += -DSTRAIT_HAVE_DNNL
+LDLIBS += -ldnnl
 endif
 ifeq ($(HAVE_MPI),1)
 CPPFLAGS += -DSTRAIT_HAVE_MPI $(MPI_CFLAGS)
@@ -351,6 +356,10 @@ test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.4 $(SMOLLM2)
 
 demo: $(BIN)
 	$(BIN) demo $(DEMO_ARGS)
+
+# a real fine-tune: SmolLM2-135M-Instruct's adapters across four languages' sites
+demo-finetune: $(BIN) $(SMOLLM2)
+	$(BIN) demo --finetune --base $(SMOLLM2) $(DEMO_ARGS)
 
 # make bench-gpu: the GPU figures (the codec kernels against the device's
 # memcpy, byte-identical to the CPU or not; GPT-2 124M tokens/s on 1 and on

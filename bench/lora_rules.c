@@ -47,7 +47,7 @@
  *
  *   build/bench/lora_rules [--full] [--rank R] [--sites N] [--rounds R]
  *                          [--steps H] [--lr X] [--full-lr X] [--alpha A]
- *                          [--targets LIST] [--threads N]
+ *                          [--rules LIST] [--targets LIST] [--threads N]
  *   (--full: more rounds and steps, ranks 8, 16 and 64)
  */
 #include <math.h>
@@ -77,42 +77,44 @@ static const char *const SITE_TEXT[MAX_SITES] = {FORTUNES "science",
                                                  FORTUNES "it/zuse"};
 static const char *const BASE_TEXT = FORTUNES "cookie";
 
-/* An aggregation rule. What travels up is what trains (the model's table:
- * A and B, B alone, or R); the aggregate is its mean, to which a rule may
- * add a fold of the residual into the base. */
+/* An aggregation rule: the adapters' rule in kernels/ (what trains and
+ * travels: A and B, B alone, or R), whose mean is the aggregate, and what
+ * the bench adds to it (FedEx's fold of the residual into the base). */
 typedef struct Rule {
     const char *name, *what;
-    int freeze_a;        /* FFA-LoRA: A at one shared draw, B alone trains and travels */
-    int fold;            /* FedEx-LoRA: the residual into the base, sent down with it */
-    float lr_scale;      /* times the learning rate every LoRA rule shares */
-    const char *missing; /* not NULL: not in this build, and why */
+    int lora_rule;  /* LORA_RULE_* */
+    int fold;       /* FedEx-LoRA: the residual into the base, sent down with it */
+    float lr_scale; /* times the learning rate every LoRA rule shares */
 } Rule;
 
 static const Rule RULES[] = {
     {.name = "fedit",
      .what = "FedIT: A and B trained, averaged apart (the naive baseline)",
+     .lora_rule = LORA_RULE_FEDIT,
      .lr_scale = 1},
     {.name = "ffa",
      .what = "FFA-LoRA: A frozen at one shared draw, B averaged (exact)",
-     .freeze_a = 1,
+     .lora_rule = LORA_RULE_FFA,
      .lr_scale = 1},
     /* with A frozen, ΔW is linear in B: alpha and the step are one knob,
      * and the step tuned for the others is not FFA's own */
     {.name = "ffa_lr3x",
      .what = "FFA-LoRA at 3x the learning rate the other LoRA rules share",
-     .freeze_a = 1,
+     .lora_rule = LORA_RULE_FFA,
      .lr_scale = 3},
     {.name = "fedex",
      .what = "FedEx-LoRA: A and B averaged apart, the residual mean(s B_i A_i) - s mean(B) "
              "mean(A) folded into the base (exact)",
+     .lora_rule = LORA_RULE_FEDIT,
      .fold = 1,
      .lr_scale = 1},
     {.name = "fedsb",
-     .what = "Fed-SB: B and A frozen, an r x r R between them trained and averaged (exact)",
-     .lr_scale = 1,
-     .missing = "not in this build: kernels/ has no Fed-SB adapters (AdapterConfig has no rule "
-                "for a trained r x r R) on this branch"},
+     .what = "Fed-SB: A and B frozen at one shared draw, the r x r R between them trained and "
+             "averaged (exact)",
+     .lora_rule = LORA_RULE_FEDSB,
+     .lr_scale = 1},
 };
+#define N_RULES (int)(sizeof RULES / sizeof RULES[0])
 
 typedef struct Setup {
     int sites, rounds, H, B, T, threads;
@@ -146,17 +148,19 @@ static void base_copy(const Setup *s, Model *m) {
     memcpy(m->params, s->base.params, sizeof(float) * m->n_params);
 }
 
-/* the base with adapters of rank `rank`: every model of
- * every rule starts from the same draw of A (FFA's shared a_seed is the
- * run's seed, which the others draw theirs from) and B = 0 */
-static void adapted_copy(const Setup *s, Model *m, int rank, int freeze_a) {
+/* the base with adapters of rank `rank` under lora_rule (LORA_RULE_*),
+ * over the base in fp32 (base_bf16 0: every rule and the full fine-tune
+ * compute alike): every model of a run draws its adapters from the run's
+ * seed (also the shared a_seed of what ffa and fedsb freeze) */
+static void adapted_copy(const Setup *s, Model *m, int rank, int lora_rule) {
     char err[ERR_LEN];
     base_copy(s, m);
     AdapterConfig a = {.rank = rank,
                        .alpha = s->alpha,
                        .targets = s->targets,
-                       .freeze_a = freeze_a,
-                       .a_seed = s->seed};
+                       .rule = lora_rule,
+                       .a_seed = s->seed,
+                       .base_bf16 = 0};
     if (model_add_adapters(m, &a, s->seed, err) != 0) DIE("%s", err);
 }
 
@@ -165,41 +169,43 @@ typedef struct Row {
     int r, l, in, out;
 } Row;
 
-/* The adapted rows of m, in table order: found through lora_view (B's view
- * of row r at layer l, model.h), read only until every B has been found. */
+/* The adapted rows of m, layer by layer in table order. */
 static int adapted_rows(const Model *m, Row *rows) {
-    int want = 0, n = 0, L = m->cfg.L;
-    for (int v = 0; v < m->n_views; v++) {
-        size_t len = strlen(m->views[v].name);
-        want += len > 7 && strcmp(m->views[v].name + len - 7, ".lora_B") == 0;
-    }
-    for (int i = 0; n < want; i++) {
-        const float *A, *B;
-        int in, out;
-        if (!model_lora_at(m, m->params, i / L, i % L, &A, &B, &in, &out)) continue;
-        rows[n++] = (Row){i / L, i % L, in, out};
-    }
+    int n = 0;
+    for (int l = 0; l < m->cfg.L; l++)
+        for (int r = 0; r < model_table_rows(m); r++) {
+            LoraAt at;
+            if (model_lora_at(m, m->params, r, l, &at)) rows[n++] = (Row){r, l, at.in, at.out};
+        }
     return n;
 }
 
-/* W + s·B·A of row `w` in fp64 (without adapters: W), into eff (out x in) */
-static void effective(const Model *m, const Row *w, double *eff) {
+/* W + s·B·A (fedsb: W + s·B·R·A) of row `w` in fp64 (without adapters: W),
+ * into eff (out x in); ra: rank x in scratch */
+static void effective(const Model *m, const Row *w, double *eff, double *ra) {
     int L = m->cfg.L, vi = m->row_view[w->r * L + w->l];
     if (vi < 0) DIE("row %d of layer %d has no weight in the base", w->r, w->l);
     const ParamView *v = &model_base_views(m)[vi];
     if ((size_t)w->in * w->out != v->numel) DIE("%s is not %d x %d", v->name, w->out, w->in);
     const float *W = model_base(m) + v->offset;
     for (size_t k = 0; k < v->numel; k++) eff[k] = W[k];
-    const float *A, *B;
-    int in, out;
-    if (m->cfg.lora.rank == 0 || !model_lora_at(m, m->params, w->r, w->l, &A, &B, &in, &out))
-        return;
-    int R = m->cfg.lora.rank;
+    LoraAt at;
+    if (m->cfg.lora.rank == 0 || !model_lora_at(m, m->params, w->r, w->l, &at)) return;
+    int R = m->cfg.lora.rank, in = at.in;
     double sc = (double)m->cfg.lora.alpha / R;
-    for (int o = 0; o < out; o++)
+    for (int r = 0; r < R; r++) /* R·A, or A */
+        for (int i = 0; i < in; i++) {
+            double x = 0;
+            if (at.R)
+                for (int k = 0; k < R; k++) x += (double)at.R[r * R + k] * at.A[(size_t)k * in + i];
+            else
+                x = at.A[(size_t)r * in + i];
+            ra[(size_t)r * in + i] = x;
+        }
+    for (int o = 0; o < at.out; o++)
         for (int r = 0; r < R; r++) {
-            double b = sc * B[(size_t)o * R + r];
-            const float *a = A + (size_t)r * in;
+            double b = sc * at.B[(size_t)o * R + r];
+            const double *a = ra + (size_t)r * in;
             double *e = eff + (size_t)o * in;
             for (int i = 0; i < in; i++) e[i] += b * a[i];
         }
@@ -218,6 +224,7 @@ typedef struct Fed {
     Row *rows;
     int n_rows;
     size_t n_cells; /* the adapted matrices' values */
+    double *ra;     /* effective's scratch: rank x the widest input */
 } Fed;
 
 /* the sites' loaders: the same batches in every run of the bench */
@@ -235,7 +242,7 @@ static double fed_exactness(Fed *f, const double *mean, const double *start) {
     size_t at = 0;
     for (int k = 0; k < f->n_rows; k++) {
         size_t n = (size_t)f->rows[k].in * f->rows[k].out;
-        effective(&f->g, &f->rows[k], eff);
+        effective(&f->g, &f->rows[k], eff, f->ra);
         for (size_t c = 0; c < n; c++) {
             double want = start[at + c] + mean[at + c], d = eff[c] - want;
             num += d * d, den += mean[at + c] * mean[at + c];
@@ -253,10 +260,10 @@ static void fed_mean_update(Fed *f, double *mean, double *start) {
     size_t at = 0;
     for (int k = 0; k < f->n_rows; k++) {
         size_t n = (size_t)f->rows[k].in * f->rows[k].out;
-        effective(&f->g, &f->rows[k], start + at);
+        effective(&f->g, &f->rows[k], start + at, f->ra);
         memset(mean + at, 0, sizeof(double) * n);
         for (int i = 0; i < f->s->sites; i++) {
-            effective(&f->site[i], &f->rows[k], eff);
+            effective(&f->site[i], &f->rows[k], eff, f->ra);
             for (size_t c = 0; c < n; c++) mean[at + c] += (eff[c] - start[at + c]) / f->s->sites;
         }
         at += n;
@@ -274,12 +281,14 @@ static void fedex_fold(Fed *f, float *Bm, float *Am) {
     for (int k = 0; k < f->n_rows; k++) {
         const Row *w = &f->rows[k];
         const float *A[MAX_SITES], *B[MAX_SITES];
-        int in = w->in, out = w->out, din, dout;
-        for (int i = 0; i < N; i++)
-            if (!model_lora_at(&f->site[i], f->site[i].params, w->r, w->l, &A[i], &B[i], &din,
-                               &dout) ||
-                din != in || dout != out)
+        int in = w->in, out = w->out;
+        for (int i = 0; i < N; i++) {
+            LoraAt at;
+            if (!model_lora_at(&f->site[i], f->site[i].params, w->r, w->l, &at) || at.in != in ||
+                at.out != out || at.R != NULL)
                 DIE("site %d's adapter at row %d, layer %d is not the global one's", i, w->r, w->l);
+            A[i] = at.A, B[i] = at.B;
+        }
         for (size_t c = 0; c < (size_t)R * in; c++) { /* mean(A), mean(B) as FedIT makes them */
             double a = 0;
             for (int i = 0; i < N; i++) a += A[i][c];
@@ -302,6 +311,7 @@ static void fedex_fold(Fed *f, float *Bm, float *Am) {
                 W[(size_t)o * in + c] = (float)(W[(size_t)o * in + c] + sc * (sum / N - ofmean));
             }
     }
+    model_base_changed(&f->g);
 }
 
 /* the mean of what the sites trained, fp64 summed; the global's table */
@@ -314,17 +324,25 @@ static void fed_mean(Fed *f) {
     }
 }
 
-/* every frozen A of m equals the snapshot (FFA: it never moves) */
-static int frozen_a_same(const Fed *f, const Model *m, const float *snap) {
-    size_t at = 0;
+/* What the rule freezes (ffa: A; fedsb: A and B) of m, row by row, into
+ * out (NULL: only its count); compared with a snapshot, it never moves. */
+static size_t frozen(const Fed *f, const Model *m, float *out) {
+    size_t n = 0;
     for (int k = 0; k < f->n_rows; k++) {
-        const float *A, *B;
-        int in, out;
-        if (!model_lora_at(m, m->params, f->rows[k].r, f->rows[k].l, &A, &B, &in, &out)) return 0;
-        if (memcmp(A, snap + at, sizeof(float) * (size_t)f->rank * in) != 0) return 0;
-        at += (size_t)f->rank * in;
+        LoraAt at;
+        if (!model_lora_at(m, m->params, f->rows[k].r, f->rows[k].l, &at))
+            DIE("row %d of layer %d lost its adapter", f->rows[k].r, f->rows[k].l);
+        size_t a = (size_t)f->rank * at.in, b = at.R ? (size_t)at.out * f->rank : 0;
+        if (out) memcpy(out + n, at.A, sizeof(float) * a);
+        if (out && b) memcpy(out + n + a, at.B, sizeof(float) * b);
+        n += a + b;
     }
-    return 1;
+    return n;
+}
+
+static int frozen_same(const Fed *f, const Model *m, const float *snap, float *scratch, size_t n) {
+    frozen(f, m, scratch);
+    return memcmp(scratch, snap, sizeof(float) * n) == 0;
 }
 
 /* One federation under rule (NULL: the whole model, plain averaging). */
@@ -334,7 +352,7 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
     uint64_t t0 = time_monotonic_ns();
     int lora = rule != NULL, N = s->sites;
     if (lora)
-        adapted_copy(s, &f.g, rank, rule->freeze_a);
+        adapted_copy(s, &f.g, rank, rule->lora_rule);
     else
         base_copy(s, &f.g);
     f.rows = mallocCheck(sizeof(Row) * (size_t)(n_rows > f.g.n_views ? n_rows : f.g.n_views));
@@ -345,7 +363,7 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
     f.tc = train_defaults(lora ? s->lr * rule->lr_scale : s->full_lr, s->rounds * s->H);
     for (int i = 0; i < N; i++) {
         if (lora)
-            adapted_copy(s, &f.site[i], rank, rule->freeze_a);
+            adapted_copy(s, &f.site[i], rank, rule->lora_rule);
         else
             base_copy(s, &f.site[i]);
         if ((f.tr[i] = trainer_create(&f.site[i], &f.tc, 0, s->B, s->T, err)) == NULL)
@@ -353,21 +371,12 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
     }
     loaders(s, f.ld);
     uint64_t base_fp = model_base_fingerprint(&f.g);
-    /* FFA's A, as drawn: it must be the same at the end, everywhere */
-    float *snap = NULL;
-    size_t n_a = 0;
-    for (int k = 0; k < n_rows; k++) n_a += (size_t)rank * f.rows[k].in;
-    if (lora && rule->freeze_a) {
-        snap = mallocCheck(sizeof(float) * n_a);
-        size_t at = 0;
-        for (int k = 0; k < n_rows; k++) {
-            const float *A, *B;
-            int in, out;
-            model_lora_at(&f.g, f.g.params, f.rows[k].r, f.rows[k].l, &A, &B, &in, &out);
-            memcpy(snap + at, A, sizeof(float) * (size_t)rank * in);
-            at += (size_t)rank * in;
-        }
-    }
+    /* what ffa and fedsb freeze, as drawn: the same every round, everywhere */
+    int freezes = lora && rule->lora_rule != LORA_RULE_FEDIT;
+    size_t n_frozen = freezes ? frozen(&f, &f.g, NULL) : 0;
+    float *snap = freezes ? mallocCheck(sizeof(float) * n_frozen) : NULL,
+          *now = freezes ? mallocCheck(sizeof(float) * n_frozen) : NULL;
+    if (freezes) frozen(&f, &f.g, snap);
     int widest = 0;
     for (int k = 0; k < n_rows; k++) {
         int w = f.rows[k].in > f.rows[k].out ? f.rows[k].in : f.rows[k].out;
@@ -375,6 +384,7 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
     }
     float *Am = mallocCheck(sizeof(float) * (size_t)rank * widest),
           *Bm = mallocCheck(sizeof(float) * (size_t)rank * widest);
+    f.ra = mallocCheck(sizeof(double) * (size_t)(rank ? rank : 1) * widest);
     double *mean = mallocCheck(sizeof(double) * f.n_cells),
            *start = mallocCheck(sizeof(double) * f.n_cells);
     int *in = mallocCheck(sizeof(int) * (size_t)s->B * s->T),
@@ -388,7 +398,10 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
         uint64_t g_fp = model_base_fingerprint(&f.g);
         for (int i = 0; i < N; i++) {
             memcpy(f.site[i].params, f.g.params, sizeof(float) * f.g.n_params);
-            if (lora && rule->fold) memcpy(f.site[i].base, f.g.base, sizeof(float) * f.g.n_base);
+            if (lora && rule->fold) {
+                memcpy(f.site[i].base, f.g.base, sizeof(float) * f.g.n_base);
+                model_base_changed(&f.site[i]);
+            }
             if (model_base_fingerprint(&f.site[i]) != g_fp)
                 DIE("round %d: site %d's base is not the global one", round, i);
         }
@@ -413,16 +426,17 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
             DIE("round %d: the base moved under a rule that leaves it frozen", round);
         if (lora && rule->fold && model_base_fingerprint(&f.g) == g_fp)
             DIE("round %d: FedEx's residual left the base as it was", round);
-        if (snap) {
-            if (!frozen_a_same(&f, &f.g, snap)) DIE("round %d: FFA's global A moved", round);
+        if (freezes) {
+            if (!frozen_same(&f, &f.g, snap, now, n_frozen))
+                DIE("round %d: what %s freezes moved in the global model", round, rule->name);
             for (int i = 0; i < N; i++)
-                if (!frozen_a_same(&f, &f.site[i], snap))
-                    DIE("round %d: FFA's A moved at site %d", round, i);
+                if (!frozen_same(&f, &f.site[i], snap, now, n_frozen))
+                    DIE("round %d: what %s freezes moved at site %d", round, rule->name, i);
         }
         res.exact_err = res.by_round[round] = fed_exactness(&f, mean, start);
         res.worst_err = fmax(res.worst_err, res.exact_err);
         /* an exact rule's aggregate is the sites' mean update, to fp32's rounding */
-        if ((!lora || rule->freeze_a || rule->fold) && !(res.exact_err < 1e-4))
+        if ((!lora || freezes || rule->fold) && !(res.exact_err < 1e-4))
             DIE("round %d: %s claims an exact aggregate and is %.3g off", round,
                 lora ? rule->name : "full fine-tuning", res.exact_err);
     }
@@ -433,7 +447,8 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
     res.seconds = (double)(time_monotonic_ns() - t0) / 1e9;
     for (int i = 0; i < N; i++) trainer_free(f.tr[i]), model_free(&f.site[i]);
     model_free(&f.g);
-    free(f.rows), free(snap), free(Am), free(Bm), free(mean), free(start), free(in), free(tg);
+    free(f.rows), free(f.ra), free(snap), free(now), free(Am), free(Bm), free(mean), free(start),
+        free(in), free(tg);
     return res;
 }
 
@@ -443,7 +458,7 @@ static Result centralized(const Setup *s, int rank) {
     Model m;
     char err[ERR_LEN];
     uint64_t t0 = time_monotonic_ns();
-    adapted_copy(s, &m, rank, 0);
+    adapted_copy(s, &m, rank, LORA_RULE_FEDIT);
     Loader ld[MAX_SITES];
     loaders(s, ld);
     int steps = s->sites * s->rounds * s->H;
@@ -536,6 +551,23 @@ static float arg_lr(int argc, char **argv, int *i) {
     return (float)x;
 }
 
+/* "fedit,fedsb"-style lists of RULES' names, as bits of their rows */
+static unsigned rules_parse(const char *list) {
+    unsigned bits = 0;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", list);
+    for (char *save = NULL, *name = strtok_r(copy, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) {
+        int r = 0;
+        while (r < N_RULES && strcmp(RULES[r].name, name) != 0) r++;
+        if (r == N_RULES)
+            DIE("--rules: '%s' is not one of fedit, ffa, ffa_lr3x, fedex, fedsb", name);
+        bits |= 1u << r;
+    }
+    if (bits == 0) DIE("--rules: name at least one rule");
+    return bits;
+}
+
 static int arg_int(int argc, char **argv, int *i, int lo, int hi) {
     const char *flag = argv[*i], *v = arg_value(argc, argv, i);
     char *end;
@@ -573,6 +605,7 @@ int main(int argc, char **argv) {
                .full_lr = 3e-3f,
                .seed = 1234};
     int full = 0, rank = 0, pre_steps = 150;
+    unsigned want_rules = (1u << N_RULES) - 1;
     char err[ERR_LEN];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--full") == 0)
@@ -591,6 +624,8 @@ int main(int argc, char **argv) {
             s.alpha = (float)arg_int(argc, argv, &i, 1, 4096);
         else if (strcmp(argv[i], "--full-lr") == 0)
             s.full_lr = arg_lr(argc, argv, &i);
+        else if (strcmp(argv[i], "--rules") == 0)
+            want_rules = rules_parse(arg_value(argc, argv, &i));
         else if (strcmp(argv[i], "--targets") == 0) {
             if (model_lora_targets_parse(arg_value(argc, argv, &i), &s.targets, err) != 0)
                 DIE("--targets: %s", err);
@@ -598,7 +633,8 @@ int main(int argc, char **argv) {
             s.threads = arg_int(argc, argv, &i, 1, 256);
         else
             DIE("unknown flag %s; use --full, --rank R, --sites N, --rounds R, --steps H, "
-                "--lr X, --full-lr X, --alpha A, --targets q,v,..., --threads N",
+                "--lr X, --full-lr X, --alpha A, --rules fedit,ffa,..., --targets q,v,..., "
+                "--threads N",
                 argv[i]);
     }
     int ranks[3] = {rank ? rank : 8, 16, 64}, n_ranks = full && !rank ? 3 : 1;
@@ -632,7 +668,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     /* the adapted matrices (the full fine-tune's exactness is over the same) */
     Model probe;
-    adapted_copy(&s, &probe, 1, 0);
+    adapted_copy(&s, &probe, 1, LORA_RULE_FEDIT);
     Row *rows = mallocCheck(sizeof(Row) * (size_t)probe.n_views);
     int n_rows = adapted_rows(&probe, rows);
     model_free(&probe);
@@ -654,14 +690,9 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "bytes_down_per_round_per_site", json_null());
         json_emit_line(stdout, o);
         fflush(stdout);
-        for (size_t r = 0; r < sizeof RULES / sizeof RULES[0]; r++) {
+        for (int r = 0; r < N_RULES; r++) {
             const Rule *rule = &RULES[r];
-            if (rule->missing) {
-                json_emit_line(stdout,
-                               json_pack("{s:s,s:s,s:i,s:s}", "bench", "lora_rules", "rule",
-                                         rule->name, "rank", ranks[k], "skipped", rule->missing));
-                continue;
-            }
+            if (!(want_rules >> r & 1)) continue;
             Result res = federate(&s, rule, ranks[k], rows, n_rows);
             mean_loss(&s, &res);
             o = line(&s, rule->name, rule->what, ranks[k], s.lr * rule->lr_scale, &res);

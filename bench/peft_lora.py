@@ -1,7 +1,9 @@
 # PEFT's LoRA on PyTorch (CPU), the baseline of docs/benchmarks.md's LoRA
 # figures: a Hugging Face folder (argv[1]; SmolLM2-135M as `strait export
 # FILE.gguf --format hf` writes it, f32), r 8, alpha 16, q and v, batch 4 x
-# 128 of random ids, AdamW, argv[2] threads; tokens/s over all 10 steps
+# 128 of random ids, AdamW, argv[2] threads, the base in argv[3]'s dtype
+# (f32, the default, or bf16: PEFT keeps the adapters in fp32 over it);
+# tokens/s over all 10 steps
 # (strait train's window) and over steps 3..10 (warm), and peak RSS. Run
 # with build/venv-hf's python (make test-hf makes it: transformers, torch,
 # peft).
@@ -9,7 +11,8 @@ import sys, time, resource, torch
 from transformers import AutoModelForCausalLM
 from peft import LoraConfig, get_peft_model
 torch.set_num_threads(int(sys.argv[2]))
-m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[sys.argv[3] if len(sys.argv) > 3 else "f32"]
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=dtype)
 m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
 opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
 g = torch.Generator().manual_seed(1)
@@ -18,7 +21,7 @@ times = []
 for s in range(10):
     t = time.perf_counter()
     logits = m(input_ids=ids[:, :128]).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss.backward(); opt.step(); opt.zero_grad()
     times.append(time.perf_counter() - t)
 warm = times[2:]

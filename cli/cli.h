@@ -56,19 +56,26 @@ int cli_matmul(const Command *cmd, const char *value);
  * takes one (0, or -2 after a usage
  * error), cli_lora_done fills what was left out (-2 for targets or an
  * alpha without a rank). */
-enum { CLI_OPT_LORA_RANK = 0x1000, CLI_OPT_LORA_ALPHA, CLI_OPT_LORA_TARGETS, CLI_OPT_LORA_RULE };
+enum {
+    CLI_OPT_LORA_RANK = 0x1000,
+    CLI_OPT_LORA_ALPHA,
+    CLI_OPT_LORA_TARGETS,
+    CLI_OPT_LORA_RULE,
+    CLI_OPT_LORA_BASE_DTYPE
+};
 // clang-format off
 #define CLI_LORA_OPTS \
     {"lora-rank", required_argument, NULL, CLI_OPT_LORA_RANK}, \
     {"lora-alpha", required_argument, NULL, CLI_OPT_LORA_ALPHA}, \
     {"lora-targets", required_argument, NULL, CLI_OPT_LORA_TARGETS}, \
-    {"lora-rule", required_argument, NULL, CLI_OPT_LORA_RULE}
+    {"lora-rule", required_argument, NULL, CLI_OPT_LORA_RULE}, \
+    {"lora-base-dtype", required_argument, NULL, CLI_OPT_LORA_BASE_DTYPE}
 // clang-format on
 struct AdapterConfig;
 int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterConfig *a);
 /* federated: a federation's default rule, ffa (A frozen at a draw from
- * seed, exact to average); else A trains too (PEFT's), unless --lora-rule
- * ffa said otherwise */
+ * seed, exact to average); else A trains too (PEFT's, fedit), unless
+ * --lora-rule said otherwise; what a rule freezes is drawn from seed */
 int cli_lora_done(const Command *cmd, struct AdapterConfig *a, int federated, uint64_t seed);
 
 /* whether path is a file that starts as a GGUF does ("GGUF") */

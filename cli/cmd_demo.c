@@ -24,6 +24,9 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
                                          {"seed", required_argument, NULL, 'S'},
                                          {"set", required_argument, NULL, 'X'},
                                          {"device", required_argument, NULL, 'D'},
+                                         {"finetune", no_argument, NULL, 'F'},
+                                         {"base", required_argument, NULL, 'B'},
+                                         {"lr", required_argument, NULL, 'L'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     DemoOptions o = {.model = "small",
@@ -32,7 +35,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
                      .sites = 3,
                      .rounds = 20,
                      .steps = 50};
-    int c, seed_given = 0;
+    int c, seed_given = 0, finetune = 0, given_sites = 0, given_rounds = 0, given_steps = 0;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
         switch (c) {
@@ -40,15 +43,18 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             return EXIT_USAGE;
         case 's':
             if (cli_int(cmd, "--sites", &o.sites)) return EXIT_USAGE;
+            given_sites = 1;
             break;
         case 'r':
             if (cli_int(cmd, "--rounds", &o.rounds)) return EXIT_USAGE;
+            given_rounds = 1;
             break;
         case 'm':
             o.model = optarg;
             break;
         case 'H':
             if (cli_int(cmd, "--steps", &o.steps)) return EXIT_USAGE;
+            given_steps = 1;
             break;
         case 'c':
             o.codec = optarg;
@@ -73,10 +79,21 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         case 'D':
             o.device = optarg;
             break;
+        case 'F':
+            finetune = 1;
+            break;
+        case 'B':
+            o.base = optarg;
+            break;
+        case 'L':
+            if (cli_float(cmd, "--lr", &o.lr)) return EXIT_USAGE;
+            if (!(o.lr > 0 && o.lr < 1)) return cli_usage_error(cmd, "--lr is between 0 and 1");
+            break;
         case CLI_OPT_LORA_RANK:
         case CLI_OPT_LORA_ALPHA:
         case CLI_OPT_LORA_TARGETS:
         case CLI_OPT_LORA_RULE:
+        case CLI_OPT_LORA_BASE_DTYPE:
             if (cli_lora_opt(cmd, c, optarg, &o.lora) != 0) return EXIT_USAGE;
             break;
         case 'S':
@@ -86,13 +103,28 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         }
     }
     if (optind != argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-    if (cli_lora_done(cmd, &o.lora, 1, 1) != 0) return EXIT_USAGE; /* [model] seed */
-    char err[ERR_LEN], exe[1024];
-    if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
-    if (demo_check(&o, err) != 0) return cli_usage_error(cmd, "%s", err);
+    char err[ERR_LEN], exe[1024], base[1100];
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (el <= 0) return cli_fail(cmd, "cannot find this program's path");
     exe[el] = '\0';
+    if ((o.base || o.lr > 0) && !finetune)
+        return cli_usage_error(cmd, "--base and --lr go with --finetune");
+    if (finetune) { /* a real fine-tune's defaults: about ten minutes on 2 cores */
+        if (!o.base) {
+            snprintf(base, sizeof base, "%.*s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                     (int)(strrchr(exe, '/') - exe), exe);
+            o.base = base;
+        }
+        if (!given_sites) o.sites = DEMO_FINETUNE_SITES;
+        if (!given_rounds) o.rounds = 4;
+        if (!given_steps) o.steps = 15;
+        if (o.lora.rank == 0) o.lora.rank = 8;
+        if (o.lora.alpha == 0) o.lora.alpha = 16;
+        if (o.lr == 0) o.lr = 1e-3f;
+    }
+    if (cli_lora_done(cmd, &o.lora, 1, 1) != 0) return EXIT_USAGE; /* [model] seed */
+    if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
+    if (demo_check(&o, err) != 0) return cli_usage_error(cmd, "%s", err);
     o.exe = exe;
     return demo_run(&o, stdout, err) == 0 ? EXIT_OK : cli_fail(cmd, "%s", err);
 }

@@ -34,8 +34,13 @@ const Command cli_commands[] = {
      "  --lora-targets T       the projections adapted, of {lora-targets}\n"
      "                         (default q,v)\n"
      "  --lora-rule R          ffa (default): A stays at its draw from the seed and only\n"
-     "                         B trains and travels, averaged exactly (FFA-LoRA); fedit:\n"
-     "                         A and B both, averaged apart (not exact)\n"
+     "                         B trains and travels, averaged exactly (FFA-LoRA); fedsb:\n"
+     "                         A and B stay at their draws, only the R x R between them\n"
+     "                         trains, averaged exactly (Fed-SB); fedit: A and B both,\n"
+     "                         averaged apart (not exact)\n"
+     "  --lora-base-dtype D    bf16 (default): the base's matmuls on a bf16 copy of its\n"
+     "                         weights, sums in fp32 (oneDNN, AMX where the CPU has it);\n"
+     "                         f32: all in fp32\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -134,7 +139,10 @@ const Command cli_commands[] = {
      "  --lora-targets T  the projections adapted, of {lora-targets}\n"
      "                    (default q,v, as PEFT)\n"
      "  --lora-rule R     ffa: A stays at its draw, only B trains (FFA-LoRA); default\n"
+     "                    fedsb: only the R x R between a frozen A and B (Fed-SB);\n"
      "                    fedit: A and B train, as PEFT\n"
+     "  --lora-base-dtype D  bf16 (default): the base's matmuls in bf16, sums in fp32;\n"
+     "                    f32: all in fp32\n"
      "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
      "                    adapter_model.safetensors) over --init-from, its base\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
@@ -212,20 +220,25 @@ const Command cli_commands[] = {
     {"demo",
      "[--sites 3] [--rounds 20] [--model small] [--steps 50] [--recipe diloco] [--codec C]\n"
      "     [--non-iid] [--baseline] [--seed S] [--set SECTION.KEY=VALUE]... [--device D]\n"
-     "     [--dir DIR]",
+     "     [--dir DIR] [--finetune [--base PATH] [--lr LR]]",
      "a whole federation on this machine: coordinator and sites over mutual TLS",
      "Creates a federation, enrolls and joins the sites, trains them on Debian's fortune\n"
      "collections (disjoint parts; --non-iid: English, German, Spanish, Italian), shows each\n"
      "round as it commits, then the validation loss, the bytes moved both ways against\n"
      "dense data-parallel training, and a sample from the final model. A site that stops\n"
      "early stops the demo, with that site's last log line.\n\n"
+     "With --finetune it fine-tunes a pretrained model instead (by default the\n"
+     "SmolLM2-135M-Instruct that 'make models' fetches): 4 sites, each one language's\n"
+     "collections tokenized by the model's tokenizer, train rank-8 adapters; then each\n"
+     "site's held-out loss before and after, the bytes of a round, the adapters for PEFT,\n"
+     "the merged model as a GGUF, and a greedy sample from the base and the merged model.\n\n"
      "flags:\n"
      "  --sites N      sites (default 3)\n"
      "  --rounds N     rounds (default 20)\n"
      "  --model M      {byte-presets} (default small)\n"
      "  --lora-rank R  fine-tune low-rank adapters of rank R over the model (the Llama\n"
      "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets,\n"
-     "                 --lora-rule (strait help init)\n"
+     "                 --lora-rule, --lora-base-dtype (strait help init)\n"
      "  --steps H      local steps per round (default 50)\n"
      "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
      "  --codec C      override the recipe's uplink: {codecs}\n"
@@ -236,7 +249,14 @@ const Command cli_commands[] = {
      "  --set S.K=V    write K = V in federation.ini's [S] before the coordinator starts\n"
      "                 (e.g. --set optimizer.lr=0.5 --set codec.downlink=lossless)\n"
      "  --device D     where the sites train: cpu (default) or cuda (every site on GPU 0)\n"
-     "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n",
+     "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n"
+     "  --finetune     fine-tune --base with adapters (defaults: 4 sites, 4 rounds of 15\n"
+     "                 steps of 4 x 64 tokens, --lora-rank 8, --lora-alpha 16, --lr 1e-3);\n"
+     "                 --baseline then also runs the same federation training every\n"
+     "                 parameter and one centralized LoRA run at equal tokens\n"
+     "  --base PATH    the pretrained model (GGUF file or Hugging Face folder; default\n"
+     "                 models/SmolLM2-135M-Instruct.Q4_1.gguf beside this program)\n"
+     "  --lr LR        the sites' learning rate (default: site run's; 1e-3 fine-tuning)\n",
      cmd_demo},
     {"version", "[--json]",
      "print the version, the git commit, the build's capabilities and the GPUs",

@@ -174,12 +174,21 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
             return cli_usage_error(cmd, "--lora-alpha must be more than 0 (PEFT's lora_alpha)");
         return 0;
     case CLI_OPT_LORA_RULE:
-        if (strcmp(value, "ffa") != 0 && strcmp(value, "fedit") != 0)
+        if (model_lora_rule_of(value) < 0)
             return cli_usage_error(cmd,
                                    "--lora-rule is ffa (A frozen: only B trains, averaged "
-                                   "exactly) or fedit (A and B averaged apart), not '%s'",
+                                   "exactly), fedsb (A and B frozen: only R between them trains, "
+                                   "averaged exactly) or fedit (A and B averaged apart), not '%s'",
                                    value);
-        a->freeze_a = strcmp(value, "ffa") == 0 ? 1 : 2; /* 2: fedit said; 0 when done */
+        a->rule = 1 + model_lora_rule_of(value); /* 0: not said; cli_lora_done takes 1 off */
+        return 0;
+    case CLI_OPT_LORA_BASE_DTYPE:
+        if (strcmp(value, "bf16") != 0 && strcmp(value, "f32") != 0)
+            return cli_usage_error(cmd,
+                                   "--lora-base-dtype is bf16 (the base's matmuls in bf16, sums "
+                                   "in fp32) or f32, not '%s'",
+                                   value);
+        a->base_bf16 = strcmp(value, "bf16") == 0 ? 1 : 2; /* 2: f32 said; 0 when done */
         return 0;
     case CLI_OPT_LORA_TARGETS:
         if (model_lora_targets_parse(value, &a->targets, err) != 0)
@@ -191,14 +200,15 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
 
 int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t seed) {
     if (a->rank == 0)
-        return a->alpha == 0 && a->targets == 0 && a->freeze_a == 0
+        return a->alpha == 0 && a->targets == 0 && a->rule == 0 && a->base_bf16 == 0
                    ? 0
-                   : cli_usage_error(cmd, "--lora-alpha, --lora-targets and --lora-rule need "
-                                          "--lora-rank");
+                   : cli_usage_error(cmd, "--lora-alpha, --lora-targets, --lora-rule and "
+                                          "--lora-base-dtype need --lora-rank");
     if (a->alpha == 0) a->alpha = (float)a->rank;
     if (a->targets == 0) a->targets = LORA_Q | LORA_V;
-    a->freeze_a = a->freeze_a == 0 ? federated : a->freeze_a == 1;
-    if (seed > INT64_MAX) /* the configuration's JSON carries it as an integer */
+    a->rule = a->rule == 0 ? (federated ? LORA_RULE_FFA : LORA_RULE_FEDIT) : a->rule - 1;
+    a->base_bf16 = a->base_bf16 != 2; /* bf16 unless f32 was said */
+    if (seed > INT64_MAX)             /* the configuration's JSON carries it as an integer */
         return cli_usage_error(cmd, "with --lora-rank, --seed is at most 2^63 - 1");
     a->a_seed = seed;
     return 0;

@@ -22,6 +22,8 @@
 
 #define COORD_PROTOCOL_VERSION 1
 #define COORD_ADMIN_NAME       "strait-admin"
+/* the pretrained initial model in a home (strait init --init-from) */
+#define COORD_INIT_MODEL "model/initial.safetensors"
 
 typedef struct CoordInitOptions {
     const char *name;      /* federation name; default the folder's name */

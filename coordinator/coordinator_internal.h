@@ -429,9 +429,6 @@ void round_delta_restore(Coordinator *co, const float *base, const uint8_t base_
 /* Under rounds.lock (or before anyone else can see s). NULL is fine. */
 void served_unref(Served *s);
 
-/* the pretrained initial model in a home (strait init --init-from) */
-#define COORD_INIT_MODEL "model/initial.safetensors"
-
 typedef struct Coordinator {
     char dir[1024];
     char name[128];

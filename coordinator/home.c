@@ -269,7 +269,7 @@ static void san_add(char *san, size_t len, const char *addr) {
  * source. */
 static void model_section(char *out, size_t len, const CoordInitOptions *o, const Model *m,
                           const char *init_sha, const char *source_sha) {
-    char adapter[1024] =
+    char adapter[1400] =
         "; adapter = lora fine-tunes low-rank adapters (rank, alpha, targets) over\n"
         "; the model, frozen: only they train and travel\n"
         "adapter = none\n";
@@ -280,14 +280,20 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
                  "; low-rank adapters (LoRA) over the model, frozen: only they train and travel,\n"
                  "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down;\n"
                  "; rule ffa (A frozen at its draw from the seed, the same at every site: only B\n"
-                 "; trains and travels, and its average is the sites' updates' exactly) or fedit\n"
-                 "; (A and B both train, averaged apart: mean(B) mean(A) is not mean(B A))\n"
+                 "; trains and travels, and its average is the sites' updates' exactly), fedsb\n"
+                 "; (Fed-SB: A and B frozen at their draws, only the rank x rank R between them\n"
+                 "; trains and travels, averaged exactly) or fedit (A and B both train, averaged\n"
+                 "; apart: mean(B) mean(A) is not mean(B A)); base_dtype bf16 (the base's\n"
+                 "; matmuls on bf16 copies of its weights, inputs rounded to bf16, sums in\n"
+                 "; fp32) or f32\n"
                  "adapter = lora\n"
                  "rank = %d\n"
                  "alpha = %g\n"
                  "targets = %s\n"
-                 "rule = %s\n",
-                 o->lora.rank, (double)o->lora.alpha, targets, o->lora.freeze_a ? "ffa" : "fedit");
+                 "rule = %s\n"
+                 "base_dtype = %s\n",
+                 o->lora.rank, (double)o->lora.alpha, targets, model_lora_rule_name(o->lora.rule),
+                 o->lora.base_bf16 ? "bf16" : "f32");
     }
     if (o->init_from == NULL) {
         snprintf(out, len,

@@ -160,9 +160,10 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
         return err_set(err, "federation.ini: [model] adapter = %s; use lora or none", adapter);
     if (!lora) {
         if (config_get(cfg, "model", "rank") || config_get(cfg, "model", "alpha") ||
-            config_get(cfg, "model", "targets") || config_get(cfg, "model", "rule"))
-            return err_set(err, "federation.ini: [model] rank, alpha, targets and rule are the "
-                                "adapters'; set adapter = lora, or remove them");
+            config_get(cfg, "model", "targets") || config_get(cfg, "model", "rule") ||
+            config_get(cfg, "model", "base_dtype"))
+            return err_set(err, "federation.ini: [model] rank, alpha, targets, rule and "
+                                "base_dtype are the adapters'; set adapter = lora, or remove them");
         return 0;
     }
     int64_t rank;
@@ -181,12 +182,20 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
                                  why) != 0)
         return err_set(err, "federation.ini: [model] targets: %s", why);
     const char *rule = config_get_str(cfg, "model", "rule", "ffa");
-    if (strcmp(rule, "ffa") != 0 && strcmp(rule, "fedit") != 0)
+    if ((a->rule = model_lora_rule_of(rule)) < 0)
         return err_set(err,
                        "federation.ini: [model] rule = %s; use ffa (A frozen, B averaged "
-                       "exactly) or fedit (A and B averaged apart)",
+                       "exactly), fedsb (A and B frozen, R between them averaged exactly) or "
+                       "fedit (A and B averaged apart)",
                        rule);
-    a->freeze_a = strcmp(rule, "ffa") == 0;
+    /* absent: fp32, as a federation made before there was a choice computes */
+    const char *dtype = config_get_str(cfg, "model", "base_dtype", "f32");
+    if (strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f32") != 0)
+        return err_set(err,
+                       "federation.ini: [model] base_dtype = %s; use bf16 (the base's matmuls "
+                       "in bf16, sums in fp32) or f32",
+                       dtype);
+    a->base_bf16 = strcmp(dtype, "bf16") == 0;
     return 0;
 }
 
@@ -213,7 +222,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
             return -1;
         lora.base = model_base_fingerprint(&base);
         lora.base_seed = seed;
-        lora.a_seed = (uint64_t)seed; /* a frozen A's draw: the [model] seed's */
+        lora.a_seed = (uint64_t)seed; /* the frozen A's (and B's) draw: the [model] seed's */
         model_free(&base);
         co->model_cfg.lora = lora;
         return model_config_check(&co->model_cfg, err);
@@ -239,7 +248,8 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     if (model_read_config(co->model_init, &co->model_cfg, NULL, err) != 0) return -1;
     const AdapterConfig *have_lora = &co->model_cfg.lora;
     if (have_lora->rank != lora.rank || have_lora->alpha != lora.alpha ||
-        have_lora->targets != lora.targets || have_lora->freeze_a != lora.freeze_a)
+        have_lora->targets != lora.targets || have_lora->rule != lora.rule ||
+        have_lora->base_bf16 != lora.base_bf16)
         return err_set(err,
                        "federation.ini's [model] adapter settings are not those of %s (strait "
                        "init wrote both): restore them, or run strait init again",

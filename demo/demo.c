@@ -136,8 +136,11 @@ int demo_check(const DemoOptions *o, char *err) {
     CodecParams cp;
     if (o->sites < 1 || o->sites > DEMO_MAX_SITES || o->rounds < 1 || o->steps < 1)
         return err_set(err, "--sites 1-%d, --rounds and --steps positive", DEMO_MAX_SITES);
-    if (model_config_preset(o->model, &cfg) != 0 || cfg.V != 256)
+    if (o->base) {
+        if (demo_finetune_check(o, err) != 0) return -1;
+    } else if (model_config_preset(o->model, &cfg) != 0 || cfg.V != 256) {
         return err_set(err, "--model %s (byte-level)", model_byte_preset_names());
+    }
     if (o->codec && codec_params_parse(o->codec, &cp, err) != 0) return -1;
     if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
         return err_set(err, "--device is cpu or cuda, not '%s'", o->device);
@@ -158,7 +161,8 @@ int demo_check(const DemoOptions *o, char *err) {
 static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *out, char *err) {
     CoordInitOptions io = {.name = "demo",
                            .listen = "127.0.0.1:0",
-                           .model = o->model,
+                           .model = o->base ? NULL : o->model,
+                           .init_from = o->base,
                            .force = 1,
                            .rounds = o->rounds,
                            .min_sites = o->sites,
@@ -173,6 +177,13 @@ static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *o
     char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     if (config_file_set(ini, "store", "keep_every", "1", err) != 0) return -1;
+    char num[16];
+    if (o->base) { /* a fine-tune's batches: they bound the tokens a site claims a round */
+        snprintf(num, sizeof num, "%d", DEMO_FINETUNE_BATCH);
+        if (config_file_set(ini, "rounds", "batch", num, err) != 0) return -1;
+        snprintf(num, sizeof num, "%d", DEMO_FINETUNE_SEQ);
+        if (config_file_set(ini, "rounds", "seq", num, err) != 0) return -1;
+    }
     for (int i = 0; i < o->n_sets; i++) {
         char section[64], key[64];
         const char *set = o->sets[i], *dot = strchr(set, '.'), *eq = strchr(set, '=');
@@ -218,19 +229,34 @@ static int start_site(const DemoOptions *o, int i, const char *dir, const char *
                      name,           "--coordinator", (char *)addr,  "--join",   join,
                      "--token",      token,           "--ca-sha256", (char *)fp, NULL};
     if (run_wait(jargv, log) != 0) return err_set(err, "%s could not join; see %s", name, log);
-    char files[16][512], seed[16];
-    int nf = site_files(i, o->sites, o->non_iid, files, 16);
+    char files[16][512], seed[16], lr[32];
+    const char *lang = NULL;
+    int nf = 1;
+    if (o->base)
+        demo_finetune_site(o->data, i, files[0], sizeof files[0], &lang);
+    else
+        nf = site_files(i, o->sites, o->non_iid, files, 16);
     snprintf(seed, sizeof seed, "%d", o->seed + i);
+    snprintf(lr, sizeof lr, "%g", (double)o->lr);
     char *argv[48] = {(char *)o->exe, "site", "run",      sdir,
                       "--threads",    "1",    "--device", (char *)o->device};
     int a = 8;
     if (o->seed) argv[a++] = "--seed", argv[a++] = seed;
+    char batch[16], seq[16];
+    snprintf(batch, sizeof batch, "%d", DEMO_FINETUNE_BATCH);
+    snprintf(seq, sizeof seq, "%d", DEMO_FINETUNE_SEQ);
+    if (o->base) argv[a++] = "--init-from", argv[a++] = (char *)o->base;
+    if (o->base) argv[a++] = "--batch", argv[a++] = batch, argv[a++] = "--seq", argv[a++] = seq;
+    if (o->lr > 0) argv[a++] = "--lr", argv[a++] = lr;
     for (int f = 0; f < nf && a < 44; f++) argv[a++] = "--data", argv[a++] = files[f];
     argv[a] = NULL;
     int pid = proc_start(argv, &(ProcIo){.log = log});
     if (pid < 0) return err_set_errno(err, "cannot start %s", name);
-    fprintf(out, "  %s joined; trains on %d collection%s%s\n", name, nf, nf == 1 ? "" : "s",
-            o->non_iid && i % 4 ? " in its own language" : "");
+    if (lang)
+        fprintf(out, "  %s joined; fine-tunes on its %s collections\n", name, lang);
+    else
+        fprintf(out, "  %s joined; trains on %d collection%s%s\n", name, nf, nf == 1 ? "" : "s",
+                o->non_iid && i % 4 ? " in its own language" : "");
     return pid;
 }
 
@@ -295,11 +321,103 @@ static int reap_sites(int *pids, int sites, const char *dir, char *err) {
     return rc;
 }
 
+/* One federation of o's sites in DIR/fed, from its home to its last
+ * round, watched and reported; tot and fed_ms: what it moved and how long
+ * it ran. Every process it started has ended when it returns. */
+static int federate(const DemoOptions *o, const char *dir, StoreTotals *tot, int64_t *fed_ms,
+                    FILE *out, char *err) {
+    char fed[600], fp[65], addr[64];
+    snprintf(fed, sizeof fed, "%s/fed", dir);
+    if (make_home(o, fed, fp, out, err) != 0) return -1;
+    if (o->base)
+        fprintf(out,
+                "strait demo: %d sites fine-tune %s (%s) for %d rounds of %d steps, recipe %s%s%s; "
+                "all in %s\n",
+                o->sites, o->base, o->lora.rank ? "adapters" : "every parameter", o->rounds,
+                o->steps, o->recipe, o->codec ? " with uplink " : "", o->codec ? o->codec : "",
+                dir);
+    else
+        fprintf(out,
+                "strait demo: %d sites train %s for %d rounds of %d steps, recipe %s%s%s; all in "
+                "%s\n",
+                o->sites, o->model, o->rounds, o->steps, o->recipe, o->codec ? " with uplink " : "",
+                o->codec ? o->codec : "", dir);
+    int port = 0, coord_out = -1, coord = start_coordinator(o, dir, fed, &port, &coord_out, err);
+    if (coord < 0) return -1;
+    int pids[DEMO_MAX_SITES] = {0}, rc = -1;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    for (int i = 0; i < o->sites; i++)
+        if ((pids[i] = start_site(o, i, dir, fed, addr, fp, out, err)) < 0) goto stop;
+    fprintf(out,
+            "  follow it from another terminal: strait rounds %s --watch (or strait status %s)\n",
+            fed, fed);
+    fflush(out);
+    char db[700];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    if (s == NULL) goto stop;
+    int64_t t0 = time_wall_ms();
+    double first = NAN, last = NAN;
+    rc = watch(o, s, dir, pids, &coord, &first, &last, out, err);
+    if (rc == 0) rc = store_totals(s, tot, err);
+    store_close(s);
+    if (rc != 0) goto stop;
+    *fed_ms = time_wall_ms() - t0;
+    rc = reap_sites(pids, o->sites, dir, err);
+    fprintf(out,
+            "\nvalidation loss at the sites (their models after the local steps): %.4f after the "
+            "first round, %.4f after round %d (nats/%s)\n",
+            first, last, o->rounds - 1, o->base ? "token" : "byte");
+    fflush(out);
+stop:
+    for (int i = 0; i < o->sites; i++)
+        if (pids[i] > 0) end_child(pids[i]);
+    if (coord > 0) end_child(coord);
+    close(coord_out);
+    return rc;
+}
+
+/* A fine-tune: the sites' data, the federation of adapters, with
+ * --baseline the same federation training every parameter in DIR/full,
+ * then the scores (finetune.c). */
+static int finetune(const DemoOptions *o, const char *dir, FILE *out, char *err) {
+    char fed[600];
+    StoreTotals tot, full_tot;
+    int64_t ms, full_ms = 0;
+    if (demo_finetune_data(o, out, err) != 0 || federate(o, dir, &tot, &ms, out, err) != 0)
+        return -1;
+    snprintf(fed, sizeof fed, "%s/fed", dir);
+    DemoRun run = {.exe = o->exe,
+                   .dir = dir,
+                   .fed = fed,
+                   .model = o->base,
+                   .recipe = o->recipe,
+                   .sites = o->sites,
+                   .rounds = o->rounds,
+                   .steps = o->steps,
+                   .non_iid = 1,
+                   .seed = o->seed,
+                   .fed_ms = ms};
+    DemoRun full = run;
+    char full_dir[600], full_fed[700];
+    if (o->baseline) { /* every parameter trains, the same rounds, data and seeds */
+        DemoOptions fo = *o;
+        memset(&fo.lora, 0, sizeof fo.lora);
+        snprintf(full_dir, sizeof full_dir, "%s/full", dir);
+        snprintf(full_fed, sizeof full_fed, "%s/fed", full_dir);
+        fprintf(out, "\nbaseline: the same federation training every parameter\n");
+        if (file_mkdir_p(full_dir, 0700, err) != 0 ||
+            federate(&fo, full_dir, &full_tot, &full_ms, out, err) != 0)
+            return -1;
+        full.dir = full_dir, full.fed = full_fed, full.fed_ms = full_ms;
+    }
+    return demo_finetune_score(o, &run, &tot, o->baseline ? &full : NULL, &full_tot, out, err);
+}
+
 int demo_run(const DemoOptions *o, FILE *out, char *err) {
-    char dir[512], fed[600], fp[65], addr[64];
+    char dir[512], fed[600];
     ModelConfig cfg;
     if (demo_check(o, err) != 0) return -1;
-    model_config_preset(o->model, &cfg);
     if (access(FORTUNES "/fortunes", R_OK) != 0)
         return err_set(err, "no fortune collections in %s; run 'make deps' (package fortunes)",
                        FORTUNES);
@@ -310,48 +428,28 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
         snprintf(dir, sizeof dir, "/tmp/strait-demo-XXXXXX");
         if (mkdtemp(dir) == NULL) return err_set_errno(err, "cannot make a folder in /tmp");
     }
+    if (o->base) {
+        char data[600];
+        DemoOptions fo = *o;
+        snprintf(data, sizeof data, "%s/data", dir);
+        fo.data = data;
+        int rc = finetune(&fo, dir, out, err);
+        fprintf(out, "\nthe federation, its store and the logs stay in %s\n", dir);
+        return rc;
+    }
+    model_config_preset(o->model, &cfg);
     snprintf(fed, sizeof fed, "%s/fed", dir);
-    if (make_home(o, fed, fp, out, err) != 0) return -1;
-    fprintf(out,
-            "strait demo: %d sites train %s for %d rounds of %d steps, recipe %s%s%s; all in %s\n",
-            o->sites, o->model, o->rounds, o->steps, o->recipe, o->codec ? " with uplink " : "",
-            o->codec ? o->codec : "", dir);
-    int port = 0, coord_out = -1, coord = start_coordinator(o, dir, fed, &port, &coord_out, err);
-    if (coord < 0) return -1;
-    int pids[DEMO_MAX_SITES] = {0}, rc = -1;
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    for (int i = 0; i < o->sites; i++)
-        if ((pids[i] = start_site(o, i, dir, fed, addr, fp, out, err)) < 0) goto stop;
-    fprintf(out,
-            "  follow it from another terminal: strait rounds %s --watch (or strait status %s)\n",
-            fed, fed);
-    char db[700];
-    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
-    if (s == NULL) goto stop;
-    int64_t t0 = time_wall_ms();
-    double first = NAN, last = NAN;
     StoreTotals tot;
-    rc = watch(o, s, dir, pids, &coord, &first, &last, out, err);
-    if (rc == 0) rc = store_totals(s, &tot, err);
-    store_close(s);
-    if (rc != 0) goto stop;
-    int64_t fed_ms = time_wall_ms() - t0;
-    rc = reap_sites(pids, o->sites, dir, err);
-    fprintf(out,
-            "\nvalidation loss at the sites (their models after the local steps): %.4f after the "
-            "first round, %.4f after round %d (nats/byte)\n",
-            first, last, o->rounds - 1);
-    fflush(out);
+    int64_t fed_ms;
+    if (federate(o, dir, &tot, &fed_ms, out, err) != 0) return -1;
     char files[64][512];
-    int n_files = 0;
+    int n_files = 0, rc = 0;
     for (int i = 0; i < o->sites && n_files < 48; i++)
         n_files += site_files(i, o->sites, o->non_iid, files + n_files, 48 - n_files);
     DemoRun run = {o->exe,    dir,      fed,        o->model, o->recipe, &cfg,  o->sites,
                    o->rounds, o->steps, o->non_iid, o->seed,  fed_ms,    files, n_files};
     char serr[ERR_LEN];
-    if (demo_score(&run, &tot, o->baseline, out, serr) != 0 && rc == 0)
-        rc = err_set(err, "%s", serr);
+    if (demo_score(&run, &tot, o->baseline, out, serr) != 0) rc = err_set(err, "%s", serr);
     fflush(out);
     Model m;
     memset(&m, 0, sizeof m);
@@ -363,10 +461,5 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
     }
     model_free(&m);
     fprintf(out, "\nthe federation, its store and the logs stay in %s\n", dir);
-stop:
-    for (int i = 0; i < o->sites; i++)
-        if (pids[i] > 0) end_child(pids[i]);
-    if (coord > 0) end_child(coord);
-    close(coord_out);
     return rc;
 }

@@ -33,7 +33,14 @@ typedef struct DemoOptions {
     int sites, rounds, steps, non_iid, baseline, seed; /* seed 0: the sites' own */
     const char *sets[DEMO_MAX_SETS];                   /* federation.ini edits, SECTION.KEY=VALUE */
     int n_sets;
-    AdapterConfig lora; /* rank 0: the whole model trains; else adapters over its seeded base */
+    AdapterConfig lora; /* rank 0: the whole model trains; else adapters over its base */
+    /* a fine-tune (finetune.c): the pretrained model (GGUF file or Hugging
+     * Face folder) the sites start from, each on its own language's
+     * collections tokenized by its tokenizer; NULL: a byte-level preset
+     * from its seeded draw */
+    const char *base;
+    float lr;         /* the sites' learning rate; 0: site run's default */
+    const char *data; /* a fine-tune's tokens (demo_finetune_data); set by demo_run */
 } DemoOptions;
 
 /* Checks what the caller could not: the model a byte-level preset, the
@@ -62,5 +69,31 @@ typedef struct DemoRun {
  * baseline, trains and scores the centralized and data-parallel runs;
  * writes DIR/summary.json. */
 int demo_score(const DemoRun *d, const struct StoreTotals *tot, int baseline, FILE *out, char *err);
+
+/* ---- a fine-tune of a pretrained model (finetune.c) ---- */
+
+#define DEMO_FINETUNE_SITES 4 /* one per language: English, German, Spanish, Italian */
+#define DEMO_FINETUNE_BATCH 4
+#define DEMO_FINETUNE_SEQ   64
+
+/* What a fine-tune needs that a byte-level demo does not: the base, at
+ * most one site per language. */
+int demo_finetune_check(const DemoOptions *o, char *err);
+/* Tokenizes each site's collections with the base's tokenizer into
+ * DATA/site-<i+1> (what it trains on) and DATA/site-<i+1>-held-out
+ * (a collection of its language no site trains on), by this program's
+ * `strait tokenize`. */
+int demo_finetune_data(const DemoOptions *o, FILE *out, char *err);
+/* site i's training data for --data, and its language's name */
+void demo_finetune_site(const char *data, int i, char *path, size_t len, const char **lang);
+/* The scores of a finished fine-tune: each site's held-out loss before and
+ * after, the bytes a round moved both ways, the adapters exported for PEFT
+ * and merged into a GGUF, a greedy sample from the base and from the
+ * merged model; with baseline, the same federation training every
+ * parameter (full) and one centralized LoRA run on all the sites' text at
+ * equal tokens (central), scored on the same held-out text. DIR/summary.json. */
+int demo_finetune_score(const DemoOptions *o, const DemoRun *d, const struct StoreTotals *tot,
+                        const DemoRun *full, const struct StoreTotals *full_tot, FILE *out,
+                        char *err);
 
 #endif /* STRAIT_DEMO_H */

@@ -92,6 +92,31 @@ void model_lora_targets_names(unsigned targets, char *out, size_t cap) {
                      LORA_NAMES[i].name);
 }
 
+/* ---- adapters' rules, by name ------------------------------------------------------ */
+
+#define LORA_RULE_NAME(up, low) #low,
+static const char *const LORA_RULE_NAMES[] = {LORA_RULES(LORA_RULE_NAME)};
+#undef LORA_RULE_NAME
+
+const char *model_lora_rule_name(int rule) {
+    return rule >= 0 && rule < LORA_RULE_COUNT ? LORA_RULE_NAMES[rule] : NULL;
+}
+
+int model_lora_rule_of(const char *name) {
+    for (int k = 0; k < LORA_RULE_COUNT; k++)
+        if (strcmp(LORA_RULE_NAMES[k], name) == 0) return k;
+    return -1;
+}
+
+const char *model_lora_rule_names(void) {
+    static char names[64];
+    if (names[0] == '\0')
+        for (int k = 0; k < LORA_RULE_COUNT; k++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                     LORA_RULE_NAMES[k]);
+    return names;
+}
+
 /* ---- the table walk --------------------------------------------------------------- */
 
 void arch_each_tensor(const ModelConfig *c, TensorFn f, void *ctx) {
@@ -131,23 +156,42 @@ double model_config_params(const ModelConfig *c) {
     return n;
 }
 
-double model_adapter_params(const ModelConfig *c) {
+/* the adapters' values: every one held (A, B and R, frozen or not), or
+ * those that train */
+static double adapter_values(const ModelConfig *c, int trained) {
     if (c->lora.rank == 0) return 0;
     const Arch *a = arch_of(c->arch);
-    double n = 0;
-    for (int r = 0; r < a->n_tensors; r++)
-        if ((a->tensors[r].lora & c->lora.targets) && arch_has(c, &a->tensors[r]))
-            n += (double)c->lora.rank *
-                 (arch_dim(c, a->tensors[r].d0) + arch_dim(c, a->tensors[r].d1));
+    double n = 0, R = c->lora.rank;
+    int rule = c->lora.rule;
+    for (int r = 0; r < a->n_tensors; r++) {
+        if (!(a->tensors[r].lora & c->lora.targets) || !arch_has(c, &a->tensors[r])) continue;
+        double in = arch_dim(c, a->tensors[r].d1), out = arch_dim(c, a->tensors[r].d0);
+        if (!trained)
+            n += R * (in + out) + (rule == LORA_RULE_FEDSB ? R * R : 0);
+        else
+            n += rule == LORA_RULE_FEDSB ? R * R : rule == LORA_RULE_FFA ? R * out : R * (in + out);
+    }
     return n * c->L;
+}
+
+double model_adapter_params(const ModelConfig *c) {
+    return adapter_values(c, 0);
+}
+
+double model_adapter_trained(const ModelConfig *c) {
+    return adapter_values(c, 1);
 }
 
 double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
     ActLayout lay = {0};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* what trains: parameters, gradients, AdamW's two moments; a frozen
-     * base its values alone; a step's activations and their gradients */
-    double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c);
-    if (adapters > 0) return 4.0 * model_config_params(c) + per * adapters + 8.0 * (double)lay.len;
+     * base and frozen adapters their values alone; a step's activations
+     * and their gradients */
+    double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c),
+           trained = model_adapter_trained(c);
+    if (adapters > 0)
+        return 4.0 * (model_config_params(c) + adapters - trained) + per * trained +
+               8.0 * (double)lay.len;
     return per * model_config_params(c) + 8.0 * (double)lay.len;
 }

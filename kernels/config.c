@@ -73,12 +73,14 @@ int model_config_preset(const char *name, ModelConfig *cfg) {
 static int lora_check(const ModelConfig *c, char *err) {
     const AdapterConfig *a = &c->lora;
     if (a->rank == 0)
-        return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0
+        return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0 && a->rule == 0
                    ? 0
                    : err_set(err, "adapter settings without a rank");
     if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
-    if (a->freeze_a != 0 && a->freeze_a != 1)
-        return err_set(err, "adapter freeze_a %d; 0 or 1", a->freeze_a);
+    if (model_lora_rule_name(a->rule) == NULL)
+        return err_set(err, "adapter rule %d; one of %s", a->rule, model_lora_rule_names());
+    if (a->base_bf16 != 0 && a->base_bf16 != 1)
+        return err_set(err, "adapter base_bf16 %d; 0 or 1", a->base_bf16);
     const Arch *arch = arch_of(c->arch);
     unsigned takes = 0;
     for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
@@ -184,8 +186,16 @@ char *model_config_json(const ModelConfig *c) {
                               (double)c->lora.alpha, "targets", targets, "base", base);
         if (c->lora.base_seed >= 0) /* a drawn base: anyone can draw it again */
             json_object_set_new(l, "base_seed", json_integer(c->lora.base_seed));
-        if (c->lora.freeze_a) /* A frozen: every site draws it from a_seed */
+        /* A frozen (ffa; with fedsb B too): every site draws it from a_seed */
+        if (c->lora.rule != LORA_RULE_FEDIT)
             json_object_set_new(l, "a_seed", json_integer((json_int_t)c->lora.a_seed));
+        /* ffa and fedit are told by a_seed alone (the bytes their
+         * checkpoints always had); fedsb names itself, a key an older
+         * strait refuses by name rather than reading the adapters as LoRA */
+        if (c->lora.rule == LORA_RULE_FEDSB)
+            json_object_set_new(l, "rule", json_string(model_lora_rule_name(c->lora.rule)));
+        if (c->lora.base_bf16) /* absent: fp32, as before there was a choice */
+            json_object_set_new(l, "base_dtype", json_string("bf16"));
         json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -214,7 +224,8 @@ static int real_field(json_t *o, const char *key, float *out, char *err) {
     return 0;
 }
 
-/* "lora": {"rank": 8, "alpha": 16, "targets": "q,v", "base": "<16 hex digits>"} */
+/* "lora": {"rank": 8, "alpha": 16, "targets": "q,v", "base": "<16 hex digits>"}, and
+ * "base_seed", "a_seed" and "rule" when they have something to say */
 static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
     const char *targets = json_string_value(json_object_get(o, "targets"));
     const char *base = json_string_value(json_object_get(o, "base"));
@@ -240,13 +251,35 @@ static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
         if (!json_is_integer(a_seed) || json_integer_value(a_seed) < 0)
             return err_set(err, "the model configuration's lora a_seed should be an integer of "
                                 "at least 0");
-        a->freeze_a = 1, a->a_seed = (uint64_t)json_integer_value(a_seed);
+        a->rule = LORA_RULE_FFA, a->a_seed = (uint64_t)json_integer_value(a_seed);
+    }
+    json_t *rule = json_object_get(o, "rule"); /* absent: ffa with a_seed, else fedit */
+    if (rule != NULL) {
+        const char *name = json_string_value(rule);
+        int k = name ? model_lora_rule_of(name) : -1;
+        if (k < 0)
+            return err_set(err, "the model configuration's lora rule should be one of %s",
+                           model_lora_rule_names());
+        if ((k != LORA_RULE_FEDIT) != (a_seed != NULL))
+            return err_set(err,
+                           "the model configuration's lora rule %s %s a_seed (the draw of what "
+                           "it freezes)",
+                           name, k == LORA_RULE_FEDIT ? "takes no" : "needs");
+        a->rule = k;
+    }
+    json_t *dtype = json_object_get(o, "base_dtype");
+    if (dtype != NULL) {
+        const char *d = json_string_value(dtype);
+        if (d == NULL || (strcmp(d, "bf16") && strcmp(d, "f32")))
+            return err_set(err, "the model configuration's lora base_dtype should be bf16 or f32");
+        a->base_bf16 = strcmp(d, "bf16") == 0;
     }
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
-            strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed"))
+            strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed") &&
+            strcmp(key, "rule") && strcmp(key, "base_dtype"))
             return err_set(err,
                            "the model configuration's lora has a field '%s' this strait does "
                            "not know",

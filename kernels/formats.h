@@ -84,7 +84,9 @@ void hf_index_free(HfIndex *ix);
  * DIR/adapter_model.safetensors (F32, PEFT's names
  * "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight", A
  * (r, in), B (out, r); metadata {"format": "pt"}), each atomically. What
- * PeftModel.from_pretrained loads over the base. m must have adapters. */
+ * PeftModel.from_pretrained loads over the base. m must have adapters;
+ * Fed-SB's go out as plain LoRA with R folded into A (lora_A = R·A,
+ * lora_B = B, lora_alpha as trained: the same update). */
 int model_export_peft(const Model *m, const char *dir, const char *base_name, char *err);
 /* adapter_config.json's text into a (rank, alpha, targets; base 0 and
  * base_seed -1: a pretrained base): PEFT's plain LoRA alone. target_modules a list of projection
@@ -99,14 +101,16 @@ int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err)
  * the config (peft_config_parse), then every tensor of
  * adapter_model.safetensors (F32, BF16 or F16; each name, dtype, shape and
  * byte range checked, none missing and none more, every layer adapted).
- * On failure m is freed; err names the file, key or tensor. */
+ * A model with Fed-SB's adapters is refused (plain LoRA does not split
+ * into B·R·A over a given B and A). On failure m is freed; err names the
+ * file, key or tensor. */
 int model_import_peft(Model *m, const char *dir, char *err);
 /* model_import of base_path then model_import_peft of peft_dir: what
  * --init-from takes for an adapter folder over its base. m is built here
  * and freed on failure. */
 int model_import_adapted(Model *m, const char *base_path, const char *peft_dir, char *err);
 /* A plain model (no adapters; out built here) equal to m's base with
- * W += (alpha / r) B A for each adapted projection: what the Hugging Face
+ * W += (alpha / r) B A (Fed-SB: B (R A)) for each adapted projection: what the Hugging Face
  * and GGUF exports write as the merged model. */
 int model_merge_adapters(const Model *m, Model *out, char *err);
 

@@ -80,7 +80,13 @@ static void ensure_acts(Model *m, int B, int T) {
 
 static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0; /* the base frozen, the adapters training */
+    if (adapted && m->cfg.lora.base_bf16 && m->base16 == NULL) { /* its matmuls in bf16 */
+        m->base16 = mallocCheck(m->n_base * sizeof(uint16_t));
+        bf16_from_float(m->base16, m->base, m->n_base);
+        m->cpu = (CpuStream){.f32 = m->base, .bf16 = m->base16, .n = m->n_base};
+    }
     Pass p = {.ops = &ops_cpu,
+              .stream = m->base16 ? &m->cpu : NULL,
               .params = model_base(m),
               .grads = adapted ? NULL : m->grads,
               .lora = adapted ? m->params : NULL,

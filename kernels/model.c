@@ -168,10 +168,11 @@ static void adapter_view(Model *m, const char *name, int d0, int d1) {
 
 int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err) {
     if (m->cfg.lora.rank > 0) return err_set(err, "the model has adapters already");
-    ModelConfig want = m->cfg; /* the configuration's own check: rank, alpha, targets, size */
+    ModelConfig want = m->cfg; /* the configuration's own check: rank, alpha, targets, rule, size */
     want.lora = *a;
     if (model_config_check(&want, err) != 0) return -1;
-    int L = m->cfg.L, n = 0, R = a->rank, freeze = a->freeze_a != 0;
+    int L = m->cfg.L, n = 0, R = a->rank, rule = a->rule;
+    int fedit = rule == LORA_RULE_FEDIT, fedsb = rule == LORA_RULE_FEDSB;
     size_t rows = (size_t)m->arch->n_tensors * L, n_frozen = 0;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++)
@@ -181,10 +182,11 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     m->grads = NULL, m->m = m->v = NULL, m->mh = m->vh = NULL, m->step = 0;
     m->base = m->params, m->base_views = m->views;
     m->n_base = m->n_params, m->n_base_views = m->n_views;
-    m->views = callocCheck((size_t)n * (freeze ? 1 : 2), sizeof(ParamView));
+    m->views = callocCheck((size_t)n * (fedit ? 2 : 1), sizeof(ParamView));
     m->n_views = 0, m->n_params = 0;
     m->lora_view = mallocCheck(rows * sizeof(int));
     m->lora_a = callocCheck(rows, sizeof(size_t));
+    if (fedsb) m->lora_b = callocCheck(rows, sizeof(size_t));
     for (size_t i = 0; i < rows; i++) m->lora_view[i] = -1;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
@@ -195,35 +197,53 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
             const char *base = m->base_views[m->row_view[r * L + l]].name;
             size_t stem = strlen(base) - (strstr(base, ".weight") ? strlen(".weight") : 0);
             char name[64];
-            if (freeze) { /* A beside the table: it neither trains nor travels */
-                m->lora_a[r * L + l] = n_frozen;
-                n_frozen += (size_t)R * in;
-            } else {
+            if (fedit) {
                 m->lora_a[r * L + l] = m->n_params;
                 snprintf(name, sizeof name, "%.*s.lora_A", (int)stem, base);
                 adapter_view(m, name, R, in);
+            } else { /* A beside the table: it neither trains nor travels */
+                m->lora_a[r * L + l] = n_frozen;
+                n_frozen += (size_t)R * in;
             }
             m->lora_view[r * L + l] = m->n_views;
-            snprintf(name, sizeof name, "%.*s.lora_B", (int)stem, base);
-            adapter_view(m, name, out, R);
+            if (fedsb) { /* B beside it too, and R between them is the table */
+                m->lora_b[r * L + l] = n_frozen;
+                n_frozen += (size_t)out * R;
+                snprintf(name, sizeof name, "%.*s.lora_R", (int)stem, base);
+                adapter_view(m, name, R, R);
+            } else {
+                snprintf(name, sizeof name, "%.*s.lora_B", (int)stem, base);
+                adapter_view(m, name, out, R);
+            }
         }
-    assert(m->n_views == n * (freeze ? 1 : 2));
+    assert(m->n_views == n * (fedit ? 2 : 1));
     m->params = callocCheck(m->n_params, sizeof(float));
     m->grads = callocCheck(m->n_params, sizeof(float));
-    if (freeze) m->lora_frozen = callocCheck(n_frozen ? n_frozen : 1, sizeof(float));
+    if (!fedit) m->lora_frozen = callocCheck(n_frozen ? n_frozen : 1, sizeof(float));
     /* A as PEFT draws it (kaiming_uniform with a = sqrt(5): uniform in
      * ±1/sqrt(in)) from 24-bit uniforms, layer by layer in table order; B
-     * zero, so nothing changes yet */
-    uint64_t s = (freeze ? a->a_seed : seed) ^ 0x4c6f5241ull; /* "LoRA": not the base's stream */
+     * zero, so nothing changes yet. Fed-SB's B is drawn the same way as
+     * the rank-in layer it is (uniform in ±1/sqrt(rank), PyTorch's default
+     * for a Linear(rank, out)), from its own stream: then A, R and B each
+     * keep a vector's scale within a constant (about 1/sqrt(3) each), so
+     * R's entries and their steps weigh what a LoRA's do; R starts at zero,
+     * so nothing changes yet either. */
+    uint64_t s = (fedit ? seed : a->a_seed) ^ 0x4c6f5241ull; /* "LoRA": not the base's stream */
+    uint64_t sb = a->a_seed ^ 0x4c6f5242ull;                 /* "LoRB": Fed-SB's B */
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
             if (m->lora_view[r * L + l] < 0) continue;
             int out, in;
             adapter_dims(m, r, &out, &in);
             float bound = 1.0f / sqrtf((float)in);
-            float *A = (freeze ? m->lora_frozen : m->params) + m->lora_a[r * L + l];
+            float *A = (fedit ? m->params : m->lora_frozen) + m->lora_a[r * L + l];
             for (size_t k = 0; k < (size_t)R * in; k++)
                 A[k] = bound * (float)((double)(rng_next(&s) >> 40) / 8388608.0 - 1.0);
+            if (!fedsb) continue;
+            float *B = m->lora_frozen + m->lora_b[r * L + l];
+            bound = 1.0f / sqrtf((float)R);
+            for (size_t k = 0; k < (size_t)out * R; k++)
+                B[k] = bound * (float)((double)(rng_next(&sb) >> 40) / 8388608.0 - 1.0);
         }
     m->table_hash = table_hash(m->views, m->n_views);
     m->cfg.lora = *a;
@@ -232,9 +252,20 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     return 0;
 }
 
+void model_base_changed(Model *m) {
+    free(m->base16);
+    m->base16 = NULL;
+    memset(&m->cpu, 0, sizeof m->cpu);
+}
+
+int model_table_rows(const Model *m) {
+    return m->arch->n_tensors;
+}
+
 void model_free(Model *m) {
-    free(m->base), free(m->base_views);
-    free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_frozen);
+    free(m->base), free(m->base_views), free(m->base16);
+    free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_b);
+    free(m->lora_frozen);
     free(m->params), free(m->grads);
     free(m->m), free(m->v), free(m->mh), free(m->vh);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);

@@ -29,8 +29,8 @@ enum { ARCHES(ARCH_ENUM) ARCH_COUNT };
 
 /* Low-rank adapters (LoRA, as PEFT computes them): beside each adapted
  * projection W (out x in) of the frozen base, y = W x + (alpha / rank) B A x
- * with A (rank x in) and B (out x rank); only A and B train and travel.
- * The projections, by their Hugging Face names: */
+ * with A (rank x in) and B (out x rank); only the adapters train and
+ * travel. The projections, by their Hugging Face names: */
 enum {
     LORA_Q = 1 << 0,    /* q_proj */
     LORA_K = 1 << 1,    /* k_proj */
@@ -42,18 +42,32 @@ enum {
     LORA_ALL = (1 << 7) - 1
 };
 #define LORA_RANK_MAX 1024
+/* What trains and travels, and so what averaging the sites' adapters
+ * averages (a federation's [model] rule):
+ *   fedit  A and B both train (PEFT's LoRA); averaged apart they miss:
+ *          mean(B)·mean(A) is not mean(B·A) (FedIT, the naive baseline)
+ *   ffa    FFA-LoRA: A stays at its draw from a_seed, the same at every
+ *          site, and only B trains: mean(B)·A is mean(B·A) exactly
+ *   fedsb  Fed-SB (LoRA-SB's parametrization): y = W x + s·B·R·A x with A
+ *          and B both at their draws from a_seed and R (rank x rank, zero
+ *          at first) alone training: B·mean(R)·A is mean(B·R·A) exactly,
+ *          in rank² values per adapted projection */
+#define LORA_RULES(X)           X(FEDIT, fedit) X(FFA, ffa) X(FEDSB, fedsb)
+#define LORA_RULE_ENUM(up, low) LORA_RULE_##up,
+enum { LORA_RULES(LORA_RULE_ENUM) LORA_RULE_COUNT };
+#undef LORA_RULE_ENUM
 typedef struct AdapterConfig {
     int rank;          /* 0: none, the whole model trains; else 1..LORA_RANK_MAX */
     float alpha;       /* PEFT's lora_alpha: the adapters' output is scaled by alpha / rank */
     unsigned targets;  /* LORA_* adapted (PEFT's default for the Llama family: q and v) */
     uint64_t base;     /* the frozen base's fingerprint (model_base_fingerprint; 0: not taken) */
     int64_t base_seed; /* the seed a drawn base was drawn from; -1: a pretrained one */
-    /* FFA-LoRA: A stays at its draw from a_seed, the same at every site,
-     * and only B trains and travels, so averaging B averages the sites'
-     * updates B·A exactly (A and B both training, averaged apart, do not:
-     * mean(B)·mean(A) is not mean(B·A)) */
-    int freeze_a;
-    uint64_t a_seed;
+    int rule;          /* LORA_RULE_* */
+    uint64_t a_seed;   /* ffa, fedsb: what the rule freezes is drawn from it at every site */
+    /* the base's matmuls on a bf16 copy of its weights (inputs rounded to
+     * bf16, sums in fp32: ops.h's matmul_*_bf16), the fp32 values kept for
+     * everything else; 0: in fp32 */
+    int base_bf16;
 } AdapterConfig;
 
 typedef struct ModelConfig {
@@ -84,8 +98,10 @@ double model_config_params(const ModelConfig *cfg);
  * with moments_bf16), a frozen base's values (with adapters), and a step's
  * activations and their gradients (the architecture's own layout). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
-/* The adapters' parameters of a configuration (0 without adapters). */
+/* The adapters' values of a configuration, every one held (frozen or
+ * not), and those that train and travel (0 without adapters). */
 double model_adapter_params(const ModelConfig *cfg);
+double model_adapter_trained(const ModelConfig *cfg);
 
 /* presets: tiny, small, base, gpt2-124m (GPT-2); llama-tiny, qwen2-tiny,
  * smollm2-135m, smollm2-360m, llama-3.2-1b, qwen2.5-0.5b (their shapes,
@@ -146,8 +162,9 @@ typedef struct Model {
     const struct Arch *arch;
     /* What trains and travels (the federation's θ, the codecs' sections,
      * AdamW, checkpoints): the architecture's table, or with adapters
-     * (cfg.lora.rank > 0) the adapters' alone, each adapted projection's A
-     * then B, layer by layer. */
+     * (cfg.lora.rank > 0) the adapters' alone, layer by layer, of each
+     * adapted projection what its rule trains: A then B (fedit), B (ffa),
+     * R (fedsb). */
     ParamView *views; /* owned */
     int n_views;
     size_t n_params;
@@ -162,12 +179,19 @@ typedef struct Model {
     int *row_view; /* owned: base view of table row r at layer l (r * L + l), -1 if absent */
     size_t n_base;
     float *base;
-    /* with adapters (owned): B's view of table row r at layer l (r * L + l;
-     * -1: not adapted), A's offset (into params, or into lora_frozen with
-     * freeze_a) */
+    /* with adapters (owned), per table row r at layer l (r * L + l): the
+     * view of what trains last (B, or R with fedsb; -1: not adapted), A's
+     * offset (into params with fedit, else into lora_frozen), B's offset
+     * into lora_frozen (fedsb; NULL otherwise); lora_frozen holds what the
+     * rule freezes (NULL with fedit) */
     int *lora_view;
-    size_t *lora_a;
+    size_t *lora_a, *lora_b;
     float *lora_frozen;
+    /* with adapters over a bf16 base (lora.base_bf16): the base's values
+     * rounded to bf16, made at the first pass (model_base_changed drops
+     * them), and the CPU ops' stream that points at them */
+    uint16_t *base16;
+    CpuStream cpu;
     float *m, *v;      /* AdamW moments, allocated at the first step */
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
@@ -205,21 +229,36 @@ static inline int model_base_n_views(const Model *m) {
  * caller loads it: model_import_base). */
 int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err);
 /* Freezes m's weights as the base and adds adapters: A drawn from seed
- * (a->a_seed with freeze_a) as PEFT draws it (uniform in ±1/sqrt(in)), B
- * zero, so the model
- * computes what it did. The configuration's lora is a with the base's
- * fingerprint, and base_seed -1 (a pretrained base; model_build's drawn
- * one sets its seed). -1 when m has adapters already, or a is not one m's
- * architecture takes. */
+ * (from a->a_seed with ffa and fedsb) as PEFT draws it (uniform in
+ * ±1/sqrt(in)); B zero, or with fedsb drawn from a->a_seed (uniform in
+ * ±1/sqrt(rank)) and R zero; so the model computes what it did. The
+ * configuration's lora is a with the base's fingerprint, and base_seed -1
+ * (a pretrained base; model_build's drawn one sets its seed). -1 when m
+ * has adapters already, or a is not one m's architecture takes. */
 int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *err);
 /* A fingerprint of the base's values (XXH3 of its floats, table order):
  * what a federation of adapters checks every site's base against. */
 uint64_t model_base_fingerprint(const Model *m);
-/* Row r's adapter at layer l: A and B inside what trains (buf: params or
- * grads; A is lora_frozen's with freeze_a, and NULL in grads), their
- * (in, out); 0 when the row is not adapted there. */
-int model_lora_at(const Model *m, const float *buf, int r, int l, const float **A, const float **B,
-                  int *in, int *out);
+/* The base's values were written: its bf16 copy is made again at the next
+ * pass. */
+void model_base_changed(Model *m);
+/* the rows of the architecture's table: r in model_lora_at (and row_view,
+ * lora_view) is 0 to this, less one */
+int model_table_rows(const Model *m);
+/* Row r's adapter at layer l inside what trains (buf: params or grads):
+ * A, R and B, a frozen one lora_frozen's (NULL in grads), R NULL unless
+ * the rule is fedsb; the projection's (in, out). Its update to the
+ * projection is (alpha / rank)·B·A, or (alpha / rank)·B·R·A. 0 when the
+ * row is not adapted there. */
+typedef struct LoraAt {
+    const float *A, *R, *B; /* (rank, in), (rank, rank), (out, rank) */
+    int in, out;
+} LoraAt;
+int model_lora_at(const Model *m, const float *buf, int r, int l, LoraAt *at);
+/* a rule's name ("ffa"), LORA_RULE_* of a name (-1), every name for messages */
+const char *model_lora_rule_name(int rule);
+int model_lora_rule_of(const char *name);
+const char *model_lora_rule_names(void);
 /* "q,v"-style lists of LORA_* (every name, "all"): -1 naming an unknown one */
 int model_lora_targets_parse(const char *list, unsigned *targets, char *err);
 /* the names of targets, comma-separated, into out */

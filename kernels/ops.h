@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Causal attention's shapes: q (B,T,NH·HD) rows of ldq floats, k and v
  * (B,T,NKV·HD) rows of ldkv (GPT-2's packed qkv: all three inside one row
@@ -71,6 +72,31 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
                     int C, int OC);
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC);
+/* The same over a frozen weight held in bf16 (cpu/bf16.c): the input (or
+ * dout) rounded to bf16, the products summed in fp32; on oneDNN's bf16
+ * kernels (AMX, AVX-512 BF16) where the build has it (bf16_matmul_engine
+ * says), else the same values through sgemm. The backward makes dinp
+ * (+=) alone: a frozen weight has no gradient. */
+void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, const float *bias,
+                         int N, int C, int OC);
+void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight, int N, int C,
+                          int OC);
+void bf16_from_float(uint16_t *out, const float *x, size_t n); /* rounded to nearest, ties even */
+/* The fused classifier (as above) over a frozen bf16 output layer: its
+ * logits bf16 products, its softmax and loss in fp32 and fp64; no dwte. */
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+                              const int *targets, int N, int C, int V);
+void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+                              const float *lse, int N, int C, int V);
+const char *bf16_matmul_engine(void);
+/* The CPU table's stream (NULL for none): a frozen table of n values at
+ * f32 held again in bf16. A matmul whose weight lies in it, with no
+ * weight gradient asked, runs on the bf16 copy (matmul_*_bf16). */
+typedef struct CpuStream {
+    const float *f32;
+    const uint16_t *bf16;
+    size_t n;
+} CpuStream;
 void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
                        const float *v, const AttnShape *s);
 /* dq, dk, dv laid out as q, k, v; datt is scratch */

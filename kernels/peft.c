@@ -61,26 +61,50 @@ static const char *proj_name(const Arch *a, unsigned bit, char *out, size_t n) {
     return NULL;
 }
 
-/* The adapters' tensors of m in table order, A then B, under PEFT's names
- * (owned by the caller): n of them. */
-static StTensor *peft_tensors(const Model *m, float *params, int *n) {
-    /* B alone trains with A frozen (FFA-LoRA): A comes from beside the table */
-    int per = m->lora_frozen ? 1 : 2;
-    StTensor *ts = callocCheck((size_t)(m->n_views ? m->n_views * 2 / per : 1), sizeof *ts);
-    int L = m->cfg.L, k = 0, R = m->cfg.lora.rank;
+/* Fed-SB's R folded into A: R·A (rank x in) into out, summed in double,
+ * so that B·(R·A) is the adapter's B·R·A as plain LoRA */
+static void fold_r(const LoraAt *at, int R, float *out) {
+    for (int i = 0; i < R; i++)
+        for (int c = 0; c < at->in; c++) {
+            double d = 0;
+            for (int k = 0; k < R; k++)
+                d += (double)at->R[(size_t)i * R + k] * at->A[(size_t)k * at->in + c];
+            out[(size_t)i * at->in + c] = (float)d;
+        }
+}
+
+/* The adapters of m in table order as PEFT's plain LoRA, A then B, under
+ * its names (owned by the caller): n of them. Fed-SB's R is folded into
+ * A (lora_A = R·A, lora_B = B, lora_alpha unchanged: the same update
+ * s·B·R·A), into *folded (owned by the caller; NULL for the other rules,
+ * whose A and B are the tensors themselves). */
+static StTensor *peft_tensors(const Model *m, float *params, int *n, float **folded) {
+    int adapted = 0, L = m->cfg.L, k = 0, R = m->cfg.lora.rank;
+    LoraAt at;
+    size_t fold_len = 0;
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < m->arch->n_tensors; r++)
+            if (model_lora_at(m, params, r, l, &at)) adapted++, fold_len += (size_t)R * at.in;
+    StTensor *ts = callocCheck((size_t)(adapted ? 2 * adapted : 1), sizeof *ts);
+    int fedsb = m->cfg.lora.rule == LORA_RULE_FEDSB;
+    *folded = fedsb ? callocCheck(fold_len ? fold_len : 1, sizeof(float)) : NULL;
+    size_t at_fold = 0;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
-            const float *A, *B;
-            int in, out;
-            if (!model_lora_at(m, params, r, l, &A, &B, &in, &out)) continue;
+            if (!model_lora_at(m, params, r, l, &at)) continue;
+            const float *A = at.A;
+            if (fedsb) {
+                fold_r(&at, R, *folded + at_fold);
+                A = *folded + at_fold, at_fold += (size_t)R * at.in;
+            }
             char mod[160];
             module_name(m->arch, &m->arch->tensors[r], l, mod, sizeof mod);
             for (int ab = 0; ab < 2; ab++) {
                 StTensor *t = &ts[k++];
                 snprintf(t->name, sizeof t->name, PEFT_PREFIX "%.120s.lora_%c.weight", mod,
                          ab ? 'B' : 'A');
-                t->shape[0] = ab ? out : R, t->shape[1] = ab ? R : in;
-                t->src = (float *)(ab ? B : A);
+                t->shape[0] = ab ? at.out : R, t->shape[1] = ab ? R : at.in;
+                t->src = (float *)(ab ? at.B : A);
             }
         }
     *n = k;
@@ -128,13 +152,14 @@ int model_export_peft(const Model *m, const char *dir, const char *base_name, ch
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     int n, rc = file_mkdir_p(dir, 0755, err);
-    StTensor *ts = peft_tensors(m, m->params, &n);
+    float *folded;
+    StTensor *ts = peft_tensors(m, m->params, &n, &folded);
     char path[1200];
     snprintf(path, sizeof path, "%s/" PEFT_TENSORS, dir);
     if (rc == 0) rc = st_write(path, ts, n, err);
     snprintf(path, sizeof path, "%s/" PEFT_CONFIG, dir);
     if (rc == 0) rc = file_write_atomic(path, text, strlen(text), 0644, err);
-    free(ts), free(text);
+    free(ts), free(folded), free(text);
     return rc;
 }
 
@@ -322,12 +347,18 @@ static int import_peft(Model *m, const char *dir, char *err) {
     int rc = peft_config_parse(text, len, &a, why);
     free(text);
     if (rc != 0) return err_set(err, "%s: %s", path, why);
+    if (m->cfg.lora.rule == LORA_RULE_FEDSB)
+        return err_set(err,
+                       "%s: a PEFT LoRA (lora_A, lora_B) cannot be split into Fed-SB's B·R·A over "
+                       "the frozen B and A its seed draws; go on from it with the fedit rule",
+                       dir);
     if (m->cfg.lora.rank > 0) return err_set(err, "the model has adapters already");
     if (model_add_adapters(m, &a, 0, why) != 0) return err_set(err, "%s: %s", path, why);
     StMap *f = st_map(dir, PEFT_TENSORS, err);
     if (f == NULL) return -1;
     int n;
-    StTensor *ts = peft_tensors(m, m->params, &n);
+    float *folded;
+    StTensor *ts = peft_tensors(m, m->params, &n, &folded); /* fedit: A and B themselves */
     /* every tensor checked before any is read, then none more in the file */
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int i = 0; i < n && rc == 0; i++)
@@ -349,7 +380,7 @@ static int import_peft(Model *m, const char *dir, char *err) {
                          dir, PEFT_TENSORS, key, a.rank, names);
     }
     st_unmap(f);
-    free(ts);
+    free(ts), free(folded);
     return rc;
 }
 
@@ -379,12 +410,19 @@ int model_merge_adapters(const Model *m, Model *out, char *err) {
     }
     memcpy(out->params, m->base, m->n_base * sizeof(float));
     int L = m->cfg.L, R = m->cfg.lora.rank;
-    float s = m->cfg.lora.alpha / (float)R;
+    float s = m->cfg.lora.alpha / (float)R, *ra = NULL;
     for (int l = 0; l < L; l++)
         for (int r = 0; r < m->arch->n_tensors; r++) {
-            const float *pa, *pb;
-            int rows, cols;
-            if (!model_lora_at(m, m->params, r, l, &pa, &pb, &cols, &rows)) continue;
+            LoraAt at;
+            if (!model_lora_at(m, m->params, r, l, &at)) continue;
+            const float *pa = at.A, *pb = at.B;
+            int rows = at.out, cols = at.in;
+            if (at.R) { /* Fed-SB: B·(R·A), as --format peft writes it */
+                free(ra);
+                ra = mallocCheck((size_t)R * cols * sizeof(float));
+                fold_r(&at, R, ra);
+                pa = ra;
+            }
             float *w = arch_w(out, out->params, r, l);
             /* W += s (B A), B A in fp32 as PEFT's merge computes it */
             for (int o = 0; o < rows; o++)
@@ -395,5 +433,6 @@ int model_merge_adapters(const Model *m, Model *out, char *err) {
                     w[(size_t)o * cols + i] += s * d;
                 }
         }
+    free(ra);
     return 0;
 }

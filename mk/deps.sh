@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential pkg-config clang libclang-rt-14-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev
-  libsqlite3-dev sqlite3 libzstd-dev libxxhash-dev libopenblas-dev
+  libsqlite3-dev sqlite3 libzstd-dev libxxhash-dev libopenblas-dev libdnnl-dev
   libjansson-dev libinih-dev libcriterion-dev libmicrohttpd-dev libpcre2-dev libicu-dev
   fortunes fortunes-de fortunes-es fortunes-it
   python3 python3-venv openssl

@@ -10,7 +10,7 @@ set -u
 build=$1 cc=$2 nvcc=$3 cuda=$4
 out="$build/config.mk"
 pkgstamp=$(stat -c %Y /var/lib/dpkg/status 2>/dev/null || echo 0)
-key="3|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
+key="4|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
 if [[ -f "$out" ]] && head -n 1 "$out" | grep -qxF "# key: $key"; then exit 0; fi
 
 dir="$build/probe"
@@ -22,13 +22,16 @@ try_c() { # try_c NAME FLAGS... < program
   "$cc" -o "$dir/$name" "$dir/$name.c" "$@" >/dev/null 2>&1
 }
 
-openblas=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""; grpc_tls13=0
+openblas=0; dnnl=0; openmp=0; have_cuda=0; nccl=0; cuda_home=""; grpc_tls13=0
 mpi=0; mpi_cflags=""; mpi_libs=""
 
 printf '#include <cblas.h>\nint main(void){float x=1;return (int)cblas_sdot(1,&x,1,&x,1)-1;}\n' \
   | try_c openblas -lopenblas && openblas=1
 printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reduction(+:n)\nn+=1;\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n' \
   | try_c openmp -fopenmp && openmp=1
+# oneDNN (Debian's libdnnl): bf16 matmuls on AMX or AVX-512 BF16 for a frozen base
+printf '#include <oneapi/dnnl/dnnl.h>\nint main(void){dnnl_engine_t e;return dnnl_engine_create(&e,dnnl_cpu,0)==dnnl_success?0:1;}\n' \
+  | try_c dnnl -ldnnl && dnnl=1
 
 # gRPC core 1.51 has no C setter for the TLS version; Debian's libgrpc
 # exports the C++ member that sets it (net/NOTES-grpc-core.md). Found or not,
@@ -62,6 +65,7 @@ fi
   echo "# key: $key"
   echo "HAVE_OPENBLAS := $openblas"
   echo "HAVE_OPENMP := $openmp"
+  echo "HAVE_DNNL := $dnnl"
   echo "HAVE_CUDA := $have_cuda"
   echo "HAVE_NCCL := $nccl"
   echo "CUDA_HOME := $cuda_home"

@@ -1,7 +1,7 @@
 /*
  * table.c — ops_cpu, the CPU ops as an Ops table (API: ops.h): each entry
- * is its op with the stream argument every backend's table takes, here
- * ignored.
+ * is its op with the stream argument every backend's table takes: here
+ * NULL, or a CpuStream whose frozen table the matmuls read in bf16.
  */
 #include <string.h>
 
@@ -46,15 +46,27 @@ static void scale_add(float *y, const float *x, float a, size_t N, void *st) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) y[i] += a * x[i];
 }
+/* weight's bf16 copy when the stream holds one for it, else NULL */
+static const uint16_t *held_bf16(const void *st, const float *weight) {
+    const CpuStream *s = st;
+    if (s == NULL || weight < s->f32 || weight >= s->f32 + s->n) return NULL;
+    return s->bf16 + (weight - s->f32);
+}
 static void mm_f(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                  int OC, void *st) {
-    (void)st;
-    matmul_forward(out, inp, weight, bias, N, C, OC);
+    const uint16_t *w16 = held_bf16(st, weight);
+    if (w16)
+        matmul_forward_bf16(out, inp, w16, bias, N, C, OC);
+    else
+        matmul_forward(out, inp, weight, bias, N, C, OC);
 }
 static void mm_b(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                  const float *weight, int N, int C, int OC, void *st) {
-    (void)st;
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    const uint16_t *w16 = dweight == NULL && dbias == NULL ? held_bf16(st, weight) : NULL;
+    if (w16)
+        matmul_backward_bf16(dinp, dout, w16, N, C, OC);
+    else
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 static void att_f(float *out, float *preatt, float *att, const float *q, const float *k,
                   const float *v, const AttnShape *s, void *st) {
@@ -102,13 +114,17 @@ static void res_b(float *da, float *db, const float *dout, size_t N, void *st) {
 }
 static float cls_f(float *losses, float *lse, const float *h, const float *w, const int *targets,
                    int N, int C, int V, void *st) {
-    (void)st;
-    return classifier_forward(losses, lse, h, w, targets, N, C, V);
+    const uint16_t *w16 = held_bf16(st, w);
+    return w16 ? classifier_forward_bf16(losses, lse, h, w16, targets, N, C, V)
+               : classifier_forward(losses, lse, h, w, targets, N, C, V);
 }
 static void cls_b(float *dh, float *dw, const float *h, const float *w, const int *targets,
                   const float *lse, int N, int C, int V, void *st) {
-    (void)st;
-    classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
+    const uint16_t *w16 = dw == NULL ? held_bf16(st, w) : NULL;
+    if (w16)
+        classifier_backward_bf16(dh, h, w16, targets, lse, N, C, V);
+    else
+        classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
 }
 
 const Ops ops_cpu = {

@@ -3,8 +3,9 @@
  * (model_config_parse in kernels/config.c): a site builds whatever a
  * coordinator's Hello describes, and a checkpoint's metadata carries the
  * same JSON. An accepted description must be one model_config_params can
- * size within the 4 billion parameters the check promises, and survive
- * being written and read again unchanged.
+ * size within the 4 billion parameters the check promises (the adapters'
+ * values, frozen or not, counted), and survive being written and read
+ * again unchanged (its adapters' rule and draw included).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = model_config_json(&c);
     if (model_config_parse(text, strlen(text), &again, err) != 0) abort();
     if (again.arch != c.arch || again.L != c.L || again.NKV != c.NKV || again.Vp != c.Vp) abort();
+    if (again.lora.rank != c.lora.rank || again.lora.rule != c.lora.rule ||
+        again.lora.a_seed != c.lora.a_seed || again.lora.targets != c.lora.targets)
+        abort();
+    if (c.lora.rank > 0 && model_adapter_trained(&c) > model_adapter_params(&c)) abort();
     free(text);
     return 0;
 }

@@ -316,11 +316,24 @@ int main(int argc, char **argv) {
         }
         free(cj), free(mb);
     }
-    /* fuzz_model_config: a GPT-2's description and a Llama's */
-    for (int k = 0; k < 2; k++) {
-        char *text = model_config_json(hcs[k]);
-        put(dir_of(root, "fuzz_model_config"), k ? "llama" : "gpt2", NULL, 0, (const uint8_t *)text,
-            strlen(text));
+    /* fuzz_model_config: a GPT-2's description and a Llama's, and the
+     * Llama with adapters under each rule */
+    for (int k = 0; k < 2 + LORA_RULE_COUNT; k++) {
+        ModelConfig c = *hcs[k ? 1 : 0];
+        char name[32];
+        snprintf(name, sizeof name, "%s", k ? "llama" : "gpt2");
+        if (k >= 2) {
+            c.lora = (AdapterConfig){.rank = 2,
+                                     .alpha = 4,
+                                     .targets = LORA_Q | LORA_DOWN,
+                                     .base = 0x1234,
+                                     .base_seed = 1,
+                                     .rule = k - 2,
+                                     .a_seed = 9};
+            snprintf(name, sizeof name, "llama-%s", model_lora_rule_name(k - 2));
+        }
+        char *text = model_config_json(&c);
+        put(dir_of(root, "fuzz_model_config"), name, NULL, 0, (const uint8_t *)text, strlen(text));
         free(text);
     }
     /* fuzz_hf_index: an index of two shards */

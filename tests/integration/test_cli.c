@@ -329,3 +329,27 @@ Test(cli, help_names_every_preset_recipe_codec_and_format) {
     proc_result_free(&init), proc_result_free(&train), proc_result_free(&demo);
     proc_result_free(&exp);
 }
+
+/* strait demo --finetune's own flags are checked before anything runs:
+ * the base readable, a site per language at most, --base and --lr only
+ * with it */
+Test(cli, the_finetune_demos_flags_are_checked_before_anything_runs) {
+    const char *cases[][5] = {
+        {"--base", "x.gguf", NULL, NULL, "--base and --lr go with --finetune"},
+        {"--lr", "1e-3", NULL, NULL, "--base and --lr go with --finetune"},
+        {"--finetune", "--lr", "2", NULL, "--lr is between 0 and 1"},
+        {"--finetune", "--sites", "5", NULL, "--finetune takes 1 to 4 sites, one per language"},
+        {"--finetune", "--base", "/nonexistent.gguf", NULL,
+         "cannot read the base /nonexistent.gguf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {(char *)harness_strait_bin(), "demo",
+                        (char *)cases[i][0],          (char *)cases[i][1],
+                        (char *)cases[i][2],          NULL};
+        ProcResult r = proc_run(argv);
+        cr_assert_eq(r.status, 2, "case %zu: status %d, stderr: %s", i, r.status, r.err);
+        cr_assert_eq(harness_count_lines(r.err), 1, "case %zu: %s", i, r.err);
+        cr_assert_not_null(strstr(r.err, cases[i][4]), "case %zu: %s", i, r.err);
+        proc_result_free(&r);
+    }
+}

@@ -186,60 +186,81 @@ Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .tim
  * plain mean; the models stay identical without any error feedback. */
 /* Adapters federate as the whole model does: the round's model is the
  * adapters alone (over the base the seed draws, which every site draws
- * again and checks), one model everywhere, held-out loss falls, and an
- * update is the adapters' size. */
-Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
+ * again and checks, so it stays bit-identical), one model everywhere,
+ * held-out loss falls, and an update is the size of what the rule
+ * trains. */
+static void lora_federation(const char *rule, int want_rule, size_t values, double drop) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedlora");
-    ProcResult r =
-        harness_strait("demo", "--sites", "2", "--rounds", "3", "--model", "llama-tiny", "--steps",
-                       "30", "--lora-rank", "4", "--lora-targets", "all", "--dir", root);
+    ProcResult r = harness_strait("demo", "--sites", "2", "--rounds", "3", "--model", "llama-tiny",
+                                  "--steps", "30", "--lora-rank", "4", "--lora-targets", "all",
+                                  "--lora-rule", rule, "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
     Model m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
-    /* B alone (FFA-LoRA, a federation's default: A frozen at the seed's
-     * draw): rank 4 on all seven projections of two layers of 64 channels,
-     * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64 */
-    size_t adapters = 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64);
     cr_assert_eq(m.cfg.lora.rank, 4);
-    cr_assert(m.cfg.lora.freeze_a && m.lora_frozen != NULL, "A is frozen");
-    cr_assert_eq(m.n_params, adapters, "the round's model holds %zu values", m.n_params);
+    cr_assert(m.cfg.lora.rule == want_rule && m.lora_frozen != NULL, "%s: A is frozen", rule);
+    cr_assert_eq(m.n_params, values, "the round's model holds %zu values", m.n_params);
     cr_assert_eq(m.cfg.lora.base_seed, 1, "the base is the one [model] seed draws");
     cr_assert_eq(model_base_fingerprint(&m), m.cfg.lora.base);
     model_free(&m);
     double first = held_out_of(root, "fed/checkpoints/round-000000.safetensors");
     double last = held_out_of(root, "fed/checkpoints/round-000002.safetensors");
-    cr_assert_lt(last, first - 0.01, "held-out loss %g after round 0, %g after round 2", first,
-                 last);
+    cr_assert_lt(last, first - drop, "%s: held-out loss %g after round 0, %g after round 2", rule,
+                 first, last);
     assert_models_identical(root, 2, 3);
     char db[800], err[ERR_LEN];
     snprintf(db, sizeof db, "%s/fed/%s", root, STORE_DB_FILE);
     Store *s = store_open(db, STORE_READONLY, err);
     cr_assert_not_null(s, "%s", err);
-    StoreRound rd;
-    cr_assert_eq(store_round_get(s, 2, &rd, err), 0, "%s", err);
-    StoreUpdate *ups;
-    size_t nu;
-    cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
-    cr_assert_eq(nu, 2);
-    for (size_t i = 0; i < nu; i++) cr_assert_eq(ups[i].raw_bytes, (int64_t)(4 * adapters));
-    free(ups);
+    for (int n = 0; n < 3; n++) {
+        StoreRound rd;
+        cr_assert_eq(store_round_get(s, n, &rd, err), 0, "%s", err);
+        cr_assert_str_eq(rd.state, "committed");
+        StoreUpdate *ups;
+        size_t nu;
+        cr_assert_eq(store_updates_list(s, rd.id, &ups, &nu, err), 0, "%s", err);
+        cr_assert_eq(nu, 2);
+        for (size_t i = 0; i < nu; i++)
+            cr_assert_eq(ups[i].raw_bytes, (int64_t)(4 * values), "%s: round %d's update is %lld",
+                         rule, n, (long long)ups[i].raw_bytes);
+        free(ups);
+    }
     store_close(s);
     harness_rmtree(root);
     free(root);
+}
+
+/* B alone (FFA-LoRA, a federation's default: A frozen at the seed's
+ * draw): rank 4 on all seven projections of two layers of 64 channels,
+ * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64 */
+Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
+    lora_federation("ffa", LORA_RULE_FFA, 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64), 0.01);
+}
+
+/* Fed-SB: R alone, 4 x 4 for each of the fourteen adapted projections,
+ * whatever their sides */
+Test(federation, a_fedsb_federation_moves_only_the_r_between_frozen_factors, .timeout = 300) {
+    lora_federation("fedsb", LORA_RULE_FEDSB, 2 * 7 * 4 * 4, 0.01);
 }
 
 /* The adapters' flags reach the federation: --lora-rule says which rule
  * federation.ini holds, a wrong one is refused by name */
 Test(federation, the_lora_flags_reach_federation_ini) {
     char *root = harness_tmpdir("lorarule");
-    const char *rules[] = {"fedit", "ffa"};
-    for (int i = 0; i < 2; i++) {
+    const char *rules[] = {"fedit", "ffa", "fedsb"};
+    for (int i = 0; i < 3; i++) {
         char fed[700], ini[800], err[ERR_LEN];
         snprintf(fed, sizeof fed, "%s/fed-%s", root, rules[i]);
-        ProcResult r =
-            harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4", "--lora-alpha",
-                           "8", "--lora-targets", "q,o,down", "--lora-rule", rules[i]);
+        /* the base in bf16 unless f32 is said (fedit's here) */
+        const char *dtype = i == 0 ? "f32" : "bf16";
+        ProcResult r = i == 0
+                           ? harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
+                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                            "--lora-rule", rules[i], "--lora-base-dtype", "f32")
+                           : harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
+                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                            "--lora-rule", rules[i]);
         cr_assert_eq(r.status, 0, "%s", r.err);
         proc_result_free(&r);
         snprintf(ini, sizeof ini, "%s/federation.ini", fed);
@@ -250,12 +271,18 @@ Test(federation, the_lora_flags_reach_federation_ini) {
         cr_assert_str_eq(config_get_str(c, "model", "alpha", ""), "8");
         cr_assert_str_eq(config_get_str(c, "model", "targets", ""), "q,o,down");
         cr_assert_str_eq(config_get_str(c, "model", "rule", ""), rules[i]);
+        cr_assert_str_eq(config_get_str(c, "model", "base_dtype", ""), dtype);
         config_free(c);
     }
     ProcResult r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
                                   "--lora-rule", "fedex", "--force");
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "--lora-rule"), "%s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
+                       "--lora-base-dtype", "fp8", "--force");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--lora-base-dtype is bf16"), "%s", r.err);
     proc_result_free(&r);
     r = harness_strait("init", root, "--model", "tiny", "--lora-rank", "4", "--force");
     cr_assert_eq(r.status, 2, "a GPT-2 took adapters: %s", r.out);
@@ -426,7 +453,11 @@ Test(federation, demo_stops_when_a_site_dies, .timeout = 300) {
     while (proc_read_line(fd, line, sizeof line, 60000) >= 0 && !strstr(line, "site-2 joined")) {
     }
     snprintf(site_dir, sizeof site_dir, "%s/site-2", root);
-    int site = find_process("site run", site_dir);
+    /* the demo says so once it has started the process, which may not
+     * have become `site run` yet */
+    int site = 0;
+    for (int i = 0; i < 100 && (site = find_process("site run", site_dir)) <= 0; i++)
+        usleep(100000);
     cr_assert_gt(site, 0, "no site-2 process");
     kill(site, SIGKILL);
     /* the demo ends (it would have trained 100 rounds); it does not wait */

@@ -442,31 +442,60 @@ static char *ids_file(const char *dir, int V, int *ids) {
     return path;
 }
 
-Test(transformers, peft_loads_straits_adapter_over_its_base_with_the_same_logits, .timeout = 600) {
-    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
-    char *dir = harness_tmpdir("peft-out"), err[ERR_LEN], base[1200], adapter[1200], lg[1200];
-    Model m, b;
-    adapted(&m, &b, LORA_ALL);
+/* m's adapters exported for PEFT over b, its base as a Hugging Face
+ * folder: PEFT's logits over them are Strait's */
+static void peft_loads(Model *m, Model *b, const char *tag) {
+    char *dir = harness_tmpdir(tag), err[ERR_LEN], base[1200], adapter[1200], lg[1200];
     snprintf(base, sizeof base, "%s/base", dir);
     snprintf(adapter, sizeof adapter, "%s/adapter", dir);
     snprintf(lg, sizeof lg, "%s/strait.logits", dir);
-    cr_assert_eq(model_export_hf(&b, base, NULL, err), 0, "%s", err);
-    cr_assert_eq(model_export_peft(&m, adapter, base, err), 0, "%s", err);
+    cr_assert_eq(model_export_hf(b, base, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_export_peft(m, adapter, base, err), 0, "%s", err);
     int ids[N_IDS];
-    char *ids_path = ids_file(dir, m.cfg.V, ids);
-    float *ours = logits(&m);
-    cr_assert_eq(file_write_atomic(lg, ours, sizeof(float) * N_IDS * m.cfg.V, 0644, err), 0, "%s",
+    char *ids_path = ids_file(dir, m->cfg.V, ids);
+    float *ours = logits(m);
+    cr_assert_eq(file_write_atomic(lg, ours, sizeof(float) * N_IDS * m->cfg.V, 0644, err), 0, "%s",
                  err);
     char *out = peft_check("load", base, adapter, ids_path, lg);
     double d = -1, e = -1;
     cr_assert_eq(sscanf(out, "ok max_diff %lf base_diff %lf", &d, &e), 2, "%s", out);
-    fprintf(stderr, "PEFT over Strait's adapter: logits differ by %g (the adapter moves them %g)\n",
-            d, e);
+    fprintf(stderr,
+            "PEFT over Strait's adapter (%s): logits differ by %g (the adapter moves them %g)\n",
+            model_lora_rule_name(m->cfg.lora.rule), d, e);
     cr_assert_lt(d, 1e-4, "PEFT's logits differ from Strait's by %g", d);
     cr_assert_gt(e, 1e-3, "the adapter changed nothing in PEFT (%g)", e);
     free(out), free(ours), free(ids_path);
-    model_free(&m), model_free(&b);
     harness_rmtree(dir), free(dir);
+}
+
+Test(transformers, peft_loads_straits_adapter_over_its_base_with_the_same_logits, .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    Model m, b;
+    adapted(&m, &b, LORA_ALL);
+    peft_loads(&m, &b, "peft-out");
+    model_free(&m), model_free(&b);
+}
+
+/* Fed-SB's adapters go out as plain LoRA, R folded into lora_A: PEFT
+ * computes what Strait's B·R·A does */
+Test(transformers, peft_loads_straits_fedsb_adapter_as_plain_lora_with_the_same_logits,
+     .timeout = 600) {
+    if (getenv("STRAIT_HF_PYTHON") == NULL) cr_skip_test("make test-hf runs this one");
+    Model m, b;
+    char err[ERR_LEN];
+    ModelConfig cfg = adapted_config(LORA_ALL);
+    cfg.lora.rule = LORA_RULE_FEDSB, cfg.lora.a_seed = 3;
+    cr_assert_eq(model_build(&m, &cfg, 7, err), 0, "%s", err);
+    uint64_t s = 5;
+    for (size_t k = 0; k < m.n_params; k++) { /* R, drawn nonzero */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        m.params[k] = 0.5f * ((float)(s >> 40) / 8388608.0f - 1.0f);
+    }
+    memset(&cfg.lora, 0, sizeof cfg.lora);
+    cr_assert_eq(model_build(&b, &cfg, 7, err), 0, "%s", err);
+    cr_assert_eq(memcmp(b.params, m.base, m.n_base * sizeof(float)), 0);
+    peft_loads(&m, &b, "peft-fedsb");
+    model_free(&m), model_free(&b);
 }
 
 Test(transformers, strait_imports_an_adapter_peft_trained_with_the_same_logits, .timeout = 600) {

@@ -18,6 +18,7 @@
 #include "kernels/model.h"
 #include "kernels/sampler.h"
 #include "kernels/formats.h"
+#include "kernels/gguf.h"
 #include "kernels/data.h"
 #include "kernels/train.h"
 #include "tests/harness.h"
@@ -445,55 +446,243 @@ Test(adapters, every_adapter_gradient_matches_finite_differences, .timeout = 180
     }
 }
 
-Test(adapters, with_a_frozen_every_b_gradient_matches_finite_differences, .timeout = 180) {
-    Model m = preset_model("llama-tiny", 7);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
-    AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_ALL, .freeze_a = 1, .a_seed = 5};
-    char err[ERR_LEN];
-    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
-    cr_assert_eq(m.n_views, 7 * m.cfg.L, "B alone trains: one view per adapted projection");
-    for (int v = 0; v < m.n_views; v++) cr_assert(strstr(m.views[v].name, "lora_B"));
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
-    every_tensor_gradient(&m);
-    model_free(&m);
+/* FFA-LoRA trains B alone over a frozen A; Fed-SB trains R alone between
+ * a frozen A and B (R nonzero, so the path through it to the earlier
+ * layers' adapters carries gradient too) */
+Test(adapters, with_a_or_a_and_b_frozen_every_trained_gradient_matches_finite_differences,
+     .timeout = 180) {
+    const int rules[] = {LORA_RULE_FFA, LORA_RULE_FEDSB};
+    for (int k = 0; k < 2; k++) {
+        Model m = preset_model("llama-tiny", 7);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+        AdapterConfig a = {
+            .rank = 4, .alpha = 8, .targets = LORA_ALL, .rule = rules[k], .a_seed = 5};
+        char err[ERR_LEN];
+        cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+        cr_assert_eq(m.n_views, 7 * m.cfg.L, "one trained view per adapted projection");
+        /* R's few values (16 a projection) carry a weaker directional
+         * derivative than B's; larger frozen factors lift it (k's R:
+         * 1e-4 at their draw, under what the float loss resolves) */
+        size_t frozen = (size_t)model_adapter_params(&m.cfg) - m.n_params;
+        if (k == 1)
+            for (size_t i = 0; i < frozen; i++) m.lora_frozen[i] *= 4;
+        for (int v = 0; v < m.n_views; v++)
+            cr_assert(strstr(m.views[v].name, k ? "lora_R" : "lora_B"), "%s", m.views[v].name);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
+        every_tensor_gradient(&m);
+        model_free(&m);
+    }
 }
 
-/* What FFA-LoRA is for: with A frozen at one draw, the mean of the sites'
- * B is their updates' mean exactly (s·mean(B)·A = mean(s·B·A)); with A
- * trained too (FedIT), mean(B)·mean(A) is not mean(B·A). */
-Test(adapters, averaging_b_over_a_frozen_a_is_exact_and_averaging_both_is_not) {
-    for (int freeze = 1; freeze >= 0; freeze--) {
-        Model site[2];
-        AdapterConfig a = {
-            .rank = 4, .alpha = 8, .targets = LORA_Q, .freeze_a = freeze, .a_seed = 9};
-        char err[ERR_LEN];
-        for (int k = 0; k < 2; k++) {
-            site[k] = preset_model("llama-tiny", 7);
-            cr_assert_eq(model_add_adapters(&site[k], &a, 20 + k, err), 0, "%s", err);
-            for (size_t i = 0; i < site[k].n_params; i++) site[k].params[i] += 0.3f * urand();
-        }
-        const float *A0, *B0, *A1, *B1;
-        int in, out;
-        cr_assert(model_lora_at(&site[0], site[0].params, 2, 0, &A0, &B0, &in, &out));
-        cr_assert(model_lora_at(&site[1], site[1].params, 2, 0, &A1, &B1, &in, &out));
-        if (freeze) cr_assert_eq(memcmp(A0, A1, sizeof(float) * 4 * in), 0, "one A everywhere");
-        double worst = 0;
-        for (int o = 0; o < out; o++)
-            for (int i = 0; i < in; i++) {
-                double mean_of = 0, of_mean = 0; /* mean(B A) and mean(B) mean(A) */
-                for (int r = 0; r < 4; r++) {
-                    mean_of += 0.5 * ((double)B0[o * 4 + r] * A0[r * in + i] +
-                                      (double)B1[o * 4 + r] * A1[r * in + i]);
-                    of_mean += 0.5 * ((double)B0[o * 4 + r] + B1[o * 4 + r]) * 0.5 *
-                               ((double)A0[r * in + i] + A1[r * in + i]);
+/* The rule the aggregation must keep: the aggregate of the sites'
+ * adapters (their plain mean, value by value: what FedAvg of the table
+ * computes) updates each adapted projection by the mean of the sites'
+ * updates, ΔW = s·B·A (fedit, ffa) or s·B·R·A (fedsb), computed here in
+ * double from the factors. With A frozen (ffa), or A and B (fedsb), it
+ * does to float rounding (the mean is rounded to float once, about 1e-7
+ * relative: 1e-6 is the tolerance); FedIT's mean(B)·mean(A) misses by far
+ * more. Returns the worst relative miss, ‖ΔW_agg − mean ΔW‖ / ‖mean ΔW‖,
+ * over the adapted projections. */
+static double aggregate_miss(int rule, int N) {
+    Model site[8], agg;
+    AdapterConfig a = {
+        .rank = 4, .alpha = 8, .targets = LORA_Q | LORA_V | LORA_DOWN, .rule = rule, .a_seed = 9};
+    char err[ERR_LEN];
+    for (int k = 0; k <= N; k++) { /* N sites, and the aggregate, from one start */
+        Model *m = k < N ? &site[k] : &agg;
+        *m = preset_model("llama-tiny", 7);
+        cr_assert_eq(model_add_adapters(m, &a, 20, err), 0, "%s", err);
+        if (k < N) /* each site's training moved what it trains */
+            for (size_t i = 0; i < m->n_params; i++) m->params[i] += 0.3f * urand();
+    }
+    for (size_t i = 0; i < agg.n_params; i++) {
+        double sum = 0;
+        for (int k = 0; k < N; k++) sum += site[k].params[i];
+        agg.params[i] = (float)(sum / N);
+    }
+    double worst = 0, s = 8.0 / 4;
+    int matrices = 0;
+    for (int l = 0; l < agg.cfg.L; l++)
+        for (int r = 0; r < model_table_rows(&agg); r++) {
+            LoraAt at[9];
+            if (!model_lora_at(&agg, agg.params, r, l, &at[N])) continue;
+            for (int k = 0; k < N; k++)
+                cr_assert(model_lora_at(&site[k], site[k].params, r, l, &at[k]));
+            int in = at[N].in, out = at[N].out;
+            double diff = 0, norm = 0;
+            for (int o = 0; o < out; o++)
+                for (int i = 0; i < in; i++) {
+                    double dw[9] = {0}; /* ΔW[o][i] of each site, and of the aggregate */
+                    for (int k = 0; k <= N; k++)
+                        for (int j = 0; j < 4; j++) {
+                            double ra = 0; /* (R A)[j][i], or A[j][i] */
+                            if (at[k].R)
+                                for (int q = 0; q < 4; q++)
+                                    ra += (double)at[k].R[j * 4 + q] * at[k].A[q * in + i];
+                            else
+                                ra = at[k].A[j * in + i];
+                            dw[k] += s * at[k].B[o * 4 + j] * ra;
+                        }
+                    double mean = 0;
+                    for (int k = 0; k < N; k++) mean += dw[k] / N;
+                    diff += (dw[N] - mean) * (dw[N] - mean), norm += mean * mean;
                 }
-                worst = fmax(worst, fabs(mean_of - of_mean));
+            cr_assert_gt(norm, 0, "the sites' updates are not zero");
+            worst = fmax(worst, sqrt(diff / norm));
+            matrices++;
+        }
+    cr_assert_eq(matrices, 3 * agg.cfg.L);
+    for (int k = 0; k < N; k++) model_free(&site[k]);
+    model_free(&agg);
+    return worst;
+}
+
+Test(adapters, the_aggregate_update_is_the_sites_mean_update_for_ffa_and_fedsb_not_fedit) {
+    for (int N = 2; N <= 8; N++) {
+        double ffa = aggregate_miss(LORA_RULE_FFA, N), fedsb = aggregate_miss(LORA_RULE_FEDSB, N),
+               fedit = aggregate_miss(LORA_RULE_FEDIT, N);
+        cr_assert_leq(ffa, 1e-6, "ffa, %d sites: the aggregate's update is %g off (relative)", N,
+                      ffa);
+        cr_assert_leq(fedsb, 1e-6, "fedsb, %d sites: the aggregate's update is %g off", N, fedsb);
+        cr_assert_geq(fedit, 1e-2, "fedit, %d sites: averaged apart it should miss: %g", N, fedit);
+    }
+}
+
+/* What travels with Fed-SB is R alone: rank² values per adapted
+ * projection, whatever its sides; A and B lie beside the table, drawn
+ * from a_seed, the same at every site (FFA's A is the same draw). */
+Test(adapters, fedsb_trains_and_moves_rank_squared_values_per_adapted_projection) {
+    char err[ERR_LEN];
+    Model m[3];
+    const int rules[] = {LORA_RULE_FEDSB, LORA_RULE_FEDSB, LORA_RULE_FFA};
+    for (int k = 0; k < 3; k++) {
+        m[k] = preset_model("llama-tiny", 7);
+        AdapterConfig a = {
+            .rank = 4, .alpha = 4, .targets = LORA_ALL, .rule = rules[k], .a_seed = 5};
+        cr_assert_eq(model_add_adapters(&m[k], &a, 100 + k, err), 0, "%s", err);
+        cr_assert_eq((double)m[k].n_params, model_adapter_trained(&m[k].cfg));
+    }
+    int adapted = 0;
+    for (int l = 0; l < m[0].cfg.L; l++)
+        for (int r = 0; r < model_table_rows(&m[0]); r++) {
+            LoraAt at, at1, ffa, g;
+            if (!model_lora_at(&m[0], m[0].params, r, l, &at)) continue;
+            adapted++;
+            cr_assert(model_lora_at(&m[1], m[1].params, r, l, &at1));
+            cr_assert(model_lora_at(&m[2], m[2].params, r, l, &ffa));
+            cr_assert(model_lora_at(&m[0], m[0].grads, r, l, &g));
+            cr_assert(g.A == NULL && g.B == NULL && g.R != NULL, "R alone has a gradient");
+            cr_assert_eq(at.R - m[0].params, g.R - m[0].grads, "R is in the table");
+            for (int i = 0; i < 16; i++) cr_assert_eq(at.R[i], 0.0f, "R starts at zero");
+            cr_assert_eq(memcmp(at.A, at1.A, sizeof(float) * 4 * at.in), 0, "one A everywhere");
+            cr_assert_eq(memcmp(at.B, at1.B, sizeof(float) * 4 * at.out), 0, "one B everywhere");
+            cr_assert_eq(memcmp(at.A, ffa.A, sizeof(float) * 4 * at.in), 0, "FFA's A");
+            double bound = 1 / sqrt(4.0), sq = 0;
+            for (int i = 0; i < 4 * at.out; i++) {
+                cr_assert_leq(fabs(at.B[i]), bound, "B in ±1/sqrt(rank)");
+                sq += (double)at.B[i] * at.B[i];
             }
-        if (freeze)
-            cr_assert_lt(worst, 1e-12, "over one A, averaging B is exact: %g off", worst);
-        else
-            cr_assert_gt(worst, 1e-3, "A and B averaged apart should miss: %g", worst);
-        model_free(&site[0]), model_free(&site[1]);
+            /* uniform in ±1/2: a variance of 1/12 */
+            cr_assert_float_eq(sq / (4 * at.out), 1.0 / 12, 0.02, "B's variance");
+        }
+    cr_assert_eq(adapted, 7 * m[0].cfg.L);
+    cr_assert_eq(m[0].n_views, adapted);
+    cr_assert_eq(m[0].n_params, (size_t)adapted * 4 * 4, "the table is rank² per projection");
+    /* llama-tiny's projections (in, out): q and o (64, 64), k and v (64,
+     * 32), gate and up (64, 176), down (176, 64); A and B beside the table */
+    cr_assert_eq(model_adapter_params(&m[0].cfg),
+                 (double)m[0].cfg.L *
+                     (4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 176) * 3 + 7 * 16));
+    for (int k = 0; k < 3; k++) model_free(&m[k]);
+}
+
+/* A checkpoint of Fed-SB's adapters reads back as the same model: R from
+ * the file, A and B drawn again from its a_seed, the base from its seed */
+Test(adapters, a_fedsb_checkpoint_reads_back_bit_for_bit, .timeout = 60) {
+    char *dir = harness_tmpdir("fedsb"), path[700], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    Model m = preset_model("llama-tiny", 7), back;
+    AdapterConfig a = {
+        .rank = 4, .alpha = 4, .targets = LORA_Q | LORA_O, .rule = LORA_RULE_FEDSB, .a_seed = 3};
+    cr_assert_eq(model_add_adapters(&m, &a, 1, err), 0, "%s", err);
+    m.cfg.lora.base_seed = 7; /* drawn: as strait train marks it */
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] = 0.2f * urand();
+    cr_assert_eq(model_save(&m, path, 3, err), 0, "%s", err);
+    ModelConfig cfg;
+    cr_assert_eq(model_read_config(path, &cfg, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_load_checkpoint(&back, &cfg, path, NULL, err), 0, "%s", err);
+    cr_assert(back.cfg.lora.rule == LORA_RULE_FEDSB && back.cfg.lora.a_seed == 3);
+    cr_assert_eq(back.n_params, m.n_params);
+    cr_assert_eq(memcmp(back.params, m.params, m.n_params * 4), 0);
+    int ctx[5] = {1, 2, 3, 4, 5};
+    float *l0 = malloc(m.cfg.Vp * 4), *l1 = malloc(m.cfg.Vp * 4);
+    model_next_logits(&m, ctx, 5, l0), model_next_logits(&back, ctx, 5, l1);
+    cr_assert_eq(memcmp(l0, l1, m.cfg.V * 4), 0, "the same logits");
+    free(l0), free(l1);
+    model_free(&m), model_free(&back);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* --format peft writes Fed-SB's adapters as plain LoRA (lora_A = R·A,
+ * lora_B = B, the same alpha), which PEFT's arithmetic, W x + s·B·A' x,
+ * and --merge, W + s·B·(R·A), both compute as the Fed-SB model does; a
+ * PEFT folder does not go into a Fed-SB model */
+Test(adapters, fedsb_goes_out_as_plain_lora_with_the_same_update, .timeout = 60) {
+    char *dir = harness_tmpdir("fedsbpeft"), err[ERR_LEN];
+    Model m = preset_model("llama-tiny", 7), plain = preset_model("llama-tiny", 7), merged;
+    AdapterConfig a = {
+        .rank = 4, .alpha = 6, .targets = LORA_ALL, .rule = LORA_RULE_FEDSB, .a_seed = 3};
+    cr_assert_eq(model_add_adapters(&m, &a, 1, err), 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] = 0.5f * urand();
+    cr_assert_eq(model_export_peft(&m, dir, NULL, err), 0, "%s", err);
+    cr_assert_eq(model_import_peft(&plain, dir, err), 0, "%s", err);
+    cr_assert(plain.cfg.lora.rule == LORA_RULE_FEDIT && plain.cfg.lora.rank == 4 &&
+              plain.cfg.lora.alpha == 6 && plain.cfg.lora.targets == LORA_ALL);
+    cr_assert_eq(model_merge_adapters(&m, &merged, err), 0, "%s", err);
+    int ctx[6] = {5, 9, 2, 7, 1, 3};
+    float *want = malloc(m.cfg.Vp * 4), *got = malloc(m.cfg.Vp * 4), *base = malloc(m.cfg.Vp * 4);
+    Model bare = preset_model("llama-tiny", 7);
+    model_next_logits(&bare, ctx, 6, base);
+    model_next_logits(&m, ctx, 6, want);
+    double moved = 0;
+    for (int v = 0; v < m.cfg.V; v++) moved = fmax(moved, fabs(want[v] - base[v]));
+    cr_assert_gt(moved, 1e-2, "the adapters change the logits (%g)", moved);
+    Model *others[] = {&plain, &merged};
+    for (int k = 0; k < 2; k++) {
+        model_next_logits(others[k], ctx, 6, got);
+        for (int v = 0; v < m.cfg.V; v++)
+            cr_assert_float_eq(got[v], want[v], 1e-5 + 1e-5 * fabs(want[v]), "%s: logit %d",
+                               k ? "merged" : "PEFT's", v);
+    }
+    /* and back in: refused by name */
+    Model again = preset_model("llama-tiny", 7);
+    cr_assert_eq(model_add_adapters(&again, &a, 1, err), 0, "%s", err);
+    cr_assert_neq(model_import_peft(&again, dir, err), 0);
+    cr_assert(strstr(err, "Fed-SB") && strstr(err, "B·R·A"), "%s", err);
+    free(want), free(got), free(base);
+    model_free(&m), model_free(&plain), model_free(&merged), model_free(&bare);
+    harness_rmtree(dir);
+    free(dir);
+}
+
+/* Every rule starts as a no-op: B zero (fedit, ffa) or R zero (fedsb), so
+ * the adapted model's logits are its base's, bit for bit */
+Test(adapters, every_rule_starts_with_the_base_logits_bit_for_bit) {
+    int ctx[7] = {3, 1, 4, 1, 5, 9, 2};
+    for (int rule = 0; rule < LORA_RULE_COUNT; rule++) {
+        Model m = preset_model("llama-tiny", 7);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+        float *base = malloc(m.cfg.Vp * 4), *adapted = malloc(m.cfg.Vp * 4);
+        model_next_logits(&m, ctx, 7, base);
+        AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_ALL, .rule = rule, .a_seed = 2};
+        char err[ERR_LEN];
+        cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+        model_next_logits(&m, ctx, 7, adapted);
+        cr_assert_eq(memcmp(base, adapted, m.cfg.V * 4), 0, "%s: not the base's logits",
+                     model_lora_rule_name(rule));
+        free(base), free(adapted);
+        model_free(&m);
     }
 }
 
@@ -570,6 +759,70 @@ Test(adapters, what_the_configuration_claims_is_checked) {
     cr_assert_neq(model_add_adapters(&g, &a, 1, err), 0);
     cr_assert(strstr(err, "Llama family"), "%s", err);
     model_free(&g);
+}
+
+/* The rule travels in the configuration (a checkpoint's metadata, Hello):
+ * ffa and fedit as they always did (a_seed present or not, no other
+ * key), fedsb by name, which a strait that does not know it refuses as
+ * a field it does not know; whatever else a peer claims is refused. */
+Test(adapters, the_rule_reads_back_and_what_a_peer_claims_of_it_is_checked) {
+    ModelConfig c, back;
+    char err[ERR_LEN];
+    cr_assert_eq(model_config_preset("llama-tiny", &c), 0);
+    for (int rule = 0; rule < LORA_RULE_COUNT; rule++) {
+        c.lora = (AdapterConfig){.rank = 4,
+                                 .alpha = 4,
+                                 .targets = LORA_Q,
+                                 .base = 0x99,
+                                 .base_seed = -1,
+                                 .rule = rule,
+                                 .a_seed = 77};
+        char *json = model_config_json(&c);
+        cr_assert_eq(model_config_parse(json, strlen(json), &back, err), 0, "%s: %s", json, err);
+        cr_assert_eq(back.lora.rule, rule, "%s", json);
+        cr_assert_eq(back.lora.a_seed, rule == LORA_RULE_FEDIT ? 0u : 77u, "%s", json);
+        cr_assert_eq(strstr(json, "\"rule\":\"fedsb\"") != NULL, rule == LORA_RULE_FEDSB, "%s",
+                     json);
+        cr_assert_eq(strstr(json, "\"rule\"") != NULL, rule == LORA_RULE_FEDSB, "%s", json);
+        cr_assert_eq(strstr(json, "\"a_seed\":77") != NULL, rule != LORA_RULE_FEDIT, "%s", json);
+        free(json);
+    }
+    const char *head = "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,"
+                       "\"HD\":16,\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,"
+                       "\"alpha\":8,\"targets\":\"q\",\"base\":\"0000000000000001\"";
+    /* what checkpoints written before Fed-SB hold reads as it did */
+    const char *old[] = {"}}", ",\"a_seed\":5}}"};
+    for (int i = 0; i < 2; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", head, old[i]);
+        cr_assert_eq(model_config_parse(text, strlen(text), &back, err), 0, "%s: %s", text, err);
+        cr_assert_eq(back.lora.rule, i ? LORA_RULE_FFA : LORA_RULE_FEDIT);
+        cr_assert_eq(back.lora.a_seed, i ? 5u : 0u);
+    }
+    const char *bad[] = {",\"rule\":\"fedex\",\"a_seed\":5}}", ",\"rule\":\"fedsb\"}}",
+                         ",\"rule\":\"fedit\",\"a_seed\":5}}", ",\"rule\":2,\"a_seed\":5}}",
+                         ",\"rule\":\"fedsb\",\"a_seed\":-1}}"};
+    const char *says[] = {"rule should be one of", "needs a_seed", "takes no a_seed",
+                          "rule should be one of", "a_seed"};
+    for (int i = 0; i < 5; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", head, bad[i]);
+        err[0] = '\0';
+        cr_assert_neq(model_config_parse(text, strlen(text), &back, err), 0, "%s", text);
+        cr_assert(strstr(err, says[i]), "%s: %s (should say %s)", text, err, says[i]);
+    }
+    /* and the checks a configuration built in memory passes */
+    const int rules[] = {-1, LORA_RULE_COUNT};
+    for (int i = 0; i < 2; i++) {
+        c.lora = (AdapterConfig){.rank = 4, .alpha = 4, .targets = LORA_Q, .rule = rules[i]};
+        cr_assert_neq(model_config_check(&c, err), 0);
+        cr_assert(strstr(err, "rule"), "%s", err);
+    }
+    c.lora = (AdapterConfig){.rank = 40, .alpha = 4, .targets = LORA_K, .rule = LORA_RULE_FEDSB};
+    cr_assert_neq(model_config_check(&c, err), 0, "rank 40 on a 64 x 32 projection");
+    cr_assert(strstr(err, "rank 40"), "%s", err);
+    c.lora = (AdapterConfig){.rule = LORA_RULE_FEDSB};
+    cr_assert_neq(model_config_check(&c, err), 0, "a rule without a rank");
 }
 
 Test(model, a_shape_from_outside_is_checked_before_anything_is_allocated) {

@@ -1,0 +1,242 @@
+/*
+ * bf16.c — matmuls over a frozen weight held again in bf16 (API: ops.h):
+ * the input rounded to bf16 (to nearest, ties to even), the products of
+ * bf16 values summed in fp32, as mixed-precision training computes them.
+ * With oneDNN (Debian's libdnnl) they run on the chip's bf16 units (AMX,
+ * AVX-512 BF16, or oneDNN's own emulation elsewhere) through its matmul
+ * primitive, one kept per shape; without it, or where it makes no
+ * primitive, the same rounded values go through OpenBLAS's sgemm (a bf16
+ * widens to fp32 exactly), so the arithmetic is the same either way up to
+ * the order of the sums. The classifier over a frozen output layer (a tied
+ * embedding under adapters) is here too: the same online softmax as
+ * classifier.c's, over wider chunks of the vocabulary, each chunk's logits
+ * one bf16 product.
+ */
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef STRAIT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include "kernels/half.h"
+#include "kernels/ops.h"
+#include "util/util.h"
+
+/* n values rounded to bf16 */
+static void round_bf16(uint16_t *out, const float *x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
+}
+
+void bf16_from_float(uint16_t *out, const float *x, size_t n) {
+    round_bf16(out, x, n);
+}
+
+#ifdef STRAIT_HAVE_DNNL
+/* ---- oneDNN: one engine and stream, a primitive per (kind, M, K, N) ---- */
+
+enum { FWD, BWD }; /* out = x · Wᵀ; dinp = dout · W */
+typedef struct Prim {
+    int kind, M, K, N;
+    dnnl_primitive_t p;
+    dnnl_memory_desc_t src, wei, dst;
+} Prim;
+#define PRIMS 64
+static struct {
+    pthread_mutex_t lock;
+    int state; /* 0: not tried, 1: ready, -1: no engine */
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    Prim prims[PRIMS];
+    int n;
+} dn = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* the primitive for src (M,K) · weights (K,N) -> dst (M,N), f32 out; the
+ * weights are W (N,K) read transposed for FWD, W (K,N) as it is for BWD;
+ * NULL when oneDNN makes none. Called with dn.lock held. */
+static Prim *prim(int kind, int M, int K, int N) {
+    if (dn.state == 0) {
+        dn.state =
+            dnnl_engine_create(&dn.eng, dnnl_cpu, 0) == dnnl_success &&
+                    dnnl_stream_create(&dn.st, dn.eng, dnnl_stream_default_flags) == dnnl_success
+                ? 1
+                : -1;
+    }
+    if (dn.state < 0) return NULL;
+    for (int i = 0; i < dn.n; i++) {
+        Prim *q = &dn.prims[i];
+        if (q->kind == kind && q->M == M && q->K == K && q->N == N) return q;
+    }
+    if (dn.n == PRIMS) { /* shapes past the table's: start it again */
+        for (int i = 0; i < dn.n; i++) dnnl_primitive_destroy(dn.prims[i].p);
+        dn.n = 0;
+    }
+    Prim *q = &dn.prims[dn.n];
+    *q = (Prim){.kind = kind, .M = M, .K = K, .N = N};
+    dnnl_dims_t sd = {M, K}, ss = {K, 1}, wd = {K, N}, dd = {M, N}, ds = {N, 1};
+    dnnl_dims_t ws_fwd = {1, K}, ws_bwd = {N, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(&q->src, 2, sd, dnnl_bf16, ss) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&q->wei, 2, wd, dnnl_bf16,
+                                              kind == FWD ? ws_fwd : ws_bwd) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&q->dst, 2, dd, dnnl_f32, ds) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &q->src, &q->wei, NULL, &q->dst) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &md, NULL, dn.eng, NULL) == dnnl_success &&
+             dnnl_primitive_create(&q->p, pd) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (!ok) return NULL;
+    dn.n++;
+    return q;
+}
+
+/* dst (M,N) = src (M,K) bf16 · weights; 0, or -1 when oneDNN could not */
+static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w, int M, int K,
+                   int N) {
+    pthread_mutex_lock(&dn.lock);
+    Prim *q = prim(kind, M, K, N);
+    int rc = -1;
+    dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
+    if (q && dnnl_memory_create(&ms, &q->src, dn.eng, (void *)src) == dnnl_success &&
+        dnnl_memory_create(&mw, &q->wei, dn.eng, (void *)w) == dnnl_success &&
+        dnnl_memory_create(&md, &q->dst, dn.eng, dst) == dnnl_success) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+        rc = dnnl_primitive_execute(q->p, dn.st, 3, args) == dnnl_success &&
+                     dnnl_stream_wait(dn.st) == dnnl_success
+                 ? 0
+                 : -1;
+    }
+    if (ms) dnnl_memory_destroy(ms);
+    if (mw) dnnl_memory_destroy(mw);
+    if (md) dnnl_memory_destroy(md);
+    pthread_mutex_unlock(&dn.lock);
+    return rc;
+}
+#endif
+
+const char *bf16_matmul_engine(void) {
+#ifdef STRAIT_HAVE_DNNL
+    return "oneDNN";
+#else
+    return "OpenBLAS on widened values";
+#endif
+}
+
+/* the widened values of n bf16s */
+static float *widen(const uint16_t *h, size_t n) {
+    float *f = mallocCheck(n * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_float(h[i]);
+    return f;
+}
+
+void matmul_forward_bf16(float *out, const float *inp, const uint16_t *weight, const float *bias,
+                         int N, int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && out != inp);
+    uint16_t *x = mallocCheck((size_t)N * C * sizeof(uint16_t));
+    round_bf16(x, inp, (size_t)N * C);
+    int done = -1;
+#ifdef STRAIT_HAVE_DNNL
+    done = dnnl_mm(FWD, out, x, weight, N, C, OC);
+#endif
+    if (done != 0) { /* the same values through sgemm */
+        float *xf = widen(x, (size_t)N * C), *wf = widen(weight, (size_t)OC * C);
+        matmul_forward(out, xf, wf, NULL, N, C, OC);
+        free(xf), free(wf);
+    }
+    free(x);
+    if (bias != NULL)
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
+void matmul_backward_bf16(float *dinp, const float *dout, const uint16_t *weight, int N, int C,
+                          int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && dinp != dout);
+    uint16_t *d = mallocCheck((size_t)N * OC * sizeof(uint16_t));
+    float *prod = mallocCheck((size_t)N * C * sizeof(float));
+    round_bf16(d, dout, (size_t)N * OC);
+    int done = -1;
+#ifdef STRAIT_HAVE_DNNL
+    done = dnnl_mm(BWD, prod, d, weight, N, OC, C);
+#endif
+    if (done != 0) { /* prod = d · W through sgemm's dinp (it accumulates) */
+        float *df = widen(d, (size_t)N * OC), *wf = widen(weight, (size_t)OC * C);
+        memset(prod, 0, (size_t)N * C * sizeof(float));
+        matmul_backward(prod, NULL, NULL, df, NULL, wf, N, C, OC);
+        free(df), free(wf);
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
+    free(d), free(prod);
+}
+
+/* ---- the classifier over a bf16 output layer ------------------------------ */
+
+#define CROWS  256
+#define CCHUNK 4096
+
+float classifier_forward_bf16(float *losses, float *lse, const float *h, const uint16_t *wte,
+                              const int *targets, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0);
+    float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
+    double *m = mallocCheck(sizeof(double) * 3 * CROWS), *s = m + CROWS, *zt = s + CROWS;
+    double total = 0;
+    for (int r0 = 0; r0 < N; r0 += CROWS) {
+        int rows = N - r0 < CROWS ? N - r0 : CROWS;
+        for (int r = 0; r < rows; r++) m[r] = -INFINITY, s[r] = 0, zt[r] = 0;
+        for (int v0 = 0; v0 < V; v0 += CCHUNK) {
+            int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < rows; r++) { /* each row's running max and sum, in double */
+                const float *l = tile + (size_t)r * vc;
+                float cm = l[0];
+                for (int j = 1; j < vc; j++) cm = l[j] > cm ? l[j] : cm;
+                double mx = cm > m[r] ? cm : m[r], sum = s[r] * exp(m[r] - mx);
+                for (int j = 0; j < vc; j++) sum += expf(l[j] - (float)mx);
+                m[r] = mx, s[r] = sum;
+                int tg = targets[r0 + r];
+                if (tg >= v0 && tg < v0 + vc) zt[r] = l[tg - v0];
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            double l = log(s[r]) + m[r], loss = l - zt[r];
+            if (lse) lse[r0 + r] = (float)l;
+            if (losses) losses[r0 + r] = (float)loss;
+            total += loss;
+        }
+    }
+    free(tile), free(m);
+    return (float)(total / N);
+}
+
+void classifier_backward_bf16(float *dh, const float *h, const uint16_t *wte, const int *targets,
+                              const float *lse, int N, int C, int V) {
+    assert(N > 0 && C > 0 && V > 0 && targets);
+    float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
+    float dscale = 1.0f / (float)N; /* the loss is the mean over rows */
+    for (int r0 = 0; r0 < N; r0 += CROWS) {
+        int rows = N - r0 < CROWS ? N - r0 : CROWS;
+        for (int v0 = 0; v0 < V; v0 += CCHUNK) {
+            int vc = V - v0 < CCHUNK ? V - v0 : CCHUNK;
+            matmul_forward_bf16(tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, NULL, rows, C, vc);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < rows; r++) { /* dlogits = (softmax - onehot) / N */
+                float *l = tile + (size_t)r * vc, z = lse[r0 + r];
+                for (int j = 0; j < vc; j++) l[j] = expf(l[j] - z) * dscale;
+                int tg = targets[r0 + r];
+                if (tg >= v0 && tg < v0 + vc) l[tg - v0] -= dscale;
+            }
+            /* dh (rows, C) += dlogits (rows, vc) · wte (vc, C) */
+            matmul_backward_bf16(dh + (size_t)r0 * C, tile, wte + (size_t)v0 * C, rows, C, vc);
+        }
+    }
+    free(tile);
+}

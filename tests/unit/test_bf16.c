@@ -1,0 +1,180 @@
+/*
+ * test_bf16.c — a frozen base held in bf16 (kernels/cpu/bf16.c): its
+ * matmuls against fp64 sums of the rounded values, forward and backward,
+ * on shapes oneDNN blocks and shapes it does not; the classifier over a
+ * bf16 output layer against the fp32 one's; an adapted model over a
+ * bf16 base, against the same model in fp32 (close, not equal: the
+ * rounding is applied), training without moving its base; and the
+ * configuration's base_dtype, read back and refused when unknown.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "kernels/half.h"
+#include "kernels/model.h"
+#include "kernels/ops.h"
+#include "kernels/train.h"
+#include "util/util.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) { /* in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 40) / 8388608.0 - 1.0);
+}
+static float r16(float x) {
+    return bf16_to_float(float_to_bf16(x));
+}
+
+/* out = inp · Wᵀ + bias and dinp += dout · W against fp64 sums of the
+ * bf16-rounded values, each within fp32's rounding of its terms' sizes */
+static void check_shape(int N, int C, int OC) {
+    float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C);
+    float *bias = malloc(sizeof(float) * OC), *out = malloc(sizeof(float) * N * OC);
+    float *dout = malloc(sizeof(float) * N * OC), *dinp = malloc(sizeof(float) * N * C);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * OC * C);
+    for (int i = 0; i < N * C; i++) x[i] = urand();
+    for (int i = 0; i < OC * C; i++) w[i] = 0.1f * urand();
+    for (int i = 0; i < OC; i++) bias[i] = urand();
+    for (int i = 0; i < N * OC; i++) dout[i] = urand();
+    for (int i = 0; i < N * C; i++) dinp[i] = 0.5f; /* it accumulates */
+    bf16_from_float(w16, w, (size_t)OC * C);
+    for (int i = 0; i < OC * C; i++) cr_assert_eq(bf16_to_float(w16[i]), r16(w[i]));
+    matmul_forward_bf16(out, x, w16, bias, N, C, OC);
+    matmul_backward_bf16(dinp, dout, w16, N, C, OC);
+    double worst = 0, rounding = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias[o], mag = fabs(bias[o]), exact = bias[o];
+            for (int c = 0; c < C; c++) {
+                double t = (double)r16(x[n * C + c]) * r16(w[o * C + c]);
+                s += t, mag += fabs(t), exact += (double)x[n * C + c] * w[o * C + c];
+            }
+            worst = fmax(worst, fabs(out[n * OC + o] - s) / (mag * 1e-6 + 1e-30));
+            rounding = fmax(rounding, fabs(s - exact));
+        }
+    cr_assert_leq(worst, 1.0, "forward %dx%dx%d: %g of 1e-6 of the terms' size", N, C, OC, worst);
+    if ((size_t)N * C * OC > 1000)
+        cr_assert_gt(rounding, 1e-4, "the inputs were rounded to bf16, so fp32's sums differ");
+    worst = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0.5, mag = 0.5;
+            for (int o = 0; o < OC; o++) {
+                double t = (double)r16(dout[n * OC + o]) * r16(w[o * C + c]);
+                s += t, mag += fabs(t);
+            }
+            worst = fmax(worst, fabs(dinp[n * C + c] - s) / (mag * 1e-6));
+        }
+    cr_assert_leq(worst, 1.0, "backward %dx%dx%d: %g of 1e-6 of the terms' size", N, C, OC, worst);
+    free(x), free(w), free(bias), free(out), free(dout), free(dinp), free(w16);
+}
+
+Test(bf16, matmuls_sum_the_rounded_values_in_fp32) {
+    cr_log_info("bf16 matmuls by %s", bf16_matmul_engine());
+    check_shape(1, 1, 1);
+    check_shape(37, 70, 45); /* no multiple of any block */
+    check_shape(128, 64, 192);
+    check_shape(256, 576, 192); /* SmolLM2's k and v */
+}
+
+/* The classifier over a bf16 output layer against classifier.c's over the
+ * same rounded values: the loss and each row's log-sum-exp to fp32's
+ * sums, dh to the rounding of dlogits to bf16 (about 2^-9 of each term) */
+Test(bf16, the_classifier_over_a_bf16_output_layer_is_the_fp32_ones_over_the_same_values) {
+    int N = 300, C = 64, V = 5000; /* two row blocks, a chunk and a part */
+    float *h = malloc(sizeof(float) * N * C), *hr = malloc(sizeof(float) * N * C);
+    float *w = malloc(sizeof(float) * V * C);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * V * C);
+    int *tg = malloc(sizeof(int) * N);
+    for (int i = 0; i < N * C; i++) h[i] = urand(), hr[i] = r16(h[i]);
+    for (int i = 0; i < V * C; i++) w[i] = 0.3f * urand();
+    for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
+    bf16_from_float(w16, w, (size_t)V * C);
+    for (int i = 0; i < V * C; i++) w[i] = bf16_to_float(w16[i]);
+    float *l16 = malloc(sizeof(float) * N), *l32 = malloc(sizeof(float) * N);
+    float *dh16 = calloc((size_t)N * C, sizeof(float)),
+          *dh32 = calloc((size_t)N * C, sizeof(float));
+    float loss16 = classifier_forward_bf16(NULL, l16, h, w16, tg, N, C, V);
+    float loss32 = classifier_forward(NULL, l32, hr, w, tg, N, C, V);
+    cr_assert_lt(fabsf(loss16 - loss32), 1e-5f * fabsf(loss32), "loss %f against %f", loss16,
+                 loss32);
+    for (int i = 0; i < N; i++)
+        cr_assert_lt(fabsf(l16[i] - l32[i]), 1e-5f * fabsf(l32[i]) + 1e-5f, "row %d", i);
+    classifier_backward_bf16(dh16, h, w16, tg, l16, N, C, V);
+    classifier_backward(dh32, NULL, hr, w, tg, l32, N, C, V);
+    double d = 0, n = 0;
+    for (int i = 0; i < N * C; i++) d += pow(dh16[i] - dh32[i], 2), n += pow(dh32[i], 2);
+    cr_assert_lt(sqrt(d / n), 1e-2, "dh off by %g of its norm", sqrt(d / n));
+    cr_assert_gt(sqrt(n), 1e-6, "a gradient to compare");
+    free(h), free(hr), free(w), free(w16), free(tg), free(l16), free(l32), free(dh16), free(dh32);
+}
+
+static Model adapted(int bf16) {
+    ModelConfig cfg;
+    char err[ERR_LEN];
+    cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
+    Model m;
+    cr_assert_eq(model_build(&m, &cfg, 7, err), 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    AdapterConfig a = {.rank = 4,
+                       .alpha = 8,
+                       .targets = LORA_ALL,
+                       .rule = LORA_RULE_FFA,
+                       .a_seed = 3,
+                       .base_bf16 = bf16};
+    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+    cr_assert_eq(m.cfg.lora.base_bf16, bf16);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] = 0.2f * urand();
+    return m;
+}
+
+Test(bf16, an_adapted_model_over_a_bf16_base_is_close_to_fp32_and_keeps_its_base) {
+    int B = 2, T = 16, in[32], tg[32];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    rng = 42;
+    Model f = adapted(0);
+    rng = 42;
+    Model h = adapted(1);
+    cr_assert_eq(memcmp(f.params, h.params, f.n_params * sizeof(float)), 0);
+    uint64_t fp = model_base_fingerprint(&h);
+    float lf = model_forward(&f, in, tg, B, T), lh = model_forward(&h, in, tg, B, T);
+    cr_assert(h.base16 != NULL && f.base16 == NULL, "only the bf16 base has its copy");
+    cr_assert_neq(lf, lh, "the same loss: the bf16 path was not taken");
+    cr_assert_lt(fabsf(lf - lh), 1e-2f * fabsf(lf), "losses %f (fp32) and %f (bf16)", lf, lh);
+    model_zero_grad(&f), model_zero_grad(&h);
+    model_backward(&f), model_backward(&h);
+    double dot = 0, nf = 0, nh = 0;
+    for (size_t i = 0; i < f.n_params; i++)
+        dot += (double)f.grads[i] * h.grads[i], nf += (double)f.grads[i] * f.grads[i],
+            nh += (double)h.grads[i] * h.grads[i];
+    cr_assert_gt(dot / sqrt(nf * nh), 0.999, "the gradients point apart: cosine %g",
+                 dot / sqrt(nf * nh));
+    TrainConfig tc = train_defaults(1e-2f, 10);
+    for (int s = 0; s < 10; s++) {
+        model_forward(&h, in, tg, B, T);
+        model_zero_grad(&h);
+        model_backward(&h);
+        model_adamw_step(&h, &tc.adamw, 1e-2f);
+    }
+    cr_assert_lt(model_forward(&h, in, tg, B, T), lh - 0.1f, "the adapters learn over bf16");
+    cr_assert_eq(model_base_fingerprint(&h), fp, "the base is frozen, its fp32 values kept");
+    model_free(&f), model_free(&h);
+}
+
+Test(bf16, the_configuration_says_the_bases_dtype_and_an_unknown_one_is_refused) {
+    Model h = adapted(1);
+    char *json = model_config_json(&h.cfg), err[ERR_LEN];
+    cr_assert(strstr(json, "\"base_dtype\":\"bf16\""), "%s", json);
+    ModelConfig back;
+    cr_assert_eq(model_config_parse(json, strlen(json), &back, err), 0, "%s", err);
+    cr_assert_eq(back.lora.base_bf16, 1);
+    char *bad = strdup(json), *at = strstr(bad, "bf16");
+    memcpy(at, "fp8!", 4);
+    cr_assert_neq(model_config_parse(bad, strlen(bad), &back, err), 0);
+    cr_assert(strstr(err, "base_dtype should be bf16 or f32"), "%s", err);
+    free(bad), free(json);
+    model_free(&h);
+}
