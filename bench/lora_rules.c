@@ -52,6 +52,7 @@
  *                          [--rules LIST] [--targets LIST] [--threads N]
  *   (--full: more rounds and steps, ranks 8, 16 and 64)
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,7 +320,8 @@ static void fedex_fold(Fed *f, float *Bm, float *Am) {
                 W[(size_t)o * in + c] = (float)(W[(size_t)o * in + c] + sc * (sum / N - ofmean));
             }
     }
-    model_base_changed(&f->g);
+    /* base_bf16 0: no bf16 copy of the base to make again */
+    assert(f->g.cpu.f32 == NULL);
 }
 
 /* the mean of what the sites trained, fp64 summed; the global's table */
@@ -408,7 +410,7 @@ static Result federate(const Setup *s, const Rule *rule, int rank, const Row *ro
             memcpy(f.site[i].params, f.g.params, sizeof(float) * f.g.n_params);
             if (lora && rule->fold) {
                 memcpy(f.site[i].base, f.g.base, sizeof(float) * f.g.n_base);
-                model_base_changed(&f.site[i]);
+                assert(f.site[i].cpu.f32 == NULL); /* fp32 base: no copy to make again */
             }
             if (model_base_fingerprint(&f.site[i]) != g_fp)
                 DIE("round %d: site %d's base is not the global one", round, i);
