@@ -188,7 +188,7 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
                        "exactly), fedsb (A and B frozen, R between them averaged exactly) or "
                        "fedit (A and B averaged apart)",
                        rule);
-    /* absent: fp32, as a federation made before there was a choice computes */
+    /* absent: fp32 (what the federation's initial model then says too) */
     const char *dtype = config_get_str(cfg, "model", "base_dtype", "f32");
     if (strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f32") != 0)
         return err_set(err,

@@ -173,10 +173,11 @@ static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *o
                            .lora = o->lora};
     if (coordinator_init_home(fed, &io, fp, err) != 0) return -1;
     /* the scores read every round's model (summary.json's round_val_losses):
-     * a demo's models are small, it keeps them all (a --set may say otherwise) */
+     * a byte-level demo's models are small, it keeps them all (a --set may
+     * say otherwise); a fine-tune's scores read the last round's alone */
     char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
-    if (config_file_set(ini, "store", "keep_every", "1", err) != 0) return -1;
+    if (!o->base && config_file_set(ini, "store", "keep_every", "1", err) != 0) return -1;
     char num[16];
     if (o->base) { /* a fine-tune's batches: they bound the tokens a site claims a round */
         snprintf(num, sizeof num, "%d", DEMO_FINETUNE_BATCH);

@@ -171,6 +171,7 @@ static int centralized(const DemoOptions *o, const DemoRun *d, const char *ckpt,
                       "--batch",      batch,   "--seq",        seq,
                       "--lr",         lr,      "--out",        (char *)ckpt};
     int a = 20;
+    argv[a++] = "--lora-base-dtype", argv[a++] = o->lora.base_bf16 ? "bf16" : "f32";
     char targets[128];
     model_lora_targets_names(o->lora.targets, targets, sizeof targets);
     argv[a++] = "--lora-targets", argv[a++] = targets;

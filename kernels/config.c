@@ -73,7 +73,8 @@ int model_config_preset(const char *name, ModelConfig *cfg) {
 static int lora_check(const ModelConfig *c, char *err) {
     const AdapterConfig *a = &c->lora;
     if (a->rank == 0)
-        return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0 && a->rule == 0
+        return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0 &&
+                       a->rule == 0 && a->a_seed == 0 && a->base_bf16 == 0
                    ? 0
                    : err_set(err, "adapter settings without a rank");
     if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
@@ -189,12 +190,12 @@ char *model_config_json(const ModelConfig *c) {
         /* A frozen (ffa; with fedsb B too): every site draws it from a_seed */
         if (c->lora.rule != LORA_RULE_FEDIT)
             json_object_set_new(l, "a_seed", json_integer((json_int_t)c->lora.a_seed));
-        /* ffa and fedit are told by a_seed alone (the bytes their
-         * checkpoints always had); fedsb names itself, a key an older
-         * strait refuses by name rather than reading the adapters as LoRA */
+        /* ffa and fedit are told by a_seed alone; fedsb names itself, a
+         * key a strait without it refuses by name rather than reading the
+         * adapters as LoRA */
         if (c->lora.rule == LORA_RULE_FEDSB)
             json_object_set_new(l, "rule", json_string(model_lora_rule_name(c->lora.rule)));
-        if (c->lora.base_bf16) /* absent: fp32, as before there was a choice */
+        if (c->lora.base_bf16) /* absent: fp32 */
             json_object_set_new(l, "base_dtype", json_string("bf16"));
         json_object_set_new(o, "lora", l);
     }

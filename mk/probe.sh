@@ -10,7 +10,7 @@ set -u
 build=$1 cc=$2 nvcc=$3 cuda=$4
 out="$build/config.mk"
 pkgstamp=$(stat -c %Y /var/lib/dpkg/status 2>/dev/null || echo 0)
-key="4|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
+key="5|$cc|$nvcc|$cuda|$pkgstamp"  # bump the first field when a probe is added
 if [[ -f "$out" ]] && head -n 1 "$out" | grep -qxF "# key: $key"; then exit 0; fi
 
 dir="$build/probe"
@@ -29,8 +29,9 @@ printf '#include <cblas.h>\nint main(void){float x=1;return (int)cblas_sdot(1,&x
   | try_c openblas -lopenblas && openblas=1
 printf '#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel reduction(+:n)\nn+=1;\nreturn omp_get_max_threads()>0&&n>0?0:1;}\n' \
   | try_c openmp -fopenmp && openmp=1
-# oneDNN (Debian's libdnnl): bf16 matmuls on AMX or AVX-512 BF16 for a frozen base
-printf '#include <oneapi/dnnl/dnnl.h>\nint main(void){dnnl_engine_t e;return dnnl_engine_create(&e,dnnl_cpu,0)==dnnl_success?0:1;}\n' \
+# oneDNN 2 (Debian 12's libdnnl): bf16 matmuls on AMX or AVX-512 BF16 for a
+# frozen base, through v2's matmul descriptor (v3 dropped it)
+printf '#include <oneapi/dnnl/dnnl.h>\n#if DNNL_VERSION_MAJOR != 2\n#error v2\n#endif\nint main(void){dnnl_matmul_desc_t d;dnnl_memory_desc_t m;dnnl_dims_t s={1,1};dnnl_memory_desc_init_by_strides(&m,2,s,dnnl_bf16,s);return dnnl_matmul_desc_init(&d,&m,&m,NULL,&m)==dnnl_success?0:1;}\n' \
   | try_c dnnl -ldnnl && dnnl=1
 
 # gRPC core 1.51 has no C setter for the TLS version; Debian's libgrpc

@@ -329,7 +329,8 @@ int main(int argc, char **argv) {
                                      .base = 0x1234,
                                      .base_seed = 1,
                                      .rule = k - 2,
-                                     .a_seed = 9};
+                                     .a_seed = 9,
+                                     .base_bf16 = k % 2}; /* base_dtype bf16 in some */
             snprintf(name, sizeof name, "llama-%s", model_lora_rule_name(k - 2));
         }
         char *text = model_config_json(&c);
