@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include "coordinator/store.h"
 #include "kernels/formats.h"
@@ -283,5 +284,51 @@ Test(smollm2, a_lora_federation_over_the_gguf_moves_only_the_adapters) {
     cr_assert_eq(model_load(&m, ckpt, NULL, err), 0, "%s", err);
     cr_assert_eq(m.n_params, 184320);
     cr_assert_eq(m.n_base, 134515008);
+    model_free(&m);
+}
+
+/* strait demo --finetune end to end, at its smallest: one site (English)
+ * fine-tunes SmolLM2's adapters for one round of two steps; its summary
+ * holds the held-out loss before and after (lower), what a round moved
+ * (B's int8 update up, nothing down in round 0), and the PEFT
+ * folder and the merged GGUF are there. The sanitizers' build skips it
+ * (minutes there; its parts are each tested above and in the peft suite). */
+Test(smollm2, the_fine_tune_demo_lowers_each_sites_held_out_loss_and_exports) {
+#if defined(__SANITIZE_ADDRESS__)
+    cr_skip_test("the fine-tune demo end to end takes minutes under ASan; its parts run here");
+#endif
+    const char *gguf = model_or_skip();
+    net_global_init(); /* the suite's teardown shuts it down */
+    root = harness_tmpdir("finetune");
+    ProcResult r = S("demo", "--finetune", "--base", gguf, "--sites", "1", "--rounds", "1",
+                     "--steps", "2", "--lora-rank", "4", "--dir", root);
+    cr_assert_eq(r.status, 0, "%s\n%s", r.out, r.err);
+    cr_assert(strstr(r.out, "held-out loss at each site") && strstr(r.out, "site-1  English"), "%s",
+              r.out);
+    proc_result_free(&r);
+    char path[1400], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/summary.json", root);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    cr_assert_not_null(o, "%s: %s", path, je.text);
+    json_t *s = json_array_get(json_object_get(o, "sites_held_out"), 0);
+    double before = json_number_value(json_object_get(s, "held_out_before"));
+    double after = json_number_value(json_object_get(s, "held_out_after"));
+    cr_assert(before > 2 && before < 6, "SmolLM2 scores %g on English fortunes", before);
+    cr_assert_lt(after, before, "held-out %g after, %g before", after, before);
+    /* rank 4 on q and v, FFA: B alone, 30 layers x 4 x (576 + 192) */
+    cr_assert_eq(json_integer_value(json_object_get(o, "adapter_values")), 92160);
+    json_int_t up = json_integer_value(json_object_get(o, "bytes_up"));
+    /* one int8 update of B (a byte a value, then zstd), not the model's */
+    cr_assert(up > 92160 / 8 && up < 92160 + 4096, "%lld bytes up: not one int8 update of B",
+              (long long)up);
+    cr_assert_eq(json_integer_value(json_object_get(o, "bytes_down")), 0);
+    json_decref(o);
+    snprintf(path, sizeof path, "%s/peft/adapter_model.safetensors", root);
+    cr_assert_eq(access(path, R_OK), 0, "no %s", path);
+    snprintf(path, sizeof path, "%s/merged.gguf", root);
+    Model m;
+    cr_assert_eq(model_import(&m, path, err), 0, "%s", err);
+    cr_assert_eq(m.cfg.lora.rank, 0, "merged: a plain model");
     model_free(&m);
 }
