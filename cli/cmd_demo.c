@@ -119,8 +119,9 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
         if (!given_rounds) o.rounds = 4;
         if (!given_steps) o.steps = 15;
         if (o.lora.rank == 0) o.lora.rank = 8;
+        if (o.lora.targets == 0) o.lora.targets = LORA_ALL; /* every projection: a real fine-tune */
         if (o.lora.alpha == 0) o.lora.alpha = 16;
-        if (o.lr == 0) o.lr = 1e-3f;
+        if (o.lr == 0) o.lr = 3e-3f;
     }
     if (cli_lora_done(cmd, &o.lora, 1, 1) != 0) return EXIT_USAGE; /* [model] seed */
     if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");

@@ -230,9 +230,10 @@ const Command cli_commands[] = {
      "early stops the demo, with that site's last log line.\n\n"
      "With --finetune it fine-tunes a pretrained model instead (by default the\n"
      "SmolLM2-135M-Instruct that 'make models' fetches): 4 sites, each one language's\n"
-     "collections tokenized by the model's tokenizer, train rank-8 adapters; then each\n"
-     "site's held-out loss before and after, the bytes of a round, the adapters for PEFT,\n"
-     "the merged model as a GGUF, and a greedy sample from the base and the merged model.\n\n"
+     "collections tokenized by the model's tokenizer, train rank-8 adapters on every\n"
+     "projection; then each site's held-out loss before and after, the bytes of a round,\n"
+     "the adapters for PEFT, the merged model as a GGUF, and a greedy sample from the\n"
+     "base and the merged model.\n\n"
      "flags:\n"
      "  --sites N      sites (default 3)\n"
      "  --rounds N     rounds (default 20)\n"
@@ -252,12 +253,13 @@ const Command cli_commands[] = {
      "  --device D     where the sites train: cpu (default) or cuda (every site on GPU 0)\n"
      "  --dir DIR      where the federation lives (default: a new folder in /tmp)\n"
      "  --finetune     fine-tune --base with adapters (defaults: 4 sites, 4 rounds of 15\n"
-     "                 steps of 4 x 64 tokens, --lora-rank 8, --lora-alpha 16, --lr 1e-3);\n"
-     "                 --baseline then also runs the same federation training every\n"
-     "                 parameter and one centralized LoRA run at equal tokens\n"
+     "                 steps of 4 x 64 tokens, --lora-rank 8, --lora-alpha 16 on every\n"
+     "                 projection, --lr 3e-3); --baseline then also runs the same\n"
+     "                 federation training every parameter (lr 1e-3) and one\n"
+     "                 centralized LoRA run on the sites' text interleaved, at equal tokens\n"
      "  --base PATH    the pretrained model (GGUF file or Hugging Face folder; default\n"
      "                 models/SmolLM2-135M-Instruct.Q4_1.gguf beside this program)\n"
-     "  --lr LR        the sites' learning rate (default: site run's; 1e-3 fine-tuning)\n",
+     "  --lr LR        the sites' learning rate (default: site run's; 3e-3 fine-tuning)\n",
      cmd_demo},
     {"version", "[--json]",
      "print the version, the git commit, the build's capabilities and the GPUs",

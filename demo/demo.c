@@ -404,9 +404,11 @@ static int finetune(const DemoOptions *o, const char *dir, FILE *out, char *err)
     if (o->baseline) { /* every parameter trains, the same rounds, data and seeds */
         DemoOptions fo = *o;
         memset(&fo.lora, 0, sizeof fo.lora);
+        fo.lr = DEMO_FINETUNE_FULL_LR;
         snprintf(full_dir, sizeof full_dir, "%s/full", dir);
         snprintf(full_fed, sizeof full_fed, "%s/fed", full_dir);
-        fprintf(out, "\nbaseline: the same federation training every parameter\n");
+        fprintf(out, "\nbaseline: the same federation training every parameter (lr %g)\n",
+                (double)fo.lr);
         if (file_mkdir_p(full_dir, 0700, err) != 0 ||
             federate(&fo, full_dir, &full_tot, &full_ms, out, err) != 0)
             return -1;

@@ -75,6 +75,9 @@ int demo_score(const DemoRun *d, const struct StoreTotals *tot, int baseline, FI
 #define DEMO_FINETUNE_SITES 4 /* one per language: English, German, Spanish, Italian */
 #define DEMO_FINETUNE_BATCH 4
 #define DEMO_FINETUNE_SEQ   64
+#define DEMO_FINETUNE_FULL_LR                                                                      \
+    1e-3f /* --baseline's full fine-tune: a pretrained model's every                               \
+           * parameter takes a smaller step than its adapters */
 
 /* What a fine-tune needs that a byte-level demo does not: the base, at
  * most one site per language. */

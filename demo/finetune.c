@@ -152,12 +152,50 @@ static void sample(const DemoOptions *o, const char *model, const char *log, FIL
     if (f) fclose(f);
 }
 
-/* One centralized LoRA run on every site's text at the federation's
- * tokens (sites x rounds x steps batches), A and B both training as PEFT
- * trains them, through `strait train` on all this machine's cores. */
+/* Every site's training tokens as one stream that takes each site in
+ * turn, a sequence's worth at a time (a site that runs out starts again),
+ * as long as all of them four times over the longest: DATA/central, what
+ * a centralized run reads, so its batches mix the sites' languages as the
+ * federation's rounds do instead of reading one language after another. */
+static int interleave(const DemoOptions *o, int sites, char *dir, size_t len, char *err) {
+    TokenSet ts[DEMO_FINETUNE_SITES];
+    char paths[DEMO_FINETUNE_SITES][700], path[800];
+    size_t longest = 0, span = DEMO_FINETUNE_SEQ;
+    int n = 0, rc = 0; /* n: loaded */
+    while (n < sites && rc == 0) {
+        snprintf(paths[n], sizeof paths[n], "%s/site-%d/tokens_000000.bin", o->data, n + 1);
+        const char *p = paths[n];
+        if ((rc = tokens_load(&ts[n], &p, 1, err)) != 0) break;
+        n++;
+        if (ts[n - 1].n < span)
+            rc = err_set(err, "%s holds fewer tokens than a sequence", paths[n - 1]);
+        else if (ts[n - 1].n > longest)
+            longest = ts[n - 1].n;
+    }
+    size_t total = rc == 0 ? longest / span * span * (size_t)sites : 0, at = 0;
+    uint32_t *all = rc == 0 ? mallocCheck(total * sizeof(uint32_t)) : NULL;
+    for (size_t k = 0; rc == 0 && at < total; k++)
+        for (int i = 0; i < sites; i++, at += span) {
+            size_t blocks = ts[i].n / span, b = k % blocks;
+            memcpy(all + at, ts[i].tokens + b * span, span * sizeof(uint32_t));
+        }
+    snprintf(dir, len, "%s/central", o->data);
+    snprintf(path, sizeof path, "%s/tokens_000000.bin", dir);
+    if (rc == 0 &&
+        (file_mkdir_p(dir, 0700, err) != 0 || tokens_write_bin(path, all, total, err) != 0))
+        rc = -1;
+    free(all);
+    for (int i = 0; i < n; i++) tokens_free(&ts[i]);
+    return rc;
+}
+
+/* One centralized LoRA run on every site's text (interleaved) at the
+ * federation's tokens (sites x rounds x steps batches), A and B both
+ * training as PEFT trains them, through `strait train` on all this
+ * machine's cores. */
 static int centralized(const DemoOptions *o, const DemoRun *d, const char *ckpt, char *err) {
-    char steps[16], rank[16], alpha[32], lr[32], batch[16], seq[16], log[700];
-    char data[DEMO_FINETUNE_SITES][600];
+    char steps[16], rank[16], alpha[32], lr[32], batch[16], seq[16], log[700], data[600];
+    if (interleave(o, d->sites, data, sizeof data, err) != 0) return -1;
     snprintf(steps, sizeof steps, "%d", d->sites * d->rounds * d->steps);
     snprintf(rank, sizeof rank, "%d", o->lora.rank);
     snprintf(alpha, sizeof alpha, "%g", (double)o->lora.alpha);
@@ -175,10 +213,7 @@ static int centralized(const DemoOptions *o, const DemoRun *d, const char *ckpt,
     char targets[128];
     model_lora_targets_names(o->lora.targets, targets, sizeof targets);
     argv[a++] = "--lora-targets", argv[a++] = targets;
-    for (int i = 0; i < d->sites; i++) {
-        snprintf(data[i], sizeof data[i], "%s/site-%d", o->data, i + 1);
-        argv[a++] = "--data", argv[a++] = data[i];
-    }
+    argv[a++] = "--data", argv[a++] = data;
     argv[a] = NULL;
     return run_strait(argv, log, err);
 }

@@ -301,7 +301,7 @@ Test(smollm2, the_fine_tune_demo_lowers_each_sites_held_out_loss_and_exports) {
     net_global_init(); /* the suite's teardown shuts it down */
     root = harness_tmpdir("finetune");
     ProcResult r = S("demo", "--finetune", "--base", gguf, "--sites", "1", "--rounds", "1",
-                     "--steps", "2", "--lora-rank", "4", "--dir", root);
+                     "--steps", "2", "--lora-rank", "4", "--lora-targets", "q,v", "--dir", root);
     cr_assert_eq(r.status, 0, "%s\n%s", r.out, r.err);
     cr_assert(strstr(r.out, "held-out loss at each site") && strstr(r.out, "site-1  English"), "%s",
               r.out);
