@@ -232,7 +232,7 @@ const Command cli_commands[] = {
      "SmolLM2-135M-Instruct that 'make models' fetches): 4 sites, each one language's\n"
      "collections tokenized by the model's tokenizer, train rank-8 adapters on every\n"
      "projection; then each site's held-out loss before and after, the bytes of a round,\n"
-     "the adapters for PEFT, the merged model as a GGUF, and a greedy sample from the\n"
+     "the adapters for PEFT, the merged model as a GGUF, and a sample from the\n"
      "base and the merged model.\n\n"
      "flags:\n"
      "  --sites N      sites (default 3)\n"

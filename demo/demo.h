@@ -91,7 +91,7 @@ int demo_finetune_data(const DemoOptions *o, FILE *out, char *err);
 void demo_finetune_site(const char *data, int i, char *path, size_t len, const char **lang);
 /* The scores of a finished fine-tune: each site's held-out loss before and
  * after, the bytes a round moved both ways, the adapters exported for PEFT
- * and merged into a GGUF, a greedy sample from the base and from the
+ * and merged into a GGUF, a sample from the base and from the
  * merged model; with baseline, the same federation training every
  * parameter (full) and one centralized LoRA run on all the sites' text at
  * equal tokens (central), scored on the same held-out text. DIR/summary.json. */

@@ -4,7 +4,7 @@
  * (English, German, Spanish, Italian from Debian's packages), each
  * tokenized by the base's own tokenizer; then each site's held-out loss
  * before and after, what a round moved, the adapters out for PEFT and
- * merged into a GGUF llama.cpp loads, a greedy sample from the base and
+ * merged into a GGUF llama.cpp loads, a sample from the base and
  * from the merged model, and with --baseline the same federation training
  * every parameter and one centralized LoRA run at equal tokens.
  */
@@ -135,10 +135,13 @@ static int run_strait(char *const argv[], const char *log, char *err) {
     return 0;
 }
 
-/* A greedy sample's log, line by line: the prompt and its continuation. */
+/* A sample's log, line by line: the prompt and its continuation, at
+ * temperature 0.7 from a fixed seed (greedy, a model of fortunes repeats
+ * their "%" separator). */
 static void sample(const DemoOptions *o, const char *model, const char *log, FILE *out) {
-    char *argv[] = {(char *)o->exe, "sample", (char *)model,   "--prompt", SAMPLE_PROMPT,
-                    "--tokens",     "24",     "--temperature", "0",        NULL};
+    char *argv[] = {(char *)o->exe, "sample",   (char *)model, "--prompt",
+                    SAMPLE_PROMPT,  "--tokens", "40",          "--temperature",
+                    "0.7",          "--seed",   "1",           NULL};
     char err[ERR_LEN], line[2048];
     if (run_strait(argv, log, err) != 0) {
         fprintf(out, "    (%s)\n", err);
@@ -326,7 +329,7 @@ int demo_finetune_score(const DemoOptions *o, const DemoRun *d, const StoreTotal
     }
     fprintf(out, "the adapters for PEFT: %s (PeftModel.from_pretrained over the base)\n", peft);
     fprintf(out, "the base with them merged, for llama.cpp: %s\n", merged);
-    fprintf(out, "\na greedy sample from the base:\n");
+    fprintf(out, "\na sample from the base (temperature 0.7, seed 1):\n");
     snprintf(log, sizeof log, "%s/sample-base.log", d->dir);
     sample(o, o->base, log, out);
     fprintf(out, "and from the merged model:\n");
