@@ -109,7 +109,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     exe[el] = '\0';
     if ((o.base || o.lr > 0) && !finetune)
         return cli_usage_error(cmd, "--base and --lr go with --finetune");
-    if (finetune) { /* a real fine-tune's defaults: about ten minutes on 2 cores */
+    if (finetune) { /* a real fine-tune's defaults: minutes on 2 cores */
         if (!o.base) {
             snprintf(base, sizeof base, "%.*s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                      (int)(strrchr(exe, '/') - exe), exe);

@@ -157,7 +157,7 @@ static void sample(const DemoOptions *o, const char *model, const char *log, FIL
 
 /* Every site's training tokens as one stream that takes each site in
  * turn, a sequence's worth at a time (a site that runs out starts again),
- * as long as all of them four times over the longest: DATA/central, what
+ * the longest's whole sequences times the sites: DATA/central, what
  * a centralized run reads, so its batches mix the sites' languages as the
  * federation's rounds do instead of reading one language after another. */
 static int interleave(const DemoOptions *o, int sites, char *dir, size_t len, char *err) {

@@ -82,12 +82,12 @@ static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
     int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
     if (bf16 && m->cpu.f32 == NULL) { /* the base is frozen: one copy, at the first pass */
-        m->base16 = mallocCheck(m->n_base * sizeof(uint16_t));
-        bf16_from_float(m->base16, m->base, m->n_base);
-        if (!bf16_units()) { /* no bf16 instructions: the same values in fp32, for sgemm */
+        if (bf16_units()) {
+            m->base16 = mallocCheck(m->n_base * sizeof(uint16_t));
+            bf16_from_float(m->base16, m->base, m->n_base);
+        } else { /* no bf16 instructions: the same values in fp32, for sgemm */
             m->base16f = mallocCheck(m->n_base * sizeof(float));
-            bf16_widen(m->base16f, m->base16, m->n_base);
-            free(m->base16), m->base16 = NULL;
+            bf16_round(m->base16f, m->base, m->n_base);
         }
         m->cpu = (CpuStream){.f32 = m->base, .copy = {m->base16, m->base16f}, .n = m->n_base};
     }

@@ -94,6 +94,7 @@ void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, co
 /* rounded to nearest, ties to even; widened back exactly */
 void bf16_from_float(uint16_t *out, const float *x, size_t n);
 void bf16_widen(float *out, const uint16_t *h, size_t n);
+void bf16_round(float *out, const float *x, size_t n); /* rounded, kept as fp32 */
 /* whether this chip runs bf16 products natively (oneDNN on AVX-512 BF16
  * or AMX): hold a frozen table as bf16 (h), else widened (f) */
 int bf16_units(void);

@@ -34,8 +34,7 @@ void bf16_from_float(uint16_t *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
 }
 
-/* n values rounded to bf16 and widened back */
-static void round_f32(float *out, const float *x, size_t n) {
+void bf16_round(float *out, const float *x, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(float_to_bf16(x[i]));
 }
@@ -163,7 +162,7 @@ void matmul_forward_bf16(float *out, const float *inp, const BfWeight *w, const 
     if (done != 0) { /* the same values through sgemm */
         float *x = mallocCheck((size_t)N * C * sizeof(float));
         float *wf = w->f ? (float *)w->f : widened(w->h, (size_t)OC * C);
-        round_f32(x, inp, (size_t)N * C);
+        bf16_round(x, inp, (size_t)N * C);
         matmul_forward(out, x, wf, NULL, N, C, OC);
         if (!w->f) free(wf);
         free(x);
@@ -192,7 +191,7 @@ void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int
     if (done != 0) { /* dinp += rounded dout · W through sgemm's (it accumulates) */
         float *d = mallocCheck((size_t)N * OC * sizeof(float));
         float *wf = w->f ? (float *)w->f : widened(w->h, (size_t)OC * C);
-        round_f32(d, dout, (size_t)N * OC);
+        bf16_round(d, dout, (size_t)N * OC);
         matmul_backward(dinp, NULL, NULL, d, NULL, wf, N, C, OC);
         if (!w->f) free(wf);
         free(d);

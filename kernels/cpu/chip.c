@@ -97,9 +97,9 @@ static int check_product(int M, int K, int N, char *err) {
     float *c = mallocCheck(sizeof(float) * M * N);
     uint64_t s = 0x2545f4914f6cdd1dull;
     for (int i = 0; i < M * K; i++)
-        a[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 8e6f - 1;
+        a[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 4194304.0f - 1; /* [-1, 1) */
     for (int i = 0; i < K * N; i++)
-        b[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 8e6f - 1;
+        b[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 4194304.0f - 1;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
     for (int i = 0; i < M && rc == 0; i++)
         for (int j = 0; j < N && rc == 0; j++) {
