@@ -190,10 +190,8 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
      * and their gradients */
     double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c),
            trained = model_adapter_trained(c);
-    /* a bf16 base's copy beside its values: bf16, or fp32 without bf16 units */
-    double copy = c->lora.base_bf16 ? (bf16_units() ? 2.0 : 4.0) * model_config_params(c) : 0;
     if (adapters > 0)
-        return 4.0 * (model_config_params(c) + adapters - trained) + per * trained + copy +
+        return 4.0 * (model_config_params(c) + adapters - trained) + per * trained +
                8.0 * (double)lay.len;
     return per * model_config_params(c) + 8.0 * (double)lay.len;
 }

@@ -96,7 +96,9 @@ double model_config_params(const ModelConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: what
  * trains (parameters, their gradients, AdamW's moments in fp32, or bf16
  * with moments_bf16), a frozen base's values (with adapters), and a step's
- * activations and their gradients (the architecture's own layout). */
+ * activations and their gradients (the architecture's own layout); not a
+ * bf16 base's copy, whose size is the chip's (2 or 4 bytes a value: the
+ * caller adds it). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
 /* The adapters' values of a configuration, every one held (frozen or
  * not), and those that train and travel (0 without adapters). */
