@@ -329,10 +329,13 @@ test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.4 $
 
 # make test-wan: federations across emulated WAN links between network
 # namespaces (tests/wan/; needs root for the namespaces and TUN devices, and
-# skips saying why without it); .ci/run calls it once.
+# skips saying why without it); .ci/run calls it once. The load suite runs
+# after the links' suite, not beside it: a thousand sites or six GPT-2 large
+# updates take every core, and the links' tests time what a slow link does.
 test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
 	@echo "WAN test bed ($(WAN_BIN))"
-	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS))
+	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'wan/*'
+	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'load/*'
 
 # make test-hf: Strait's Hugging Face folders against transformers 5 with
 # PyTorch on the CPU, what users run: a venv of its own from PyPI (PyPI's

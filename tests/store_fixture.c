@@ -172,7 +172,19 @@ StoreRound store_fixture_wait_committed_by(const char *home, int64_t n, int time
         }
         usleep(100000);
     }
-    cr_assert_fail("round %lld was not committed within %d s", (long long)n, timeout_s);
+    /* the attempts that failed say why (a full disk, a store error) */
+    char failed[400] = "";
+    Store *s = store_open(db, STORE_READONLY, err);
+    StoreRound *rs = NULL;
+    size_t nr = 0;
+    if (s && store_rounds_list(s, 64, 0, &rs, &nr, err) == 0)
+        for (size_t i = 0; i < nr && !failed[0]; i++)
+            if (rs[i].number == n && strcmp(rs[i].state, "failed") == 0)
+                snprintf(failed, sizeof failed, "; attempt %lld failed: %s",
+                         (long long)rs[i].attempt, rs[i].failed_reason);
+    free(rs);
+    if (s) store_close(s);
+    cr_assert_fail("round %lld was not committed within %d s%s", (long long)n, timeout_s, failed);
     return r;
 }
 
