@@ -51,7 +51,8 @@ int cli_matmul(const Command *cmd, const char *value);
 /* The adapters' flags, shared by the commands that take them:
  * --lora-rank N, --lora-alpha A (PEFT's lora_alpha; default the rank, a
  * scaling of 1 as PEFT's defaults), --lora-targets q,v,... (default q and
- * v, PEFT's for the Llama family). CLI_LORA_OPTS are their getopt rows
+ * v, PEFT's for the Llama family), --lora-rule, --lora-base-dtype,
+ * --lora-dropout P (PEFT's lora_dropout; default 0). CLI_LORA_OPTS are their getopt rows
  * (values CLI_OPT_LORA_*, outside every command's letters); cli_lora_opt
  * takes one (0, or -2 after a usage
  * error), cli_lora_done fills what was left out (-2 for targets or an
@@ -61,7 +62,8 @@ enum {
     CLI_OPT_LORA_ALPHA,
     CLI_OPT_LORA_TARGETS,
     CLI_OPT_LORA_RULE,
-    CLI_OPT_LORA_BASE_DTYPE
+    CLI_OPT_LORA_BASE_DTYPE,
+    CLI_OPT_LORA_DROPOUT
 };
 // clang-format off
 #define CLI_LORA_OPTS \
@@ -69,7 +71,12 @@ enum {
     {"lora-alpha", required_argument, NULL, CLI_OPT_LORA_ALPHA}, \
     {"lora-targets", required_argument, NULL, CLI_OPT_LORA_TARGETS}, \
     {"lora-rule", required_argument, NULL, CLI_OPT_LORA_RULE}, \
-    {"lora-base-dtype", required_argument, NULL, CLI_OPT_LORA_BASE_DTYPE}
+    {"lora-base-dtype", required_argument, NULL, CLI_OPT_LORA_BASE_DTYPE}, \
+    {"lora-dropout", required_argument, NULL, CLI_OPT_LORA_DROPOUT}
+/* the case labels of every one of them, for a command's getopt switch */
+#define CLI_LORA_CASES \
+    case CLI_OPT_LORA_RANK: case CLI_OPT_LORA_ALPHA: case CLI_OPT_LORA_TARGETS: \
+    case CLI_OPT_LORA_RULE: case CLI_OPT_LORA_BASE_DTYPE: case CLI_OPT_LORA_DROPOUT
 // clang-format on
 struct AdapterConfig;
 int cli_lora_opt(const Command *cmd, int c, const char *value, struct AdapterConfig *a);

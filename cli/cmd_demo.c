@@ -89,11 +89,7 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
             if (cli_float(cmd, "--lr", &o.lr)) return EXIT_USAGE;
             if (!(o.lr > 0 && o.lr < 1)) return cli_usage_error(cmd, "--lr is between 0 and 1");
             break;
-        case CLI_OPT_LORA_RANK:
-        case CLI_OPT_LORA_ALPHA:
-        case CLI_OPT_LORA_TARGETS:
-        case CLI_OPT_LORA_RULE:
-        case CLI_OPT_LORA_BASE_DTYPE:
+        CLI_LORA_CASES:
             if (cli_lora_opt(cmd, c, optarg, &o.lora) != 0) return EXIT_USAGE;
             break;
         case 'S':

@@ -50,11 +50,7 @@ int cmd_init(const Command *cmd, int argc, char **argv) {
         case 'I':
             o.init_from = optarg;
             break;
-        case CLI_OPT_LORA_RANK:
-        case CLI_OPT_LORA_ALPHA:
-        case CLI_OPT_LORA_TARGETS:
-        case CLI_OPT_LORA_RULE:
-        case CLI_OPT_LORA_BASE_DTYPE:
+        CLI_LORA_CASES:
             if (cli_lora_opt(cmd, c, optarg, &o.lora) != 0) return EXIT_USAGE;
             break;
         }

@@ -166,11 +166,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'P':
             adapters = optarg;
             break;
-        case CLI_OPT_LORA_RANK:
-        case CLI_OPT_LORA_ALPHA:
-        case CLI_OPT_LORA_TARGETS:
-        case CLI_OPT_LORA_RULE:
-        case CLI_OPT_LORA_BASE_DTYPE:
+        CLI_LORA_CASES:
             if (cli_lora_opt(cmd, c, optarg, &lora) != 0) return EXIT_USAGE;
             break;
         }

@@ -41,6 +41,9 @@ const Command cli_commands[] = {
      "  --lora-base-dtype D    bf16 (default): the base's matmuls on a bf16 copy of its\n"
      "                         weights, sums in fp32 (oneDNN, AMX where the CPU has it);\n"
      "                         f32: all in fp32\n"
+     "  --lora-dropout P       in training, a fraction P of each adapter's input is zeroed\n"
+     "                         and the rest scaled by 1 / (1 - P), as PEFT's lora_dropout\n"
+     "                         (default 0: none)\n"
      "  --force                replace an existing federation in DIR\n",
      cmd_init},
     {"coordinator start", "DIR", "run the coordinator of the federation in DIR",
@@ -144,6 +147,8 @@ const Command cli_commands[] = {
      "  --lora-base-dtype D\n"
      "                    bf16 (default): the base's matmuls in bf16, sums in fp32;\n"
      "                    f32: all in fp32 (a PEFT folder from --adapters: f32)\n"
+     "  --lora-dropout P  a fraction P of each adapter's input zeroed in training (PEFT's\n"
+     "                    lora_dropout; default 0, or the --adapters folder's)\n"
      "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
      "                    adapter_model.safetensors) over --init-from, its base\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"
@@ -240,7 +245,7 @@ const Command cli_commands[] = {
      "  --model M      {byte-presets} (default small)\n"
      "  --lora-rank R  fine-tune low-rank adapters of rank R over the model (the Llama\n"
      "                 family: llama-tiny), frozen; also --lora-alpha, --lora-targets,\n"
-     "                 --lora-rule, --lora-base-dtype (strait help init)\n"
+     "                 --lora-rule, --lora-base-dtype, --lora-dropout (strait help init)\n"
      "  --steps H      local steps per round (default 50)\n"
      "  --recipe R     {recipes} (default diloco; docs/tuning.md)\n"
      "  --codec C      override the recipe's uplink: {codecs}\n"

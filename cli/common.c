@@ -190,6 +190,12 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
                                    value);
         a->base_bf16 = strcmp(value, "bf16") == 0 ? 1 : 2; /* 2: f32 said; 0 when done */
         return 0;
+    case CLI_OPT_LORA_DROPOUT:
+        if (cli_float(cmd, "--lora-dropout", &a->dropout)) return -2;
+        if (!(a->dropout >= 0 && a->dropout < 1))
+            return cli_usage_error(cmd, "--lora-dropout is 0 (none) or more, below 1 (PEFT's "
+                                        "lora_dropout)");
+        return 0;
     case CLI_OPT_LORA_TARGETS:
         if (model_lora_targets_parse(value, &a->targets, err) != 0)
             return cli_usage_error(cmd, "--lora-targets: %s", err);
@@ -200,10 +206,12 @@ int cli_lora_opt(const Command *cmd, int c, const char *value, AdapterConfig *a)
 
 int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t seed) {
     if (a->rank == 0)
-        return a->alpha == 0 && a->targets == 0 && a->rule == 0 && a->base_bf16 == 0
+        return a->alpha == 0 && a->targets == 0 && a->rule == 0 && a->base_bf16 == 0 &&
+                       a->dropout == 0
                    ? 0
-                   : cli_usage_error(cmd, "--lora-alpha, --lora-targets, --lora-rule and "
-                                          "--lora-base-dtype need --lora-rank");
+                   : cli_usage_error(cmd, "--lora-alpha, --lora-targets, --lora-rule, "
+                                          "--lora-base-dtype and --lora-dropout need "
+                                          "--lora-rank");
     if (a->alpha == 0) a->alpha = (float)a->rank;
     if (a->targets == 0) a->targets = LORA_Q | LORA_V;
     a->rule = a->rule == 0 ? (federated ? LORA_RULE_FFA : LORA_RULE_FEDIT) : a->rule - 1;

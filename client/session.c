@@ -285,7 +285,7 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
                  ss->s.name, (unsigned long long)saved_round);
     ss->lr = o->lr > 0 ? o->lr : 3e-3f;
     TrainConfig tc = train_defaults(ss->lr, ss->H);
-    tc.tf32 = o->tf32;
+    tc.tf32 = o->tf32, tc.seed = seed;
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
     ss->replicas = trainer_replicas(ss->trainer); /* batches a step takes, on this rank */

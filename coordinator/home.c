@@ -269,7 +269,7 @@ static void san_add(char *san, size_t len, const char *addr) {
  * source. */
 static void model_section(char *out, size_t len, const CoordInitOptions *o, const Model *m,
                           const char *init_sha, const char *source_sha) {
-    char adapter[1400] =
+    char adapter[1600] =
         "; adapter = lora fine-tunes low-rank adapters (rank, alpha, targets) over\n"
         "; the model, frozen: only they train and travel\n"
         "adapter = none\n";
@@ -285,15 +285,17 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
                  "; trains and travels, averaged exactly) or fedit (A and B both train, averaged\n"
                  "; apart: mean(B) mean(A) is not mean(B A)); base_dtype bf16 (the base's\n"
                  "; matmuls on bf16 copies of its weights, inputs rounded to bf16, sums in\n"
-                 "; fp32) or f32\n"
+                 "; fp32) or f32; dropout: in training, that fraction of each adapter's input\n"
+                 "; zeroed (PEFT's lora_dropout; 0 for none)\n"
                  "adapter = lora\n"
                  "rank = %d\n"
                  "alpha = %g\n"
                  "targets = %s\n"
                  "rule = %s\n"
-                 "base_dtype = %s\n",
+                 "base_dtype = %s\n"
+                 "dropout = %g\n",
                  o->lora.rank, (double)o->lora.alpha, targets, model_lora_rule_name(o->lora.rule),
-                 o->lora.base_bf16 ? "bf16" : "f32");
+                 o->lora.base_bf16 ? "bf16" : "f32", (double)o->lora.dropout);
     }
     if (o->init_from == NULL) {
         snprintf(out, len,

@@ -308,8 +308,8 @@ static int check_keys(const Config *cfg, char *err) {
     static const char *const federation[] = {"name",        "listen",         "advertise",
                                              "join_listen", "join_advertise", NULL};
     static const char *const model[] = {
-        "preset", "seed",    "init", "init_sha256", "source", "source_sha256", "adapter", "rank",
-        "alpha",  "targets", "rule", "base_dtype",  NULL};
+        "preset", "seed",  "init",    "init_sha256", "source",     "source_sha256", "adapter",
+        "rank",   "alpha", "targets", "rule",        "base_dtype", "dropout",       NULL};
     static const char *const rounds[] = {
         "total",        "min_sites",   "deadline",         "max_extensions", "aggregate",
         "trim",         "inner_steps", "time_budget",      "overlap",        "adaptive_deadline",

@@ -161,9 +161,10 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
     if (!lora) {
         if (config_get(cfg, "model", "rank") || config_get(cfg, "model", "alpha") ||
             config_get(cfg, "model", "targets") || config_get(cfg, "model", "rule") ||
-            config_get(cfg, "model", "base_dtype"))
-            return err_set(err, "federation.ini: [model] rank, alpha, targets, rule and "
-                                "base_dtype are the adapters'; set adapter = lora, or remove them");
+            config_get(cfg, "model", "base_dtype") || config_get(cfg, "model", "dropout"))
+            return err_set(err, "federation.ini: [model] rank, alpha, targets, rule, base_dtype "
+                                "and dropout are the adapters'; set adapter = lora, or remove "
+                                "them");
         return 0;
     }
     int64_t rank;
@@ -196,6 +197,15 @@ static int adapter_settings_read(const Config *cfg, AdapterConfig *a, char *err)
                        "in bf16, sums in fp32) or f32",
                        dtype);
     a->base_bf16 = strcmp(dtype, "bf16") == 0;
+    double dropout;
+    if (config_get_double(cfg, "model", "dropout", 0, &dropout, err)) return -1;
+    if (!((float)dropout >= 0 && (float)dropout < 1)) /* as the float the sites take */
+        return err_set(err,
+                       "federation.ini: [model] dropout = %g; use 0 (none) or more, below 1 "
+                       "(PEFT's lora_dropout: that fraction of each adapter's input zeroed in "
+                       "training)",
+                       dropout);
+    a->dropout = (float)dropout;
     return 0;
 }
 
@@ -249,7 +259,7 @@ int model_settings_read(const Config *cfg, Coordinator *co, char *err) {
     const AdapterConfig *have_lora = &co->model_cfg.lora;
     if (have_lora->rank != lora.rank || have_lora->alpha != lora.alpha ||
         have_lora->targets != lora.targets || have_lora->rule != lora.rule ||
-        have_lora->base_bf16 != lora.base_bf16)
+        have_lora->base_bf16 != lora.base_bf16 || have_lora->dropout != lora.dropout)
         return err_set(err,
                        "federation.ini's [model] adapter settings are not those of %s (strait "
                        "init wrote both): restore them, or run strait init again",

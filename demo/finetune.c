@@ -198,6 +198,7 @@ static int interleave(const DemoOptions *o, int sites, char *dir, size_t len, ch
  * machine's cores. */
 static int centralized(const DemoOptions *o, const DemoRun *d, const char *ckpt, char *err) {
     char steps[16], rank[16], alpha[32], lr[32], batch[16], seq[16], log[700], data[600];
+    char dropout[32];
     if (interleave(o, d->sites, data, sizeof data, err) != 0) return -1;
     snprintf(steps, sizeof steps, "%d", d->sites * d->rounds * d->steps);
     snprintf(rank, sizeof rank, "%d", o->lora.rank);
@@ -213,6 +214,8 @@ static int centralized(const DemoOptions *o, const DemoRun *d, const char *ckpt,
                       "--lr",         lr,      "--out",        (char *)ckpt};
     int a = 20;
     argv[a++] = "--lora-base-dtype", argv[a++] = o->lora.base_bf16 ? "bf16" : "f32";
+    snprintf(dropout, sizeof dropout, "%g", (double)o->lora.dropout);
+    argv[a++] = "--lora-dropout", argv[a++] = dropout;
     char targets[128];
     model_lora_targets_names(o->lora.targets, targets, sizeof targets);
     argv[a++] = "--lora-targets", argv[a++] = targets;

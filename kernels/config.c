@@ -74,7 +74,7 @@ static int lora_check(const ModelConfig *c, char *err) {
     const AdapterConfig *a = &c->lora;
     if (a->rank == 0)
         return a->targets == 0 && a->alpha == 0 && a->base == 0 && a->base_seed <= 0 &&
-                       a->rule == 0 && a->a_seed == 0 && a->base_bf16 == 0
+                       a->rule == 0 && a->a_seed == 0 && a->base_bf16 == 0 && a->dropout == 0
                    ? 0
                    : err_set(err, "adapter settings without a rank");
     if (a->base_seed < -1) return err_set(err, "adapter base_seed %lld", (long long)a->base_seed);
@@ -82,6 +82,9 @@ static int lora_check(const ModelConfig *c, char *err) {
         return err_set(err, "adapter rule %d; one of %s", a->rule, model_lora_rule_names());
     if (a->base_bf16 != 0 && a->base_bf16 != 1)
         return err_set(err, "adapter base_bf16 %d; 0 or 1", a->base_bf16);
+    if (!(a->dropout >= 0 && a->dropout < 1))
+        return err_set(err, "adapter dropout %g; use 0 or more, below 1 (PEFT's lora_dropout)",
+                       a->dropout);
     const Arch *arch = arch_of(c->arch);
     unsigned takes = 0;
     for (int r = 0; r < arch->n_tensors; r++) takes |= arch->tensors[r].lora;
@@ -197,6 +200,8 @@ char *model_config_json(const ModelConfig *c) {
             json_object_set_new(l, "rule", json_string(model_lora_rule_name(c->lora.rule)));
         if (c->lora.base_bf16) /* absent: fp32 */
             json_object_set_new(l, "base_dtype", json_string("bf16"));
+        if (c->lora.dropout > 0) /* absent: none */
+            json_object_set_new(l, "dropout", json_real(c->lora.dropout));
         json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -226,7 +231,8 @@ static int real_field(json_t *o, const char *key, float *out, char *err) {
 }
 
 /* "lora": {"rank": 8, "alpha": 16, "targets": "q,v", "base": "<16 hex digits>"}, and
- * "base_seed", "a_seed" and "rule" when they have something to say */
+ * "base_seed", "a_seed", "rule", "base_dtype" and "dropout" when they have
+ * something to say */
 static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
     const char *targets = json_string_value(json_object_get(o, "targets"));
     const char *base = json_string_value(json_object_get(o, "base"));
@@ -275,12 +281,20 @@ static int lora_parse(json_t *o, AdapterConfig *a, char *err) {
             return err_set(err, "the model configuration's lora base_dtype should be bf16 or f32");
         a->base_bf16 = strcmp(d, "bf16") == 0;
     }
+    json_t *dropout = json_object_get(o, "dropout");
+    if (dropout != NULL) {
+        float p = (float)json_number_value(dropout); /* 0.99999999 is 1 as a float */
+        if (!json_is_number(dropout) || !(p >= 0 && p < 1))
+            return err_set(err, "the model configuration's lora dropout should be a number from 0 "
+                                "up to (not including) 1");
+        a->dropout = p;
+    }
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "alpha") && strcmp(key, "targets") &&
             strcmp(key, "base") && strcmp(key, "base_seed") && strcmp(key, "a_seed") &&
-            strcmp(key, "rule") && strcmp(key, "base_dtype"))
+            strcmp(key, "rule") && strcmp(key, "base_dtype") && strcmp(key, "dropout"))
             return err_set(err,
                            "the model configuration's lora has a field '%s' this strait does "
                            "not know",

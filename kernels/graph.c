@@ -103,7 +103,8 @@ static Pass host_pass(Model *m) {
               .inputs = m->inputs,
               .targets = m->has_targets ? m->targets : NULL,
               .B = m->fwd_B,
-              .T = m->fwd_T};
+              .T = m->fwd_T,
+              .drop = m->drop_seed};
     return p;
 }
 

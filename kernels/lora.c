@@ -9,6 +9,10 @@
  * Fed-SB (rule fedsb) puts R (rank x rank) between them, out += s·B R A inp
  * with A and B frozen; the forward keeps h = A inp and g = R h, and the
  * backward: dg = s·doutᵀ B, dR += dgᵀ h, dh = dg R, dinp += dh A.
+ * With dropout p in training, A takes x = inp·mask/(1 - p) instead of inp,
+ * a mask of each adapter's own a step, drawn (ops.h's dropout_keep) from
+ * the pass's seed, in the forward and again in the backward, where
+ * dA += d(A x)ᵀ x and dinp += (d(A x) A)·mask/(1 - p).
  * Everything runs through the backend's Ops, so the CPU and the GPUs run
  * the same steps. Also model_lora_at (API: model.h), where an adapter is.
  */
@@ -19,7 +23,7 @@
 
 /* activations a0 + k: A inp of the k-th of the LORA_* bits, per layer (BT
  * x rank), then with fedsb R A inp (BT x rank); a0 + 7: a scratch as wide
- * as the widest projection */
+ * as the widest projection (with dropout, the widest of its sides) */
 void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0) {
     assert(a0 + LORA_ACTS <= ACT_MAX);
     if (c->lora.rank == 0) return;
@@ -28,7 +32,9 @@ void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0) {
     for (int r = 0; r < a->n_tensors; r++)
         if (a->tensors[r].lora & c->lora.targets) {
             size_t out = (size_t)arch_dim(c, a->tensors[r].d0);
+            size_t in = c->lora.dropout > 0 ? (size_t)arch_dim(c, a->tensors[r].d1) : 0;
             widest = out > widest ? out : widest;
+            widest = in > widest ? in : widest;
         }
     for (int k = 0; k < LORA_ACTS - 1; k++)
         if (c->lora.targets & (1u << k))
@@ -93,6 +99,13 @@ static int adapter(const Model *m, const Pass *p, int a0, int r, int l, Adapter 
     return 1;
 }
 
+/* the dropout mask's seed of row r's adapter at layer l on pass p; 0: none */
+static uint64_t drop_seed(const Model *m, const Pass *p, int r, int l) {
+    if (p->drop == 0 || !(m->cfg.lora.dropout > 0)) return 0;
+    uint64_t z = p->drop ^ ((uint64_t)(r * m->cfg.L + l) + 1) * 0xD1B54A32D192ED03ull;
+    return z ? z : 1;
+}
+
 void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                   float *out) {
     Adapter ad;
@@ -102,6 +115,11 @@ void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const flo
     int R = m->cfg.lora.rank, BT = p->B * p->T;
     float *ax = act_at(p, p->acts, ad.act, l), *tmp = act_at(p, p->acts, a0 + LORA_ACTS - 1, 0);
     float *bx = ad.R ? ax + (size_t)BT * R : ax; /* what B takes: A inp, or R A inp */
+    uint64_t drop = drop_seed(m, p, r, l);
+    if (drop) { /* the scratch holds x until A has taken it, then B's output */
+        o->dropout(tmp, inp, m->cfg.lora.dropout, drop, (size_t)BT * ad.in, 0, p->stream);
+        inp = tmp;
+    }
     o->matmul_forward(ax, inp, ad.A, NULL, BT, ad.in, R, p->stream);
     if (ad.R) o->matmul_forward(bx, ax, ad.R, NULL, BT, R, R, p->stream);
     o->matmul_forward(tmp, bx, ad.B, NULL, BT, R, ad.out, p->stream);
@@ -124,6 +142,16 @@ void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const fl
     o->matmul_backward(dbx, ad.dB, NULL, sd, bx, ad.B, BT, R, ad.out, p->stream);
     /* Fed-SB: dax takes dbx R, dR += dbxᵀ ax */
     if (ad.R) o->matmul_backward(dax, ad.dR, NULL, dbx, ax, ad.R, BT, R, R, p->stream);
+    uint64_t drop = drop_seed(m, p, r, l);
+    if (drop) { /* x again in the forward's scratch; d(x) in s·dout's, done with */
+        float *x = act_at(p, p->acts, a0 + LORA_ACTS - 1, 0);
+        size_t n = (size_t)BT * ad.in;
+        o->dropout(x, inp, m->cfg.lora.dropout, drop, n, 0, p->stream);
+        o->zero(sd, n, p->stream);
+        o->matmul_backward(sd, ad.dA, NULL, dax, x, ad.A, BT, ad.in, R, p->stream);
+        o->dropout(dinp, sd, m->cfg.lora.dropout, drop, n, 1, p->stream);
+        return;
+    }
     /* dA NULL: A is frozen, only dinp */
     o->matmul_backward(dinp, ad.dA, NULL, dax, inp, ad.A, BT, ad.in, R, p->stream);
 }

@@ -68,6 +68,10 @@ typedef struct AdapterConfig {
      * bf16, sums in fp32: ops.h's matmul_*_bf16), the fp32 values kept for
      * everything else; 0: in fp32 */
     int base_bf16;
+    /* PEFT's lora_dropout: in training, each adapter's input (what A takes)
+     * has this fraction of its values zeroed and the rest scaled by
+     * 1 / (1 - dropout), a mask of its own a step; 0 <= dropout < 1 */
+    float dropout;
 } AdapterConfig;
 
 typedef struct ModelConfig {
@@ -200,6 +204,10 @@ typedef struct Model {
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
     int step;          /* AdamW steps taken */
+    /* the adapters' dropout masks of the training step under way (its
+     * forward and backward draw the same ones from it); 0: none, as in
+     * every pass that does not train */
+    uint64_t drop_seed;
     /* activations of the last forward, and their gradients (owned) */
     float *acts, *dacts;
     size_t acts_cap;
@@ -292,6 +300,7 @@ typedef struct Pass {
     const ActLayout *lay;
     const int *inputs, *targets;
     int B, T;
+    uint64_t drop; /* the adapters' dropout masks' seed (Model's drop_seed); 0: none */
 } Pass;
 /* forward through the classifier: the mean loss, or -1 without targets */
 float model_pass_forward(const Model *m, const Pass *p);

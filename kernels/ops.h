@@ -54,6 +54,27 @@ static inline void rope_inv_freq(const RopeConfig *r, int HD, float *inv_freq) {
     }
 }
 
+/* Dropout's mask, drawn again wherever it is needed (the forward, the
+ * backward, the CPU or a GPU) rather than kept: value i of a mask seeded s
+ * survives when a hash of (s, i) is at least threshold = p·2^32, so a
+ * fraction p of the values drops. Here, so both backends draw the same
+ * bits from one definition. */
+#ifdef __CUDACC__
+#define OPS_HOST_DEVICE __host__ __device__
+#else
+#define OPS_HOST_DEVICE
+#endif
+static inline OPS_HOST_DEVICE uint32_t dropout_threshold(float p) {
+    double t = (double)p * 4294967296.0;
+    return t <= 0 ? 0u : t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+static inline OPS_HOST_DEVICE int dropout_keep(uint64_t s, uint64_t i, uint32_t threshold) {
+    uint64_t z = s + (i + 1) * 0x9E3779B97F4A7C15ull; /* SplitMix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32) >= threshold;
+}
+
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                      int C); /* wpe NULL: token embeddings alone */
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
@@ -188,6 +209,10 @@ typedef struct Ops {
                                 void *st);
     /* y += a·x (an adapter's scaled output, and its gradient) */
     void (*scale_add)(float *y, const float *x, float a, size_t N, void *st);
+    /* y = x·mask/(1 - p), or y += that when accumulate (an adapter's input
+     * in training, and its gradient), the mask dropout_keep's of seed */
+    void (*dropout)(float *y, const float *x, float p, uint64_t seed, size_t N, int accumulate,
+                    void *st);
 } Ops;
 
 extern const Ops ops_cpu;

@@ -139,7 +139,7 @@ int model_export_peft(const Model *m, const char *dir, const char *base_name, ch
     json_object_set_new(j, "init_lora_weights", json_true());
     json_object_set_new(j, "layers_to_transform", json_null());
     json_object_set_new(j, "lora_alpha", alpha);
-    json_object_set_new(j, "lora_dropout", json_real(0.0));
+    json_object_set_new(j, "lora_dropout", json_real((double)a->dropout));
     json_object_set_new(j, "modules_to_save", json_null());
     json_object_set_new(j, "peft_type", json_string("LORA"));
     json_object_set_new(j, "r", json_integer(a->rank));
@@ -189,7 +189,7 @@ static const PeftKey KEYS[] = {
     {"base_model_name_or_path", K_HARMLESS, NULL},
     {"revision", K_HARMLESS, NULL},
     {"inference_mode", K_HARMLESS, NULL},
-    {"lora_dropout", K_HARMLESS, NULL}, /* training only: an identity at inference */
+    {"lora_dropout", K_USED, NULL}, /* training only: an identity at inference */
     {"peft_version", K_HARMLESS, NULL},
     {"auto_mapping", K_HARMLESS, NULL},
     {"megatron_config", K_HARMLESS, NULL},
@@ -303,6 +303,11 @@ int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err)
     const char *type = json_string_value(json_object_get(j, "peft_type"));
     json_t *r = json_object_get(j, "r"), *alpha = json_object_get(j, "lora_alpha");
     json_t *bias = json_object_get(j, "bias"), *init = json_object_get(j, "init_lora_weights");
+    json_t *dropout = json_object_get(j, "lora_dropout"); /* absent or null: PEFT's 0 */
+    if (rc == 0 && dropout && !json_is_null(dropout) &&
+        (!json_is_number(dropout) || !((float)json_number_value(dropout) >= 0) ||
+         !((float)json_number_value(dropout) < 1)))
+        rc = err_set(err, "lora_dropout should be a number from 0 up to (not including) 1");
     if (rc == 0 && (type == NULL || strcmp(type, "LORA") != 0))
         rc =
             err_set(err, "peft_type is %.40s; Strait takes LORA adapters", type ? type : "missing");
@@ -331,6 +336,7 @@ int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err)
     if (rc == 0) {
         a->rank = (int)json_integer_value(r);
         a->alpha = (float)json_number_value(alpha);
+        a->dropout = json_is_number(dropout) ? (float)json_number_value(dropout) : 0;
     }
     json_decref(j);
     return rc;

@@ -89,7 +89,7 @@ float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_fr
 }
 
 TrainConfig train_defaults(float lr, int total_steps) {
-    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0};
+    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0, 0};
     c.warmup = total_steps / 10 < 100 ? total_steps / 10 : 100;
     return c;
 }
@@ -194,9 +194,16 @@ float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *gr
 #endif
     Model *m = t->m;
     assert(tg != NULL && t->B >= 1 && t->T >= 1 && t->T <= m->cfg.T);
+    if (m->cfg.lora.dropout > 0) { /* this step's masks, for its forward and backward alone */
+        uint64_t z =
+            (t->c.seed ^ 0x6A09E667F3BCC909ull) + (uint64_t)m->step * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+        m->drop_seed = (z ^ (z >> 29)) | 1;
+    }
     float loss = model_forward(m, in, tg, t->B, t->T);
     model_zero_grad(m);
     model_backward(m);
+    m->drop_seed = 0;
     if (t->coll.mean) t->coll.mean(t->coll.ctx, m->grads, m->n_params);
     /* clipping folded into AdamW: one pass over the gradients fewer */
     float norm = model_grad_norm(m), max = t->c.max_grad_norm;
@@ -264,7 +271,9 @@ int train_run(Model *m, const TrainConfig *c, TokenView data, int gpus, int B, i
               TrainObserver obs, void *ctx, char *err) {
     Loader ld;
     if (loader_init(&ld, data, B, T, 0, 1, seed, err) != 0) return -1;
-    Trainer *t = trainer_create(m, c, gpus, B, T, err);
+    TrainConfig tc = *c;
+    if (tc.seed == 0) tc.seed = seed; /* the dropout masks' too */
+    Trainer *t = trainer_create(m, &tc, gpus, B, T, err);
     if (t == NULL) return -1;
     size_t span = (size_t)B * T * (size_t)t->replicas;
     int *in = mallocCheck(sizeof(int) * span), *tg = mallocCheck(sizeof(int) * span);
@@ -394,7 +403,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
                         .T = T};
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
-    tc.tf32 = j->tf32;
+    tc.tf32 = j->tf32, tc.seed = j->seed;
     if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
     rc = j->out ? model_save(&m, j->out, j->steps, err) : 0;
 out:

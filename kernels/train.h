@@ -32,6 +32,9 @@ typedef struct TrainConfig {
     float max_grad_norm; /* 0: no clipping */
     int warmup, total_steps;
     int tf32; /* GPU trainers: matmuls on TF32 tensor cores (kernels_cuda_set_tf32) */
+    /* the adapters' dropout masks (lora.dropout) are drawn from it and the
+     * model's step: a site's own data seed, so sites draw their own */
+    uint64_t seed;
 } TrainConfig;
 
 TrainConfig train_defaults(float lr, int total_steps);

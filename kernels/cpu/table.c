@@ -48,6 +48,17 @@ static void scale_add(float *y, const float *x, float a, size_t N, void *st) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) y[i] += a * x[i];
 }
+static void dropout(float *y, const float *x, float p, uint64_t seed, size_t N, int accumulate,
+                    void *st) {
+    (void)st;
+    uint32_t th = dropout_threshold(p);
+    float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float v = dropout_keep(seed, i, th) ? x[i] * scale : 0.0f;
+        y[i] = accumulate ? y[i] + v : v;
+    }
+}
 /* 1 with the copy of the n values at weight when the stream holds them
  * all, else 0 */
 static int held(const void *st, const float *weight, size_t n, BfWeight *w) {
@@ -160,4 +171,5 @@ const Ops ops_cpu = {
     .classifier_forward = cls_f,
     .classifier_backward = cls_b,
     .scale_add = scale_add,
+    .dropout = dropout,
 };

@@ -176,7 +176,8 @@ static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
               .inputs = r->inputs,
               .targets = with_targets ? r->targets : NULL,
               .B = g->B,
-              .T = g->T};
+              .T = g->T,
+              .drop = 0}; /* the adapters' dropout: with them, on the CPU */
     return p;
 }
 

@@ -377,6 +377,20 @@ static void scale_add_cuda(float *y, const float *x, float a, size_t N, void *st
     launchCheck();
 }
 
+__global__ void dropout_k(float *y, const float *x, uint32_t th, float scale, uint64_t seed,
+                          size_t N, int accumulate) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float v = dropout_keep(seed, i, th) ? x[i] * scale : 0.0f;
+    y[i] = accumulate ? y[i] + v : v;
+}
+static void dropout_cuda(float *y, const float *x, float p, uint64_t seed, size_t N, int accumulate,
+                         void *stream) {
+    dropout_k<<<blocks(N, 256), 256, 0, S(stream)>>>(y, x, dropout_threshold(p), 1.0f / (1.0f - p),
+                                                     seed, N, accumulate);
+    launchCheck();
+}
+
 /* ---- fused classifier ----------------------------------------------------------------- */
 
 #define ROWS   1024
@@ -581,4 +595,5 @@ extern "C" const Ops ops_cuda = {
     .classifier_forward = classifier_forward_cuda,
     .classifier_backward = classifier_backward_cuda,
     .scale_add = scale_add_cuda,
+    .dropout = dropout_cuda,
 };

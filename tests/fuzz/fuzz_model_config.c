@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (again.arch != c.arch || again.L != c.L || again.NKV != c.NKV || again.Vp != c.Vp) abort();
     if (again.lora.rank != c.lora.rank || again.lora.rule != c.lora.rule ||
         again.lora.a_seed != c.lora.a_seed || again.lora.targets != c.lora.targets ||
-        again.lora.base_bf16 != c.lora.base_bf16)
+        again.lora.base_bf16 != c.lora.base_bf16 || again.lora.dropout != c.lora.dropout)
         abort();
     if (c.lora.rank > 0 && model_adapter_trained(&c) > model_adapter_params(&c)) abort();
     free(text);

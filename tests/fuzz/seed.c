@@ -330,7 +330,8 @@ int main(int argc, char **argv) {
                                      .base_seed = 1,
                                      .rule = k - 2,
                                      .a_seed = 9,
-                                     .base_bf16 = k % 2}; /* base_dtype bf16 in some */
+                                     .base_bf16 = k % 2,            /* base_dtype bf16 in some */
+                                     .dropout = k % 2 ? 0 : 0.05f}; /* dropout in the others */
             snprintf(name, sizeof name, "llama-%s", model_lora_rule_name(k - 2));
         }
         char *text = model_config_json(&c);
@@ -351,7 +352,7 @@ int main(int argc, char **argv) {
         "\"eva_config\": null, \"exclude_modules\": null, \"fan_in_fan_out\": false, "
         "\"inference_mode\": true, \"init_lora_weights\": true, \"kasa_config\": null, "
         "\"layer_replication\": null, \"layers_pattern\": null, \"layers_to_transform\": null, "
-        "\"loftq_config\": {}, \"lora_alpha\": 8, \"lora_bias\": false, \"lora_dropout\": 0.0, "
+        "\"loftq_config\": {}, \"lora_alpha\": 8, \"lora_bias\": false, \"lora_dropout\": 0.05, "
         "\"lora_ga_config\": null, \"megatron_config\": null, \"megatron_core\": "
         "\"megatron.core\", \"modules_to_save\": null, \"monteclora_config\": null, "
         "\"peft_type\": \"LORA\", \"peft_version\": \"0.21.2\", \"qalora_group_size\": 16, "

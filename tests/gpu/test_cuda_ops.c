@@ -120,6 +120,14 @@ Test(cuda_ops, matmul_norms_gelu_swiglu_match_the_cpu) {
     GPU->swiglu_backward(d_dg, d_du, d_ln, d_x, d_dn, n, NULL);
     expect_close("swiglu dgate", dg, d_dg, n, 2e-3f);
     expect_close("swiglu dup", du, d_du, n, 2e-3f);
+    /* the adapters' dropout: the same mask from the same seed, written
+     * and accumulated */
+    CPU->dropout(g, x, 0.3f, 12345, n, 0, NULL);
+    GPU->dropout(d_g, d_x, 0.3f, 12345, n, 0, NULL);
+    expect_close("dropout", g, d_g, n, 0.0f); /* a product each: the same bits */
+    CPU->dropout(g, dn, 0.3f, 777, n, 1, NULL);
+    GPU->dropout(d_g, d_dn, 0.3f, 777, n, 1, NULL);
+    expect_close("dropout accumulated", g, d_g, n, 1e-6f); /* the GPU may fuse the add */
 #endif
 }
 

@@ -189,16 +189,18 @@ Test(federation, a_tiny_llama_federation_commits_with_one_model_everywhere, .tim
  * again and checks, so it stays bit-identical), one model everywhere,
  * held-out loss falls, and an update is the size of what the rule
  * trains. */
-static void lora_federation(const char *rule, int want_rule, size_t values, double drop) {
+static void lora_federation(const char *rule, int want_rule, size_t values, double drop,
+                            const char *dropout) {
     setenv("STRAIT_LOG", "info", 1);
     char *root = harness_tmpdir("fedlora");
     ProcResult r = harness_strait("demo", "--sites", "2", "--rounds", "3", "--model", "llama-tiny",
                                   "--steps", "30", "--lora-rank", "4", "--lora-targets", "all",
-                                  "--lora-rule", rule, "--dir", root);
+                                  "--lora-rule", rule, "--lora-dropout", dropout, "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
     Model m = load_checkpoint(root, "fed/checkpoints/round-000002.safetensors");
     cr_assert_eq(m.cfg.lora.rank, 4);
+    cr_assert_eq(m.cfg.lora.dropout, strtof(dropout, NULL), "the sites' dropout is the ini's");
     cr_assert(m.cfg.lora.rule == want_rule && m.lora_frozen != NULL, "%s: A is frozen", rule);
     cr_assert_eq(m.n_params, values, "the round's model holds %zu values", m.n_params);
     cr_assert_eq(m.cfg.lora.base_seed, 1, "the base is the one [model] seed draws");
@@ -233,15 +235,18 @@ static void lora_federation(const char *rule, int want_rule, size_t values, doub
 
 /* B alone (FFA-LoRA, a federation's default: A frozen at the seed's
  * draw): rank 4 on all seven projections of two layers of 64 channels,
- * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64 */
+ * their outputs q 64, k 32, v 32, o 64, gate 176, up 176, down 64; the
+ * sites train with dropout on the adapters' input, and still every site's
+ * model is the coordinator's, bit for bit */
 Test(federation, a_lora_federation_moves_only_the_adapters, .timeout = 300) {
-    lora_federation("ffa", LORA_RULE_FFA, 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64), 0.01);
+    lora_federation("ffa", LORA_RULE_FFA, 2 * 4 * (64 + 32 + 32 + 64 + 176 + 176 + 64), 0.01,
+                    "0.1");
 }
 
 /* Fed-SB: R alone, 4 x 4 for each of the fourteen adapted projections,
  * whatever their sides */
 Test(federation, a_fedsb_federation_moves_only_the_r_between_frozen_factors, .timeout = 300) {
-    lora_federation("fedsb", LORA_RULE_FEDSB, 2 * 7 * 4 * 4, 0.01);
+    lora_federation("fedsb", LORA_RULE_FEDSB, 2 * 7 * 4 * 4, 0.01, "0");
 }
 
 /* The adapters' flags reach the federation: --lora-rule says which rule
@@ -252,15 +257,19 @@ Test(federation, the_lora_flags_reach_federation_ini) {
     for (int i = 0; i < 3; i++) {
         char fed[700], ini[800], err[ERR_LEN];
         snprintf(fed, sizeof fed, "%s/fed-%s", root, rules[i]);
-        /* the base in bf16 unless f32 is said (fedit's here) */
-        const char *dtype = i == 0 ? "f32" : "bf16";
-        ProcResult r = i == 0
-                           ? harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
-                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
-                                            "--lora-rule", rules[i], "--lora-base-dtype", "f32")
-                           : harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank",
-                                            "4", "--lora-alpha", "8", "--lora-targets", "q,o,down",
-                                            "--lora-rule", rules[i]);
+        /* the base in bf16 unless f32 is said (fedit's here); no dropout
+         * unless said (fedsb's) */
+        const char *dtype = i == 0 ? "f32" : "bf16", *dropout = i == 2 ? "0.05" : "0";
+        ProcResult r =
+            i == 0   ? harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4",
+                                      "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                      "--lora-rule", rules[i], "--lora-base-dtype", "f32")
+            : i == 1 ? harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4",
+                                      "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                      "--lora-rule", rules[i])
+                     : harness_strait("init", fed, "--model", "llama-tiny", "--lora-rank", "4",
+                                      "--lora-alpha", "8", "--lora-targets", "q,o,down",
+                                      "--lora-rule", rules[i], "--lora-dropout", dropout);
         cr_assert_eq(r.status, 0, "%s", r.err);
         proc_result_free(&r);
         snprintf(ini, sizeof ini, "%s/federation.ini", fed);
@@ -272,8 +281,25 @@ Test(federation, the_lora_flags_reach_federation_ini) {
         cr_assert_str_eq(config_get_str(c, "model", "targets", ""), "q,o,down");
         cr_assert_str_eq(config_get_str(c, "model", "rule", ""), rules[i]);
         cr_assert_str_eq(config_get_str(c, "model", "base_dtype", ""), dtype);
+        cr_assert_str_eq(config_get_str(c, "model", "dropout", ""), dropout);
         config_free(c);
     }
+    const char *bad_dropout[][2] = {{"1", "--lora-dropout is 0"},
+                                    {"-0.1", "--lora-dropout is 0"},
+                                    {"nan", "--lora-dropout is 0"},
+                                    {"x", "--lora-dropout"}};
+    for (int i = 0; i < 4; i++) {
+        ProcResult b = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
+                                      "--lora-dropout", bad_dropout[i][0], "--force");
+        cr_assert_eq(b.status, 2, "--lora-dropout %s was taken", bad_dropout[i][0]);
+        cr_assert(strstr(b.err, bad_dropout[i][1]), "%s", b.err);
+        proc_result_free(&b);
+    }
+    ProcResult nr =
+        harness_strait("init", root, "--model", "llama-tiny", "--lora-dropout", "0.1", "--force");
+    cr_assert_eq(nr.status, 2, "a dropout without adapters was taken");
+    cr_assert(strstr(nr.err, "need --lora-rank"), "%s", nr.err);
+    proc_result_free(&nr);
     ProcResult r = harness_strait("init", root, "--model", "llama-tiny", "--lora-rank", "4",
                                   "--lora-rule", "fedex", "--force");
     cr_assert_eq(r.status, 2);

@@ -97,11 +97,13 @@ Test(peft, export_and_import_give_back_every_value_and_the_same_logits) {
     Model m, b;
     char err[ERR_LEN];
     adapted(&m, &b, LORA_Q | LORA_V | LORA_DOWN);
+    m.cfg.lora.dropout = 0.05f; /* training's alone: the logits are the same */
     char *dir = path_in("adapter");
     cr_assert_eq(model_export_peft(&m, dir, "HuggingFaceTB/SmolLM2-135M", err), 0, "%s", err);
     cr_assert_eq(model_import_peft(&b, dir, err), 0, "%s", err);
     cr_assert_eq(b.cfg.lora.rank, 4);
     cr_assert_eq(b.cfg.lora.alpha, 8.0f);
+    cr_assert_eq(b.cfg.lora.dropout, 0.05f);
     cr_assert_eq(b.cfg.lora.targets, (unsigned)(LORA_Q | LORA_V | LORA_DOWN));
     cr_assert_eq(b.n_params, m.n_params);
     cr_assert_eq(memcmp(b.params, m.params, m.n_params * sizeof(float)), 0);
@@ -114,6 +116,7 @@ Test(peft, export_and_import_give_back_every_value_and_the_same_logits) {
     json_t *j = json_loadb(text, len, 0, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(j, "peft_type")), "LORA");
     cr_assert_eq(json_integer_value(json_object_get(j, "r")), 4);
+    cr_assert_float_eq(json_number_value(json_object_get(j, "lora_dropout")), 0.05, 1e-7);
     json_t *t = json_object_get(j, "target_modules");
     cr_assert_eq(json_array_size(t), 3);
     cr_assert_str_eq(json_string_value(json_array_get(t, 0)), "q_proj");
@@ -213,6 +216,8 @@ Test(peft, a_config_strait_cannot_honour_is_refused_by_key) {
         {"fan_in_fan_out", "true", "fan_in_fan_out"},
         {"init_lora_weights", "\"pissa\"", "init_lora_weights"},
         {"peft_type", "\"IA3\"", "peft_type"},
+        {"lora_dropout", "1.5", "lora_dropout"},
+        {"lora_dropout", "\"some\"", "lora_dropout"},
         {"lora_frobnicate", "1", "lora_frobnicate"},
         {"r", NULL, "r should be"},
         {"r", "0", "r should be"},
@@ -244,6 +249,8 @@ Test(peft, harmless_keys_are_taken_as_they_are) {
     model_free(&m);
     cr_assert_eq(model_import_peft(&b, dir, err), 0, "%s", err);
     cr_assert_eq(b.cfg.lora.targets, (unsigned)(LORA_Q | LORA_V));
+    /* lora_dropout is read: a run that goes on from the folder drops as it did */
+    cr_assert_eq(b.cfg.lora.dropout, 0.1f);
     model_free(&b), free(dir);
 }
 

@@ -1,3 +1,5 @@
+
+
 /*
  * test_model.c — the CPU ops and the Model: every backward op against central
  * finite differences (accumulated in double), the whole tiny model's loss
@@ -720,6 +722,101 @@ Test(adapters, start_as_a_no_op_and_leave_the_base_as_it_was, .timeout = 120) {
     model_free(&m);
 }
 
+/* ---- the adapters' dropout ---- */
+
+/* The op: a fraction p of the values dropped, the rest scaled by
+ * 1 / (1 - p), the same mask from the same seed, another from another; p
+ * 0 an identity; accumulate adds. */
+Test(adapters, dropout_drops_its_fraction_and_keeps_the_mean) {
+    size_t n = 1u << 20;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    ops_cpu.dropout(y, x, 0.25f, 77, n, 0, NULL);
+    size_t dropped = 0;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(y[i] == 0.0f || y[i] == 1.0f / 0.75f, "y[%zu] = %g", i, y[i]);
+        dropped += y[i] == 0.0f, sum += y[i];
+    }
+    /* binomial: its standard deviation is 0.0004 of n here */
+    cr_assert(fabs((double)dropped / n - 0.25) < 0.003, "%zu of %zu dropped", dropped, n);
+    cr_assert(fabs(sum / n - 1) < 0.005, "mean %g", sum / n);
+    ops_cpu.dropout(z, x, 0.25f, 77, n, 0, NULL);
+    cr_assert_eq(memcmp(y, z, n * 4), 0, "the same seed draws the same mask");
+    ops_cpu.dropout(z, x, 0.25f, 78, n, 0, NULL);
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += (y[i] == 0) == (z[i] == 0);
+    cr_assert(same < n * 0.7, "another seed, another mask (%zu of %zu alike)", same, n);
+    ops_cpu.dropout(z, x, 0.0f, 78, n, 0, NULL);
+    cr_assert_eq(memcmp(x, z, n * 4), 0, "p 0 keeps every value as it is");
+    memcpy(z, x, n * 4);
+    ops_cpu.dropout(z, x, 0.25f, 77, n, 1, NULL);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(z[i], 1.0f + y[i], "accumulate adds");
+    free(x), free(y), free(z);
+}
+
+/* The whole model with dropout on every adapter, one step's masks held
+ * (drop_seed fixed): every trained gradient against finite differences of
+ * that loss, so the backward draws the forward's masks and scales by
+ * them; a pass with no seed is the model without dropout, to the bit. */
+Test(adapters, with_dropout_every_gradient_matches_finite_differences, .timeout = 180) {
+    Model m = preset_model("llama-tiny", 7);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand();
+    AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_ALL, .dropout = 0.3f};
+    char err[ERR_LEN];
+    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+    /* B nonzero, and larger than in the test above, so that the paths
+     * dropout thins still carry derivatives the float loss resolves
+     * (at 0.1, A's of h.1's k gave 3e-4, at the loss's resolution; at
+     * 0.4 the loss curves within the difference's step) */
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * urand();
+    int B = 2, T = 8, in[16], tg[16];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    float plain = model_forward(&m, in, tg, B, T);
+    Model same = preset_model("llama-tiny", 7);
+    for (size_t i = 0; i < same.n_params; i++) same.params[i] = m.base[i];
+    a.dropout = 0;
+    cr_assert_eq(model_add_adapters(&same, &a, 11, err), 0, "%s", err);
+    memcpy(same.params, m.params, m.n_params * 4);
+    cr_assert_eq(model_forward(&same, in, tg, B, T), plain,
+                 "outside training, dropout changes nothing");
+    model_free(&same);
+    m.drop_seed = 0x5eed;
+    float dropped = model_forward(&m, in, tg, B, T);
+    cr_assert_neq(dropped, plain, "a training pass drops some of the adapters' input");
+    every_tensor_gradient(&m);
+    m.drop_seed = 0x5eee;
+    cr_assert_neq(model_forward(&m, in, tg, B, T), dropped, "another step, other masks");
+    model_free(&m);
+}
+
+/* A trainer's step draws its own masks (from its seed and the step) and
+ * leaves the model's passes without them: the evaluation after it scores
+ * the model itself. */
+Test(adapters, a_training_step_drops_and_the_evaluation_after_it_does_not) {
+    Model m = preset_model("llama-tiny", 7);
+    AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_Q | LORA_V, .dropout = 0.5f};
+    char err[ERR_LEN];
+    cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+    int B = 2, T = 16, in[32], tg[32];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    TrainConfig tc = train_defaults(1e-2f, 30);
+    tc.seed = 9;
+    Trainer *t = trainer_create(&m, &tc, 0, B, T, err);
+    cr_assert_not_null(t, "%s", err);
+    float first = model_forward(&m, in, tg, B, T), last = first;
+    for (int s = 0; s < 30; s++) {
+        trainer_step(t, in, tg, 1e-2f, NULL);
+        cr_assert_eq(m.drop_seed, 0, "the step left its masks behind");
+    }
+    last = model_forward(&m, in, tg, B, T);
+    cr_assert_eq(model_forward(&m, in, tg, B, T), last, "an evaluation draws no masks");
+    cr_assert_lt(last, first - 0.1f, "the adapters learn the batch under dropout: %f from %f", last,
+                 first);
+    trainer_free(t);
+    model_free(&m);
+}
+
 Test(adapters, what_the_configuration_claims_is_checked) {
     ModelConfig c;
     char err[ERR_LEN];
@@ -729,7 +826,13 @@ Test(adapters, what_the_configuration_claims_is_checked) {
     ModelConfig back;
     cr_assert_eq(model_config_parse(json, strlen(json), &back, err), 0, "%s: %s", json, err);
     cr_assert(back.lora.rank == 8 && back.lora.alpha == 16 &&
-              back.lora.targets == (LORA_Q | LORA_V) && back.lora.base == 0x1234);
+              back.lora.targets == (LORA_Q | LORA_V) && back.lora.base == 0x1234 &&
+              back.lora.dropout == 0);
+    free(json);
+    c.lora.dropout = 0.05f; /* PEFT's lora_dropout, read back as the same float */
+    json = model_config_json(&c);
+    cr_assert_eq(model_config_parse(json, strlen(json), &back, err), 0, "%s: %s", json, err);
+    cr_assert_eq(back.lora.dropout, 0.05f, "%s", json);
     free(json);
     const char *bad[] = {
         "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
@@ -743,12 +846,15 @@ Test(adapters, what_the_configuration_claims_is_checked) {
         "\"targets\":\"q,lm_head\",\"base\":\"0000000000000001\"}}",
         "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
         "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,\"alpha\":8,"
-        "\"targets\":\"q\",\"base\":\"0000000000000001\",\"dropout\":0.1}}",
+        "\"targets\":\"q\",\"base\":\"0000000000000001\",\"dropout\":1}}",
+        "{\"arch\":\"llama\",\"L\":2,\"C\":64,\"NH\":4,\"T\":64,\"V\":256,\"NKV\":2,\"HD\":16,"
+        "\"F\":176,\"eps\":1e-5,\"rope_theta\":10000,\"lora\":{\"rank\":4,\"alpha\":8,"
+        "\"targets\":\"q\",\"base\":\"0000000000000001\",\"use_dora\":true}}",
         "{\"L\":2,\"C\":64,\"NH\":2,\"T\":64,\"V\":256,\"lora\":{\"rank\":4,\"alpha\":8,"
         "\"targets\":\"q\",\"base\":\"0000000000000001\"}}",
     };
-    const char *says[] = {"rank", "alpha", "lm_head", "dropout", "Llama family"};
-    for (int i = 0; i < 5; i++) {
+    const char *says[] = {"rank", "alpha", "lm_head", "dropout", "use_dora", "Llama family"};
+    for (int i = 0; i < 6; i++) {
         err[0] = '\0';
         cr_assert_neq(model_config_parse(bad[i], strlen(bad[i]), &back, err), 0, "%s", bad[i]);
         cr_assert(strstr(err, says[i]), "%s: %s (should name %s)", bad[i], err, says[i]);

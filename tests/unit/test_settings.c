@@ -200,3 +200,52 @@ Test(settings, retention_keeps_what_a_restart_reads_back) {
     cr_assert_eq(o.retain.keep_every, 50);
     cr_assert_eq(o.retain.keep_back, 6);
 }
+
+/* [model]'s adapter keys: each bad value refused in one line naming its
+ * key, the adapters' keys refused without adapter = lora, and what is
+ * taken reaches the model's configuration (dropout among them: it changes
+ * what the sites train, so never a silent default). */
+Test(settings, the_adapter_keys_are_read_and_checked) {
+    static const struct {
+        const char *ini, *names;
+    } bad[] = {
+        {"[model]\npreset = llama-tiny\nadapter = lora\ndropout = 1\n", "[model] dropout"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\ndropout = -0.1\n", "[model] dropout"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\ndropout = nan\n", "[model] dropout"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\ndropout = some\n", "[model] dropout"},
+        {"[model]\npreset = llama-tiny\ndropout = 0.1\n", "dropout are the adapters'"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\nbase_dtype = fp8\n", "[model] base_dtype"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\nrule = fedex\n", "[model] rule"},
+        {"[model]\npreset = llama-tiny\nadapter = lora\nalpha = 0\n", "[model] alpha"},
+        {"[model]\npreset = llama-tiny\nadapter = dora\n", "[model] adapter"},
+    };
+    char err[ERR_LEN];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        static Coordinator co;
+        memset(&co, 0, sizeof co);
+        Config *cfg = config_parse_string(bad[i].ini, "federation.ini", err);
+        cr_assert_not_null(cfg, "%s", err);
+        err[0] = '\0';
+        cr_assert_eq(model_settings_read(cfg, &co, err), -1, "taken: %s", bad[i].ini);
+        config_free(cfg);
+        cr_assert_not_null(strstr(err, bad[i].names), "%s: want '%s' named, got '%s'", bad[i].ini,
+                           bad[i].names, err);
+        cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+    }
+    static Coordinator co;
+    memset(&co, 0, sizeof co);
+    Config *cfg = config_parse_string("[model]\npreset = llama-tiny\nadapter = lora\nrank = 4\n"
+                                      "dropout = 0.05\n",
+                                      "federation.ini", err);
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_eq(model_settings_read(cfg, &co, err), 0, "%s", err);
+    config_free(cfg);
+    cr_assert(co.model_cfg.lora.rank == 4 && co.model_cfg.lora.dropout == 0.05f,
+              "rank %d, dropout %g", co.model_cfg.lora.rank, co.model_cfg.lora.dropout);
+    cfg = config_parse_string("[model]\npreset = llama-tiny\nadapter = lora\n", "federation.ini",
+                              err);
+    memset(&co, 0, sizeof co);
+    cr_assert_eq(model_settings_read(cfg, &co, err), 0, "%s", err);
+    config_free(cfg);
+    cr_assert_eq(co.model_cfg.lora.dropout, 0, "absent: no dropout");
+}
