@@ -192,6 +192,6 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
            trained = model_adapter_trained(c);
     if (adapters > 0)
         return 4.0 * (model_config_params(c) + adapters - trained) + per * trained +
-               8.0 * (double)lay.len;
-    return per * model_config_params(c) + 8.0 * (double)lay.len;
+               4.0 * (double)(lay.len + lay.dlen);
+    return per * model_config_params(c) + 4.0 * (double)(lay.len + lay.dlen);
 }

@@ -18,6 +18,7 @@
 #define STRAIT_KERNELS_ARCH_H
 
 #include "kernels/model.h"
+#include "kernels/ops.h"
 
 /* a dimension of a tensor, as a function of the configuration */
 typedef enum { DIM_NONE, DIM_C, DIM_3C, DIM_4C, DIM_VP, DIM_T, DIM_Q, DIM_KV, DIM_F } Dim;
@@ -164,15 +165,53 @@ void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const flo
 void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                    float *dinp, const float *dout);
 
-/* layout helpers: activation a of n floats (per layer when layers > 0) */
+/* layout helpers: activation a of n floats (per layer when layers > 0);
+ * act_carry marks the per-layer one whose gradient flows into the layer
+ * below (the residual stream's); act_finish, after the last act_add,
+ * places the gradients: the per-layer ones in one block every layer
+ * shares, the carried one in two slots, layer l's in slot l % 2, then
+ * those of the activations outside the layers. */
+enum { ACT_KIND_NONE, ACT_KIND_ONCE, ACT_KIND_LAYER, ACT_KIND_CARRY };
 static inline void act_add(ActLayout *lay, int a, size_t n, int layers) {
     lay->off[a] = lay->len;
     lay->stride[a] = layers > 0 ? n : 0;
     lay->len += layers > 0 ? n * (size_t)layers : n;
+    lay->kind[a] = layers > 0 ? ACT_KIND_LAYER : ACT_KIND_ONCE;
+    lay->dstride[a] = n; /* its size, until act_finish */
 }
-/* activation a (at layer l) inside buffer base */
+static inline void act_carry(ActLayout *lay, int a) {
+    lay->kind[a] = ACT_KIND_CARRY;
+}
+static inline void act_finish(ActLayout *lay) {
+    lay->dlen = lay->dlayer = 0;
+    for (int k = ACT_KIND_LAYER; k >= ACT_KIND_ONCE; k--) /* the layers' block first */
+        for (int a = 0; a < ACT_MAX; a++) {
+            if (lay->kind[a] != k && !(k == ACT_KIND_ONCE && lay->kind[a] == ACT_KIND_CARRY))
+                continue;
+            size_t n = lay->dstride[a];
+            lay->doff[a] = lay->dlen;
+            lay->dstride[a] = lay->kind[a] == ACT_KIND_CARRY ? n : 0;
+            lay->dlen += lay->kind[a] == ACT_KIND_CARRY ? 2 * n : n;
+            if (k == ACT_KIND_LAYER) lay->dlayer = lay->dlen;
+        }
+}
+/* activation a (at layer l) inside buffer base (the pass's acts) */
 static inline float *act_at(const Pass *p, float *base, int a, int l) {
     return base + p->lay->off[a] + (size_t)l * p->lay->stride[a];
+}
+/* the gradient of activation a at layer l (in the pass's dacts): valid
+ * from the start of layer l's backward (act_layer_start) to its end, the
+ * carried one's until the backward of the layer below has read it */
+static inline float *dact_at(const Pass *p, int a, int l) {
+    const ActLayout *y = p->lay;
+    return p->dacts + y->doff[a] +
+           (y->kind[a] == ACT_KIND_CARRY ? (size_t)(l & 1) * y->dstride[a] : 0);
+}
+/* at the start of layer l's backward: the shared block zeroed, and the
+ * carried gradient's slot for layer l - 1 (layer l + 1's, read by now) */
+static inline void act_layer_start(const Pass *p, int carry, int l) {
+    p->ops->zero(p->dacts, p->lay->dlayer, p->stream);
+    p->ops->zero(dact_at(p, carry, l + 1), p->lay->dstride[carry], p->stream);
 }
 
 #endif /* STRAIT_KERNELS_ARCH_H */

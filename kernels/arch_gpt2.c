@@ -90,6 +90,8 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, LNF_RSTD, BT, 0);
     act_add(lay, ACT_LOSSES, BT, 0);
     act_add(lay, ACT_LSE, BT, 0); /* each row's log-sum-exp, for the classifier's backward */
+    act_carry(lay, RES3);
+    act_finish(lay);
 }
 
 static void forward(const Model *m, const Pass *p) {
@@ -127,14 +129,15 @@ static void backward(const Model *m, const Pass *p) {
     const Ops *o = p->ops;
     void *st = p->stream;
     int C = m->cfg.C, L = m->cfg.L, B = p->B, T = p->T, BT = B * T;
-    float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
+    float *a = p->acts, *w = p->params, *g = p->grads;
     size_t sBTC = (size_t)BT * C;
     AttnShape as = {B, T, m->cfg.NH, m->cfg.NH, C / m->cfg.NH, 3 * C, 3 * C};
-#define D(x, l) act_at(p, d, x, l)
+#define D(x, l) dact_at(p, x, l)
 #define G(r, l) arch_w(m, g, r, l)
     o->layernorm_backward(D(RES3, L - 1), G(LNFW, 0), G(LNFB, 0), D(ACT_OUT, 0), A(RES3, L - 1),
                           W(LNFW, 0), A(LNF_MEAN, 0), A(LNF_RSTD, 0), BT, C, st);
     for (int l = L - 1; l >= 0; l--) {
+        act_layer_start(p, RES3, l);
         float *residual = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         float *dresidual = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
         float *qkv = A(QKV, l), *dqkv = D(QKV, l);

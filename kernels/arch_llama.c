@@ -97,6 +97,8 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, ACT_LOSSES, BT, 0);
     act_add(lay, ACT_LSE, BT, 0);
     lora_layout(c, B, T, lay, LORA_A0);
+    act_carry(lay, RES3);
+    act_finish(lay);
 }
 
 static void forward(const Model *m, const Pass *p) {
@@ -147,13 +149,14 @@ static void backward(const Model *m, const Pass *p) {
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
     assert(c->NKV >= 1 && c->NH % c->NKV == 0 && c->HD % 2 == 0 && p->lay->B == B);
-    float *a = p->acts, *d = p->dacts, *w = p->params, *g = p->grads;
+    float *a = p->acts, *w = p->params, *g = p->grads;
     AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
-#define D(x, l) act_at(p, d, x, l)
+#define D(x, l) dact_at(p, x, l)
 #define G(r, l) arch_wg(m, g, r, l) /* NULL: the base is frozen */
     o->rmsnorm_backward(D(RES3, L - 1), G(LNF, 0), D(ACT_OUT, 0), A(RES3, L - 1), W(LNF, 0),
                         A(RSTDF, 0), BT, C, st);
     for (int l = L - 1; l >= 0; l--) {
+        act_layer_start(p, RES3, l);
         float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         float *dx = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
         o->residual_backward(D(RES2, l), D(DOWN, l), D(RES3, l), (size_t)BT * C, st);

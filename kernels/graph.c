@@ -50,11 +50,10 @@ void model_pass_backward(const Model *m, const Pass *p) {
     assert((p->grads != NULL || p->dlora != NULL) && p->dacts != NULL && p->targets != NULL);
     assert((p->lora != NULL) == (m->cfg.lora.rank > 0));
     float *a = p->acts;
-    p->ops->zero(p->dacts, p->lay->len, p->stream);
-    p->ops->classifier_backward(act_at(p, p->dacts, ACT_OUT, 0), head_w(m, p->grads),
-                                act_at(p, a, ACT_OUT, 0), head_w(m, p->params), p->targets,
-                                act_at(p, a, ACT_LSE, 0), p->B * p->T, m->cfg.C, m->cfg.V,
-                                p->stream);
+    p->ops->zero(p->dacts, p->lay->dlen, p->stream);
+    p->ops->classifier_backward(
+        dact_at(p, ACT_OUT, 0), head_w(m, p->grads), act_at(p, a, ACT_OUT, 0), head_w(m, p->params),
+        p->targets, act_at(p, a, ACT_LSE, 0), p->B * p->T, m->cfg.C, m->cfg.V, p->stream);
     m->arch->backward(m, p);
 }
 
@@ -68,10 +67,12 @@ void model_layout(const Model *m, int B, int T, ActLayout *lay) {
 /* Activations sized for (B, T): regrown only when a larger pass comes. */
 static void ensure_acts(Model *m, int B, int T) {
     model_layout(m, B, T, &m->lay);
-    if (m->acts && m->lay.len <= m->acts_cap && B * T <= m->fwd_cap) return;
+    if (m->acts && m->lay.len <= m->acts_cap && m->lay.dlen <= m->dacts_cap && B * T <= m->fwd_cap)
+        return;
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     m->acts = mallocCheck(m->lay.len * sizeof(float));
-    m->dacts = mallocCheck(m->lay.len * sizeof(float));
+    m->dacts = mallocCheck(m->lay.dlen * sizeof(float));
+    m->dacts_cap = m->lay.dlen;
     m->inputs = mallocCheck((size_t)B * T * sizeof(int));
     m->targets = mallocCheck((size_t)B * T * sizeof(int));
     m->acts_cap = m->lay.len, m->fwd_cap = B * T;

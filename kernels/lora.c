@@ -23,7 +23,8 @@
 
 /* activations a0 + k: A inp of the k-th of the LORA_* bits, per layer (BT
  * x rank), then with fedsb R A inp (BT x rank); a0 + 7: a scratch as wide
- * as the widest projection (with dropout, the widest of its sides) */
+ * as the widest projection (with dropout, the widest of its sides); the
+ * architecture's layout then calls act_finish */
 void lora_layout(const ModelConfig *c, int B, int T, ActLayout *lay, int a0) {
     assert(a0 + LORA_ACTS <= ACT_MAX);
     if (c->lora.rank == 0) return;
@@ -132,9 +133,9 @@ void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const fl
     if (!adapter(m, p, a0, r, l, &ad)) return;
     const Ops *o = p->ops;
     int R = m->cfg.lora.rank, BT = p->B * p->T;
-    float *ax = act_at(p, p->acts, ad.act, l), *dax = act_at(p, p->dacts, ad.act, l);
+    float *ax = act_at(p, p->acts, ad.act, l), *dax = dact_at(p, ad.act, l);
     float *bx = ad.R ? ax + (size_t)BT * R : ax, *dbx = ad.R ? dax + (size_t)BT * R : dax;
-    float *sd = act_at(p, p->dacts, a0 + LORA_ACTS - 1, 0); /* s·dout */
+    float *sd = dact_at(p, a0 + LORA_ACTS - 1, 0); /* s·dout */
     o->zero(sd, (size_t)BT * ad.out, p->stream);
     o->scale_add(sd, dout, m->cfg.lora.alpha / (float)R, (size_t)BT * ad.out, p->stream);
     /* dbx is zero (the backward zeroes dacts) and takes s·dout B; dB +=

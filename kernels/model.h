@@ -155,10 +155,17 @@ typedef struct ParamView {
 /* Activation offsets (in floats) inside one buffer for a (B, T): each
  * activation of the architecture's graph, per layer ones `stride` apart.
  * The first three are every architecture's: the final hidden state (the
- * classifier's input), the per-token losses and their log-sum-exp. */
+ * classifier's input), the per-token losses and their log-sum-exp.
+ * Their gradients have a layout of their own (doff, dstride, dlen): the
+ * backward needs one layer's at a time, so every layer's share one block
+ * (the first dlayer floats, zeroed as each layer's backward starts), but
+ * for the gradient that carries the residual stream from a layer to the
+ * one below, which alternates between two slots. */
 enum { ACT_OUT, ACT_LOSSES, ACT_LSE, ACT_MAX = 40 };
 typedef struct ActLayout {
     size_t off[ACT_MAX], stride[ACT_MAX], len;
+    size_t doff[ACT_MAX], dstride[ACT_MAX], dlen, dlayer;
+    unsigned char kind[ACT_MAX]; /* arch.h's ACT_KIND_*: where the gradient lies */
     int B, T;
 } ActLayout;
 
@@ -210,7 +217,7 @@ typedef struct Model {
     uint64_t drop_seed;
     /* activations of the last forward, and their gradients (owned) */
     float *acts, *dacts;
-    size_t acts_cap;
+    size_t acts_cap, dacts_cap;
     int fwd_cap; /* B x T the buffers were sized for */
     ActLayout lay;
     int fwd_B, fwd_T, has_targets;

@@ -108,6 +108,7 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
     model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
     size_t np = host->n_params * sizeof(float), na = g->lay.len * sizeof(float);
+    size_t nd = g->lay.dlen * sizeof(float); /* one layer's gradients at a time */
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
         r->device = i;
@@ -118,7 +119,7 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         cudaCheck(cudaMalloc((void **)&r->m, np));
         cudaCheck(cudaMalloc((void **)&r->v, np));
         cudaCheck(cudaMalloc((void **)&r->acts, na));
-        cudaCheck(cudaMalloc((void **)&r->dacts, na));
+        cudaCheck(cudaMalloc((void **)&r->dacts, nd));
         cudaCheck(cudaMalloc((void **)&r->inputs, sizeof(int) * (size_t)B * T));
         cudaCheck(cudaMalloc((void **)&r->targets, sizeof(int) * (size_t)B * T));
         cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));

@@ -425,6 +425,35 @@ Test(model, llama_and_qwen2_gradients_match_finite_differences_in_every_tensor, 
     whole_model_gradient("qwen2-tiny");
 }
 
+/* The activations' gradients live one layer at a time: every layer's in
+ * one shared block, the residual stream's in two slots taken in turn. At
+ * three layers and more a slot is written, read and written again within
+ * one backward (at two, each once): every tensor of every layer against
+ * finite differences there, and the buffer smaller than the activations
+ * by about the layers' factor. */
+Test(model, three_layers_share_their_activations_gradients_and_match_finite_differences,
+     .timeout = 180) {
+    const char *presets[] = {"tiny", "llama-tiny"};
+    for (int k = 0; k < 2; k++) {
+        ModelConfig cfg;
+        cr_assert_eq(model_config_preset(presets[k], &cfg), 0);
+        cfg.L = 3;
+        Model m;
+        char err[ERR_LEN];
+        cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
+        /* larger than at init, so each tensor's direction is strong enough
+         * to catch a zeroed gradient (at 0.05, or with seeds 3 and 7, a
+         * norm's or a key's was not, in the old layout as in this one) */
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
+        every_tensor_gradient(&m);
+        ActLayout lay;
+        model_layout(&m, 4, 64, &lay);
+        cr_assert_lt(lay.dlen * 2, lay.len, "%s: gradients of %zu floats for %zu of activations",
+                     presets[k], lay.dlen, lay.len);
+        model_free(&m);
+    }
+}
+
 /* ---- adapters ------------------------------------------------------------------- */
 
 static Model adapted(const char *preset, unsigned targets, int rank) {
