@@ -211,7 +211,8 @@ int cli_lora_done(const Command *cmd, AdapterConfig *a, int federated, uint64_t 
                    ? 0
                    : cli_usage_error(cmd, "--lora-alpha, --lora-targets, --lora-rule, "
                                           "--lora-base-dtype and --lora-dropout need "
-                                          "--lora-rank");
+                                          "--lora-rank (a PEFT folder from --adapters brings "
+                                          "its own)");
     if (a->alpha == 0) a->alpha = (float)a->rank;
     if (a->targets == 0) a->targets = LORA_Q | LORA_V;
     a->rule = a->rule == 0 ? (federated ? LORA_RULE_FFA : LORA_RULE_FEDIT) : a->rule - 1;

@@ -285,7 +285,8 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
                  ss->s.name, (unsigned long long)saved_round);
     ss->lr = o->lr > 0 ? o->lr : 3e-3f;
     TrainConfig tc = train_defaults(ss->lr, ss->H);
-    tc.tf32 = o->tf32, tc.seed = seed;
+    /* the dropout masks': the data seed's, each rank's own (they take other batches) */
+    tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
     ss->replicas = trainer_replicas(ss->trainer); /* batches a step takes, on this rank */
@@ -315,9 +316,10 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
                  rk->size > 1 ? ", several ranks" : "", hr->overlap ? ", overlapped" : "",
                  hr->staleness ? ", async rounds" : "");
     if (rk->rank == 0 && m->cfg.lora.rank > 0)
-        log_info("site", "adapters of rank %d (%s) over a frozen base, its matmuls in %s",
-                 m->cfg.lora.rank, model_lora_rule_name(m->cfg.lora.rule),
-                 m->cfg.lora.base_bf16 ? "bf16 (sums in fp32)" : "fp32");
+        log_info(
+            "site", "adapters of rank %d (%s) over a frozen base, its matmuls in %s, dropout %g",
+            m->cfg.lora.rank, model_lora_rule_name(m->cfg.lora.rule),
+            m->cfg.lora.base_bf16 ? "bf16 (sums in fp32)" : "fp32", (double)m->cfg.lora.dropout);
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */
     if (!resumed && hr->model_sha256.len == 32) {

@@ -274,8 +274,11 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
         "; the model, frozen: only they train and travel\n"
         "adapter = none\n";
     if (o->lora.rank > 0) {
-        char targets[64];
+        char targets[64], alpha[32], dropout[32];
         model_lora_targets_names(o->lora.targets, targets, sizeof targets);
+        /* as the floats the initial model holds: the coordinator compares them */
+        float_text(alpha, sizeof alpha, o->lora.alpha);
+        float_text(dropout, sizeof dropout, o->lora.dropout);
         snprintf(adapter, sizeof adapter,
                  "; low-rank adapters (LoRA) over the model, frozen: only they train and travel,\n"
                  "; their output scaled by alpha / rank; targets of q, k, v, o, gate, up, down;\n"
@@ -289,13 +292,13 @@ static void model_section(char *out, size_t len, const CoordInitOptions *o, cons
                  "; zeroed (PEFT's lora_dropout; 0 for none)\n"
                  "adapter = lora\n"
                  "rank = %d\n"
-                 "alpha = %g\n"
+                 "alpha = %s\n"
                  "targets = %s\n"
                  "rule = %s\n"
                  "base_dtype = %s\n"
-                 "dropout = %g\n",
-                 o->lora.rank, (double)o->lora.alpha, targets, model_lora_rule_name(o->lora.rule),
-                 o->lora.base_bf16 ? "bf16" : "f32", (double)o->lora.dropout);
+                 "dropout = %s\n",
+                 o->lora.rank, alpha, targets, model_lora_rule_name(o->lora.rule),
+                 o->lora.base_bf16 ? "bf16" : "f32", dropout);
     }
     if (o->init_from == NULL) {
         snprintf(out, len,

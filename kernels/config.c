@@ -201,7 +201,7 @@ char *model_config_json(const ModelConfig *c) {
         if (c->lora.base_bf16) /* absent: fp32 */
             json_object_set_new(l, "base_dtype", json_string("bf16"));
         if (c->lora.dropout > 0) /* absent: none */
-            json_object_set_new(l, "dropout", json_real(c->lora.dropout));
+            json_object_set_new(l, "dropout", json_real(float_decimal(c->lora.dropout)));
         json_object_set_new(o, "lora", l);
     }
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -88,14 +88,14 @@ void hf_index_free(HfIndex *ix);
  * Fed-SB's go out as plain LoRA with R folded into A (lora_A = R·A,
  * lora_B = B, lora_alpha as trained: the same update). */
 int model_export_peft(const Model *m, const char *dir, const char *base_name, char *err);
-/* adapter_config.json's text into a (rank, alpha, targets; base 0 and
- * base_seed -1: a pretrained base): PEFT's plain LoRA alone. target_modules a list of projection
- * names (or "all-linear"); every key that would change the arithmetic at its neutral value
- * (use_rslora, use_dora, bias "none", fan_in_fan_out, modules_to_save, rank_pattern, alpha_pattern,
- * layers_to_transform, ...); the keys that do not (task_type, base_model_name_or_path,
- * lora_dropout,
- * ...) taken as they are; any other key refused. -1 naming the key and
- * what to do. */
+/* adapter_config.json's text into a (rank, alpha, targets, dropout from
+ * lora_dropout, 0 to below 1; base 0 and base_seed -1: a pretrained
+ * base): PEFT's plain LoRA alone. target_modules a list of projection
+ * names (or "all-linear"); every key that would change the arithmetic at
+ * its neutral value (use_rslora, use_dora, bias "none", fan_in_fan_out,
+ * modules_to_save, rank_pattern, alpha_pattern, layers_to_transform, ...);
+ * the keys that do not (task_type, base_model_name_or_path, ...) taken as
+ * they are; any other key refused. -1 naming the key and what to do. */
 int peft_config_parse(const char *text, size_t len, AdapterConfig *a, char *err);
 /* In: m, a base without adapters (model_import's), gets DIR's adapters:
  * the config (peft_config_parse), then every tensor of

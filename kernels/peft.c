@@ -124,7 +124,7 @@ int model_export_peft(const Model *m, const char *dir, const char *base_name, ch
             json_array_append_new(targets, json_string(name));
     }
     json_t *alpha = a->alpha == floorf(a->alpha) ? json_integer((json_int_t)a->alpha)
-                                                 : json_real((double)a->alpha);
+                                                 : json_real(float_decimal(a->alpha));
     json_t *base = base_name ? json_string(base_name) : json_null();
     if (base == NULL) {
         json_decref(targets), json_decref(alpha);
@@ -139,7 +139,7 @@ int model_export_peft(const Model *m, const char *dir, const char *base_name, ch
     json_object_set_new(j, "init_lora_weights", json_true());
     json_object_set_new(j, "layers_to_transform", json_null());
     json_object_set_new(j, "lora_alpha", alpha);
-    json_object_set_new(j, "lora_dropout", json_real((double)a->dropout));
+    json_object_set_new(j, "lora_dropout", json_real(float_decimal(a->dropout)));
     json_object_set_new(j, "modules_to_save", json_null());
     json_object_set_new(j, "peft_type", json_string("LORA"));
     json_object_set_new(j, "r", json_integer(a->rank));

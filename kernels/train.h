@@ -33,7 +33,7 @@ typedef struct TrainConfig {
     int warmup, total_steps;
     int tf32; /* GPU trainers: matmuls on TF32 tensor cores (kernels_cuda_set_tf32) */
     /* the adapters' dropout masks (lora.dropout) are drawn from it and the
-     * model's step: a site's own data seed, so sites draw their own */
+     * model's step: a site's data seed (and its rank), so each draws its own */
     uint64_t seed;
 } TrainConfig;
 

@@ -128,6 +128,11 @@ int file_mkdir_p(const char *path, int mode, char *err);
  * then flushes, so scripts reading a pipe see whole records. Steals the
  * reference to obj. Returns 0, or -1 if the stream failed. */
 int json_emit_line(FILE *f, json_t *obj);
+/* The shortest decimal that reads back as the float v ("0.05", not
+ * "0.0500000007"), into buf; and that decimal as a double, for json_real:
+ * a setting written as text or JSON comes back as the same float. */
+void float_text(char *buf, size_t len, float v);
+double float_decimal(float v);
 
 /* ---- configuration (INI through inih) ---------------------------------- */
 

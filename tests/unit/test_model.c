@@ -1,5 +1,3 @@
-
-
 /*
  * test_model.c — the CPU ops and the Model: every backward op against central
  * finite differences (accumulated in double), the whole tiny model's loss
@@ -842,6 +840,10 @@ Test(adapters, a_training_step_drops_and_the_evaluation_after_it_does_not) {
     cr_assert_eq(model_forward(&m, in, tg, B, T), last, "an evaluation draws no masks");
     cr_assert_lt(last, first - 0.1f, "the adapters learn the batch under dropout: %f from %f", last,
                  first);
+    /* B is not zero now: a step's loss, on these same weights, is the
+     * dropped model's */
+    float step = trainer_step(t, in, tg, 1e-2f, NULL);
+    cr_assert_neq(step, last, "the step's forward dropped nothing (%f)", step);
     trainer_free(t);
     model_free(&m);
 }
