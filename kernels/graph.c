@@ -50,7 +50,8 @@ void model_pass_backward(const Model *m, const Pass *p) {
     assert((p->grads != NULL || p->dlora != NULL) && p->dacts != NULL && p->targets != NULL);
     assert((p->lora != NULL) == (m->cfg.lora.rank > 0));
     float *a = p->acts;
-    p->ops->zero(p->dacts, p->lay->dlen, p->stream);
+    /* outside the layers' block: each layer's backward zeroes that itself */
+    p->ops->zero(p->dacts + p->lay->dlayer, p->lay->dlen - p->lay->dlayer, p->stream);
     p->ops->classifier_backward(
         dact_at(p, ACT_OUT, 0), head_w(m, p->grads), act_at(p, a, ACT_OUT, 0), head_w(m, p->params),
         p->targets, act_at(p, a, ACT_LSE, 0), p->B * p->T, m->cfg.C, m->cfg.V, p->stream);

@@ -103,8 +103,7 @@ static int adapter(const Model *m, const Pass *p, int a0, int r, int l, Adapter 
 /* the dropout mask's seed of row r's adapter at layer l on pass p; 0: none */
 static uint64_t drop_seed(const Model *m, const Pass *p, int r, int l) {
     if (p->drop == 0 || !(m->cfg.lora.dropout > 0)) return 0;
-    uint64_t z = p->drop ^ ((uint64_t)(r * m->cfg.L + l) + 1) * 0xD1B54A32D192ED03ull;
-    return z ? z : 1;
+    return mix64(p->drop + (uint64_t)(r * m->cfg.L + l) * 0x9E3779B97F4A7C15ull) | 1;
 }
 
 void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,

@@ -77,10 +77,7 @@ const ParamView *model_view(const Model *m, const char *name) {
 
 /* splitmix64: the same stream on every machine */
 static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return mix64(*s += 0x9E3779B97F4A7C15ull);
 }
 
 /* A standard normal from twelve uniforms (Irwin-Hall): only integer and

@@ -64,15 +64,19 @@ static inline void rope_inv_freq(const RopeConfig *r, int HD, float *inv_freq) {
 #else
 #define OPS_HOST_DEVICE
 #endif
+/* SplitMix64's finalizer: a well-mixed 64 bits of z (model.c's seeded
+ * draws, the dropout masks and their seeds) */
+static inline OPS_HOST_DEVICE uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 static inline OPS_HOST_DEVICE uint32_t dropout_threshold(float p) {
     double t = (double)p * 4294967296.0;
     return t <= 0 ? 0u : t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
 static inline OPS_HOST_DEVICE int dropout_keep(uint64_t s, uint64_t i, uint32_t threshold) {
-    uint64_t z = s + (i + 1) * 0x9E3779B97F4A7C15ull; /* SplitMix64's finalizer */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32) >= threshold;
+    return (uint32_t)(mix64(s + (i + 1) * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
 }
 
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,

@@ -194,12 +194,9 @@ float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *gr
 #endif
     Model *m = t->m;
     assert(tg != NULL && t->B >= 1 && t->T >= 1 && t->T <= m->cfg.T);
-    if (m->cfg.lora.dropout > 0) { /* this step's masks, for its forward and backward alone */
-        uint64_t z =
-            (t->c.seed ^ 0x6A09E667F3BCC909ull) + (uint64_t)m->step * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-        m->drop_seed = (z ^ (z >> 29)) | 1;
-    }
+    /* this step's masks, for its forward and backward alone */
+    if (m->cfg.lora.dropout > 0)
+        m->drop_seed = mix64(t->c.seed + (uint64_t)m->step * 0x9E3779B97F4A7C15ull) | 1;
     float loss = model_forward(m, in, tg, t->B, t->T);
     model_zero_grad(m);
     model_backward(m);
@@ -403,7 +400,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
                         .T = T};
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
-    tc.tf32 = j->tf32, tc.seed = j->seed;
+    tc.tf32 = j->tf32; /* the dropout masks' seed: train_run's, j->seed */
     if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
     rc = j->out ? model_save(&m, j->out, j->steps, err) : 0;
 out:

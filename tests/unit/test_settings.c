@@ -25,6 +25,24 @@ static int read_text(const char *text, RoundsSettings *o, char *err) {
     return rc;
 }
 
+/* [model]'s settings read from text into a coordinator of its own */
+static int read_model(const char *text, Coordinator *co, char *err) {
+    memset(co, 0, sizeof *co);
+    Config *cfg = config_parse_string(text, "federation.ini", err);
+    cr_assert_not_null(cfg, "%s: %s", text, err);
+    err[0] = '\0';
+    int rc = model_settings_read(cfg, co, err);
+    config_free(cfg);
+    return rc;
+}
+
+/* a refusal of ini: one line naming the file and `names` */
+static void assert_refusal(const char *ini, const char *err, const char *names) {
+    cr_assert_not_null(strstr(err, names), "%s: want '%s' named, got '%s'", ini, names, err);
+    cr_assert_not_null(strstr(err, "federation.ini"), "%s: '%s' does not name the file", ini, err);
+    cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+}
+
 Test(settings, every_bad_value_is_refused_naming_its_key) {
     static const struct {
         const char *ini, *names;
@@ -103,11 +121,7 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         RoundsSettings o;
         char err[ERR_LEN] = "";
         cr_assert_eq(read_text(cases[i].ini, &o, err), -1, "taken: %s", cases[i].ini);
-        cr_assert_not_null(strstr(err, cases[i].names), "%s: want '%s' named, got '%s'",
-                           cases[i].ini, cases[i].names, err);
-        cr_assert_not_null(strstr(err, "federation.ini"), "%s: '%s' does not name the file",
-                           cases[i].ini, err);
-        cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+        assert_refusal(cases[i].ini, err, cases[i].names);
     }
 }
 
@@ -220,32 +234,18 @@ Test(settings, the_adapter_keys_are_read_and_checked) {
         {"[model]\npreset = llama-tiny\nadapter = dora\n", "[model] adapter"},
     };
     char err[ERR_LEN];
+    static Coordinator co; /* large: not on the stack */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        static Coordinator co;
-        memset(&co, 0, sizeof co);
-        Config *cfg = config_parse_string(bad[i].ini, "federation.ini", err);
-        cr_assert_not_null(cfg, "%s", err);
-        err[0] = '\0';
-        cr_assert_eq(model_settings_read(cfg, &co, err), -1, "taken: %s", bad[i].ini);
-        config_free(cfg);
-        cr_assert_not_null(strstr(err, bad[i].names), "%s: want '%s' named, got '%s'", bad[i].ini,
-                           bad[i].names, err);
-        cr_assert_null(strchr(err, '\n'), "more than one line: %s", err);
+        cr_assert_eq(read_model(bad[i].ini, &co, err), -1, "taken: %s", bad[i].ini);
+        assert_refusal(bad[i].ini, err, bad[i].names);
     }
-    static Coordinator co;
-    memset(&co, 0, sizeof co);
-    Config *cfg = config_parse_string("[model]\npreset = llama-tiny\nadapter = lora\nrank = 4\n"
-                                      "dropout = 0.05\n",
-                                      "federation.ini", err);
-    cr_assert_not_null(cfg, "%s", err);
-    cr_assert_eq(model_settings_read(cfg, &co, err), 0, "%s", err);
-    config_free(cfg);
+    cr_assert_eq(read_model("[model]\npreset = llama-tiny\nadapter = lora\nrank = 4\n"
+                            "dropout = 0.05\n",
+                            &co, err),
+                 0, "%s", err);
     cr_assert(co.model_cfg.lora.rank == 4 && co.model_cfg.lora.dropout == 0.05f,
               "rank %d, dropout %g", co.model_cfg.lora.rank, co.model_cfg.lora.dropout);
-    cfg = config_parse_string("[model]\npreset = llama-tiny\nadapter = lora\n", "federation.ini",
-                              err);
-    memset(&co, 0, sizeof co);
-    cr_assert_eq(model_settings_read(cfg, &co, err), 0, "%s", err);
-    config_free(cfg);
+    cr_assert_eq(read_model("[model]\npreset = llama-tiny\nadapter = lora\n", &co, err), 0, "%s",
+                 err);
     cr_assert_eq(co.model_cfg.lora.dropout, 0, "absent: no dropout");
 }
