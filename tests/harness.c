@@ -88,8 +88,13 @@ int harness_count_lines(const char *s) {
 
 int harness_start_coordinator(const char *fed, char *addr) {
     char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", (char *)fed, NULL};
+    /* its stderr beside its folder, for the reason when it does not start */
+    char log[1100];
+    snprintf(log, sizeof log, "%s.stderr", fed);
     int fd;
-    int pid = proc_spawn(argv, &fd);
+    int pid = proc_start(
+        argv, &(ProcIo){.log = getenv("STRAIT_TEST_VERBOSE") ? NULL : log, .out_fd = &fd});
+    cr_assert_gt(pid, 0, "cannot start %s", argv[0]);
     char line[256];
     /* a large model (gpt2-large: 3 GB) takes most of a minute to load and
      * hash before the coordinator listens; one that fails ends the line */
@@ -98,6 +103,14 @@ int harness_start_coordinator(const char *fed, char *addr) {
     const char *p = got > 0 ? strstr(line, "port ") : NULL;
     if (p == NULL) {
         proc_stop(pid, 5000);
+        char last[512] = "";
+        FILE *f = fopen(log, "r");
+        for (char buf[512]; f && fgets(buf, sizeof buf, f);)
+            if (buf[0] != '\n') snprintf(last, sizeof last, "%s", buf);
+        if (f) fclose(f);
+        last[strcspn(last, "\n")] = 0;
+        fprintf(stderr, "coordinator %s did not start: %s\n", fed,
+                last[0] ? last : "(it wrote nothing to stderr)");
         return -1;
     }
     snprintf(addr, 64, "127.0.0.1:%d", atoi(p + 5));
@@ -123,16 +136,43 @@ void harness_enroll_join(const char *fed, const char *addr, const char *name, co
     proc_result_free(&r);
 }
 
+/* The low end of the kernel's ephemeral range (32768 where it says none). */
+static int ephemeral_low(void) {
+    int lo = 32768, hi;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
 int harness_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
+    int lo = 10000, hi = ephemeral_low();
+    cr_assert_gt(hi, lo + 1000, "ip_local_port_range starts at %d: no room below it", hi);
+    /* each test process starts its walk at its own place */
+    uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ time_monotonic_ns();
+    for (int tries = 0; tries < 200; tries++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int port = lo + (int)(x % (uint64_t)(hi - lo));
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq(fd, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)port);
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return port;
+    }
+    cr_assert_fail("no free port below %d on 127.0.0.1 in 200 tries", hi);
+    return -1;
+}
+
+const char *harness_listen(void) {
+    static char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", harness_free_port());
+    return addr;
 }
 
 void harness_ini_set(const char *path, const char *section, const char *key, const char *value) {

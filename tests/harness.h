@@ -50,7 +50,8 @@ void harness_rmtree(const char *path);
 
 /* `strait coordinator start FED` in the background: its pid, with the
  * address it bound ("127.0.0.1:PORT", from its first line) in addr (64
- * bytes); -1 when it did not say within 30 s. */
+ * bytes); -1 when it did not say within 300 s, with the last line it wrote
+ * to stderr (kept in FED.stderr) on this process's stderr. */
 int harness_start_coordinator(const char *fed, char *addr);
 
 /* `strait site enroll FED NAME` then `strait site join DIR` with the token
@@ -58,8 +59,13 @@ int harness_start_coordinator(const char *fed, char *addr);
  * DIR, joined to the coordinator at addr. */
 void harness_enroll_join(const char *fed, const char *addr, const char *name, const char *dir);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
+/* A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's
+ * ephemeral range: an outgoing connection (another test's) never takes it,
+ * so a coordinator stopped and started again gets it back. */
 int harness_free_port(void);
+/* "127.0.0.1:PORT" on harness_free_port()'s port, for `strait init
+ * --listen`; a static buffer, overwritten by the next call. */
+const char *harness_listen(void);
 /* Replaces the line "key = …" of [section] in an INI file with "key =
  * value"; appends "[section]\nkey = value" when that section has no such
  * key (so the section must not already exist in that case). */

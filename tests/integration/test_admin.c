@@ -38,7 +38,7 @@ static void start_federation(void) {
     /* port 0 for both: the coordinator picks free ports and says which, so
      * parallel tests cannot race for one */
     char addr[64], ini[700];
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
@@ -515,7 +515,7 @@ Test(admin_offline, rounds_of_a_stopped_federation_come_in_pages, .timeout = 120
     char *home = harness_tmpdir("adminoff");
     char dir[700], path[800], err[ERR_LEN];
     snprintf(dir, sizeof dir, "%s/fed", home);
-    ProcResult r = S("init", dir, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", dir, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     snprintf(path, sizeof path, "%s/%s", dir, STORE_DB_FILE);
@@ -560,7 +560,7 @@ Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stoppe
     char *home = harness_tmpdir("adminreach");
     char dir[700], addr[64];
     snprintf(dir, sizeof dir, "%s/fed", home);
-    ProcResult r = S("init", dir, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", dir, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     int pid = harness_start_coordinator(dir, addr);

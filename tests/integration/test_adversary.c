@@ -59,7 +59,7 @@ static void init_federation(void) {
     net_global_init();
     root = harness_tmpdir("adversary");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
 }
@@ -1035,7 +1035,7 @@ Test(adversary, bad_settings_are_refused_whole_before_anything_changes) {
                {"optimizer", "eps", "0", "[optimizer] eps"},
                {"optimizer", "outer", "sgd", "[optimizer] outer = sgd"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        r = S("init", fed, "--force", "--listen", "127.0.0.1:0", "--model", "tiny");
+        r = S("init", fed, "--force", "--listen", harness_listen(), "--model", "tiny");
         cr_assert_eq(r.status, 0, "%s", r.err);
         proc_result_free(&r);
         ini_set(bad[i].section, bad[i].key, bad[i].value);

@@ -175,7 +175,7 @@ Test(cli, coordinator_start_refuses_each_bad_setting_before_touching_the_store, 
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     snprintf(db, sizeof db, "%s/strait.db", fed);
-    ProcResult r = harness_strait("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = harness_strait("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     char *original = NULL, *db_before = NULL;

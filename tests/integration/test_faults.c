@@ -170,7 +170,7 @@ Test(faults, every_fault_point_of_init_leaves_a_folder_init_can_finish) {
  * issues one, and the store stays consistent. */
 Test(faults, every_fault_point_of_enroll_fails_it_whole) {
     setup_root();
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     for (size_t i = 0; i < N_KINDS; i++) {
@@ -227,7 +227,7 @@ static void enroll(const char *name, char token[65], char fp[65]) {
  * joined says hello. */
 Test(faults, every_fault_point_of_join_leaves_a_site_that_can_join) {
     setup_root();
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     coord = harness_start_coordinator(fed, addr);
@@ -358,7 +358,7 @@ static void walk_admin(const char *what, const char *const *args, const char *ex
 
 Test(faults, every_allocation_of_an_admin_call_fails_that_call_alone) {
     setup_root();
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     /* a site that joined, for the lists to hold */

@@ -57,7 +57,7 @@ static void federation_of(int metrics, int hello) {
     net_global_init();
     root = harness_tmpdir("flood");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     char ini[700];

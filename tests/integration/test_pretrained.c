@@ -77,7 +77,7 @@ static int start_coordinator(char *line, size_t len) {
 /* A federation of one round of 3 steps from the folder hfdir, its
  * coordinator started, and site s0 enrolled and joined in ROOT/site. */
 static void federation_from(const char *hfdir) {
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hfdir);
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--init-from", hfdir);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     char path[800];
@@ -209,7 +209,7 @@ Test(pretrained, a_changed_initial_model_or_a_bad_folder_is_refused) {
     r = S("init", fed, "--init-from", hf, "--model", "tiny");
     cr_assert_eq(r.status, 2, "%s", r.err);
     proc_result_free(&r);
-    r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", hf);
+    r = S("init", fed, "--listen", harness_listen(), "--init-from", hf);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     /* one flipped byte in the copy: the coordinator names it and does not start */

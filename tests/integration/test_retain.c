@@ -73,7 +73,7 @@ static void setup_federation(const char *total) {
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(log_path, sizeof log_path, "%s/coordinator.log", root);
     addr[0] = '\0';
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     ini("rounds", "total", total);

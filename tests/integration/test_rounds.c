@@ -39,7 +39,7 @@
 #include "util/util.h"
 
 static char *root, fed[600], addr[64];
-static int port, coord = -1, sites_pid[4];
+static int coord = -1, sites_pid[4];
 
 #define S(...) harness_strait(__VA_ARGS__)
 
@@ -50,24 +50,11 @@ static void ini_set(const char *key, const char *value) {
     harness_ini_set(path, "rounds", key, value);
 }
 
+/* The port comes from harness_listen() at init, below the ephemeral range:
+ * a restart gets it back (the sites know it) */
 static void start_coordinator(void) {
-    char *argv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
-    int fd;
-    coord = proc_spawn(argv, &fd);
-    char line[256];
-    cr_assert_gt(proc_read_line(fd, line, sizeof line, 30000), 0, "coordinator did not start");
-    close(fd);
-    /* the first start binds port 0 and says which port it got; restarts keep
-     * that port (the sites know it), so no test races another for a port */
-    const char *p = strstr(line, "port ");
-    cr_assert_not_null(p, "%s", line);
-    if (port == 0) {
-        port = atoi(p + 5);
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        char path[700];
-        snprintf(path, sizeof path, "%s/federation.ini", fed);
-        harness_ini_set(path, "federation", "listen", addr);
-    }
+    coord = harness_start_coordinator(fed, addr);
+    cr_assert_gt(coord, 0, "coordinator did not start (its stderr: %s.stderr)", fed);
 }
 
 static const char *model_preset = "tiny";
@@ -80,8 +67,7 @@ static void setup_federation(const char *rounds, const char *min_sites, const ch
     net_global_init();
     root = harness_tmpdir("rounds");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    port = 0;
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", model_preset);
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", model_preset);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     ini_set("total", rounds);
@@ -782,7 +768,7 @@ static void init_stopped_federation(char path[700]) {
     net_global_init();
     root = harness_tmpdir("rounds");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--model", "tiny");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     snprintf(path, 700, "%s/federation.ini", fed);

@@ -34,7 +34,7 @@ static void setup(void) {
     root = harness_tmpdir("sec");
     snprintf(fed, sizeof fed, "%s/fed", root);
     snprintf(site_dir, sizeof site_dir, "%s/site-alpha", root);
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--name", "testfed");
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--name", "testfed");
     cr_assert_eq(r.status, 0, "init: %s", r.err);
     char *fp = strstr(r.out, "CA fingerprint (sites pin it): ");
     cr_assert_not_null(fp);

@@ -55,7 +55,7 @@ static char *federation(const char *name, const char *recipe, const char *total,
                         const char *min_sites, const char *inner_steps, char *addr) {
     char *fed = malloc(800);
     snprintf(fed, 800, "%s/%s", root, name);
-    ProcResult r = harness_strait("init", fed, "--listen", "127.0.0.1:0", "--model", "tiny",
+    ProcResult r = harness_strait("init", fed, "--listen", harness_listen(), "--model", "tiny",
                                   "--recipe", recipe);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);

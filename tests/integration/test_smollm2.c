@@ -68,7 +68,7 @@ Test(smollm2, a_federation_of_two_sites_from_the_gguf_trains_and_goes_back_out) 
         proc_result_free(&r);
         snprintf(shard0[i], sizeof shard0[i], "%s/tokens_000000.bin", shards[i]);
     }
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", gguf);
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--init-from", gguf);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     snprintf(path, sizeof path, "%s/federation.ini", fed);
@@ -198,7 +198,7 @@ Test(smollm2, a_lora_federation_over_the_gguf_moves_only_the_adapters) {
         proc_result_free(&r);
         snprintf(shard0[i], sizeof shard0[i], "%s/tokens_000000.bin", shards);
     }
-    ProcResult r = S("init", fed, "--listen", "127.0.0.1:0", "--init-from", gguf, "--lora-rank",
+    ProcResult r = S("init", fed, "--listen", harness_listen(), "--init-from", gguf, "--lora-rank",
                      "8", "--lora-alpha", "16");
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);

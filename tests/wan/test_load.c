@@ -117,7 +117,7 @@ static void start_federation(const char *model, int n_sites, int rounds, const c
     net_global_init();
     root = harness_tmpdir("load");
     snprintf(fed, sizeof fed, "%s/fed", root);
-    ProcResult r = harness_strait("init", fed, "--listen", "127.0.0.1:0", "--model", model);
+    ProcResult r = harness_strait("init", fed, "--listen", harness_listen(), "--model", model);
     cr_assert_eq(r.status, 0, "%s", r.err);
     proc_result_free(&r);
     char ini[700], total[16], sites[16];
