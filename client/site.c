@@ -308,14 +308,15 @@ static double memory_available(const SiteRunOptions *o) {
     return kernels_mem_available();
 }
 
-/* Refuses a model this site cannot hold: its training state, a bf16
- * base's copy, the round's copy of θ, the error-feedback residual, a
- * download and the update. */
+/* Refuses a model this site cannot hold: its training state (with a
+ * frozen base), and four copies of what travels (the round's θ, the
+ * error-feedback residual, a download and the update: the adapters alone
+ * with them). */
 int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err) {
     int B = o->batch > 0 ? o->batch : 8, T = o->seq > 0 ? o->seq : (cfg->T < 128 ? cfg->T : 128);
     double n = model_config_params(cfg);
-    double copy = cfg->lora.rank > 0 && cfg->lora.base_bf16 ? (bf16_units() ? 2.0 : 4.0) * n : 0;
-    double need = model_train_bytes(cfg, B, T, o->moments_bf16) + copy + 4.0 * n * 4;
+    double travels = cfg->lora.rank > 0 ? model_adapter_trained(cfg) : n;
+    double need = model_train_bytes(cfg, B, T, o->moments_bf16) + 4.0 * travels * 4;
     double have = memory_available(o);
     if (have <= 0 || need <= have) return 0;
     return err_set(err,

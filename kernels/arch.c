@@ -190,8 +190,11 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
      * and their gradients */
     double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c),
            trained = model_adapter_trained(c);
+    /* a bf16 base is held in bf16 on a chip with bf16 instructions, else
+     * rounded in place (graph.c) */
+    double base = c->lora.base_bf16 && bf16_units() ? 2.0 : 4.0;
     if (adapters > 0)
-        return 4.0 * (model_config_params(c) + adapters - trained) + per * trained +
+        return base * model_config_params(c) + 4.0 * (adapters - trained) + per * trained +
                4.0 * (double)(lay.len + lay.dlen);
     return per * model_config_params(c) + 4.0 * (double)(lay.len + lay.dlen);
 }

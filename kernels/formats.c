@@ -8,6 +8,7 @@
  *   ln1w, ln1b, qkvw (L, 3C, C), qkvb, attprojw, attprojb, ln2w, ln2b, fcw,
  *   fcb, fcprojw, fcprojb, lnfw, lnfb.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ int model_export_llmc(const Model *m, const char *path, char *err) {
         return err_set(err, "llm.c trains GPT-2; this model is a %s: export it with --format hf",
                        model_arch_name(c->arch));
     int32_t header[256] = {LLMC_MAGIC, LLMC_VERSION, c->T, c->V, c->L, c->NH, c->C, c->Vp};
+    assert(!m->base_rounded); /* the base as loaded, never after a bf16 pass */
     AtomicFile *af = file_atomic_open(path, 0644, err);
     if (af == NULL) return -1;
     int rc = file_atomic_write(af, header, sizeof header, err);

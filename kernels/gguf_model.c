@@ -20,6 +20,7 @@
  * the divisors of Llama 3.1's and 3.2's published settings (low 1, high 4,
  * original context 8192, the factor its largest entry), refused otherwise.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -727,6 +728,7 @@ int model_export_gguf(const Model *m, const char *path, int dtype, const Tokeniz
     if (tok == NULL && tok_src == NULL) /* llama.cpp's vocabulary type none; vocab_size says V */
         kv_str(&b, &n_kv, "tokenizer.ggml.model", "none");
     /* the tensors, in the table's order; q and k interleaved for llama */
+    assert(!m->base_rounded); /* the base as loaded, never after a bf16 pass */
     OutTensor *ts = callocCheck((size_t)model_base_n_views(m) + 1, sizeof *ts);
     int n = 0;
     for (int r = 0; r < a->n_tensors; r++)

@@ -6,10 +6,13 @@
  * forward and regrown if a larger one comes.
  */
 #include <assert.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/arch.h"
 #include "kernels/model.h"
@@ -80,19 +83,46 @@ static void ensure_acts(Model *m, int B, int T) {
     assert(m->lay.len <= m->acts_cap && B * T <= m->fwd_cap);
 }
 
+/* The frozen base in bf16 alone, at the first pass: its fingerprint taken
+ * from the values as loaded, then each matrix (what the stream serves:
+ * matmuls, the classifier, the embedding) held as bf16, and the fp32 table
+ * rebuilt as a reservation of address space in which only the vectors
+ * (norms, biases) have pages: the stream still finds a matrix by its fp32
+ * address, and any read of its fp32 values faults. A chip without bf16
+ * instructions runs sgemm on the values rounded to bf16, in place. */
+static void hold_base_bf16(Model *m) {
+    m->base_print = model_base_fingerprint(m);
+    m->base_rounded = 1;
+    size_t n = m->n_base;
+    if (!bf16_units()) {
+        bf16_round(m->base, m->base, n);
+        m->cpu = (CpuStream){.f32 = m->base, .copy = {NULL, m->base}, .n = n};
+        return;
+    }
+    m->base16 = mallocCheck(n * sizeof(uint16_t));
+    bf16_from_float(m->base16, m->base, n);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE),
+           bytes = (n * sizeof(float) + page - 1) / page * page;
+    float *kept = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (kept == MAP_FAILED) DIE("cannot reserve %zu bytes of address space for the base", bytes);
+    for (int i = 0; i < m->n_base_views; i++) {
+        const ParamView *v = &m->base_views[i];
+        if (v->ndim == 2) continue; /* a matrix: its bf16 copy alone */
+        uintptr_t lo = (uintptr_t)(kept + v->offset) / page * page;
+        uintptr_t hi = ((uintptr_t)(kept + v->offset + v->numel) + page - 1) / page * page;
+        if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+            DIE("cannot map the base's %s: %s", v->name, strerror(errno));
+        memcpy(kept + v->offset, m->base + v->offset, v->numel * sizeof(float));
+    }
+    free(m->base);
+    m->base = kept, m->base_mapped = bytes;
+    m->cpu = (CpuStream){.f32 = m->base, .copy = {m->base16, NULL}, .n = n};
+}
+
 static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
     int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
-    if (bf16 && m->cpu.f32 == NULL) { /* the base is frozen: one copy, at the first pass */
-        if (bf16_units()) {
-            m->base16 = mallocCheck(m->n_base * sizeof(uint16_t));
-            bf16_from_float(m->base16, m->base, m->n_base);
-        } else { /* no bf16 instructions: the same values in fp32, for sgemm */
-            m->base16f = mallocCheck(m->n_base * sizeof(float));
-            bf16_round(m->base16f, m->base, m->n_base);
-        }
-        m->cpu = (CpuStream){.f32 = m->base, .copy = {m->base16, m->base16f}, .n = m->n_base};
-    }
+    if (bf16 && m->cpu.f32 == NULL) hold_base_bf16(m);
     Pass p = {.ops = &ops_cpu,
               .stream = bf16 ? &m->cpu : NULL,
               .params = model_base(m),
@@ -176,5 +206,9 @@ void model_next_logits(Model *m, const int *ctx, int n, float *logits) {
     const int *start = ctx + (n - T);
     model_forward(m, start, NULL, 1, T);
     const float *h = m->acts + m->lay.off[ACT_OUT] + (size_t)(T - 1) * m->cfg.C;
-    classifier_logits(logits, h, head_w(m, model_base(m)), m->cfg.C, m->cfg.V);
+    if (m->cpu.f32) /* a bf16 base: the pass's own output layer */
+        ops_cpu.matmul_forward(logits, h, head_w(m, model_base(m)), NULL, 1, m->cfg.C, m->cfg.V,
+                               &m->cpu);
+    else
+        classifier_logits(logits, h, head_w(m, model_base(m)), m->cfg.C, m->cfg.V);
 }

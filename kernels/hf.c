@@ -28,6 +28,7 @@
  * and every tensor's name, dtype, shape and byte range is checked before
  * any is read; a value that is not finite is refused, naming the tensor.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -650,6 +651,7 @@ int model_export_hf(const Model *m, const char *dir, const HfExport *opt, char *
         return -1;
     }
     /* the tensors, in table order, cut into shards of at most max_shard bytes */
+    assert(!m->base_rounded); /* the base as loaded, never after a bf16 pass */
     HfTensor *ts = callocCheck((size_t)model_base_n_views(m), sizeof *ts);
     size_t elt = o.dtype == HF_F32 ? 4 : 2, in_shard = 0, total = 0;
     int n = 0, shards = 1;

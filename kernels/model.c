@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <xxhash.h>
 
@@ -144,6 +145,7 @@ int model_build(Model *m, const ModelConfig *cfg, uint64_t seed, char *err) {
 /* ---- adapters ------------------------------------------------------------------------ */
 
 uint64_t model_base_fingerprint(const Model *m) {
+    if (m->base_rounded) return m->base_print;
     return XXH3_64bits(model_base(m), model_base_count(m) * sizeof(float));
 }
 
@@ -254,7 +256,11 @@ int model_table_rows(const Model *m) {
 }
 
 void model_free(Model *m) {
-    free(m->base), free(m->base_views), free(m->base16), free(m->base16f);
+    if (m->base_mapped)
+        munmap(m->base, m->base_mapped);
+    else
+        free(m->base);
+    free(m->base_views), free(m->base16);
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_b);
     free(m->lora_frozen);
     free(m->params), free(m->grads);

@@ -64,9 +64,9 @@ typedef struct AdapterConfig {
     int64_t base_seed; /* the seed a drawn base was drawn from; -1: a pretrained one */
     int rule;          /* LORA_RULE_* */
     uint64_t a_seed;   /* ffa, fedsb: what the rule freezes is drawn from it at every site */
-    /* the base's matmuls on a bf16 copy of its weights (inputs rounded to
-     * bf16, sums in fp32: ops.h's matmul_*_bf16), the fp32 values kept for
-     * everything else; 0: in fp32 */
+    /* the base's matrices (matmuls, the classifier, the embedding) held
+     * and multiplied in bf16 (inputs rounded to bf16, sums in fp32: ops.h's
+     * matmul_*_bf16), its vectors (norms, biases) in fp32; 0: all in fp32 */
     int base_bf16;
     /* PEFT's lora_dropout: in training, each adapter's input (what A takes)
      * has this fraction of its values zeroed and the rest scaled by
@@ -99,10 +99,10 @@ const char *model_arch_names(void);
 double model_config_params(const ModelConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: what
  * trains (parameters, their gradients, AdamW's moments in fp32, or bf16
- * with moments_bf16), a frozen base's values (with adapters), and a step's
- * activations and their gradients (the architecture's own layout); not a
- * bf16 base's copy, whose size is the chip's (2 or 4 bytes a value: the
- * caller adds it). */
+ * with moments_bf16), a frozen base's values (with adapters: 2 bytes a
+ * value for a bf16 base on a chip with bf16 instructions, else 4), and a
+ * step's activations and their gradients (the architecture's own
+ * layout). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
 /* The adapters' values of a configuration, every one held (frozen or
  * not), and those that train and travel (0 without adapters). */
@@ -200,12 +200,17 @@ typedef struct Model {
     int *lora_view;
     size_t *lora_a, *lora_b;
     float *lora_frozen;
-    /* with adapters over a bf16 base (lora.base_bf16): the base's values
-     * rounded to bf16 (base16), or widened back to fp32 on a chip without
-     * bf16 instructions (base16f), made at the first pass, and the CPU
-     * ops' stream that points at them */
+    /* with adapters over a bf16 base (lora.base_bf16), from the first
+     * pass (graph.c): the base's matrices held in bf16 (base16) while the
+     * fp32 table keeps pages for its vectors alone (base_mapped bytes of
+     * its own mapping), or, on a chip without bf16 instructions, rounded
+     * in place; base_rounded then says the fp32 values are not the loaded
+     * ones, whose fingerprint base_print keeps; and the CPU ops' stream
+     * that points at them */
     uint16_t *base16;
-    float *base16f;
+    size_t base_mapped;
+    int base_rounded;
+    uint64_t base_print;
     CpuStream cpu;
     float *m, *v;      /* AdamW moments, allocated at the first step */
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */

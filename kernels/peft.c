@@ -16,6 +16,7 @@
  * against the adapters model_add_adapters lays out; all are checked before
  * any is read.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +408,7 @@ int model_merge_adapters(const Model *m, Model *out, char *err) {
     memset(out, 0, sizeof *out);
     if (m->cfg.lora.rank == 0 || m->lora_view == NULL)
         return err_set(err, "the model has no adapters to merge");
+    assert(!m->base_rounded); /* merged from the base as loaded, never after a bf16 pass */
     ModelConfig c = m->cfg;
     memset(&c.lora, 0, sizeof c.lora);
     if (model_build(out, &c, 0, err) != 0) return -1;

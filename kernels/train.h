@@ -147,7 +147,7 @@ typedef struct TrainJobStart {
     const char *name;              /* the preset or the folder */
     size_t n_params, train_tokens; /* n_params: what trains */
     size_t n_frozen;               /* the frozen base's parameters (0: none) */
-    int base_bf16;                 /* its matmuls on a bf16 copy (lora.base_bf16) */
+    int base_bf16;                 /* its matrices held in bf16 (lora.base_bf16) */
     TokenView val;                 /* the held-out tokens, for a caller that scores on them */
     int T;                         /* the sequence length it trains at */
 } TrainJobStart;

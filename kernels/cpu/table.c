@@ -7,16 +7,51 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "kernels/ops.h"
 
 static void zero(float *p, size_t n, void *st) {
     (void)st;
     memset(p, 0, n * sizeof(float));
 }
+/* 1 with the copy of the n values at weight when the stream holds them
+ * all, else 0 */
+static int held(const void *st, const float *weight, size_t n, BfWeight *w) {
+    const CpuStream *s = st;
+    if (s == NULL) return 0;
+    uintptr_t at = (uintptr_t)weight, lo = (uintptr_t)s->f32, hi = lo + s->n * sizeof(float);
+    if (at < lo || at >= hi) return 0;
+    size_t i = (size_t)(weight - s->f32);
+    assert(i + n <= s->n); /* a weight is one tensor of the table, never across its end */
+    *w = (BfWeight){.h = s->copy.h ? s->copy.h + i : NULL, .f = s->copy.f ? s->copy.f + i : NULL};
+    return 1;
+}
+/* row r of a held weight, widened into out (C values) */
+static void held_row(float *out, const BfWeight *w, size_t r, int C, int add) {
+    for (int i = 0; i < C; i++) {
+        size_t k = r * (size_t)C + (size_t)i;
+        float v = w->h ? bf16_to_float(w->h[k]) : w->f[k];
+        out[i] = add ? out[i] + v : v;
+    }
+}
 static void enc_f(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                   int C, void *st) {
-    (void)st;
-    encoder_forward(out, inp, wte, wpe, B, T, C);
+    BfWeight te, pe;
+    if (!held(st, wte, (size_t)C, &te)) {
+        encoder_forward(out, inp, wte, wpe, B, T, C);
+        return;
+    }
+    /* a frozen embedding in bf16: its rows (and the positions') widened */
+    int pos = wpe && held(st, wpe, (size_t)T * C, &pe);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        held_row(o, &te, (size_t)inp[bt], C, 0);
+        if (pos)
+            held_row(o, &pe, (size_t)(bt % T), C, 1);
+        else if (wpe)
+            for (int i = 0; i < C; i++) o[i] += wpe[(size_t)(bt % T) * C + i];
+    }
 }
 static void enc_b(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
                   void *st) {
@@ -58,18 +93,6 @@ static void dropout(float *y, const float *x, float p, uint64_t seed, size_t N, 
         float v = dropout_keep(seed, i, th) ? x[i] * scale : 0.0f;
         y[i] = accumulate ? y[i] + v : v;
     }
-}
-/* 1 with the copy of the n values at weight when the stream holds them
- * all, else 0 */
-static int held(const void *st, const float *weight, size_t n, BfWeight *w) {
-    const CpuStream *s = st;
-    if (s == NULL) return 0;
-    uintptr_t at = (uintptr_t)weight, lo = (uintptr_t)s->f32, hi = lo + s->n * sizeof(float);
-    if (at < lo || at >= hi) return 0;
-    size_t i = (size_t)(weight - s->f32);
-    assert(i + n <= s->n); /* a weight is one tensor of the table, never across its end */
-    *w = (BfWeight){.h = s->copy.h ? s->copy.h + i : NULL, .f = s->copy.f ? s->copy.f + i : NULL};
-    return 1;
 }
 static void mm_f(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                  int OC, void *st) {

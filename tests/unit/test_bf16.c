@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -160,10 +162,26 @@ Test(bf16, an_adapted_model_over_a_bf16_base_is_close_to_fp32_and_keeps_its_base
     cr_assert_eq(memcmp(f.params, h.params, f.n_params * sizeof(float)), 0);
     uint64_t fp = model_base_fingerprint(&h);
     float lf = model_forward(&f, in, tg, B, T), lh = model_forward(&h, in, tg, B, T);
-    /* only the bf16 base has its copy: bf16 where the chip multiplies it,
-     * else the same values widened */
-    cr_assert(f.base16 == NULL && f.base16f == NULL);
-    cr_assert((h.base16 != NULL) == bf16_units() && (h.base16f != NULL) == !bf16_units());
+    /* only the bf16 base is held again: in bf16 where the chip multiplies
+     * it, with the fp32 table's matrices given back (their pages no longer
+     * resident: any read would fault), its vectors kept; else rounded in place */
+    cr_assert(f.base16 == NULL && !f.base_rounded && f.base_mapped == 0);
+    cr_assert(h.base_rounded && (h.base16 != NULL) == bf16_units());
+    cr_assert((h.base_mapped != 0) == bf16_units());
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < h.n_base_views && bf16_units(); i++) {
+        const ParamView *v = &h.base_views[i];
+        if (v->ndim == 1) { /* kept, bit for bit */
+            cr_assert_eq(memcmp(h.base + v->offset, f.base + v->offset, v->numel * 4), 0, "%s",
+                         v->name);
+            continue;
+        }
+        uintptr_t lo = ((uintptr_t)(h.base + v->offset) + page - 1) / page * page;
+        if (lo + page > (uintptr_t)(h.base + v->offset + v->numel)) continue; /* no whole page */
+        unsigned char resident = 1;
+        cr_assert_eq(mincore((void *)lo, page, &resident), 0);
+        cr_assert_eq(resident & 1, 0, "%s: its fp32 page is still held", v->name);
+    }
     cr_assert_neq(lf, lh, "the same loss: the bf16 path was not taken");
     cr_assert_lt(fabsf(lf - lh), 1e-2f * fabsf(lf), "losses %f (fp32) and %f (bf16)", lf, lh);
     model_zero_grad(&f), model_zero_grad(&h);
@@ -182,7 +200,20 @@ Test(bf16, an_adapted_model_over_a_bf16_base_is_close_to_fp32_and_keeps_its_base
         model_adamw_step(&h, &tc.adamw, 1e-2f);
     }
     cr_assert_lt(model_forward(&h, in, tg, B, T), lh - 0.1f, "the adapters learn over bf16");
-    cr_assert_eq(model_base_fingerprint(&h), fp, "the base is frozen, its fp32 values kept");
+    cr_assert_eq(model_base_fingerprint(&h), fp, "the base's fingerprint is the loaded values'");
+    /* next-token logits read the same bf16 output layer as the passes */
+    int ctx[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *lg_f = malloc(f.cfg.V * sizeof(float)), *lg_h = malloc(h.cfg.V * sizeof(float));
+    model_free(&f);
+    rng = 42;
+    f = adapted(0);
+    memcpy(f.params, h.params, f.n_params * sizeof(float));
+    model_next_logits(&f, ctx, 8, lg_f);
+    model_next_logits(&h, ctx, 8, lg_h);
+    double d = 0, n = 0;
+    for (int i = 0; i < f.cfg.V; i++) d += pow(lg_f[i] - lg_h[i], 2), n += pow(lg_f[i], 2);
+    cr_assert_lt(sqrt(d / n), 1e-2, "logits off by %g of their norm", sqrt(d / n));
+    free(lg_f), free(lg_h);
     model_free(&f), model_free(&h);
 }
 
