@@ -376,12 +376,13 @@ bench-gpu: $(BUILD)/bench/gpu $(CUDA_PLUGIN)
 
 bench: # the benchmarks built with their output on stderr: stdout is JSON lines only
 	@$(MAKE) --no-print-directory $(BENCH_BINS) $(if $(filter-out aggregate,$(or $(B),aggregate)),,$(BENCH_VENV)/.ok.1) \
-	  $(if $(filter-out train,$(or $(B),train)),,$(FLAX_VENV)/.ok.1) >&2
+	  $(if $(filter-out train,$(or $(B),train)),,$(FLAX_VENV)/.ok.1 $(HF_VENV)/.ok.4) >&2
 	@set -e; bins="$(if $(B),$(BUILD)/bench/$(B),$(BENCH_BINS))"; \
 	if [ -z "$$bins" ]; then echo "make bench: no benchmarks in bench/ yet" >&2; exit 0; fi; \
 	for b in $$bins; do \
 	  [ -x "$$b" ] || { echo "make bench: no benchmark '$(B)'; see bench/" >&2; exit 2; }; \
 	  STRAIT_BENCH_PYTHON=$(abspath $(BENCH_VENV))/bin/python STRAIT_HF_PYTHON=$(abspath $(FLAX_VENV))/bin/python \
+	  STRAIT_PEFT_PYTHON=$(abspath $(HF_VENV))/bin/python \
 	  STRAIT_SRC=$(abspath .) $$b $(BENCH_ARGS); \
 	done
 

@@ -19,7 +19,16 @@
  * llm.c on this kind of machine). Each shape runs in a child process so
  * its peak memory is its own.
  *
- *   build/bench/train [--full]     (--full: more steps)
+ * LoRA rows: adapters of rank 16 (alpha 32) on q and v, A and B both
+ * training as PEFT's do, over SmolLM2-135M's and Llama-3.2-1B's shapes
+ * held in bf16 (random weights), B 4, T 128 on 2 threads, beside PEFT's
+ * LoRA on transformers 5 and PyTorch (CPU) training the same adapters on
+ * the same shape, threads and batch in the same run, warm
+ * (bench/peft_train.py, in make test-hf's venv, which make bench B=train
+ * makes; STRAIT_PEFT_PYTHON names its Python).
+ *
+ *   build/bench/train [--full] [--lora]   (--full: more steps; --lora: the
+ *                                         LoRA rows alone)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +56,17 @@ static double peak_rss_mb(void) {
 }
 
 static int bench_bf16; /* this child keeps AdamW's moments in bf16 */
+static int bench_lora; /* this child trains the LoRA rows' adapters over a bf16 base */
+#define LORA_RANK 16
+
+/* the LoRA rows' adapters: PEFT's, as bench/peft_train.py makes them */
+static AdapterConfig lora_rows(void) {
+    return (AdapterConfig){.rank = LORA_RANK,
+                           .alpha = 2 * LORA_RANK,
+                           .targets = LORA_Q | LORA_V,
+                           .rule = LORA_RULE_FEDIT,
+                           .base_bf16 = 1};
+}
 
 static double tokens_per_s(const char *preset, int B, int T, int threads, int steps) {
     ModelConfig cfg;
@@ -54,6 +74,8 @@ static double tokens_per_s(const char *preset, int B, int T, int threads, int st
     Model m;
     char err[ERR_LEN];
     if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    AdapterConfig a = lora_rows();
+    if (bench_lora && model_add_adapters(&m, &a, 2, err) != 0) DIE("%s", err);
     m.moments_bf16 = bench_bf16;
     kernels_set_threads(threads);
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
@@ -94,10 +116,26 @@ static double sgemm_flops(int threads) {
     return best;
 }
 
+/* the figures of the peer run_peer measured for this row, when it ran */
+static void emit_peer(json_t *o, double tok_s) {
+    const char *name = getenv("STRAIT_BENCH_PEER"), *ptok = getenv("STRAIT_BENCH_PEER_TOK_S"),
+               *prss = getenv("STRAIT_BENCH_PEER_RSS_MB");
+    double peer = ptok ? atof(ptok) : 0;
+    if (name == NULL || peer <= 0) return;
+    char what[300];
+    snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run", name);
+    json_object_set_new(o, "baseline", json_string(what));
+    json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
+    json_object_set_new(o, "baseline_peak_rss_mb", json_real(prss ? atof(prss) : 0));
+    json_object_set_new(o, "ratio", json_real(tok_s / peer));
+}
+
 static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_t *o = json_object();
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", preset, bench_lora ? "_lora_r16" : "");
     json_object_set_new(o, "bench", json_string("train"));
-    json_object_set_new(o, "case", json_string(preset));
+    json_object_set_new(o, "case", json_string(name));
     json_object_set_new(o, "preset", json_string(preset));
     json_object_set_new(o, "B", json_integer(B));
     json_object_set_new(o, "T", json_integer(T));
@@ -105,7 +143,17 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_object_set_new(o, "tokens_per_s", json_real(tok_s));
     json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
     ModelConfig cfg;
-    if (model_config_preset(preset, &cfg) == 0 && cfg.V > 256) { /* the published shapes */
+    if (bench_lora && model_config_preset(preset, &cfg) == 0) {
+        AdapterConfig a = lora_rows();
+        cfg.lora = a;
+        json_object_set_new(o, "arch", json_string(model_arch_name(cfg.arch)));
+        json_object_set_new(o, "params", json_real(model_config_params(&cfg)));
+        json_object_set_new(o, "trainable", json_real(model_adapter_trained(&cfg)));
+        json_object_set_new(o, "adapters",
+                            json_string("LoRA rank 16, alpha 32, on q and v; A and B train (as "
+                                        "PEFT's); the base frozen in bf16"));
+        emit_peer(o, tok_s);
+    } else if (model_config_preset(preset, &cfg) == 0 && cfg.V > 256) { /* the published shapes */
         double params = model_config_params(&cfg), peak = sgemm_flops(threads);
         json_object_set_new(o, "arch", json_string(model_arch_name(cfg.arch)));
         json_object_set_new(o, "params", json_real(params));
@@ -120,18 +168,7 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         json_object_set_new(o, "mfu", json_real(6.0 * params * tok_s / peak));
     }
     if (strcmp(preset, "gpt2-124m") == 0) {
-        /* the peer measured by the parent in this run (hf_peer), when it ran */
-        const char *ptok = getenv("STRAIT_BENCH_PEER_TOK_S"),
-                   *prss = getenv("STRAIT_BENCH_PEER_RSS_MB");
-        double peer = ptok ? atof(ptok) : 0;
-        if (peer > 0) {
-            json_object_set_new(o, "baseline",
-                                json_string("transformers FlaxGPT2LMHeadModel on JAX's CPU, same "
-                                            "shape, threads and steps, measured in this run"));
-            json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
-            json_object_set_new(o, "baseline_peak_rss_mb", json_real(prss ? atof(prss) : 0));
-            json_object_set_new(o, "ratio", json_real(tok_s / peer));
-        }
+        emit_peer(o, tok_s);
         json_object_set_new(o, "reference",
                             json_string("llm.c train_gpt2.c, reference figure, not measured here"));
         json_object_set_new(o, "reference_tokens_per_s", json_real(LLMC_GPT2_REFERENCE_TOK_S));
@@ -147,21 +184,25 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_emit_line(stdout, o);
 }
 
-/* transformers' GPT-2 124M trained by JAX at B x T on `threads` cores for
- * `steps` timed steps (bench/hf_train.py): its line goes out as it is, with
- * this bench's keys, and its figures into the environment the gpt2-124m
- * child reads; without the venv, one line saying why */
-static void hf_peer(int B, int T, int threads, int steps) {
-    const char *py = getenv("STRAIT_HF_PYTHON"), *src = getenv("STRAIT_SRC");
+/* A peer in Python (the interpreter named by the environment variable
+ * py_var, running bench/<script> with args): its JSON line goes out as it
+ * is, under case_name with this bench's keys, and its name and figures
+ * into the environment the next child reads (emit_peer); without its
+ * venv, or when it fails, one line saying why and nothing in the
+ * environment. */
+static void run_peer(const char *py_var, const char *venv, const char *script, const char *args,
+                     const char *case_name, int B, int T) {
+    const char *py = getenv(py_var), *src = getenv("STRAIT_SRC");
     char why[400] = "", cmd[2048], line[4096], last[300] = "";
     json_t *row = NULL;
+    unsetenv("STRAIT_BENCH_PEER"), unsetenv("STRAIT_BENCH_PEER_TOK_S");
+    unsetenv("STRAIT_BENCH_PEER_RSS_MB");
     if (py == NULL || !py[0] || access(py, X_OK) != 0) {
-        snprintf(why, sizeof why,
-                 "no transformers baseline: STRAIT_HF_PYTHON unset or not runnable (make bench "
-                 "makes build/venv-flax and sets it)");
+        snprintf(why, sizeof why, "no baseline: %s unset or not runnable (make bench makes %s)",
+                 py_var, venv);
     } else {
-        snprintf(cmd, sizeof cmd, "%s %s/bench/hf_train.py %d %d %d %d 2>&1", py,
-                 src && src[0] ? src : ".", B, T, threads, steps);
+        snprintf(cmd, sizeof cmd, "%s %s/bench/%s %s 2>&1", py, src && src[0] ? src : ".", script,
+                 args);
         fflush(stdout);
         FILE *p = popen(cmd, "r");
         while (p && fgets(line, sizeof line, p)) {
@@ -177,31 +218,90 @@ static void hf_peer(int B, int T, int threads, int steps) {
         }
         int st = p ? pclose(p) : -1;
         if (row == NULL || st != 0)
-            snprintf(why, sizeof why, "no transformers baseline: hf_train.py ended (status %d): %s",
-                     st, last);
+            snprintf(why, sizeof why, "no baseline: %s ended (status %d): %s", script, st, last);
     }
     if (row == NULL || why[0]) {
         json_decref(row);
-        json_emit_line(stdout, json_pack("{s:s,s:s,s:s}", "bench", "train", "case",
-                                         "gpt2-124m_transformers", "reason", why));
+        json_emit_line(
+            stdout, json_pack("{s:s,s:s,s:s}", "bench", "train", "case", case_name, "reason", why));
         return;
     }
     char v[64];
+    setenv("STRAIT_BENCH_PEER", json_string_value(json_object_get(row, "peer")), 1);
     snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "tokens_per_s")));
     setenv("STRAIT_BENCH_PEER_TOK_S", v, 1);
     snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "peak_rss_mb")));
     setenv("STRAIT_BENCH_PEER_RSS_MB", v, 1);
-    json_t *o = json_pack("{s:s,s:s,s:i,s:i}", "bench", "train", "case", "gpt2-124m_transformers",
-                          "B", B, "T", T);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i}", "bench", "train", "case", case_name, "B", B, "T", T);
     json_object_update(o, row);
     json_decref(row);
     json_emit_line(stdout, o);
 }
 
+/* transformers' GPT-2 124M trained by JAX at B x T on `threads` cores for
+ * `steps` timed steps (bench/hf_train.py) */
+static void hf_peer(int B, int T, int threads, int steps) {
+    char args[128];
+    snprintf(args, sizeof args, "%d %d %d %d", B, T, threads, steps);
+    run_peer("STRAIT_HF_PYTHON", "build/venv-flax", "hf_train.py", args, "gpt2-124m_transformers",
+             B, T);
+}
+
+/* PEFT's LoRA over preset's shape at B x T (bench/peft_train.py) */
+static void peft_peer(const char *preset, int B, int T, int threads, int steps) {
+    ModelConfig c;
+    model_config_preset(preset, &c);
+    char args[512], name[64];
+    snprintf(args, sizeof args, "%d %d %d %d %d %d %d %d %d %d %d %d %g %g %d", threads, LORA_RANK,
+             B, T, steps, c.V, c.C, c.F, c.L, c.NH, c.NKV, c.HD, (double)c.eps,
+             (double)c.rope.theta, c.tied);
+    snprintf(name, sizeof name, "%s_lora_r16_peft", preset);
+    run_peer("STRAIT_PEFT_PYTHON", "build/venv-hf", "peft_train.py", args, name, B, T);
+}
+
+/* Runs this program again as a child for one row (exec, not fork: OpenMP's
+ * thread pool, started in the parent, does not survive a fork); what kind:
+ * fp32 or bf16 moments, or lora. */
+static void run_child(const char *preset, const char *kind, int full) {
+    fflush(stdout);
+    char *cargv[] = {"/proc/self/exe",       "--child", (char *)preset, (char *)kind,
+                     full ? "--full" : NULL, NULL};
+    int pid = proc_start(cargv, NULL);
+    if (pid < 0 || proc_wait(pid) != 0) DIE("the %s (%s) case failed", preset, kind);
+}
+
+/* a row whose training state would not fit 80% of the memory available:
+ * reported, not run; 1 then */
+static int too_large(const ModelConfig *cfg, const char *preset, const char *kind, double need) {
+    double have = kernels_mem_available();
+    if (need <= 0.8 * have) return 0;
+    json_emit_line(stdout, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case",
+                                     preset, "arch", model_arch_name(cfg->arch), "kind", kind,
+                                     "params", model_config_params(cfg), "needs_gb", need / 1e9,
+                                     "available_gb", have / 1e9, "fits", 0));
+    return 1;
+}
+
+/* LoRA over the published shapes, each beside PEFT's */
+static void lora_bench(int threads, int full) {
+    static const char *lora_shapes[] = {"smollm2-135m", "llama-3.2-1b"};
+    for (size_t k = 0; k < sizeof lora_shapes / sizeof lora_shapes[0]; k++) {
+        ModelConfig cfg;
+        model_config_preset(lora_shapes[k], &cfg);
+        cfg.lora = lora_rows();
+        if (too_large(&cfg, lora_shapes[k], "lora", model_train_bytes(&cfg, 4, 128, 0))) continue;
+        peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
+        run_child(lora_shapes[k], "lora", full);
+    }
+    unsetenv("STRAIT_BENCH_PEER"), unsetenv("STRAIT_BENCH_PEER_TOK_S");
+    unsetenv("STRAIT_BENCH_PEER_RSS_MB");
+}
+
 int main(int argc, char **argv) {
-    int full = 0, child = 0;
+    int full = 0, child = 0, lora_only = 0;
     for (int i = 1; i < argc; i++) {
         full |= strcmp(argv[i], "--full") == 0;
+        lora_only |= strcmp(argv[i], "--lora") == 0;
         child |= i == 1 && strcmp(argv[i], "--child") == 0 && argc > 2;
     }
     log_set_level(LOG_ERROR);
@@ -213,7 +313,13 @@ int main(int argc, char **argv) {
         const char *preset = argv[2];
         int threads = max_threads < 2 ? max_threads : 2;
         bench_bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
-        emit(preset, 4, 64, threads, tokens_per_s(preset, 4, 64, threads, full ? 10 : 3));
+        bench_lora = argc > 3 && strcmp(argv[3], "lora") == 0;
+        int T = bench_lora ? 128 : 64;
+        emit(preset, 4, T, threads, tokens_per_s(preset, 4, T, threads, full ? 10 : 3));
+        return 0;
+    }
+    if (lora_only) {
+        lora_bench(max_threads < 2 ? max_threads : 2, full);
         return 0;
     }
     /* the fused classifier on gpt2-124m shapes: B=4, T=1024, V=50257, C=768 */
@@ -262,24 +368,12 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         ModelConfig cfg;
         model_config_preset(shapes[k].preset, &cfg);
-        double need = model_train_bytes(&cfg, 4, 64, shapes[k].bf16),
-               have = kernels_mem_available();
-        if (need > 0.8 * have) {
-            json_t *o =
-                json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:f,s:b}", "bench", "train", "case",
-                          shapes[k].preset, "arch", model_arch_name(cfg.arch), "moments",
-                          shapes[k].bf16 ? "bf16" : "fp32", "params", model_config_params(&cfg),
-                          "needs_gb", need / 1e9, "available_gb", have / 1e9, "fits", 0);
-            json_emit_line(stdout, o);
-            continue;
-        }
-        fflush(stdout);
-        char *cargv[] = {"/proc/self/exe",         "--child",
-                         (char *)shapes[k].preset, shapes[k].bf16 ? "bf16" : "fp32",
-                         full ? "--full" : NULL,   NULL};
-        int pid = proc_start(cargv, NULL);
-        if (pid < 0 || proc_wait(pid) != 0) DIE("the %s case failed", shapes[k].preset);
+        const char *kind = shapes[k].bf16 ? "bf16" : "fp32";
+        if (!too_large(&cfg, shapes[k].preset, kind,
+                       model_train_bytes(&cfg, 4, 64, shapes[k].bf16)))
+            run_child(shapes[k].preset, kind, full);
     }
+    lora_bench(max_threads < 2 ? max_threads : 2, full);
     int counts[2] = {1, max_threads};
     for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {
         emit("small", 8, 128, counts[k], tokens_per_s("small", 8, 128, counts[k], full ? 50 : 15));

@@ -85,11 +85,13 @@ static void ensure_acts(Model *m, int B, int T) {
 
 /* The frozen base in bf16 alone, at the first pass: its fingerprint taken
  * from the values as loaded, then each matrix (what the stream serves:
- * matmuls, the classifier, the embedding) held as bf16, and the fp32 table
- * rebuilt as a reservation of address space in which only the vectors
- * (norms, biases) have pages: the stream still finds a matrix by its fp32
- * address, and any read of its fp32 values faults. A chip without bf16
- * instructions runs sgemm on the values rounded to bf16, in place. */
+ * matmuls, the classifier, the embedding) held as bf16 and its fp32 pages
+ * given back one tensor at a time (so the peak is the fp32 table's, not
+ * fp32 and bf16 together), and the fp32 table rebuilt as a reservation of
+ * address space in which only the vectors (norms, biases) have pages: the
+ * stream still finds a matrix by its fp32 address, and any read of its
+ * fp32 values faults. A chip without bf16 instructions runs sgemm on the
+ * values rounded to bf16, in place. */
 static void hold_base_bf16(Model *m) {
     m->base_print = model_base_fingerprint(m);
     m->base_rounded = 1;
@@ -100,19 +102,27 @@ static void hold_base_bf16(Model *m) {
         return;
     }
     m->base16 = mallocCheck(n * sizeof(uint16_t));
-    bf16_from_float(m->base16, m->base, n);
-    size_t page = (size_t)sysconf(_SC_PAGESIZE),
-           bytes = (n * sizeof(float) + page - 1) / page * page;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (n * sizeof(float) + page - 1) / page * page;
     float *kept = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (kept == MAP_FAILED) DIE("cannot reserve %zu bytes of address space for the base", bytes);
     for (int i = 0; i < m->n_base_views; i++) {
         const ParamView *v = &m->base_views[i];
-        if (v->ndim == 2) continue; /* a matrix: its bf16 copy alone */
+        float *from = m->base + v->offset;
+        if (v->ndim == 2) { /* a matrix: its bf16 copy alone */
+            bf16_from_float(m->base16 + v->offset, from, v->numel);
+            /* the whole pages inside it (freed memory reads as zeros: never read again) */
+            uintptr_t lo = ((uintptr_t)from + page - 1) / page * page;
+            uintptr_t hi = (uintptr_t)(from + v->numel) / page * page;
+            if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+            continue;
+        }
         uintptr_t lo = (uintptr_t)(kept + v->offset) / page * page;
         uintptr_t hi = ((uintptr_t)(kept + v->offset + v->numel) + page - 1) / page * page;
         if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
             DIE("cannot map the base's %s: %s", v->name, strerror(errno));
-        memcpy(kept + v->offset, m->base + v->offset, v->numel * sizeof(float));
+        memcpy(kept + v->offset, from, v->numel * sizeof(float));
+        bf16_from_float(m->base16 + v->offset, from, v->numel); /* the copy is whole */
     }
     free(m->base);
     m->base = kept, m->base_mapped = bytes;
