@@ -316,10 +316,10 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
                  rk->size > 1 ? ", several ranks" : "", hr->overlap ? ", overlapped" : "",
                  hr->staleness ? ", async rounds" : "");
     if (rk->rank == 0 && m->cfg.lora.rank > 0)
-        log_info(
-            "site", "adapters of rank %d (%s) over a frozen base, its matmuls in %s, dropout %g",
-            m->cfg.lora.rank, model_lora_rule_name(m->cfg.lora.rule),
-            m->cfg.lora.base_bf16 ? "bf16 (sums in fp32)" : "fp32", (double)m->cfg.lora.dropout);
+        log_info("site", "adapters of rank %d (%s) over a frozen base, its matrices %s, dropout %g",
+                 m->cfg.lora.rank, model_lora_rule_name(m->cfg.lora.rule),
+                 m->cfg.lora.base_bf16 ? "held and multiplied in bf16 (sums in fp32)" : "in fp32",
+                 (double)m->cfg.lora.dropout);
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */
     if (!resumed && hr->model_sha256.len == 32) {

@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 
+#include "client/client_internal.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "kernels/model.h"
@@ -1336,4 +1337,31 @@ Test(model, the_sampler_draws_from_the_softmax_and_is_seeded) {
     }
     double f = (double)ones / n; /* 0.75, sd 0.003 */
     cr_assert(fabs(f - 0.75) < 0.02, "id 1 drawn %.3f of the time, not 0.75", f);
+}
+
+/* A site's memory check counts a federation of adapters at what it holds:
+ * the base (2 bytes a value in bf16 on a chip with bf16 units, else 4),
+ * the adapters' training state, the activations, and the round's copies
+ * of what travels, the adapters alone. A 12 GB site cannot fine-tune all
+ * of Llama-3.2-1B (16 bytes a parameter) but does hold its LoRA. */
+Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
+    ModelConfig c;
+    cr_assert_eq(model_config_preset("llama-3.2-1b", &c), 0);
+    SiteRunOptions o = {.batch = 4, .seq = 128, .max_memory = 12000000000ull};
+    char err[ERR_LEN];
+    cr_assert_neq(site_check_memory(&o, &c, err), 0, "a full fine-tune of 1.2B fits 12 GB?");
+    cr_assert(strstr(err, "needs about"), "%s", err);
+    double whole = model_train_bytes(&c, 4, 128, 0), n = model_config_params(&c);
+    c.lora = (AdapterConfig){.rank = 16,
+                             .alpha = 32,
+                             .targets = LORA_Q | LORA_V,
+                             .rule = LORA_RULE_FFA,
+                             .a_seed = 1,
+                             .base_bf16 = 1};
+    cr_assert_eq(site_check_memory(&o, &c, err), 0, "%s", err);
+    /* the base at its held size instead of 16 bytes a parameter */
+    double lora = model_train_bytes(&c, 4, 128, 0), held = bf16_units() ? 2.0 : 4.0;
+    cr_assert_lt(lora, whole - (16.0 - held) * n + 1e9, "%.0f bytes of %.0f", lora, whole);
+    c.lora.base_bf16 = 0; /* an fp32 base: 4 bytes a value */
+    cr_assert_float_eq(model_train_bytes(&c, 4, 128, 0) - lora, (4.0 - held) * n, 1.0);
 }
