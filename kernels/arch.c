@@ -190,9 +190,10 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
      * and their gradients */
     double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c),
            trained = model_adapter_trained(c);
-    /* a bf16 base is held in bf16 on a chip with bf16 instructions, else
-     * rounded in place (graph.c) */
-    double base = c->lora.base_bf16 && bf16_units() ? 2.0 : 4.0;
+    /* a bf16 base is held in bf16 (graph.c; a chip without bf16
+     * instructions rounds it in place: 2 bytes more a value, which the
+     * caller adds) */
+    double base = c->lora.base_bf16 ? 2.0 : 4.0;
     if (adapters > 0)
         return base * model_config_params(c) + 4.0 * (adapters - trained) + per * trained +
                4.0 * (double)(lay.len + lay.dlen);

@@ -245,6 +245,10 @@ static void gguf_free_parts(Gguf *g) {
     free(g->t);
 }
 
+void gguf_drop_pages(const Gguf *g) {
+    if (g->mapped && g->len) madvise((void *)(uintptr_t)g->base, g->len, MADV_DONTNEED);
+}
+
 void gguf_close(Gguf *g) {
     if (g == NULL) return;
     gguf_free_parts(g);

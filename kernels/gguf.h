@@ -74,6 +74,9 @@ Gguf *gguf_open(const char *path, char *err);
  * name is what messages call it. */
 Gguf *gguf_parse(const uint8_t *data, size_t len, const char *name, char *err);
 void gguf_close(Gguf *g);
+/* A mapped file's pages out of this process's memory (read again from the
+ * page cache at the next touch): after a load that keeps the file open. */
+void gguf_drop_pages(const Gguf *g);
 const char *gguf_name(const Gguf *g);
 /* A name from a file as a message shows it: bytes outside printable ASCII
  * (and the backslash) as \xNN, at most GGUF_SHOWN_MAX bytes then "...";
@@ -132,6 +135,11 @@ int model_import_gguf(Model *m, const char *path, char *err);
 /* What --init-from takes: a file is read as GGUF (model_import_gguf), a
  * folder as Hugging Face's (model_import_hf). gguf_path_is: path is a file. */
 int model_import(Model *m, const char *path, char *err);
+/* model_import of a base that adapters will freeze (model_add_adapters
+ * next): a GGUF's quantized projections also stay in its file (model.h's
+ * held), for a bf16 base to hold them as blocks. Its values must not
+ * change: a full fine-tune imports with model_import. */
+int model_import_frozen(Model *m, const char *path, char *err);
 /* A model whose configuration has adapters (cfg.lora.rank > 0): the base
  * from base_path (model_import's file or folder), checked to be the one
  * the adapters were trained over (its shape, and cfg.lora.base, the

@@ -431,7 +431,67 @@ static int unused_tensor(const Gguf *g, const ModelConfig *c, char *err) {
     return 0;
 }
 
-int model_import_gguf(Model *m, const char *path, char *err) {
+/* ---- a base held in its blocks ------------------------------------------------------ */
+
+/* HeldRows' unpack: rows of a quantized matrix in the mapping, in Strait's
+ * order (perm: the head size whose rotary interleave to undo, 0: none) */
+static void unpack_rows(const HeldRows *h, size_t r0, size_t n, float *out) {
+    uint32_t block, bytes;
+    gguf_type_block(h->type, &block, &bytes);
+    size_t row_bytes = h->cols / block * bytes;
+    char why[ERR_LEN];
+    for (size_t r = 0; r < n; r++) {
+        size_t from = h->perm ? perm_row(r0 + r, h->perm) : r0 + r;
+        assert(from < h->rows);
+        /* the same bytes the load decoded: they decode again */
+        if (gguf_dequantize(h->type, (const uint8_t *)h->src + from * row_bytes, h->cols,
+                            out + r * h->cols, why) != 0)
+            DIE("a held matrix no longer decodes: %s", why);
+    }
+}
+
+static void close_file(void *g) {
+    gguf_close(g);
+}
+
+static int by_offset(const void *a, const void *b) {
+    size_t x = ((const HeldRows *)a)->offset, y = ((const HeldRows *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/* m's quantized projections (not the embedding or the output layer, which
+ * the classifier reads whole) as the file's blocks: m then owns g */
+static void hold_blocks(Gguf *g, Model *m) {
+    const ModelConfig *c = &m->cfg;
+    const Arch *a = m->arch;
+    HeldRows *hs = callocCheck((size_t)m->n_views, sizeof *hs);
+    int n = 0;
+    for (int r = 0; r < a->n_tensors; r++)
+        for (int l = 0; l < (a->tensors[r].layer ? c->L : 1); l++) {
+            const ArchTensor *t = &a->tensors[r];
+            char name[96];
+            if (!arch_has(c, t) || t->d1 == DIM_NONE || r == a->embed_row || r == a->head_row ||
+                gguf_name_of(t, l, name, sizeof name) != 0)
+                continue;
+            const GgufTensor *gt = gguf_tensor(g, name);
+            if (gt == NULL || gt->type == GGML_F32 || gt->type == GGML_F16 || gt->type == GGML_BF16)
+                continue;
+            hs[n++] = (HeldRows){.offset = (size_t)(arch_w(m, m->params, r, l) - m->params),
+                                 .rows = (size_t)arch_dim(c, t->d0),
+                                 .cols = (size_t)arch_dim(c, t->d1),
+                                 .src = gt->data,
+                                 .type = gt->type,
+                                 .perm = permuted_heads(c, t) ? c->HD : 0,
+                                 .unpack = unpack_rows};
+        }
+    qsort(hs, (size_t)n, sizeof *hs, by_offset);
+    m->held = hs, m->n_held = n;
+    m->held_file = g, m->held_close = close_file;
+    gguf_drop_pages(g); /* read again, a matrix at a time, when a pass unpacks it */
+}
+
+/* keep: a base's import, whose quantized projections may stay in the file */
+static int import_gguf(Model *m, const char *path, int keep, char *err) {
     memset(m, 0, sizeof *m);
     Gguf *g = gguf_open(path, err);
     if (g == NULL) return -1;
@@ -446,13 +506,25 @@ int model_import_gguf(Model *m, const char *path, char *err) {
         rc = take_all(g, &cfg, m, 1, err);
         if (rc != 0) model_free(m);
     }
+    if (rc == 0 && keep) {
+        hold_blocks(g, m);
+        return 0;
+    }
     gguf_close(g);
     return rc;
+}
+
+int model_import_gguf(Model *m, const char *path, char *err) {
+    return import_gguf(m, path, 0, err);
 }
 
 int gguf_path_is(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int model_import_frozen(Model *m, const char *path, char *err) {
+    return gguf_path_is(path) ? import_gguf(m, path, 1, err) : model_import_hf(m, path, err);
 }
 
 int model_import(Model *m, const char *path, char *err) {
@@ -461,7 +533,7 @@ int model_import(Model *m, const char *path, char *err) {
 
 int model_import_base(Model *m, const ModelConfig *cfg, const char *base_path, char *err) {
     if (cfg->lora.rank == 0) return err_set(err, "the model has no adapters to put over a base");
-    if (model_import(m, base_path, err) != 0) return -1;
+    if (model_import_frozen(m, base_path, err) != 0) return -1;
     const ModelConfig *b = &m->cfg;
     int rc = 0;
     if (b->arch != cfg->arch || b->L != cfg->L || b->C != cfg->C || b->NH != cfg->NH ||

@@ -90,8 +90,10 @@ static void ensure_acts(Model *m, int B, int T) {
  * fp32 and bf16 together), and the fp32 table rebuilt as a reservation of
  * address space in which only the vectors (norms, biases) have pages: the
  * stream still finds a matrix by its fp32 address, and any read of its
- * fp32 values faults. A chip without bf16 instructions runs sgemm on the
- * values rounded to bf16, in place. */
+ * fp32 values faults. A matrix its file holds in quantized blocks (and
+ * blocks_off unset) has no copy: the stream unpacks it at each use. A
+ * chip without bf16 instructions runs sgemm on the values rounded to bf16,
+ * in place. */
 static void hold_base_bf16(Model *m) {
     m->base_print = model_base_fingerprint(m);
     m->base_rounded = 1;
@@ -101,16 +103,26 @@ static void hold_base_bf16(Model *m) {
         m->cpu = (CpuStream){.f32 = m->base, .copy = {NULL, m->base}, .n = n};
         return;
     }
-    m->base16 = mallocCheck(n * sizeof(uint16_t));
+    int blocks = m->n_held > 0 && !m->blocks_off, b = 0;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     size_t bytes = (n * sizeof(float) + page - 1) / page * page;
+    /* mapped, not allocated: a held matrix's part of it is never touched,
+     * so never resident */
+    m->base16_mapped = (n * sizeof(uint16_t) + page - 1) / page * page;
+    m->base16 = mmap(NULL, m->base16_mapped, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m->base16 == MAP_FAILED)
+        DIE("cannot map %zu bytes for the base's bf16 copy", m->base16_mapped);
     float *kept = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (kept == MAP_FAILED) DIE("cannot reserve %zu bytes of address space for the base", bytes);
     for (int i = 0; i < m->n_base_views; i++) {
         const ParamView *v = &m->base_views[i];
+        assert(i == 0 || v->offset > m->base_views[i - 1].offset); /* table order */
         float *from = m->base + v->offset;
-        if (v->ndim == 2) { /* a matrix: its bf16 copy alone */
-            bf16_from_float(m->base16 + v->offset, from, v->numel);
+        if (v->ndim == 2) { /* a matrix: its bf16 copy alone, or its blocks */
+            while (blocks && b < m->n_held && m->held[b].offset < v->offset) b++;
+            int in_blocks = blocks && b < m->n_held && m->held[b].offset == v->offset;
+            if (!in_blocks) bf16_from_float(m->base16 + v->offset, from, v->numel);
             /* the whole pages inside it (freed memory reads as zeros: never read again) */
             uintptr_t lo = ((uintptr_t)from + page - 1) / page * page;
             uintptr_t hi = (uintptr_t)(from + v->numel) / page * page;
@@ -126,7 +138,11 @@ static void hold_base_bf16(Model *m) {
     }
     free(m->base);
     m->base = kept, m->base_mapped = bytes;
-    m->cpu = (CpuStream){.f32 = m->base, .copy = {m->base16, NULL}, .n = n};
+    m->cpu = (CpuStream){.f32 = m->base,
+                         .copy = {m->base16, NULL},
+                         .n = n,
+                         .held = blocks ? m->held : NULL,
+                         .n_held = blocks ? m->n_held : 0};
 }
 
 static Pass host_pass(Model *m) {

@@ -256,11 +256,15 @@ int model_table_rows(const Model *m) {
 }
 
 void model_free(Model *m) {
+    if (m->held_close) m->held_close(m->held_file);
+    free(m->cpu.scratch);
+    free(m->held);
     if (m->base_mapped)
         munmap(m->base, m->base_mapped);
     else
         free(m->base);
-    free(m->base_views), free(m->base16);
+    if (m->base16) munmap(m->base16, m->base16_mapped);
+    free(m->base_views);
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_b);
     free(m->lora_frozen);
     free(m->params), free(m->grads);

@@ -100,8 +100,9 @@ double model_config_params(const ModelConfig *cfg);
 /* About what training a shape takes in host memory at batch B x T: what
  * trains (parameters, their gradients, AdamW's moments in fp32, or bf16
  * with moments_bf16), a frozen base's values (with adapters: 2 bytes a
- * value for a bf16 base on a chip with bf16 instructions, else 4), and a
- * step's activations and their gradients (the architecture's own
+ * value for a bf16 base, 4 for an fp32 one; a chip without bf16
+ * instructions holds a bf16 base at 4: the caller adds that, bf16_units),
+ * and a step's activations and their gradients (the architecture's own
  * layout). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
 /* The adapters' values of a configuration, every one held (frozen or
@@ -208,7 +209,16 @@ typedef struct Model {
      * ones, whose fingerprint base_print keeps; and the CPU ops' stream
      * that points at them */
     uint16_t *base16;
-    size_t base_mapped;
+    /* a base from a GGUF file whose projections are quantized
+     * (gguf_model.c, model_import_base): those matrices, which a bf16 base
+     * then holds as the file's blocks (the file kept open: held_file,
+     * closed by held_close), unpacked to the same bf16 values at each use;
+     * blocks_off holds them in bf16 anyway */
+    HeldRows *held;
+    int n_held, blocks_off;
+    void *held_file;
+    void (*held_close)(void *file);
+    size_t base_mapped, base16_mapped; /* bytes of their own mappings */
     int base_rounded;
     uint64_t base_print;
     CpuStream cpu;

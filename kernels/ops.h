@@ -123,13 +123,31 @@ void bf16_round(float *out, const float *x, size_t n); /* rounded, kept as fp32 
 /* whether this chip runs bf16 products natively (oneDNN on AVX-512 BF16
  * or AMX): hold a frozen table as bf16 (h), else widened (f) */
 int bf16_units(void);
+/* A frozen matrix of rows x cols at offset (in floats) of a table, held
+ * in another form (a GGUF file's quantized blocks): unpack writes its rows
+ * [r0, r0 + n) as fp32 into out (n x cols), the values the table had. */
+typedef struct HeldRows HeldRows;
+struct HeldRows {
+    size_t offset, rows, cols;
+    const void *src; /* what unpack reads */
+    uint32_t type;
+    int perm; /* the unpacker's own: a row order to undo (0: none) */
+    void (*unpack)(const HeldRows *h, size_t r0, size_t n, float *out);
+};
 /* The CPU table's stream (NULL for none): a frozen table of n values at
  * f32, held again in bf16 (h or f as above). A matmul or classifier whose
- * weight lies inside it, with no weight gradient asked, runs on the copy. */
+ * weight lies inside it, with no weight gradient asked, runs on the copy;
+ * one of the `held` matrices (sorted by offset) is unpacked to bf16 into
+ * scratch (scratch_cap values, grown as needed) at each use: the same
+ * bf16 values as the copy would hold. */
 typedef struct CpuStream {
     const float *f32;
     BfWeight copy;
     size_t n;
+    const HeldRows *held;
+    int n_held;
+    uint16_t *scratch;
+    size_t scratch_cap;
 } CpuStream;
 void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
                        const float *v, const AttnShape *s);

@@ -398,7 +398,7 @@ int model_import_peft(Model *m, const char *dir, char *err) {
 }
 
 int model_import_adapted(Model *m, const char *base_path, const char *peft_dir, char *err) {
-    if (model_import(m, base_path, err) != 0) return -1;
+    if (model_import_frozen(m, base_path, err) != 0) return -1;
     return model_import_peft(m, peft_dir, err);
 }
 

@@ -371,7 +371,9 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
         if (model_import_adapted(&m, j->init_from, j->adapters, err) != 0) return -1;
         cfg = m.cfg;
     } else if (j->init_from) { /* the pretrained model's shape, and its weights */
-        if (model_import(&m, j->init_from, err) != 0) return -1;
+        if ((j->lora.rank > 0 ? model_import_frozen(&m, j->init_from, err)
+                              : model_import(&m, j->init_from, err)) != 0)
+            return -1;
         cfg = m.cfg;
     } else if (model_config_preset(j->preset, &cfg) != 0) {
         return err_set(err, "unknown model '%s'; use one of %s", j->preset, model_preset_names());

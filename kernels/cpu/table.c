@@ -5,24 +5,72 @@
  */
 #include <assert.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/half.h"
 #include "kernels/ops.h"
+#include "util/util.h"
 
 static void zero(float *p, size_t n, void *st) {
     (void)st;
     memset(p, 0, n * sizeof(float));
 }
+/* the held matrix with the table's value i, or NULL */
+static const HeldRows *held_rows(const CpuStream *s, size_t i) {
+    int lo = 0, hi = s->n_held - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const HeldRows *h = &s->held[mid];
+        if (i < h->offset)
+            hi = mid - 1;
+        else if (i >= h->offset + h->rows * h->cols)
+            lo = mid + 1;
+        else
+            return h;
+    }
+    return NULL;
+}
+
+/* rows [r0, r0 + n) of h as bf16, in the stream's scratch */
+static const uint16_t *unpacked(CpuStream *s, const HeldRows *h, size_t r0, size_t n) {
+    size_t C = h->cols, need = n * C, chunk = 16;
+    if (need > s->scratch_cap) {
+        free(s->scratch);
+        s->scratch = mallocCheck(need * sizeof(uint16_t));
+        s->scratch_cap = need;
+    }
+#pragma omp parallel
+    {
+        float *rows = mallocCheck(chunk * C * sizeof(float));
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < n; r += chunk) {
+            size_t k = n - r < chunk ? n - r : chunk;
+            h->unpack(h, r0 + r, k, rows);
+            bf16_from_float(s->scratch + r * C, rows, k * C);
+        }
+        free(rows);
+    }
+    return s->scratch;
+}
+
 /* 1 with the copy of the n values at weight when the stream holds them
- * all, else 0 */
-static int held(const void *st, const float *weight, size_t n, BfWeight *w) {
-    const CpuStream *s = st;
+ * all (a held matrix's rows unpacked into its scratch), else 0 */
+static int held(void *st, const float *weight, size_t n, BfWeight *w) {
+    CpuStream *s = st;
     if (s == NULL) return 0;
     uintptr_t at = (uintptr_t)weight, lo = (uintptr_t)s->f32, hi = lo + s->n * sizeof(float);
     if (at < lo || at >= hi) return 0;
     size_t i = (size_t)(weight - s->f32);
     assert(i + n <= s->n); /* a weight is one tensor of the table, never across its end */
+    const HeldRows *h = s->n_held ? held_rows(s, i) : NULL;
+    if (h) {
+        /* whole rows of the one matrix */
+        assert((i - h->offset) % h->cols == 0 && n % h->cols == 0);
+        assert((i - h->offset) / h->cols + n / h->cols <= h->rows);
+        *w = (BfWeight){.h = unpacked(s, h, (i - h->offset) / h->cols, n / h->cols)};
+        return 1;
+    }
     *w = (BfWeight){.h = s->copy.h ? s->copy.h + i : NULL, .f = s->copy.f ? s->copy.f + i : NULL};
     return 1;
 }

@@ -18,10 +18,12 @@
 #include <criterion/criterion.h>
 
 #include "kernels/device.h"
+#include "kernels/gguf.h"
 #include "kernels/half.h"
 #include "kernels/model.h"
 #include "kernels/ops.h"
 #include "kernels/train.h"
+#include "tests/harness.h"
 #include "util/util.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -241,4 +243,72 @@ Test(chip, openblas_kernels_are_ranked_by_instructions_and_checked) {
     cr_assert_geq(kernels_blas_rank(kernels_blas_core_for_chip()), 1);
     char err[ERR_LEN];
     cr_assert_eq(kernels_blas_check(err), 0, "%s", err);
+}
+
+/* A base from a GGUF file whose projections are quantized keeps them as
+ * the file's blocks under a bf16 base (Q8_0 here; llama-tiny's down
+ * projection, 176 wide, is F16 in the file and gets its bf16 copy): each
+ * use unpacks the same bf16 values the copy would hold, so training is bit
+ * for bit the same as with the copy, and the copy's pages for those
+ * matrices are never made. */
+Test(bf16, a_quantized_gguf_base_trains_from_its_blocks_as_from_a_bf16_copy) {
+    ModelConfig cfg;
+    char err[ERR_LEN], *dir = harness_tmpdir("blocks"), path[700];
+    cr_assert_eq(model_config_preset("llama-tiny", &cfg), 0);
+    Model src;
+    cr_assert_eq(model_build(&src, &cfg, 7, err), 0, "%s", err);
+    rng = 5;
+    for (size_t i = 0; i < src.n_params; i++) src.params[i] += 0.05f * urand();
+    snprintf(path, sizeof path, "%s/base.q8_0.gguf", dir);
+    cr_assert_eq(model_export_gguf(&src, path, GGML_Q8_0, NULL, NULL, err), 0, "%s", err);
+    model_free(&src);
+    Model m[2];
+    AdapterConfig a = {.rank = 4,
+                       .alpha = 8,
+                       .targets = LORA_ALL,
+                       .rule = LORA_RULE_FFA,
+                       .a_seed = 3,
+                       .base_bf16 = 1};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(model_import_frozen(&m[k], path, err), 0, "%s", err);
+        /* q, k, v, o, gate and up at both layers; not down (F16), nor the embedding */
+        cr_assert_eq(m[k].n_held, 12, "%d matrices held in blocks", m[k].n_held);
+        m[k].blocks_off = k; /* the second holds a bf16 copy of every matrix */
+        cr_assert_eq(model_add_adapters(&m[k], &a, 11, err), 0, "%s", err);
+        rng = 9;
+        for (size_t i = 0; i < m[k].n_params; i++) m[k].params[i] = 0.2f * urand();
+    }
+    cr_assert_eq(model_base_fingerprint(&m[0]), model_base_fingerprint(&m[1]));
+    int B = 2, T = 16, in[32], tg[32];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37) % 256, tg[i] = (i * 91 + 5) % 256;
+    TrainConfig tc = train_defaults(1e-2f, 5);
+    for (int s = 0; s < 5; s++) {
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            loss[k] = model_forward(&m[k], in, tg, B, T);
+            model_zero_grad(&m[k]);
+            model_backward(&m[k]);
+            model_adamw_step(&m[k], &tc.adamw, 1e-2f);
+        }
+        cr_assert_eq(memcmp(&loss[0], &loss[1], sizeof(float)), 0, "step %d: losses %.9g and %.9g",
+                     s, loss[0], loss[1]);
+    }
+    cr_assert_eq(memcmp(m[0].params, m[1].params, m[0].n_params * sizeof(float)), 0,
+                 "the adapters trained apart");
+    cr_assert_eq(model_base_fingerprint(&m[0]), model_base_fingerprint(&m[1]));
+    /* the blocks stand in for the copy where the chip multiplies bf16 */
+    cr_assert_eq(m[0].cpu.n_held, bf16_units() ? 12 : 0);
+    cr_assert_eq(m[1].cpu.n_held, 0);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < m[0].cpu.n_held; i++) {
+        const HeldRows *h = &m[0].held[i];
+        uintptr_t lo = ((uintptr_t)(m[0].base16 + h->offset) + page - 1) / page * page;
+        if (lo + page > (uintptr_t)(m[0].base16 + h->offset + h->rows * h->cols)) continue;
+        unsigned char resident = 1;
+        cr_assert_eq(mincore((void *)lo, page, &resident), 0);
+        cr_assert_eq(resident & 1, 0, "a held matrix has a bf16 copy");
+    }
+    model_free(&m[0]), model_free(&m[1]);
+    harness_rmtree(dir);
+    free(dir);
 }
