@@ -5,6 +5,7 @@
  * configuration's tensors, its parameter count and its training memory.
  * Nothing here knows one architecture from another.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -190,12 +191,12 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
      * and their gradients */
     double per = moments_bf16 ? 12.0 : 16.0, adapters = model_adapter_params(c),
            trained = model_adapter_trained(c);
-    /* a bf16 base is held in bf16 (graph.c; a chip without bf16
-     * instructions rounds it in place: 2 bytes more a value, which the
-     * caller adds) */
-    double base = c->lora.base_bf16 ? 2.0 : 4.0;
-    if (adapters > 0)
-        return base * model_config_params(c) + 4.0 * (adapters - trained) + per * trained +
-               4.0 * (double)(lay.len + lay.dlen);
-    return per * model_config_params(c) + 4.0 * (double)(lay.len + lay.dlen);
+    double acts = 4.0 * (double)(lay.len + lay.dlen), n = model_config_params(c);
+    /* a base is loaded in fp32; a bf16 one is then held in bf16 (graph.c)
+     * before the first step touches the activations: the larger of the
+     * two moments (a chip without bf16 instructions rounds it in place: 2
+     * bytes more a value after the load, which the caller adds) */
+    double base_acts = c->lora.base_bf16 ? fmax(4.0 * n, 2.0 * n + acts) : 4.0 * n + acts;
+    if (adapters > 0) return base_acts + 4.0 * (adapters - trained) + per * trained;
+    return per * n + acts;
 }

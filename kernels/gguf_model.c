@@ -460,7 +460,9 @@ static int by_offset(const void *a, const void *b) {
 }
 
 /* m's quantized projections (not the embedding or the output layer, which
- * the classifier reads whole) as the file's blocks: m then owns g */
+ * the classifier reads whole) as the file's blocks: m then owns g (closed
+ * here when it has none, and at the first pass when a bf16 base will not
+ * read them) */
 static void hold_blocks(Gguf *g, Model *m) {
     const ModelConfig *c = &m->cfg;
     const Arch *a = m->arch;
@@ -484,6 +486,11 @@ static void hold_blocks(Gguf *g, Model *m) {
                                  .perm = permuted_heads(c, t) ? c->HD : 0,
                                  .unpack = unpack_rows};
         }
+    if (n == 0) { /* nothing quantized: nothing to keep */
+        free(hs);
+        gguf_close(g);
+        return;
+    }
     qsort(hs, (size_t)n, sizeof *hs, by_offset);
     m->held = hs, m->n_held = n;
     m->held_file = g, m->held_close = close_file;

@@ -94,13 +94,24 @@ static void ensure_acts(Model *m, int B, int T) {
  * blocks_off unset) has no copy: the stream unpacks it at each use. A
  * chip without bf16 instructions runs sgemm on the values rounded to bf16,
  * in place. */
+/* the base's file, when its blocks will not be read */
+static void drop_blocks(Model *m) {
+    if (m->held_close) m->held_close(m->held_file);
+    free(m->held);
+    m->held = NULL, m->n_held = 0, m->held_file = NULL, m->held_close = NULL;
+}
+
 static void hold_base_bf16(Model *m) {
     m->base_print = model_base_fingerprint(m);
     m->base_rounded = 1;
     size_t n = m->n_base;
-    if (!bf16_units()) {
-        bf16_round(m->base, m->base, n);
+    if (!bf16_units()) { /* the matrices rounded; the vectors stay fp32 */
+        for (int i = 0; i < m->n_base_views; i++) {
+            const ParamView *v = &m->base_views[i];
+            if (v->ndim == 2) bf16_round(m->base + v->offset, m->base + v->offset, v->numel);
+        }
         m->cpu = (CpuStream){.f32 = m->base, .copy = {NULL, m->base}, .n = n};
+        drop_blocks(m);
         return;
     }
     int blocks = m->n_held > 0 && !m->blocks_off, b = 0;
@@ -138,6 +149,7 @@ static void hold_base_bf16(Model *m) {
     }
     free(m->base);
     m->base = kept, m->base_mapped = bytes;
+    if (!blocks) drop_blocks(m);
     m->cpu = (CpuStream){.f32 = m->base,
                          .copy = {m->base16, NULL},
                          .n = n,
@@ -149,6 +161,7 @@ static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
     int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
     if (bf16 && m->cpu.f32 == NULL) hold_base_bf16(m);
+    if (!bf16 && m->held) drop_blocks(m); /* an fp32 base reads its fp32 values */
     Pass p = {.ops = &ops_cpu,
               .stream = bf16 ? &m->cpu : NULL,
               .params = model_base(m),

@@ -110,7 +110,9 @@ int harness_start_coordinator(const char *fed, char *addr) {
         if (f) fclose(f);
         last[strcspn(last, "\n")] = 0;
         fprintf(stderr, "coordinator %s did not start: %s\n", fed,
-                last[0] ? last : "(it wrote nothing to stderr)");
+                last[0]                         ? last
+                : getenv("STRAIT_TEST_VERBOSE") ? "(its stderr is above)"
+                                                : "(it wrote nothing to stderr)");
         return -1;
     }
     snprintf(addr, 64, "127.0.0.1:%d", atoi(p + 5));
