@@ -188,14 +188,14 @@ Test(bf16, an_adapted_model_over_a_bf16_base_is_close_to_fp32_and_keeps_its_base
         pid_t pid = fork();
         if (pid == 0) { /* the child reads a matrix's fp32 value: it must not live */
             setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
+            signal(SIGSEGV, SIG_DFL); /* not ASan's report: the fault is the point */
             volatile float x = *(volatile const float *)lo;
             (void)x;
             _exit(0);
         }
         int st = 0;
         cr_assert_eq(waitpid(pid, &st, 0), pid);
-        /* a fault (ASan reports one and aborts) */
-        cr_assert(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGABRT),
+        cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
                   "%s: its fp32 values were still readable (status %d)", v->name, st);
     }
     cr_assert_neq(lf, lh, "the same loss: the bf16 path was not taken");
