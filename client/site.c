@@ -316,8 +316,9 @@ int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err
     int B = o->batch > 0 ? o->batch : 8, T = o->seq > 0 ? o->seq : (cfg->T < 128 ? cfg->T : 128);
     double n = model_config_params(cfg);
     double travels = cfg->lora.rank > 0 ? model_adapter_trained(cfg) : n;
-    double widened = cfg->lora.rank > 0 && cfg->lora.base_bf16 && !bf16_units() ? 2.0 * n : 0;
-    double need = model_train_bytes(cfg, B, T, o->moments_bf16) + widened + 4.0 * travels * 4;
+    ModelConfig held = *cfg; /* without bf16 units, a bf16 base stays at fp32's size */
+    if (!bf16_units()) held.lora.base_bf16 = 0;
+    double need = model_train_bytes(&held, B, T, o->moments_bf16) + 4.0 * travels * 4;
     double have = memory_available(o);
     if (have <= 0 || need <= have) return 0;
     return err_set(err,

@@ -194,8 +194,7 @@ double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
     double acts = 4.0 * (double)(lay.len + lay.dlen), n = model_config_params(c);
     /* a base is loaded in fp32; a bf16 one is then held in bf16 (graph.c)
      * before the first step touches the activations: the larger of the
-     * two moments (a chip without bf16 instructions rounds it in place: 2
-     * bytes more a value after the load, which the caller adds) */
+     * two moments */
     double base_acts = c->lora.base_bf16 ? fmax(4.0 * n, 2.0 * n + acts) : 4.0 * n + acts;
     if (adapters > 0) return base_acts + 4.0 * (adapters - trained) + per * trained;
     return per * n + acts;

@@ -165,6 +165,10 @@ void lora_forward(const Model *m, const Pass *p, int a0, int r, int l, const flo
 void lora_backward(const Model *m, const Pass *p, int a0, int r, int l, const float *inp,
                    float *dinp, const float *dout);
 
+/* model.c: a base's held matrices (Model's held) and their file let go,
+ * when its blocks will not be read (graph.c) or the model is freed */
+void model_drop_held(Model *m);
+
 /* layout helpers: activation a of n floats (per layer when layers > 0);
  * act_carry marks the per-layer one whose gradient flows into the layer
  * below (the residual stream's); act_finish, after the last act_add,

@@ -89,18 +89,10 @@ static void ensure_acts(Model *m, int B, int T) {
  * given back one tensor at a time (so the peak is the fp32 table's, not
  * fp32 and bf16 together), and the fp32 table rebuilt as a reservation of
  * address space in which only the vectors (norms, biases) have pages: the
- * stream still finds a matrix by its fp32 address, and any read of its
- * fp32 values faults. A matrix its file holds in quantized blocks (and
- * blocks_off unset) has no copy: the stream unpacks it at each use. A
- * chip without bf16 instructions runs sgemm on the values rounded to bf16,
- * in place. */
-/* the base's file, when its blocks will not be read */
-static void drop_blocks(Model *m) {
-    if (m->held_close) m->held_close(m->held_file);
-    free(m->held);
-    m->held = NULL, m->n_held = 0, m->held_file = NULL, m->held_close = NULL;
-}
-
+ * stream still finds a matrix by its fp32 address, and a read of its
+ * fp32 values faults (those on a page it shares with a vector read zero). A matrix its file holds
+ * in quantized blocks (and blocks_off unset) has no copy: the stream unpacks it at each use. A chip
+ * without bf16 instructions runs sgemm on the values rounded to bf16, in place. */
 static void hold_base_bf16(Model *m) {
     m->base_print = model_base_fingerprint(m);
     m->base_rounded = 1;
@@ -111,7 +103,7 @@ static void hold_base_bf16(Model *m) {
             if (v->ndim == 2) bf16_round(m->base + v->offset, m->base + v->offset, v->numel);
         }
         m->cpu = (CpuStream){.f32 = m->base, .copy = {NULL, m->base}, .n = n};
-        drop_blocks(m);
+        model_drop_held(m);
         return;
     }
     int blocks = m->n_held > 0 && !m->blocks_off, b = 0;
@@ -145,11 +137,10 @@ static void hold_base_bf16(Model *m) {
         if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
             DIE("cannot map the base's %s: %s", v->name, strerror(errno));
         memcpy(kept + v->offset, from, v->numel * sizeof(float));
-        bf16_from_float(m->base16 + v->offset, from, v->numel); /* the copy is whole */
     }
     free(m->base);
     m->base = kept, m->base_mapped = bytes;
-    if (!blocks) drop_blocks(m);
+    if (!blocks) model_drop_held(m);
     m->cpu = (CpuStream){.f32 = m->base,
                          .copy = {m->base16, NULL},
                          .n = n,
@@ -161,7 +152,7 @@ static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
     int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
     if (bf16 && m->cpu.f32 == NULL) hold_base_bf16(m);
-    if (!bf16 && m->held) drop_blocks(m); /* an fp32 base reads its fp32 values */
+    if (!bf16 && m->held) model_drop_held(m); /* an fp32 base reads its fp32 values */
     Pass p = {.ops = &ops_cpu,
               .stream = bf16 ? &m->cpu : NULL,
               .params = model_base(m),

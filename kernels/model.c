@@ -255,10 +255,15 @@ int model_table_rows(const Model *m) {
     return m->arch->n_tensors;
 }
 
-void model_free(Model *m) {
+void model_drop_held(Model *m) {
     if (m->held_close) m->held_close(m->held_file);
-    free(m->cpu.scratch);
     free(m->held);
+    m->held = NULL, m->n_held = 0, m->held_file = NULL, m->held_close = NULL;
+}
+
+void model_free(Model *m) {
+    model_drop_held(m);
+    free(m->cpu.scratch);
     if (m->base_mapped)
         munmap(m->base, m->base_mapped);
     else

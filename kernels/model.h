@@ -102,8 +102,9 @@ double model_config_params(const ModelConfig *cfg);
  * with moments_bf16), a frozen base's values (with adapters: loaded at 4
  * bytes a value, a bf16 one then held at 2 before the activations are
  * touched, so the larger of the two; a chip without bf16 instructions
- * holds a bf16 base at 4: the caller adds that, bf16_units), and a step's
- * activations and their gradients (the architecture's own layout). */
+ * keeps a bf16 base at 4, an fp32 one's figure: the caller asks for that,
+ * bf16_units), and a step's activations and their gradients (the
+ * architecture's own layout). */
 double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
 /* The adapters' values of a configuration, every one held (frozen or
  * not), and those that train and travel (0 without adapters). */

@@ -74,31 +74,21 @@ static int held(void *st, const float *weight, size_t n, BfWeight *w) {
     *w = (BfWeight){.h = s->copy.h ? s->copy.h + i : NULL, .f = s->copy.f ? s->copy.f + i : NULL};
     return 1;
 }
-/* row r of a held weight, widened into out (C values) */
-static void held_row(float *out, const BfWeight *w, size_t r, int C, int add) {
-    for (int i = 0; i < C; i++) {
-        size_t k = r * (size_t)C + (size_t)i;
-        float v = w->h ? bf16_to_float(w->h[k]) : w->f[k];
-        out[i] = add ? out[i] + v : v;
-    }
-}
 static void enc_f(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                   int C, void *st) {
-    BfWeight te, pe;
+    BfWeight te;
     if (!held(st, wte, (size_t)C, &te)) {
         encoder_forward(out, inp, wte, wpe, B, T, C);
         return;
     }
-    /* a frozen embedding in bf16: its rows (and the positions') widened */
-    int pos = wpe && held(st, wpe, (size_t)T * C, &pe);
+    /* a frozen embedding in bf16 (adapters are the Llama family's: no
+     * position table), its rows widened */
+    assert(wpe == NULL);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
+        size_t at = (size_t)inp[bt] * C;
         float *o = out + (size_t)bt * C;
-        held_row(o, &te, (size_t)inp[bt], C, 0);
-        if (pos)
-            held_row(o, &pe, (size_t)(bt % T), C, 1);
-        else if (wpe)
-            for (int i = 0; i < C; i++) o[i] += wpe[(size_t)(bt % T) * C + i];
+        for (int i = 0; i < C; i++) o[i] = te.h ? bf16_to_float(te.h[at + i]) : te.f[at + i];
     }
 }
 static void enc_b(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
