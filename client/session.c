@@ -318,7 +318,9 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if (rk->rank == 0 && m->cfg.lora.rank > 0)
         log_info("site", "adapters of rank %d (%s) over a frozen base, its matrices %s, dropout %g",
                  m->cfg.lora.rank, model_lora_rule_name(m->cfg.lora.rule),
-                 m->cfg.lora.base_bf16 ? "held and multiplied in bf16 (sums in fp32)" : "in fp32",
+                 m->cfg.lora.base_bf16 && gpus == 0 ? "held and multiplied in bf16 (sums in fp32)"
+                 : gpus > 0                         ? "in fp32 on the GPU"
+                                                    : "in fp32",
                  (double)m->cfg.lora.dropout);
     /* a fresh site whose seeded model is the current one (round 0) skips the
      * download; a resumed one holds its trained model, not the round's */

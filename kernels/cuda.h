@@ -56,6 +56,9 @@ void model_cuda_free(ModelCuda *g);
 /* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
 float model_cuda_step(ModelCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,
                       float lr, float max_norm);
+/* AdamW steps the replicas have taken: the host's at the last load of its
+ * moments, and one a model_cuda_step since. */
+int model_cuda_steps(ModelCuda *g);
 /* The mean loss of replica 0's parameters on one (B, T) batch: forward only,
  * nothing updated (the held-out evaluator on a GPU site). */
 float model_cuda_loss(ModelCuda *g, const int *inputs, const int *targets);

@@ -162,6 +162,7 @@ FORWARD(float, model_cuda_step,
         (ModelCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,
          float max_norm),
         (g, inputs, targets, o, lr, max_norm))
+FORWARD(int, model_cuda_steps, (ModelCuda * g), (g))
 FORWARD(float, model_cuda_loss, (ModelCuda * g, const int *inputs, const int *targets),
         (g, inputs, targets))
 FORWARD_VOID(model_cuda_load_from_host, (ModelCuda * g, const Model *host, int what),

@@ -78,10 +78,17 @@ typedef struct Adapter {
 
 /* one of them on pass p: what trains (it has a gradient) at the same
  * offset inside the pass's own buffers (host or device), with its
- * gradient; a frozen one as it lies beside the table, without one */
+ * gradient; a frozen one at the same offset inside the pass's copy of
+ * lora_frozen (or the host's), without one */
 static void on_pass(const Model *m, const Pass *p, const float *x, const float *dx, float **px,
                     float **pdx) {
-    *px = dx ? p->lora + (x - m->params) : (float *)x;
+    if (dx)
+        *px = p->lora + (x - m->params);
+    else if (x && p->frozen) {
+        assert(m->lora_frozen != NULL && x >= m->lora_frozen);
+        *px = (float *)p->frozen + (x - m->lora_frozen);
+    } else
+        *px = (float *)x;
     *pdx = dx && p->dlora ? p->dlora + (dx - m->grads) : NULL;
 }
 

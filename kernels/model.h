@@ -319,6 +319,10 @@ typedef struct Pass {
     /* the architecture's weights and their gradients (NULL: frozen), the
      * adapters' and theirs (NULL: none) */
     float *params, *grads, *lora, *dlora;
+    /* what the adapters' rule freezes (A; with fedsb B too) laid out as
+     * the model's lora_frozen, on the pass's device; NULL: lora_frozen
+     * itself (the host's) */
+    const float *frozen;
     float *acts, *dacts;
     const ActLayout *lay;
     const int *inputs, *targets;

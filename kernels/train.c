@@ -136,11 +136,6 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
         return NULL;
     }
 #endif
-    if (gpus > 0 && m->cfg.lora.rank > 0) {
-        err_set(err,
-                "LoRA adapters train on the CPU in this build; leave out --gpus/--device cuda");
-        return NULL;
-    }
     if (gpus > 0 && m->moments_bf16) {
         err_set(err, "bf16 AdamW moments are kept on the CPU only; on GPUs use --moments fp32");
         return NULL;
@@ -189,14 +184,24 @@ Model *trainer_model(Trainer *t) {
 
 float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *grad_norm) {
     if (grad_norm) *grad_norm = NAN;
-#ifdef STRAIT_HAVE_CUDA
-    if (t->gpu) return model_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
-#endif
     Model *m = t->m;
     assert(tg != NULL && t->B >= 1 && t->T >= 1 && t->T <= m->cfg.T);
-    /* this step's masks, for its forward and backward alone */
-    if (m->cfg.lora.dropout > 0)
-        m->drop_seed = mix64(t->c.seed + (uint64_t)m->step * 0x9E3779B97F4A7C15ull) | 1;
+    /* this step's masks, for its forward and backward alone (the GPUs'
+     * too: their passes read the host's seed), from the steps taken */
+    if (m->cfg.lora.dropout > 0) {
+        uint64_t step = (uint64_t)m->step;
+#ifdef STRAIT_HAVE_CUDA
+        if (t->gpu) step = (uint64_t)model_cuda_steps(t->gpu);
+#endif
+        m->drop_seed = mix64(t->c.seed + step * 0x9E3779B97F4A7C15ull) | 1;
+    }
+#ifdef STRAIT_HAVE_CUDA
+    if (t->gpu) {
+        float loss = model_cuda_step(t->gpu, in, tg, &t->c.adamw, lr, t->c.max_grad_norm);
+        m->drop_seed = 0;
+        return loss;
+    }
+#endif
     float loss = model_forward(m, in, tg, t->B, t->T);
     model_zero_grad(m);
     model_backward(m);
@@ -397,7 +402,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
                         .n_params = m.n_params,
                         .train_tokens = train.n,
                         .n_frozen = m.base ? m.n_base : 0,
-                        .base_bf16 = m.cfg.lora.base_bf16,
+                        .base_bf16 = m.cfg.lora.base_bf16 && j->gpus == 0, /* GPUs: fp32 */
                         .val = val,
                         .T = T};
     if (started) started(ctx, &st);

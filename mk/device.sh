@@ -17,11 +17,12 @@
 #
 # The device tool's call, from the repository root:
 #   run(command="bash mk/device.sh check", carry=["build/device"], timeout_s=600)
-# Its checks' limits add up to 340 s; each ends far sooner when it works.
+# Its checks' limits add up to 370 s; each ends far sooner when it works.
 # The checks: nvidia-smi and `strait version`; the GPU tests (make test-gpu's
 # binary); the unit tests' CPU-against-GPU codec checks; bench/gpu; a short
 # `strait train --device cuda` (TF32, then fp32 matmuls) beside the same run on
-# the CPU; a two-site `strait demo --device cuda`.
+# the CPU, and LoRA adapters the same way; a two-site `strait demo --device
+# cuda`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -133,10 +134,16 @@ check() {
     # their losses should track each other
     local f=/usr/share/games/fortunes
     local data=(--model small --steps 60 --val-every 20 --data "$f/fortunes" --data "$f/literature")
-    # TF32 matmuls (the GPU default), then fp32 (the CPU's losses to four decimals)
-    step train 40 bash -c "'$bin/strait' train --device cuda ${data[*]} &&
-        '$bin/strait' train --device cuda --matmul fp32 ${data[*]}"
-    step train-cpu 30 "$bin/strait" train --device cpu "${data[@]}"
+    # TF32 matmuls (the GPU default), then fp32 (the CPU's losses to four
+    # decimals); then LoRA adapters over a frozen llama-small in fp32, on
+    # both (one log a step: at most 8 files come back)
+    local lora=(--model llama-small --lora-rank 8 --lora-base-dtype f32 --steps 40 --val-every 20
+        --data "$f/fortunes" --data "$f/literature")
+    step train 60 bash -c "'$bin/strait' train --device cuda ${data[*]} &&
+        '$bin/strait' train --device cuda --matmul fp32 ${data[*]} &&
+        '$bin/strait' train --device cuda --matmul fp32 ${lora[*]}"
+    step train-cpu 40 bash -c "'$bin/strait' train --device cpu ${data[*]} &&
+        '$bin/strait' train --device cpu ${lora[*]}"
     rm -rf /tmp/strait-device-demo
     step demo 90 "$bin/strait" demo --device cuda --sites 2 --rounds 3 --model small --steps 20 \
         --dir /tmp/strait-device-demo

@@ -6,7 +6,10 @@
  * and AdamW on every replica so their parameters stay identical. Each
  * replica steps on a host thread of its own (NCCL's one thread per
  * communicator), so the synchronizations inside a step (the loss, the
- * clipping norm) hold up only their own GPU. Never run on a GPU yet.
+ * clipping norm) hold up only their own GPU. With adapters, what trains
+ * (params, grads, moments) is the adapters' table, and each replica also
+ * holds the frozen base in fp32 and what the rule freezes (A, or A and B),
+ * uploaded once, without gradients.
  *
  * The host Model (model_build) supplies the table, the initial parameters and
  * the activation layout; the graph is the host's own (model_pass_forward
@@ -50,7 +53,8 @@ typedef struct Replica {
     int device;
     cudaStream_t stream;
     float *params, *grads, *m, *v, *acts, *dacts; /* device, owned */
-    int *inputs, *targets;                        /* device, owned */
+    float *base, *frozen;  /* device, owned: with adapters, the frozen base and adapters */
+    int *inputs, *targets; /* device, owned */
 } Replica;
 
 struct ModelCuda {
@@ -104,6 +108,15 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
         return NULL;
     }
+    int adapted = host->cfg.lora.rank > 0;
+    if (adapted && (host->base_rounded || host->cpu.f32 != NULL)) {
+        snprintf(err, 512,
+                 "the base is held in bf16 on the host already; make the GPU trainer "
+                 "before any pass on the CPU");
+        return NULL;
+    }
+    /* what the rule freezes: every adapter value that does not train */
+    size_t nf = adapted ? (size_t)model_adapter_params(&host->cfg) - host->n_params : 0;
     ModelCuda *g = (ModelCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
     model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
@@ -125,6 +138,15 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemset(r->m, 0, np));
         cudaCheck(cudaMemset(r->v, 0, np));
+        if (!adapted) continue;
+        size_t nb = host->n_base * sizeof(float);
+        cudaCheck(cudaMalloc((void **)&r->base, nb));
+        cudaCheck(cudaMemcpy(r->base, host->base, nb, cudaMemcpyHostToDevice));
+        if (nf > 0 && host->lora_frozen) {
+            cudaCheck(cudaMalloc((void **)&r->frozen, nf * sizeof(float)));
+            cudaCheck(cudaMemcpy(r->frozen, host->lora_frozen, nf * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+        }
     }
 #ifdef STRAIT_HAVE_NCCL
     if (ranks > 1) { /* every GPU of every rank in one communicator, bootstrapped by rank 0's id */
@@ -152,6 +174,7 @@ extern "C" void model_cuda_free(ModelCuda *g) {
         cudaCheck(cudaSetDevice(r->device));
         cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
+        cudaFree(r->base), cudaFree(r->frozen);
         cudaStreamDestroy(r->stream);
         if (i == 0) cudaFree(g->base);
 #ifdef STRAIT_HAVE_NCCL
@@ -163,14 +186,18 @@ extern "C" void model_cuda_free(ModelCuda *g) {
 
 extern "C" const Ops ops_cuda;
 
-/* one pass of the host model's graph on replica r's buffers */
+/* one pass of the host model's graph on replica r's buffers: with
+ * adapters, the frozen base, and the adapters training; the dropout masks
+ * those of the host's step under way (its drop_seed, set by the trainer) */
 static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
+    int adapted = g->host->cfg.lora.rank > 0;
     Pass p = {.ops = &ops_cuda,
               .stream = r->stream,
-              .params = r->params,
-              .grads = r->grads,
-              .lora = NULL, /* adapters train on the CPU alone */
-              .dlora = NULL,
+              .params = adapted ? r->base : r->params,
+              .grads = adapted ? NULL : r->grads,
+              .lora = adapted ? r->params : NULL,
+              .dlora = adapted ? r->grads : NULL,
+              .frozen = r->frozen,
               .acts = r->acts,
               .dacts = r->dacts,
               .lay = &g->lay,
@@ -178,7 +205,7 @@ static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
               .targets = with_targets ? r->targets : NULL,
               .B = g->B,
               .T = g->T,
-              .drop = 0}; /* the adapters' dropout: with them, on the CPU */
+              .drop = g->host->drop_seed};
     return p;
 }
 
@@ -246,6 +273,10 @@ extern "C" float model_cuda_step(ModelCuda *g, const int *inputs, const int *tar
     float loss = 0;
     for (int i = 0; i < g->n; i++) loss += rs[i].loss / g->n;
     return loss;
+}
+
+extern "C" int model_cuda_steps(ModelCuda *g) {
+    return g->step;
 }
 
 extern "C" float model_cuda_loss(ModelCuda *g, const int *inputs, const int *targets) {

@@ -3,7 +3,8 @@
  * the CPU table's on random inputs (grouped-query attention, rotary
  * embeddings with Llama 3's scaling, RMSNorm and SwiGLU among them), and
  * 50 training steps of `small`, `llama-small` and `qwen2-tiny` on the GPU
- * against the CPU trainer, and the held-out evaluator on both. Tolerances: forward ops
+ * against the CPU trainer, 30 of LoRA adapters of each rule over a frozen
+ * base, and the held-out evaluator on both. Tolerances: forward ops
  * 1e-4 relative (5e-4 for attention), backward ops 2e-3, losses within 2e-2
  * nats over 50 steps, a held-out score 1e-3 relative (the sums run in other
  * orders). Skipped, and reported as skipped, without a GPU.
@@ -373,5 +374,72 @@ Test(cuda_ops, the_gradient_norm_is_the_same_bits_every_time) {
     cr_assert_leq(fabs(first - want), 1e-5 * want, "GPU norm %g, CPU %g", (double)first, want);
     kernels_cuda_free(d);
     free(g);
+#endif
+}
+
+/* Adapters on the GPU: the base frozen in fp32 on the device, what the
+ * rule freezes (A; with fedsb B too) uploaded once, the adapters training
+ * there: 30 steps of each rule (FedIT with dropout, whose masks the GPU
+ * draws from the host's seed as the CPU does) track the CPU's fp32 steps,
+ * and the adapters that come back are the CPU's within the tolerance of the
+ * site round above. */
+#ifdef STRAIT_HAVE_CUDA
+static void adapted_steps(int rule, float dropout) {
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("llama-small", &cfg), 0);
+    Model cpu, host;
+    char err[ERR_LEN];
+    AdapterConfig a = {.rank = 4,
+                       .alpha = 8,
+                       .targets = LORA_ALL,
+                       .rule = rule,
+                       .a_seed = 5,
+                       .base_bf16 = 0,
+                       .dropout = dropout};
+    Model *both[2] = {&cpu, &host};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(model_build(both[k], &cfg, 3, err), 0, "%s", err);
+        cr_assert_eq(model_add_adapters(both[k], &a, 11, err), 0, "%s", err);
+    }
+    int B = 4, T = 64;
+    ModelCuda *g = model_cuda_create(&host, 1, B, T, err);
+    cr_assert_not_null(g, "%s", err);
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < 30; s++) {
+        for (int i = 0; i < B * T; i++)
+            in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+        uint64_t seed = dropout > 0 ? mix64(100 + (uint64_t)s) | 1 : 0;
+        cpu.drop_seed = host.drop_seed = seed;
+        float lc = model_forward(&cpu, in, tg, B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        model_clip_grad_norm(&cpu, 1.0f);
+        model_adamw_step(&cpu, &o, 1e-2f);
+        float lg = model_cuda_step(g, in, tg, &o, 1e-2f, 1.0f);
+        cr_assert_leq(fabsf(lg - lc), 2e-2f, "%s step %d: GPU loss %g, CPU loss %g",
+                      model_lora_rule_name(rule), s, lg, lc);
+    }
+    cr_assert_eq(model_cuda_steps(g), 30);
+    model_cuda_to_host(g, &host, TRAINER_PARAMS);
+    double worst = 0;
+    for (size_t i = 0; i < cpu.n_params; i++) {
+        double d = fabs((double)cpu.params[i] - host.params[i]) / (fabs(cpu.params[i]) + 1e-3);
+        if (d > worst) worst = d;
+    }
+    cr_assert_leq(worst, 2e-2, "%s: adapters' worst relative difference %g",
+                  model_lora_rule_name(rule), worst);
+    model_cuda_free(g);
+    free(in), free(tg);
+    model_free(&cpu), model_free(&host);
+}
+#endif
+
+Test(cuda_ops, adapters_of_every_rule_train_on_the_gpu_as_on_the_cpu, .timeout = 300) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    adapted_steps(LORA_RULE_FEDIT, 0.1f);
+    adapted_steps(LORA_RULE_FFA, 0);
+    adapted_steps(LORA_RULE_FEDSB, 0);
 #endif
 }
