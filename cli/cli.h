@@ -45,6 +45,8 @@ int cli_getopt(const Command *cmd, int argc, char **argv, const char *shortopts,
 int cli_int(const Command *cmd, const char *flag, int *out);
 int cli_float(const Command *cmd, const char *flag, float *out);
 int cli_u64(const Command *cmd, const char *flag, unsigned long long *out);
+/* --base-blocks on|off: 1 for off (a bf16 copy), 0 for on, -1 after the usage error */
+int cli_base_blocks(const Command *cmd, const char *value);
 /* --matmul's value: 1 for tf32, 0 for fp32, -2 after a usage error */
 int cli_matmul(const Command *cmd, const char *value);
 

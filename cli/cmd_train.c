@@ -95,13 +95,14 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"moments", required_argument, NULL, 'M'},
                                          {"matmul", required_argument, NULL, 'x'},
                                          {"adapters", required_argument, NULL, 'P'},
+                                         {"base-blocks", required_argument, NULL, 'K'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     AdapterConfig lora = {0};
     const char *adapters = NULL;
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
-        gpus = 1, moments_bf16 = 0, tf32 = -1;
+        gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -163,6 +164,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'x':
             if ((tf32 = cli_matmul(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
+        case 'K':
+            if ((blocks_off = cli_base_blocks(cmd, optarg)) < 0) return EXIT_USAGE;
+            break;
         case 'P':
             adapters = optarg;
             break;
@@ -209,6 +213,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .T = T,
                     .gpus = cuda ? gpus : 0,
                     .moments_bf16 = moments_bf16,
+                    .blocks_off = blocks_off,
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
                     .seed = seed,

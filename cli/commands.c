@@ -70,7 +70,7 @@ const Command cli_commands[] = {
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
-     "[--moments fp32|bf16]",
+     "[--moments fp32|bf16] [--base-blocks on|off]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -92,6 +92,9 @@ const Command cli_commands[] = {
      "                (default: what the machine has available)\n"
      "  --moments M   AdamW's moments in fp32 (default) or bf16 (CPU: 12 bytes a parameter\n"
      "                instead of 16; the model and its updates stay fp32)\n"
+     "  --base-blocks on|off  with adapters over a quantized GGUF base (--init-from): on\n"
+     "                (default) keeps its projections in the file's blocks, unpacked at\n"
+     "                each use; off holds a bf16 copy (faster, more memory; the same values)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
@@ -108,7 +111,7 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
-     "     [--adapters PEFTDIR] [--out CKPT]",
+     "     [--adapters PEFTDIR] [--base-blocks on|off] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -137,7 +140,7 @@ const Command cli_commands[] = {
      "  --val-every K     validation loss every K steps (default 100)\n"
      "  --seed S          initialisation and data order (default 1)\n"
      "  --lora-rank R     fine-tune low-rank adapters (LoRA) of rank R over the model,\n"
-     "                    frozen (the Llama family; CPU); --out then holds the adapters\n"
+     "                    frozen (the Llama family); --out then holds the adapters\n"
      "  --lora-alpha A    their output is scaled by A / R (PEFT's lora_alpha; default R)\n"
      "  --lora-targets T  the projections adapted, of {lora-targets}\n"
      "                    (default q,v, as PEFT)\n"
@@ -149,6 +152,9 @@ const Command cli_commands[] = {
      "                    f32: all in fp32 (a PEFT folder from --adapters: f32)\n"
      "  --lora-dropout P  a fraction P of each adapter's input zeroed in training (PEFT's\n"
      "                    lora_dropout; default 0, or the --adapters folder's)\n"
+     "  --base-blocks on|off  adapters over a quantized GGUF: on (default) keeps its\n"
+     "                    projections in the file's blocks, unpacked at each use; off\n"
+     "                    holds a bf16 copy (faster, more memory; the same values)\n"
      "  --adapters DIR    go on from a PEFT adapter folder (adapter_config.json and\n"
      "                    adapter_model.safetensors) over --init-from, its base\n"
      "  --out CKPT        write the model (safetensors) and optimizer state at the end\n"

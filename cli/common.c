@@ -100,6 +100,16 @@ int cli_matmul(const Command *cmd, const char *value) {
     return -2;
 }
 
+int cli_base_blocks(const Command *cmd, const char *value) {
+    if (strcmp(value, "on") == 0) return 0;
+    if (strcmp(value, "off") == 0) return 1;
+    cli_usage_error(cmd,
+                    "--base-blocks is on (a quantized GGUF base kept in its blocks, unpacked at "
+                    "each use) or off (held as a bf16 copy: faster, more memory), not '%s'",
+                    value);
+    return -1;
+}
+
 int cli_u64(const Command *cmd, const char *flag, unsigned long long *out) {
     char *end;
     errno = 0;

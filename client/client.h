@@ -64,6 +64,9 @@ typedef struct SiteRunOptions {
     int moments_bf16;
     /* GPU sites: matmuls on TF32 tensor cores (TrainConfig's tf32) */
     int tf32;
+    /* a quantized GGUF base under adapters held as a bf16 copy, not in its
+     * blocks (Model's blocks_off): faster, more memory, the same values */
+    int blocks_off;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

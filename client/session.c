@@ -96,6 +96,7 @@ static int session_base(Session *ss, const ModelConfig *cfg, const SiteRunOption
         model_free(&ss->m);
         if (model_import_base(&ss->m, cfg, o->init_from, err) != 0) return -1;
         ss->m.moments_bf16 = o->moments_bf16;
+        ss->m.blocks_off = o->blocks_off;
         if (ss->m.table_hash != hash)
             return err_set(err, "--init-from %s: its adapters' table is not the federation's",
                            o->init_from);

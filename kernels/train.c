@@ -398,6 +398,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     if (j->lora.rank > 0 && model_add_adapters(&m, &j->lora, j->seed, err) != 0) goto out;
     if (j->lora.rank > 0 && !j->init_from) m.cfg.lora.base_seed = (int64_t)j->seed; /* drawn */
     m.moments_bf16 = j->moments_bf16;
+    m.blocks_off = j->blocks_off;
     TrainJobStart st = {.name = name,
                         .n_params = m.n_params,
                         .train_tokens = train.n,

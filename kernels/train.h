@@ -137,6 +137,9 @@ typedef struct TrainJob {
     int gpus;                             /* 0: the CPU */
     int moments_bf16;
     int tf32; /* on GPUs: TrainConfig's tf32 */
+    /* a quantized GGUF base under adapters held as a bf16 copy, not in its
+     * blocks (Model's blocks_off): faster, more memory, the same values */
+    int blocks_off;
     float lr;
     uint64_t seed;
     AdapterConfig lora;   /* rank 0: the whole model trains; else adapters over it, frozen */
