@@ -70,7 +70,7 @@ const Command cli_commands[] = {
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
-     "[--moments fp32|bf16] [--base-blocks on|off]",
+     "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -95,6 +95,9 @@ const Command cli_commands[] = {
      "  --base-blocks on|off  with adapters over a quantized GGUF base (--init-from): on\n"
      "                (default) keeps its projections in the file's blocks, unpacked at\n"
      "                each use; off holds a bf16 copy (faster, more memory; the same values)\n"
+     "  --zero 1|0    with ranks on CPUs (mpirun): each rank keeps its share of AdamW's\n"
+     "                moments and updates that share of the model (1, the default:\n"
+     "                ZeRO-1, the same steps bit for bit) or all of them (0)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},

@@ -67,6 +67,9 @@ typedef struct SiteRunOptions {
     /* a quantized GGUF base under adapters held as a bf16 copy, not in its
      * blocks (Model's blocks_off): faster, more memory, the same values */
     int blocks_off;
+    /* CPU ranks: every rank keeps the whole of AdamW's state (--zero 0),
+     * instead of its share (ZeRO-1, the default; the same steps bit for bit) */
+    int unsharded;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

@@ -43,19 +43,21 @@ static Strait__HelloResponse *share_hello(const Ranks *rk, Strait__HelloResponse
     return hr;
 }
 
-/* The inner optimizer's state and the data position, rank 0's to all. */
-static void share_state(const Ranks *rk, Model *m, size_t *pos) {
+/* The inner optimizer's state and the data position, rank 0's to all
+ * (sharded: the moments go to their owners as the trainer starts). */
+static void share_state(const Ranks *rk, Model *m, size_t *pos, int sharded) {
     if (rk->size == 1) return;
     int64_t head[3] = {m->m != NULL || m->mh != NULL, m->step, (int64_t)*pos};
     ranks_bcast(head, sizeof head);
-    if (head[0] && m->moments_bf16) { /* every rank keeps them as rank 0 does (--moments) */
+    if (head[0] && !sharded &&
+        m->moments_bf16) { /* every rank keeps them as rank 0 does (--moments) */
         if (m->mh == NULL) {
             m->mh = callocCheck(m->n_params, sizeof(uint16_t));
             m->vh = callocCheck(m->n_params, sizeof(uint16_t));
         }
         ranks_bcast(m->mh, m->n_params * sizeof(uint16_t));
         ranks_bcast(m->vh, m->n_params * sizeof(uint16_t));
-    } else if (head[0]) {
+    } else if (head[0] && !sharded) {
         if (m->m == NULL) {
             m->m = callocCheck(m->n_params, sizeof(float));
             m->v = callocCheck(m->n_params, sizeof(float));
@@ -275,7 +277,8 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     int resumed =
         rk->rank == 0 ? site_state_load(&ss->s, m, &ss->ef, &saved_round, &saved_pos, err) : 0;
     if (resumed < 0) return -1;
-    share_state(rk, m, &saved_pos);
+    int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
+    share_state(rk, m, &saved_pos, gpus == 0 && !o->unsharded);
     ranks_bcast(&resumed, sizeof resumed);
     ss->ef.beta = decay; /* the federation's, whatever the saved state had */
     if (resumed) ss->tl.pos = saved_pos < ss->tl.data.n ? saved_pos : 0;
@@ -288,8 +291,12 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     TrainConfig tc = train_defaults(ss->lr, ss->H);
     /* the dropout masks': the data seed's, each rank's own (they take other batches) */
     tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
-    int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
+    tc.zero = gpus == 0 && !o->unsharded; /* ZeRO-1 across CPU ranks */
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
+    if (m->moments_hi > 0)
+        log_info("site",
+                 "rank %d of %d keeps AdamW's moments of %zu of the %zu parameters (ZeRO-1)",
+                 rk->rank, rk->size, m->moments_hi - m->moments_lo, m->n_params);
     ss->replicas = trainer_replicas(ss->trainer); /* batches a step takes, on this rank */
     assert(ss->replicas == per_rank);
     ss->share = (size_t)rk->rank * ss->replicas * B * T; /* this rank's in a global batch */
@@ -380,6 +387,7 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
      * host's moments are never brought back, so taking them each round
      * would reset those ranks' moments and split the ranks apart.) */
     trainer_from_host(ss->trainer, TRAINER_PARAMS | (ss->first_round ? TRAINER_MOMENTS : 0));
+    trainer_moments_part(ss->trainer); /* rank 0 kept them whole to save them */
     ss->first_round = 0;
     /* the global model as received, before this site's steps move it;
      * scored where it trains (a GPU site's forward runs on its GPU) */
@@ -426,6 +434,7 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
      * for the state */
     trainer_to_host(ss->trainer,
                     (ss->on_gpu ? 0 : TRAINER_PARAMS) | (rk->rank == 0 ? TRAINER_MOMENTS : 0));
+    trainer_moments_whole(ss->trainer); /* sharded: every rank's share to rank 0 */
     return check_same_model(rk, &ss->m, err);
 }
 

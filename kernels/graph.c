@@ -197,26 +197,31 @@ void model_backward(Model *m) {
 
 /* ---- optimisation ---------------------------------------------------------------------- */
 
-float model_grad_norm(const Model *m) {
-    /* blocks summed in float over 8 lanes (vectorised), the blocks in
-     * double: the threads split the blocks, so the order of the sum is
-     * fixed for a given thread count */
-    enum { BLOCK = 4096 };
+void model_grad_sumsq(const Model *m, size_t lo, size_t hi, double *part) {
+    enum { BLOCK = MODEL_NORM_BLOCK };
     const float *g = m->grads;
-    size_t n = m->n_params, blocks = (n + BLOCK - 1) / BLOCK;
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+    assert(lo % BLOCK == 0 && lo <= hi && hi <= m->n_params);
+    size_t blocks = (hi - lo + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
-        size_t i = b * BLOCK, end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+        size_t i = lo + b * BLOCK, end = i + BLOCK < hi ? i + BLOCK : hi;
         float lane[8] = {0};
         assert(i < end);
         for (; i + 8 <= end; i += 8)
             for (int k = 0; k < 8; k++) lane[k] += g[i + k] * g[i + k];
-        float part = 0;
-        for (; i < end; i++) part += g[i] * g[i];
-        for (int k = 0; k < 8; k++) part += lane[k];
-        s += part;
+        float sum = 0;
+        for (; i < end; i++) sum += g[i] * g[i];
+        for (int k = 0; k < 8; k++) sum += lane[k];
+        part[b] = sum;
     }
+}
+
+float model_grad_norm(const Model *m) {
+    size_t n = m->n_params, blocks = (n + MODEL_NORM_BLOCK - 1) / MODEL_NORM_BLOCK;
+    double *part = mallocCheck((blocks ? blocks : 1) * sizeof(double)), s = 0;
+    model_grad_sumsq(m, 0, n, part);
+    for (size_t b = 0; b < blocks; b++) s += part[b]; /* in order: the same bits on any split */
+    free(part);
     return (float)sqrt(s);
 }
 

@@ -179,6 +179,7 @@ int model_add_adapters(Model *m, const AdapterConfig *a, uint64_t seed, char *er
     /* the base: what trained until now, frozen, without gradients */
     free(m->grads), free(m->m), free(m->v), free(m->mh), free(m->vh);
     m->grads = NULL, m->m = m->v = NULL, m->mh = m->vh = NULL, m->step = 0;
+    m->moments_lo = m->moments_hi = 0;
     m->base = m->params, m->base_views = m->views;
     m->n_base = m->n_params, m->n_base_views = m->n_views;
     m->views = callocCheck((size_t)n * (fedit ? 2 : 1), sizeof(ParamView));

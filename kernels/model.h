@@ -227,6 +227,10 @@ typedef struct Model {
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
     int step;          /* AdamW steps taken */
+    /* ZeRO-1 across a site's ranks (the trainer sets it): the moments (m, v
+     * or mh, vh) hold the table's [moments_lo, moments_hi) alone, and AdamW
+     * updates that part of the parameters; both 0: the whole table */
+    size_t moments_lo, moments_hi;
     /* the adapters' dropout masks of the training step under way (its
      * forward and backward draw the same ones from it); 0: none, as in
      * every pass that does not train */
@@ -306,6 +310,13 @@ void model_zero_grad(Model *m);
 void model_backward(Model *m);
 /* global L2 norm of the gradients */
 float model_grad_norm(const Model *m);
+/* Its parts: the squares of the gradients summed per block of
+ * MODEL_NORM_BLOCK values (in float lanes, then double), the blocks of
+ * [lo, hi) (lo a multiple of the block) into part[0..]; model_grad_norm is
+ * the root of their sum in table order, whatever the thread count, so a
+ * rank that holds some blocks' parts computes the same bits. */
+#define MODEL_NORM_BLOCK 4096
+void model_grad_sumsq(const Model *m, size_t lo, size_t hi, double *part);
 /* ... scaled down to max_norm if above (0: never); returns the norm before */
 float model_clip_grad_norm(Model *m, float max_norm);
 /* logits (V) for the token after ctx[0..n) (the last T of them), for sampling */

@@ -75,18 +75,81 @@ void ranks_bcast(void *buf, size_t bytes) {
 #endif
 }
 
+void ranks_shards(size_t n, size_t *bounds) {
+    size_t units = (n + RANKS_ALIGN - 1) / RANKS_ALIGN;
+    for (int r = 0; r <= n_ranks; r++) {
+        size_t at = units * (size_t)r / (size_t)n_ranks * RANKS_ALIGN;
+        bounds[r] = at < n ? at : n;
+    }
+}
+
+/* share r's bytes [lo, hi) of buf: op 0 sums floats at rank r, 1 sends
+ * from rank r to all, 2 sends rank r's own to rank 0's, 3 rank 0's to
+ * rank r's own, in pieces */
+#ifdef STRAIT_HAVE_MPI
+static void move_share(int r, char *buf, char *own, size_t lo, size_t hi, size_t el, int op) {
+    int me;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    for (size_t at = lo; at < hi; at += PIECE) {
+        size_t k = hi - at < PIECE ? hi - at : PIECE;
+        char *p = buf + at * el, *o = own ? own + (at - lo) * el : NULL;
+        if (op == 0)
+            MPI_Reduce(me == r ? MPI_IN_PLACE : p, me == r ? p : NULL, (int)k, MPI_FLOAT, MPI_SUM,
+                       r, MPI_COMM_WORLD);
+        else if (op == 1)
+            MPI_Bcast(p, (int)(k * el), MPI_BYTE, r, MPI_COMM_WORLD);
+        else if (r == 0 && me == 0)
+            op == 2 ? memcpy(p, o, k * el) : memcpy(o, p, k * el);
+        else if (op == 2 && me == r)
+            MPI_Send(o, (int)(k * el), MPI_BYTE, 0, r, MPI_COMM_WORLD);
+        else if (op == 2 && me == 0)
+            MPI_Recv(p, (int)(k * el), MPI_BYTE, r, r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        else if (op == 3 && me == 0)
+            MPI_Send(p, (int)(k * el), MPI_BYTE, r, r, MPI_COMM_WORLD);
+        else if (op == 3 && me == r)
+            MPI_Recv(o, (int)(k * el), MPI_BYTE, 0, r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
+#endif
+
+static void each_share(void *buf, void *own, size_t el, const size_t *bounds, int op) {
+#ifdef STRAIT_HAVE_MPI
+    for (int r = 0; r < n_ranks; r++) move_share(r, buf, own, bounds[r], bounds[r + 1], el, op);
+#else
+    (void)buf, (void)own, (void)el, (void)bounds, (void)op;
+#endif
+}
+
+void ranks_mean_owned(float *x, const size_t *bounds) {
+    if (n_ranks == 1) return;
+    each_share(x, NULL, sizeof(float), bounds, 0);
+#ifdef STRAIT_HAVE_MPI
+    int me;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    float inv = 1.0f / (float)n_ranks;
+    for (size_t i = bounds[me]; i < bounds[me + 1]; i++) x[i] *= inv;
+#endif
+}
+
+void ranks_share(void *x, size_t el, const size_t *bounds) {
+    if (n_ranks > 1) each_share(x, NULL, el, bounds, 1);
+}
+
 void ranks_mean(float *x, size_t n) {
     if (n_ranks == 1) return;
-#ifdef STRAIT_HAVE_MPI
-    for (size_t at = 0; at < n; at += PIECE) {
-        size_t k = n - at < PIECE ? n - at : PIECE;
-        MPI_Allreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-    float inv = 1.0f / (float)n_ranks;
-    for (size_t i = 0; i < n; i++) x[i] *= inv;
-#else
-    (void)x, (void)n;
-#endif
+    size_t *bounds = mallocCheck(sizeof(size_t) * (size_t)(n_ranks + 1));
+    ranks_shards(n, bounds);
+    ranks_mean_owned(x, bounds);
+    ranks_share(x, sizeof(float), bounds);
+    free(bounds);
+}
+
+void ranks_gather(void *all, const void *own, size_t el, const size_t *bounds) {
+    if (n_ranks > 1) each_share(all, (void *)own, el, bounds, 2);
+}
+
+void ranks_scatter(const void *all, void *own, size_t el, const size_t *bounds) {
+    if (n_ranks > 1) each_share((void *)all, own, el, bounds, 3);
 }
 
 void ranks_abort(int code) {

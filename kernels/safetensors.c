@@ -9,6 +9,7 @@
  * The reader checks the header length, every offset, dtype and shape against
  * the model before it touches tensor data.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -103,7 +104,8 @@ int model_save(const Model *m, const char *path, int step, char *err) {
 
 int model_save_optimizer(const Model *m, const char *opt_path, char *err) {
     const char *prefixes[2] = {"adam_m.", "adam_v."};
-    if (m->mh && m->vh) { /* bf16 moments, as they are kept */
+    assert(m->moments_hi == 0); /* whole (a sharded trainer gathers them first) */
+    if (m->mh && m->vh) {       /* bf16 moments, as they are kept */
         const void *bases[2] = {m->mh, m->vh};
         return write_file_as(opt_path, m, bases, prefixes, 2, m->step, 2, err);
     }
@@ -302,6 +304,7 @@ int model_load_optimizer(Model *m, const char *opt_path, char *err) {
     if (st_open(opt_path, &f, err) != 0) return -1;
     json_t *h = f.h;
     int bf = m->moments_bf16, el = bf ? 2 : 4;
+    assert(m->moments_hi == 0); /* loaded whole; a sharded trainer shares them out */
     if (bf && m->mh == NULL) {
         m->mh = callocCheck(m->n_params, sizeof(uint16_t));
         m->vh = callocCheck(m->n_params, sizeof(uint16_t));

@@ -24,22 +24,38 @@ void model_adamw_step(Model *m, const AdamWConfig *o, float lr) {
     model_adamw_step_scaled(m, o, lr, 1.0f);
 }
 
+/* The part of the table whose moments m keeps (ZeRO-1: its rank's share) */
+static void moments_range(const Model *m, size_t *lo, size_t *hi) {
+    *lo = m->moments_hi ? m->moments_lo : 0, *hi = m->moments_hi ? m->moments_hi : m->n_params;
+}
+
+/* view v's part inside [lo, hi): its first value's index in v, and count (0: none) */
+static size_t view_part(const ParamView *v, size_t lo, size_t hi, size_t *first) {
+    size_t a = v->offset > lo ? v->offset : lo,
+           b = v->offset + v->numel < hi ? v->offset + v->numel : hi;
+    *first = a - v->offset;
+    return b > a ? b - a : 0;
+}
+
 /* AdamW with its moments kept in bf16: read, updated in fp32, rounded back */
 static void adamw_bf16(Model *m, const AdamWConfig *o, float lr, float grad_scale) {
+    size_t lo, hi;
+    moments_range(m, &lo, &hi);
     if (m->mh == NULL) {
-        m->mh = callocCheck(m->n_params, sizeof(uint16_t));
-        m->vh = callocCheck(m->n_params, sizeof(uint16_t));
+        m->mh = callocCheck(hi - lo ? hi - lo : 1, sizeof(uint16_t));
+        m->vh = callocCheck(hi - lo ? hi - lo : 1, sizeof(uint16_t));
     }
     m->step++;
     float bc1 = 1.0f - powf(o->beta1, (float)m->step), bc2 = 1.0f - powf(o->beta2, (float)m->step);
     for (int i = 0; i < m->n_views; i++) {
         const ParamView *v = &m->views[i];
+        size_t first, n = view_part(v, lo, hi, &first);
         float wd = v->ndim >= 2 ? o->weight_decay : 0.0f;
-        float *p = m->params + v->offset, *g = m->grads + v->offset;
-        uint16_t *mm = m->mh + v->offset, *vv = m->vh + v->offset;
+        float *p = m->params + v->offset + first, *g = m->grads + v->offset + first;
+        uint16_t *mm = m->mh + (v->offset + first - lo), *vv = m->vh + (v->offset + first - lo);
         const float b1 = o->beta1, b2 = o->beta2, eps = o->eps, ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
 #pragma omp parallel for schedule(static)
-        for (size_t k = 0; k < v->numel; k++) {
+        for (size_t k = 0; k < n; k++) {
             float gk = g[k] * grad_scale;
             float mk = b1 * bf16_to_float(mm[k]) + (1.0f - b1) * gk;
             float vk = b2 * bf16_to_float(vv[k]) + (1.0f - b2) * gk * gk;
@@ -56,20 +72,23 @@ void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float gra
         adamw_bf16(m, o, lr, grad_scale);
         return;
     }
+    size_t lo, hi;
+    moments_range(m, &lo, &hi);
     if (m->m == NULL) {
-        m->m = callocCheck(m->n_params, sizeof(float));
-        m->v = callocCheck(m->n_params, sizeof(float));
+        m->m = callocCheck(hi - lo ? hi - lo : 1, sizeof(float));
+        m->v = callocCheck(hi - lo ? hi - lo : 1, sizeof(float));
     }
     m->step++;
     float bc1 = 1.0f - powf(o->beta1, (float)m->step), bc2 = 1.0f - powf(o->beta2, (float)m->step);
     for (int i = 0; i < m->n_views; i++) {
         const ParamView *v = &m->views[i];
+        size_t first, n = view_part(v, lo, hi, &first);
         float wd = v->ndim >= 2 ? o->weight_decay : 0.0f; /* no decay on biases and norms */
-        float *p = m->params + v->offset, *g = m->grads + v->offset;
-        float *mm = m->m + v->offset, *vv = m->v + v->offset;
+        float *p = m->params + v->offset + first, *g = m->grads + v->offset + first;
+        float *mm = m->m + (v->offset + first - lo), *vv = m->v + (v->offset + first - lo);
         const float b1 = o->beta1, b2 = o->beta2, eps = o->eps, ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
 #pragma omp parallel for simd schedule(static)
-        for (size_t k = 0; k < v->numel; k++) {
+        for (size_t k = 0; k < n; k++) {
             float gk = g[k] * grad_scale;
             float mk = b1 * mm[k] + (1.0f - b1) * gk, vk = b2 * vv[k] + (1.0f - b2) * gk * gk;
             mm[k] = mk, vv[k] = vk;
@@ -89,7 +108,7 @@ float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_fr
 }
 
 TrainConfig train_defaults(float lr, int total_steps) {
-    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0, 0};
+    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0, 0, 0};
     c.warmup = total_steps / 10 < 100 ? total_steps / 10 : 100;
     return c;
 }
@@ -105,6 +124,10 @@ struct Trainer {
     TrainConfig c;
     int B, T, replicas;
     TrainCollectives coll; /* mean NULL: one process */
+    /* ZeRO-1 across CPU ranks (NULL: none): the shares' bounds (ranks_shards), this rank's place;
+     * whole: rank 0 holds every share of the moments, to save them (trainer_moments_whole) */
+    size_t *shard;
+    int rank, size, whole;
 #ifdef STRAIT_HAVE_CUDA
     ModelCuda *gpu;
 #endif
@@ -117,6 +140,100 @@ static void ranks_coll_mean(void *ctx, float *x, size_t n) {
 static void ranks_coll_root(void *ctx, float *x, size_t n) {
     (void)ctx;
     ranks_bcast(x, n * sizeof *x);
+}
+
+/* The moments of a table share: m's (its whole, at rank 0 when whole) */
+static void *moments_of(const Model *m, int k) {
+    return m->moments_bf16 ? (void *)(k ? m->vh : m->mh) : (void *)(k ? m->v : m->m);
+}
+static void moments_set(Model *m, void *mm, void *vv) {
+    if (m->moments_bf16)
+        m->mh = mm, m->vh = vv;
+    else
+        m->m = mm, m->v = vv;
+}
+
+/* ZeRO-1: this rank keeps its share of the moments; rank 0's whole ones
+ * (a resumed state's, loaded there alone) go to their owners */
+static void shard_moments(Trainer *t, const Ranks *rk) {
+    Model *m = t->m;
+    t->rank = rk->rank, t->size = rk->size;
+    t->shard = mallocCheck(sizeof(size_t) * (size_t)(rk->size + 1));
+    ranks_shards(m->n_params, t->shard);
+    size_t lo = t->shard[rk->rank], hi = t->shard[rk->rank + 1];
+    size_t el = m->moments_bf16 ? 2 : 4, n = hi - lo ? hi - lo : 1;
+    int have = moments_of(m, 0) != NULL;
+    ranks_bcast(&have, sizeof have);
+    m->moments_lo = lo, m->moments_hi = hi;
+    if (!have) return; /* AdamW makes them at its first step, at the share's size */
+    void *own[2] = {callocCheck(n, el), callocCheck(n, el)};
+    for (int k = 0; k < 2; k++) {
+        ranks_scatter(moments_of(m, k), own[k], el, t->shard);
+        if (rk->rank == 0) free(moments_of(m, k));
+    }
+    moments_set(m, own[0], own[1]);
+}
+
+void trainer_moments_whole(Trainer *t) {
+    if (t->shard == NULL || t->whole) return;
+    Model *m = t->m;
+    int have = moments_of(m, 0) != NULL;
+    size_t el = m->moments_bf16 ? 2 : 4;
+    if (!have) return; /* no step yet on any rank */
+    void *all[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        if (t->rank == 0) all[k] = mallocCheck(m->n_params * el);
+        ranks_gather(all[k], moments_of(m, k), el, t->shard);
+    }
+    if (t->rank != 0) return;
+    free(moments_of(m, 0)), free(moments_of(m, 1));
+    moments_set(m, all[0], all[1]);
+    m->moments_lo = m->moments_hi = 0;
+    t->whole = 1;
+}
+
+void trainer_moments_part(Trainer *t) {
+    if (t->shard == NULL || !t->whole) return;
+    Model *m = t->m;
+    size_t lo = t->shard[0], hi = t->shard[1], el = m->moments_bf16 ? 2 : 4;
+    void *own[2];
+    for (int k = 0; k < 2; k++) {
+        own[k] = mallocCheck((hi - lo ? hi - lo : 1) * el);
+        memcpy(own[k], (char *)moments_of(m, k) + lo * el, (hi - lo) * el);
+        free(moments_of(m, k));
+    }
+    moments_set(m, own[0], own[1]);
+    m->moments_lo = lo, m->moments_hi = hi;
+    t->whole = 0;
+}
+
+/* A ZeRO-1 step after the backward: the gradients' mean of each share at
+ * its owner, the norm from every share's block sums (the unsharded
+ * norm's, in the same order), AdamW on this rank's share, the shares to
+ * all. Every sum as the unsharded step makes it (ranks_mean sums a share
+ * at its owner too), so the parameters are the same bits. */
+static float sharded_update(Trainer *t, float loss, float lr, float *grad_norm) {
+    Model *m = t->m;
+    enum { BLOCK = MODEL_NORM_BLOCK };
+    _Static_assert(RANKS_ALIGN % MODEL_NORM_BLOCK == 0, "a share holds whole norm blocks");
+    assert(!t->whole && m->moments_hi == t->shard[t->rank + 1]);
+    ranks_mean_owned(m->grads, t->shard);
+    size_t n = m->n_params, blocks = (n + BLOCK - 1) / BLOCK;
+    size_t *bb = mallocCheck(sizeof(size_t) * (size_t)(t->size + 1));
+    for (int r = 0; r <= t->size; r++) bb[r] = (t->shard[r] + BLOCK - 1) / BLOCK;
+    double *part = mallocCheck((blocks ? blocks : 1) * sizeof(double)), s = 0;
+    model_grad_sumsq(m, t->shard[t->rank], t->shard[t->rank + 1], part + bb[t->rank]);
+    ranks_share(part, sizeof(double), bb);
+    for (size_t b = 0; b < blocks; b++) s += part[b];
+    free(part), free(bb);
+    float norm = (float)sqrt(s), max = t->c.max_grad_norm;
+    float scale[3] = {max > 0 && norm > max ? max / norm : 1.0f, norm, loss};
+    ranks_mean(&scale[2], 1); /* the loss over every rank's batch */
+    ranks_bcast(scale, 2 * sizeof(float));
+    if (grad_norm) *grad_norm = scale[1];
+    model_adamw_step_scaled(m, &t->c.adamw, lr, scale[0]);
+    ranks_share(m->params, sizeof(float), t->shard);
+    return scale[2];
 }
 
 Trainer *trainer_create(Model *m, const TrainConfig *c, int gpus, int B, int T, char *err) {
@@ -144,6 +261,7 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
     t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
     if (ranks > 1 && gpus == 0)
         t->coll = (TrainCollectives){ranks_coll_mean, ranks_coll_root, NULL};
+    if (ranks > 1 && gpus == 0 && c->zero) shard_moments(t, rk);
 #ifdef STRAIT_HAVE_CUDA
     uint8_t id[MODEL_CUDA_NCCL_ID_BYTES] = {0};
     int id_ok = 1;
@@ -172,6 +290,7 @@ void trainer_free(Trainer *t) {
 #ifdef STRAIT_HAVE_CUDA
     if (t->gpu) model_cuda_free(t->gpu);
 #endif
+    free(t->shard);
     free(t);
 }
 
@@ -206,6 +325,7 @@ float trainer_step(Trainer *t, const int *in, const int *tg, float lr, float *gr
     model_zero_grad(m);
     model_backward(m);
     m->drop_seed = 0;
+    if (t->shard) return sharded_update(t, loss, lr, grad_norm);
     if (t->coll.mean) t->coll.mean(t->coll.ctx, m->grads, m->n_params);
     /* clipping folded into AdamW: one pass over the gradients fewer */
     float norm = model_grad_norm(m), max = t->c.max_grad_norm;

@@ -35,6 +35,11 @@ typedef struct TrainConfig {
     /* the adapters' dropout masks (lora.dropout) are drawn from it and the
      * model's step: a site's data seed (and its rank), so each draws its own */
     uint64_t seed;
+    /* CPU ranks: 1 shards AdamW's moments across them (ZeRO-1: each keeps
+     * and updates its share of the table, the gradients' mean summed at
+     * each share's owner, the updated shares sent to all), bit for bit the
+     * unsharded step; 0: every rank keeps the whole state */
+    int zero;
 } TrainConfig;
 
 TrainConfig train_defaults(float lr, int total_steps);
@@ -85,6 +90,13 @@ typedef struct TrainCollectives {
     void *ctx;
 } TrainCollectives;
 int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
+/* ZeRO-1 (TrainConfig's zero over CPU ranks; no-ops otherwise): every
+ * rank calls trainer_moments_whole, after which rank 0's model holds the
+ * whole of AdamW's moments (each rank's share gathered there), to be saved;
+ * trainer_moments_part gives rank 0 back its share alone, before the next
+ * steps. */
+void trainer_moments_whole(Trainer *t);
+void trainer_moments_part(Trainer *t);
 /* What trainer_to_host copies: the parameters, AdamW's state, or both. */
 enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
 /* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */

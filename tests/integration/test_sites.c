@@ -135,6 +135,50 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     free(fed_a), free(fed_b);
 }
 
+/* ZeRO-1 (the default on CPU ranks) against every rank keeping the whole
+ * optimizer state (--zero 0): each rank updates its share of the model
+ * from the same sums, so two rounds of a two-rank site (AdamW's moments
+ * carried from the first to the second, and saved between them from the
+ * shares gathered at rank 0) commit the same model to the bit. */
+static ProcResult run_site_zero(const char *dir, const char *zero) {
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd,
+             RANK_ENV "exec mpirun --allow-run-as-root --oversubscribe -np 2 '%s' site run '%s' "
+                      "--data " DATA " --threads 1 --seed 7 --batch 4 --zero %s 2>&1",
+             harness_strait_bin(), dir, zero);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    return proc_run(argv);
+}
+
+Test(sites, sharded_optimizer_state_takes_the_same_steps_as_the_whole) {
+    need_mpi();
+    root = harness_tmpdir("sites");
+    char addr[64], dir[800];
+    StoreRound got[2];
+    char *fed[2];
+    const char *zero[2] = {"1", "0"};
+    for (int k = 0; k < 2; k++) {
+        fed[k] = federation(k ? "whole" : "zero", "fedavg", "2", "1", "8", addr);
+        enroll_join(fed[k], addr, k ? "w" : "z", dir);
+        ProcResult r = run_site_zero(dir, zero[k]);
+        cr_assert_eq(r.status, 0, "the 2-rank site (--zero %s) failed: %s", zero[k], r.out);
+        const char *said = strstr(r.out, "keeps AdamW's moments of");
+        cr_assert(k ? said == NULL : said != NULL, "--zero %s: %s", zero[k], r.out);
+        if (!k) /* each rank its own half: the shares are whole blocks of 4096 */
+            cr_assert(strstr(r.out, "rank 1 of 2 keeps"), "%s", r.out);
+        proc_result_free(&r);
+        got[k] = store_fixture_wait_committed(fed[k], 1, 60);
+        proc_stop(coord, 10000), coord = -1;
+    }
+    Model a, b;
+    store_fixture_load_tiny(fed[0], got[0].checkpoint_path, &a);
+    store_fixture_load_tiny(fed[1], got[1].checkpoint_path, &b);
+    cr_assert_eq(memcmp(a.params, b.params, a.n_params * sizeof(float)), 0,
+                 "ZeRO-1 and the whole state committed different models after two rounds");
+    model_free(&a), model_free(&b);
+    free(fed[0]), free(fed[1]);
+}
+
 Test(sites, a_two_rank_site_and_a_one_rank_site_commit_their_rounds) {
     need_mpi();
     root = harness_tmpdir("sites");

@@ -1367,3 +1367,45 @@ Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
     c.lora.base_bf16 = 0; /* an fp32 base: 4 bytes a value beside the activations */
     cr_assert_gt(model_train_bytes(&c, 4, 128, 0), lora);
 }
+
+/* ZeRO-1's parts in one process: AdamW on two models that keep the
+ * moments of [0, s) and [s, n) (s a share boundary, inside a view) updates
+ * those parts of the parameters to the same bits as the whole update, over
+ * three steps with fp32 and with bf16 moments; and the norm's block sums,
+ * taken share by share, add up to model_grad_norm's bits. */
+Test(model, moments_kept_in_shares_update_as_the_whole_state) {
+    for (int bf = 0; bf < 2; bf++) {
+        Model whole = preset_model("llama-tiny", 3), part[2];
+        size_t n = whole.n_params, s = 3 * MODEL_NORM_BLOCK;
+        cr_assert_lt(s, n);
+        for (int k = 0; k < 2; k++) {
+            part[k] = preset_model("llama-tiny", 3);
+            part[k].moments_lo = k ? s : 0, part[k].moments_hi = k ? n : s;
+            part[k].moments_bf16 = bf;
+        }
+        whole.moments_bf16 = bf;
+        AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+        for (int step = 0; step < 3; step++) {
+            for (size_t i = 0; i < n; i++) whole.grads[i] = urand();
+            for (int k = 0; k < 2; k++) memcpy(part[k].grads, whole.grads, n * sizeof(float));
+            size_t blocks = (n + MODEL_NORM_BLOCK - 1) / MODEL_NORM_BLOCK;
+            double *sums = malloc(blocks * sizeof(double)), total = 0;
+            model_grad_sumsq(&part[0], 0, s, sums);
+            model_grad_sumsq(&part[1], s, n, sums + s / MODEL_NORM_BLOCK);
+            for (size_t b = 0; b < blocks; b++) total += sums[b];
+            float norm = (float)sqrt(total), want = model_grad_norm(&whole);
+            cr_assert_eq(memcmp(&norm, &want, sizeof norm), 0, "norm %.9g from shares, %.9g", norm,
+                         want);
+            free(sums);
+            model_adamw_step_scaled(&whole, &o, 1e-2f, 0.5f);
+            for (int k = 0; k < 2; k++) model_adamw_step_scaled(&part[k], &o, 1e-2f, 0.5f);
+            cr_assert_eq(memcmp(part[0].params, whole.params, s * sizeof(float)), 0);
+            cr_assert_eq(memcmp(part[1].params + s, whole.params + s, (n - s) * sizeof(float)), 0,
+                         "bf16 moments %d, step %d: the second share differs", bf, step);
+            /* each share's model moved its own part alone; the rest is the whole's next step */
+            memcpy(part[0].params + s, whole.params + s, (n - s) * sizeof(float));
+            memcpy(part[1].params, whole.params, s * sizeof(float));
+        }
+        model_free(&whole), model_free(&part[0]), model_free(&part[1]);
+    }
+}
