@@ -48,22 +48,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include <jansson.h>
 
 #include "compress/compress.h"
 #include "coordinator/coordinator.h"
+#include "bench/bench.h"
 #include "util/util.h"
 
 #define DISTINCT 4
 #define REPS     5
-
-static double peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
 
 /* One Flower function's figures. */
 typedef struct Baseline {
@@ -166,7 +160,7 @@ static void emit(const char *codec, int N, uint64_t n, const char *rule, Timing 
     json_object_set_new(o, "values_per_s", json_real((double)N * (double)n / t.median_s));
     json_object_set_new(o, "read_once_s", json_real(read_s));
     json_object_set_new(o, "vs_read_once", json_real(t.median_s / read_s));
-    json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
+    json_object_set_new(o, "peak_rss_mb", json_real(bench_peak_rss_mb()));
     json_object_set_new(o, "inputs_rss_mb", json_real(inputs_rss_mb));
     json_object_set_new(o, "model_mb", json_real(4.0 * (double)n / 1048576.0));
     if (close) json_object_set_new(o, "close_seconds", json_real(close->median_s));
@@ -260,7 +254,7 @@ int main(int argc, char **argv) {
             if (codec_encode(&p, &L, x, &blobs[d], err) != 0) DIE("%s", err);
         }
         memset(out, 0, n * 4); /* the result's pages are the bench's, not the aggregation's */
-        inputs_rss_mb = peak_rss_mb();
+        inputs_rss_mb = bench_peak_rss_mb();
         for (int k = 0; k < n_sites; k++) {
             int N = sites[k];
             const uint8_t **bp = mallocCheck(sizeof *bp * (size_t)N);

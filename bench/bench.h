@@ -1,13 +1,21 @@
 /*
  * bench.h — what several benchmarks share: the synthetic pseudo-gradient
  * the codec benchmarks encode, so bench/codec (CPU) and bench/gpu (CUDA)
- * measure the same values.
+ * measure the same values; the process's peak memory.
  */
 #ifndef STRAIT_BENCH_H
 #define STRAIT_BENCH_H
 
 #include <math.h>
 #include <stdint.h>
+#include <sys/resource.h>
+
+/* this process's peak resident memory so far, in MB (its maxrss) */
+static inline double bench_peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
 
 /* x[0..n) ~ N(0, 0.01²) from a fixed xorshift stream (Box-Muller pairs):
  * the same floats on every run. */

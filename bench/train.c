@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 #ifdef STRAIT_HAVE_OPENMP
 #include <omp.h>
@@ -43,17 +42,12 @@
 #include "kernels/ops.h"
 #include "kernels/model.h"
 #include "kernels/train.h"
+#include "bench/bench.h"
 #include "util/util.h"
 
 #define LLMC_REFERENCE_TOK_S      3900.0
 #define LLMC_GPT2_REFERENCE_TOK_S 51.0
 #define LLMC_GPT2_REFERENCE_MB    2500.0
-
-static double peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
 
 static int bench_bf16; /* this child keeps AdamW's moments in bf16 */
 static int bench_lora; /* this child trains the LoRA rows' adapters over a bf16 base */
@@ -141,7 +135,7 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_object_set_new(o, "T", json_integer(T));
     json_object_set_new(o, "threads", json_integer(threads));
     json_object_set_new(o, "tokens_per_s", json_real(tok_s));
-    json_object_set_new(o, "peak_rss_mb", json_real(peak_rss_mb()));
+    json_object_set_new(o, "peak_rss_mb", json_real(bench_peak_rss_mb()));
     ModelConfig cfg;
     if (bench_lora && model_config_preset(preset, &cfg) == 0) {
         AdapterConfig a = lora_rows();
@@ -334,7 +328,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;
     memset(dh, 0, sizeof(float) * (size_t)N * C); /* touch the gradients: calloc's pages */
     memset(dw, 0, sizeof(float) * (size_t)V * C); /* are only mapped when first written */
-    double before = peak_rss_mb();
+    double before = bench_peak_rss_mb();
     kernels_set_threads(max_threads);
     uint64_t t0 = time_monotonic_ns();
     classifier_forward_backward(NULL, dh, dw, h, wte, tg, N, C, V);
@@ -346,7 +340,7 @@ int main(int argc, char **argv) {
     json_object_set_new(o, "V", json_integer(V));
     json_object_set_new(o, "inputs_mb",
                         json_real(2.0 * ((double)N * C + (double)V * C) * 4 / 1048576.0));
-    json_object_set_new(o, "fused_extra_mb", json_real(peak_rss_mb() - before));
+    json_object_set_new(o, "fused_extra_mb", json_real(bench_peak_rss_mb() - before));
     /* a naive classifier holds the logits and their gradient: 2 N V floats */
     json_object_set_new(o, "naive_logits_mb", json_real(2.0 * N * (double)V * 4 / 1048576.0));
     json_object_set_new(o, "seconds", json_real(secs));
