@@ -91,9 +91,12 @@ int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, 
 /* Refuses a model this site cannot hold, before anything is allocated. */
 int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err);
 /* SITEDIR/state/: AdamW's moments, the error feedback, the round and the
- * data position; saved atomically, loaded at start (1 loaded, 0 none). */
+ * data position; saved atomically, loaded at start (1 loaded, 0 none).
+ * opt_ready: the moments' file already written (a sharded trainer's,
+ * trainer_save_moments), linked into the state instead of written from m;
+ * NULL: from m. */
 int site_state_save(const Site *s, const Model *m, const ErrorFeedback *ef, uint64_t round,
-                    size_t pos, char *err);
+                    size_t pos, const char *opt_ready, char *err);
 int site_state_load(const Site *s, Model *m, ErrorFeedback *ef, uint64_t *round, size_t *pos,
                     char *err);
 /* The thread that ends the site on SIGINT and SIGTERM. */
@@ -118,6 +121,9 @@ typedef struct Session {
     Trainer *trainer;
     int *in, *tg;
     int H, B, T, replicas, on_gpu, first_round;
+    /* ZeRO-1: where rank 0's writer puts the moments after each round's
+     * steps, for the state to link ("": the state writes them from m) */
+    char opt_staged[1200];
     size_t share; /* this rank's place in a global batch */
     float lr;
     Blob blob; /* the update being sent */

@@ -193,7 +193,7 @@ int site_loop_overlap(Session *ss, char *err) {
             have_start = 1;
         }
         if (have_next) adopt_next(ss, &f); /* the next base: the model after the round before */
-        if (site_state_save(&ss->s, m, &ss->ef, target, ss->tl.pos, err) != 0) goto out;
+        if (site_state_save(&ss->s, m, &ss->ef, target, ss->tl.pos, NULL, err) != 0) goto out;
         f.ss = ss;
         f.round = target;
         f.blob = ss->blob, memset(&ss->blob, 0, sizeof ss->blob); /* the thread's now */

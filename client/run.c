@@ -113,7 +113,9 @@ static int site_loop_sync(Session *ss, char *err) {
         while (resend) {
             site_upload(&ss->s, round, &ss->blob, meta, mlen, blob_sha, &refused);
             uint64_t at = round;
-            if (site_state_save(&ss->s, m, &ss->ef, at, ss->tl.pos, err) != 0) return -1;
+            if (site_state_save(&ss->s, m, &ss->ef, at, ss->tl.pos,
+                                ss->opt_staged[0] ? ss->opt_staged : NULL, err) != 0)
+                return -1;
             if (site_wait_round(&ss->s, at, !refused, &round, &finished, &resend, err) != 0)
                 return -1;
             if (resend)

@@ -293,7 +293,10 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
     tc.zero = gpus == 0 && !o->unsharded; /* ZeRO-1 across CPU ranks */
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
-    if (m->moments_hi > 0)
+    if (trainer_sharded(ss->trainer) && rk->rank == 0)
+        snprintf(ss->opt_staged, sizeof ss->opt_staged, "%s/state.opt.safetensors",
+                 ss->s.o.site_dir);
+    if (trainer_sharded(ss->trainer))
         log_info("site",
                  "rank %d of %d keeps AdamW's moments of %zu of the %zu parameters (ZeRO-1)",
                  rk->rank, rk->size, m->moments_hi - m->moments_lo, m->n_params);
@@ -387,7 +390,6 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
      * host's moments are never brought back, so taking them each round
      * would reset those ranks' moments and split the ranks apart.) */
     trainer_from_host(ss->trainer, TRAINER_PARAMS | (ss->first_round ? TRAINER_MOMENTS : 0));
-    trainer_moments_part(ss->trainer); /* rank 0 kept them whole to save them */
     ss->first_round = 0;
     /* the global model as received, before this site's steps move it;
      * scored where it trains (a GPU site's forward runs on its GPU) */
@@ -434,7 +436,10 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
      * for the state */
     trainer_to_host(ss->trainer,
                     (ss->on_gpu ? 0 : TRAINER_PARAMS) | (rk->rank == 0 ? TRAINER_MOMENTS : 0));
-    trainer_moments_whole(ss->trainer); /* sharded: every rank's share to rank 0 */
+    /* sharded: every rank's share to rank 0's writer, for the state */
+    if (trainer_sharded(ss->trainer))
+        if (trainer_save_moments(ss->trainer, rk->rank == 0 ? ss->opt_staged : NULL, err) != 0)
+            return -1;
     return check_same_model(rk, &ss->m, err);
 }
 

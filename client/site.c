@@ -358,8 +358,31 @@ static void remove_state_dir(const char *dir) {
  * or a crash anywhere leaves the last whole state, never one file of a
  * newer round beside another of an older one; the folder it replaced is
  * removed after. */
+/* to, a new file with from's bytes: a hard link, or a copy where the file
+ * system has none */
+static int link_or_copy(const char *from, const char *to, char *err) {
+    if (link(from, to) == 0) return 0;
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return err_set_errno(err, "cannot open %s", from);
+    AtomicFile *af = file_atomic_open(to, 0600, err);
+    enum { CHUNK = 1 << 20 };
+    char *buf = mallocCheck(CHUNK);
+    ssize_t got;
+    int bad = af == NULL;
+    while (!bad && (got = read(in, buf, CHUNK)) != 0) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            bad = err_set_errno(err, "cannot read %s", from);
+        else
+            bad = file_atomic_write(af, buf, (size_t)got, err) != 0;
+    }
+    free(buf), close(in);
+    if (bad && af) file_atomic_abort(af);
+    return bad ? -1 : file_atomic_commit(af, err);
+}
+
 int site_state_save(const Site *s, const Model *m, const ErrorFeedback *ef, uint64_t round,
-                    size_t pos, char *err) {
+                    size_t pos, const char *opt_ready, char *err) {
     char dir[1200], fresh[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/state", s->o.site_dir);
     snprintf(fresh, sizeof fresh, "%s/state.new", s->o.site_dir);
@@ -370,7 +393,8 @@ int site_state_save(const Site *s, const Model *m, const ErrorFeedback *ef, uint
              pos);
     int bad = 0;
     snprintf(path, sizeof path, "%s/inner.opt.safetensors", fresh);
-    bad = bad || model_save_optimizer(m, path, err) != 0;
+    bad = bad || (opt_ready ? link_or_copy(opt_ready, path, err)
+                            : model_save_optimizer(m, path, err)) != 0;
     snprintf(path, sizeof path, "%s/ef.bin", fresh);
     bad = bad || ef_save(ef, path, 0600, err) != 0;
     snprintf(path, sizeof path, "%s/state.ini", fresh);

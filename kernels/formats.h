@@ -26,6 +26,17 @@ int model_load_state(const Model *m, const char *path, float *const *dsts,
 /* Writes AdamW's moments and step alone, atomically (an error before the
  * first step: there are none); model_load_optimizer reads them back. */
 int model_save_optimizer(const Model *m, const char *opt_path, char *err);
+/* The same file with the moments' bytes from elsewhere (a sharded
+ * trainer's ranks): fill(ctx, k, at, n, buf) puts values [at, at + n) of
+ * the table's m (k 0) or v (k 1) into buf at el bytes a value (2: bf16
+ * moments), asked for in table order, m then v, in pieces of at most
+ * MODEL_SAVE_PIECE values starting at multiples of it; every piece is
+ * asked for even after a write failed, so whoever sends them is never left
+ * waiting. */
+#define MODEL_SAVE_PIECE ((size_t)1 << 22)
+int model_save_optimizer_from(const Model *m, const char *opt_path, int el,
+                              void (*fill)(void *ctx, int k, size_t at, size_t n, void *buf),
+                              void *ctx, char *err);
 /* Loads AdamW's moments and step from a "<name>.opt.safetensors" file. */
 int model_load_optimizer(Model *m, const char *opt_path, char *err);
 

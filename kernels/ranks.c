@@ -83,15 +83,16 @@ void ranks_shards(size_t n, size_t *bounds) {
     }
 }
 
-/* share r's bytes [lo, hi) of buf: op 0 sums floats at rank r, 1 sends
- * from rank r to all, 2 sends rank r's own to rank 0's, 3 rank 0's to
- * rank r's own, in pieces */
+/* share r, values [lo, hi) of buf (el bytes each): op 0 sums floats at
+ * rank r, 1 sends them from rank r to all, 2 sends rank 0's to rank r's
+ * own; in pieces whose counts fit an int */
 #ifdef STRAIT_HAVE_MPI
 static void move_share(int r, char *buf, char *own, size_t lo, size_t hi, size_t el, int op) {
     int me;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    for (size_t at = lo; at < hi; at += PIECE) {
-        size_t k = hi - at < PIECE ? hi - at : PIECE;
+    size_t piece = PIECE / el;
+    for (size_t at = lo; at < hi; at += piece) {
+        size_t k = hi - at < piece ? hi - at : piece;
         char *p = buf + at * el, *o = own ? own + (at - lo) * el : NULL;
         if (op == 0)
             MPI_Reduce(me == r ? MPI_IN_PLACE : p, me == r ? p : NULL, (int)k, MPI_FLOAT, MPI_SUM,
@@ -99,14 +100,10 @@ static void move_share(int r, char *buf, char *own, size_t lo, size_t hi, size_t
         else if (op == 1)
             MPI_Bcast(p, (int)(k * el), MPI_BYTE, r, MPI_COMM_WORLD);
         else if (r == 0 && me == 0)
-            op == 2 ? memcpy(p, o, k * el) : memcpy(o, p, k * el);
-        else if (op == 2 && me == r)
-            MPI_Send(o, (int)(k * el), MPI_BYTE, 0, r, MPI_COMM_WORLD);
-        else if (op == 2 && me == 0)
-            MPI_Recv(p, (int)(k * el), MPI_BYTE, r, r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        else if (op == 3 && me == 0)
+            memcpy(o, p, k * el);
+        else if (me == 0)
             MPI_Send(p, (int)(k * el), MPI_BYTE, r, r, MPI_COMM_WORLD);
-        else if (op == 3 && me == r)
+        else if (me == r)
             MPI_Recv(o, (int)(k * el), MPI_BYTE, 0, r, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
 }
@@ -144,12 +141,30 @@ void ranks_mean(float *x, size_t n) {
     free(bounds);
 }
 
-void ranks_gather(void *all, const void *own, size_t el, const size_t *bounds) {
-    if (n_ranks > 1) each_share(all, (void *)own, el, bounds, 2);
+void ranks_scatter(const void *all, void *own, size_t el, const size_t *bounds) {
+    if (n_ranks > 1) each_share((void *)all, own, el, bounds, 2);
 }
 
-void ranks_scatter(const void *all, void *own, size_t el, const size_t *bounds) {
-    if (n_ranks > 1) each_share((void *)all, own, el, bounds, 3);
+void ranks_send(const void *buf, size_t bytes, int to) {
+#ifdef STRAIT_HAVE_MPI
+    for (size_t at = 0; at < bytes; at += PIECE) {
+        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
+        MPI_Send((const char *)buf + at, (int)k, MPI_BYTE, to, 1, MPI_COMM_WORLD);
+    }
+#else
+    (void)buf, (void)bytes, (void)to;
+#endif
+}
+
+void ranks_recv(void *buf, size_t bytes, int from) {
+#ifdef STRAIT_HAVE_MPI
+    for (size_t at = 0; at < bytes; at += PIECE) {
+        size_t k = bytes - at < PIECE ? bytes - at : PIECE;
+        MPI_Recv((char *)buf + at, (int)k, MPI_BYTE, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+#else
+    (void)buf, (void)bytes, (void)from;
+#endif
 }
 
 void ranks_abort(int code) {

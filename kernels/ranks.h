@@ -3,7 +3,7 @@
  * Slurm's srun: which one this is, and the collectives a site's training
  * needs between them (broadcast from rank 0, the mean of a buffer, and
  * for ZeRO-1 the table cut into shares: a share's mean at its owner, the
- * shares to all, gathered at rank 0 and scattered from it). MPI
+ * shares to all, scattered from rank 0; bytes from one rank to another). MPI
  * underneath, in builds that found it (STRAIT_HAVE_MPI); a process not
  * started by a launcher is rank 0 of 1 and never initializes MPI.
  *
@@ -44,10 +44,12 @@ void ranks_mean(float *x, size_t n);
 void ranks_mean_owned(float *x, const size_t *bounds);
 /* every rank's share of x (values of el bytes) from its owner to all */
 void ranks_share(void *x, size_t el, const size_t *bounds);
-/* rank 0's all (every share) from each rank's own (its share alone), and
- * back: the sharded optimizer state, whole at rank 0 to be saved */
-void ranks_gather(void *all, const void *own, size_t el, const size_t *bounds);
+/* each rank's own (its share alone) from rank 0's all (every share): a
+ * saved optimizer state to its owners */
 void ranks_scatter(const void *all, void *own, size_t el, const size_t *bounds);
+/* bytes from this rank to rank `to`, and from rank `from` into buf */
+void ranks_send(const void *buf, size_t bytes, int to);
+void ranks_recv(void *buf, size_t bytes, int from);
 /* Ends every rank of the job with code (after this rank said why). */
 void ranks_abort(int code);
 /* The MPI library's version ("Open MPI v4.1.4, …"), or "" without MPI. */

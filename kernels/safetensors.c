@@ -27,8 +27,16 @@
 
 /* Writes tensors (prefix + view name) from `base` with the metadata: F32,
  * or BF16 (elem 2: bases hold bf16 bits). */
-static int write_file_as(const char *path, const Model *m, const void *const *bases,
-                         const char *const *prefixes, int n_bases, int step, int elem, char *err) {
+/* where write_file_as takes the tensors' bytes: bases[b] in memory, or
+ * fill's pieces (model_save_optimizer_from) */
+typedef struct Source {
+    const void *const *bases;
+    void (*fill)(void *ctx, int k, size_t at, size_t n, void *buf);
+    void *ctx;
+} Source;
+
+static int write_file_src(const char *path, const Model *m, const Source *src,
+                          const char *const *prefixes, int n_bases, int step, int elem, char *err) {
     json_t *h = json_object(), *meta = json_object();
     char *cfg = model_config_json(&m->cfg);
     char hash[32], step_s[32];
@@ -61,26 +69,51 @@ static int write_file_as(const char *path, const Model *m, const void *const *ba
     json_decref(h);
     size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
     AtomicFile *af = file_atomic_open(path, 0644, err);
-    int rc = -1;
-    if (af == NULL) goto out;
+    int rc = -1, bad = af == NULL;
     uint64_t len_le = padded;
     char spaces[8] = "        ";
-    if (file_atomic_write(af, &len_le, 8, err) || file_atomic_write(af, text, hl, err) ||
-        file_atomic_write(af, spaces, padded - hl, err)) {
-        file_atomic_abort(af);
+    bad = bad || file_atomic_write(af, &len_le, 8, err) || file_atomic_write(af, text, hl, err) ||
+          file_atomic_write(af, spaces, padded - hl, err);
+    if (bad && src->fill == NULL) {
+        if (af) file_atomic_abort(af);
         goto out;
     }
+    if (src->fill == NULL) {
+        for (int b = 0; b < n_bases; b++)
+            for (int i = 0; i < m->n_views; i++)
+                if (file_atomic_write(
+                        af, (const uint8_t *)src->bases[b] + m->views[i].offset * (size_t)elem,
+                        m->views[i].numel * (size_t)elem, err)) {
+                    file_atomic_abort(af);
+                    goto out;
+                }
+        rc = file_atomic_commit(af, err);
+        goto out;
+    }
+    /* the views tile the table in order, so base b's bytes are the table's */
+    for (int i = 0; i < m->n_views; i++)
+        assert(m->views[i].offset == (i ? m->views[i - 1].offset + m->views[i - 1].numel : 0));
+    uint8_t *buf = mallocCheck(MODEL_SAVE_PIECE * (size_t)elem);
     for (int b = 0; b < n_bases; b++)
-        for (int i = 0; i < m->n_views; i++)
-            if (file_atomic_write(af, (const uint8_t *)bases[b] + m->views[i].offset * (size_t)elem,
-                                  m->views[i].numel * (size_t)elem, err)) {
-                file_atomic_abort(af);
-                goto out;
-            }
-    rc = file_atomic_commit(af, err);
+        for (size_t at = 0; at < m->n_params; at += MODEL_SAVE_PIECE) {
+            size_t k = m->n_params - at < MODEL_SAVE_PIECE ? m->n_params - at : MODEL_SAVE_PIECE;
+            src->fill(src->ctx, b, at, k, buf); /* every piece, even after a failed write */
+            bad = bad || file_atomic_write(af, buf, k * (size_t)elem, err) != 0;
+        }
+    free(buf);
+    if (bad && af)
+        file_atomic_abort(af);
+    else if (!bad)
+        rc = file_atomic_commit(af, err);
 out:
     free(text);
     return rc;
+}
+
+static int write_file_as(const char *path, const Model *m, const void *const *bases,
+                         const char *const *prefixes, int n_bases, int step, int elem, char *err) {
+    Source src = {.bases = bases};
+    return write_file_src(path, m, &src, prefixes, n_bases, step, elem, err);
 }
 
 static int write_file(const char *path, const Model *m, const float *const *bases,
@@ -100,6 +133,15 @@ int model_save(const Model *m, const char *path, int step, char *err) {
                        : strlen(path)),
              path);
     return model_save_optimizer(m, opt, err);
+}
+
+int model_save_optimizer_from(const Model *m, const char *opt_path, int el,
+                              void (*fill)(void *ctx, int k, size_t at, size_t n, void *buf),
+                              void *ctx, char *err) {
+    const char *prefixes[2] = {"adam_m.", "adam_v."};
+    assert(el == 2 || el == 4);
+    Source src = {.fill = fill, .ctx = ctx};
+    return write_file_src(opt_path, m, &src, prefixes, 2, m->step, el, err);
 }
 
 int model_save_optimizer(const Model *m, const char *opt_path, char *err) {

@@ -124,10 +124,9 @@ struct Trainer {
     TrainConfig c;
     int B, T, replicas;
     TrainCollectives coll; /* mean NULL: one process */
-    /* ZeRO-1 across CPU ranks (NULL: none): the shares' bounds (ranks_shards), this rank's place;
-     * whole: rank 0 holds every share of the moments, to save them (trainer_moments_whole) */
+    /* ZeRO-1 across CPU ranks (NULL: none): the shares' bounds (ranks_shards), this rank's place */
     size_t *shard;
-    int rank, size, whole;
+    int rank, size;
 #ifdef STRAIT_HAVE_CUDA
     ModelCuda *gpu;
 #endif
@@ -174,37 +173,45 @@ static void shard_moments(Trainer *t, const Ranks *rk) {
     moments_set(m, own[0], own[1]);
 }
 
-void trainer_moments_whole(Trainer *t) {
-    if (t->shard == NULL || t->whole) return;
-    Model *m = t->m;
-    int have = moments_of(m, 0) != NULL;
-    size_t el = m->moments_bf16 ? 2 : 4;
-    if (!have) return; /* no step yet on any rank */
-    void *all[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        if (t->rank == 0) all[k] = mallocCheck(m->n_params * el);
-        ranks_gather(all[k], moments_of(m, k), el, t->shard);
+/* model_save_optimizer_from's pieces at rank 0: its own share's bytes,
+ * and the other ranks' from them (they send in the same order) */
+static void fill_from_shares(void *ctx, int k, size_t at, size_t n, void *buf) {
+    Trainer *t = ctx;
+    size_t el = t->m->moments_bf16 ? 2 : 4;
+    for (int r = 0; r < t->size; r++) {
+        size_t lo = t->shard[r] > at ? t->shard[r] : at;
+        size_t hi = t->shard[r + 1] < at + n ? t->shard[r + 1] : at + n;
+        if (hi <= lo) continue;
+        char *to = (char *)buf + (lo - at) * el;
+        if (r == 0)
+            memcpy(to, (const char *)moments_of(t->m, k) + (lo - t->shard[0]) * el, (hi - lo) * el);
+        else
+            ranks_recv(to, (hi - lo) * el, r);
     }
-    if (t->rank != 0) return;
-    free(moments_of(m, 0)), free(moments_of(m, 1));
-    moments_set(m, all[0], all[1]);
-    m->moments_lo = m->moments_hi = 0;
-    t->whole = 1;
 }
 
-void trainer_moments_part(Trainer *t) {
-    if (t->shard == NULL || !t->whole) return;
+int trainer_sharded(const Trainer *t) {
+    return t->shard != NULL;
+}
+
+int trainer_save_moments(Trainer *t, const char *path, char *err) {
     Model *m = t->m;
-    size_t lo = t->shard[0], hi = t->shard[1], el = m->moments_bf16 ? 2 : 4;
-    void *own[2];
-    for (int k = 0; k < 2; k++) {
-        own[k] = mallocCheck((hi - lo ? hi - lo : 1) * el);
-        memcpy(own[k], (char *)moments_of(m, k) + lo * el, (hi - lo) * el);
-        free(moments_of(m, k));
+    if (t->shard == NULL) return path ? model_save_optimizer(m, path, err) : 0;
+    if (moments_of(m, 0) == NULL) /* no step yet, on any rank */
+        return path ? err_set(err, "%s: no optimizer state to save (no step has run)", path) : 0;
+    size_t el = m->moments_bf16 ? 2 : 4, lo = t->shard[t->rank], hi = t->shard[t->rank + 1];
+    if (t->rank == 0) {
+        assert(path != NULL);
+        return model_save_optimizer_from(m, path, (int)el, fill_from_shares, t, err);
     }
-    moments_set(m, own[0], own[1]);
-    m->moments_lo = lo, m->moments_hi = hi;
-    t->whole = 0;
+    /* the pieces rank 0's writer asks for, in its order: this share's part of each */
+    for (int k = 0; k < 2; k++)
+        for (size_t at = 0; at < m->n_params; at += MODEL_SAVE_PIECE) {
+            size_t end = at + MODEL_SAVE_PIECE < m->n_params ? at + MODEL_SAVE_PIECE : m->n_params;
+            size_t a = lo > at ? lo : at, b = hi < end ? hi : end;
+            if (b > a) ranks_send((const char *)moments_of(m, k) + (a - lo) * el, (b - a) * el, 0);
+        }
+    return 0;
 }
 
 /* A ZeRO-1 step after the backward: the gradients' mean of each share at
@@ -216,7 +223,7 @@ static float sharded_update(Trainer *t, float loss, float lr, float *grad_norm) 
     Model *m = t->m;
     enum { BLOCK = MODEL_NORM_BLOCK };
     _Static_assert(RANKS_ALIGN % MODEL_NORM_BLOCK == 0, "a share holds whole norm blocks");
-    assert(!t->whole && m->moments_hi == t->shard[t->rank + 1]);
+    assert(m->moments_hi == t->shard[t->rank + 1]);
     ranks_mean_owned(m->grads, t->shard);
     size_t n = m->n_params, blocks = (n + BLOCK - 1) / BLOCK;
     size_t *bb = mallocCheck(sizeof(size_t) * (size_t)(t->size + 1));
@@ -261,7 +268,9 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
     t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
     if (ranks > 1 && gpus == 0)
         t->coll = (TrainCollectives){ranks_coll_mean, ranks_coll_root, NULL};
-    if (ranks > 1 && gpus == 0 && c->zero) shard_moments(t, rk);
+    /* every rank a share of whole blocks, or none sharded */
+    if (ranks > 1 && gpus == 0 && c->zero && m->n_params >= (size_t)ranks * RANKS_ALIGN)
+        shard_moments(t, rk);
 #ifdef STRAIT_HAVE_CUDA
     uint8_t id[MODEL_CUDA_NCCL_ID_BYTES] = {0};
     int id_ok = 1;

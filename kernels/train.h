@@ -90,13 +90,14 @@ typedef struct TrainCollectives {
     void *ctx;
 } TrainCollectives;
 int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
-/* ZeRO-1 (TrainConfig's zero over CPU ranks; no-ops otherwise): every
- * rank calls trainer_moments_whole, after which rank 0's model holds the
- * whole of AdamW's moments (each rank's share gathered there), to be saved;
- * trainer_moments_part gives rank 0 back its share alone, before the next
- * steps. */
-void trainer_moments_whole(Trainer *t);
-void trainer_moments_part(Trainer *t);
+/* AdamW's moments and step saved to path (model_save_optimizer's file) by
+ * rank 0, path NULL at the other ranks. With ZeRO-1 (TrainConfig's zero on
+ * CPU ranks) every rank calls it, and each share goes to rank 0's writer
+ * piece by piece, so no rank ever holds more than its share; otherwise rank
+ * 0 writes its own whole state and the others do nothing. */
+int trainer_save_moments(Trainer *t, const char *path, char *err);
+/* whether AdamW's state is sharded across the ranks (ZeRO-1); the same at every rank */
+int trainer_sharded(const Trainer *t);
 /* What trainer_to_host copies: the parameters, AdamW's state, or both. */
 enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
 /* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */

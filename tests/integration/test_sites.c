@@ -138,8 +138,9 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
 /* ZeRO-1 (the default on CPU ranks) against every rank keeping the whole
  * optimizer state (--zero 0): each rank updates its share of the model
  * from the same sums, so two rounds of a two-rank site (AdamW's moments
- * carried from the first to the second, and saved between them from the
- * shares gathered at rank 0) commit the same model to the bit. */
+ * carried from the first to the second) commit the same model to the bit,
+ * and the state each saved (the sharded one written by rank 0 from every
+ * rank's share, piece by piece) is the same file byte for byte. */
 static ProcResult run_site_zero(const char *dir, const char *zero) {
     char cmd[3000];
     snprintf(cmd, sizeof cmd,
@@ -153,14 +154,14 @@ static ProcResult run_site_zero(const char *dir, const char *zero) {
 Test(sites, sharded_optimizer_state_takes_the_same_steps_as_the_whole) {
     need_mpi();
     root = harness_tmpdir("sites");
-    char addr[64], dir[800];
+    char addr[64], dir[2][800];
     StoreRound got[2];
     char *fed[2];
     const char *zero[2] = {"1", "0"};
     for (int k = 0; k < 2; k++) {
         fed[k] = federation(k ? "whole" : "zero", "fedavg", "2", "1", "8", addr);
-        enroll_join(fed[k], addr, k ? "w" : "z", dir);
-        ProcResult r = run_site_zero(dir, zero[k]);
+        enroll_join(fed[k], addr, k ? "w" : "z", dir[k]);
+        ProcResult r = run_site_zero(dir[k], zero[k]);
         cr_assert_eq(r.status, 0, "the 2-rank site (--zero %s) failed: %s", zero[k], r.out);
         const char *said = strstr(r.out, "keeps AdamW's moments of");
         cr_assert(k ? said == NULL : said != NULL, "--zero %s: %s", zero[k], r.out);
@@ -176,6 +177,15 @@ Test(sites, sharded_optimizer_state_takes_the_same_steps_as_the_whole) {
     cr_assert_eq(memcmp(a.params, b.params, a.n_params * sizeof(float)), 0,
                  "ZeRO-1 and the whole state committed different models after two rounds");
     model_free(&a), model_free(&b);
+    char *opt[2], path[1700], err[ERR_LEN];
+    size_t len[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/state/inner.opt.safetensors", dir[k]);
+        cr_assert_eq(file_read_all(path, 1 << 26, &opt[k], &len[k], err), 0, "%s", err);
+    }
+    cr_assert(len[0] == len[1] && memcmp(opt[0], opt[1], len[0]) == 0,
+              "the saved moments differ (%zu and %zu bytes)", len[0], len[1]);
+    free(opt[0]), free(opt[1]);
     free(fed[0]), free(fed[1]);
 }
 

@@ -124,11 +124,11 @@ Test(faults, a_site_state_save_is_whole_or_not_at_all) {
         int failed = 0, went_on = 0;
         for (int k = 1; k < 1000; k++) {
             FILL(1);
-            cr_assert_eq(site_state_save(&s, &m, &ef, 1, 100, err), 0, "%s", err);
+            cr_assert_eq(site_state_save(&s, &m, &ef, 1, 100, NULL, err), 0, "%s", err);
             FILL(2);
             err[0] = '\0';
             faultsim_arm(kinds[i].kind, k, kinds[i].err, 0);
-            int rc = site_state_save(&s, &m, &ef, 2, 200, err);
+            int rc = site_state_save(&s, &m, &ef, 2, 200, NULL, err);
             int64_t fired;
             faultsim_disarm(&fired);
             if (rc != 0) {
@@ -163,7 +163,7 @@ Test(faults, a_site_state_save_is_whole_or_not_at_all) {
     }
     /* a crash between those two renames leaves state.old alone: it is read */
     FILL(3);
-    cr_assert_eq(site_state_save(&s, &m, &ef, 3, 300, err), 0, "%s", err);
+    cr_assert_eq(site_state_save(&s, &m, &ef, 3, 300, NULL, err), 0, "%s", err);
     char from[700], to[700];
     snprintf(from, sizeof from, "%s/state", dir), snprintf(to, sizeof to, "%s/state.old", dir);
     cr_assert_eq(rename(from, to), 0);
