@@ -278,7 +278,9 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
         rk->rank == 0 ? site_state_load(&ss->s, m, &ss->ef, &saved_round, &saved_pos, err) : 0;
     if (resumed < 0) return -1;
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
-    share_state(rk, m, &saved_pos, gpus == 0 && !o->unsharded);
+    /* ZeRO-1 across CPU ranks, when every rank gets a share (as the trainer decides) */
+    int zero = gpus == 0 && !o->unsharded && m->n_params >= (size_t)rk->size * RANKS_ALIGN;
+    share_state(rk, m, &saved_pos, zero);
     ranks_bcast(&resumed, sizeof resumed);
     ss->ef.beta = decay; /* the federation's, whatever the saved state had */
     if (resumed) ss->tl.pos = saved_pos < ss->tl.data.n ? saved_pos : 0;
@@ -291,7 +293,7 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     TrainConfig tc = train_defaults(ss->lr, ss->H);
     /* the dropout masks': the data seed's, each rank's own (they take other batches) */
     tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
-    tc.zero = gpus == 0 && !o->unsharded; /* ZeRO-1 across CPU ranks */
+    tc.zero = zero;
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
     if (trainer_sharded(ss->trainer) && rk->rank == 0)
         snprintf(ss->opt_staged, sizeof ss->opt_staged, "%s/state.opt.safetensors",
