@@ -51,8 +51,9 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
     int last = p->step == p->steps;
     o->loss = p->loss;
     if (o->have_val && (p->step % o->val_every == 0 || last)) {
-        trainer_to_host(t, TRAINER_PARAMS); /* validation runs on the CPU copy */
-        o->val_loss = (float)model_eval_tokens(trainer_model(t), o->val, o->B, o->T, 8);
+        /* where it trains: a GPU scores its own parameters (and an adapted
+         * model's fp32 base there, which the host would hold in bf16) */
+        o->val_loss = (float)trainer_eval_tokens(t, o->val, 8);
     }
     if (o->json && (p->step % 10 == 0 || last || p->step % o->val_every == 0)) {
         json_t *j = json_object();

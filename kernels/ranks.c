@@ -93,7 +93,7 @@ static void move_share(int r, char *buf, char *own, size_t lo, size_t hi, size_t
     size_t piece = PIECE / el;
     for (size_t at = lo; at < hi; at += piece) {
         size_t k = hi - at < piece ? hi - at : piece;
-        char *p = buf + at * el, *o = own ? own + (at - lo) * el : NULL;
+        char *p = buf ? buf + at * el : NULL, *o = own ? own + (at - lo) * el : NULL;
         if (op == 0)
             MPI_Reduce(me == r ? MPI_IN_PLACE : p, me == r ? p : NULL, (int)k, MPI_FLOAT, MPI_SUM,
                        r, MPI_COMM_WORLD);

@@ -50,6 +50,7 @@ static void adamw_bf16(Model *m, const AdamWConfig *o, float lr, float grad_scal
     for (int i = 0; i < m->n_views; i++) {
         const ParamView *v = &m->views[i];
         size_t first, n = view_part(v, lo, hi, &first);
+        if (n == 0) continue; /* outside this share */
         float wd = v->ndim >= 2 ? o->weight_decay : 0.0f;
         float *p = m->params + v->offset + first, *g = m->grads + v->offset + first;
         uint16_t *mm = m->mh + (v->offset + first - lo), *vv = m->vh + (v->offset + first - lo);
@@ -83,6 +84,7 @@ void model_adamw_step_scaled(Model *m, const AdamWConfig *o, float lr, float gra
     for (int i = 0; i < m->n_views; i++) {
         const ParamView *v = &m->views[i];
         size_t first, n = view_part(v, lo, hi, &first);
+        if (n == 0) continue;                             /* outside this share */
         float wd = v->ndim >= 2 ? o->weight_decay : 0.0f; /* no decay on biases and norms */
         float *p = m->params + v->offset + first, *g = m->grads + v->offset + first;
         float *mm = m->m + (v->offset + first - lo), *vv = m->v + (v->offset + first - lo);

@@ -137,7 +137,7 @@ check() {
     # TF32 matmuls (the GPU default), then fp32 (the CPU's losses to four
     # decimals); then LoRA adapters over a frozen llama-small in fp32, on
     # both (one log a step: at most 8 files come back)
-    local lora=(--model llama-small --lora-rank 8 --lora-base-dtype f32 --steps 40 --val-every 20
+    local lora=(--model llama-small --vocab 5000 --lora-rank 8 --lora-base-dtype f32 --steps 40 --val-every 20
         --data "$f/fortunes" --data "$f/literature")
     step train 60 bash -c "'$bin/strait' train --device cuda ${data[*]} &&
         '$bin/strait' train --device cuda --matmul fp32 ${data[*]} &&

@@ -188,24 +188,29 @@ extern "C" const Ops ops_cuda;
 
 /* one pass of the host model's graph on replica r's buffers: with
  * adapters, the frozen base, and the adapters training; the dropout masks
- * those of the host's step under way (its drop_seed, set by the trainer) */
+ * from the host's step under way (its drop_seed, set by the trainer), each
+ * replica's own, as each CPU rank draws its own */
 static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
     int adapted = g->host->cfg.lora.rank > 0;
-    Pass p = {.ops = &ops_cuda,
-              .stream = r->stream,
-              .params = adapted ? r->base : r->params,
-              .grads = adapted ? NULL : r->grads,
-              .lora = adapted ? r->params : NULL,
-              .dlora = adapted ? r->grads : NULL,
-              .frozen = r->frozen,
-              .acts = r->acts,
-              .dacts = r->dacts,
-              .lay = &g->lay,
-              .inputs = r->inputs,
-              .targets = with_targets ? r->targets : NULL,
-              .B = g->B,
-              .T = g->T,
-              .drop = g->host->drop_seed};
+    Pass p = {
+        .ops = &ops_cuda,
+        .stream = r->stream,
+        .params = adapted ? r->base : r->params,
+        .grads = adapted ? NULL : r->grads,
+        .lora = adapted ? r->params : NULL,
+        .dlora = adapted ? r->grads : NULL,
+        .frozen = r->frozen,
+        .acts = r->acts,
+        .dacts = r->dacts,
+        .lay = &g->lay,
+        .inputs = r->inputs,
+        .targets = with_targets ? r->targets : NULL,
+        .B = g->B,
+        .T = g->T,
+        /* replica 0 draws the host's masks (those the CPU would), the others their own */
+        .drop = r->device == 0 || g->host->drop_seed == 0
+                    ? g->host->drop_seed
+                    : mix64(g->host->drop_seed + (uint64_t)r->device * 0x9E3779B97F4A7C15ull) | 1};
     return p;
 }
 

@@ -479,8 +479,10 @@ extern "C" float classifier_forward_backward_cuda(float *losses, float *dh, floa
             dlogits_k<<<blocks((size_t)rows * vc, 256), 256, 0, st>>>(tile, rows, vc, v0,
                                                                       targets + r0, m, s, dscale);
             launchCheck();
-            matmul_backward_cuda(dh + (size_t)r0 * C, dwte + (size_t)v0 * C, NULL, tile,
-                                 h + (size_t)r0 * C, wte + (size_t)v0 * C, rows, C, vc, stream);
+            /* dwte NULL: a frozen head (adapters), no offset to make of it */
+            matmul_backward_cuda(dh + (size_t)r0 * C, dwte ? dwte + (size_t)v0 * C : NULL, NULL,
+                                 tile, h + (size_t)r0 * C, wte + (size_t)v0 * C, rows, C, vc,
+                                 stream);
         }
     }
     cudaCheck(cudaMemcpyAsync(&h_total, total, sizeof(double), cudaMemcpyDeviceToHost, st));
