@@ -97,13 +97,14 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"matmul", required_argument, NULL, 'x'},
                                          {"adapters", required_argument, NULL, 'P'},
                                          {"base-blocks", required_argument, NULL, 'K'},
+                                         {"precision", required_argument, NULL, 'Q'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     AdapterConfig lora = {0};
     const char *adapters = NULL;
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
-        gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0;
+        gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0, precision_bf16 = 0;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -168,6 +169,14 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'K':
             if ((blocks_off = cli_base_blocks(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
+        case 'Q':
+            if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+                return cli_usage_error(cmd,
+                                       "--precision is fp32 or bf16 (the CPU's matmuls in bf16, "
+                                       "sums and everything else in fp32), not '%s'",
+                                       optarg);
+            precision_bf16 = optarg[0] == 'b';
+            break;
         case 'P':
             adapters = optarg;
             break;
@@ -215,6 +224,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .gpus = cuda ? gpus : 0,
                     .moments_bf16 = moments_bf16,
                     .blocks_off = blocks_off,
+                    .precision_bf16 = precision_bf16,
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
                     .seed = seed,

@@ -148,13 +148,27 @@ static void hold_base_bf16(Model *m) {
                          .n_held = blocks ? m->n_held : 0};
 }
 
+/* Mixed precision: the matrices' bf16 copy of the parameters as they are
+ * now (whoever wrote them last: AdamW, a round's download), and the stream
+ * that points the matmuls at it while everything else reads fp32. */
+static void copy_params_bf16(Model *m) {
+    if (m->params16 == NULL) m->params16 = callocCheck(m->n_params, sizeof(uint16_t));
+    for (int i = 0; i < m->n_views; i++) {
+        const ParamView *v = &m->views[i];
+        if (v->ndim == 2) bf16_from_float(m->params16 + v->offset, m->params + v->offset, v->numel);
+    }
+    m->cpu =
+        (CpuStream){.f32 = m->params, .copy = {m->params16, NULL}, .n = m->n_params, .live = 1};
+}
+
 static Pass host_pass(Model *m) {
     int adapted = m->cfg.lora.rank > 0;          /* the base frozen, the adapters training */
     int bf16 = adapted && m->cfg.lora.base_bf16; /* its matmuls in bf16 */
+    int mixed = !adapted && m->precision_bf16;   /* the model's own, copied each forward */
     if (bf16 && m->cpu.f32 == NULL) hold_base_bf16(m);
     if (!bf16 && m->held) model_drop_held(m); /* an fp32 base reads its fp32 values */
     Pass p = {.ops = &ops_cpu,
-              .stream = bf16 ? &m->cpu : NULL,
+              .stream = bf16 || mixed ? &m->cpu : NULL,
               .params = model_base(m),
               .grads = adapted ? NULL : m->grads,
               .lora = adapted ? m->params : NULL,
@@ -179,6 +193,7 @@ float model_forward(Model *m, const int *inputs, const int *targets, int B, int 
     memcpy(m->inputs, inputs, sizeof(int) * (size_t)B * T);
     if (targets) memcpy(m->targets, targets, sizeof(int) * (size_t)B * T);
     m->fwd_B = B, m->fwd_T = T, m->has_targets = targets != NULL;
+    if (m->precision_bf16 && c->lora.rank == 0) copy_params_bf16(m);
     Pass p = host_pass(m);
     float loss = model_pass_forward(m, &p);
     if (targets) m->loss = loss;

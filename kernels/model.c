@@ -274,7 +274,7 @@ void model_free(Model *m) {
     free(m->views), free(m->row_view), free(m->lora_view), free(m->lora_a), free(m->lora_b);
     free(m->lora_frozen);
     free(m->params), free(m->grads);
-    free(m->m), free(m->v), free(m->mh), free(m->vh);
+    free(m->m), free(m->v), free(m->mh), free(m->vh), free(m->params16);
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);
     memset(m, 0, sizeof *m);
 }

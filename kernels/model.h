@@ -227,6 +227,12 @@ typedef struct Model {
     int moments_bf16;  /* keep them in bf16 instead (mh, vh): 12 bytes a parameter, not 16 */
     uint16_t *mh, *vh; /* bf16 moments (bits), allocated at the first step */
     int step;          /* AdamW steps taken */
+    /* mixed precision on the CPU (without adapters; a chip with bf16
+     * units): each forward takes a bf16 copy of the matrices (params16),
+     * which the matmuls and the classifier read with fp32 sums; every
+     * gradient, the norms, AdamW and the parameters themselves stay fp32 */
+    int precision_bf16;
+    uint16_t *params16;
     /* ZeRO-1 across a site's ranks (the trainer sets it): the moments (m, v
      * or mh, vh) hold the table's [moments_lo, moments_hi) alone, and AdamW
      * updates that part of the parameters; both 0: the whole table */

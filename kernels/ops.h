@@ -110,12 +110,18 @@ typedef struct BfWeight {
 void matmul_forward_bf16(float *out, const float *inp, const BfWeight *w, const float *bias, int N,
                          int C, int OC);
 void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int N, int C, int OC);
+/* dweight (OC,C) += doutᵀ · inp and dbias += dout's column sums (NULL:
+ * none), the product's inputs rounded to bf16 and summed in fp32: mixed
+ * precision's weight gradient */
+void matmul_weight_bf16(float *dweight, float *dbias, const float *dout, const float *inp, int N,
+                        int C, int OC);
 /* The fused classifier (as above) over a frozen bf16 output layer: its
- * logits bf16 products, its softmax and loss in fp32 and fp64; no dwte. */
+ * logits bf16 products, its softmax and loss in fp32 and fp64; dwte (NULL:
+ * frozen) += dlogitsᵀ h (matmul_weight_bf16). */
 float classifier_forward_bf16(float *losses, float *lse, const float *h, const BfWeight *wte,
                               const int *targets, int N, int C, int V);
-void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, const int *targets,
-                              const float *lse, int N, int C, int V);
+void classifier_backward_bf16(float *dh, float *dwte, const float *h, const BfWeight *wte,
+                              const int *targets, const float *lse, int N, int C, int V);
 /* rounded to nearest, ties to even; widened back exactly */
 void bf16_from_float(uint16_t *out, const float *x, size_t n);
 void bf16_widen(float *out, const uint16_t *h, size_t n);
@@ -144,6 +150,9 @@ typedef struct CpuStream {
     const float *f32;
     BfWeight copy;
     size_t n;
+    /* the fp32 table is the parameters in training, kept (mixed precision:
+     * the matmuls and the classifier read the bf16 copy, the rest fp32) */
+    int live;
     const HeldRows *held;
     int n_held;
     uint16_t *scratch;

@@ -12,6 +12,7 @@
 #include "kernels/formats.h"
 #include "kernels/gguf.h"
 #include "kernels/model.h"
+#include "kernels/ops.h"
 #include "kernels/half.h"
 #include "kernels/ranks.h"
 #include "kernels/train.h"
@@ -529,6 +530,15 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     if (j->lora.rank > 0 && model_add_adapters(&m, &j->lora, j->seed, err) != 0) goto out;
     if (j->lora.rank > 0 && !j->init_from) m.cfg.lora.base_seed = (int64_t)j->seed; /* drawn */
     m.moments_bf16 = j->moments_bf16;
+    if (j->precision_bf16 && (j->gpus > 0 || j->lora.rank > 0 || !bf16_units())) {
+        err_set(err, "%s",
+                j->gpus > 0        ? "--precision bf16 is the CPU's; GPUs train in fp32 or TF32"
+                : j->lora.rank > 0 ? "with adapters the base is bf16 already (--lora-base-dtype)"
+                                   : "--precision bf16 needs a chip with bf16 instructions "
+                                     "(AVX-512 BF16 or AMX); this one has none: train in fp32");
+        goto out;
+    }
+    m.precision_bf16 = j->precision_bf16;
     m.blocks_off = j->blocks_off;
     TrainJobStart st = {.name = name,
                         .n_params = m.n_params,

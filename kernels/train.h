@@ -153,6 +153,8 @@ typedef struct TrainJob {
     /* a quantized GGUF base under adapters held as a bf16 copy, not in its
      * blocks (Model's blocks_off): faster, more memory, the same values */
     int blocks_off;
+    /* the CPU's matmuls and classifier in bf16 (Model's precision_bf16) */
+    int precision_bf16;
     float lr;
     uint64_t seed;
     AdapterConfig lora;   /* rank 0: the whole model trains; else adapters over it, frozen */

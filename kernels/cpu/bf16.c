@@ -56,7 +56,7 @@ int bf16_units(void) {
 #ifdef STRAIT_HAVE_DNNL
 /* ---- oneDNN: one engine and stream, a primitive per (kind, M, K, N) ---- */
 
-enum { FWD, BWD }; /* out = x · Wᵀ; dinp = dout · W */
+enum { FWD, BWD, WGT }; /* out = x · Wᵀ; dinp = dout · W; dW = doutᵀ · x */
 typedef struct Prim {
     int kind, M, K, N;
     uint64_t used;      /* the last call's stamp: the least recent goes first */
@@ -75,8 +75,9 @@ static struct {
 } dn = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* the primitive for src (M,K) · weights (K,N) -> dst (M,N), f32 out; the
- * weights are W (N,K) read transposed for FWD, W (K,N) as it is for BWD;
- * NULL when oneDNN makes none. Called with dn.lock held. */
+ * weights are W (N,K) read transposed for FWD, W (K,N) as it is for BWD
+ * and WGT, whose src is dout (K,M) read transposed; NULL when oneDNN makes
+ * none. Called with dn.lock held. */
 static Prim *prim(int kind, int M, int K, int N) {
     if (dn.state == 0) {
         dn.state =
@@ -101,6 +102,7 @@ static Prim *prim(int kind, int M, int K, int N) {
     if (q->p) dnnl_primitive_destroy(q->p);
     *q = (Prim){.kind = kind, .M = M, .K = K, .N = N, .used = dn.clock};
     dnnl_dims_t sd = {M, K}, ss = {K, 1}, wd = {K, N}, dd = {M, N}, ds = {N, 1};
+    if (kind == WGT) ss[0] = 1, ss[1] = M;
     dnnl_dims_t ws_fwd = {1, K}, ws_bwd = {N, 1};
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
@@ -140,6 +142,24 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
 }
 #endif
 
+/* A thread's scratch k (0..3) of at least bytes, kept from call to call:
+ * the oneDNN paths' rounded inputs and products are model-sized, and a
+ * fresh allocation of that size each call is a mapping made, faulted in,
+ * zeroed and unmapped (with a TLB shootdown on every core) each time. */
+enum { S_IN, S_DOUT, S_PROD, S_N };
+static void *scratch(int k, size_t bytes) {
+    static _Thread_local struct {
+        void *p;
+        size_t cap;
+    } s[S_N];
+    if (bytes > s[k].cap) {
+        free(s[k].p);
+        s[k].p = mallocCheck(bytes);
+        s[k].cap = bytes;
+    }
+    return s[k].p;
+}
+
 /* the widened values of n bf16s, allocated */
 static float *widened(const uint16_t *h, size_t n) {
     float *f = mallocCheck(n * sizeof(float));
@@ -153,10 +173,9 @@ void matmul_forward_bf16(float *out, const float *inp, const BfWeight *w, const 
     int done = -1;
 #ifdef STRAIT_HAVE_DNNL
     if (w->h) {
-        uint16_t *x = mallocCheck((size_t)N * C * sizeof(uint16_t));
+        uint16_t *x = scratch(S_IN, (size_t)N * C * sizeof(uint16_t));
         bf16_from_float(x, inp, (size_t)N * C);
         done = dnnl_mm(FWD, out, x, w->h, N, C, OC);
-        free(x);
     }
 #endif
     if (done != 0) { /* the same values through sgemm */
@@ -178,14 +197,13 @@ void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int
     int done = -1;
 #ifdef STRAIT_HAVE_DNNL
     if (w->h) {
-        uint16_t *d = mallocCheck((size_t)N * OC * sizeof(uint16_t));
-        float *prod = mallocCheck((size_t)N * C * sizeof(float));
+        uint16_t *d = scratch(S_DOUT, (size_t)N * OC * sizeof(uint16_t));
+        float *prod = scratch(S_PROD, (size_t)N * C * sizeof(float));
         bf16_from_float(d, dout, (size_t)N * OC);
         done = dnnl_mm(BWD, prod, d, w->h, N, OC, C);
         if (done == 0)
 #pragma omp parallel for schedule(static)
             for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
-        free(d), free(prod);
     }
 #endif
     if (done != 0) { /* dinp += rounded dout · W through sgemm's (it accumulates) */
@@ -196,6 +214,31 @@ void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int
         if (!w->f) free(wf);
         free(d);
     }
+}
+
+void matmul_weight_bf16(float *dweight, float *dbias, const float *dout, const float *inp, int N,
+                        int C, int OC) {
+    assert(N > 0 && C > 0 && OC > 0 && dweight != NULL);
+    int done = -1;
+#ifdef STRAIT_HAVE_DNNL
+    uint16_t *d = scratch(S_DOUT, (size_t)N * OC * sizeof(uint16_t));
+    uint16_t *x = scratch(S_IN, (size_t)N * C * sizeof(uint16_t));
+    float *prod = scratch(S_PROD, (size_t)OC * C * sizeof(float));
+    bf16_from_float(d, dout, (size_t)N * OC);
+    bf16_from_float(x, inp, (size_t)N * C);
+    done = dnnl_mm(WGT, prod, d, x, OC, N, C);
+    if (done == 0)
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < (size_t)OC * C; i++) dweight[i] += prod[i];
+    if (done == 0 && dbias != NULL)
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < OC; o++) {
+            float sum = 0;
+            for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + o];
+            dbias[o] += sum;
+        }
+#endif
+    if (done != 0) matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC);
 }
 
 /* ---- the classifier over a bf16 output layer ------------------------------ */
@@ -245,8 +288,8 @@ float classifier_forward_bf16(float *losses, float *lse, const float *h, const B
     return (float)(total / N);
 }
 
-void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, const int *targets,
-                              const float *lse, int N, int C, int V) {
+void classifier_backward_bf16(float *dh, float *dwte, const float *h, const BfWeight *wte,
+                              const int *targets, const float *lse, int N, int C, int V) {
     assert(N > 0 && C > 0 && V > 0 && targets);
     float *tile = mallocCheck(sizeof(float) * CROWS * CCHUNK);
     float dscale = 1.0f / (float)N; /* the loss is the mean over rows */
@@ -265,6 +308,10 @@ void classifier_backward_bf16(float *dh, const float *h, const BfWeight *wte, co
             }
             /* dh (rows, C) += dlogits (rows, vc) · wte (vc, C) */
             matmul_backward_bf16(dh + (size_t)r0 * C, tile, &chunk, rows, C, vc);
+            /* dwte (vc, C) += dlogitsᵀ · h (rows, C), in fp32 */
+            if (dwte)
+                matmul_weight_bf16(dwte + (size_t)v0 * C, NULL, tile, h + (size_t)r0 * C, rows, C,
+                                   vc);
         }
     }
     free(tile);

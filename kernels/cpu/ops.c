@@ -139,9 +139,10 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     int parts = omp_threads(), per_n = (N + parts - 1) / parts, per_o = (OC + parts - 1) / parts;
 #pragma omp parallel for
     for (int p = 0; p < parts; p++) {
-        /* dinp rows (N,C) += dout (N,OC) · weight (OC,C), by blocks of rows */
+        /* dinp rows (N,C) += dout (N,OC) · weight (OC,C), by blocks of rows
+         * (NULL: made elsewhere, as the bf16 ops make it) */
         int r0 = p * per_n, rows = N - r0 < per_n ? N - r0 : per_n;
-        if (rows > 0)
+        if (rows > 0 && dinp != NULL)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
                         dout + (size_t)r0 * OC, OC, weight, C, 1.0f, dinp + (size_t)r0 * C, C);
         /* dweight rows (OC,C) += doutᵀ · inp, by blocks of output channels */

@@ -77,7 +77,8 @@ static int held(void *st, const float *weight, size_t n, BfWeight *w) {
 static void enc_f(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                   int C, void *st) {
     BfWeight te;
-    if (!held(st, wte, (size_t)C, &te)) {
+    const CpuStream *s = st;
+    if ((s && s->live) || !held(st, wte, (size_t)C, &te)) { /* the fp32 table, when it is kept */
         encoder_forward(out, inp, wte, wpe, B, T, C);
         return;
     }
@@ -143,10 +144,13 @@ static void mm_f(float *out, const float *inp, const float *weight, const float 
 static void mm_b(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                  const float *weight, int N, int C, int OC, void *st) {
     BfWeight w;
-    if (dweight == NULL && dbias == NULL && held(st, weight, (size_t)OC * C, &w))
-        matmul_backward_bf16(dinp, dout, &w, N, C, OC);
-    else
+    if (!held(st, weight, (size_t)OC * C, &w)) {
         matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    matmul_backward_bf16(dinp, dout, &w, N, C, OC);
+    if (dweight) /* mixed precision: the weight's gradient's products in bf16 too */
+        matmul_weight_bf16(dweight, dbias, dout, inp, N, C, OC);
 }
 static void att_f(float *out, float *preatt, float *att, const float *q, const float *k,
                   const float *v, const AttnShape *s, void *st) {
@@ -202,8 +206,8 @@ static float cls_f(float *losses, float *lse, const float *h, const float *w, co
 static void cls_b(float *dh, float *dw, const float *h, const float *w, const int *targets,
                   const float *lse, int N, int C, int V, void *st) {
     BfWeight w16;
-    if (dw == NULL && held(st, w, (size_t)V * C, &w16))
-        classifier_backward_bf16(dh, h, &w16, targets, lse, N, C, V);
+    if (held(st, w, (size_t)V * C, &w16))
+        classifier_backward_bf16(dh, dw, h, &w16, targets, lse, N, C, V);
     else
         classifier_backward(dh, dw, h, w, targets, lse, N, C, V);
 }
