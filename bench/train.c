@@ -49,8 +49,9 @@
 #define LLMC_GPT2_REFERENCE_TOK_S 51.0
 #define LLMC_GPT2_REFERENCE_MB    2500.0
 
-static int bench_bf16; /* this child keeps AdamW's moments in bf16 */
-static int bench_lora; /* this child trains the LoRA rows' adapters over a bf16 base */
+static int bench_bf16;  /* this child keeps AdamW's moments in bf16 */
+static int bench_lora;  /* this child trains the LoRA rows' adapters over a bf16 base */
+static int bench_mixed; /* this child trains with --precision bf16 (bf16 products, fp32 sums) */
 #define LORA_RANK 16
 
 /* the LoRA rows' adapters: PEFT's, as bench/peft_train.py makes them */
@@ -71,6 +72,7 @@ static double tokens_per_s(const char *preset, int B, int T, int threads, int st
     AdapterConfig a = lora_rows();
     if (bench_lora && model_add_adapters(&m, &a, 2, err) != 0) DIE("%s", err);
     m.moments_bf16 = bench_bf16;
+    m.precision_bf16 = bench_mixed;
     kernels_set_threads(threads);
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
         *tg = mallocCheck(sizeof(int) * (size_t)B * T);
@@ -127,7 +129,10 @@ static void emit_peer(json_t *o, double tok_s) {
 static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_t *o = json_object();
     char name[64];
-    snprintf(name, sizeof name, "%s%s", preset, bench_lora ? "_lora_r16" : "");
+    snprintf(name, sizeof name, "%s%s", preset,
+             bench_lora    ? "_lora_r16"
+             : bench_mixed ? "_bf16_products"
+                           : "");
     json_object_set_new(o, "bench", json_string("train"));
     json_object_set_new(o, "case", json_string(name));
     json_object_set_new(o, "preset", json_string(preset));
@@ -155,6 +160,10 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
                             json_string(bench_bf16 ? "fp32 parameters and gradients, bf16 AdamW "
                                                      "moments (--moments bf16)"
                                                    : "fp32 parameters, gradients, AdamW moments"));
+        if (bench_mixed)
+            json_object_set_new(o, "precision",
+                                json_string("--precision bf16: matmul and classifier products in "
+                                            "bf16, sums and the rest in fp32"));
         /* 6 x parameters FLOPs a token (attention's T² terms left out) */
         json_object_set_new(o, "model_flops_per_s", json_real(6.0 * params * tok_s));
         json_object_set_new(o, "peak_flops_per_s", json_real(peak));
@@ -308,6 +317,7 @@ int main(int argc, char **argv) {
         int threads = max_threads < 2 ? max_threads : 2;
         bench_bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
         bench_lora = argc > 3 && strcmp(argv[3], "lora") == 0;
+        bench_mixed = argc > 3 && strcmp(argv[3], "mixed") == 0;
         int T = bench_lora ? 128 : 64;
         emit(preset, 4, T, threads, tokens_per_s(preset, 4, T, threads, full ? 10 : 3));
         return 0;
@@ -356,15 +366,17 @@ int main(int argc, char **argv) {
     static const struct {
         const char *preset;
         int bf16;
-    } shapes[] = {{"gpt2-124m", 0},    {"smollm2-135m", 0}, {"smollm2-360m", 0},
-                  {"smollm2-360m", 1}, {"qwen2.5-0.5b", 0}, {"llama-3.2-1b", 0},
-                  {"llama-3.2-1b", 1}};
+    } shapes[] = {{"gpt2-124m", 0},    {"gpt2-124m", 2},    {"smollm2-135m", 0},
+                  {"smollm2-135m", 2}, {"smollm2-360m", 0}, {"smollm2-360m", 1},
+                  {"qwen2.5-0.5b", 0}, {"llama-3.2-1b", 0}, {"llama-3.2-1b", 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         ModelConfig cfg;
         model_config_preset(shapes[k].preset, &cfg);
-        const char *kind = shapes[k].bf16 ? "bf16" : "fp32";
+        /* 1: bf16 moments; 2: bf16 products (where the chip has bf16 units) */
+        if (shapes[k].bf16 == 2 && !bf16_units()) continue;
+        const char *kind = shapes[k].bf16 == 1 ? "bf16" : shapes[k].bf16 == 2 ? "mixed" : "fp32";
         if (!too_large(&cfg, shapes[k].preset, kind,
-                       model_train_bytes(&cfg, 4, 64, shapes[k].bf16)))
+                       model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1)))
             run_child(shapes[k].preset, kind, full);
     }
     lora_bench(max_threads < 2 ? max_threads : 2, full);

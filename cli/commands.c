@@ -70,7 +70,7 @@ const Command cli_commands[] = {
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
-     "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0]",
+     "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0] [--precision fp32|bf16]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -98,6 +98,9 @@ const Command cli_commands[] = {
      "  --zero 1|0    with ranks on CPUs (mpirun): each rank keeps its share of AdamW's\n"
      "                moments and updates that share of the model (1, the default:\n"
      "                ZeRO-1, the same steps bit for bit) or all of them (0)\n"
+     "  --precision P fp32 (default) or bf16: on a CPU with bf16 instructions, the\n"
+     "                matmuls' products in bf16 with fp32 sums (the model, its updates and\n"
+     "                AdamW stay fp32)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
@@ -114,7 +117,7 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
-     "     [--adapters PEFTDIR] [--base-blocks on|off] [--out CKPT]",
+     "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16] [--out CKPT]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -132,6 +135,9 @@ const Command cli_commands[] = {
      "  --steps N         optimizer steps (default 1000)\n"
      "  --moments M       AdamW's moments in fp32 (default) or bf16 (CPU; 12 bytes a\n"
      "                    parameter instead of 16)\n"
+     "  --precision P     fp32 (default) or bf16: on a CPU with bf16 instructions (AVX-512\n"
+     "                    BF16, AMX), the matmuls' and the classifier's products in bf16\n"
+     "                    with fp32 sums; parameters, gradients, norms and AdamW stay fp32\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"
      "  --lr X            peak learning rate, after warmup, decayed by cosine (default 3e-3)\n"

@@ -70,6 +70,8 @@ typedef struct SiteRunOptions {
     /* CPU ranks: every rank keeps the whole of AdamW's state (--zero 0),
      * instead of its share (ZeRO-1, the default; the same steps bit for bit) */
     int unsharded;
+    /* the CPU's matmuls and classifier in bf16 (Model's precision_bf16) */
+    int precision_bf16;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

@@ -17,6 +17,7 @@
 #include "kernels/device.h"
 #include "kernels/model.h"
 #include "kernels/tokenizer.h"
+#include "kernels/ops.h"
 #include "tests/harness.h"
 #include "util/util.h"
 
@@ -389,5 +390,37 @@ Test(cli, a_blas_kernel_below_the_chip_is_named_in_one_line) {
     unsetenv("OPENBLAS_CORETYPE");
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "strait train: OpenBLAS runs its Prescott kernels"), "%s", r.err);
+    proc_result_free(&r);
+}
+
+/* --precision: bf16 products on a CPU that has bf16 units (3 steps of
+ * `small` train and report their loss), refused by name elsewhere, with
+ * adapters (their base is bf16 already), or for a value it does not know */
+Test(cli, precision_bf16_trains_where_the_chip_has_bf16_and_is_refused_elsewhere) {
+    const char *data = "/usr/share/games/fortunes/fortunes";
+    ProcResult r = harness_strait("train", "--data", data, "--precision", "fp16");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--precision is fp32 or bf16"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--precision", "int8");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--precision is fp32 or bf16, not 'int8'"), "stderr: %s",
+                       r.err);
+    proc_result_free(&r);
+    r = harness_strait("train", "--data", data, "--model", "llama-tiny", "--lora-rank", "4",
+                       "--precision", "bf16", "--steps", "1");
+    cr_assert_neq(r.status, 0);
+    cr_assert_not_null(strstr(r.err, "bf16 already"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    r = harness_strait("train", "--data", data, "--precision", "bf16", "--steps", "3", "--batch",
+                       "2", "--seq", "32");
+    if (bf16_units()) {
+        cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+        cr_assert_not_null(strstr(r.out, "final loss"), "stdout: %s", r.out);
+    } else {
+        cr_assert_neq(r.status, 0);
+        cr_assert_not_null(strstr(r.err, "needs a chip with bf16 instructions"), "stderr: %s",
+                           r.err);
+    }
     proc_result_free(&r);
 }
