@@ -146,6 +146,7 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
  * the oneDNN paths' rounded inputs and products are model-sized, and a
  * fresh allocation of that size each call is a mapping made, faulted in,
  * zeroed and unmapped (with a TLB shootdown on every core) each time. */
+#ifdef STRAIT_HAVE_DNNL
 enum { S_IN, S_DOUT, S_PROD, S_N };
 static void *scratch(int k, size_t bytes) {
     static _Thread_local struct {
@@ -159,6 +160,7 @@ static void *scratch(int k, size_t bytes) {
     }
     return s[k].p;
 }
+#endif
 
 /* the widened values of n bf16s, allocated */
 static float *widened(const uint16_t *h, size_t n) {
