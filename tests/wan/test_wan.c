@@ -428,18 +428,26 @@ static void count_stale(int64_t round_id, int *older, int *stale) {
 }
 
 /* [rounds] mode = async with one site on a thin link (0.25 Mbit/s up and
- * down, 40 ms round trips for the others): rounds merge on the two fast
- * sites' quorum, the slow site's updates join later rounds trained from
- * older models (weighted down, never refused while within the bound), no
- * site waits for it, and every site holds the coordinator's model bit for
- * bit. Sixteen rounds: in eight the fast sites could finish (about 25 s)
- * before the thin site's first download and upload had crossed its link
- * (two runs of three saw no late update on a loaded 2-core machine). */
+ * down): rounds merge on the two fast sites' quorum, the slow site's updates
+ * join later rounds trained from older models (weighted down, never refused
+ * while within the bound), no site waits for it, and every site holds the
+ * coordinator's model bit for bit. How late the slow site's update comes
+ * is the ratio of its cycle (a delta down and an update up, about 3.7 s
+ * each across its link) to a fast round. With 40 ms round trips that ratio
+ * was the fast sites' compute, so the machine's speed: an idle one ran
+ * rounds in 0.6 s and the update came five rounds late, past a bound of
+ * four. With 300 ms round trips a fast round is bound by its links (about
+ * 3 s on an idle machine, where the update came two rounds late), so a
+ * faster machine cannot push it past a bound of eight, and a loaded one,
+ * whose compute slows both kinds of site, still leaves it a round late.
+ * Sixteen rounds leave the slow site time to cross its link more than
+ * once. The refusal of an
+ * update past the bound is test_adversary's. */
 Test(wan, async_rounds_take_the_slow_sites_late_updates_and_keep_models_identical, .timeout = 700) {
-    BedLink fast = {20, 20, 20, 2, 0.001, 0}, thin = {0.25, 0.25, 20, 2, 0, 0};
+    BedLink fast = {20, 20, 150, 2, 0.001, 0}, thin = {0.25, 0.25, 20, 2, 0, 0};
     BedLink links[3] = {fast, fast, thin};
     setup(3, links, "tiny", "16", "2", "60s",
-          (const char *[]){"rounds", "mode", "async", "rounds", "staleness", "4", NULL});
+          (const char *[]){"rounds", "mode", "async", "rounds", "staleness", "8", NULL});
     for (int i = 0; i < 3; i++) run_site(i);
     wait_committed(15, 300);
     /* the thin site may be fetching a whole checkpoint at 0.25 Mbit/s when
