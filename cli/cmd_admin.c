@@ -90,6 +90,9 @@ static json_t *round_json(const AdminRound *a, int64_t now) {
     json_object_set_new(o, live(a) ? "waiting_for" : "missed", json_lines(a->missed));
     json_object_set_new(o, "rejected", json_lines(a->rejected));
     json_object_set_new(o, "late", json_lines(r->late));
+    json_object_set_new(o, "dp_noise", json_real_or_null(r->dp_noise));
+    json_object_set_new(o, "dp_epsilon", json_real_or_null(r->dp_epsilon));
+    json_object_set_new(o, "dp_delta", json_real_or_null(r->dp_delta));
     return o;
 }
 
@@ -109,6 +112,9 @@ static void round_line(const AdminRound *a, int64_t now, char *out, size_t len) 
     fmt_duration(round_ms(a, now), dur, sizeof dur);
     size_t n = 0;
     if (r->failed_reason[0]) n += (size_t)snprintf(notes, sizeof notes, "%s; ", r->failed_reason);
+    if (isfinite(r->dp_epsilon))
+        n += (size_t)snprintf(notes + n, sizeof notes - n, "\u03b5 %.3g (\u03b4 %g); ",
+                              r->dp_epsilon, r->dp_delta);
     if (r->bytes_rejected)
         n += (size_t)snprintf(notes + n, sizeof notes - n, "%.3f MB refused; ",
                               r->bytes_rejected / 1e6);
@@ -360,6 +366,8 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         json_object_set_new(o, "last_commit_at",
                             st.last_commit_at ? json_integer(st.last_commit_at) : json_null());
         json_object_set_new(o, "last_eval_loss", json_real_or_null(st.last_eval_loss));
+        json_object_set_new(o, "dp_epsilon", json_real_or_null(st.dp_epsilon));
+        json_object_set_new(o, "dp_delta", json_real_or_null(st.dp_delta));
         json_object_set_new(o, "rounds_committed", json_integer(st.totals.rounds_committed));
         json_object_set_new(o, "rounds_failed", json_integer(st.totals.rounds_failed));
         json_object_set_new(o, "updates_rejected", json_integer(st.totals.updates_rejected));
@@ -434,6 +442,10 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
                    fmt_duration(now - st.last_commit_at, t1, sizeof t1), st.last_eval_loss);
         else
             printf("last commit  none yet\n");
+        if (isfinite(st.dp_epsilon))
+            printf("privacy      \u03b5 %.4g at \u03b4 %g after round %lld (central "
+                   "differential privacy; docs/privacy.md)\n",
+                   st.dp_epsilon, st.dp_delta, (long long)st.last_commit_round);
         printf("rounds       %lld committed, %lld failed attempts\n",
                (long long)st.totals.rounds_committed, (long long)st.totals.rounds_failed);
         if (isfinite(st.utilization)) {

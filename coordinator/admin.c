@@ -261,6 +261,8 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     st->last_commit_round = rc == 0 ? last.number : -1;
     st->last_commit_at = rc == 0 ? last.closed_at : 0;
     st->last_eval_loss = rc == 0 ? last.eval_loss : NAN;
+    st->dp_epsilon = rc == 0 ? last.dp_epsilon : NAN;
+    st->dp_delta = rc == 0 ? last.dp_delta : NAN;
     if (status_utilization(s, now, st, err) != 0) return -1;
     if (store_disk(s, &st->disk, err) != 0) return -1;
     st->disk_rounds_left =
@@ -358,6 +360,7 @@ static void round_to_row(const AdminRound *a, Strait__RoundRow *row, char *lines
     row->expected = (uint32_t)a->expected;
     row->raw_bytes = (uint64_t)a->raw_bytes;
     row->start_eval_loss = r->start_eval_loss;
+    row->dp_noise = r->dp_noise, row->dp_epsilon = r->dp_epsilon, row->dp_delta = r->dp_delta;
     row->wall_ms = (uint64_t)a->wall_ms;
     row->utilization = a->utilization;
     row->goodput = a->goodput;
@@ -417,6 +420,7 @@ static void h_status(NetCall *c, void *user) {
     resp.last_commit_round = st.last_commit_round;
     resp.last_commit_at = st.last_commit_at;
     resp.last_eval_loss = st.last_eval_loss;
+    resp.dp_epsilon = st.dp_epsilon, resp.dp_delta = st.dp_delta;
     resp.bytes_up = (uint64_t)st.totals.bytes_up;
     resp.bytes_down = (uint64_t)st.totals.bytes_down;
     resp.bytes_rejected = (uint64_t)st.totals.bytes_rejected;

@@ -237,6 +237,10 @@ static void row_to_round(const Strait__RoundRow *row, AdminRound *a) {
     a->expected = row->expected;
     a->raw_bytes = (int64_t)row->raw_bytes;
     r->start_eval_loss = row->start_eval_loss;
+    int dp = row->dp_delta > 0; /* a coordinator before privacy sends none */
+    r->dp_noise = dp ? row->dp_noise : NAN;
+    r->dp_epsilon = dp ? row->dp_epsilon : NAN;
+    r->dp_delta = dp ? row->dp_delta : NAN;
     a->wall_ms = (int64_t)row->wall_ms;
     a->utilization = row->utilization;
     a->goodput = row->goodput;
@@ -307,6 +311,8 @@ int admin_status(Admin *a, AdminStatus *st, char *err) {
     st->last_commit_round = r->last_commit_round;
     st->last_commit_at = r->last_commit_at;
     st->last_eval_loss = r->last_eval_loss;
+    st->dp_epsilon = r->dp_delta > 0 ? r->dp_epsilon : NAN;
+    st->dp_delta = r->dp_delta > 0 ? r->dp_delta : NAN;
     st->totals.bytes_up = (int64_t)r->bytes_up;
     st->totals.bytes_down = (int64_t)r->bytes_down;
     st->totals.bytes_rejected = (int64_t)r->bytes_rejected;

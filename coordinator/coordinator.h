@@ -94,7 +94,8 @@ typedef struct AdminStatus {
     int64_t sites_total, sites_online, sites_offline, sites_revoked;
     int64_t last_commit_round, last_commit_at; /* -1, 0: none yet */
     double last_eval_loss;                     /* NAN: unknown */
-    double last_commit_s; /* the last commit's duration in this process; NAN: none yet */
+    double dp_epsilon, dp_delta; /* after the last committed round (NAN: it had no noise) */
+    double last_commit_s;        /* the last commit's duration in this process; NAN: none yet */
     StoreTotals totals;
     /* compute utilization and goodput over the last utilization_rounds
      * committed rounds (AdminRound says how; NAN: none) */

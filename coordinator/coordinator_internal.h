@@ -80,6 +80,12 @@ typedef struct RoundsSettings {
      * newest a restart reads back (the round before's for the delta it
      * serves; async rounds' `staleness`) */
     StoreRetention retain;
+    /* [privacy] dp = central (docs/privacy.md): each update clipped to
+     * dp_clip (L2) and weighed alike, the mean given Gaussian noise of
+     * dp_noise × dp_clip / n (n: the round's updates), ε at dp_delta
+     * accounted, and no round past dp_budget (0: none); dp 0: off */
+    int dp;
+    double dp_clip, dp_noise, dp_delta, dp_budget;
 } RoundsSettings;
 
 /* A model as GetModel serves it: the checkpoint file mapped read-only (page
@@ -227,11 +233,14 @@ typedef struct Rounds {
     /* what one commit writes before retention removes anything
      * (round_commit_estimate), set at start */
     int64_t commit_bytes;
-    ErrorFeedback down_ef;  /* what the downlink codec has not yet sent of θ's moves */
-    int state_lost;         /* a failed commit stepped outer and down_ef in place and they
-                             * could not be read back: no round opens until they are, so
-                             * it is set only while UNOPENED */
-    NetSpool *spool;        /* owned */
+    ErrorFeedback down_ef; /* what the downlink codec has not yet sent of θ's moves */
+    int state_lost;        /* a failed commit stepped outer and down_ef in place and they
+                            * could not be read back: no round opens until they are, so
+                            * it is set only while UNOPENED */
+    NetSpool *spool;       /* owned */
+    /* [privacy] dp: the committed rounds' noise, Σ 1/z² (privacy_epsilon's
+     * account; from the store at start, so a restart forgets no round) */
+    double dp_inv_z2;
     pthread_mutex_t lock;   /* guards everything above */
     pthread_cond_t changed; /* a round committed or the federation finished */
     pthread_t ticker;
@@ -296,6 +305,7 @@ typedef struct RoundNext {
     double theta_norm;
     int64_t bytes_down; /* served in the round, as recorded by the commit */
     int state_lost;     /* failed, and the optimizer's state could not be read back */
+    double dp_inv_z2;   /* [privacy] dp: the account with this round in it */
 } RoundNext;
 
 /* Takes the open round for its commit (under rounds.lock): NULL when it is

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "coordinator_internal.h"
+#include "privacy/privacy.h"
 #include "security/security.h"
 #include "util/util.h"
 
@@ -273,6 +274,37 @@ static int weighed_mean_of(Coordinator *co, RoundClosing *c, double *claimed, do
     return round_sum_mean(rs, rs->sum, err);
 }
 
+/* The mean under differential privacy (docs/privacy.md): every update
+ * clipped to [privacy] clip and weighed alike, whatever tokens it claims
+ * or however stale it is, so that no site moves the sum by more than clip;
+ * then Gaussian noise of noise_multiplier × clip over the n updates (n is
+ * not hidden: who sent an update is the round's record). */
+static int dp_mean(Coordinator *co, RoundClosing *c, char *err) {
+    const RoundsSettings *set = &co->rounds.set;
+    RoundSum *rs = &c->sum;
+    int n = c->n_reported, clipped = 0;
+    round_sum_restart(rs);
+    char why[ERR_LEN];
+    for (int i = 0; i < n; i++) {
+        double norm = c->upd[i].norm, scale = norm > set->dp_clip ? set->dp_clip / norm : 1.0;
+        clipped += scale < 1;
+        if (c->upd[i].data == NULL ||
+            round_sum_add(rs, c->upd[i].data, c->upd[i].len, scale, why) != 0)
+            return err_set(err, "cannot add the update of %s clipped: %s", c->site[i],
+                           c->upd[i].data ? why : "its bytes were not kept");
+        if (c->upd[i].mapped) madvise(c->upd[i].data, c->upd[i].mapped, MADV_DONTNEED);
+    }
+    rs->weight = n; /* each counts one; a clipped one is only shorter */
+    if (round_sum_mean(rs, rs->sum, err) != 0) return -1;
+    double std = set->dp_noise * set->dp_clip / n;
+    if (privacy_gaussian_add(rs->sum, rs->n, std, err) != 0) return -1;
+    log_info("rounds",
+             "round %lld: %d updates clipped to %g (%d were longer), the mean given noise of "
+             "deviation %.3g",
+             (long long)c->number, n, set->dp_clip, clipped, std);
+    return 0;
+}
+
 /* The coordinate-wise median of a mean round's updates, from the maps the
  * round kept, into mean. */
 static int median_of_maps(Coordinator *co, const RoundClosing *c, float *mean, char *err) {
@@ -313,6 +345,7 @@ out:
  * honest one does. */
 static int round_aggregate(Coordinator *co, RoundClosing *c, char *err) {
     Rounds *r = &co->rounds;
+    if (r->set.dp) return dp_mean(co, c, err);
     if (r->set.keeps_updates) return robust_mean(co, c, c->sum.sum, err);
     if (!(c->no_history && r->set.robust_start && c->n_reported >= 3))
         return weighed_mean(co, c, err);
@@ -464,8 +497,20 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
         goto out;
     }
     security_hex(nx->ckpt->sha, 32, sha);
-    StoreCheckpoint ck = {
-        rel, (int64_t)nx->ckpt->len, sha, state_rel[0] ? state_rel : NULL, state_bytes, state_sha};
+    StoreCheckpoint ck = {rel,
+                          (int64_t)nx->ckpt->len,
+                          sha,
+                          state_rel[0] ? state_rel : NULL,
+                          state_bytes,
+                          state_sha,
+                          0,
+                          0,
+                          0};
+    if (r->set.dp) { /* the account with this round in it */
+        nx->dp_inv_z2 = r->dp_inv_z2 + privacy_spend(r->set.dp_noise);
+        ck.dp_noise = r->set.dp_noise, ck.dp_delta = r->set.dp_delta;
+        ck.dp_epsilon = privacy_epsilon(nx->dp_inv_z2, r->set.dp_delta, NULL);
+    }
     /* the bytes served so far: those served from here to the install count
      * toward the next round */
     pthread_mutex_lock(&r->lock);
@@ -552,6 +597,7 @@ void round_next_install(Coordinator *co, RoundNext *nx) {
     r->model.params = nx->theta;
     nx->theta = old; /* freed with nx */
     memcpy(r->theta_sha, nx->theta_sha, 32);
+    if (r->set.dp) r->dp_inv_z2 = nx->dp_inv_z2;
     rounds_history_add(r, r->number + 1, r->theta_sha); /* the round it opens */
     served_unref(r->ckpt);                              /* downloads in flight keep theirs */
     r->ckpt = nx->ckpt;

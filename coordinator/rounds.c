@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "coordinator_internal.h"
+#include "privacy/privacy.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "util/util.h"
@@ -219,7 +220,10 @@ static int open_round(Coordinator *co, char *err) {
     }
     RoundSum sum;
     int64_t now = time_wall_ms();
-    int rc = round_sum_init(&sum, r->model.n_params, r->model.table_hash, 10.0, err);
+    /* under differential privacy no site's update is judged against the
+     * others' (the fixed clip bounds each) */
+    int rc =
+        round_sum_init(&sum, r->model.n_params, r->model.table_hash, r->set.dp ? 0 : 10.0, err);
     flush_refusals(co); /* the attempt that ends: its own */
     if (rc == 0) {
         pthread_mutex_lock(&co->store_lock);
@@ -405,6 +409,9 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
         r->last_commit_s = took;
         log_info("rounds", "round %lld committed in %.2f s: %d sites, eval loss %.4f",
                  (long long)c->number, took, c->n_reported, c->eval);
+        if (r->set.dp)
+            log_info("privacy", "round %lld: epsilon %.4g at delta %g", (long long)c->number,
+                     privacy_epsilon(r->dp_inv_z2, r->set.dp_delta, NULL), r->set.dp_delta);
         r->number++;
         if (r->number >= r->set.total) {
             round_state_set(r, ROUND_FINISHED);
@@ -736,6 +743,7 @@ static void warn_weak_rule(Coordinator *co) {
 }
 
 static int earlier_model_sha(Coordinator *co, Model *scratch, int64_t round, uint8_t sha[32]);
+static int privacy_start(Coordinator *co, char *err);
 
 static int start(Coordinator *co, const RoundsSettings *set, char *err) {
     Rounds *r = &co->rounds;
@@ -787,6 +795,7 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
                  outer ? ", outer optimizer state restored" : "");
         arrivals_restore(co);
     }
+    if (privacy_start(co, err) != 0) return -1;
     char initial[64];
     snprintf(initial, sizeof initial, "%s/current.safetensors", STORE_CHECKPOINT_DIR);
     if (round_publish_model(co, initial, err) != 0) return -1;
@@ -861,6 +870,70 @@ static int earlier_model_sha(Coordinator *co, Model *scratch, int64_t round, uin
                  "refused as stale",
                  (long long)round, err);
     return rc == 0 ? 0 : -1;
+}
+
+/* One round's ε above it gives little protection: said at start. */
+#define DP_WEAK_EPSILON 10.0
+
+/* [privacy] at start (docs/privacy.md): the account of the rounds committed
+ * before, the rounds the budget leaves (the federation's total is lowered
+ * to them), and a line on what one round costs. Rounds committed without
+ * noise have no ε: dp cannot be turned on after them. */
+static int privacy_start(Coordinator *co, char *err) {
+    Rounds *r = &co->rounds;
+    RoundsSettings *s = &r->set;
+    int64_t plain;
+    pthread_mutex_lock(&co->store_lock);
+    int rc = store_privacy_spent(co->store, &r->dp_inv_z2, &plain, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) return -1;
+    if (!s->dp) {
+        if (r->dp_inv_z2 > 0)
+            log_warn("privacy",
+                     "[privacy] dp = off after rounds committed with noise: the rounds from "
+                     "here on have no differential privacy");
+        return 0;
+    }
+    if (plain > 0)
+        return err_set(err,
+                       "federation.ini: [privacy] dp = central, but %lld committed rounds of this "
+                       "federation had no noise and no epsilon covers them; start a new "
+                       "federation with dp on from its first round",
+                       (long long)plain);
+    double z = s->dp_noise, d = s->dp_delta;
+    double one = privacy_epsilon(privacy_spend(z), d, NULL);
+    if (one > DP_WEAK_EPSILON)
+        log_warn("privacy",
+                 "one round at noise_multiplier %g gives epsilon %.3g at delta %g: little "
+                 "protection (over %g); raise [privacy] noise_multiplier",
+                 z, one, d, DP_WEAK_EPSILON);
+    if (s->dp_budget > 0) { /* the most rounds in all within it: ε grows with each */
+        int64_t lo = r->number, hi = s->total;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo + 1) / 2;
+            double e = privacy_epsilon(r->dp_inv_z2 + (double)(mid - r->number) * privacy_spend(z),
+                                       d, NULL);
+            if (e <= s->dp_budget)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (lo < s->total) {
+            log_warn("privacy",
+                     "[privacy] epsilon_budget %g at delta %g allows %lld rounds in all of the "
+                     "%lld configured: the federation finishes after them",
+                     s->dp_budget, d, (long long)lo, (long long)s->total);
+            s->total = lo;
+        }
+    }
+    log_info(
+        "privacy",
+        "central differential privacy: updates clipped to %g, noise multiplier %g; epsilon "
+        "%.4g at delta %g so far, %.4g after round %lld",
+        s->dp_clip, z, privacy_epsilon(r->dp_inv_z2, d, NULL), d,
+        privacy_epsilon(r->dp_inv_z2 + (double)(s->total - r->number) * privacy_spend(z), d, NULL),
+        (long long)s->total - 1);
+    return 0;
 }
 
 int rounds_start(Coordinator *co, const RoundsSettings *set, char *err) {

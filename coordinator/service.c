@@ -344,14 +344,15 @@ static int check_keys(const Config *cfg, char *err) {
                                          NULL};
     static const char *const metrics[] = {"listen", NULL};
     static const char *const store[] = {"keep_last", "keep_every", NULL};
+    static const char *const privacy[] = {"dp",    "clip",           "noise_multiplier",
+                                          "delta", "epsilon_budget", NULL};
     static const struct {
         const char *section;
         const char *const *keys;
-    } known[] = {{"federation", federation}, {"model", model},
-                 {"rounds", rounds},         {"codec", codec},
-                 {"optimizer", optimizer},   {"security", security},
-                 {"limits", limits},         {"metrics", metrics},
-                 {"recipe", recipe},         {"store", store}};
+    } known[] = {{"federation", federation}, {"model", model},         {"rounds", rounds},
+                 {"codec", codec},           {"optimizer", optimizer}, {"security", security},
+                 {"limits", limits},         {"metrics", metrics},     {"recipe", recipe},
+                 {"store", store},           {"privacy", privacy}};
     const char *sections[sizeof known / sizeof known[0] + 1];
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         sections[i] = known[i].section;

@@ -328,6 +328,69 @@ static int read_retention(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
+/* [privacy] (docs/privacy.md). Everything that sets the noise is said,
+ * never defaulted; the median and trimmed mean have another sensitivity
+ * than the clipped mean the noise is calibrated to. */
+static int read_privacy(const Config *cfg, RoundsSettings *o, char *err) {
+    const char *dp = config_get_str(cfg, "privacy", "dp", "off");
+    if (strcmp(dp, "off") == 0) {
+        static const char *const keys[] = {"clip", "noise_multiplier", "delta", "epsilon_budget"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (config_get(cfg, "privacy", keys[i]) != NULL)
+                return err_set(err,
+                               "federation.ini: [privacy] %s is set but dp = off; set dp = "
+                               "central, or remove it",
+                               keys[i]);
+        return 0;
+    }
+    if (strcmp(dp, "central") != 0)
+        return err_set(err, "federation.ini: [privacy] dp = %s; use off or central", dp);
+    o->dp = 1;
+    static const char *const needed[] = {"clip", "noise_multiplier", "delta"};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (config_get(cfg, "privacy", needed[i]) == NULL)
+            return err_set(err,
+                           "federation.ini: [privacy] dp = central needs %s (clip: the L2 bound "
+                           "on one site's update; noise_multiplier: the noise's deviation over "
+                           "it; delta: the δ of the (ε, δ) reported)",
+                           needed[i]);
+    if (config_get_double(cfg, "privacy", "clip", 0, &o->dp_clip, err) ||
+        config_get_double(cfg, "privacy", "noise_multiplier", 0, &o->dp_noise, err) ||
+        config_get_double(cfg, "privacy", "delta", 0, &o->dp_delta, err) ||
+        config_get_double(cfg, "privacy", "epsilon_budget", 0, &o->dp_budget, err))
+        return -1;
+    if (!(o->dp_clip > 0 && o->dp_clip <= 1e6))
+        return err_set(err,
+                       "federation.ini: [privacy] clip = %g; use a positive L2 bound on one "
+                       "site's update, up to 1000000",
+                       o->dp_clip);
+    if (!(o->dp_noise >= 0.1 && o->dp_noise <= 1000))
+        return err_set(err,
+                       "federation.ini: [privacy] noise_multiplier = %g; use 0.1 to 1000 (the "
+                       "noise's standard deviation over clip)",
+                       o->dp_noise);
+    if (!(o->dp_delta > 0 && o->dp_delta <= 0.01))
+        return err_set(err,
+                       "federation.ini: [privacy] delta = %g; use more than 0 and at most 0.01 "
+                       "(well under 1 / the number of sites)",
+                       o->dp_delta);
+    if (!(o->dp_budget >= 0 && isfinite(o->dp_budget)))
+        return err_set(err,
+                       "federation.ini: [privacy] epsilon_budget = %g; use 0 (none) or the "
+                       "epsilon past which no round commits",
+                       o->dp_budget);
+    if (o->keeps_updates)
+        return err_set(err,
+                       "federation.ini: [privacy] dp = central with [rounds] aggregate = %s: "
+                       "the noise is calibrated to the mean of clipped updates; use aggregate = "
+                       "mean",
+                       aggregate_rule_name(o->rule));
+    /* the fixed clip bounds every update; a gate from the medians of other
+     * sites' norms would make one site's acceptance depend on their data */
+    o->norm_bound = 0;
+    return 0;
+}
+
 double rounds_lookahead(const RoundsSettings *s) {
     if (!s->overlap) return 0;
     switch (s->outer) {
@@ -424,5 +487,5 @@ int rounds_settings_read(const Config *cfg, const ModelConfig *model, RoundsSett
                            "federation.ini: [rounds] %s = %g; use 0 (off) or a multiple of the "
                            "median from %g to 1000000",
                            bounds[i].key, bounds[i].value, bounds[i].min);
-    return 0;
+    return read_privacy(cfg, o, err);
 }

@@ -22,13 +22,13 @@
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
     schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[],
-    schema_store_v8_sql[], schema_store_v9_sql[], schema_store_v10_sql[];
+    schema_store_v8_sql[], schema_store_v9_sql[], schema_store_v10_sql[], schema_store_v11_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {
-    schema_store_sql,    schema_store_v2_sql, schema_store_v3_sql, schema_store_v4_sql,
-    schema_store_v5_sql, schema_store_v6_sql, schema_store_v7_sql, schema_store_v8_sql,
-    schema_store_v9_sql, schema_store_v10_sql};
+    schema_store_sql,    schema_store_v2_sql,  schema_store_v3_sql, schema_store_v4_sql,
+    schema_store_v5_sql, schema_store_v6_sql,  schema_store_v7_sql, schema_store_v8_sql,
+    schema_store_v9_sql, schema_store_v10_sql, schema_store_v11_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -567,7 +567,8 @@ int store_cert_find(Store *s, const char *sha256, StoreSite *site, StoreCert *ce
     "r.bytes_up, r.bytes_down, coalesce(c.path, ''), coalesce(c.bytes, 0), "                       \
     "coalesce(c.sha256, ''), coalesce(c.state_path, ''), coalesce(c.state_bytes, 0), "             \
     "coalesce(c.state_sha256, ''), r.start_eval_loss, r.bytes_rejected, r.dense_bytes, "           \
-    "r.refusals_unrecorded, r.late, coalesce(c.pruned_at, 0), coalesce(c.state_pruned_at, 0) "     \
+    "r.refusals_unrecorded, r.late, coalesce(c.pruned_at, 0), coalesce(c.state_pruned_at, 0), "    \
+    "r.dp_noise, r.dp_epsilon, r.dp_delta "                                                        \
     "FROM rounds r LEFT JOIN checkpoints c ON c.id = r.checkpoint_id "
 
 static void read_round(sqlite3_stmt *st, StoreRound *o) {
@@ -598,6 +599,9 @@ static void read_round(sqlite3_stmt *st, StoreRound *o) {
     store_copy_text(o->late, sizeof o->late, st, 23);
     o->pruned_at = sqlite3_column_int64(st, 24);
     o->state_pruned_at = sqlite3_column_int64(st, 25);
+    o->dp_noise = column_real_or_nan(st, 26);
+    o->dp_epsilon = column_real_or_nan(st, 27);
+    o->dp_delta = column_real_or_nan(st, 28);
 }
 
 static int round_one(Store *s, const char *sql, int64_t arg, StoreRound *out, char *err) {
@@ -702,6 +706,23 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
         return store_db_error(s, err, "cannot record an update");
     }
     if (update_id) *update_id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_privacy_spent(Store *s, double *inv_z2, int64_t *plain, char *err) {
+    static const char sql[] =
+        "SELECT coalesce(sum(1.0 / (dp_noise * dp_noise)), 0), count(*) - count(dp_noise) "
+        "FROM rounds WHERE state = 'committed'";
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        store_db_error(s, err, "cannot read the privacy account");
+        sqlite3_reset(st);
+        return -1;
+    }
+    *inv_z2 = sqlite3_column_double(st, 0);
+    *plain = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
     return 0;
 }
 
@@ -855,7 +876,8 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
                                       "AND state = 'received'";
     static const char sql_round[] =
         "UPDATE rounds SET state = 'committed', closed_at = ?2, checkpoint_id = ?3, "
-        "eval_loss = ?4, bytes_down = ?5, "
+        "eval_loss = ?4, bytes_down = ?5, dp_noise = ?6, dp_epsilon = ?7, "
+        "dp_delta = ?8, "
         "participants = (SELECT count(*) FROM updates WHERE round_id = ?1 AND state = 'accepted'), "
         "tokens = (SELECT coalesce(sum(tokens), 0) FROM updates WHERE round_id = ?1 "
         "          AND state = 'accepted'), "
@@ -901,6 +923,9 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
     sqlite3_bind_int64(st, 3, ckpt_id);
     bind_real_or_null(st, 4, eval_loss);
     sqlite3_bind_int64(st, 5, bytes_down);
+    bind_real_or_null(st, 6, ckpt->dp_noise > 0 ? ckpt->dp_noise : NAN);
+    bind_real_or_null(st, 7, ckpt->dp_noise > 0 ? ckpt->dp_epsilon : NAN);
+    bind_real_or_null(st, 8, ckpt->dp_noise > 0 ? ckpt->dp_delta : NAN);
     if (step_done(s, st, err, "cannot commit the round") != 0) return store_rollback(s);
     return store_commit(s, err);
 }

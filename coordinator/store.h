@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 10
+#define STORE_SCHEMA_VERSION 11
 #define STORE_NOT_FOUND      1
 #define STORE_PRUNED         2 /* store_hold: the round's checkpoint was pruned on purpose */
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
@@ -145,6 +145,9 @@ typedef struct StoreRound {
     /* retention (store_prune): when the checkpoint file, and the state
      * file, were recorded removed on purpose; 0: kept */
     int64_t pruned_at, state_pruned_at;
+    /* differential privacy: the noise multiplier its mean was given and
+     * the federation's ε after it, at δ dp_delta (NAN: no noise) */
+    double dp_noise, dp_epsilon, dp_delta;
 } StoreRound;
 
 typedef struct StoreUpdate {
@@ -192,6 +195,9 @@ typedef struct StoreCheckpoint {
     const char *state_path;
     int64_t state_bytes;
     const char *state_sha256;
+    /* the noise multiplier the round's mean was given, and ε after it at
+     * dp_delta (dp_noise 0: none, all three stored NULL) */
+    double dp_noise, dp_epsilon, dp_delta;
 } StoreCheckpoint;
 
 /* Adds n to the refusals of round attempt round_id that were refused
@@ -222,6 +228,9 @@ int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t byt
 
 /* The committed attempt of `number`, else its latest attempt. */
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
+/* The privacy account of the committed rounds: the sum of 1/z² over those
+ * given noise (privacy_epsilon's inv_z2) and how many were given none. */
+int store_privacy_spent(Store *s, double *inv_z2, int64_t *plain, char *err);
 int store_round_last_committed(Store *s, StoreRound *out, char *err);
 /* The round now open or aggregating. */
 int store_round_live(Store *s, StoreRound *out, char *err);

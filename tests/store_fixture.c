@@ -59,6 +59,7 @@ void store_fixture_write_checkpoint(StoreFixture *fx, int64_t round, char sha[SH
     ck->bytes = FIXTURE_CKPT_BYTES;
     ck->sha256 = fx->shas[slot];
     ck->state_path = NULL, ck->state_bytes = 0, ck->state_sha256 = NULL;
+    ck->dp_noise = 0, ck->dp_epsilon = 0, ck->dp_delta = 0;
     free(buf);
 }
 

@@ -31,6 +31,7 @@
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "kernels/train.h"
+#include "privacy/privacy.h"
 #include "schema/strait.pb-c.h"
 #include "security/security.h"
 #include "tests/attacker.h"
@@ -2156,5 +2157,205 @@ Test(adversary, a_late_every_round_site_does_not_set_the_pace) {
                  (long long)(rounds - 4));
     net_channel_destroy(b), net_channel_destroy(c), net_channel_destroy(m);
     blob_free(&honest), blob_free(&tiny_update);
+    model_free(&t);
+}
+
+/* ---- differential privacy ---------------------------------------------------------- */
+
+static void dp_ini(const char *clip, const char *z, const char *budget) {
+    ini_set("optimizer", "outer", "avg");
+    ini_set("optimizer", "lr", "1");
+    ini_set("codec", "downlink", "lossless");
+    ini_set("privacy", "dp", "central");
+    ini_set("privacy", "clip", clip);
+    ini_set("privacy", "noise_multiplier", z);
+    ini_set("privacy", "delta", "1e-5");
+    if (budget) ini_set("privacy", "epsilon_budget", budget);
+}
+
+/* What θ moved by less the mean of the updates each clipped to `clip` and
+ * weighed alike, into resid: the noise, if the coordinator did its part. */
+static void dp_residual(const Model *t, const float *before, const float *after, const Blob *ups,
+                        int k, double clip, double *resid) {
+    size_t n = t->n_params;
+    char err[ERR_LEN];
+    for (size_t i = 0; i < n; i++) resid[i] = (double)after[i] - before[i];
+    float *x = malloc(n * 4);
+    for (int j = 0; j < k; j++) {
+        double s = fmin(1.0, clip / blob_norm(t, &ups[j]));
+        RoundSum rs;
+        cr_assert_eq(round_sum_init(&rs, n, t->table_hash, 0, err), 0, "%s", err);
+        cr_assert_eq(round_sum_add(&rs, ups[j].data, ups[j].len, 1, err), 0, "%s", err);
+        cr_assert_eq(round_sum_mean(&rs, x, err), 0, "%s", err);
+        for (size_t i = 0; i < n; i++) resid[i] -= s * x[i] / k;
+        round_sum_free(&rs);
+    }
+    free(x);
+}
+
+static float *checkpoint_params(const StoreRound *r) {
+    Model m = tiny();
+    char path[1200], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", fed, r->checkpoint_path);
+    cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
+    float *p = m.params;
+    m.params = NULL;
+    model_free(&m);
+    return p;
+}
+
+/* [privacy] dp = central against a site that sends an update twenty
+ * times the clip bound (inside max_update_ratio) and claims five times the tokens: the round's mean
+ * is the two updates clipped to the bound and weighed alike, and what θ
+ * moved beyond that is Gaussian noise of noise_multiplier × clip / 2 (its
+ * mean and deviation over the model's values), so the hostile site moved
+ * θ by clip / 2 at most, as an honest one may. The round's row holds its
+ * noise multiplier and ε, as the accountant gives them, and strait rounds
+ * and strait status report it. */
+Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibrated_noise) {
+    federation_ini("mean", "2", "60s");
+    dp_ini("0.5", "1.5", NULL);
+    start_coordinator();
+    char a_dir[700], b_dir[700], details[256];
+    site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
+    NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
+    Model t = tiny();
+    size_t n = t.n_params;
+    Blob u[2] = {attacker_update("int8", t.table_hash, n, 0, 1e-4f),
+                 attacker_update("int8", t.table_hash, n, 0, 1e-4f)};
+    double na = blob_norm(&t, &u[0]);
+    blob_free(&u[1]);
+    u[1] = attacker_update("int8", t.table_hash, n, 0, (float)(1e-4 * 20 * 0.5 / na));
+    cr_assert_lt(na, 0.5, "the honest update is inside the bound (%g)", na);
+    cr_assert_gt(blob_norm(&t, &u[1]), 9, "the hostile one is far outside it");
+    uint8_t sha[32];
+    security_sha256(t.params, n * 4, sha);
+    AttackClaim ca = {0, "a-r0", 1000, NULL, 10, sha, 0, 0, 0};
+    AttackClaim cb = {0, "b-r0", 5000, NULL, 10, sha, 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &ca, &u[0], details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &cb, &u[1], details, sizeof details), NET_OK, "%s", details);
+    StoreRound r0 = wait_committed(0, 30);
+    float *after = checkpoint_params(&r0);
+    double *resid = malloc(n * sizeof *resid), sum = 0, sum2 = 0;
+    dp_residual(&t, t.params, after, u, 2, 0.5, resid);
+    for (size_t i = 0; i < n; i++) sum += resid[i], sum2 += resid[i] * resid[i];
+    double mean = sum / n, sd = sqrt(sum2 / n - mean * mean), want = 1.5 * 0.5 / 2;
+    /* ten standard errors: the mean's want/√n, the deviation's want/√(2n) */
+    cr_assert_lt(fabs(mean), 10 * want / sqrt((double)n), "the noise's mean is %g", mean);
+    cr_assert_lt(fabs(sd - want), 10 * want / sqrt(2.0 * n),
+                 "the noise's deviation is %g, not %g: the mean was not of clipped updates", sd,
+                 want);
+    cr_assert_float_eq(r0.dp_noise, 1.5, 0);
+    cr_assert_float_eq(r0.dp_delta, 1e-5, 0);
+    double eps = privacy_epsilon(privacy_spend(1.5), 1e-5, NULL);
+    cr_assert_float_eq(r0.dp_epsilon, eps, 1e-12 * eps);
+    ProcResult rr = S("rounds", fed, "--json");
+    cr_assert_eq(rr.status, 0, "%s", rr.err);
+    json_t *o = json_loads(rr.out, 0, NULL);
+    cr_assert_not_null(o, "%s", rr.out);
+    json_t *row = o; /* one round, one line */
+    /* (JSON carries six digits) */
+    cr_assert_float_eq(json_real_value(json_object_get(row, "dp_epsilon")), eps, 1e-5 * eps, "%s",
+                       rr.out);
+    json_decref(o);
+    proc_result_free(&rr);
+    ProcResult st = S("status", fed);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    char line[128];
+    snprintf(line, sizeof line, "privacy      \u03b5 %.4g at \u03b4 1e-05 after round 0", eps);
+    cr_assert_not_null(strstr(st.out, line), "no '%s' in:\n%s", line, st.out);
+    proc_result_free(&st);
+    free(resid), free(after);
+    blob_free(&u[0]), blob_free(&u[1]);
+    net_channel_destroy(a), net_channel_destroy(b);
+    model_free(&t);
+}
+
+/* epsilon_budget ends the federation before the round that would pass
+ * it, a restart keeps the account of the rounds before it (ε after round
+ * 2 is three rounds' worth), and dp cannot be turned on over rounds that
+ * had no noise. */
+Test(adversary, the_privacy_budget_ends_the_federation_and_a_restart_keeps_its_account) {
+    federation_ini("mean", "2", "60s");
+    double z = 2, three = privacy_epsilon(3 * privacy_spend(z), 1e-5, NULL);
+    char budget[32];
+    snprintf(budget, sizeof budget, "%.17g", three * 1.001);
+    dp_ini("1", "2", budget);
+    ini_set("rounds", "total", "10");
+    start_coordinator();
+    char a_dir[700], b_dir[700], details[256];
+    site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
+    Model t = tiny();
+    size_t n = t.n_params;
+    Blob u = attacker_update("int8", t.table_hash, n, 0, 1e-4f);
+    float *theta = malloc(n * 4);
+    memcpy(theta, t.params, n * 4);
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) { /* a restart between rounds 1 and 2 */
+            cr_assert_eq(proc_stop(coord, 10000), 0);
+            start_coordinator();
+        }
+        NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
+        uint8_t sha[32];
+        security_sha256(theta, n * 4, sha);
+        char ida[16], idb[16];
+        snprintf(ida, sizeof ida, "a-%d", round), snprintf(idb, sizeof idb, "b-%d", round);
+        AttackClaim ca = {(uint64_t)round, ida, 1000, NULL, 10, sha, 0, 0, 0};
+        AttackClaim cb = {(uint64_t)round, idb, 1000, NULL, 10, sha, 0, 0, 0};
+        cr_assert_eq(attacker_push(a, &ca, &u, details, sizeof details), NET_OK, "%s", details);
+        cr_assert_eq(attacker_push(b, &cb, &u, details, sizeof details), NET_OK, "%s", details);
+        StoreRound r = wait_committed(round, 30);
+        double eps = privacy_epsilon((round + 1) * privacy_spend(z), 1e-5, NULL);
+        cr_assert_float_eq(r.dp_epsilon, eps, 1e-12 * eps, "round %d: %g", round, r.dp_epsilon);
+        float *next = checkpoint_params(&r);
+        memcpy(theta, next, n * 4);
+        free(next);
+        net_channel_destroy(a), net_channel_destroy(b);
+    }
+    /* three rounds were all the budget held: finished, with no fourth opened */
+    ProcResult st = S("status", fed, "--json");
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    json_t *o = json_loads(st.out, 0, NULL);
+    cr_assert_not_null(o, "%s", st.out);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "round_state")), "finished", "%s",
+                     st.out);
+    cr_assert_eq(json_integer_value(json_object_get(o, "total_rounds")), 3, "%s", st.out);
+    cr_assert_float_eq(json_real_value(json_object_get(o, "dp_epsilon")), three, 1e-5 * three, "%s",
+                       st.out);
+    json_decref(o);
+    proc_result_free(&st);
+    cr_assert_eq(proc_stop(coord, 10000), 0);
+    coord = -1;
+    free(theta), blob_free(&u);
+    model_free(&t);
+}
+
+Test(adversary, dp_cannot_be_turned_on_over_rounds_without_noise) {
+    federation_ini("mean", "2", "60s");
+    ini_set("codec", "downlink", "lossless");
+    start_coordinator();
+    char a_dir[700], b_dir[700], details[256];
+    site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
+    NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
+    Model t = tiny();
+    Blob u = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-4f);
+    uint8_t sha[32];
+    security_sha256(t.params, t.n_params * 4, sha);
+    AttackClaim ca = {0, "a-0", 1000, NULL, 10, sha, 0, 0, 0};
+    AttackClaim cb = {0, "b-0", 1000, NULL, 10, sha, 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &ca, &u, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &cb, &u, details, sizeof details), NET_OK, "%s", details);
+    wait_committed(0, 30);
+    net_channel_destroy(a), net_channel_destroy(b);
+    cr_assert_eq(proc_stop(coord, 10000), 0);
+    coord = -1;
+    ini_set("rounds", "total", "3");
+    dp_ini("1", "1", NULL);
+    ProcResult r = S("coordinator", "start", fed);
+    cr_assert_neq(r.status, 0, "the coordinator started: %s", r.out);
+    cr_assert_not_null(strstr(r.err, "1 committed rounds of this federation had no noise"), "%s",
+                       r.err);
+    proc_result_free(&r);
+    blob_free(&u);
     model_free(&t);
 }

@@ -116,6 +116,25 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[store]\nkeep_last = all\n", "[store] keep_last"},
         {"[store]\nkeep_every = -5\n", "[store] keep_every"},
         {"[store]\nkeep_every = often\n", "[store] keep_every"},
+        {"[privacy]\ndp = local\n", "[privacy] dp"},
+        {"[privacy]\nclip = 1\n", "[privacy] clip"}, /* dp off: a key that does nothing */
+        {"[privacy]\ndp = central\nnoise_multiplier = 1\ndelta = 1e-5\n", "clip"},
+        {"[privacy]\ndp = central\nclip = 1\ndelta = 1e-5\n", "noise_multiplier"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 1\n", "delta"},
+        {"[privacy]\ndp = central\nclip = 0\nnoise_multiplier = 1\ndelta = 1e-5\n",
+         "[privacy] clip"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 0\ndelta = 1e-5\n",
+         "[privacy] noise_multiplier"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = lots\ndelta = 1e-5\n",
+         "[privacy] noise_multiplier"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 1\ndelta = 0.5\n",
+         "[privacy] delta"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 1\ndelta = 1e-5\n"
+         "epsilon_budget = -1\n",
+         "[privacy] epsilon_budget"},
+        {"[rounds]\naggregate = median\n[privacy]\ndp = central\nclip = 1\n"
+         "noise_multiplier = 1\ndelta = 1e-5\n",
+         "aggregate = median"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RoundsSettings o;
@@ -123,6 +142,27 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         cr_assert_eq(read_text(cases[i].ini, &o, err), -1, "taken: %s", cases[i].ini);
         assert_refusal(cases[i].ini, err, cases[i].names);
     }
+}
+
+/* [privacy] dp = central: read as written, and the norm gate that judges
+ * one site's update by the others' norms is off (the fixed clip bounds
+ * each); off by default. */
+Test(settings, central_dp_is_read_and_turns_the_relative_norm_gate_off) {
+    RoundsSettings o;
+    char err[ERR_LEN] = "";
+    cr_assert_eq(read_text("[rounds]\ntotal = 5\n", &o, err), 0, "%s", err);
+    cr_assert_eq(o.dp, 0);
+    cr_assert_gt(o.norm_bound, 0);
+    cr_assert_eq(read_text("[privacy]\ndp = central\nclip = 0.5\nnoise_multiplier = 1.2\n"
+                           "delta = 1e-6\nepsilon_budget = 8\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert_eq(o.dp, 1);
+    cr_assert_float_eq(o.dp_clip, 0.5, 0);
+    cr_assert_float_eq(o.dp_noise, 1.2, 0);
+    cr_assert_float_eq(o.dp_delta, 1e-6, 0);
+    cr_assert_float_eq(o.dp_budget, 8, 0);
+    cr_assert_eq(o.norm_bound, 0);
 }
 
 Test(settings, each_recipe_brings_its_codecs_and_optimizer) {

@@ -349,7 +349,10 @@ static const StoreCheckpoint round0_ckpt = {
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
     NULL,
     0,
-    NULL};
+    NULL,
+    0,
+    0,
+    0};
 
 Test(store, round_lifecycle_derives_totals_at_commit) {
     char err[ERR_LEN];
@@ -521,7 +524,7 @@ Test(store, constraint_violations_are_errors_not_crashes) {
     StoreUpdate ghost_round = update_of(12345, a, 5, 1.0, "received", NULL);
     cr_assert_eq(store_update_record(fx.store, &ghost_round, NULL, err), -1);
     cr_assert_eq(store_round_open(fx.store, -1, 1000, NULL, err), -1);
-    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc", NULL, 0, NULL};
+    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc", NULL, 0, NULL, 0, 0, 0};
     cr_assert_eq(store_round_commit(fx.store, r, &short_hash, NAN, 0, 2000, err), -1);
     StoreRound live;
     cr_assert_eq(store_round_live(fx.store, &live, err), 0, "a failed commit left no live round");
