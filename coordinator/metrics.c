@@ -137,12 +137,13 @@ static int render(Coordinator *co, Text *t, char *err) {
            (double)st.totals.tokens);
     metric(t, "strait_last_validation_loss", "gauge",
            "Validation loss of the last committed round (nats per token).", st.last_eval_loss);
-    metric(t, "strait_dp_epsilon", "gauge",
-           "Differential privacy: the federation's epsilon after the last committed round, at "
-           "strait_dp_delta (NaN: no noise).",
-           st.dp_epsilon);
-    metric(t, "strait_dp_delta", "gauge", "The delta strait_dp_epsilon is at (NaN: no noise).",
-           st.dp_delta);
+    if (isfinite(st.dp_epsilon)) { /* only where rounds had noise */
+        metric(t, "strait_dp_epsilon", "gauge",
+               "Differential privacy: the federation's epsilon after the last committed round, "
+               "at strait_dp_delta.",
+               st.dp_epsilon);
+        metric(t, "strait_dp_delta", "gauge", "The delta strait_dp_epsilon is at.", st.dp_delta);
+    }
     metric(t, "strait_last_commit_timestamp_seconds", "gauge", "When the last round committed.",
            st.last_commit_at / 1000.0);
     metric(t, "strait_last_commit_duration_seconds", "gauge",

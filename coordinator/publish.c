@@ -283,6 +283,11 @@ static int dp_mean(Coordinator *co, RoundClosing *c, char *err) {
     const RoundsSettings *set = &co->rounds.set;
     RoundSum *rs = &c->sum;
     int n = c->n_reported, clipped = 0;
+    double *norms = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (norms == NULL) return err_set(err, "out of memory weighing %d updates", n);
+    for (int i = 0; i < n; i++) norms[i] = c->upd[i].norm;
+    double median = round_median(norms, n, 0);
+    free(norms);
     round_sum_restart(rs);
     char why[ERR_LEN];
     for (int i = 0; i < n; i++) {
@@ -298,10 +303,12 @@ static int dp_mean(Coordinator *co, RoundClosing *c, char *err) {
     if (round_sum_mean(rs, rs->sum, err) != 0) return -1;
     double std = set->dp_noise * set->dp_clip / n;
     if (privacy_gaussian_add(rs->sum, rs->n, std, err) != 0) return -1;
+    /* (the median norm is for the operator choosing clip: the coordinator,
+     * which central DP trusts, sees every update anyway) */
     log_info("rounds",
-             "round %lld: %d updates clipped to %g (%d were longer), the mean given noise of "
-             "deviation %.3g",
-             (long long)c->number, n, set->dp_clip, clipped, std);
+             "round %lld: %d updates (median norm %.4g) clipped to %g (%d were longer), the mean "
+             "given noise of deviation %.3g",
+             (long long)c->number, n, median, set->dp_clip, clipped, std);
     return 0;
 }
 
