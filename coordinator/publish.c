@@ -288,11 +288,13 @@ static int dp_mean(Coordinator *co, RoundClosing *c, char *err) {
     for (int i = 0; i < n; i++) norms[i] = c->upd[i].norm;
     double median = round_median(norms, n, 0);
     free(norms);
-    round_sum_restart(rs);
+    for (int i = 0; i < n; i++) clipped += c->upd[i].norm > set->dp_clip;
+    /* the sum streamed with every weight 1 (round_calls.c) is the clipped
+     * sum when none was longer; else the updates are added again */
+    if (clipped) round_sum_restart(rs);
     char why[ERR_LEN];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && clipped; i++) {
         double norm = c->upd[i].norm, scale = norm > set->dp_clip ? set->dp_clip / norm : 1.0;
-        clipped += scale < 1;
         if (c->upd[i].data == NULL ||
             round_sum_add(rs, c->upd[i].data, c->upd[i].len, scale, why) != 0)
             return err_set(err, "cannot add the update of %s clipped: %s", c->site[i],

@@ -478,6 +478,7 @@ static void push_decide(Coordinator *co, Push *p) {
         codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
     p->code = precheck(r, &p->site, &p->got, p->meta, &p->staleness, p->why, sizeof p->why);
     p->weight *= rounds_staleness_weight(p->staleness); /* an older update counts for less */
+    if (r->set.dp) p->weight = 1; /* under DP every update counts alike (docs/privacy.md) */
     if (p->code == NULL && !r->set.keeps_updates)
         round_sum_inspect_add(&r->sum, blob, len, p->weight, r->pool, &p->g);
     if (p->code == NULL && round_sum_judge(&r->sum, p->weight, &p->g) != 0) {

@@ -260,7 +260,9 @@ static int open_round(Coordinator *co, char *err) {
     round_sum_free(&r->sum);
     r->sum = sum;
     r->sum.stage = r->spare_stage, r->spare_stage = NULL;
-    r->sum.max_norm = norm_bound(r);
+    /* under DP the fixed clip bounds every update: a refusal for its norm
+     * would say something of a site's data */
+    r->sum.max_norm = r->set.dp ? 0 : norm_bound(r);
     round_state_set(r, ROUND_OPEN);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
@@ -918,6 +920,13 @@ static int privacy_start(Coordinator *co, char *err) {
             else
                 hi = mid - 1;
         }
+        if (lo == r->number)
+            return err_set(err,
+                           "federation.ini: [privacy] epsilon_budget %g at delta %g is spent: "
+                           "epsilon is %.4g after %lld rounds and one more would pass it; raise "
+                           "the budget or the noise, or end the federation",
+                           s->dp_budget, d, privacy_epsilon(r->dp_inv_z2, d, NULL),
+                           (long long)r->number);
         if (lo < s->total) {
             log_warn("privacy",
                      "[privacy] epsilon_budget %g at delta %g allows %lld rounds in all of the "

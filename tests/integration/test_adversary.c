@@ -2173,24 +2173,40 @@ static void dp_ini(const char *clip, const char *z, const char *budget) {
     if (budget) ini_set("privacy", "epsilon_budget", budget);
 }
 
+/* The update's values as the coordinator decodes them. */
+static float *decoded(const Model *t, const Blob *b) {
+    char err[ERR_LEN];
+    RoundSum rs;
+    float *x = malloc(t->n_params * 4);
+    cr_assert_eq(round_sum_init(&rs, t->n_params, t->table_hash, 0, err), 0, "%s", err);
+    cr_assert_eq(round_sum_add(&rs, b->data, b->len, 1, err), 0, "%s", err);
+    cr_assert_eq(round_sum_mean(&rs, x, err), 0, "%s", err);
+    round_sum_free(&rs);
+    return x;
+}
+
 /* What θ moved by less the mean of the updates each clipped to `clip` and
  * weighed alike, into resid: the noise, if the coordinator did its part. */
 static void dp_residual(const Model *t, const float *before, const float *after, const Blob *ups,
                         int k, double clip, double *resid) {
     size_t n = t->n_params;
-    char err[ERR_LEN];
-    for (size_t i = 0; i < n; i++) resid[i] = (double)after[i] - before[i];
-    float *x = malloc(n * 4);
+    /* the outer step (avg, lr 1) moves θ by minus the mean: Δ is θ_r − θ_local */
+    for (size_t i = 0; i < n; i++) resid[i] = (double)before[i] - after[i];
     for (int j = 0; j < k; j++) {
         double s = fmin(1.0, clip / blob_norm(t, &ups[j]));
-        RoundSum rs;
-        cr_assert_eq(round_sum_init(&rs, n, t->table_hash, 0, err), 0, "%s", err);
-        cr_assert_eq(round_sum_add(&rs, ups[j].data, ups[j].len, 1, err), 0, "%s", err);
-        cr_assert_eq(round_sum_mean(&rs, x, err), 0, "%s", err);
+        float *x = decoded(t, &ups[j]);
         for (size_t i = 0; i < n; i++) resid[i] -= s * x[i] / k;
-        round_sum_free(&rs);
+        free(x);
     }
+}
+
+/* resid · b / ‖b‖: the residual along an update's direction. */
+static double along(const Model *t, const double *resid, const Blob *b) {
+    float *x = decoded(t, b);
+    double dot = 0, nn = 0;
+    for (size_t i = 0; i < t->n_params; i++) dot += resid[i] * x[i], nn += (double)x[i] * x[i];
     free(x);
+    return dot / sqrt(nn);
 }
 
 static float *checkpoint_params(const StoreRound *r) {
@@ -2205,16 +2221,17 @@ static float *checkpoint_params(const StoreRound *r) {
 }
 
 /* [privacy] dp = central against a site that sends an update twenty
- * times the clip bound (inside max_update_ratio) and claims five times the tokens: the round's mean
- * is the two updates clipped to the bound and weighed alike, and what θ
- * moved beyond that is Gaussian noise of noise_multiplier × clip / 2 (its
- * mean and deviation over the model's values), so the hostile site moved
- * θ by clip / 2 at most, as an honest one may. The round's row holds its
- * noise multiplier and ε, as the accountant gives them, and strait rounds
- * and strait status report it. */
+ * times the clip bound (inside max_update_ratio) and claims five times the
+ * tokens: the round's mean is the two updates clipped to the bound and
+ * weighed alike. What θ moved beyond that is the noise: along each
+ * update's direction it is one Gaussian draw of deviation σ = 0.1 × 0.5 /
+ * 2 (unclipped, the hostile update would leave 190 σ there; weighed by
+ * its claim, 6.7 σ), and over the model's values it has mean 0 and
+ * deviation σ. The round's row holds its noise multiplier and ε, as the
+ * accountant gives them, and strait rounds and strait status report it. */
 Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibrated_noise) {
     federation_ini("mean", "2", "60s");
-    dp_ini("0.5", "1.5", NULL);
+    dp_ini("0.5", "0.1", NULL);
     start_coordinator();
     char a_dir[700], b_dir[700], details[256];
     site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
@@ -2239,15 +2256,21 @@ Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibra
     double *resid = malloc(n * sizeof *resid), sum = 0, sum2 = 0;
     dp_residual(&t, t.params, after, u, 2, 0.5, resid);
     for (size_t i = 0; i < n; i++) sum += resid[i], sum2 += resid[i] * resid[i];
-    double mean = sum / n, sd = sqrt(sum2 / n - mean * mean), want = 1.5 * 0.5 / 2;
+    double mean = sum / n, sd = sqrt(sum2 / n - mean * mean), want = 0.1 * 0.5 / 2;
+    /* 4 σ: one draw each, passed by chance once in 16,000 */
+    double hostile = along(&t, resid, &u[1]), honest = along(&t, resid, &u[0]);
+    cr_assert_lt(fabs(hostile), 4 * want, "the hostile update's direction holds %g (sigma %g)",
+                 hostile, want);
+    cr_assert_lt(fabs(honest), 4 * want, "the honest update's direction holds %g (sigma %g)",
+                 honest, want);
     /* ten standard errors: the mean's want/√n, the deviation's want/√(2n) */
     cr_assert_lt(fabs(mean), 10 * want / sqrt((double)n), "the noise's mean is %g", mean);
     cr_assert_lt(fabs(sd - want), 10 * want / sqrt(2.0 * n),
                  "the noise's deviation is %g, not %g: the mean was not of clipped updates", sd,
                  want);
-    cr_assert_float_eq(r0.dp_noise, 1.5, 0);
+    cr_assert_float_eq(r0.dp_noise, 0.1, 0);
     cr_assert_float_eq(r0.dp_delta, 1e-5, 0);
-    double eps = privacy_epsilon(privacy_spend(1.5), 1e-5, NULL);
+    double eps = privacy_epsilon(privacy_spend(0.1), 1e-5, NULL);
     cr_assert_float_eq(r0.dp_epsilon, eps, 1e-12 * eps);
     ProcResult rr = S("rounds", fed, "--json");
     cr_assert_eq(rr.status, 0, "%s", rr.err);
@@ -2273,8 +2296,8 @@ Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibra
 
 /* epsilon_budget ends the federation before the round that would pass
  * it, a restart keeps the account of the rounds before it (ε after round
- * 2 is three rounds' worth), and dp cannot be turned on over rounds that
- * had no noise. */
+ * 2 is three rounds' worth), and a coordinator started with the budget
+ * spent is refused. */
 Test(adversary, the_privacy_budget_ends_the_federation_and_a_restart_keeps_its_account) {
     federation_ini("mean", "2", "60s");
     double z = 2, three = privacy_epsilon(3 * privacy_spend(z), 1e-5, NULL);
@@ -2326,6 +2349,12 @@ Test(adversary, the_privacy_budget_ends_the_federation_and_a_restart_keeps_its_a
     proc_result_free(&st);
     cr_assert_eq(proc_stop(coord, 10000), 0);
     coord = -1;
+    /* started again with the budget spent: refused, saying so */
+    ProcResult again = S("coordinator", "start", fed);
+    cr_assert_neq(again.status, 0, "started with its budget spent: %s", again.out);
+    cr_assert_not_null(strstr(again.err, "epsilon_budget"), "%s", again.err);
+    cr_assert_not_null(strstr(again.err, "is spent"), "%s", again.err);
+    proc_result_free(&again);
     free(theta), blob_free(&u);
     model_free(&t);
 }
