@@ -398,7 +398,7 @@ FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard securit
   kernels/safetensors.c kernels/model.c kernels/config.c kernels/arch.c kernels/arch_gpt2.c \
   kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/hf_config.c kernels/data.c \
   kernels/tokenizer.c kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c kernels/lora.c kernels/peft.c \
-  net/enroll.c
+  net/enroll.c $(wildcard privacy/*.c)
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 $(FUZZ_DIR)/obj/%.o: %.c
