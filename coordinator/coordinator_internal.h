@@ -447,6 +447,7 @@ typedef struct Coordinator {
     char model_init[1200];                         /* the pretrained initial model's file, or "" */
     char *ca, *ca_key, *server_chain, *server_key; /* owned PEM */
     char admin_sha[65];
+    EventFile *events;      /* [metrics] tensorboard's event file; NULL: none; owned */
     char address[256];      /* where it is bound: host:port */
     char join_address[256]; /* where its enrollment listener is bound */
     long site_cert_days;
@@ -544,6 +545,11 @@ Metrics *metrics_start(Coordinator *co, const char *listen, char *err);
 void metrics_stop(Metrics *m); /* NULL is fine */
 /* "host:port" as bound; written to DIR/METRICS_ADDR_FILE while it runs */
 const char *metrics_address(const Metrics *m);
+/* [metrics] tensorboard: the committed round's scalars (the global model's
+ * and the sites' losses, tokens, bytes, compression, time, utilization,
+ * goodput, refusals, ε) into co->events, at step = the round's number.
+ * Never fails the round: a write that fails is said in one line. */
+void metrics_tensorboard(Coordinator *co, int64_t number);
 #define METRICS_ADDR_FILE "metrics.addr"
 /* The file a running coordinator writes in its folder with the address it
  * is bound to, and removes when it stops. */

@@ -279,3 +279,66 @@ void metrics_stop(Metrics *m) {
     MHD_stop_daemon(m->daemon);
     free(m);
 }
+
+/* ---- TensorBoard ------------------------------------------------------------------- */
+
+void metrics_tensorboard(Coordinator *co, int64_t number) {
+    AdminRound ar;
+    StoreUpdate *ups = NULL;
+    size_t n = 0;
+    char err[ERR_LEN];
+    pthread_mutex_lock(&co->store_lock);
+    int rc = admin_query_round(co->store, number, time_wall_ms(), &ar, &ups, &n, err);
+    pthread_mutex_unlock(&co->store_lock);
+    if (rc != 0) {
+        log_warn("metrics", "round %lld is not in TensorBoard's file: %s", (long long)number, err);
+        return;
+    }
+    const StoreRound *r = &ar.r;
+    int64_t refused = r->refusals_unrecorded;
+    for (size_t i = 0; i < n; i++) refused += strcmp(ups[i].state, "rejected") == 0;
+    enum { ROUND_TAGS = 14, SITE_TAGS = 3 };
+    const char *fixed[ROUND_TAGS] = {
+        "loss/global",     "loss/validation", "loss/train",          "tokens",
+        "sites",           "bytes/up",        "bytes/down",          "bytes/refused",
+        "compression",     "round/seconds",   "compute/utilization", "compute/goodput",
+        "updates/refused", "privacy/epsilon"};
+    double fixed_v[ROUND_TAGS] = {r->start_eval_loss,
+                                  r->eval_loss,
+                                  r->train_loss,
+                                  (double)r->tokens,
+                                  (double)r->participants,
+                                  (double)r->bytes_up,
+                                  (double)r->bytes_down,
+                                  (double)r->bytes_rejected,
+                                  r->bytes_up ? (double)ar.raw_bytes / (double)r->bytes_up : NAN,
+                                  ar.wall_ms ? ar.wall_ms / 1000.0 : NAN,
+                                  ar.utilization,
+                                  ar.goodput,
+                                  (double)refused,
+                                  r->dp_epsilon};
+    size_t cap = ROUND_TAGS + SITE_TAGS * n;
+    const char **tags = malloc(cap * sizeof *tags);
+    double *values = malloc(cap * sizeof *values);
+    char(*names)[96] = malloc((SITE_TAGS * n + 1) * sizeof *names);
+    if (tags == NULL || values == NULL || names == NULL) {
+        log_warn("metrics", "round %lld is not in TensorBoard's file: out of memory",
+                 (long long)number);
+        free(tags), free(values), free(names), free(ups);
+        return;
+    }
+    int k = 0, m = 0;
+    for (int i = 0; i < ROUND_TAGS; i++) tags[k] = fixed[i], values[k++] = fixed_v[i];
+    for (size_t i = 0; i < n; i++) { /* each site's accepted update */
+        if (strcmp(ups[i].state, "rejected") == 0) continue;
+        const char *what[SITE_TAGS] = {"train_loss", "eval_loss", "utilization"};
+        double v[SITE_TAGS] = {ups[i].train_loss, ups[i].eval_loss, ups[i].utilization};
+        for (int j = 0; j < SITE_TAGS; j++) {
+            snprintf(names[m], sizeof names[m], "site/%s/%s", ups[i].site_name, what[j]);
+            tags[k] = names[m++], values[k++] = v[j];
+        }
+    }
+    if (events_scalars(co->events, number, r->closed_at / 1000.0, tags, values, k, err) != 0)
+        log_warn("metrics", "round %lld is not in TensorBoard's file: %s", (long long)number, err);
+    free(tags), free(values), free(names), free(ups);
+}

@@ -434,6 +434,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     round_next_free(&nx);
     if (rc == 0) flag_disputed_losses(co, c);
     if (rc == 0) round_retain(co); /* the files the policy no longer keeps, and the disk */
+    if (rc == 0 && co->events) metrics_tensorboard(co, c->number);
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
     round_updates_free(c->upd, c->n_reported);
     round_sum_free(&c->sum);

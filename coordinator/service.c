@@ -295,7 +295,27 @@ static int read_pem(const char *dir, const char *name, char **out, char *err) {
     return file_read_all(path, 1 << 20, out, NULL, err);
 }
 
+/* [metrics] tensorboard = DIR (relative: to the federation's folder): an
+ * event file of this process's rounds there (TensorBoard reads the folder's
+ * files as one run). */
+static int tensorboard_open(Coordinator *co, const Config *cfg, char *err) {
+    const char *tb = config_get(cfg, "metrics", "tensorboard");
+    if (tb == NULL) return 0;
+    if (!tb[0])
+        return err_set(err, "federation.ini: [metrics] tensorboard is empty; name a folder for "
+                            "TensorBoard's event files, or remove the key");
+    char dir[2400];
+    snprintf(dir, sizeof dir, "%s%s%s", tb[0] == '/' ? "" : co->dir, tb[0] == '/' ? "" : "/", tb);
+    char why[ERR_LEN];
+    if ((co->events = events_open(dir, why)) == NULL)
+        return err_set(err, "federation.ini: [metrics] tensorboard: %s", why);
+    log_info("coordinator", "TensorBoard: each round's scalars in %s (tensorboard --logdir %s)",
+             events_path(co->events), dir);
+    return 0;
+}
+
 static void coordinator_free(Coordinator *co) {
+    events_close(co->events);
     if (co->store) store_close(co->store);
     free(co->ca), free(co->ca_key), free(co->server_chain), free(co->server_key);
     pthread_mutex_destroy(&co->store_lock);
@@ -342,7 +362,7 @@ static int check_keys(const Config *cfg, char *err) {
                                          "join_connections",
                                          "join_connections_per_address",
                                          NULL};
-    static const char *const metrics[] = {"listen", NULL};
+    static const char *const metrics[] = {"listen", "tensorboard", NULL};
     static const char *const store[] = {"keep_last", "keep_every", NULL};
     static const char *const privacy[] = {"dp",    "clip",           "noise_multiplier",
                                           "delta", "epsilon_budget", NULL};
@@ -493,7 +513,7 @@ int coordinator_run(const char *dir, void (*listening)(int port, void *ctx), voi
     co.store = store_open(path, STORE_READWRITE, err);
     StoreRecovery rec;
     if (co.store == NULL || store_recover(co.store, dir, time_wall_ms(), &rec, err) != 0 ||
-        rounds_start(&co, &rs, err) != 0) {
+        tensorboard_open(&co, cfg, err) != 0 || rounds_start(&co, &rs, err) != 0) {
         config_free(cfg);
         coordinator_free(&co);
         return -1;

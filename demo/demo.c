@@ -178,6 +178,8 @@ static int make_home(const DemoOptions *o, const char *fed, char fp[65], FILE *o
     char ini[700];
     snprintf(ini, sizeof ini, "%s/federation.ini", fed);
     if (!o->base && config_file_set(ini, "store", "keep_every", "1", err) != 0) return -1;
+    /* every round's scalars for TensorBoard, in DIR/fed/tb */
+    if (config_file_set(ini, "metrics", "tensorboard", "tb", err) != 0) return -1;
     char num[16];
     if (o->base) { /* a fine-tune's batches: they bound the tokens a site claims a round */
         snprintf(num, sizeof num, "%d", DEMO_FINETUNE_BATCH);
@@ -464,5 +466,9 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
     }
     model_free(&m);
     fprintf(out, "\nthe federation, its store and the logs stay in %s\n", dir);
+    int tb_moved = 0;
+    for (int i = 0; i < o->n_sets; i++)
+        tb_moved |= strncmp(o->sets[i], "metrics.tensorboard=", 20) == 0;
+    if (!tb_moved) fprintf(out, "its rounds in TensorBoard: tensorboard --logdir %s/tb\n", fed);
     return rc;
 }

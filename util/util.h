@@ -10,7 +10,7 @@
  *    `char err[ERR_LEN]` that says what went wrong and what to do, like
  *    Redis's anetSetError.
  *
- * util/ depends on libc, jansson and inih only.
+ * util/ depends on libc, jansson, inih and protobuf-c (TensorBoard's records) only.
  */
 #ifndef STRAIT_UTIL_H
 #define STRAIT_UTIL_H
@@ -232,5 +232,20 @@ double mem_available(void);
  * then takes its first touch in a few hundred faults, not a few hundred
  * thousand. Only a hint: nothing changes where the kernel declines. */
 void mem_prefer_huge_pages(void *p, size_t bytes);
+
+/* ---- TensorBoard event files (events.c) ---------------------------------------- */
+
+typedef struct EventFile EventFile;
+/* A new event file in dir (made if missing), its first record the file
+ * version; NULL with err. */
+EventFile *events_open(const char *dir, char *err);
+/* One Event of scalars at step (values not finite are left out), appended
+ * and synced. */
+int events_scalars(EventFile *f, int64_t step, double wall_time, const char *const *tags,
+                   const double *values, int n, char *err);
+const char *events_path(const EventFile *f);
+void events_close(EventFile *f);
+/* CRC-32C (Castagnoli), as TFRecord frames its records. */
+uint32_t events_crc32c(const void *data, size_t len);
 
 #endif /* STRAIT_UTIL_H */

@@ -46,6 +46,7 @@ static void start_federation(void) {
     harness_ini_set(ini, "rounds", "min_sites", "2");
     harness_ini_set(ini, "rounds", "inner_steps", "10");
     harness_ini_set(ini, "metrics", "listen", "127.0.0.1:0");
+    harness_ini_set(ini, "metrics", "tensorboard", "tb");
     char *cargv[] = {(char *)harness_strait_bin(), "coordinator", "start", fed, NULL};
     int fd;
     coord = proc_spawn(cargv, &fd);
@@ -580,4 +581,82 @@ Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stoppe
     proc_result_free(&r);
     harness_rmtree(home);
     free(home);
+}
+
+/* TensorBoard's own reader (PyPI tensorboard, EventAccumulator) over the
+ * coordinator's event file, as a folder of runs: every round's scalars,
+ * at step = the round, with the values strait rounds --json reports; the
+ * file cut inside its last record is read up to the cut. */
+static json_t *tensorboard_read(const char *dir) {
+    char script[700];
+    snprintf(script, sizeof script, "%s/tests/python/check_tensorboard.py", getenv("STRAIT_SRC"));
+    ProcResult r = proc_run((char *[]){(char *)getenv("STRAIT_PYTHON"), script, (char *)dir, NULL});
+    cr_assert_eq(r.status, 0, "TensorBoard's reader: %s", r.err);
+    json_t *o = parse_line(r.out);
+    proc_result_free(&r);
+    return o;
+}
+
+static double scalar(json_t *tb, const char *tag, int64_t step) {
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)step);
+    json_t *v = json_object_get(json_object_get(tb, tag), key);
+    cr_assert_not_null(v, "no %s at step %lld", tag, (long long)step);
+    return json_number_value(v);
+}
+
+Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
+    char dir[800], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/tb", fed);
+    json_t *tb = tensorboard_read(dir);
+    ProcResult r = S("rounds", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int seen = 0;
+    for (char *save = NULL, *line = strtok_r(r.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_t *o = parse_line(line);
+        if (strcmp(json_string_value(json_object_get(o, "state")), "committed") == 0) {
+            int64_t n = json_integer_value(json_object_get(o, "round"));
+#define SAME(tag, key)                                                                             \
+    cr_assert_float_eq(scalar(tb, tag, n), json_number_value(json_object_get(o, key)),             \
+                       1e-5 * fabs(json_number_value(json_object_get(o, key))) + 1e-6,             \
+                       "round %lld: %s", (long long)n, tag)
+            SAME("loss/validation", "eval_loss");
+            SAME("loss/train", "train_loss");
+            SAME("tokens", "tokens");
+            SAME("sites", "participants");
+            SAME("bytes/up", "bytes_up");
+            SAME("bytes/down", "bytes_down");
+            SAME("compression", "compression");
+            SAME("compute/utilization", "utilization");
+#undef SAME
+            cr_assert_gt(scalar(tb, "site/s0/eval_loss", n), 0);
+            cr_assert_gt(scalar(tb, "site/s1/train_loss", n), 0);
+            seen++;
+        }
+        json_decref(o);
+    }
+    proc_result_free(&r);
+    cr_assert_eq(seen, ROUNDS);
+    cr_assert_eq(json_object_size(json_object_get(tb, "loss/validation")), ROUNDS);
+    json_decref(tb);
+    /* a copy cut five bytes short: the last round's record is cut */
+    ProcResult ls =
+        proc_run((char *[]){"/bin/sh", "-c", "ls \"$0\"/events.out.tfevents.*", dir, NULL});
+    cr_assert_eq(ls.status, 0, "%s", ls.err);
+    cr_assert_eq(harness_count_lines(ls.out), 1, "one file for one coordinator: %s", ls.out);
+    ls.out[strcspn(ls.out, "\n")] = '\0';
+    char *bytes;
+    size_t len;
+    cr_assert_eq(file_read_all(ls.out, 1 << 24, &bytes, &len, err), 0, "%s", err);
+    char cut[800], cut_file[900];
+    snprintf(cut, sizeof cut, "%s/tb-cut", root);
+    snprintf(cut_file, sizeof cut_file, "%s/%s", cut, strrchr(ls.out, '/') + 1);
+    cr_assert_eq(file_mkdir_p(cut, 0755, err), 0, "%s", err);
+    cr_assert_eq(file_write_atomic(cut_file, bytes, len - 5, 0644, err), 0, "%s", err);
+    json_t *part = tensorboard_read(cut);
+    cr_assert_eq(json_object_size(json_object_get(part, "loss/validation")), ROUNDS - 1);
+    json_decref(part);
+    free(bytes);
+    proc_result_free(&ls);
 }

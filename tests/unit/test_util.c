@@ -534,3 +534,12 @@ Test(proc, exit_statuses_and_a_program_that_cannot_start) {
     pid = proc_start(nsless, &(ProcIo){.netns = "/nonexistent/netns"});
     cr_assert_eq(proc_wait(pid), 126, "a namespace it cannot enter stops the child first");
 }
+
+/* TFRecord's checksum is CRC-32C: the check value of "123456789" (RFC 3720's
+ * and every CRC catalogue's) and of nothing. */
+Test(util, crc32c_gives_the_catalogue_check_values) {
+    cr_assert_eq(events_crc32c("123456789", 9), 0xe3069283u);
+    cr_assert_eq(events_crc32c("", 0), 0);
+    uint8_t zeros[32] = {0};
+    cr_assert_eq(events_crc32c(zeros, 32), 0x8a9136aau); /* RFC 3720 B.4 */
+}
