@@ -936,6 +936,13 @@ static int privacy_start(Coordinator *co, char *err) {
             s->total = lo;
         }
     }
+    /* the noise's norm on the mean is z · clip · √P / n: the clip's own at
+     * n = z √P sites; with fewer it outweighs every update */
+    log_info("privacy",
+             "the noise on the mean has the norm of one clipped update at about %.0f sites "
+             "(noise_multiplier x sqrt of the %llu parameters); with fewer sites it outweighs "
+             "the updates (docs/privacy.md)",
+             ceil(z * sqrt((double)r->model.n_params)), (unsigned long long)r->model.n_params);
     log_info(
         "privacy",
         "central differential privacy: updates clipped to %g, noise multiplier %g; epsilon "
