@@ -397,7 +397,7 @@ FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(filter-out tests/fuzz/seed.c,$(wildcard tests/fuzz/*.c)))
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -fno-math-errno -I. -Wall -Wextra -Werror \
   -Wno-unknown-pragmas -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIB_SRC := $(wildcard compress/*.c) $(wildcard util/*.c) $(wildcard security/*.c) \
+FUZZ_LIB_SRC := $(wildcard compress/*.c) $(filter-out util/events.c,$(wildcard util/*.c)) $(wildcard security/*.c) \
   kernels/safetensors.c kernels/model.c kernels/config.c kernels/arch.c kernels/arch_gpt2.c \
   kernels/arch_llama.c kernels/formats.c kernels/hf.c kernels/hf_config.c kernels/data.c \
   kernels/tokenizer.c kernels/gguf.c kernels/gguf_quant.c kernels/gguf_model.c kernels/lora.c kernels/peft.c \

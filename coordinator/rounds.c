@@ -434,13 +434,15 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     round_next_free(&nx);
     if (rc == 0) flag_disputed_losses(co, c);
     if (rc == 0) round_retain(co); /* the files the policy no longer keeps, and the disk */
-    if (rc == 0 && co->events) metrics_tensorboard(co, c->number);
     round_drop_kept(r, c->number, c->kept_owner, c->n_kept);
     round_updates_free(c->upd, c->n_reported);
     round_sum_free(&c->sum);
+    int64_t number = c->number;
     free(c->kept_owner), free(c->upd), free(c->site);
     free(c);
     rounds_answer_waiters(co, 0);
+    /* after the waiters: the record's sync is nobody's wait */
+    if (rc == 0 && co->events) metrics_tensorboard(co, number);
 }
 
 int64_t rounds_active_sites(Coordinator *co) {

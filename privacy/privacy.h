@@ -52,9 +52,12 @@ typedef struct SecaggKeys {
 
 /* A fresh X25519 key pair (OpenSSL). */
 int secagg_keygen(SecaggKeys *k, char *err);
-/* The seed two sites share: SHA-256 of the X25519 secret with both public
- * keys in order, the same at either end. -1 with err for a bad peer key. */
-int secagg_agree(const SecaggKeys *mine, const uint8_t peer_pub[SECAGG_KEY],
+/* The seed two sites share: SHA-256 of the X25519 secret, both public keys
+ * in order and context (the federation and the round attempt: a seed keys
+ * one ChaCha20 stream, one round's mask, and no other), the same at either
+ * end. -1 with err for a bad peer key. The protocol must make new keys for
+ * every round attempt: a dropped site's private key is revealed. */
+int secagg_agree(const SecaggKeys *mine, const uint8_t peer_pub[SECAGG_KEY], const char *context,
                  uint8_t seed[SECAGG_KEY], char *err);
 /* x[i] += sign × PRG(seed)[i] modulo 2^bits (bits 8 to 32; sign ±1): the
  * PRG is ChaCha20's keystream under the seed, so either end draws the same
@@ -88,7 +91,9 @@ int shamir_combine(const uint8_t (*shares)[SECAGG_SHARE], int k, uint8_t secret[
  * 2^bits that n_sites of them can be summed in without wrapping: levels L
  * = (2^(bits−1) − 1) / n_sites per clip, stochastic rounding (unbiased),
  * the round's scale shared by every site. secagg_dequantize undoes it on
- * the sum (centred: values above 2^(bits−1) are negative). */
+ * the sum (centred: values above 2^(bits−1) are negative). n_sites is the
+ * round's largest cohort, fixed before any site quantizes; a value that is
+ * not finite is refused. */
 int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sites, uint32_t *out,
                     char *err);
 void secagg_dequantize(const uint32_t *sum, uint64_t n, double clip, int bits, int n_sites,

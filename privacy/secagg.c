@@ -8,6 +8,7 @@
 #include <math.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "privacy.h"
@@ -23,7 +24,7 @@ int secagg_keygen(SecaggKeys *k, char *err) {
     return ok ? 0 : err_set(err, "cannot make an X25519 key pair (OpenSSL)");
 }
 
-int secagg_agree(const SecaggKeys *mine, const uint8_t peer_pub[SECAGG_KEY],
+int secagg_agree(const SecaggKeys *mine, const uint8_t peer_pub[SECAGG_KEY], const char *context,
                  uint8_t seed[SECAGG_KEY], char *err) {
     EVP_PKEY *me = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, mine->priv, SECAGG_KEY);
     EVP_PKEY *peer = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, NULL, peer_pub, SECAGG_KEY);
@@ -39,14 +40,21 @@ int secagg_agree(const SecaggKeys *mine, const uint8_t peer_pub[SECAGG_KEY],
     if (!ok) return err_set(err, "the peer's X25519 public key is not one to agree with");
     /* both ends hash the same bytes: the secret, then the smaller public key */
     int first = memcmp(mine->pub, peer_pub, SECAGG_KEY) < 0;
-    uint8_t msg[18 + 3 * SECAGG_KEY];
+    size_t cl = strlen(context), ml = 18 + 3 * SECAGG_KEY + cl;
+    uint8_t *msg = malloc(ml);
+    if (msg == NULL) {
+        OPENSSL_cleanse(secret, sizeof secret);
+        return err_set(err, "out of memory");
+    }
     memcpy(msg, "strait secagg pair", 18);
     memcpy(msg + 18, secret, SECAGG_KEY);
     memcpy(msg + 18 + SECAGG_KEY, first ? mine->pub : peer_pub, SECAGG_KEY);
     memcpy(msg + 18 + 2 * SECAGG_KEY, first ? peer_pub : mine->pub, SECAGG_KEY);
+    memcpy(msg + 18 + 3 * SECAGG_KEY, context, cl);
     unsigned int dl = 0;
-    ok = EVP_Digest(msg, sizeof msg, seed, &dl, EVP_sha256(), NULL) == 1 && dl == SECAGG_KEY;
-    OPENSSL_cleanse(msg, sizeof msg);
+    ok = EVP_Digest(msg, ml, seed, &dl, EVP_sha256(), NULL) == 1 && dl == SECAGG_KEY;
+    OPENSSL_cleanse(msg, ml);
+    free(msg);
     OPENSSL_cleanse(secret, sizeof secret);
     return ok ? 0 : err_set(err, "SHA-256 failed (OpenSSL)");
 }
@@ -72,10 +80,12 @@ int secagg_mask(uint32_t *x, uint64_t n, int bits, const uint8_t seed[SECAGG_KEY
             EVP_CIPHER_CTX_free(ctx);
             return err_set(err, "ChaCha20 failed (OpenSSL)");
         }
-        if (sign > 0)
-            for (int i = 0; i < k; i++) x[at + i] = (x[at + i] + r[i]) & mod;
-        else
-            for (int i = 0; i < k; i++) x[at + i] = (x[at + i] - r[i]) & mod;
+        const uint8_t *b = (const uint8_t *)r; /* little-endian, whatever the host */
+        for (int i = 0; i < k; i++) {
+            uint32_t v = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
+                         (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
+            x[at + i] = (sign > 0 ? x[at + i] + v : x[at + i] - v) & mod;
+        }
     }
     EVP_CIPHER_CTX_free(ctx);
     return 0;
@@ -83,11 +93,12 @@ int secagg_mask(uint32_t *x, uint64_t n, int bits, const uint8_t seed[SECAGG_KEY
 
 /* ---- GF(2^8), AES's polynomial x^8 + x^4 + x^3 + x + 1 ---------------------------- */
 
+/* without branches on the bytes (they are secrets): the same time for any */
 static uint8_t gf_mul(uint8_t a, uint8_t b) {
     uint8_t p = 0;
-    while (b) {
-        if (b & 1) p ^= a;
-        a = (uint8_t)((a << 1) ^ (a & 0x80 ? 0x1b : 0));
+    for (int i = 0; i < 8; i++) {
+        p ^= (uint8_t)(a & -(b & 1));
+        a = (uint8_t)((a << 1) ^ (0x1b & -(a >> 7)));
         b >>= 1;
     }
     return p;
@@ -162,6 +173,10 @@ int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sit
         int k = (int)(n - at < MASK_BATCH ? n - at : MASK_BATCH);
         if (RAND_bytes((uint8_t *)u, 4 * k) != 1)
             return err_set(err, "OpenSSL's random generator failed");
+        for (int i = 0; i < k; i++)
+            if (!isfinite(x[at + i]))
+                return err_set(err, "value %llu of the update is not finite; nothing is sent",
+                               (unsigned long long)(at + i));
         for (int i = 0; i < k; i++) {
             double v = fmax(-clip, fmin(clip, (double)x[at + i])) / clip * L;
             double lo = floor(v); /* up with probability v − lo: unbiased */

@@ -21,6 +21,8 @@
 
 struct EventFile {
     int fd;
+    int broken;           /* a record could neither be written nor taken back: no more */
+    pthread_mutex_t lock; /* commits of two rounds may write at once */
     char path[1200];
 };
 
@@ -53,8 +55,11 @@ static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* One record, whole, then synced: a crash leaves it whole or cut. */
+/* One record, whole, then synced: a crash leaves it whole or cut. A write
+ * that fails is taken back (the file cut to where the record began): a cut
+ * record would stop TensorBoard's reader there for good. */
 static int put_record(EventFile *f, const Tensorboard__Event *ev, char *err) {
+    if (f->broken) return err_set(err, "%s: an earlier record could not be taken back", f->path);
     size_t len = tensorboard__event__get_packed_size(ev);
     uint8_t *buf = malloc(len + 16);
     if (buf == NULL) return err_set(err, "out of memory for a TensorBoard record");
@@ -62,19 +67,22 @@ static int put_record(EventFile *f, const Tensorboard__Event *ev, char *err) {
     put32(buf + 8, masked(events_crc32c(buf, 8)));
     tensorboard__event__pack(ev, buf + 12);
     put32(buf + 12 + len, masked(events_crc32c(buf + 12, len)));
+    off_t start = lseek(f->fd, 0, SEEK_END);
     size_t done = 0;
-    while (done < len + 16) {
+    int rc = start < 0 ? err_set_errno(err, "cannot seek %s", f->path) : 0;
+    while (rc == 0 && done < len + 16) {
         ssize_t w = write(f->fd, buf + done, len + 16 - done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            free(buf);
-            return err_set_errno(err, "cannot write %s", f->path);
-        }
-        done += (size_t)w;
+        if (w <= 0)
+            rc = err_set_errno(err, "cannot write %s", f->path);
+        else
+            done += (size_t)w;
     }
+    if (rc == 0 && fdatasync(f->fd) != 0) rc = err_set_errno(err, "cannot sync %s", f->path);
     free(buf);
-    if (fdatasync(f->fd) != 0) return err_set_errno(err, "cannot sync %s", f->path);
-    return 0;
+    if (rc != 0 && start >= 0 && (ftruncate(f->fd, start) != 0 || fdatasync(f->fd) != 0))
+        f->broken = 1;
+    return rc;
 }
 
 EventFile *events_open(const char *dir, char *err) {
@@ -84,15 +92,27 @@ EventFile *events_open(const char *dir, char *err) {
         err_set(err, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&f->lock, NULL);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     double now = time_wall_ms() / 1000.0;
-    snprintf(f->path, sizeof f->path, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)now,
-             host, (int)getpid());
-    f->fd = open(f->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    /* a restart in the same second with the same pid (pid 1 in a
+     * container) takes the next free suffix */
+    f->fd = -1;
+    for (int k = 0; k < 100 && f->fd < 0; k++) {
+        int len = snprintf(f->path, sizeof f->path, "%s/events.out.tfevents.%lld.%s.%d%s%.0d", dir,
+                           (long long)now, host, (int)getpid(), k ? "." : "", k);
+        if (len < 0 || (size_t)len >= sizeof f->path) {
+            err_set(err, "the TensorBoard folder's path is too long: %.200s", dir);
+            events_close(f);
+            return NULL;
+        }
+        f->fd = open(f->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+        if (f->fd < 0 && errno != EEXIST) break;
+    }
     if (f->fd < 0) {
         err_set_errno(err, "cannot create %s", f->path);
-        free(f);
+        events_close(f);
         return NULL;
     }
     Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
@@ -134,7 +154,9 @@ int events_scalars(EventFile *f, int64_t step, double wall_time, const char *con
     ev.wall_time = wall_time, ev.step = step;
     ev.what_case = TENSORBOARD__EVENT__WHAT_SUMMARY;
     ev.summary = &sum;
+    pthread_mutex_lock(&f->lock);
     int rc = k ? put_record(f, &ev, err) : 0;
+    pthread_mutex_unlock(&f->lock);
     free(vals), free(ptrs);
     return rc;
 }
@@ -142,5 +164,6 @@ int events_scalars(EventFile *f, int64_t step, double wall_time, const char *con
 void events_close(EventFile *f) {
     if (f == NULL) return;
     if (f->fd >= 0) close(f->fd);
+    pthread_mutex_destroy(&f->lock);
     free(f);
 }

@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static int made;
         if (!made && secagg_keygen(&me, err) == 0) made = 1;
         uint8_t seed[SECAGG_KEY];
-        if (made) (void)secagg_agree(&me, data, seed, err);
+        if (made) (void)secagg_agree(&me, data, "fuzz", seed, err);
     }
     return 0;
 }

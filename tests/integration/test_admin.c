@@ -597,6 +597,23 @@ static json_t *tensorboard_read(const char *dir) {
     return o;
 }
 
+/* The tag's point at step matches the round's JSON value times scale, or
+ * there is no point where the value is null (unknown: left out). */
+static void same_or_absent(json_t *tb, const char *tag, int64_t step, json_t *want, double scale) {
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)step);
+    json_t *got = json_object_get(json_object_get(tb, tag), key);
+    if (json_is_null(want) || want == NULL) {
+        cr_assert_null(got, "round %lld: %s has a point for an unknown value", (long long)step,
+                       tag);
+        return;
+    }
+    cr_assert_not_null(got, "no %s at step %lld", tag, (long long)step);
+    double w = json_number_value(want) * scale;
+    cr_assert_float_eq(json_number_value(got), w, 1e-5 * fabs(w) + 1e-6, "round %lld: %s",
+                       (long long)step, tag);
+}
+
 static double scalar(json_t *tb, const char *tag, int64_t step) {
     char key[24];
     snprintf(key, sizeof key, "%lld", (long long)step);
@@ -630,6 +647,11 @@ Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
             SAME("compression", "compression");
             SAME("compute/utilization", "utilization");
 #undef SAME
+            same_or_absent(tb, "loss/global", n, json_object_get(o, "start_eval_loss"), 1);
+            same_or_absent(tb, "compute/goodput", n, json_object_get(o, "goodput"), 1);
+            same_or_absent(tb, "round/seconds", n, json_object_get(o, "wall_ms"), 1e-3);
+            same_or_absent(tb, "privacy/epsilon", n, json_object_get(o, "dp_epsilon"), 1);
+            same_or_absent(tb, "bytes/refused", n, json_object_get(o, "bytes_rejected"), 1);
             cr_assert_gt(scalar(tb, "site/s0/eval_loss", n), 0);
             cr_assert_gt(scalar(tb, "site/s1/train_loss", n), 0);
             seen++;

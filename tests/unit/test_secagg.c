@@ -16,6 +16,7 @@
 #include "util/util.h"
 
 enum { N_MAX = 16, LEN = 5000, BITS = 20 };
+#define CONTEXT "fed/round-0/attempt-1" /* what binds a pair's seed to its round */
 
 typedef struct Site {
     SecaggKeys keys;
@@ -39,14 +40,15 @@ static void mask_site(Site *s, int i, int n, int k) {
     for (int j = 0; j < n; j++) {
         if (!secagg_neighbours(i, j, n, k)) continue;
         uint8_t seed[SECAGG_KEY];
-        cr_assert_eq(secagg_agree(&s[i].keys, s[j].keys.pub, seed, err), 0, "%s", err);
+        cr_assert_eq(secagg_agree(&s[i].keys, s[j].keys.pub, CONTEXT, seed, err), 0, "%s", err);
         cr_assert_eq(secagg_mask(s[i].y, LEN, BITS, seed, secagg_sign(i, j), err), 0, "%s", err);
     }
 }
 
 /* A secret from the shares that site `owner` dealt to itself and its
  * neighbours, those of them alive (at most t, as the coordinator would
- * ask). */
+ * ask): the number combined, fewer than t when too few are left (then the
+ * secret is not the one dealt). */
 static int recover(Site *s, int owner, int n, int k, int t, const int *alive, int key,
                    uint8_t secret[SECAGG_KEY]) {
     uint8_t got[N_MAX][SECAGG_SHARE];
@@ -54,15 +56,16 @@ static int recover(Site *s, int owner, int n, int k, int t, const int *alive, in
     for (int j = 0; j < n && m < t; j++)
         if (alive[j] && (j == owner || secagg_neighbours(owner, j, n, k)))
             memcpy(got[m++], key ? s[owner].key_share[j] : s[owner].seed_share[j], SECAGG_SHARE);
-    if (m < t) return -1;
     char err[ERR_LEN];
+    cr_assert_gt(m, 0);
     cr_assert_eq(shamir_combine((const uint8_t(*)[SECAGG_SHARE])got, m, secret, err), 0, "%s", err);
-    return 0;
+    return m;
 }
 
-/* One round of n sites of which `drop` drop after masking; returns 0 when
- * the coordinator recovered the sum (checked against the plain sum), -1
- * when too few shares were left. */
+/* One round of n sites of which those `dropped` drop after masking. The
+ * coordinator unmasks with what shares are left: 0 when each secret had t
+ * (the sum must then be the plain sum), -1 when one had fewer (it must not
+ * be: a secret from t − 1 shares is not the secret). */
 static int round_of(int n, const int *dropped) {
     char err[ERR_LEN];
     /* a majority of each neighbourhood, the site itself among it */
@@ -89,27 +92,30 @@ static int round_of(int n, const int *dropped) {
             for (int v = 0; v < LEN; v++)
                 sum[v] = (sum[v] + s[i].y[v]) & mod, plain[v] = (plain[v] + s[i].q[v]) & mod;
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
+    for (int i = 0; i < n; i++) {
         uint8_t secret[SECAGG_KEY];
         if (alive[i]) { /* its self mask goes */
-            rc = recover(s, i, n, k, t, alive, 0, secret);
-            if (rc == 0) secagg_mask(sum, LEN, BITS, secret, -1, err);
+            if (recover(s, i, n, k, t, alive, 0, secret) < t) rc = -1;
+            secagg_mask(sum, LEN, BITS, secret, -1, err);
             continue;
         }
         /* a dropped site: its key, and the pair masks its neighbours added */
-        if ((rc = recover(s, i, n, k, t, alive, 1, secret)) != 0) break;
+        if (recover(s, i, n, k, t, alive, 1, secret) < t) rc = -1;
         SecaggKeys back;
         memcpy(back.pub, s[i].keys.pub, SECAGG_KEY), memcpy(back.priv, secret, SECAGG_KEY);
         for (int j = 0; j < n; j++) {
             if (!alive[j] || !secagg_neighbours(i, j, n, k)) continue;
             uint8_t seed[SECAGG_KEY];
-            cr_assert_eq(secagg_agree(&back, s[j].keys.pub, seed, err), 0, "%s", err);
+            cr_assert_eq(secagg_agree(&back, s[j].keys.pub, CONTEXT, seed, err), 0, "%s", err);
             secagg_mask(sum, LEN, BITS, seed, -secagg_sign(j, i), err);
         }
     }
     if (rc == 0)
         cr_assert_eq(memcmp(sum, plain, sizeof sum), 0,
                      "%d sites: the unmasked sum is not the plain sum", n);
+    else
+        cr_assert_neq(memcmp(sum, plain, sizeof sum), 0,
+                      "%d sites: unmasked from fewer than t shares", n);
     free(s);
     return rc;
 }
@@ -128,7 +134,9 @@ Test(secagg, the_unmasked_sum_is_the_plain_sum_for_2_to_16_sites_with_and_withou
 }
 
 /* Too many of a neighbourhood gone: the coordinator holds fewer than t
- * shares and the round cannot be unmasked (it fails, nothing applied). */
+ * shares of a dropped site's key, and what it combines from them is not
+ * the key: the sum it gets is not the sum (the protocol fails the round,
+ * counting the shares it holds against t). */
 Test(secagg, below_the_threshold_the_round_cannot_be_unmasked) {
     int n = 8, dropped[N_MAX] = {0}; /* k = 6, t = 4: site 2 keeps neighbours 0, 1, 7 */
     dropped[2] = dropped[3] = dropped[4] = dropped[5] = 1;
@@ -158,12 +166,26 @@ Test(secagg, shamir_gives_the_secret_from_any_t_shares_and_not_from_fewer) {
     cr_assert_eq(shamir_split(secret, 11, 10, shares, err), -1);
 }
 
+/* Either end agrees the same seed for one context, another for another. */
+Test(secagg, a_pair_agrees_one_seed_per_context) {
+    SecaggKeys a, b;
+    uint8_t ab[SECAGG_KEY], ba[SECAGG_KEY], other[SECAGG_KEY];
+    char err[ERR_LEN];
+    cr_assert_eq(secagg_keygen(&a, err), 0, "%s", err);
+    cr_assert_eq(secagg_keygen(&b, err), 0, "%s", err);
+    cr_assert_eq(secagg_agree(&a, b.pub, CONTEXT, ab, err), 0, "%s", err);
+    cr_assert_eq(secagg_agree(&b, a.pub, CONTEXT, ba, err), 0, "%s", err);
+    cr_assert_eq(memcmp(ab, ba, SECAGG_KEY), 0);
+    cr_assert_eq(secagg_agree(&a, b.pub, "fed/round-0/attempt-2", other, err), 0, "%s", err);
+    cr_assert_neq(memcmp(ab, other, SECAGG_KEY), 0);
+}
+
 Test(secagg, a_peer_key_of_small_order_is_refused) {
     SecaggKeys me;
     uint8_t zero[SECAGG_KEY] = {0}, seed[SECAGG_KEY];
     char err[ERR_LEN];
     cr_assert_eq(secagg_keygen(&me, err), 0, "%s", err);
-    cr_assert_eq(secagg_agree(&me, zero, seed, err), -1);
+    cr_assert_eq(secagg_agree(&me, zero, CONTEXT, seed, err), -1);
     cr_assert_not_null(strstr(err, "X25519"), "%s", err);
 }
 
@@ -213,5 +235,8 @@ Test(secagg, quantization_is_unbiased_and_sums_without_wrapping) {
     secagg_dequantize(&sum, 1, 1.0, bits, n, &got);
     cr_assert_float_eq(got, -64.0f, 1e-3, "%g", got);
     cr_assert_eq(secagg_quantize(x, 1, 1.0, 8, 300, q, err), -1, "300 sites in 8 bits");
+    x[5] = NAN;
+    cr_assert_eq(secagg_quantize(x, 10, 1.0, bits, n, q, err), -1, "a NaN taken");
+    cr_assert_not_null(strstr(err, "not finite"), "%s", err);
     free(x), free(back), free(q);
 }
