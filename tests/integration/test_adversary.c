@@ -182,16 +182,27 @@ static float *expected_theta(const Blob *honest, const double *tokens, int n_hon
     return expected_theta_as(honest, tokens, n_honest, median, 0);
 }
 
-static void assert_model_is(const StoreRound *r, const float *want) {
+/* θ of a committed round's checkpoint (n_params floats; the caller frees). */
+static float *checkpoint_params(const StoreRound *r) {
     Model m = tiny();
     char path[1200], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", fed, r->checkpoint_path);
     cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
-    size_t bad = 0;
-    for (size_t i = 0; i < m.n_params; i++) bad += memcmp(&m.params[i], &want[i], 4) != 0;
-    cr_assert_eq(bad, 0, "%zu of %zu parameters differ from the honest sites' model", bad,
-                 m.n_params);
+    float *p = m.params;
+    m.params = NULL;
     model_free(&m);
+    return p;
+}
+
+static void assert_model_is(const StoreRound *r, const float *want) {
+    Model t = tiny();
+    float *got = checkpoint_params(r);
+    size_t bad = 0;
+    for (size_t i = 0; i < t.n_params; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    cr_assert_eq(bad, 0, "%zu of %zu parameters differ from the honest sites' model", bad,
+                 t.n_params);
+    free(got);
+    model_free(&t);
 }
 
 /* The federation's store, read only (close it with store_close). */
@@ -2162,6 +2173,18 @@ Test(adversary, a_late_every_round_site_does_not_set_the_pace) {
 
 /* ---- differential privacy ---------------------------------------------------------- */
 
+/* Sites a and b each send their update for `round`, trained from the
+ * model sha names, claiming 1000 and tokens_b tokens; both are taken. */
+static void push_both(NetChannel *a, NetChannel *b, int round, const uint8_t sha[32],
+                      const Blob *ua, const Blob *ub, uint64_t tokens_b) {
+    char ida[16], idb[16], details[256];
+    snprintf(ida, sizeof ida, "a-%d", round), snprintf(idb, sizeof idb, "b-%d", round);
+    AttackClaim ca = {(uint64_t)round, ida, 1000, NULL, 10, sha, 0, 0, 0};
+    AttackClaim cb = {(uint64_t)round, idb, tokens_b, NULL, 10, sha, 0, 0, 0};
+    cr_assert_eq(attacker_push(a, &ca, ua, details, sizeof details), NET_OK, "%s", details);
+    cr_assert_eq(attacker_push(b, &cb, ub, details, sizeof details), NET_OK, "%s", details);
+}
+
 static void dp_ini(const char *clip, const char *z, const char *budget) {
     ini_set("optimizer", "outer", "avg");
     ini_set("optimizer", "lr", "1");
@@ -2209,17 +2232,6 @@ static double along(const Model *t, const double *resid, const Blob *b) {
     return dot / sqrt(nn);
 }
 
-static float *checkpoint_params(const StoreRound *r) {
-    Model m = tiny();
-    char path[1200], err[ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", fed, r->checkpoint_path);
-    cr_assert_eq(model_load(&m, path, NULL, err), 0, "%s", err);
-    float *p = m.params;
-    m.params = NULL;
-    model_free(&m);
-    return p;
-}
-
 /* [privacy] dp = central against a site that sends an update twenty
  * times the clip bound (inside max_update_ratio) and claims five times the
  * tokens: the round's mean is the two updates clipped to the bound and
@@ -2233,7 +2245,7 @@ Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibra
     federation_ini("mean", "2", "60s");
     dp_ini("0.5", "0.1", NULL);
     start_coordinator();
-    char a_dir[700], b_dir[700], details[256];
+    char a_dir[700], b_dir[700];
     site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
     NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
     Model t = tiny();
@@ -2247,10 +2259,7 @@ Test(adversary, central_dp_clips_every_update_weighs_them_alike_and_adds_calibra
     cr_assert_gt(blob_norm(&t, &u[1]), 9, "the hostile one is far outside it");
     uint8_t sha[32];
     security_sha256(t.params, n * 4, sha);
-    AttackClaim ca = {0, "a-r0", 1000, NULL, 10, sha, 0, 0, 0};
-    AttackClaim cb = {0, "b-r0", 5000, NULL, 10, sha, 0, 0, 0};
-    cr_assert_eq(attacker_push(a, &ca, &u[0], details, sizeof details), NET_OK, "%s", details);
-    cr_assert_eq(attacker_push(b, &cb, &u[1], details, sizeof details), NET_OK, "%s", details);
+    push_both(a, b, 0, sha, &u[0], &u[1], 5000);
     StoreRound r0 = wait_committed(0, 30);
     float *after = checkpoint_params(&r0);
     double *resid = malloc(n * sizeof *resid), sum = 0, sum2 = 0;
@@ -2306,7 +2315,7 @@ Test(adversary, the_privacy_budget_ends_the_federation_and_a_restart_keeps_its_a
     dp_ini("1", "2", budget);
     ini_set("rounds", "total", "10");
     start_coordinator();
-    char a_dir[700], b_dir[700], details[256];
+    char a_dir[700], b_dir[700];
     site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
     Model t = tiny();
     size_t n = t.n_params;
@@ -2321,12 +2330,7 @@ Test(adversary, the_privacy_budget_ends_the_federation_and_a_restart_keeps_its_a
         NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
         uint8_t sha[32];
         security_sha256(theta, n * 4, sha);
-        char ida[16], idb[16];
-        snprintf(ida, sizeof ida, "a-%d", round), snprintf(idb, sizeof idb, "b-%d", round);
-        AttackClaim ca = {(uint64_t)round, ida, 1000, NULL, 10, sha, 0, 0, 0};
-        AttackClaim cb = {(uint64_t)round, idb, 1000, NULL, 10, sha, 0, 0, 0};
-        cr_assert_eq(attacker_push(a, &ca, &u, details, sizeof details), NET_OK, "%s", details);
-        cr_assert_eq(attacker_push(b, &cb, &u, details, sizeof details), NET_OK, "%s", details);
+        push_both(a, b, round, sha, &u, &u, 1000);
         StoreRound r = wait_committed(round, 30);
         double eps = privacy_epsilon((round + 1) * privacy_spend(z), 1e-5, NULL);
         cr_assert_float_eq(r.dp_epsilon, eps, 1e-12 * eps, "round %d: %g", round, r.dp_epsilon);
@@ -2363,17 +2367,14 @@ Test(adversary, dp_cannot_be_turned_on_over_rounds_without_noise) {
     federation_ini("mean", "2", "60s");
     ini_set("codec", "downlink", "lossless");
     start_coordinator();
-    char a_dir[700], b_dir[700], details[256];
+    char a_dir[700], b_dir[700];
     site("a", a_dir, sizeof a_dir), site("b", b_dir, sizeof b_dir);
     NetChannel *a = attacker_channel(a_dir, addr), *b = attacker_channel(b_dir, addr);
     Model t = tiny();
     Blob u = attacker_update("int8", t.table_hash, t.n_params, 0, 1e-4f);
     uint8_t sha[32];
     security_sha256(t.params, t.n_params * 4, sha);
-    AttackClaim ca = {0, "a-0", 1000, NULL, 10, sha, 0, 0, 0};
-    AttackClaim cb = {0, "b-0", 1000, NULL, 10, sha, 0, 0, 0};
-    cr_assert_eq(attacker_push(a, &ca, &u, details, sizeof details), NET_OK, "%s", details);
-    cr_assert_eq(attacker_push(b, &cb, &u, details, sizeof details), NET_OK, "%s", details);
+    push_both(a, b, 0, sha, &u, &u, 1000);
     wait_committed(0, 30);
     net_channel_destroy(a), net_channel_destroy(b);
     cr_assert_eq(proc_stop(coord, 10000), 0);

@@ -77,14 +77,15 @@ static void enroll_join(const char *fed, const char *addr, const char *name, cha
     harness_enroll_join(fed, addr, name, dir);
 }
 
-/* `strait site run DIR` on `ranks` ranks (1: no launcher) with batch B,
- * stdout and stderr together; blocks until it ends. */
-static ProcResult run_site(const char *dir, int ranks, int batch) {
+/* `strait site run DIR` on `ranks` ranks (1: no launcher) with batch B
+ * and the flags in extra, stdout and stderr together; blocks until it ends. */
+static ProcResult run_site(const char *dir, int ranks, int batch, const char *extra) {
     char cmd[3000];
     snprintf(cmd, sizeof cmd,
-             RANK_ENV "%s '%s' site run '%s' --data " DATA " --threads 1 --seed 7 --batch %d 2>&1",
+             RANK_ENV "%s '%s' site run '%s' --data " DATA
+                      " --threads 1 --seed 7 --batch %d %s 2>&1",
              ranks > 1 ? "exec mpirun --allow-run-as-root --oversubscribe -np 2" : "exec",
-             harness_strait_bin(), dir, batch);
+             harness_strait_bin(), dir, batch, extra);
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     return proc_run(argv);
 }
@@ -100,7 +101,7 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     char addr[64], dir[800];
     char *fed_a = federation("a", "fedavg", "1", "1", "12", addr);
     enroll_join(fed_a, addr, "two", dir);
-    ProcResult r = run_site(dir, 2, 4);
+    ProcResult r = run_site(dir, 2, 4, "");
     cr_assert_eq(r.status, 0, "the 2-rank site failed: %s", r.out);
     cr_assert_not_null(strstr(r.out, "rank 1 of 2"), "%s", r.out);
     proc_result_free(&r);
@@ -108,7 +109,7 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
     proc_stop(coord, 10000), coord = -1;
     char *fed_b = federation("b", "fedavg", "1", "1", "12", addr);
     enroll_join(fed_b, addr, "one", dir);
-    r = run_site(dir, 1, 8);
+    r = run_site(dir, 1, 8, "");
     cr_assert_eq(r.status, 0, "the 1-rank site failed: %s", r.out);
     proc_result_free(&r);
     StoreRound rb = store_fixture_wait_committed(fed_b, 0, 60);
@@ -141,27 +142,17 @@ Test(sites, two_ranks_train_as_one_rank_with_twice_the_batch) {
  * carried from the first to the second) commit the same model to the bit,
  * and the state each saved (the sharded one written by rank 0 from every
  * rank's share, piece by piece) is the same file byte for byte. */
-static ProcResult run_site_zero(const char *dir, const char *zero) {
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd,
-             RANK_ENV "exec mpirun --allow-run-as-root --oversubscribe -np 2 '%s' site run '%s' "
-                      "--data " DATA " --threads 1 --seed 7 --batch 4 --zero %s 2>&1",
-             harness_strait_bin(), dir, zero);
-    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-    return proc_run(argv);
-}
-
 Test(sites, sharded_optimizer_state_takes_the_same_steps_as_the_whole) {
     need_mpi();
     root = harness_tmpdir("sites");
     char addr[64], dir[2][800];
     StoreRound got[2];
     char *fed[2];
-    const char *zero[2] = {"1", "0"};
+    const char *zero[2] = {"1", "0"}, *flag[2] = {"--zero 1", "--zero 0"};
     for (int k = 0; k < 2; k++) {
         fed[k] = federation(k ? "whole" : "zero", "fedavg", "2", "1", "8", addr);
         enroll_join(fed[k], addr, k ? "w" : "z", dir[k]);
-        ProcResult r = run_site_zero(dir[k], zero[k]);
+        ProcResult r = run_site(dir[k], 2, 4, flag[k]);
         cr_assert_eq(r.status, 0, "the 2-rank site (--zero %s) failed: %s", zero[k], r.out);
         const char *said = strstr(r.out, "keeps AdamW's moments of");
         cr_assert(k ? said == NULL : said != NULL, "--zero %s: %s", zero[k], r.out);
@@ -205,7 +196,7 @@ Test(sites, a_two_rank_site_and_a_one_rank_site_commit_their_rounds) {
     int fd;
     int one = proc_spawn(argv, &fd);
     close(fd);
-    ProcResult r = run_site(d2, 2, 4);
+    ProcResult r = run_site(d2, 2, 4, "");
     cr_assert_eq(r.status, 0, "the 2-rank site failed: %s", r.out);
     proc_result_free(&r);
     int st;
@@ -260,7 +251,7 @@ Test(sites, a_killed_rank_stops_the_site_which_resumes_when_restarted) {
     cr_assert_not_null(strstr(said, "process rank 1"),
                        "the launcher did not name the lost rank: %s", said);
     /* restarted under mpirun: it resumes and finishes the federation */
-    ProcResult r = run_site(dir, 2, 4);
+    ProcResult r = run_site(dir, 2, 4, "");
     cr_assert_eq(r.status, 0, "the restarted site failed: %s", r.out);
     cr_assert_not_null(strstr(r.out, "resumed its saved state"), "%s", r.out);
     proc_result_free(&r);
