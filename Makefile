@@ -326,9 +326,9 @@ $(BENCH_VENV)/.ok.1:
 
 test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.6 $(SMOLLM2)
 	@echo "unit tests ($(UNIT_BIN))"
-	$(Q)$(TEST_ENV) $(UNIT_BIN) --short-filename
+	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/unit.log $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"
-	$(Q)$(TEST_ENV) $(INTEG_BIN) --short-filename
+	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/integration.log $(INTEG_BIN) --short-filename
 
 # make test-wan: federations across emulated WAN links between network
 # namespaces (tests/wan/; needs root for the namespaces and TUN devices, and
@@ -337,8 +337,8 @@ test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.6 $
 # updates take every core, and the links' tests time what a slow link does.
 test-wan: $(BIN) $(WAN_BIN) $(HELPER_BINS)
 	@echo "WAN test bed ($(WAN_BIN))"
-	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'wan/*'
-	$(Q)$(TEST_ENV) $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'load/*'
+	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/wan.log $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'wan/*'
+	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/load.log $(WAN_BIN) --short-filename $(if $(JOBS),-j$(JOBS)) --filter 'load/*'
 
 # make test-hf: Strait's Hugging Face folders against transformers 5 with
 # PyTorch on the CPU, what users run: a venv of its own from PyPI (PyPI's
@@ -361,7 +361,7 @@ $(FLAX_VENV)/.ok.1:
 
 test-hf: $(BIN) $(INTEG_BIN) $(HF_VENV)/.ok.4 $(SMOLLM2)
 	@echo "transformers and PEFT against Strait's Hugging Face and adapter folders ($(INTEG_BIN) --filter 'transformers/*')"
-	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python $(INTEG_BIN) \
+	$(Q)$(TEST_ENV) STRAIT_HF_PYTHON=$(abspath $(HF_VENV))/bin/python mk/suite.sh $(BUILD)/logs/hf.log $(INTEG_BIN) \
 	  --short-filename --filter 'transformers/*'
 
 demo: $(BIN)
