@@ -190,15 +190,23 @@ int cmd_site_revoke(const Command *cmd, int argc, char **argv) {
 }
 
 int cmd_site_run(const Command *cmd, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},        {"threads", required_argument, NULL, 'j'},
-        {"batch", required_argument, NULL, 'b'},       {"seq", required_argument, NULL, 't'},
-        {"lr", required_argument, NULL, 'l'},          {"device", required_argument, NULL, 'D'},
-        {"gpus", required_argument, NULL, 'g'},        {"seed", required_argument, NULL, 's'},
-        {"init-from", required_argument, NULL, 'I'},   {"max-memory", required_argument, NULL, 'M'},
-        {"moments", required_argument, NULL, 'o'},     {"matmul", required_argument, NULL, 'x'},
-        {"base-blocks", required_argument, NULL, 'K'}, {"zero", required_argument, NULL, 'Z'},
-        {"precision", required_argument, NULL, 'Q'},   {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"data", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 'j'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"seq", required_argument, NULL, 't'},
+                                         {"lr", required_argument, NULL, 'l'},
+                                         {"device", required_argument, NULL, 'D'},
+                                         {"gpus", required_argument, NULL, 'g'},
+                                         {"seed", required_argument, NULL, 's'},
+                                         {"init-from", required_argument, NULL, 'I'},
+                                         {"max-memory", required_argument, NULL, 'M'},
+                                         {"moments", required_argument, NULL, 'o'},
+                                         {"matmul", required_argument, NULL, 'x'},
+                                         {"base-blocks", required_argument, NULL, 'K'},
+                                         {"zero", required_argument, NULL, 'Z'},
+                                         {"precision", required_argument, NULL, 'Q'},
+                                         {"tensorboard", required_argument, NULL, 'E'},
+                                         {NULL, 0, NULL, 0}};
     const char *data[64];
     SiteRunOptions o = {.data = data};
     int c, tf32 = -1;
@@ -243,6 +251,8 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return cli_usage_error(cmd, "--precision is fp32 or bf16, not '%s'", optarg);
             o.precision_bf16 = optarg[0] == 'b';
+        } else if (c == 'E') {
+            o.tensorboard = optarg;
         } else if (c == 'K') {
             if ((o.blocks_off = cli_base_blocks(cmd, optarg)) < 0) return EXIT_USAGE;
         } else if (c == 'x') {

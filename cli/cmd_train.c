@@ -26,7 +26,23 @@ typedef struct TrainOut {
     TokenView val;
     int B, T, steps, val_every, json, have_val, cuda, started;
     float val_loss, loss;
+    EventFile *events; /* --tensorboard: a record a step */
 } TrainOut;
+
+/* TensorBoard's scalars of a step, under the names Hugging Face's Trainer
+ * gives them (eval/loss only where the step validated). A file that cannot
+ * be written is said once and closed: the training goes on. */
+static void train_events(TrainOut *o, const TrainProgress *p, int validated) {
+    static const char *const tags[] = {"train/loss", "train/learning_rate", "train/grad_norm",
+                                       "train/tokens_per_second", "eval/loss"};
+    double v[] = {p->loss, p->lr, p->grad_norm, p->tokens_per_s, validated ? o->val_loss : NAN};
+    char err[ERR_LEN];
+    if (events_scalars(o->events, p->step, time_wall_ms() / 1000.0, tags, v, 5, err) != 0) {
+        fprintf(stderr, "strait train: %s; TensorBoard's file is not written from here on\n", err);
+        events_close(o->events);
+        o->events = NULL;
+    }
+}
 
 static void train_started(void *ctx, const TrainJobStart *s) {
     TrainOut *o = ctx;
@@ -50,11 +66,13 @@ static int train_observe(void *ctx, Trainer *t, const TrainProgress *p) {
     TrainOut *o = ctx;
     int last = p->step == p->steps;
     o->loss = p->loss;
-    if (o->have_val && (p->step % o->val_every == 0 || last)) {
+    int validated = o->have_val && (p->step % o->val_every == 0 || last);
+    if (validated) {
         /* where it trains: a GPU scores its own parameters (and an adapted
          * model's fp32 base there, which the host would hold in bf16) */
         o->val_loss = (float)trainer_eval_tokens(t, o->val, 8);
     }
+    if (o->events) train_events(o, p, validated);
     if (o->json && (p->step % 10 == 0 || last || p->step % o->val_every == 0)) {
         json_t *j = json_object();
         json_object_set_new(j, "step", json_integer(p->step));
@@ -98,11 +116,13 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"adapters", required_argument, NULL, 'P'},
                                          {"base-blocks", required_argument, NULL, 'K'},
                                          {"precision", required_argument, NULL, 'Q'},
+                                         {"tensorboard", required_argument, NULL, 'E'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
     AdapterConfig lora = {0};
     const char *adapters = NULL;
-    const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL;
+    const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL,
+                          *tensorboard = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
         gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0, precision_bf16 = 0;
     float lr = 3e-3f;
@@ -180,6 +200,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'P':
             adapters = optarg;
             break;
+        case 'E':
+            tensorboard = optarg;
+            break;
         CLI_LORA_CASES:
             if (cli_lora_opt(cmd, c, optarg, &lora) != 0) return EXIT_USAGE;
             break;
@@ -236,12 +259,18 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                   .json = json,
                   .val_loss = NAN,
                   .cuda = cuda};
+    /* a file of its own each run, in the folder TensorBoard is pointed at */
+    if (tensorboard && (o.events = events_open(tensorboard, err)) == NULL)
+        return cli_fail(cmd, "--tensorboard: %s", err);
 
     if (train_job(&job, train_started, train_observe, &o, err) != 0) {
+        events_close(o.events); /* what it has, synced */
         if (o.started) progress_finish(&o.pb, 0, "failed");
         return cli_fail(cmd, "%s%s", cuda && o.started ? "--device cuda: " : "", err);
     }
     progress_finish(&o.pb, (uint64_t)steps, "done");
+    if (o.events && !json) fprintf(stderr, "TensorBoard's events in %s\n", events_path(o.events));
+    events_close(o.events);
     if (out && !json) fprintf(stderr, "checkpoint written to %s\n", out);
     if (!json) printf("final loss %.4f, validation loss %.4f\n", o.loss, o.val_loss);
     return EXIT_OK;

@@ -70,7 +70,8 @@ const Command cli_commands[] = {
     {"site run",
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
-     "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0] [--precision fp32|bf16]",
+     "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0] [--precision fp32|bf16] "
+     "[--tensorboard DIR]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -101,6 +102,10 @@ const Command cli_commands[] = {
      "  --precision P fp32 (default) or bf16: on a CPU with bf16 instructions, the\n"
      "                matmuls' products in bf16 with fp32 sums (the model, its updates and\n"
      "                AdamW stay fp32)\n"
+     "  --tensorboard DIR  TensorBoard's event file, a new one each run in DIR: each\n"
+     "                step's train/loss, train/learning_rate, train/grad_norm and\n"
+     "                train/tokens_per_second (at the site's step count), and each round's\n"
+     "                round/eval_loss_before, round/eval_loss_after, round/train_loss\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
@@ -117,7 +122,8 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
-     "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16] [--out CKPT]",
+     "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16] [--out CKPT]\n"
+     "     [--tensorboard DIR]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -147,6 +153,9 @@ const Command cli_commands[] = {
      "                    taking its own batch of B x T (default 1)\n"
      "  --matmul M        with cuda: tf32 (default; tensor cores, as llm.c) or fp32\n"
      "  --val-every K     validation loss every K steps (default 100)\n"
+     "  --tensorboard DIR TensorBoard's event file, a new one each run in DIR: each\n"
+     "                    step's train/loss, train/learning_rate, train/grad_norm,\n"
+     "                    train/tokens_per_second, and eval/loss where it validates\n"
      "  --seed S          initialisation and data order (default 1)\n"
      "  --lora-rank R     fine-tune low-rank adapters (LoRA) of rank R over the model,\n"
      "                    frozen (the Llama family); --out then holds the adapters\n"

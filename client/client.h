@@ -72,6 +72,10 @@ typedef struct SiteRunOptions {
     int unsharded;
     /* the CPU's matmuls and classifier in bf16 (Model's precision_bf16) */
     int precision_bf16;
+    /* a folder for TensorBoard's event file (a new one each run; NULL:
+     * none): rank 0 writes each step's loss, learning rate, gradient norm
+     * and tokens/s, and each round's held-out loss before and after */
+    const char *tensorboard;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

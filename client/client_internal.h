@@ -126,7 +126,8 @@ typedef struct Session {
     char opt_staged[1200];
     size_t share; /* this rank's place in a global batch */
     float lr;
-    Blob blob; /* the update being sent */
+    EventFile *events; /* rank 0, --tensorboard */
+    Blob blob;         /* the update being sent */
     /* rank 0's heartbeat thread: it beats every HEARTBEAT_MS while a round
      * trains (beat_round >= 0) and keeps the federation's round its last
      * answer gave (beat_current; 0: none yet), which the steps read */

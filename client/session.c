@@ -243,6 +243,10 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if (rk->rank == 0 && site_read(&ss->s, err) != 0) return -1;
     if (rk->rank == 0 && (ss->hr = site_hello(&ss->s, err)) == NULL) return -1;
     if (rk->rank == 0 && beat_start(ss, err) != 0) return -1;
+    if (rk->rank == 0 && o->tensorboard) {
+        if ((ss->events = events_open(o->tensorboard, err)) == NULL) return -1;
+        log_info("site", "TensorBoard's events in %s", events_path(ss->events));
+    }
     if ((ss->hr = share_hello(rk, ss->hr, err)) == NULL) return -1;
     Strait__HelloResponse *hr = ss->hr;
     if (session_model(ss, o, err) != 0) return -1;
@@ -372,6 +376,7 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
 void session_close(Session *ss) {
     beat_stop(ss); /* before the channel it calls on goes */
     trainer_free(ss->trainer);
+    events_close(ss->events);
     if (ss->hr) strait__hello_response__free_unpacked(ss->hr, NULL);
     net_channel_destroy(ss->s.ch);
     free(ss->s.key), free(ss->s.cert), free(ss->s.ca);
@@ -390,6 +395,30 @@ void session_log_model(const Session *ss, uint64_t round) {
     security_hex(ss->theta_sha, 32, hex);
     log_info("site", "round %llu: model sha256 %s (%llu bytes down so far)",
              (unsigned long long)round, hex, (unsigned long long)ss->s.bytes_down);
+}
+
+/* TensorBoard's scalars (--tensorboard, rank 0): a step's under the names
+ * Hugging Face's Trainer gives them, at the site's step count (the
+ * schedule's); a round's at its number. A file that cannot be written is
+ * said once and closed: the rounds go on. */
+static void put_events(Session *ss, int64_t step, const char *const *tags, const double *v, int n) {
+    char err[ERR_LEN];
+    if (events_scalars(ss->events, step, time_wall_ms() / 1000.0, tags, v, n, err) == 0) return;
+    log_warn("site", "%s; TensorBoard's file is not written from here on", err);
+    events_close(ss->events);
+    ss->events = NULL;
+}
+
+static void step_events(Session *ss, int64_t step, const double v[4]) {
+    static const char *const tags[] = {"train/loss", "train/learning_rate", "train/grad_norm",
+                                       "train/tokens_per_second"};
+    put_events(ss, step, tags, v, 4);
+}
+
+static void round_events(Session *ss, int64_t round, const double v[4]) {
+    static const char *const tags[] = {"round/eval_loss_before", "round/eval_loss_after",
+                                       "round/train_loss", "round/steps"};
+    put_events(ss, round, tags, v, 4);
 }
 
 int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *out, char *err) {
@@ -436,8 +465,15 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
         if (!go) break;
         loader_next(&ss->tl, ss->in, ss->tg); /* the global batch: every rank's, every GPU's */
         out->steps++;
-        loss_sum += trainer_step(ss->trainer, ss->in + ss->share, ss->tg + ss->share,
-                                 train_lr(&tc, (int)round * H + step), NULL);
+        float lr = train_lr(&tc, (int)round * H + step), norm = NAN;
+        float loss = trainer_step(ss->trainer, ss->in + ss->share, ss->tg + ss->share, lr, &norm);
+        loss_sum += loss;
+        if (ss->events) {
+            double tps = (double)ss->B * ss->T * ss->replicas * rk->size /
+                         ((double)(time_monotonic_ns() - now) / 1e9);
+            double v[] = {loss, lr, norm, tps};
+            step_events(ss, (int64_t)round * H + step + 1, v);
+        }
     }
     if (rk->rank == 0) beat_set(ss, -1);
     out->train_ms = (time_monotonic_ns() - t0) / 1000000; /* the steps alone */
@@ -445,6 +481,10 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
     te = time_monotonic_ns();
     out->eval = ss->have_val ? trainer_eval_tokens(ss->trainer, ss->val, HELD_OUT_BATCHES) : NAN;
     times->eval += ms_since(te);
+    if (ss->events) {
+        double v[] = {out->start_eval, out->eval, out->train_loss, out->steps};
+        round_events(ss, (int64_t)round, v);
+    }
     /* θ_local for Δ, unless the GPU makes it, and at rank 0 the moments
      * for the state */
     trainer_to_host(ss->trainer,

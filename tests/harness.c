@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include "harness.h"
 #include "coordinator/coordinator.h"
@@ -180,4 +181,26 @@ const char *harness_listen(void) {
 void harness_ini_set(const char *path, const char *section, const char *key, const char *value) {
     char err[ERR_LEN];
     cr_assert_eq(config_file_set(path, section, key, value, err), 0, "%s", err);
+}
+
+json_t *harness_tensorboard(const char *dir) {
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "make test sets STRAIT_PYTHON and STRAIT_SRC");
+    char script[700];
+    snprintf(script, sizeof script, "%s/tests/python/check_tensorboard.py", src);
+    ProcResult r = proc_run((char *[]){(char *)py, script, (char *)dir, NULL});
+    cr_assert_eq(r.status, 0, "TensorBoard's reader: %s", r.err);
+    json_error_t e;
+    json_t *o = json_loads(r.out, 0, &e);
+    cr_assert_not_null(o, "TensorBoard's reader printed no JSON (%s): %.200s", e.text, r.out);
+    proc_result_free(&r);
+    return o;
+}
+
+double harness_scalar(json_t *tb, const char *tag, int64_t step) {
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)step);
+    json_t *v = json_object_get(json_object_get(tb, tag), key);
+    cr_assert_not_null(v, "no %s at step %lld", tag, (long long)step);
+    return json_number_value(v);
 }

@@ -72,5 +72,13 @@ const char *harness_listen(void);
 void harness_ini_set(const char *path, const char *section, const char *key, const char *value);
 /* Number of '\n'-terminated lines in s. */
 int harness_count_lines(const char *s);
+/* Every scalar of a folder of TensorBoard event files, read by TensorBoard's
+ * own reader (tests/python/check_tensorboard.py, under STRAIT_PYTHON):
+ * {"tag": {"step": value, ...}, ...}, a jansson json_t * the caller
+ * decrefs; asserts on failure. */
+struct json_t *harness_tensorboard(const char *dir);
+/* The value at step of a tag of harness_tensorboard's object (asserts
+ * there is one). */
+double harness_scalar(struct json_t *tb, const char *tag, int64_t step);
 
 #endif

@@ -2,9 +2,10 @@
  * events.c — TensorBoard event files: TensorFlow's Event messages
  * (schema/tensorboard.proto, packed by protobuf-c) in TFRecord framing —
  * each record its length (u64, little-endian), the length's masked
- * CRC-32C, the bytes, their masked CRC-32C. Appended and synced record by
- * record; nothing written is ever rewritten, and a record cut by a crash
- * is one TensorBoard's reader stops at. Each open is a file of its own
+ * CRC-32C, the bytes, their masked CRC-32C. Appended record by record and
+ * synced at most once a second (a trainer writes a record a step) and at
+ * the close; nothing written is ever rewritten, and a record cut by a
+ * crash is one TensorBoard's reader stops at. Each open is a file of its own
  * (events.out.tfevents.SECONDS.HOST.PID), which TensorBoard reads as one
  * run with the others in the folder.
  */
@@ -22,6 +23,8 @@
 struct EventFile {
     int fd;
     int broken;           /* a record could neither be written nor taken back: no more */
+    int unsynced;         /* records written since the last sync */
+    uint64_t synced_ns;   /* when the last sync was (monotonic) */
     pthread_mutex_t lock; /* commits of two rounds may write at once */
     char path[1200];
 };
@@ -55,7 +58,8 @@ static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* One record, whole, then synced: a crash leaves it whole or cut. A write
+/* One record, whole (synced when the last sync is a second old): a crash
+ * leaves it whole or cut. A write
  * that fails is taken back (the file cut to where the record began): a cut
  * record would stop TensorBoard's reader there for good. */
 static int put_record(EventFile *f, const Tensorboard__Event *ev, char *err) {
@@ -78,7 +82,12 @@ static int put_record(EventFile *f, const Tensorboard__Event *ev, char *err) {
         else
             done += (size_t)w;
     }
-    if (rc == 0 && fdatasync(f->fd) != 0) rc = err_set_errno(err, "cannot sync %s", f->path);
+    if (rc == 0) f->unsynced++;
+    uint64_t now = time_monotonic_ns();
+    if (rc == 0 && now - f->synced_ns >= 1000000000ull) {
+        if (fdatasync(f->fd) != 0) rc = err_set_errno(err, "cannot sync %s", f->path);
+        f->unsynced = 0, f->synced_ns = now;
+    }
     free(buf);
     if (rc != 0 && start >= 0 && (ftruncate(f->fd, start) != 0 || fdatasync(f->fd) != 0))
         f->broken = 1;
@@ -163,7 +172,11 @@ int events_scalars(EventFile *f, int64_t step, double wall_time, const char *con
 
 void events_close(EventFile *f) {
     if (f == NULL) return;
-    if (f->fd >= 0) close(f->fd);
+    if (f->fd >= 0) {
+        if (f->unsynced && fdatasync(f->fd) != 0)
+            log_warn("events", "cannot sync %s: %s", f->path, strerror(errno));
+        close(f->fd);
+    }
     pthread_mutex_destroy(&f->lock);
     free(f);
 }

@@ -240,7 +240,7 @@ typedef struct EventFile EventFile;
  * version; NULL with err. */
 EventFile *events_open(const char *dir, char *err);
 /* One Event of scalars at step (values not finite are left out), appended
- * and synced. */
+ * (synced at most once a second, and at the close). */
 int events_scalars(EventFile *f, int64_t step, double wall_time, const char *const *tags,
                    const double *values, int n, char *err);
 const char *events_path(const EventFile *f);

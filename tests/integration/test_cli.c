@@ -6,6 +6,7 @@
  * touches its store, the demo's fine-tune flags, and the CPU's kernels
  * named.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -423,4 +424,74 @@ Test(cli, precision_bf16_trains_where_the_chip_has_bf16_and_is_refused_elsewhere
                            r.err);
     }
     proc_result_free(&r);
+}
+
+/* strait train --tensorboard: a point a step of loss, learning rate,
+ * gradient norm and speed, and eval/loss where it validated, with the
+ * values its --json lines print (to their six digits); a second run is a
+ * second file. */
+Test(cli, train_writes_tensorboard_scalars_as_its_json_lines_print_them) {
+    char *root = harness_tmpdir("cli-tb"), tb[700];
+    snprintf(tb, sizeof tb, "%s/tb", root);
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "train",
+                    "--model",
+                    "tiny",
+                    "--data",
+                    "/usr/share/games/fortunes/wisdom",
+                    "--steps",
+                    "20",
+                    "--batch",
+                    "2",
+                    "--seq",
+                    "32",
+                    "--val-every",
+                    "10",
+                    "--threads",
+                    "1",
+                    "--json",
+                    "--tensorboard",
+                    tb,
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *got = harness_tensorboard(tb);
+    cr_assert_eq(json_object_size(json_object_get(got, "train/loss")), 20);
+    cr_assert_eq(json_object_size(json_object_get(got, "eval/loss")), 2, "validated at 10 and 20");
+    int lines = 0;
+    for (char *save = NULL, *line = strtok_r(r.out, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), lines++) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o, "%s", line);
+        int64_t step = json_integer_value(json_object_get(o, "step"));
+#define SAME(tag, key)                                                                             \
+    cr_assert_float_eq(harness_scalar(got, tag, step), json_number_value(json_object_get(o, key)), \
+                       1e-5 * fabs(json_number_value(json_object_get(o, key))) + 1e-7,             \
+                       "step %lld: %s", (long long)step, tag)
+        SAME("train/loss", "loss");
+        SAME("train/learning_rate", "lr");
+        SAME("train/grad_norm", "grad_norm");
+        SAME("eval/loss", "val_loss");
+#undef SAME
+        cr_assert_gt(harness_scalar(got, "train/tokens_per_second", step), 0);
+        json_decref(o);
+    }
+    cr_assert_eq(lines, 2, "--json prints steps 10 and 20: %s", r.out);
+    json_decref(got);
+    proc_result_free(&r);
+    /* a second run: a file of its own beside the first */
+    argv[7] = "5";
+    r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+    r = proc_run((char *[]){"/bin/sh", "-c", "ls \"$0\"/events.out.tfevents.*", tb, NULL});
+    cr_assert_eq(harness_count_lines(r.out), 2, "%s", r.out);
+    proc_result_free(&r);
+    r = proc_run((char *[]){(char *)harness_strait_bin(), "train", "--data",
+                            "/usr/share/games/fortunes/wisdom", "--tensorboard", "/proc/no", NULL});
+    cr_assert_eq(r.status, 1, "an event folder that cannot be made: %s", r.err);
+    cr_assert(strstr(r.err, "--tensorboard"), "%s", r.err);
+    proc_result_free(&r);
+    harness_rmtree(root);
+    free(root);
 }
