@@ -50,12 +50,20 @@ static void put(Text *t, const char *fmt, ...) {
     }
 }
 
-static void metric(Text *t, const char *name, const char *type, const char *help, double v) {
+/* A metric's HELP and TYPE, and its value when has_value. */
+static void metric_if(Text *t, const char *name, const char *type, const char *help, double v,
+                      int has_value) {
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    if (isnan(v))
+    if (!has_value)
+        return;
+    else if (isnan(v))
         put(t, "%s NaN\n", name);
     else
         put(t, "%s %.17g\n", name, v);
+}
+
+static void metric(Text *t, const char *name, const char *type, const char *help, double v) {
+    metric_if(t, name, type, help, v, 1);
 }
 
 /* Each site's compute utilization in the last committed round (its last
@@ -137,13 +145,14 @@ static int render(Coordinator *co, Text *t, char *err) {
            (double)st.totals.tokens);
     metric(t, "strait_last_validation_loss", "gauge",
            "Validation loss of the last committed round (nats per token).", st.last_eval_loss);
-    if (isfinite(st.dp_epsilon)) { /* only where rounds had noise */
-        metric(t, "strait_dp_epsilon", "gauge",
-               "Differential privacy: the federation's epsilon after the last committed round, "
-               "at strait_dp_delta.",
-               st.dp_epsilon);
-        metric(t, "strait_dp_delta", "gauge", "The delta strait_dp_epsilon is at.", st.dp_delta);
-    }
+    /* declared always (a dashboard's query finds the name), a value only
+     * where rounds had noise */
+    metric_if(t, "strait_dp_epsilon", "gauge",
+              "Differential privacy: the federation's epsilon after the last committed round, "
+              "at strait_dp_delta (no value: no round had noise).",
+              st.dp_epsilon, isfinite(st.dp_epsilon));
+    metric_if(t, "strait_dp_delta", "gauge", "The delta strait_dp_epsilon is at.", st.dp_delta,
+              isfinite(st.dp_epsilon));
     metric(t, "strait_last_commit_timestamp_seconds", "gauge", "When the last round committed.",
            st.last_commit_at / 1000.0);
     metric(t, "strait_last_commit_duration_seconds", "gauge",

@@ -63,9 +63,10 @@ static void start_federation(void) {
     snprintf(metrics_addr, sizeof metrics_addr, "%s", text);
     free(text);
     for (int i = 0; i < N_SITES; i++) {
-        char name[16], dir[700];
+        char name[16], dir[700], tb[720];
         snprintf(name, sizeof name, "s%d", i);
         snprintf(dir, sizeof dir, "%s/%s", root, name);
+        snprintf(tb, sizeof tb, "%s/tb", dir); /* --tensorboard: each site its own */
         harness_enroll_join(fed, addr, name, dir);
         char *sargv[] = {(char *)harness_strait_bin(),
                          "site",
@@ -76,6 +77,8 @@ static void start_federation(void) {
                            : "/usr/share/games/fortunes/literature",
                          "--threads",
                          "1",
+                         "--tensorboard",
+                         tb,
                          NULL};
         sites[i] = proc_spawn(sargv, &fd);
         close(fd);
@@ -475,6 +478,50 @@ Test(admin, metrics_parse_as_prometheus_text_and_match_the_store) {
     cr_assert_eq(status, 0, "the coordinator ended with status %d", status);
 }
 
+/* The Grafana dashboard shipped in docs/grafana reads only metrics the
+ * coordinator exports: every query's names against the live endpoint. A
+ * copy with one query misspelt must be refused, so the check can fail. */
+Test(admin, grafana_dashboard_queries_name_only_metrics_the_coordinator_exports) {
+    const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
+    cr_assert(py && src, "make test sets STRAIT_PYTHON and STRAIT_SRC");
+    char script[700], url[128], dash[700], bad[700], err[ERR_LEN];
+    snprintf(script, sizeof script, "%s/tests/python/check_dashboard.py", src);
+    snprintf(dash, sizeof dash, "%s/docs/grafana/strait-dashboard.json", src);
+    snprintf(url, sizeof url, "http://%s/metrics", metrics_addr);
+    char *argv[] = {(char *)py, script, url, dash, NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "the dashboard reads what the coordinator does not export: %s%s",
+                 r.out, r.err);
+    json_t *o = parse_line(r.out);
+    cr_assert_geq(json_integer_value(json_object_get(o, "panels")), 10);
+    cr_assert_geq(json_integer_value(json_object_get(o, "queries")), 20);
+    json_t *used = json_object_get(o, "metrics");
+    int loss = 0, bytes = 0;
+    for (size_t i = 0; i < json_array_size(used); i++) {
+        const char *n = json_string_value(json_array_get(used, i));
+        loss |= strcmp(n, "strait_last_validation_loss") == 0;
+        bytes |= strcmp(n, "strait_bytes_up_total") == 0;
+    }
+    cr_assert(loss && bytes, "the dashboard charts neither the loss nor the bytes: %s", r.out);
+    json_decref(o);
+    proc_result_free(&r);
+
+    size_t len;
+    char *text = NULL;
+    cr_assert_eq(file_read_all(dash, 1 << 20, &text, &len, err), 0, "%s", err);
+    char *at = strstr(text, "\"expr\": \"strait_last_validation_loss");
+    cr_assert_not_null(at, "no query of the validation loss");
+    memcpy(at + 9, "strait_last_validation_lass", 27);
+    snprintf(bad, sizeof bad, "%s/misspelt-dashboard.json", root);
+    cr_assert_eq(file_write_atomic(bad, text, len, 0644, err), 0, "%s", err);
+    free(text);
+    argv[3] = bad;
+    r = proc_run(argv);
+    cr_assert_neq(r.status, 0, "a query of a metric that does not exist passed: %s", r.out);
+    cr_assert(strstr(r.out, "strait_last_validation_lass"), "%s", r.out);
+    proc_result_free(&r);
+}
+
 Test(admin, db_backup_is_whole_and_holds_every_committed_round) {
     char copy[700];
     snprintf(copy, sizeof copy, "%s/backup.db", root);
@@ -583,20 +630,6 @@ Test(admin_offline, a_coordinator_that_does_not_answer_is_unreachable_not_stoppe
     free(home);
 }
 
-/* TensorBoard's own reader (PyPI tensorboard, EventAccumulator) over the
- * coordinator's event file, as a folder of runs: every round's scalars,
- * at step = the round, with the values strait rounds --json reports; the
- * file cut inside its last record is read up to the cut. */
-static json_t *tensorboard_read(const char *dir) {
-    char script[700];
-    snprintf(script, sizeof script, "%s/tests/python/check_tensorboard.py", getenv("STRAIT_SRC"));
-    ProcResult r = proc_run((char *[]){(char *)getenv("STRAIT_PYTHON"), script, (char *)dir, NULL});
-    cr_assert_eq(r.status, 0, "TensorBoard's reader: %s", r.err);
-    json_t *o = parse_line(r.out);
-    proc_result_free(&r);
-    return o;
-}
-
 /* The tag's point at step matches the round's JSON value times scale, or
  * there is no point where the value is null (unknown: left out). */
 static void same_or_absent(json_t *tb, const char *tag, int64_t step, json_t *want, double scale) {
@@ -614,18 +647,14 @@ static void same_or_absent(json_t *tb, const char *tag, int64_t step, json_t *wa
                        (long long)step, tag);
 }
 
-static double scalar(json_t *tb, const char *tag, int64_t step) {
-    char key[24];
-    snprintf(key, sizeof key, "%lld", (long long)step);
-    json_t *v = json_object_get(json_object_get(tb, tag), key);
-    cr_assert_not_null(v, "no %s at step %lld", tag, (long long)step);
-    return json_number_value(v);
-}
-
+/* TensorBoard's own reader (PyPI tensorboard, EventAccumulator) over the
+ * coordinator's event file, as a folder of runs: every round's scalars,
+ * at step = the round, with the values strait rounds --json reports; the
+ * file cut inside its last record is read up to the cut. */
 Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
     char dir[800], err[ERR_LEN];
     snprintf(dir, sizeof dir, "%s/tb", fed);
-    json_t *tb = tensorboard_read(dir);
+    json_t *tb = harness_tensorboard(dir);
     ProcResult r = S("rounds", fed, "--json");
     cr_assert_eq(r.status, 0, "%s", r.err);
     int seen = 0;
@@ -635,7 +664,7 @@ Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
         if (strcmp(json_string_value(json_object_get(o, "state")), "committed") == 0) {
             int64_t n = json_integer_value(json_object_get(o, "round"));
 #define SAME(tag, key)                                                                             \
-    cr_assert_float_eq(scalar(tb, tag, n), json_number_value(json_object_get(o, key)),             \
+    cr_assert_float_eq(harness_scalar(tb, tag, n), json_number_value(json_object_get(o, key)),     \
                        1e-5 * fabs(json_number_value(json_object_get(o, key))) + 1e-6,             \
                        "round %lld: %s", (long long)n, tag)
             SAME("loss/validation", "eval_loss");
@@ -652,8 +681,8 @@ Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
             same_or_absent(tb, "round/seconds", n, json_object_get(o, "wall_ms"), 1e-3);
             same_or_absent(tb, "privacy/epsilon", n, json_object_get(o, "dp_epsilon"), 1);
             same_or_absent(tb, "bytes/refused", n, json_object_get(o, "bytes_rejected"), 1);
-            cr_assert_gt(scalar(tb, "site/s0/eval_loss", n), 0);
-            cr_assert_gt(scalar(tb, "site/s1/train_loss", n), 0);
+            cr_assert_gt(harness_scalar(tb, "site/s0/eval_loss", n), 0);
+            cr_assert_gt(harness_scalar(tb, "site/s1/train_loss", n), 0);
             seen++;
         }
         json_decref(o);
@@ -676,9 +705,51 @@ Test(admin, tensorboard_reads_every_round_as_strait_rounds_reports_it) {
     snprintf(cut_file, sizeof cut_file, "%s/%s", cut, strrchr(ls.out, '/') + 1);
     cr_assert_eq(file_mkdir_p(cut, 0755, err), 0, "%s", err);
     cr_assert_eq(file_write_atomic(cut_file, bytes, len - 5, 0644, err), 0, "%s", err);
-    json_t *part = tensorboard_read(cut);
+    json_t *part = harness_tensorboard(cut);
     cr_assert_eq(json_object_size(json_object_get(part, "loss/validation")), ROUNDS - 1);
     json_decref(part);
     free(bytes);
     proc_result_free(&ls);
+}
+
+/* A site's --tensorboard: each round's held-out losses before and after
+ * and mean training loss, as the coordinator recorded them from its
+ * update, and each step's loss (their mean is the round's), learning rate,
+ * gradient norm and speed at the site's step count. */
+Test(admin, a_sites_tensorboard_has_its_steps_and_rounds_as_the_coordinator_recorded) {
+    char dir[800], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/s0/tb", root);
+    json_t *tb = harness_tensorboard(dir);
+    cr_assert_eq(json_object_size(json_object_get(tb, "train/loss")), ROUNDS * 10,
+                 "a point a step: 10 inner steps a round");
+    Store *s = open_store();
+    for (int64_t n = 0; n < ROUNDS; n++) {
+        StoreRound round;
+        StoreUpdate *ups;
+        size_t k;
+        cr_assert_eq(store_round_get(s, n, &round, err), 0, "%s", err);
+        cr_assert_eq(store_updates_list(s, round.id, &ups, &k, err), 0, "%s", err);
+        const StoreUpdate *u = NULL;
+        for (size_t i = 0; i < k; i++)
+            if (strcmp(ups[i].site_name, "s0") == 0 && strcmp(ups[i].state, "accepted") == 0)
+                u = &ups[i];
+        cr_assert_not_null(u, "round %lld has no update of s0", (long long)n);
+        cr_assert_float_eq(harness_scalar(tb, "round/eval_loss_after", n), u->eval_loss, 1e-5);
+        cr_assert_float_eq(harness_scalar(tb, "round/train_loss", n), u->train_loss, 1e-5);
+        cr_assert_float_eq(harness_scalar(tb, "round/steps", n), (double)u->steps, 0);
+        if (u->start_eval_loss > 0)
+            cr_assert_float_eq(harness_scalar(tb, "round/eval_loss_before", n), u->start_eval_loss,
+                               1e-5);
+        double mean = 0;
+        for (int64_t step = n * 10 + 1; step <= n * 10 + 10; step++) {
+            mean += harness_scalar(tb, "train/loss", step) / 10;
+            cr_assert_gt(harness_scalar(tb, "train/learning_rate", step), 0);
+            cr_assert_gt(harness_scalar(tb, "train/grad_norm", step), 0);
+            cr_assert_gt(harness_scalar(tb, "train/tokens_per_second", step), 0);
+        }
+        cr_assert_float_eq(mean, u->train_loss, 1e-4, "round %lld: the steps' mean", (long long)n);
+        free(ups);
+    }
+    store_close(s);
+    json_decref(tb);
 }
