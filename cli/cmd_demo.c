@@ -123,5 +123,6 @@ int cmd_demo(const Command *cmd, int argc, char **argv) {
     if (seed_given && o.seed < 1) return cli_usage_error(cmd, "--seed is a positive integer");
     if (demo_check(&o, err) != 0) return cli_usage_error(cmd, "%s", err);
     o.exe = exe;
+    o.version = strait_version;
     return demo_run(&o, stdout, err) == 0 ? EXIT_OK : cli_fail(cmd, "%s", err);
 }

@@ -336,6 +336,19 @@ const Command cli_commands[] = {
      "  --last N   the newest N events (default 50), shown oldest first\n"
      "  --json     one JSON object per event\n",
      cmd_events},
+    {"report", "DIR --out FILE.html [--last N]",
+     "the run as one HTML page of charts: losses, bytes against dense, time, refusals",
+     "DIR is a federation folder or an admin kit, read as 'strait rounds' reads. The page\n"
+     "is self-contained (inline SVG, no script, nothing fetched): it opens offline and can\n"
+     "be attached to a message. Charts: the global, validation and training loss and each\n"
+     "site's held-out loss by round; bytes up and down per round against dense\n"
+     "data-parallel training; each round's wall time; each site's utilization; round\n"
+     "commits, refused updates and revoked sites in time; then federation.ini. Every\n"
+     "point carries its value (hover it).\n\n"
+     "flags:\n"
+     "  --out FILE   where the page goes (written beside and renamed)\n"
+     "  --last N     the newest N round attempts (default: all)\n",
+     cmd_report},
     {"admin export", "DIR OUT [--coordinator HOST:PORT]",
      "write an admin kit (CA, admin certificate and key, address) for another machine",
      "OUT gets ca.crt, admin.crt, admin.key (0600) and admin.ini; then 'strait rounds OUT',\n"

@@ -178,6 +178,14 @@ int admin_enroll(Admin *a, const char *site, int64_t ttl_ms, char token[65], cha
                  size_t join_len, char *err);
 int admin_revoke(Admin *a, const char *site, char *err);
 
+/* The run as one self-contained HTML page at out (report.c): loss curves,
+ * bytes against dense, round time, each site's utilization, refusals and
+ * revocations in time, the configuration (fed_dir's federation.ini; NULL
+ * or "" for an admin kit). The last `last` round attempts (0: all);
+ * written beside and renamed. version: the strait that wrote it. */
+int report_write(Admin *a, const char *fed_dir, const char *out, const char *version, int last,
+                 char *err);
+
 /* Writes an admin kit into out_dir (created 0700, refused when it holds
  * files): ca.crt, admin.crt, admin.key (0600) and admin.ini with the
  * coordinator's address (address, or the federation's advertised one). */

@@ -419,6 +419,20 @@ static int finetune(const DemoOptions *o, const char *dir, FILE *out, char *err)
     return demo_finetune_score(o, &run, &tot, o->baseline ? &full : NULL, &full_tot, out, err);
 }
 
+/* The run as one page (coordinator/report.c), and where it is; a page
+ * that cannot be written is said, and the demo's result stands. */
+static void demo_report(const DemoOptions *o, const char *dir, const char *fed, FILE *out) {
+    char page[700], err[ERR_LEN];
+    snprintf(page, sizeof page, "%s/report.html", dir);
+    Admin *a = admin_open(fed, err);
+    if (a && report_write(a, fed, page, o->version ? o->version : "", 0, err) == 0)
+        fprintf(out, "the run as one page: %s (open it in a browser, offline; strait report)\n",
+                page);
+    else
+        fprintf(out, "the run's report could not be written: %s\n", err);
+    if (a) admin_close(a);
+}
+
 int demo_run(const DemoOptions *o, FILE *out, char *err) {
     char dir[512], fed[600];
     ModelConfig cfg;
@@ -470,5 +484,6 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
     for (int i = 0; i < o->n_sets; i++)
         tb_moved |= strncmp(o->sets[i], "metrics.tensorboard=", 20) == 0;
     if (!tb_moved) fprintf(out, "its rounds in TensorBoard: tensorboard --logdir %s/tb\n", fed);
+    demo_report(o, dir, fed, out);
     return rc;
 }

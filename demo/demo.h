@@ -24,12 +24,13 @@
 #define DEMO_MAX_SETS  32
 
 typedef struct DemoOptions {
-    const char *exe;    /* the strait program the children run */
-    const char *dir;    /* where it all goes; NULL: a new /tmp/strait-demo-XXXXXX */
-    const char *model;  /* a byte-level preset (vocabulary 256) */
-    const char *codec;  /* the uplink codec, or NULL for the recipe's */
-    const char *recipe; /* diloco, fedavg, ... */
-    const char *device; /* cpu or cuda, for the sites */
+    const char *exe;     /* the strait program the children run */
+    const char *version; /* its version, for the report */
+    const char *dir;     /* where it all goes; NULL: a new /tmp/strait-demo-XXXXXX */
+    const char *model;   /* a byte-level preset (vocabulary 256) */
+    const char *codec;   /* the uplink codec, or NULL for the recipe's */
+    const char *recipe;  /* diloco, fedavg, ... */
+    const char *device;  /* cpu or cuda, for the sites */
     int sites, rounds, steps, non_iid, baseline, seed; /* seed 0: the sites' own */
     const char *sets[DEMO_MAX_SETS];                   /* federation.ini edits, SECTION.KEY=VALUE */
     int n_sets;

@@ -14,6 +14,7 @@ packages=(
   fortunes fortunes-de fortunes-es fortunes-it
   python3 python3-venv openssl
   iproute2 util-linux lcov
+  chromium fonts-dejavu-core
   openmpi-bin libopenmpi-dev
 )
 

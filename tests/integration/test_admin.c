@@ -753,3 +753,67 @@ Test(admin, a_sites_tensorboard_has_its_steps_and_rounds_as_the_coordinator_reco
     store_close(s);
     json_decref(tb);
 }
+
+/* strait report: one page whose curves have strait rounds --json's values
+ * at every committed round, a refused update and a revoked site marked in
+ * time with what they were, nothing fetched from outside; and headless
+ * Chromium renders it with the validation curve drawn
+ * (tests/python/check_report.py). */
+Test(admin, the_report_draws_every_round_as_strait_rounds_reports_it_and_renders) {
+    char err[ERR_LEN], page[700], jsonl[700], shot[700], script[700];
+    Store *w = store_open(db, STORE_READWRITE, err);
+    cr_assert_not_null(w, "%s", err);
+    StoreSite site;
+    StoreRound round;
+    cr_assert_eq(store_site_get(w, "s0", &site, err), 0, "%s", err);
+    cr_assert_eq(store_round_get(w, 1, &round, err), 0, "%s", err);
+    StoreUpdate u;
+    memset(&u, 0, sizeof u);
+    u.round_id = round.id, u.site_id = site.id, u.received_at = time_wall_ms();
+    snprintf(u.codec, sizeof u.codec, "int8");
+    snprintf(u.state, sizeof u.state, "rejected");
+    snprintf(u.reason, sizeof u.reason, "update norm 9.1 is over 3 x the round's median <1.2>");
+    snprintf(u.reason_code, sizeof u.reason_code, "norm_gate");
+    u.train_loss = u.eval_loss = NAN;
+    cr_assert_eq(store_update_record(w, &u, NULL, err), 0, "%s", err);
+    store_close(w);
+    ProcResult r = S("site", "revoke", fed, "s1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    proc_result_free(&r);
+
+    snprintf(page, sizeof page, "%s/report.html", root);
+    snprintf(jsonl, sizeof jsonl, "%s/rounds.jsonl", root);
+    snprintf(shot, sizeof shot, "%s/report.png", root);
+    r = S("report", fed, "--out", page);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, page), "%s", r.out);
+    proc_result_free(&r);
+    r = S("rounds", fed, "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(file_write_atomic(jsonl, r.out, strlen(r.out), 0644, err), 0, "%s", err);
+    proc_result_free(&r);
+    snprintf(script, sizeof script, "%s/tests/python/check_report.py", getenv("STRAIT_SRC"));
+    r = proc_run((char *[]){(char *)getenv("STRAIT_PYTHON"), script, page, jsonl, shot, NULL});
+    cr_assert_eq(r.status, 0, "the report does not match strait rounds, or did not render: %s%s",
+                 r.out, r.err);
+    json_t *o = parse_line(r.out);
+    cr_assert_geq(json_integer_value(json_object_get(o, "compared")), 5 * ROUNDS);
+    json_t *refused = json_object_get(o, "refused"), *revoked = json_object_get(o, "revoked");
+    cr_assert_eq(json_array_size(refused), 1, "%s", r.out);
+    cr_assert(strstr(json_string_value(json_array_get(refused, 0)), "s0: update norm 9.1") &&
+                  strstr(json_string_value(json_array_get(refused, 0)), "median <1.2>"),
+              "the refusal's tooltip names the site and the reason, escaped and read back: %s",
+              r.out);
+    cr_assert_eq(json_array_size(revoked), 1, "%s", r.out);
+    cr_assert(strstr(json_string_value(json_array_get(revoked, 0)), "s1 revoked"), "%s", r.out);
+    json_decref(o);
+    proc_result_free(&r);
+    /* a bad flag or folder: one line, nothing written */
+    r = S("report", fed);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--out"), "%s", r.err);
+    proc_result_free(&r);
+    r = S("report", "/nonexistent/fed", "--out", page);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    proc_result_free(&r);
+}

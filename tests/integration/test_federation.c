@@ -324,9 +324,21 @@ Test(federation, demo_fedavg_sends_the_exact_model_down, .timeout = 300) {
     ProcResult r = harness_strait("demo", "--sites", "2", "--rounds", "3", "--steps", "5",
                                   "--model", "tiny", "--recipe", "fedavg", "--dir", root);
     cr_assert_eq(r.status, 0, "demo failed: %s %s", r.out, r.err);
+    /* it says where its TensorBoard files and its report are, and they are */
+    char page[700], tb[700], err[ERR_LEN];
+    snprintf(page, sizeof page, "the run as one page: %s/report.html", root);
+    snprintf(tb, sizeof tb, "tensorboard --logdir %s/fed/tb", root);
+    cr_assert(strstr(r.out, page) && strstr(r.out, tb), "%s", r.out);
+    size_t len;
+    char *html;
+    cr_assert_eq(file_read_all(page + strlen("the run as one page: "), 1 << 22, &html, &len, err),
+                 0, "%s", err);
+    cr_assert(strstr(html, "data-series=\"validation\"") && strstr(html, "</html>"),
+              "the page has no validation curve");
+    free(html);
     proc_result_free(&r);
     assert_models_identical(root, 2, 3);
-    char db[800], err[ERR_LEN];
+    char db[800];
     snprintf(db, sizeof db, "%s/fed/%s", root, STORE_DB_FILE);
     Store *s = store_open(db, STORE_READONLY, err);
     cr_assert_not_null(s, "%s", err);
