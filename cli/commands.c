@@ -105,7 +105,8 @@ const Command cli_commands[] = {
      "  --tensorboard DIR  TensorBoard's event file, a new one each run in DIR: each\n"
      "                step's train/loss, train/learning_rate, train/grad_norm and\n"
      "                train/tokens_per_second (at the site's step count), and each round's\n"
-     "                round/eval_loss_before, round/eval_loss_after, round/train_loss\n"
+     "                round/eval_loss_before, round/eval_loss_after, round/train_loss,\n"
+     "                round/steps (train/grad_norm on CPUs only)\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},
@@ -155,7 +156,8 @@ const Command cli_commands[] = {
      "  --val-every K     validation loss every K steps (default 100)\n"
      "  --tensorboard DIR TensorBoard's event file, a new one each run in DIR: each\n"
      "                    step's train/loss, train/learning_rate, train/grad_norm,\n"
-     "                    train/tokens_per_second, and eval/loss where it validates\n"
+     "                    train/tokens_per_second (the run's mean so far), and eval/loss\n"
+     "                    where it validates (train/grad_norm on CPUs only)\n"
      "  --seed S          initialisation and data order (default 1)\n"
      "  --lora-rank R     fine-tune low-rank adapters (LoRA) of rank R over the model,\n"
      "                    frozen (the Llama family); --out then holds the adapters\n"

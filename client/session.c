@@ -419,6 +419,8 @@ static void round_events(Session *ss, int64_t round, const double v[4]) {
     static const char *const tags[] = {"round/eval_loss_before", "round/eval_loss_after",
                                        "round/train_loss", "round/steps"};
     put_events(ss, round, tags, v, 4);
+    char err[ERR_LEN]; /* the round's records on disk before its update goes */
+    if (ss->events && events_sync(ss->events, err) != 0) log_warn("site", "%s", err);
 }
 
 int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *out, char *err) {

@@ -347,7 +347,8 @@ void metrics_tensorboard(Coordinator *co, int64_t number) {
             tags[k] = names[m++], values[k++] = v[j];
         }
     }
-    if (events_scalars(co->events, number, r->closed_at / 1000.0, tags, values, k, err) != 0)
+    if (events_scalars(co->events, number, r->closed_at / 1000.0, tags, values, k, err) != 0 ||
+        events_sync(co->events, err) != 0)
         log_warn("metrics", "round %lld is not in TensorBoard's file: %s", (long long)number, err);
     free(tags), free(values), free(names), free(ups);
 }

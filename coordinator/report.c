@@ -23,6 +23,7 @@
 #include "util/util.h"
 
 #define MAX_SERIES 24
+#define MAX_SITES  12  /* sites drawn by name; more are said, not drawn */
 #define W          900 /* an SVG's size, and its plot area's margins */
 #define H          320
 #define LEFT       118
@@ -30,8 +31,9 @@
 #define TOP        20
 #define BOTTOM     48
 
-static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+static const char *const palette[] = {
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ff9896", "#98df8a", "#ffbb78", "#c5b0d5", "#c49c94"};
 
 typedef struct Series {
     char name[80];
@@ -49,6 +51,8 @@ typedef struct Chart {
     int n_rows;
     Series s[MAX_SERIES];
     int ns;
+    int fixed;          /* the chart's own series, before its sites' */
+    int sites_left_out; /* updates of sites past MAX_SITES, not drawn */
 } Chart;
 
 static Series *series_add(Chart *c, const char *name, int dashed) {
@@ -62,9 +66,17 @@ static Series *series_add(Chart *c, const char *name, int dashed) {
     return s;
 }
 
-static Series *series_named(Chart *c, const char *name) {
-    for (int i = 0; i < c->ns; i++)
+/* A site's series, after the chart's own (a site may be named "train"):
+ * NULL, counted in sites_left_out, past MAX_SITES sites. */
+static Series *site_series(Chart *c, const char *site) {
+    char name[96];
+    snprintf(name, sizeof name, "site %s", site);
+    for (int i = c->fixed; i < c->ns; i++)
         if (strcmp(c->s[i].name, name) == 0) return &c->s[i];
+    if (c->ns >= c->fixed + MAX_SITES) {
+        c->sites_left_out++;
+        return NULL;
+    }
     return series_add(c, name, 0);
 }
 
@@ -263,6 +275,11 @@ static void section(FILE *f, const char *id, const Chart *c, const char *note) {
     if (note) {
         fprintf(f, "<p class=\"note\">");
         html_text(f, note);
+        if (c->sites_left_out)
+            fprintf(f,
+                    " The first %d sites to send an update are drawn; %d more updates of "
+                    "later sites are not (strait round show lists them).",
+                    MAX_SITES, c->sites_left_out);
         fprintf(f, "</p>\n");
     }
     fprintf(f, "</section>\n");
@@ -298,13 +315,19 @@ typedef struct Run {
     int64_t t0; /* the first round's opening: the time axis's zero */
 } Run;
 
+/* The audit log back to the first round's opening, newest first, page by
+ * page (a page may be shorter than asked: the Admin API caps it). */
 static int read_events(Admin *a, Run *run, char *err) {
     int64_t before = 0;
-    for (int page = 0; page < 1000; page++) {
+    for (;;) {
         StoreEvent *ev;
         size_t n;
         if (admin_events(a, 1000, before, &ev, &n, err) != 0) return -1;
-        StoreEvent *all = realloc(run->events, (run->n_events + n + 1) * sizeof *all);
+        if (n == 0) {
+            free(ev);
+            return 0;
+        }
+        StoreEvent *all = realloc(run->events, (run->n_events + n) * sizeof *all);
         if (all == NULL) {
             free(ev);
             return err_set(err, "out of memory for the report");
@@ -312,10 +335,10 @@ static int read_events(Admin *a, Run *run, char *err) {
         memcpy(all + run->n_events, ev, n * sizeof *ev);
         free(ev);
         run->events = all, run->n_events += n;
-        if (n < 1000) break;
-        before = all[run->n_events - 1].id;
+        const StoreEvent *oldest = &all[run->n_events - 1];
+        if (oldest->at < run->t0 || oldest->id <= 1) return 0;
+        before = oldest->id;
     }
-    return 0;
 }
 
 /* The loss chart, the utilization chart and the refusals, from each
@@ -326,20 +349,19 @@ static int per_site(Admin *a, const Run *run, Chart *loss, Chart *util, Chart *m
         AdminRound round;
         StoreUpdate *ups = NULL;
         size_t n = 0;
-        /* the updates of every attempt: a failed attempt's refusals too */
+        /* the round's committed attempt (else its latest) and its updates */
         if (admin_round_updates(a, ar->r.number, &round, &ups, &n, err) != 0) return -1;
         int committed = strcmp(ar->r.state, "committed") == 0 && round.r.id == ar->r.id;
         for (size_t k = 0; k < n && committed; k++) {
             const StoreUpdate *u = &ups[k];
-            char name[96], tip[160];
+            char tip[160];
             if (strcmp(u->state, "accepted") != 0) continue;
-            snprintf(name, sizeof name, "%s", u->site_name);
             snprintf(tip, sizeof tip, "round %lld: held-out %.4f", (long long)ar->r.number,
                      u->eval_loss);
-            if (point(series_named(loss, name), (double)ar->r.number, u->eval_loss, tip, err) !=
-                    0 ||
-                point(series_named(util, name), (double)ar->r.number, u->utilization, NULL, err) !=
-                    0) {
+            if (point(site_series(loss, u->site_name), (double)ar->r.number, u->eval_loss, tip,
+                      err) != 0 ||
+                point(site_series(util, u->site_name), (double)ar->r.number, u->utilization, NULL,
+                      err) != 0) {
                 free(ups);
                 return -1;
             }
@@ -418,7 +440,7 @@ static void write_page(FILE *f, Run *run, Chart *ch, const char *fed_dir, const 
         fact(f, "model", "%s, %lld parameters", st->model, (long long)st->model_params);
     else
         fact(f, "model", "%s", st->model);
-    fact(f, "rounds", "%lld committed of %lld (%s)", (long long)(st->last_commit_round + 1),
+    fact(f, "rounds", "%lld committed of %lld (%s)", (long long)st->totals.rounds_committed,
          (long long)st->total_rounds, st->round_state);
     fact(f, "sites", "%lld enrolled: %lld online, %lld offline, %lld revoked",
          (long long)st->sites_total, (long long)st->sites_online, (long long)st->sites_offline,
@@ -476,7 +498,7 @@ int report_write(Admin *a, const char *fed_dir, const char *out, const char *ver
     run.t0 = n ? run.rounds[0].r.opened_at : 0;
     static const char *const rows[] = {"round committed", "update refused", "site revoked"};
     Chart ch[5] = {
-        {.title = "Loss", .xlabel = "round", .ylabel = "loss (nats per token)"},
+        {.title = "Loss", .xlabel = "round", .ylabel = "loss (nats per token)", .fixed = 3},
         {.title = "Bytes per round", .xlabel = "round", .ylabel = "bytes", .log_y = 1},
         {.title = "Round time", .xlabel = "round", .ylabel = "seconds"},
         {.title = "Utilization by site", .xlabel = "round", .ylabel = "training time / wall time"},
@@ -489,6 +511,7 @@ int report_write(Admin *a, const char *fed_dir, const char *out, const char *ver
     int rc = 0;
     Series *global = series_add(&ch[0], "global", 1), *val = series_add(&ch[0], "validation", 0),
            *train = series_add(&ch[0], "train", 1);
+    val->color = "#c2185b"; /* its own: the tests find the curve by it */
     Series *up = series_add(&ch[1], "up", 0), *down = series_add(&ch[1], "down", 0),
            *dense = series_add(&ch[1], "dense", 1);
     Series *secs = series_add(&ch[2], "wall time", 0);
@@ -510,7 +533,7 @@ int report_write(Admin *a, const char *fed_dir, const char *out, const char *ver
              point(&ch[4].s[0], (double)(r->closed_at - run.t0) / 60000.0, 0, tip, err);
     }
     if (rc == 0) rc = per_site(a, &run, &ch[0], &ch[3], &ch[4], err);
-    if (rc == 0) rc = read_events(a, &run, err);
+    if (rc == 0 && run.n_rounds) rc = read_events(a, &run, err); /* t0 is the first round's */
     for (size_t i = 0; i < run.n_events && rc == 0; i++) {
         const StoreEvent *e = &run.events[i];
         if (strcmp(e->action, "site.revoke") != 0 || e->at < run.t0) continue;
@@ -519,21 +542,20 @@ int report_write(Admin *a, const char *fed_dir, const char *out, const char *ver
                  e->actor);
         rc = point(&ch[4].s[2], (double)(e->at - run.t0) / 60000.0, 2, tip, err);
     }
-    if (rc == 0) {
-        /* written beside, then renamed: a reader never sees half a page */
-        char tmp[1200];
-        snprintf(tmp, sizeof tmp, "%s.tmp", out);
-        FILE *f = fopen(tmp, "w");
+    if (rc == 0) { /* made in memory, then written whole (a temporary file renamed) */
+        char *page = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&page, &len);
         if (f == NULL) {
-            rc = err_set_errno(err, "cannot write %s", tmp);
+            rc = err_set(err, "out of memory for the report");
         } else {
             write_page(f, &run, ch, fed_dir ? fed_dir : "", version);
             if (ferror(f) | fclose(f))
-                rc = err_set(err, "cannot write %s (disk full?)", tmp);
-            else if (rename(tmp, out) != 0)
-                rc = err_set_errno(err, "cannot rename %s to %s", tmp, out);
-            if (rc != 0) remove(tmp);
+                rc = err_set(err, "out of memory for the report");
+            else
+                rc = file_write_atomic(out, page, len, 0644, err);
         }
+        free(page);
     }
     for (int i = 0; i < 5; i++) chart_free(&ch[i]);
     free(run.rounds), free(run.events);

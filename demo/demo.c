@@ -454,6 +454,8 @@ int demo_run(const DemoOptions *o, FILE *out, char *err) {
         fo.data = data;
         int rc = finetune(&fo, dir, out, err);
         fprintf(out, "\nthe federation, its store and the logs stay in %s\n", dir);
+        snprintf(fed, sizeof fed, "%s/fed", dir);
+        if (rc == 0) demo_report(o, dir, fed, out);
         return rc;
     }
     model_config_preset(o->model, &cfg);

@@ -11,7 +11,11 @@ mkdir -p "$(dirname "$log")"
 rc=${PIPESTATUS[0]}
 if [ "$rc" -ne 0 ]; then
     echo "---- $(basename "$1") failed (exit $rc); what failed, again (whole output: $log):"
-    grep -E '^\[[A-Z-]{4}\]|ERROR: AddressSanitizer|runtime error' "$log" \
-        | grep -vE '^\[(====|SKIP)\]|^\[----\] Criterion' | tail -n 40
+    # each failure's assertion and message lines, then every FAIL, error
+    # and sanitizer line (cr_log_info's lines of passing tests left out)
+    awk '/^\[----\] [^ ]+:[0-9]+: (Assertion Failed|Unexpected signal)/ { cap = 1 }
+         cap && /^\[----\]/ { print; next }
+         { cap = 0 }
+         /^\[(FAIL|ERR )\]|Sanitizer|runtime error|Timed out/ { print }' "$log" | head -n 200
 fi
 exit "$rc"

@@ -3,8 +3,8 @@
  * (schema/tensorboard.proto, packed by protobuf-c) in TFRecord framing —
  * each record its length (u64, little-endian), the length's masked
  * CRC-32C, the bytes, their masked CRC-32C. Appended record by record and
- * synced at most once a second (a trainer writes a record a step) and at
- * the close; nothing written is ever rewritten, and a record cut by a
+ * synced at most once a second (a trainer writes a record a step), when
+ * the writer says (events_sync: a round's end) and at the close; nothing written is ever rewritten, and a record cut by a
  * crash is one TensorBoard's reader stops at. Each open is a file of its own
  * (events.out.tfevents.SECONDS.HOST.PID), which TensorBoard reads as one
  * run with the others in the folder.
@@ -133,6 +133,17 @@ EventFile *events_open(const char *dir, char *err) {
         return NULL;
     }
     return f;
+}
+
+int events_sync(EventFile *f, char *err) {
+    pthread_mutex_lock(&f->lock);
+    int rc = 0;
+    if (f->unsynced && fdatasync(f->fd) != 0)
+        rc = err_set_errno(err, "cannot sync %s", f->path);
+    else
+        f->unsynced = 0, f->synced_ns = time_monotonic_ns();
+    pthread_mutex_unlock(&f->lock);
+    return rc;
 }
 
 const char *events_path(const EventFile *f) {

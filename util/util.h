@@ -243,6 +243,8 @@ EventFile *events_open(const char *dir, char *err);
  * (synced at most once a second, and at the close). */
 int events_scalars(EventFile *f, int64_t step, double wall_time, const char *const *tags,
                    const double *values, int n, char *err);
+/* Syncs what was written since the last sync (a round's end). */
+int events_sync(EventFile *f, char *err);
 const char *events_path(const EventFile *f);
 void events_close(EventFile *f);
 /* CRC-32C (Castagnoli), as TFRecord frames its records. */

@@ -1,8 +1,8 @@
 """check_report.py REPORT.html ROUNDS.jsonl SCREENSHOT.png
 
 Checks strait report's page against `strait rounds --json` (ROUNDS.jsonl):
-every committed round's global, validation and training loss, bytes up
-and down and wall time are points of the page's curves with those values;
+every committed round's global, validation and training loss, bytes up,
+down and dense and wall time are points of the page's curves with those values;
 the page fetches nothing (no script, no URL). Values are compared to the
 six digits the JSON prints. Then renders it in headless
 Chromium (STRAIT_CHROMIUM, default chromium) to SCREENSHOT.png and counts
@@ -69,15 +69,16 @@ def main():
     committed = [r for r in rounds if r["state"] == "committed"]
     checks = [("loss", "global", "start_eval_loss", 1), ("loss", "validation", "eval_loss", 1),
               ("loss", "train", "train_loss", 1), ("bytes", "up", "bytes_up", 1),
-              ("bytes", "down", "bytes_down", 1), ("time", "wall time", "wall_ms", 1e-3)]
+              ("bytes", "down", "bytes_down", 1), ("bytes", "dense", "dense_bytes", 1),
+              ("time", "wall time", "wall_ms", 1e-3)]
     compared = 0
     for section, series, key, scale in checks:
         got = {x: y for x, y, _ in p.points.get((section, series), [])}
         for r in committed:
             want = r.get(key)
             # unknown, or not on a logarithmic axis: no point
-            if want is None or (key in ("start_eval_loss", "bytes_up", "bytes_down")
-                                and want <= 0):
+            if want is None or (key in ("start_eval_loss", "bytes_up", "bytes_down",
+                                        "dense_bytes") and want <= 0):
                 if r["round"] in got:
                     bad.append("%s/%s has a point at round %d for an unknown value"
                                % (section, series, r["round"]))
