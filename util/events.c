@@ -4,8 +4,9 @@
  * each record its length (u64, little-endian), the length's masked
  * CRC-32C, the bytes, their masked CRC-32C. Appended record by record and
  * synced at most once a second (a trainer writes a record a step), when
- * the writer says (events_sync: a round's end) and at the close; nothing written is ever rewritten, and a record cut by a
- * crash is one TensorBoard's reader stops at. Each open is a file of its own
+ * the writer says (events_sync: a round's end) and at the close; nothing
+ * written is ever rewritten, and a record cut by a crash is one
+ * TensorBoard's reader stops at. Each open is a file of its own
  * (events.out.tfevents.SECONDS.HOST.PID), which TensorBoard reads as one
  * run with the others in the folder.
  */
