@@ -40,8 +40,8 @@ int privacy_gaussian_add(float *x, uint64_t n, double std, char *err);
  * round's sharing graph, a pairwise mask that the neighbour subtracts, so
  * the masks cancel in the sum; the seeds of a site's masks are Shamir-
  * shared with its neighbours, so the sum is recovered when sites drop after
- * masking. Built and tested as arithmetic; NOT YET IN THE ROUND PROTOCOL
- * (docs/privacy.md). */
+ * masking. Built and tested as arithmetic and as a protocol without its
+ * transport (below); NOT YET IN THE ROUND PROTOCOL (docs/privacy.md). */
 
 #define SECAGG_KEY   32 /* an X25519 key, a seed */
 #define SECAGG_SHARE 33 /* a Shamir share: its x (1..255), then 32 bytes */
@@ -98,5 +98,120 @@ int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sit
                     char *err);
 void secagg_dequantize(const uint32_t *sum, uint64_t n, double clip, int bits, int n_sites,
                        float *out);
+
+/* ---- SecAgg+'s protocol at both ends, without the transport (secagg_proto.c) -------
+ * An attempt's phases: (1) each site makes its keys and commits to its self
+ * seed (SecaggAdvert); the coordinator fixes the cohort (indices 0..n-1)
+ * and the parameters; (2) each site seals its two seeds' shares to each
+ * neighbour (SecaggEnvelope), which the coordinator routes; those that did
+ * are U2; (3) each site of U2 masks its quantized update with them ("SAGM"
+ * bytes), the coordinator sums those that come (U3); (4) each survivor
+ * reveals, for each neighbour, the share of its self seed (it survived) or
+ * of its mask key (it dropped), never both; the coordinator unmasks with t
+ * shares a secret and checks each against its commitment or public key. */
+
+#define SECAGG_BOX        (2 * SECAGG_SHARE + 16) /* two shares sealed, and the tag */
+#define SECAGG_MAX_DEGREE 64
+
+/* A round attempt's parameters, the same at every site and the coordinator. */
+typedef struct SecaggParams {
+    int n;             /* the cohort */
+    int k;             /* each site's neighbours (SecAgg+'s degree; n − 1: all) */
+    int t;             /* shares that recover a secret: a majority of a neighbourhood */
+    int bits;          /* values modulo 2^bits */
+    double range;      /* the shared scale: a value is clipped to ±range, range / levels a step */
+    char context[160]; /* the federation, round and attempt every key is bound to */
+} SecaggParams;
+
+/* n, bits and range as chosen; k and t derived (secagg_degree, a majority
+ * of each site and its neighbours). */
+int secagg_params(int n, int bits, double range, const char *context, SecaggParams *p, char *err);
+/* 2 ⌈log2 n⌉ (even), at most n − 1 and SECAGG_MAX_DEGREE. */
+int secagg_degree(int n);
+/* The x of the share of owner's secrets that holder holds (1 .. 2 k/2 + 1):
+ * by their distance on the ring, so neighbourhoods of any cohort fit
+ * Shamir's 255 points. */
+int secagg_share_x(const SecaggParams *p, int owner, int holder);
+
+typedef struct SecaggAdvert {        /* phase 1, from each site */
+    uint8_t c_pub[SECAGG_KEY];       /* seals shares */
+    uint8_t s_pub[SECAGG_KEY];       /* agrees pair masks */
+    uint8_t seed_commit[SECAGG_KEY]; /* SHA-256 of its self seed, for the unmasking's check */
+} SecaggAdvert;
+
+typedef struct SecaggEnvelope { /* phase 2: from one site to one neighbour, sealed */
+    int from, to;
+    uint8_t box[SECAGG_BOX];
+} SecaggEnvelope;
+
+typedef struct SecaggReveal { /* phase 4: a share of a neighbour's secret */
+    int owner;
+    int key; /* 1: of its mask key (it dropped); 0: of its self seed */
+    uint8_t share[SECAGG_SHARE];
+} SecaggReveal;
+
+typedef struct SecaggSite SecaggSite;
+/* A site's state for one attempt: its keys and self seed, made fresh (a
+ * dropped site's mask key is revealed: never use one twice); ad gets what
+ * it advertises. */
+SecaggSite *secagg_site_new(SecaggAdvert *ad, char *err);
+void secagg_site_free(SecaggSite *s);
+/* Phase 2: the cohort's adverts (its own at index me, checked), its seeds'
+ * shares sealed to each neighbour: out has room for SECAGG_MAX_DEGREE. */
+int secagg_site_share(SecaggSite *s, const SecaggParams *p, int me, const SecaggAdvert *cohort,
+                      SecaggEnvelope *out, int *n_out, char *err);
+/* Phase 3: the envelopes sealed to it (each opened and checked: from a
+ * neighbour, to it, once, its x; a bad one takes none), then y =
+ * quantize(x) + its self mask ± a pair mask with each neighbour that
+ * shared; sent (NULL: not wanted) gets x as quantized, what the sum holds
+ * of it, for the site's error feedback. */
+int secagg_site_mask(SecaggSite *s, const SecaggAdvert *cohort, const SecaggEnvelope *in, int n_in,
+                     const float *x, uint64_t len, uint32_t *y, float *sent, char *err);
+/* Phase 4: survived[j] for the cohort (as the coordinator says); the
+ * shares it reveals, one per site it holds shares of, into out (room for
+ * SECAGG_MAX_DEGREE + 1). Refused when the coordinator counts this site
+ * dropped, or fewer than t of its neighbourhood survived. */
+int secagg_site_reveal(SecaggSite *s, const uint8_t *survived, SecaggReveal *out, int *n_out,
+                       char *err);
+
+typedef struct SecaggServer SecaggServer;
+/* The coordinator's side of an attempt: the cohort's adverts, shared[i]
+ * for the sites whose envelopes it routed (U2), len values. */
+SecaggServer *secagg_server_new(const SecaggParams *p, const SecaggAdvert *cohort,
+                                const uint8_t *shared, uint64_t len, char *err);
+void secagg_server_free(SecaggServer *v);
+/* Phase 3: site i's masked update (peer bytes: parsed and checked whole
+ * first) added to the sum modulo 2^bits. */
+int secagg_server_add(SecaggServer *v, int i, const uint8_t *blob, size_t len, char *err);
+/* The masked updates are in: survived[i] (n) says whose, which every
+ * survivor is told. -1 when fewer than t came. */
+int secagg_server_close(SecaggServer *v, uint8_t *survived, char *err);
+/* Phase 4: what site `from` reveals (checked whole: its neighbours' only,
+ * the secret the unmasking takes of each, the right x, once). */
+int secagg_server_reveal(SecaggServer *v, int from, const SecaggReveal *r, int n, char *err);
+/* 1 when every secret the unmasking needs has t shares. */
+int secagg_server_ready(const SecaggServer *v);
+/* The sum unmasked and dequantized into out (len floats): each survivor's
+ * self mask and each dropped site's pair masks taken out, every recovered
+ * secret checked against its commitment or public key; *summed gets the
+ * number of updates in it. -1 with err naming the site whose secret was
+ * short of shares or did not check. */
+int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err);
+
+/* A masked update's bytes: "SAGM", bits, three zero bytes, the site's
+ * index (u32), the attempt (u64), n (u32), then the n values of `bits`
+ * bits, packed little-endian (docs: schema/FORMATS.md). */
+typedef struct SecaggMasked {
+    int bits;
+    uint32_t index;
+    uint64_t attempt, n;
+} SecaggMasked;
+size_t secagg_masked_len(uint64_t n, int bits);
+void secagg_masked_pack(const uint32_t *y, uint64_t n, int bits, uint32_t index, uint64_t attempt,
+                        uint8_t *out);
+/* Peer bytes: the header and the exact length checked (0), else -1 with err. */
+int secagg_masked_parse(const uint8_t *blob, size_t len, SecaggMasked *h, char *err);
+/* sum += the values, modulo 2^bits: blob must have passed secagg_masked_parse. */
+void secagg_masked_add(uint32_t *sum, const uint8_t *blob);
 
 #endif

@@ -1,0 +1,303 @@
+/*
+ * test_secagg_proto.c — SecAgg+'s protocol (privacy/secagg_proto.c) with
+ * its sites and coordinator in one process, the bytes each phase moves
+ * passed by hand: the unmasked sum is the plain sum of the updates to
+ * their quantization (a step a site; a mask left in is a fraction of
+ * 2^bits) for 2 to 16 sites, with sites dropping before sharing,
+ * after sharing and after masking; below the threshold the round fails
+ * with its reason; and what a lying or careless peer sends — a tampered
+ * or misaddressed envelope, a share of the wrong secret or x, a wrong
+ * share, a coordinator that calls a live site dropped — is refused or
+ * caught. The masked update's bytes round-trip at every width.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "privacy/privacy.h"
+#include "tests/harness.h"
+#include "util/util.h"
+
+enum { N_MAX = 16, LEN = 3000, BITS = 24 };
+#define RANGE 0.5
+
+/* What happens to a site: it takes part, or drops before sharing, after
+ * sharing (before its masked update), or after its masked update. */
+enum { LIVE, BEFORE_SHARING, BEFORE_MASKING, AFTER_MASKING };
+
+typedef struct Fed {
+    int n;
+    SecaggParams p;
+    SecaggSite *site[N_MAX];
+    SecaggAdvert ad[N_MAX];
+    SecaggEnvelope env[N_MAX][SECAGG_MAX_DEGREE];
+    int n_env[N_MAX];
+    uint8_t shared[N_MAX], survived[N_MAX];
+    float x[N_MAX][LEN], sent[N_MAX][LEN]; /* each update, and as its site quantized it */
+    SecaggServer *srv;
+} Fed;
+
+static void draw(Fed *f, int i) {
+    for (int v = 0; v < LEN; v++) f->x[i][v] = (float)(sin(0.37 * v + 1.3 * i) * 0.9 * RANGE);
+}
+
+static void fed_start(Fed *f, int n) {
+    char err[ERR_LEN];
+    memset(f, 0, sizeof *f);
+    f->n = n;
+    cr_assert_eq(secagg_params(n, BITS, RANGE, "fed/round-3/attempt-2", &f->p, err), 0, "%s", err);
+    for (int i = 0; i < n; i++) {
+        f->site[i] = secagg_site_new(&f->ad[i], err);
+        cr_assert_not_null(f->site[i], "%s", err);
+        draw(f, i);
+    }
+}
+
+static void fed_free(Fed *f) {
+    for (int i = 0; i < f->n; i++) secagg_site_free(f->site[i]);
+    secagg_server_free(f->srv);
+}
+
+/* Phase 2 at the sites that take part, and the coordinator's U2. */
+static void share(Fed *f, const int *fate) {
+    char err[ERR_LEN];
+    for (int i = 0; i < f->n; i++) {
+        if (fate[i] == BEFORE_SHARING) continue;
+        cr_assert_eq(secagg_site_share(f->site[i], &f->p, i, f->ad, f->env[i], &f->n_env[i], err),
+                     0, "%s", err);
+        f->shared[i] = 1;
+    }
+    f->srv = secagg_server_new(&f->p, f->ad, f->shared, LEN, err);
+    cr_assert_not_null(f->srv, "%s", err);
+}
+
+/* The envelopes the coordinator routes to site i: every one sealed to it. */
+static int routed(Fed *f, int i, SecaggEnvelope *in) {
+    int m = 0;
+    for (int j = 0; j < f->n; j++)
+        for (int e = 0; e < f->n_env[j]; e++)
+            if (f->env[j][e].to == i) in[m++] = f->env[j][e];
+    return m;
+}
+
+static void mask_and_send(Fed *f, const int *fate) {
+    char err[ERR_LEN];
+    static uint32_t y[LEN];
+    static uint8_t blob[LEN * 4 + 64];
+    for (int i = 0; i < f->n; i++) {
+        if (!f->shared[i] || fate[i] == BEFORE_MASKING) continue;
+        SecaggEnvelope in[N_MAX];
+        int m = routed(f, i, in);
+        cr_assert_eq(secagg_site_mask(f->site[i], f->ad, in, m, f->x[i], LEN, y, f->sent[i], err),
+                     0, "%s", err);
+        if (fate[i] == AFTER_MASKING) continue; /* masked, never sent */
+        secagg_masked_pack(y, LEN, BITS, (uint32_t)i, 2, blob);
+        cr_assert_eq(secagg_server_add(f->srv, i, blob, secagg_masked_len(LEN, BITS), err), 0, "%s",
+                     err);
+    }
+}
+
+/* The survivors reveal; 0 and the sum when it unmasks, -1 otherwise. */
+static int reveal_and_unmask(Fed *f, float *sum, int *summed, char *err) {
+    if (secagg_server_close(f->srv, f->survived, err) != 0) return -1;
+    for (int i = 0; i < f->n; i++) {
+        if (!f->survived[i]) continue;
+        SecaggReveal r[SECAGG_MAX_DEGREE + 1];
+        int m;
+        if (secagg_site_reveal(f->site[i], f->survived, r, &m, err) != 0) continue;
+        cr_assert_eq(secagg_server_reveal(f->srv, i, r, m, err), 0, "%s", err);
+    }
+    return secagg_server_unmask(f->srv, sum, summed, err);
+}
+
+static int run(int n, const int *fate, int *summed, char *err) {
+    Fed *f = calloc(1, sizeof *f);
+    static float sum[LEN];
+    fed_start(f, n);
+    share(f, fate);
+    mask_and_send(f, fate);
+    int rc = reveal_and_unmask(f, sum, summed, err);
+    if (rc == 0) {
+        /* each survivor's update is off by under a step (stochastic
+         * rounding); a mask left in would be off by a fraction of 2^bits;
+         * and the sum is what the sites say they sent, to float rounding */
+        double step = RANGE / floor((ldexp(1, BITS - 1) - 1) / n), far = 0, off = 0;
+        for (int v = 0; v < LEN; v++) {
+            double s = 0, q = 0;
+            for (int i = 0; i < n; i++)
+                if (f->survived[i]) s += f->x[i][v], q += f->sent[i][v];
+            far = fmax(far, fabs(s - sum[v])), off = fmax(off, fabs(q - sum[v]));
+        }
+        cr_assert_leq(far, *summed * step * 1.001 + 1e-7,
+                      "%d sites: %g from the plain sum (%d steps of %g)", n, far, *summed, step);
+        cr_assert_leq(off, 1e-6, "%d sites: %g from what the sites sent", n, off);
+    }
+    fed_free(f);
+    free(f);
+    return rc;
+}
+
+Test(secagg_proto, the_unmasked_sum_is_the_plain_sum_with_sites_dropping_at_every_phase) {
+    char err[ERR_LEN];
+    for (int n = 2; n <= N_MAX; n++) {
+        int fate[N_MAX] = {0}, summed = 0;
+        cr_assert_eq(run(n, fate, &summed, err), 0, "%d sites: %s", n, err);
+        cr_assert_eq(summed, n);
+        if (n < 5) continue; /* neighbourhoods of 3 or 4 cannot lose one of their needed */
+        fate[0] = BEFORE_SHARING, fate[n / 2] = AFTER_MASKING;
+        cr_assert_eq(run(n, fate, &summed, err), 0, "%d sites, two dropped: %s", n, err);
+        cr_assert_eq(summed, n - 2);
+        if (n < 10) continue;
+        memset(fate, 0, sizeof fate); /* apart: each neighbourhood loses one */
+        fate[1] = BEFORE_MASKING, fate[n / 2] = AFTER_MASKING, fate[n - 2] = BEFORE_SHARING;
+        cr_assert_eq(run(n, fate, &summed, err), 0, "%d sites, three dropped: %s", n, err);
+        cr_assert_eq(summed, n - 3);
+    }
+}
+
+/* Too few masked updates, or a dropped site with too few of its neighbours
+ * left to give its key: the round fails, saying so; nothing is summed. */
+Test(secagg_proto, below_the_threshold_the_round_fails_with_its_reason) {
+    char err[ERR_LEN];
+    int fate[N_MAX] = {0}, summed = -1;
+    for (int i = 0; i < 8; i++) fate[i] = i < 3 ? LIVE : AFTER_MASKING; /* 3 of 8, t = 4 */
+    cr_assert_eq(run(8, fate, &summed, err), -1);
+    cr_assert(strstr(err, "fewer than the 4"), "%s", err);
+    /* site 1's neighbours (6, 7, 0, 2, 3, 4) keep 3 of its key's shares */
+    int near[N_MAX] = {0};
+    near[2] = AFTER_MASKING, near[3] = near[4] = near[1] = AFTER_MASKING;
+    cr_assert_eq(run(8, near, &summed, err), -1);
+    cr_assert(strstr(err, "site 2") || strstr(err, "fewer than"), "%s", err);
+    cr_assert_eq(summed, -1, "nothing was summed");
+}
+
+/* A sealed envelope is bound to its pair and direction: changed, sent to
+ * another site, or from a site that is not a neighbour, it is refused. */
+Test(secagg_proto, a_tampered_or_misrouted_envelope_is_refused) {
+    char err[ERR_LEN];
+    Fed *f = calloc(1, sizeof *f);
+    int fate[N_MAX] = {0};
+    static uint32_t y[LEN];
+    fed_start(f, 8);
+    share(f, fate);
+    SecaggEnvelope in[N_MAX];
+    int m = routed(f, 0, in);
+    cr_assert_eq(m, 6, "site 0 of 8 has 6 neighbours");
+    SecaggEnvelope bad[N_MAX];
+    memcpy(bad, in, sizeof in);
+    bad[2].box[5] ^= 1;
+    cr_assert_eq(secagg_site_mask(f->site[0], f->ad, bad, m, f->x[0], LEN, y, NULL, err), -1);
+    cr_assert(strstr(err, "do not open"), "%s", err);
+    memcpy(bad, in, sizeof in);
+    bad[1].from = bad[2].from; /* the box says otherwise */
+    cr_assert_eq(secagg_site_mask(f->site[0], f->ad, bad, m, f->x[0], LEN, y, NULL, err), -1);
+    SecaggEnvelope other[N_MAX];
+    int m4 = routed(f, 4, other); /* site 4 is not site 0's neighbour */
+    cr_assert_eq(secagg_site_mask(f->site[0], f->ad, other, m4, f->x[0], LEN, y, NULL, err), -1);
+    cr_assert(strstr(err, "not this site's"), "%s", err);
+    /* whole, the envelopes open */
+    cr_assert_eq(secagg_site_mask(f->site[0], f->ad, in, m, f->x[0], LEN, y, NULL, err), 0, "%s",
+                 err);
+    fed_free(f);
+    free(f);
+}
+
+/* What a survivor reveals is checked whole: a share of a survivor's mask
+ * key (with its self seed it would unmask its update alone), the wrong x,
+ * one twice, or a non-neighbour's take nothing; a coordinator that calls a
+ * live site dropped gets nothing from it; a share that lies is caught by
+ * the commitment or the public key. */
+Test(secagg_proto, a_reveal_that_would_give_away_a_secret_or_lie_is_refused_or_caught) {
+    char err[ERR_LEN];
+    Fed *f = calloc(1, sizeof *f);
+    int fate[N_MAX] = {0};
+    fate[3] = AFTER_MASKING;
+    fed_start(f, 8);
+    share(f, fate);
+    mask_and_send(f, fate);
+    cr_assert_eq(secagg_server_close(f->srv, f->survived, err), 0, "%s", err);
+    cr_assert(!f->survived[3] && f->survived[2]);
+    /* a live site told it dropped */
+    uint8_t lie[N_MAX];
+    memcpy(lie, f->survived, sizeof lie);
+    lie[0] = 0;
+    SecaggReveal r[SECAGG_MAX_DEGREE + 1];
+    int m;
+    cr_assert_eq(secagg_site_reveal(f->site[0], lie, r, &m, err), -1);
+    cr_assert(strstr(err, "nothing is revealed"), "%s", err);
+    cr_assert_eq(secagg_site_reveal(f->site[0], f->survived, r, &m, err), 0, "%s", err);
+    SecaggReveal bad[SECAGG_MAX_DEGREE + 1];
+    int k = -1;
+    for (int e = 0; e < m; e++)
+        if (r[e].owner == 2) k = e;
+    cr_assert_geq(k, 0);
+    memcpy(bad, r, sizeof r);
+    bad[k].key = 1; /* site 2's mask key: it survived */
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, bad, m, err), -1);
+    cr_assert(strstr(err, "does not take"), "%s", err);
+    memcpy(bad, r, sizeof r);
+    bad[k].share[0] ^= 3;
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, bad, m, err), -1);
+    cr_assert(strstr(err, "wrong x"), "%s", err);
+    memcpy(bad, r, sizeof r);
+    bad[k + (k ? -1 : 1)].owner = 2;
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, bad, m, err), -1);
+    memcpy(bad, r, sizeof r);
+    bad[k].owner = 4;
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, bad, m, err), -1);
+    cr_assert(strstr(err, "not its neighbour"), "%s", err);
+    /* whole: taken, and not twice */
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, r, m, err), 0, "%s", err);
+    cr_assert_eq(secagg_server_reveal(f->srv, 0, r, m, err), -1);
+    /* a lying share of the right x, from a survivor: the unmasking finds a
+     * secret that is not the one committed to, and says whose */
+    for (int i = 1; i < 8; i++) {
+        if (!f->survived[i]) continue;
+        cr_assert_eq(secagg_site_reveal(f->site[i], f->survived, r, &m, err), 0, "%s", err);
+        if (i == 1)
+            for (int e = 0; e < m; e++)
+                if (r[e].owner == 2) r[e].share[7] ^= 0x40;
+        cr_assert_eq(secagg_server_reveal(f->srv, i, r, m, err), 0, "%s", err);
+    }
+    cr_assert(secagg_server_ready(f->srv));
+    static float sum[LEN];
+    int summed;
+    cr_assert_eq(secagg_server_unmask(f->srv, sum, &summed, err), -1);
+    cr_assert(strstr(err, "site 2's self seed") && strstr(err, "committed"), "%s", err);
+    fed_free(f);
+    free(f);
+}
+
+/* The masked update's bytes: packed at any width from 8 to 32 bits and
+ * added back exactly; a wrong length, width or padding is refused. */
+Test(secagg_proto, masked_updates_round_trip_at_every_width_and_bad_bytes_are_refused) {
+    char err[ERR_LEN];
+    enum { M = 1001 };
+    static uint32_t y[M], sum[M];
+    static uint8_t blob[M * 4 + 64];
+    for (int bits = 8; bits <= 32; bits++) {
+        uint32_t mod = bits == 32 ? 0xffffffffu : (1u << bits) - 1;
+        harness_fill((uint8_t *)y, sizeof y, (uint64_t)bits);
+        for (int i = 0; i < M; i++) y[i] &= mod, sum[i] = 1;
+        size_t len = secagg_masked_len(M, bits);
+        secagg_masked_pack(y, M, bits, 7, 9, blob);
+        SecaggMasked h;
+        cr_assert_eq(secagg_masked_parse(blob, len, &h, err), 0, "%d bits: %s", bits, err);
+        cr_assert(h.bits == bits && h.index == 7 && h.attempt == 9 && h.n == M);
+        secagg_masked_add(sum, blob);
+        for (int i = 0; i < M; i++)
+            cr_assert_eq(sum[i], (y[i] + 1) & mod, "%d bits, value %d", bits, i);
+        cr_assert_eq(secagg_masked_parse(blob, len - 1, &h, err), -1);
+        cr_assert_eq(secagg_masked_parse(blob, len + 1, &h, err), -1);
+        if ((M * bits) % 8) { /* padding bits must be zero */
+            blob[len - 1] |= 0x80;
+            cr_assert_eq(secagg_masked_parse(blob, len, &h, err), -1, "%d bits", bits);
+        }
+    }
+    secagg_masked_pack(y, M, 16, 0, 0, blob);
+    blob[4] = 7;
+    SecaggMasked h;
+    cr_assert_eq(secagg_masked_parse(blob, secagg_masked_len(M, 16), &h, err), -1);
+    cr_assert_eq(secagg_masked_parse((const uint8_t *)"SAGX", 4, &h, err), -1);
+}
