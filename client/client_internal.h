@@ -88,6 +88,10 @@ int site_wait_round(Site *s, uint64_t after, int allow_resend, uint64_t *round, 
  * refused for good (*refused 1, said in the log). */
 int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, size_t mlen,
                 const uint8_t blob_sha[32], int *refused);
+/* The same for attempt `attempt` of the round (its own upload id: another
+ * attempt's bytes are never resumed from). */
+int site_upload_as(Site *s, uint64_t round, uint64_t attempt, const Blob *blob, const uint8_t *meta,
+                   size_t mlen, const uint8_t blob_sha[32], int *refused);
 /* Refuses a model this site cannot hold, before anything is allocated. */
 int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err);
 /* SITEDIR/state/: AdamW's moments, the error feedback, the round and the
@@ -160,6 +164,19 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
 int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
                    const RoundTrained *t, RoundTimes *times, uint8_t blob_sha[32], uint8_t *meta,
                    size_t *mlen, char *err);
+/* Secure aggregation's update instead: x = β e + Δ into x (n floats; e
+ * holds it all until the sum takes its part), and the claims into meta. */
+int session_secagg_update(Session *ss, const float *base, const uint8_t base_sha[32],
+                          const RoundTrained *t, RoundTimes *times, float *x, uint8_t *meta,
+                          size_t *mlen);
+
+/* ---- secagg_site.c ---- */
+
+/* x through secure aggregation's phases for `round` (new keys each
+ * attempt, until one takes it or the round moves on); e = x − what the sum
+ * took. 0, or -1 with err on a local failure. */
+int site_secagg_send(Session *ss, uint64_t round, const float *x, const uint8_t *meta, size_t mlen,
+                     char *err);
 
 /* Logs the SHA-256 of the model of `round` in theta: what the coordinator
  * checks each update against, and what a reader compares with its

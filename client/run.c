@@ -57,6 +57,33 @@ static int async_wait_turn(Session *ss, uint64_t round, char *err) {
     return site_wait_round(&ss->s, current, 0, &current, &finished, &resend, err);
 }
 
+/* A round's update under secure aggregation: x through the phases, the
+ * state saved, the wait for the round to move (again through the phases
+ * when it reopened without this site's update). */
+static int secagg_round_loop(Session *ss, uint64_t round, const RoundTrained *t, RoundTimes *times,
+                             uint64_t *next, int *finished, char *err) {
+    uint8_t meta[192];
+    size_t mlen;
+    float *x = malloc(ss->m.n_params * sizeof *x);
+    if (x == NULL) return err_set(err, "out of memory for the update");
+    session_secagg_update(ss, ss->theta, ss->theta_sha, t, times, x, meta, &mlen);
+    log_info("site", "round %llu: loss %.4f, eval %.4f", (unsigned long long)round, t->train_loss,
+             t->eval);
+    int rc = 0, resend = 1;
+    while (rc == 0 && resend) {
+        rc = site_secagg_send(ss, round, x, meta, mlen, err);
+        if (rc == 0)
+            rc = site_state_save(&ss->s, &ss->m, &ss->ef, round, ss->tl.pos,
+                                 ss->opt_staged[0] ? ss->opt_staged : NULL, err);
+        if (rc == 0) rc = site_wait_round(&ss->s, round, 1, next, finished, &resend, err);
+        if (rc == 0 && resend)
+            log_warn("site", "round %llu was reopened without this site's update; sending it again",
+                     (unsigned long long)round);
+    }
+    free(x);
+    return rc;
+}
+
 /* Round after round: the model (when this site does not hold the round's),
  * the inner steps, the update, the wait for the round to move. With async
  * rounds the wait ends at once when the round has moved past the model the
@@ -103,6 +130,10 @@ static int site_loop_sync(Session *ss, char *err) {
         if (rk->rank != 0) continue; /* rank 0 sends the update */
         uint8_t blob_sha[32], meta[192];
         size_t mlen;
+        if (ss->hr->secure_aggregation) {
+            if (secagg_round_loop(ss, round, &t, &times, &round, &finished, err) != 0) return -1;
+            continue;
+        }
         if (session_encode(ss, ss->theta, ss->theta_sha, &t, &times, blob_sha, meta, &mlen, err) !=
             0)
             return -1;

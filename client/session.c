@@ -489,13 +489,34 @@ int session_train(Session *ss, uint64_t round, RoundTimes *times, RoundTrained *
     }
     /* θ_local for Δ, unless the GPU makes it, and at rank 0 the moments
      * for the state */
-    trainer_to_host(ss->trainer,
-                    (ss->on_gpu ? 0 : TRAINER_PARAMS) | (rk->rank == 0 ? TRAINER_MOMENTS : 0));
+    /* (secure aggregation makes Δ on the host) */
+    trainer_to_host(ss->trainer, (ss->on_gpu && !hr->secure_aggregation ? 0 : TRAINER_PARAMS) |
+                                     (rk->rank == 0 ? TRAINER_MOMENTS : 0));
     /* sharded: every rank's share to rank 0's writer, for the state */
     if (trainer_sharded(ss->trainer))
         if (trainer_save_moments(ss->trainer, rk->rank == 0 ? ss->opt_staged : NULL, err) != 0)
             return -1;
     return check_same_model(rk, &ss->m, err);
+}
+
+/* The update's claims, packed into meta (192 bytes). */
+static void pack_meta(const Session *ss, const uint8_t base_sha[32], const RoundTrained *t,
+                      const RoundTimes *times, uint8_t *meta, size_t *mlen) {
+    Strait__UpdateMeta um = STRAIT__UPDATE_META__INIT;
+    um.tokens = (uint64_t)t->steps * ss->B * ss->T * ss->replicas * ss->rk.size; /* every rank's */
+    um.train_loss = t->train_loss;
+    um.eval_loss = t->eval;
+    um.start_eval_loss = t->start_eval;
+    um.train_ms = t->train_ms;
+    um.steps = (uint64_t)t->steps;
+    um.base_sha256.data = (uint8_t *)base_sha;
+    um.base_sha256.len = 32;
+    um.download_ms = times->download;
+    um.decode_ms = times->decode;
+    um.eval_ms = times->eval;
+    um.encode_ms = times->encode;
+    assert(strait__update_meta__get_packed_size(&um) <= 192);
+    *mlen = strait__update_meta__pack(&um, meta);
 }
 
 int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
@@ -517,20 +538,19 @@ int session_encode(Session *ss, const float *base, const uint8_t base_sha[32],
     /* hashed once: a retried or resumed upload does not hash it again */
     security_sha256(ss->blob.data, ss->blob.len, blob_sha);
     times->encode = ms_since(t0);
-    Strait__UpdateMeta um = STRAIT__UPDATE_META__INIT;
-    um.tokens = (uint64_t)t->steps * ss->B * ss->T * ss->replicas * ss->rk.size; /* every rank's */
-    um.train_loss = t->train_loss;
-    um.eval_loss = t->eval;
-    um.start_eval_loss = t->start_eval;
-    um.train_ms = t->train_ms;
-    um.steps = (uint64_t)t->steps;
-    um.base_sha256.data = (uint8_t *)base_sha;
-    um.base_sha256.len = 32;
-    um.download_ms = times->download;
-    um.decode_ms = times->decode;
-    um.eval_ms = times->eval;
-    um.encode_ms = times->encode;
-    assert(strait__update_meta__get_packed_size(&um) <= 192);
-    *mlen = strait__update_meta__pack(&um, meta);
+    pack_meta(ss, base_sha, t, times, meta, mlen);
+    return 0;
+}
+
+int session_secagg_update(Session *ss, const float *base, const uint8_t base_sha[32],
+                          const RoundTrained *t, RoundTimes *times, float *x, uint8_t *meta,
+                          size_t *mlen) {
+    const Model *m = &ss->m;
+    uint64_t t0 = time_monotonic_ns();
+    float *e = ss->ef.e, beta = ss->ef.beta;
+    /* x = β e + Δ, and e holds all of it until the sum takes its part */
+    for (uint64_t i = 0; i < m->n_params; i++) x[i] = e[i] = beta * e[i] + (base[i] - m->params[i]);
+    times->encode = ms_since(t0);
+    pack_meta(ss, base_sha, t, times, meta, mlen);
     return 0;
 }

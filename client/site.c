@@ -487,8 +487,17 @@ void *site_signal_watch(void *arg) {
 }
 int site_upload(Site *s, uint64_t round, const Blob *blob, const uint8_t *meta, size_t mlen,
                 const uint8_t blob_sha[32], int *refused) {
+    return site_upload_as(s, round, 0, blob, meta, mlen, blob_sha, refused);
+}
+
+int site_upload_as(Site *s, uint64_t round, uint64_t attempt, const Blob *blob, const uint8_t *meta,
+                   size_t mlen, const uint8_t blob_sha[32], int *refused) {
     char id[96], details[256];
-    snprintf(id, sizeof id, "%s-r%llu", s->name, (unsigned long long)round);
+    if (attempt)
+        snprintf(id, sizeof id, "%s-r%llu-a%llu", s->name, (unsigned long long)round,
+                 (unsigned long long)attempt);
+    else
+        snprintf(id, sizeof id, "%s-r%llu", s->name, (unsigned long long)round);
     NetTransferSpec spec = {"update", round, id, 0, meta, mlen, blob_sha};
     *refused = 0;
     for (int attempt = 0;; attempt++) {

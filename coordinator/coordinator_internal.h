@@ -86,6 +86,13 @@ typedef struct RoundsSettings {
      * accounted, and no round past dp_budget (0: none); dp 0: off */
     int dp;
     double dp_clip, dp_noise, dp_delta, dp_budget;
+    /* [privacy] secure_aggregation: each round's updates summed masked
+     * (privacy/secagg_proto.c), every value clipped to ±secagg_range at its
+     * site and quantized in secagg_bits (0: 9 + log2 of the cohort), each
+     * phase waited on for secagg_timeout_ms past its first arrival */
+    int secagg;
+    double secagg_range;
+    int64_t secagg_bits, secagg_timeout_ms;
 } RoundsSettings;
 
 /* A model as GetModel serves it: the checkpoint file mapped read-only (page
@@ -165,6 +172,21 @@ typedef enum RoundState {
     ROUND_FINISHED    /* every round has committed */
 } RoundState;
 
+/* Secure aggregation's answers to parked SecAgg calls, made under
+ * rounds.lock and sent after it (secagg_round_flush). */
+typedef struct SaAnswer {
+    NetCall *call;
+    uint8_t *data; /* owned; NULL with a status */
+    size_t len;
+    NetStatus code;
+    char details[300];
+} SaAnswer;
+typedef struct SaOut {
+    SaAnswer *a;
+    int n, cap;
+} SaOut;
+typedef struct SecaggRound SecaggRound;
+
 typedef struct Rounds {
     Model model;        /* θ of the current round in model.params; owned */
     OuterOpt outer;     /* owned */
@@ -241,6 +263,10 @@ typedef struct Rounds {
     /* [privacy] dp: the committed rounds' noise, Σ 1/z² (privacy_epsilon's
      * account; from the store at start, so a restart forgets no round) */
     double dp_inv_z2;
+    /* [privacy] secure_aggregation: the open attempt's phases
+     * (secagg_round.c; NULL: off), and its answers to send */
+    SecaggRound *sa;
+    SaOut sa_out;
     pthread_mutex_t lock;   /* guards everything above */
     pthread_cond_t changed; /* a round committed or the federation finished */
     pthread_t ticker;
@@ -269,6 +295,32 @@ typedef struct Coordinator Coordinator; /* below */
 int rounds_move_legal(RoundState from, RoundState to);
 void rounds_assert_state(const Rounds *r);
 void rounds_lock(Rounds *r);
+
+/* ---- secagg_round.c: a round attempt's secure aggregation -------------------------- */
+
+/* At start (none when off); at the end. */
+int secagg_round_init(Rounds *r, char *err);
+void secagg_round_free(Rounds *r);
+/* Under rounds.lock: a new attempt (its parked calls told why). */
+void secagg_round_reset(Rounds *r, const char *why);
+/* Under rounds.lock, from the ticker: the phases' deadlines. 1: the sum is
+ * unmasked into the round's sum as the mean (close the round); 0: waiting;
+ * -1: fail the attempt, why says why. */
+int secagg_round_tick(Coordinator *co, int64_t now, char *why, size_t len);
+/* Under rounds.lock: why a masked update ("SAGM") of site is refused (a
+ * refusal code, and why), or NULL; then, once its row is recorded, it is
+ * summed (secagg_round_add: NULL, or why not). */
+const char *secagg_round_check(Coordinator *co, const char *site, const uint8_t *blob, size_t len,
+                               char *why, size_t why_len);
+const char *secagg_round_add(Coordinator *co, const char *site, const uint8_t *blob, size_t len,
+                             char *why, size_t why_len);
+/* Under rounds.lock, after a masked update is taken: as secagg_round_tick. */
+int secagg_round_after_push(Coordinator *co, char *why, size_t len);
+/* No lock: the answers made under it sent. */
+void secagg_round_flush(Rounds *r);
+int secagg_round_parked(const Rounds *r);
+/* The SecAgg call. */
+void h_secagg(NetCall *c, void *user);
 
 /* ---- the round loop: rounds.c (the state machine), round_calls.c (the
  * Federation calls), publish.c (building and installing the next model),
@@ -311,6 +363,9 @@ typedef struct RoundNext {
 /* Takes the open round for its commit (under rounds.lock): NULL when it is
  * not open. Updates for it are refused from here on. */
 RoundClosing *rounds_close(Coordinator *co);
+/* Fails the open attempt with its reason and opens the next (rounds.c's
+ * fail_round). Under rounds.lock. */
+void rounds_fail(Coordinator *co, const char *reason);
 /* Commits a closed round outside rounds.lock (the calls go on meanwhile),
  * installs its successor or fails it, opens the next round, answers the
  * waiters; frees c. */

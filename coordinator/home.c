@@ -187,6 +187,15 @@ static const char ini_template[] =
     "; noise_multiplier = 1.0\n"
     "; delta = 1e-5\n"
     "; epsilon_budget = 8\n"
+    "; on: the coordinator sees only the sum of the sites' updates (secure\n"
+    "; aggregation, docs/privacy.md): each value is clipped to +-range and quantized\n"
+    "; in bits (0: enough for the sites), masks that cancel in the sum added; a\n"
+    "; phase's stragglers are waited for phase_timeout. Not with dp = central, a\n"
+    "; robust aggregate, async or overlapped rounds, or top-k updates.\n"
+    "secure_aggregation = off\n"
+    "; range = 0.05\n"
+    "; bits = 0\n"
+    "; phase_timeout = 60s\n"
     "\n"
     "[security]\n"
     "; validity of the certificates issued to sites; they renew before expiry\n"
@@ -424,7 +433,7 @@ int coordinator_init_home(const char *dir, const CoordInitOptions *o, char ca_sh
         }
     }
     model_section(model_ini, sizeof model_ini, o, &pre, init_sha, source_sha);
-    char ini[12288], min_sites[24] = "quorum";
+    char ini[16384], min_sites[24] = "quorum";
     if (o->min_sites > 0) snprintf(min_sites, sizeof min_sites, "%d", o->min_sites);
     snprintf(ini, sizeof ini, ini_template, name, listen, advertise, model_ini,
              o->rounds > 0 ? o->rounds : 100, min_sites, o->deadline ? o->deadline : "10m",

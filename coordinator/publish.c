@@ -355,6 +355,7 @@ out:
 static int round_aggregate(Coordinator *co, RoundClosing *c, char *err) {
     Rounds *r = &co->rounds;
     if (r->set.dp) return dp_mean(co, c, err);
+    if (r->set.secagg) return 0; /* unmasked: the sum holds the mean (secagg_round.c) */
     if (r->set.keeps_updates) return robust_mean(co, c, c->sum.sum, err);
     if (!(c->no_history && r->set.robust_start && c->n_reported >= 3))
         return weighed_mean(co, c, err);

@@ -327,6 +327,7 @@ static const char *precheck(Rounds *r, const StoreSite *from, const NetReceived 
         snprintf(why, why_len, "too many sites in one round (or no memory for another update)");
         return "too_many_sites";
     }
+    if (r->set.secagg) return NULL; /* a masked update: secagg_round_check's */
     /* the federation's codec and its parameters, nothing else: the size
      * bound and the robust rules assume them */
     CodecParams params;
@@ -462,6 +463,50 @@ static void push_keep(Rounds *r, Push *p) {
                                       0, p->keep_err) == 0;
 }
 
+/* push_decide for a masked update (secure aggregation): checked, recorded,
+ * then summed; the round closes when its phases say (secagg_round.c). */
+static void push_decide_masked(Coordinator *co, Push *p, const char *codec) {
+    Rounds *r = &co->rounds;
+    char err[ERR_LEN];
+    const uint8_t *blob = p->got.data;
+    size_t len = p->got.length;
+    int64_t update_id = 0;
+    if (p->code == NULL)
+        p->code = secagg_round_check(co, p->site.name, blob, len, p->why, sizeof p->why);
+    if (record_update(co, r->round_id, p->site.id, codec, p->meta, (int64_t)len, p->upload_ms, 0,
+                      p->code, p->code ? p->why : NULL, &update_id, err) != 0) {
+        log_error("rounds", "cannot record the update of %s: %s", p->site.name, err);
+        if (p->code == NULL) {
+            p->code = "internal";
+            snprintf(p->why, sizeof p->why,
+                     "the coordinator could not record the update; send it again");
+        }
+    } else if (p->code == NULL &&
+               (p->code = secagg_round_add(co, p->site.name, blob, len, p->why, sizeof p->why))) {
+        pthread_mutex_lock(&co->store_lock);
+        store_update_reject(co->store, update_id, p->code, p->why, NULL);
+        pthread_mutex_unlock(&co->store_lock);
+    }
+    if (p->code != NULL) {
+        if (strcmp(p->code, "internal") != 0) {
+            RoundSiteCount *now = rounds_site_count(r, p->site.id);
+            if (now) now->refused++;
+        }
+        return;
+    }
+    RoundUpdate *u = &r->upd[r->n_reported];
+    memset(u, 0, sizeof *u);
+    u->weight = 1, u->norm = NAN; /* nothing of it is seen */
+    u->train = p->meta->train_loss, u->eval = p->meta->eval_loss;
+    u->start_eval = p->meta->start_eval_loss;
+    snprintf(r->reported[r->n_reported++], 65, "%s", p->site.name);
+    rounds_arrival(r, p->site.id, r->number, r->attempt, time_wall_ms() - r->opened_ms);
+    char why[ERR_LEN];
+    int moved = secagg_round_after_push(co, why, sizeof why);
+    if (moved == 1) p->closing = rounds_close(co);
+    if (moved < 0) rounds_fail(co, why);
+}
+
 /* `reading` and rounds.lock held: the round's decision. The checks, then
  * the store's row (an update the store cannot record is not applied), then
  * the sum; an accepted update joins the round's reports, a refused one
@@ -474,9 +519,14 @@ static void push_decide(Coordinator *co, Push *p) {
     size_t len = p->got.length;
     int64_t round_id = r->round_id, update_id = 0;
     CodecParams sent;
-    const char *codec =
-        codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent) : "?";
+    const char *codec = r->set.secagg                                    ? "secagg"
+                        : codec_blob_params(blob, len, &sent, NULL) == 0 ? codec_params_name(&sent)
+                                                                         : "?";
     p->code = precheck(r, &p->site, &p->got, p->meta, &p->staleness, p->why, sizeof p->why);
+    if (r->set.secagg) {
+        push_decide_masked(co, p, codec);
+        return;
+    }
     p->weight *= rounds_staleness_weight(p->staleness); /* an older update counts for less */
     if (r->set.dp) p->weight = 1; /* under DP every update counts alike (docs/privacy.md) */
     if (p->code == NULL && !r->set.keeps_updates)
@@ -581,6 +631,7 @@ static void h_push_update(NetCall *c, void *user) {
     round_gate_free(&p->g);
     net_received_drop_data(&p->got); /* read: its pages go, the fields push_answer reads stay */
     pthread_mutex_unlock(&r->reading);
+    secagg_round_flush(r); /* answers a closed phase made */
     push_answer(c, p);
     if (p->meta) strait__update_meta__free_unpacked(p->meta, NULL);
     net_received_free(&p->got);
@@ -688,7 +739,9 @@ int rounds_add_methods(Coordinator *co, NetServer *srv, char *err) {
                    net_server_add_method(srv, "/strait.Federation/WaitRound", NET_UNARY, 1,
                                          h_wait_round, co, err) ||
                    net_server_add_method(srv, "/strait.Federation/Heartbeat", NET_UNARY, 1,
-                                         h_heartbeat, co, err)
+                                         h_heartbeat, co, err) ||
+                   net_server_add_method(srv, "/strait.Federation/SecAgg", NET_UNARY, 1, h_secagg,
+                                         co, err)
                ? -1
                : 0;
 }

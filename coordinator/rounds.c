@@ -264,6 +264,10 @@ static int open_round(Coordinator *co, char *err) {
      * would say something of a site's data */
     r->sum.max_norm = r->set.dp ? 0 : norm_bound(r);
     round_state_set(r, ROUND_OPEN);
+    char why[160]; /* a new attempt: secure aggregation's phases start again, with new keys */
+    snprintf(why, sizeof why, "attempt over: round %lld is open as attempt %lld",
+             (long long)r->number, (long long)r->attempt);
+    secagg_round_reset(r, why);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
 }
@@ -288,6 +292,10 @@ static void fail_round(Coordinator *co, const char *reason) {
         log_error("rounds", "cannot reopen round %lld: %s; trying again every second",
                   (long long)r->number, err);
     pthread_cond_broadcast(&r->changed);
+}
+
+void rounds_fail(Coordinator *co, const char *reason) {
+    fail_round(co, reason);
 }
 
 RoundClosing *rounds_close(Coordinator *co) {
@@ -503,6 +511,10 @@ void rounds_release_waiters(Coordinator *co) {
     if (r->ticker) pthread_join(r->ticker, NULL); /* it uses the server: done before it stops */
     r->ticker = 0;
     rounds_answer_waiters(co, 1);
+    rounds_lock(r);
+    secagg_round_reset(r, "the coordinator is stopping; try again when it is back");
+    pthread_mutex_unlock(&r->lock);
+    secagg_round_flush(r);
 }
 
 /* Calls in flight of certificates revoked since (by the Admin API or by
@@ -631,7 +643,15 @@ static void *ticker_main(void *arg) {
          * usual arrival has passed (never later than the deadline) */
         int64_t due = r->opened_ms + r->set.deadline_ms * (r->extensions + 1);
         int64_t adaptive = r->extensions == 0 && r->n_reported > 0 ? r->adaptive_ms : 0;
-        int early = adaptive > 0 && r->opened_ms + adaptive < due &&
+        /* under secure aggregation its phases close the round, or fail it */
+        int sa = r->sa != NULL && r->state == ROUND_OPEN;
+        if (sa) {
+            char why[ERR_LEN];
+            int moved = secagg_round_tick(co, now, why, sizeof why);
+            if (moved == 1) closing = rounds_close(co);
+            if (moved < 0) fail_round(co, why);
+        }
+        int early = !sa && adaptive > 0 && r->opened_ms + adaptive < due &&
                     now >= r->opened_ms + adaptive && r->state == ROUND_OPEN &&
                     r->sum.accepted > 0 && r->n_reported >= rounds_quorum(co);
         if (early)
@@ -643,7 +663,8 @@ static void *ticker_main(void *arg) {
         /* async: once the quorum is in, a grace window of `grace` × the
          * time it took, for the updates a moment behind it */
         int merge = 0;
-        if (r->set.async && r->state == ROUND_OPEN && r->sum.accepted > 0 && r->quorum_ms > 0) {
+        if (!sa && r->set.async && r->state == ROUND_OPEN && r->sum.accepted > 0 &&
+            r->quorum_ms > 0) {
             int64_t took = r->quorum_ms - r->opened_ms;
             merge = now >= r->quorum_ms + (int64_t)(r->set.grace * (double)(took > 0 ? took : 0));
             /* the quorum may have grown since (more active sites): wait for
@@ -659,8 +680,8 @@ static void *ticker_main(void *arg) {
         /* sites away or late: looked for once a second with a quorum in,
          * from round 1 on (round 0 waits for every site's start-up) */
         int away = 0;
-        if (r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge && now < due &&
-            r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
+        if (!sa && r->set.adaptive_deadline && r->state == ROUND_OPEN && !early && !merge &&
+            now < due && r->number > 0 && r->sum.accepted > 0 && now >= r->away_check_ms) {
             char names[700], late[sizeof((StoreRound *)0)->late];
             int64_t next;
             away = rest_away(co, now, names, sizeof names, late, sizeof late, &next);
@@ -676,7 +697,7 @@ static void *ticker_main(void *arg) {
                 pthread_mutex_unlock(&co->store_lock);
             }
         }
-        if (r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
+        if (!sa && r->state == ROUND_OPEN && (early || merge || away || now >= due)) {
             int64_t quorum = rounds_quorum(co);
             if (r->n_reported >= quorum && r->sum.accepted > 0) {
                 if (!rounds_drop_revoked(co)) closing = rounds_close(co);
@@ -694,6 +715,7 @@ static void *ticker_main(void *arg) {
             }
         }
         pthread_mutex_unlock(&r->lock);
+        secagg_round_flush(r);
         if (closing) rounds_commit(co, closing); /* answers the waiters it can */
         rounds_answer_waiters(co, 0);
         if (check) cancel_revoked(co);
@@ -714,6 +736,7 @@ void rounds_describe(Coordinator *co, Strait__HelloResponse *hr, uint8_t model_s
     hr->overlap = r->set.overlap;
     hr->lookahead = (float)rounds_lookahead(&r->set);
     hr->staleness = (uint32_t)r->set.staleness;
+    hr->secure_aggregation = r->set.secagg;
     /* static strings: the settings never change while serving */
     hr->uplink_codec = (char *)codec_params_name(&r->set.uplink);
     hr->downlink_codec =
@@ -770,8 +793,10 @@ static int start(Coordinator *co, const RoundsSettings *set, char *err) {
         ef_init(&r->down_ef, r->model.n_params, r->model.table_hash, 1.0f, err) != 0)
         return -1;
     CodecLayout layout = {r->model.table_hash, r->model.n_params, NULL, 0};
-    r->max_update_bytes = codec_blob_max_len(&r->set.uplink, &layout);
+    r->max_update_bytes = set->secagg ? secagg_masked_len(r->model.n_params, 32)
+                                      : codec_blob_max_len(&r->set.uplink, &layout);
     if (r->max_update_bytes == 0) return err_set(err, "cannot size the federation's updates");
+    if (secagg_round_init(r, err) != 0) return -1;
     uint64_t per_site =
         set->spool_site_bytes > 0 ? (uint64_t)set->spool_site_bytes : 3 * r->max_update_bytes;
     char dir[1200];
@@ -970,7 +995,9 @@ void rounds_stop(Coordinator *co) {
     pthread_mutex_unlock(&r->lock);
     if (r->ticker) pthread_join(r->ticker, NULL);
     assert(r->n_waiters == 0); /* rounds_release_waiters answered them */
+    assert(secagg_round_parked(r) == 0 && r->sa_out.n == 0);
     free(r->waiters);
+    secagg_round_free(r);
     if (r->spool) round_drop_kept(r, r->number, r->kept_owner, r->n_kept);
     round_updates_free(r->upd, r->n_reported);
     free(r->upd), free(r->reported), free(r->kept_owner), free(r->counts), free(r->arrivals);

@@ -364,8 +364,9 @@ static int check_keys(const Config *cfg, char *err) {
                                          NULL};
     static const char *const metrics[] = {"listen", "tensorboard", NULL};
     static const char *const store[] = {"keep_last", "keep_every", NULL};
-    static const char *const privacy[] = {"dp",    "clip",           "noise_multiplier",
-                                          "delta", "epsilon_budget", NULL};
+    static const char *const privacy[] = {
+        "dp",    "clip", "noise_multiplier", "delta", "epsilon_budget", "secure_aggregation",
+        "range", "bits", "phase_timeout",    NULL};
     static const struct {
         const char *section;
         const char *const *keys;

@@ -391,6 +391,56 @@ static int read_privacy(const Config *cfg, RoundsSettings *o, char *err) {
     return 0;
 }
 
+/* [privacy] secure_aggregation (docs/privacy.md): the coordinator sees
+ * only the sum. What needs each update in the clear is refused by name. */
+static int read_secagg(const Config *cfg, RoundsSettings *o, char *err) {
+    if (config_get_bool(cfg, "privacy", "secure_aggregation", 0, &o->secagg, err) != 0) return -1;
+    static const char *const keys[] = {"range", "bits", "phase_timeout"};
+    if (!o->secagg) {
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (config_get(cfg, "privacy", keys[i]) != NULL)
+                return err_set(err,
+                               "federation.ini: [privacy] %s is set but secure_aggregation is "
+                               "off; turn it on, or remove it",
+                               keys[i]);
+        return 0;
+    }
+    if (config_get(cfg, "privacy", "range") == NULL)
+        return err_set(err, "federation.ini: [privacy] secure_aggregation = on needs range: the "
+                            "bound each value of a site's update is clipped to, the shared scale "
+                            "every site quantizes at (docs/privacy.md says how to choose it)");
+    if (config_get_double(cfg, "privacy", "range", 0, &o->secagg_range, err) ||
+        config_get_int(cfg, "privacy", "bits", 0, 0, 32, &o->secagg_bits, err) ||
+        config_get_duration_ms(cfg, "privacy", "phase_timeout", 60000, &o->secagg_timeout_ms, err))
+        return -1;
+    if (!(o->secagg_range > 0 && o->secagg_range <= 1e6))
+        return err_set(err,
+                       "federation.ini: [privacy] range = %g; use a positive bound, up to "
+                       "1000000",
+                       o->secagg_range);
+    if (o->secagg_bits != 0 && o->secagg_bits < 8)
+        return err_set(err,
+                       "federation.ini: [privacy] bits = %lld; use 0 (enough for the cohort: 9 "
+                       "+ log2 of its sites) or 8 to 32",
+                       (long long)o->secagg_bits);
+    if (o->secagg_timeout_ms < 1000)
+        return err_set(err, "federation.ini: [privacy] phase_timeout is at least 1s");
+    const char *why = o->dp              ? "dp = central clips and weighs each update in the clear"
+                      : o->keeps_updates ? "a robust rule needs each update in the clear"
+                      : o->async         ? "async rounds merge updates of different rounds"
+                      : o->overlap       ? "overlapped rounds take updates of two rounds at once"
+                      : o->uplink.id == CODEC_TOPK
+                          ? "top-k: a value only one site sent would be in the sum in the clear"
+                          : NULL;
+    if (why)
+        return err_set(err,
+                       "federation.ini: [privacy] secure_aggregation = on cannot work here: %s; "
+                       "turn it off or change that setting",
+                       why);
+    o->norm_bound = 0; /* no update is seen to be judged */
+    return 0;
+}
+
 double rounds_lookahead(const RoundsSettings *s) {
     if (!s->overlap) return 0;
     switch (s->outer) {
@@ -487,5 +537,6 @@ int rounds_settings_read(const Config *cfg, const ModelConfig *model, RoundsSett
                            "federation.ini: [rounds] %s = %g; use 0 (off) or a multiple of the "
                            "median from %g to 1000000",
                            bounds[i].key, bounds[i].value, bounds[i].min);
-    return read_privacy(cfg, o, err);
+    if (read_privacy(cfg, o, err) != 0) return -1;
+    return read_secagg(cfg, o, err);
 }

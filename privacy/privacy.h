@@ -1,6 +1,6 @@
 /*
  * privacy.h — differential privacy's arithmetic, shared by the coordinator
- * and (with secure aggregation, later) the sites: the Rényi accountant of
+ * and (secure aggregation) the sites: the Rényi accountant of
  * the Gaussian mechanism under full participation, and Gaussian noise drawn
  * from OpenSSL's DRBG (docs/privacy.md).
  */
@@ -40,8 +40,9 @@ int privacy_gaussian_add(float *x, uint64_t n, double std, char *err);
  * round's sharing graph, a pairwise mask that the neighbour subtracts, so
  * the masks cancel in the sum; the seeds of a site's masks are Shamir-
  * shared with its neighbours, so the sum is recovered when sites drop after
- * masking. Built and tested as arithmetic and as a protocol without its
- * transport (below); NOT YET IN THE ROUND PROTOCOL (docs/privacy.md). */
+ * masking. The arithmetic, then the protocol's phases without their
+ * transport (below; coordinator/secagg_round.c and client/secagg_site.c
+ * run them in each round, docs/privacy.md). */
 
 #define SECAGG_KEY   32 /* an X25519 key, a seed */
 #define SECAGG_SHARE 33 /* a Shamir share: its x (1..255), then 32 bytes */

@@ -1,9 +1,8 @@
 /*
  * secagg.c — secure aggregation's arithmetic: X25519 agreement, ChaCha20
  * masks modulo 2^bits, Shamir's sharing over GF(2^8), and the shared-scale
- * quantization the masked values are taken in. The protocol that moves
- * keys, shares and masked updates between the sites and the coordinator is
- * not built yet; these are its parts, checked in tests/unit/test_secagg.c.
+ * quantization the masked values are taken in; secagg_proto.c runs them
+ * as the protocol's phases, checked in tests/unit/test_secagg.c.
  */
 #include <math.h>
 #include <openssl/evp.h>

@@ -2389,3 +2389,239 @@ Test(adversary, dp_cannot_be_turned_on_over_rounds_without_noise) {
     blob_free(&u);
     model_free(&t);
 }
+
+/* ---- secure aggregation: sites that drop out and peers that lie ------------------------- */
+
+typedef struct SaCall { /* one SecAgg call, on a thread of its own (a phase parks it) */
+    NetChannel *ch;
+    Strait__SecAggRequest q;
+    Strait__SecAggResponse *resp;
+    NetStatus st;
+    char details[256];
+} SaCall;
+
+static void *sa_call_main(void *arg) {
+    SaCall *c = arg;
+    size_t n = strait__sec_agg_request__get_packed_size(&c->q);
+    uint8_t *buf = malloc(n ? n : 1);
+    strait__sec_agg_request__pack(&c->q, buf);
+    NetBuf resp;
+    c->resp = NULL;
+    c->st = net_unary(c->ch, "/strait.Federation/SecAgg", buf, n, &resp, 60000, c->details,
+                      sizeof c->details);
+    if (c->st == NET_OK) {
+        c->resp = strait__sec_agg_response__unpack(NULL, resp.len, resp.data);
+        net_buf_free(&resp);
+    }
+    free(buf);
+    return NULL;
+}
+
+static NetStatus sa_call(SaCall *c) {
+    sa_call_main(c);
+    return c->st;
+}
+
+/* Three sites (all of them the test's, driving privacy/secagg_proto.c
+ * over the real SecAgg call): a and b send their masked updates; c shares
+ * its seeds, then sends only bytes that are not a masked update and drops.
+ * The coordinator refuses c's malformed keys and bytes, an envelope to the
+ * sender itself and a reveal of a survivor's mask key (with its self seed
+ * it would unmask that survivor's update alone), waits the phase timeout
+ * for c, unmasks a's and b's sum with c's mask key rebuilt from their
+ * shares, and commits θ0 + the mean of what a and b sent — what the sites
+ * quantized, to float rounding. */
+Test(adversary, secure_aggregation_survives_a_site_that_drops_and_refuses_what_peers_fake) {
+    federation_ini("mean", "2", "60s");
+    ini_set("optimizer", "outer", "avg");
+    ini_set("optimizer", "lr", "1");
+    ini_set("codec", "downlink", "lossless");
+    ini_set("privacy", "secure_aggregation", "on");
+    ini_set("privacy", "range", "0.01");
+    ini_set("privacy", "phase_timeout", "2s");
+    start_coordinator();
+    char dir[3][700];
+    const char *names[3] = {"a", "b", "c"};
+    NetChannel *ch[3];
+    for (int i = 0; i < 3; i++) {
+        site(names[i], dir[i], sizeof dir[i]);
+        ch[i] = attacker_channel(dir[i], addr);
+    }
+    Model t = tiny();
+    size_t n = t.n_params;
+    char err[ERR_LEN];
+    /* c's keys of the wrong length, and of small order: refused */
+    SaCall bad = {.ch = ch[2]};
+    strait__sec_agg_request__init(&bad.q);
+    bad.q.round = 0, bad.q.phase = 1;
+    uint8_t junk[96] = {0};
+    bad.q.advert.data = junk, bad.q.advert.len = 10;
+    cr_assert_eq(sa_call(&bad), NET_INVALID_ARGUMENT, "%s", bad.details);
+    bad.q.advert.len = 96;
+    cr_assert_eq(sa_call(&bad), NET_INVALID_ARGUMENT, "%s", bad.details);
+    cr_assert(strstr(bad.details, "X25519"), "%s", bad.details);
+    /* KEYS: each parked until all three have sent theirs */
+    SecaggSite *me[3];
+    SecaggAdvert ad[3];
+    SaCall call[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        me[i] = secagg_site_new(&ad[i], err);
+        cr_assert_not_null(me[i], "%s", err);
+        memset(&call[i], 0, sizeof call[i]);
+        call[i].ch = ch[i];
+        strait__sec_agg_request__init(&call[i].q);
+        call[i].q.round = 0, call[i].q.phase = 1;
+        call[i].q.advert.data = (uint8_t *)&ad[i], call[i].q.advert.len = sizeof ad[i];
+        pthread_create(&th[i], NULL, sa_call_main, &call[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    Strait__SecAggResponse *k[3];
+    SecaggParams p;
+    SecaggAdvert cohort[3];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(call[i].st, NET_OK, "%s: %s", names[i], call[i].details);
+        k[i] = call[i].resp;
+        cr_assert(k[i]->sites == 3 && k[i]->n_adverts == 3);
+    }
+    cr_assert_eq(secagg_params(3, (int)k[0]->bits, k[0]->range, k[0]->context, &p, err), 0, "%s",
+                 err);
+    for (int j = 0; j < 3; j++) memcpy(&cohort[j], k[0]->adverts[j].data, sizeof cohort[j]);
+    /* SHARES: an envelope to itself is refused; then each its own */
+    SecaggEnvelope env[3][SECAGG_MAX_DEGREE];
+    int n_env[3];
+    Strait__SecAggEnvelope pe[3][SECAGG_MAX_DEGREE], *pp[3][SECAGG_MAX_DEGREE];
+    for (int i = 0; i < 3; i++) {
+        int idx = (int)k[i]->index;
+        cr_assert_eq(secagg_site_share(me[i], &p, idx, cohort, env[i], &n_env[i], err), 0, "%s",
+                     err);
+        for (int e = 0; e < n_env[i]; e++) {
+            strait__sec_agg_envelope__init(&pe[i][e]);
+            pe[i][e].from = (uint32_t)env[i][e].from, pe[i][e].to = (uint32_t)env[i][e].to;
+            pe[i][e].box.data = env[i][e].box, pe[i][e].box.len = SECAGG_BOX;
+            pp[i][e] = &pe[i][e];
+        }
+    }
+    SaCall self = {.ch = ch[0]};
+    strait__sec_agg_request__init(&self.q);
+    self.q.round = 0, self.q.phase = 2, self.q.attempt = k[0]->attempt;
+    Strait__SecAggEnvelope to_self = pe[0][0];
+    to_self.to = k[0]->index;
+    Strait__SecAggEnvelope *to_self_p = &to_self;
+    self.q.n_envelopes = 1, self.q.envelopes = &to_self_p;
+    cr_assert_eq(sa_call(&self), NET_INVALID_ARGUMENT, "%s", self.details);
+    for (int i = 0; i < 3; i++) {
+        memset(&call[i], 0, sizeof call[i]);
+        call[i].ch = ch[i];
+        strait__sec_agg_request__init(&call[i].q);
+        call[i].q.round = 0, call[i].q.phase = 2, call[i].q.attempt = k[i]->attempt;
+        call[i].q.n_envelopes = (size_t)n_env[i], call[i].q.envelopes = pp[i];
+        pthread_create(&th[i], NULL, sa_call_main, &call[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    /* a and b mask and send; c sends bytes that are not a masked update */
+    float *x = malloc(n * sizeof *x), *sent[2];
+    uint32_t *y = malloc(n * sizeof *y);
+    uint8_t sha[32];
+    security_sha256(t.params, n * 4, sha);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(call[i].st, NET_OK, "%s: %s", names[i], call[i].details);
+        Strait__SecAggResponse *sh = call[i].resp;
+        SecaggEnvelope in[SECAGG_MAX_DEGREE];
+        for (size_t e = 0; e < sh->n_envelopes; e++) {
+            in[e].from = (int)sh->envelopes[e]->from, in[e].to = (int)sh->envelopes[e]->to;
+            memcpy(in[e].box, sh->envelopes[e]->box.data, SECAGG_BOX);
+        }
+        if (i == 2) {
+            Blob junkb = {0};
+            junkb.len = 64, junkb.data = calloc(1, 64);
+            AttackClaim cc = {0, "c-0", 1000, NULL, 10, sha, 0, 0, 0};
+            char details[256];
+            cr_assert_eq(attacker_push(ch[2], &cc, &junkb, details, sizeof details),
+                         NET_FAILED_PRECONDITION, "%s", details);
+            cr_assert(strstr(details, "masked update"), "%s", details);
+            blob_free(&junkb);
+            strait__sec_agg_response__free_unpacked(sh, NULL);
+            continue;
+        }
+        for (size_t v = 0; v < n; v++) x[v] = (float)(0.004 * sin(0.1 * v + i));
+        sent[i] = malloc(n * sizeof *sent[i]);
+        cr_assert_eq(
+            secagg_site_mask(me[i], cohort, in, (int)sh->n_envelopes, x, n, y, sent[i], err), 0,
+            "%s", err);
+        Blob mb = {0};
+        mb.len = secagg_masked_len(n, p.bits), mb.data = malloc(mb.len);
+        secagg_masked_pack(y, n, p.bits, k[i]->index, k[i]->attempt, mb.data);
+        char id[16], details[256];
+        snprintf(id, sizeof id, "%s-0", names[i]);
+        AttackClaim cl = {0, id, 1000, NULL, 10, sha, 0, 0, 0};
+        cr_assert_eq(attacker_push(ch[i], &cl, &mb, details, sizeof details), NET_OK, "%s",
+                     details);
+        blob_free(&mb);
+        strait__sec_agg_response__free_unpacked(sh, NULL);
+    }
+    /* SURVIVORS: a waits out c's phase timeout; then a's forged reveal of
+     * b's mask key, refused, and each survivor's own */
+    Strait__SecAggResponse *surv[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&call[i], 0, sizeof call[i]);
+        call[i].ch = ch[i];
+        strait__sec_agg_request__init(&call[i].q);
+        call[i].q.round = 0, call[i].q.phase = 3, call[i].q.attempt = k[i]->attempt;
+        cr_assert_eq(sa_call(&call[i]), NET_OK, "%s", call[i].details);
+        surv[i] = call[i].resp;
+        cr_assert_eq(surv[i]->survived.len, 3);
+        cr_assert(!surv[i]->survived.data[k[2]->index], "c sent no masked update");
+    }
+    for (int i = 0; i < 2; i++) {
+        SecaggReveal rv[SECAGG_MAX_DEGREE + 1];
+        int m;
+        cr_assert_eq(secagg_site_reveal(me[i], surv[i]->survived.data, rv, &m, err), 0, "%s", err);
+        Strait__SecAggReveal pr[SECAGG_MAX_DEGREE + 1], *prp[SECAGG_MAX_DEGREE + 1];
+        for (int e = 0; e < m; e++) {
+            strait__sec_agg_reveal__init(&pr[e]);
+            pr[e].owner = (uint32_t)rv[e].owner, pr[e].key = rv[e].key;
+            pr[e].share.data = rv[e].share, pr[e].share.len = SECAGG_SHARE;
+            prp[e] = &pr[e];
+        }
+        SaCall rc = {.ch = ch[i]};
+        strait__sec_agg_request__init(&rc.q);
+        rc.q.round = 0, rc.q.phase = 4, rc.q.attempt = k[i]->attempt;
+        rc.q.n_reveals = (size_t)m, rc.q.reveals = prp;
+        if (i == 0) { /* b survived: its mask key is not the unmasking's to take */
+            for (int e = 0; e < m; e++) pr[e].key = pr[e].owner == k[1]->index ? 1 : pr[e].key;
+            cr_assert_eq(sa_call(&rc), NET_INVALID_ARGUMENT, "%s", rc.details);
+            cr_assert(strstr(rc.details, "does not take"), "%s", rc.details);
+            for (int e = 0; e < m; e++) pr[e].key = rv[e].key;
+        }
+        cr_assert_eq(sa_call(&rc), NET_OK, "%s", rc.details);
+        strait__sec_agg_response__free_unpacked(rc.resp, NULL);
+    }
+    StoreRound r0 = wait_committed(0, 30);
+    cr_assert_eq(r0.participants, 2);
+    cr_assert_eq(rejected_with(r0.id, "malformed"), 1, "c's bytes are in the ledger, refused");
+    /* θ1 = θ0 − (sent_a + sent_b) / 2 by the coordinator's outer step */
+    float *mean = malloc(n * sizeof *mean);
+    for (size_t v = 0; v < n; v++) mean[v] = (sent[0][v] + sent[1][v]) / 2;
+    OuterOpt o;
+    cr_assert_eq(outer_init(&o, OUTER_AVG, n, 1.0f, 0.0f, err), 0, "%s", err);
+    float *want = malloc(n * 4);
+    memcpy(want, t.params, n * 4);
+    outer_step(&o, want, mean);
+    float *got = checkpoint_params(&r0);
+    double far = 0, moved = 0;
+    for (size_t v = 0; v < n; v++)
+        far = fmax(far, fabs((double)got[v] - want[v])),
+        moved = fmax(moved, fabs((double)got[v] - t.params[v]));
+    cr_assert_gt(moved, 1e-3, "the round did not move the model");
+    cr_assert_lt(far, 1e-6, "the committed model is %g from θ0 − the survivors' mean", far);
+    outer_free(&o);
+    free(got), free(want), free(mean), free(x), free(y), free(sent[0]), free(sent[1]);
+    for (int i = 0; i < 3; i++) {
+        secagg_site_free(me[i]);
+        strait__sec_agg_response__free_unpacked(k[i], NULL);
+        net_channel_destroy(ch[i]);
+    }
+    for (int i = 0; i < 2; i++) strait__sec_agg_response__free_unpacked(surv[i], NULL);
+    model_free(&t);
+}

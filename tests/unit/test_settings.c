@@ -135,6 +135,22 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[rounds]\naggregate = median\n[privacy]\ndp = central\nclip = 1\n"
          "noise_multiplier = 1\ndelta = 1e-5\n",
          "aggregate = median"},
+        /* secure aggregation: what needs each update in the clear, by name */
+        {"[privacy]\nsecure_aggregation = maybe\n", "[privacy] secure_aggregation"},
+        {"[privacy]\nrange = 1\n", "[privacy] range"}, /* off: a key that does nothing */
+        {"[privacy]\nsecure_aggregation = on\n", "range"},
+        {"[privacy]\nsecure_aggregation = on\nrange = 0\n", "[privacy] range"},
+        {"[privacy]\nsecure_aggregation = on\nrange = 1\nbits = 4\n", "[privacy] bits"},
+        {"[privacy]\nsecure_aggregation = on\nrange = 1\nbits = 40\n", "[privacy] bits"},
+        {"[privacy]\nsecure_aggregation = on\nrange = 1\nphase_timeout = 10ms\n", "phase_timeout"},
+        {"[rounds]\naggregate = median\n[privacy]\nsecure_aggregation = on\nrange = 1\n",
+         "robust rule"},
+        {"[rounds]\nmode = async\n[privacy]\nsecure_aggregation = on\nrange = 1\n", "async"},
+        {"[rounds]\noverlap = on\n[privacy]\nsecure_aggregation = on\nrange = 1\n", "overlapped"},
+        {"[codec]\nuplink = topk\n[privacy]\nsecure_aggregation = on\nrange = 1\n", "top-k"},
+        {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 1\ndelta = 1e-5\n"
+         "secure_aggregation = on\nrange = 1\n",
+         "dp = central"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RoundsSettings o;
@@ -142,6 +158,28 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         cr_assert_eq(read_text(cases[i].ini, &o, err), -1, "taken: %s", cases[i].ini);
         assert_refusal(cases[i].ini, err, cases[i].names);
     }
+}
+
+/* [privacy] secure_aggregation = on: read as written, the phase timeout
+ * and bits defaulted, the norm bound off (no update is seen); off by
+ * default. */
+Test(settings, secure_aggregation_is_read_and_off_by_default) {
+    RoundsSettings o;
+    char err[ERR_LEN] = "";
+    cr_assert_eq(read_text("[privacy]\nsecure_aggregation = on\nrange = 0.05\n", &o, err), 0, "%s",
+                 err);
+    cr_assert(o.secagg);
+    cr_assert_float_eq(o.secagg_range, 0.05, 1e-12);
+    cr_assert_eq(o.secagg_bits, 0);
+    cr_assert_eq(o.secagg_timeout_ms, 60000);
+    cr_assert_eq(o.norm_bound, 0);
+    cr_assert_eq(read_text("[privacy]\nsecure_aggregation = on\nrange = 2\nbits = 20\n"
+                           "phase_timeout = 5s\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert(o.secagg_bits == 20 && o.secagg_timeout_ms == 5000);
+    cr_assert_eq(read_text("", &o, err), 0, "%s", err);
+    cr_assert(!o.secagg);
 }
 
 /* [privacy] dp = central: read as written, and the norm gate that judges

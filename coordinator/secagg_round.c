@@ -1,0 +1,616 @@
+/*
+ * secagg_round.c — a round attempt's secure aggregation ([privacy]
+ * secure_aggregation = on; docs/privacy.md): the SecAgg call's phases
+ * over privacy/secagg_proto.c. KEYS: sites advertise their keys, parked
+ * until the cohort is fixed (every active site in, or the quorum at the
+ * round's deadline), then answered with the cohort; SHARES: each sends its
+ * sealed envelopes, parked until every cohort site has (or the phase
+ * timeout, with enough), then answered with those sealed to it; the masked
+ * updates come through PushUpdate (secagg_round_push) until every site
+ * that shared has sent (or the timeout); SURVIVORS: parked until then,
+ * answered with whose updates are summed; REVEAL: each survivor's shares,
+ * taken at once, and once every secret has its t the sum is unmasked into
+ * the round's sum as the mean, and the round closes as any other. A phase
+ * short of what it needs at its timeout fails the attempt; a new attempt
+ * answers every parked call "attempt over" and starts again at KEYS, with
+ * new keys. Everything here runs under rounds.lock; parked calls are
+ * answered after it (SaOut).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator_internal.h"
+#include "privacy/privacy.h"
+#include "schema/strait.pb-c.h"
+
+enum { SA_KEYS = 1, SA_SHARES = 2, SA_SURVIVORS = 3, SA_REVEAL = 4 };
+enum { PH_KEYS, PH_SHARES, PH_MASKED, PH_REVEAL, PH_DONE };
+#define ADVERT_LEN (3 * SECAGG_KEY)
+
+typedef struct Parked {
+    NetCall *call;
+    int phase; /* SA_KEYS, SA_SHARES or SA_SURVIVORS */
+    int index; /* the site's in the cohort (KEYS: its advert's) */
+} Parked;
+
+struct SecaggRound {
+    int64_t attempt; /* the round_id these phases are of */
+    int phase;       /* PH_* */
+    int64_t phase_ms;
+    /* the adverts as they come, then the cohort: n of them */
+    int n, cap;
+    char (*name)[65];
+    SecaggAdvert *ad;
+    SecaggParams p;
+    uint8_t *shared, *survived; /* n */
+    SecaggEnvelope *env;        /* every envelope of the sites that shared */
+    int n_env, cap_env, n_shared, n_masked;
+    SecaggServer *srv;
+    Parked *parked;
+    int n_parked, cap_parked;
+};
+
+/* ---- answers, sent outside the lock ----------------------------------------------- */
+
+static void out_add(SaOut *o, NetCall *c, uint8_t *data, size_t len, NetStatus code,
+                    const char *details) {
+    if (o->n == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 16;
+        SaAnswer *grown = realloc(o->a, (size_t)cap * sizeof *grown);
+        if (grown == NULL) { /* the call is answered now, under the lock: better than never */
+            net_parked_answer(c, NULL, 0, NET_RESOURCE_EXHAUSTED, "out of memory");
+            free(data);
+            return;
+        }
+        o->a = grown, o->cap = cap;
+    }
+    SaAnswer *a = &o->a[o->n++];
+    a->call = c, a->data = data, a->len = len, a->code = code;
+    snprintf(a->details, sizeof a->details, "%s", details ? details : "");
+}
+
+void secagg_round_flush(Rounds *r) {
+    pthread_mutex_lock(&r->lock);
+    SaOut o = r->sa_out;
+    memset(&r->sa_out, 0, sizeof r->sa_out);
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < o.n; i++) {
+        SaAnswer *a = &o.a[i];
+        net_parked_answer(a->call, a->data, a->len, a->code, a->details);
+        free(a->data);
+    }
+    free(o.a);
+}
+
+/* A response packed on the heap, for out_add. */
+static uint8_t *pack(const Strait__SecAggResponse *m, size_t *len) {
+    *len = strait__sec_agg_response__get_packed_size(m);
+    uint8_t *b = malloc(*len ? *len : 1);
+    if (b) strait__sec_agg_response__pack(m, b);
+    return b;
+}
+
+static void base_response(const Rounds *r, const SecaggRound *s, int index,
+                          Strait__SecAggResponse *m) {
+    strait__sec_agg_response__init(m);
+    m->round = (uint64_t)r->number, m->attempt = (uint64_t)s->attempt;
+    m->index = (uint32_t)index, m->sites = (uint32_t)s->n;
+    m->bits = (uint32_t)s->p.bits, m->range = s->p.range;
+    m->context = (char *)s->p.context;
+}
+
+/* ---- the attempt's state ---------------------------------------------------------- */
+
+static void state_free(SecaggRound *s) {
+    secagg_server_free(s->srv);
+    free(s->name), free(s->ad), free(s->shared), free(s->survived), free(s->env);
+    free(s->parked);
+    memset(s, 0, sizeof *s);
+}
+
+void secagg_round_reset(Rounds *r, const char *why) {
+    SecaggRound *s = r->sa;
+    if (s == NULL) return;
+    for (int i = 0; i < s->n_parked; i++)
+        out_add(&r->sa_out, s->parked[i].call, NULL, 0, NET_FAILED_PRECONDITION, why);
+    state_free(s);
+    s->attempt = r->round_id;
+    s->phase = PH_KEYS;
+}
+
+int secagg_round_init(Rounds *r, char *err) {
+    if (!r->set.secagg) return 0;
+    if ((r->sa = calloc(1, sizeof *r->sa)) == NULL) return err_set(err, "out of memory");
+    r->sa->attempt = r->round_id;
+    return 0;
+}
+
+void secagg_round_free(Rounds *r) {
+    if (r->sa == NULL) return;
+    state_free(r->sa);
+    free(r->sa);
+    r->sa = NULL;
+}
+
+int secagg_round_parked(const Rounds *r) {
+    return r->sa ? r->sa->n_parked : 0;
+}
+
+static int find(const SecaggRound *s, const char *site) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->name[i], site) == 0) return i;
+    return -1;
+}
+
+static int park(SecaggRound *s, NetCall *c, int phase, int index) {
+    if (s->n_parked == s->cap_parked) {
+        int cap = s->cap_parked ? 2 * s->cap_parked : 16;
+        Parked *grown = realloc(s->parked, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return -1;
+        s->parked = grown, s->cap_parked = cap;
+    }
+    if (net_call_park(c) != 0) return -1;
+    s->parked[s->n_parked++] = (Parked){c, phase, index};
+    return 0;
+}
+
+/* Answers the parked calls of phase; KEYS with the cohort, SHARES with the
+ * envelopes sealed to each, SURVIVORS with the survivors. */
+static void answer_parked(Rounds *r, int phase, SaOut *out) {
+    SecaggRound *s = r->sa;
+    for (int i = 0; i < s->n_parked;) {
+        Parked *pk = &s->parked[i];
+        if (pk->phase != phase) {
+            i++;
+            continue;
+        }
+        if (pk->index < 0) { /* a retried KEYS took its place */
+            out_add(out, pk->call, NULL, 0, NET_FAILED_PRECONDITION,
+                    "a later SecAgg call of this site took this one's place");
+            *pk = s->parked[--s->n_parked];
+            continue;
+        }
+        Strait__SecAggResponse m;
+        base_response(r, s, pk->index, &m);
+        ProtobufCBinaryData *ads = NULL;
+        uint8_t **adp = NULL;
+        Strait__SecAggEnvelope *envs = NULL, **envp = NULL;
+        if (phase == SA_KEYS) {
+            ads = calloc((size_t)s->n, sizeof *ads);
+            for (int j = 0; ads && j < s->n; j++)
+                ads[j].data = (uint8_t *)&s->ad[j], ads[j].len = ADVERT_LEN;
+            m.n_adverts = ads ? (size_t)s->n : 0, m.adverts = ads;
+        } else if (phase == SA_SHARES) {
+            int k = 0;
+            for (int e = 0; e < s->n_env; e++) k += s->env[e].to == pk->index;
+            envs = calloc((size_t)(k ? k : 1), sizeof *envs);
+            envp = calloc((size_t)(k ? k : 1), sizeof *envp);
+            k = 0;
+            for (int e = 0; envs && envp && e < s->n_env; e++) {
+                if (s->env[e].to != pk->index) continue;
+                strait__sec_agg_envelope__init(&envs[k]);
+                envs[k].from = (uint32_t)s->env[e].from, envs[k].to = (uint32_t)s->env[e].to;
+                envs[k].box.data = s->env[e].box, envs[k].box.len = SECAGG_BOX;
+                envp[k] = &envs[k];
+                k++;
+            }
+            m.n_envelopes = envs && envp ? (size_t)k : 0, m.envelopes = envp;
+        } else {
+            m.survived.data = s->survived, m.survived.len = (size_t)s->n;
+        }
+        size_t len;
+        uint8_t *b = pack(&m, &len);
+        out_add(out, pk->call, b, len, b ? NET_OK : NET_RESOURCE_EXHAUSTED,
+                b ? NULL : "out of memory");
+        free(ads), free(adp), free(envs), free(envp);
+        *pk = s->parked[--s->n_parked]; /* swapped with the last: look at i again */
+    }
+}
+
+/* ---- phases ------------------------------------------------------------------------ */
+
+/* The cohort is fixed: the attempt's parameters, and KEYS answered. */
+static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    int bits = (int)r->set.secagg_bits;
+    if (bits == 0) { /* 255 levels a site over the range, and the sum of them all */
+        bits = 9;
+        while ((1 << (bits - 9)) < s->n && bits < 32) bits++;
+    }
+    char ctx[160], err[ERR_LEN];
+    snprintf(ctx, sizeof ctx, "%.64s/round-%lld/attempt-%lld", co->name, (long long)r->number,
+             (long long)s->attempt);
+    if (secagg_params(s->n, bits, r->set.secagg_range, ctx, &s->p, err) != 0) {
+        snprintf(why, len, "%s", err);
+        return -1;
+    }
+    s->shared = calloc((size_t)s->n, 1), s->survived = calloc((size_t)s->n, 1);
+    if (!s->shared || !s->survived) {
+        snprintf(why, len, "out of memory for secure aggregation's cohort");
+        return -1;
+    }
+    log_info("secagg",
+             "round %lld attempt %lld: a cohort of %d sites, each with %d neighbours; %d shares "
+             "unmask a secret; %d bits a value",
+             (long long)r->number, (long long)s->attempt, s->n, s->p.k, s->p.t, s->p.bits);
+    s->phase = PH_SHARES, s->phase_ms = time_wall_ms();
+    answer_parked(r, SA_KEYS, out);
+    return 0;
+}
+
+static int close_shares(Coordinator *co, SaOut *out, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    char err[ERR_LEN];
+    s->srv = secagg_server_new(&s->p, s->ad, s->shared, r->model.n_params, err);
+    if (s->srv == NULL) {
+        snprintf(why, len, "%s", err);
+        return -1;
+    }
+    log_info("secagg", "round %lld: %d of %d sites shared their seeds", (long long)r->number,
+             s->n_shared, s->n);
+    s->phase = PH_MASKED, s->phase_ms = time_wall_ms();
+    answer_parked(r, SA_SHARES, out);
+    return 0;
+}
+
+static int close_masked(Coordinator *co, SaOut *out, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    char err[ERR_LEN];
+    if (secagg_server_close(s->srv, s->survived, err) != 0) {
+        snprintf(why, len, "%s", err);
+        return -1;
+    }
+    log_info("secagg", "round %lld: %d masked updates in; unmasking", (long long)r->number,
+             s->n_masked);
+    s->phase = PH_REVEAL, s->phase_ms = time_wall_ms();
+    answer_parked(r, SA_SURVIVORS, out);
+    return 0;
+}
+
+/* Every secret has its shares: the mean into the round's sum. */
+static int unmask(Coordinator *co, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    char err[ERR_LEN];
+    int summed = 0;
+    if (secagg_server_unmask(s->srv, r->sum.sum, &summed, err) != 0) {
+        snprintf(why, len, "%s", err);
+        return -1;
+    }
+    for (uint64_t i = 0; i < r->sum.n; i++) r->sum.sum[i] /= (float)summed;
+    r->sum.touched = 1, r->sum.accepted = summed, r->sum.weight = 1;
+    s->phase = PH_DONE;
+    log_info("secagg", "round %lld: the sum of %d masked updates unmasked", (long long)r->number,
+             summed);
+    return 0;
+}
+
+/* Moves the attempt's phases on as far as they go now. 1: unmasked (the
+ * round's sum holds the mean: close it); 0: waiting; -1: the attempt
+ * fails, why says so. */
+static int advance(Coordinator *co, int64_t now, SaOut *out, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    int64_t timeout = r->set.secagg_timeout_ms;
+    if (s->phase == PH_KEYS && s->n > 0) {
+        int64_t active = rounds_active_sites(co), quorum = rounds_quorum_of(r, active);
+        int all = s->n >= active, late = now >= r->opened_ms + r->set.deadline_ms;
+        if ((all || late) && s->n >= quorum && s->n >= 2) {
+            if (fix_cohort(co, out, why, len) != 0) return -1;
+        } else if (late) {
+            snprintf(why, len,
+                     "secure aggregation: %d sites sent keys by the deadline, fewer "
+                     "than the quorum of %lld",
+                     s->n, (long long)(quorum > 2 ? quorum : 2));
+            return -1;
+        }
+    }
+    if (s->phase == PH_SHARES) {
+        int all = s->n_shared == s->n, late = now >= s->phase_ms + timeout;
+        if (all || (late && s->n_shared >= s->p.t)) {
+            if (close_shares(co, out, why, len) != 0) return -1;
+        } else if (late) {
+            snprintf(why, len,
+                     "secure aggregation: %d of the cohort's %d sites shared their "
+                     "seeds in time, fewer than %d",
+                     s->n_shared, s->n, s->p.t);
+            return -1;
+        }
+    }
+    if (s->phase == PH_MASKED) {
+        int all = s->n_masked == s->n_shared, late = now >= s->phase_ms + timeout;
+        if (all || late)
+            if (close_masked(co, out, why, len) != 0) return -1;
+    }
+    if (s->phase == PH_REVEAL) {
+        if (secagg_server_ready(s->srv)) return unmask(co, why, len) == 0 ? 1 : -1;
+        if (now >= s->phase_ms + timeout) {
+            snprintf(why, len,
+                     "secure aggregation: too few survivors revealed their shares in "
+                     "time to unmask the sum");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int secagg_round_tick(Coordinator *co, int64_t now, char *why, size_t len) {
+    Rounds *r = &co->rounds;
+    SaOut *out = &r->sa_out;
+    if (r->sa == NULL || r->state != ROUND_OPEN || r->sa->phase == PH_DONE) return 0;
+    /* parked calls whose site has gone are let go */
+    SecaggRound *s = r->sa;
+    for (int i = 0; i < s->n_parked;) {
+        if (net_call_cancelled(s->parked[i].call, 0)) {
+            out_add(out, s->parked[i].call, NULL, 0, NET_CANCELLED, "cancelled");
+            s->parked[i] = s->parked[--s->n_parked];
+        } else {
+            i++;
+        }
+    }
+    return advance(co, now, out, why, len);
+}
+
+/* ---- a masked update ---------------------------------------------------------------- */
+
+const char *secagg_round_check(Coordinator *co, const char *site, const uint8_t *blob, size_t len,
+                               char *why, size_t why_len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    SecaggMasked h;
+    char err[ERR_LEN];
+    if (secagg_masked_parse(blob, len, &h, err) != 0) {
+        snprintf(why, why_len, "%s", err);
+        return "malformed";
+    }
+    int i = find(s, site);
+    if (h.attempt != (uint64_t)s->attempt || s->phase != PH_MASKED || i < 0 || !s->shared[i]) {
+        snprintf(why, why_len,
+                 "a masked update for attempt %llu; attempt %lld is %s%s: start the round's "
+                 "phases again",
+                 (unsigned long long)h.attempt, (long long)s->attempt,
+                 s->phase == PH_MASKED ? "taking masked updates" : "not taking masked updates",
+                 i < 0 || (s->shared && !s->shared[i]) ? ", and not from this site" : "");
+        return "stale_round";
+    }
+    if (h.index != (uint32_t)i || h.bits != s->p.bits || h.n != r->model.n_params) {
+        snprintf(why, why_len,
+                 "a masked update of site %u, %d bits, %llu values; this attempt takes site "
+                 "%d's, %d bits, %llu values",
+                 h.index, h.bits, (unsigned long long)h.n, i, s->p.bits,
+                 (unsigned long long)r->model.n_params);
+        return "malformed";
+    }
+    return NULL;
+}
+
+const char *secagg_round_add(Coordinator *co, const char *site, const uint8_t *blob, size_t len,
+                             char *why, size_t why_len) {
+    SecaggRound *s = co->rounds.sa;
+    char err[ERR_LEN];
+    if (secagg_server_add(s->srv, find(s, site), blob, len, err) != 0) {
+        snprintf(why, why_len, "%s", err);
+        return "duplicate";
+    }
+    s->n_masked++;
+    return NULL;
+}
+
+int secagg_round_after_push(Coordinator *co, char *why, size_t len) {
+    if (co->rounds.sa == NULL) return 0;
+    return advance(co, time_wall_ms(), &co->rounds.sa_out, why, len);
+}
+
+/* ---- the SecAgg call ---------------------------------------------------------------- */
+
+/* Checks and takes a request under rounds.lock. NET_OK with *parked: the
+ * call waits; NET_OK without: *resp answers it now; else refused with
+ * details. */
+static NetStatus take(Coordinator *co, NetCall *c, const char *site, const Strait__SecAggRequest *q,
+                      int *parked, Strait__SecAggResponse *resp, char *details, size_t len) {
+    Rounds *r = &co->rounds;
+    SecaggRound *s = r->sa;
+    char err[ERR_LEN];
+    *parked = 0;
+    if (s == NULL) {
+        snprintf(details, len, "secure aggregation is off in this federation");
+        return NET_FAILED_PRECONDITION;
+    }
+    if (r->state != ROUND_OPEN || q->round != (uint64_t)r->number) {
+        snprintf(details, len, "round %llu is not open (the federation is at round %lld, %s)",
+                 (unsigned long long)q->round, (long long)r->number,
+                 r->state == ROUND_FINISHED ? "finished" : "waiting");
+        return NET_FAILED_PRECONDITION;
+    }
+    if (q->phase != SA_KEYS && q->attempt != (uint64_t)s->attempt) {
+        snprintf(details, len, "attempt over: round %lld is at attempt %lld", (long long)r->number,
+                 (long long)s->attempt);
+        return NET_FAILED_PRECONDITION;
+    }
+    int i = find(s, site);
+    switch (q->phase) {
+    case SA_KEYS: {
+        if (s->phase != PH_KEYS) {
+            snprintf(details, len, "attempt over: this attempt's cohort is fixed without site %s",
+                     site);
+            return NET_FAILED_PRECONDITION;
+        }
+        if (q->advert.len != ADVERT_LEN) {
+            snprintf(details, len, "a SecAgg advert of %zu bytes, not %d", q->advert.len,
+                     ADVERT_LEN);
+            return NET_INVALID_ARGUMENT;
+        }
+        SecaggAdvert ad;
+        memcpy(&ad, q->advert.data, ADVERT_LEN);
+        /* keys no one can agree with are refused here, not in every site */
+        SecaggKeys probe;
+        uint8_t seed[SECAGG_KEY];
+        if (secagg_keygen(&probe, err) != 0 ||
+            secagg_agree(&probe, ad.c_pub, "probe", seed, err) != 0 ||
+            secagg_agree(&probe, ad.s_pub, "probe", seed, err) != 0) {
+            snprintf(details, len, "%s", err);
+            return NET_INVALID_ARGUMENT;
+        }
+        if (i < 0) {
+            if (s->n == s->cap) {
+                int cap = s->cap ? 2 * s->cap : 16;
+                char(*nn)[65] = realloc(s->name, (size_t)cap * sizeof *nn);
+                if (nn) s->name = nn;
+                SecaggAdvert *na = realloc(s->ad, (size_t)cap * sizeof *na);
+                if (na) s->ad = na;
+                if (!nn || !na) {
+                    snprintf(details, len, "out of memory");
+                    return NET_RESOURCE_EXHAUSTED;
+                }
+                s->cap = cap;
+            }
+            i = s->n++;
+            snprintf(s->name[i], sizeof s->name[i], "%s", site);
+        } else { /* a retried call: its new keys; the old call is let go */
+            for (int k = 0; k < s->n_parked; k++)
+                if (s->parked[k].index == i) s->parked[k].index = -1;
+        }
+        s->ad[i] = ad;
+        if (park(s, c, SA_KEYS, i) != 0) {
+            snprintf(details, len, "cannot hold the call (too many waiting)");
+            return NET_UNAVAILABLE;
+        }
+        *parked = 1;
+        return NET_OK;
+    }
+    case SA_SHARES: {
+        if (s->phase != PH_SHARES || i < 0 || s->shared[i]) {
+            snprintf(details, len, "attempt over: site %s %s", site,
+                     i < 0 ? "is not in this attempt's cohort" : "cannot share now");
+            return NET_FAILED_PRECONDITION;
+        }
+        for (size_t e = 0; e < q->n_envelopes; e++) {
+            const Strait__SecAggEnvelope *v = q->envelopes[e];
+            if (v->from != (uint32_t)i || v->to >= (uint32_t)s->n || v->box.len != SECAGG_BOX ||
+                !secagg_neighbours(i, (int)v->to, s->n, s->p.k)) {
+                snprintf(details, len,
+                         "envelope %zu is not from site %d to one of its neighbours, or not %d "
+                         "bytes",
+                         e, i, SECAGG_BOX);
+                return NET_INVALID_ARGUMENT;
+            }
+            for (size_t f = 0; f < e; f++)
+                if (q->envelopes[f]->to == v->to) {
+                    snprintf(details, len, "two envelopes to site %u", v->to);
+                    return NET_INVALID_ARGUMENT;
+                }
+        }
+        if (s->n_env + (int)q->n_envelopes > s->cap_env) {
+            int cap = s->n_env + (int)q->n_envelopes + 64;
+            SecaggEnvelope *grown = realloc(s->env, (size_t)cap * sizeof *grown);
+            if (grown == NULL) {
+                snprintf(details, len, "out of memory");
+                return NET_RESOURCE_EXHAUSTED;
+            }
+            s->env = grown, s->cap_env = cap;
+        }
+        for (size_t e = 0; e < q->n_envelopes; e++) {
+            SecaggEnvelope *d = &s->env[s->n_env++];
+            d->from = i, d->to = (int)q->envelopes[e]->to;
+            memcpy(d->box, q->envelopes[e]->box.data, SECAGG_BOX);
+        }
+        s->shared[i] = 1, s->n_shared++;
+        if (park(s, c, SA_SHARES, i) != 0) {
+            snprintf(details, len, "cannot hold the call (too many waiting)");
+            return NET_UNAVAILABLE;
+        }
+        *parked = 1;
+        return NET_OK;
+    }
+    case SA_SURVIVORS:
+        if (i < 0 || (s->phase != PH_MASKED && s->phase != PH_REVEAL)) {
+            snprintf(details, len, "attempt over: no masked update of site %s is awaited", site);
+            return NET_FAILED_PRECONDITION;
+        }
+        if (s->phase == PH_REVEAL) { /* closed already: at once */
+            base_response(r, s, i, resp);
+            resp->survived.data = s->survived, resp->survived.len = (size_t)s->n;
+            return NET_OK;
+        }
+        if (park(s, c, SA_SURVIVORS, i) != 0) {
+            snprintf(details, len, "cannot hold the call (too many waiting)");
+            return NET_UNAVAILABLE;
+        }
+        *parked = 1;
+        return NET_OK;
+    case SA_REVEAL: {
+        if (s->phase != PH_REVEAL || i < 0) {
+            snprintf(details, len, "attempt over: the sum is not being unmasked");
+            return NET_FAILED_PRECONDITION;
+        }
+        int n = (int)q->n_reveals;
+        if (n > SECAGG_MAX_DEGREE + 1) {
+            snprintf(details, len, "%d reveals; a site has at most %d", n, SECAGG_MAX_DEGREE + 1);
+            return NET_INVALID_ARGUMENT;
+        }
+        SecaggReveal rv[SECAGG_MAX_DEGREE + 1];
+        for (int e = 0; e < n; e++) {
+            const Strait__SecAggReveal *v = q->reveals[e];
+            if (v->owner >= (uint32_t)s->n || v->share.len != SECAGG_SHARE) {
+                snprintf(details, len, "reveal %d: site %u, %zu bytes", e, v->owner, v->share.len);
+                return NET_INVALID_ARGUMENT;
+            }
+            rv[e].owner = (int)v->owner, rv[e].key = v->key;
+            memcpy(rv[e].share, v->share.data, SECAGG_SHARE);
+        }
+        if (secagg_server_reveal(s->srv, i, rv, n, err) != 0) {
+            snprintf(details, len, "%s", err);
+            return NET_INVALID_ARGUMENT;
+        }
+        base_response(r, s, i, resp);
+        return NET_OK;
+    }
+    default:
+        snprintf(details, len, "SecAgg phase %u; use 1 to 4", q->phase);
+        return NET_INVALID_ARGUMENT;
+    }
+}
+
+void h_secagg(NetCall *c, void *user) {
+    Coordinator *co = user;
+    Rounds *r = &co->rounds;
+    StoreSite site;
+    if (coordinator_authorize_site(co, c, &site) != 0) return;
+    Strait__SecAggRequest *q;
+    READ_REQUEST(c, SecAggRequest, strait__sec_agg_request, q);
+    Strait__SecAggResponse resp;
+    strait__sec_agg_response__init(&resp);
+    char details[ERR_LEN], why[ERR_LEN];
+    int parked = 0;
+    RoundClosing *closing = NULL;
+    rounds_lock(r);
+    NetStatus st = take(co, c, site.name, q, &parked, &resp, details, sizeof details);
+    /* the response's fields point into the state: packed under the lock */
+    size_t len = 0;
+    uint8_t *b = st == NET_OK && !parked ? pack(&resp, &len) : NULL;
+    if (st == NET_OK) {
+        int moved = advance(co, time_wall_ms(), &r->sa_out, why, sizeof why);
+        if (moved == 1) closing = rounds_close(co);
+        if (moved < 0) rounds_fail(co, why);
+    }
+    pthread_mutex_unlock(&r->lock);
+    strait__sec_agg_request__free_unpacked(q, NULL);
+    secagg_round_flush(r);
+    if (st != NET_OK) {
+        net_call_status(c, st, "%s", details);
+    } else if (!parked) {
+        if (b)
+            net_call_send(c, b, len);
+        else
+            net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    free(b);
+    if (closing) { /* the commit on this worker, outside the lock */
+        if (!parked) net_call_end(c);
+        rounds_commit(co, closing);
+    }
+}
