@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#define CLIENT_PROTOCOL_VERSION 1
+#define CLIENT_PROTOCOL_VERSION 2 /* 2: secure aggregation's phases */
 
 typedef struct SiteJoinOptions {
     const char *site_dir;

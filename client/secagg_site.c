@@ -8,8 +8,11 @@
  * sum did not take of x. An attempt that fails starts again with new keys;
  * a round that moves on ends it (x stays in e for the next round).
  */
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "privacy/privacy.h"
@@ -50,6 +53,22 @@ static NetStatus call(Session *ss, const Strait__SecAggRequest *q, Strait__SecAg
     }
     free(buf);
     return st;
+}
+
+/* What a peer or the coordinator sent that this site cannot take: said,
+ * and the attempt is over (1), never the site. */
+static int peer_fault(uint64_t round, char *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int peer_fault(uint64_t round, char *err, const char *fmt, ...) {
+    char what[ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    log_warn("site", "round %llu: %s; this attempt is over for this site",
+             (unsigned long long)round, what);
+    err[0] = '\0';
+    return 1;
 }
 
 /* What one attempt needs, freed whatever happens. */
@@ -104,12 +123,13 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     if (a->cohort == NULL) return err_set(err, "out of memory");
     for (uint32_t i = 0; i < k->sites; i++) {
         if (k->adverts[i].len != sizeof *a->cohort)
-            return err_set(err, "the coordinator's SecAgg advert %u is %zu bytes", i,
-                           k->adverts[i].len);
+            return peer_fault(round, err, "the coordinator's SecAgg advert %u is %zu bytes", i,
+                              k->adverts[i].len);
         memcpy(&a->cohort[i], k->adverts[i].data, sizeof *a->cohort);
     }
     int me = (int)k->index, n_out = 0;
-    if (secagg_site_share(a->me, &p, me, a->cohort, a->out, &n_out, err) != 0) return -1;
+    if (secagg_site_share(a->me, &p, me, a->cohort, a->out, &n_out, err) != 0)
+        return peer_fault(round, err, "%s", err); /* a neighbour's key, or not its own */
     /* SHARES: parked until the shares are in */
     Strait__SecAggEnvelope env[SECAGG_MAX_DEGREE], *envp[SECAGG_MAX_DEGREE];
     for (int e = 0; e < n_out; e++) {
@@ -130,14 +150,15 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     }
     Strait__SecAggResponse *sh = a->shares;
     if (sh->n_envelopes > SECAGG_MAX_DEGREE)
-        return err_set(err, "the coordinator routed %zu envelopes to this site", sh->n_envelopes);
+        return peer_fault(round, err, "the coordinator routed %zu envelopes to this site",
+                          sh->n_envelopes);
     a->in = calloc(sh->n_envelopes ? sh->n_envelopes : 1, sizeof *a->in);
     a->y = malloc(n * sizeof *a->y), a->sent = malloc(n * sizeof *a->sent);
     if (!a->in || !a->y || !a->sent) return err_set(err, "out of memory");
     for (size_t e = 0; e < sh->n_envelopes; e++) {
         if (sh->envelopes[e]->box.len != SECAGG_BOX)
-            return err_set(err, "the coordinator routed an envelope of %zu bytes",
-                           sh->envelopes[e]->box.len);
+            return peer_fault(round, err, "the coordinator routed an envelope of %zu bytes",
+                              sh->envelopes[e]->box.len);
         a->in[e].from = (int)sh->envelopes[e]->from, a->in[e].to = (int)sh->envelopes[e]->to;
         memcpy(a->in[e].box, sh->envelopes[e]->box.data, SECAGG_BOX);
     }
@@ -153,6 +174,10 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     int refused = 0;
     site_upload_as(&ss->s, round, k->attempt, &a->blob, meta, mlen, sha, &refused);
     if (refused) return 1;
+    /* taken: the sum holds what it sent if the attempt goes through (its
+     * neighbours' shares unmask it, whatever becomes of this site) */
+    float *e = ss->ef.e;
+    for (uint64_t i = 0; i < n; i++) e[i] = x[i] - a->sent[i];
     /* SURVIVORS, then REVEAL */
     q.phase = SA_SURVIVORS;
     st = call(ss, &q, &a->survivors, details);
@@ -162,8 +187,8 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
         return 1;
     }
     if (a->survivors->survived.len != k->sites)
-        return err_set(err, "the coordinator's survivors are %zu bytes for %u sites",
-                       a->survivors->survived.len, k->sites);
+        return peer_fault(round, err, "the coordinator's survivors are %zu bytes for %u sites",
+                          a->survivors->survived.len, k->sites);
     SecaggReveal rv[SECAGG_MAX_DEGREE + 1];
     int n_rv = 0;
     if (secagg_site_reveal(a->me, a->survivors->survived.data, rv, &n_rv, err) != 0) {
@@ -186,9 +211,6 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
                  net_status_name(st), details);
         return 1;
     }
-    /* what the sum did not take of x stays for the next round */
-    float *e = ss->ef.e;
-    for (uint64_t i = 0; i < n; i++) e[i] = x[i] - a->sent[i];
     log_info("site", "round %llu: masked update summed (attempt %llu, site %d of %u)",
              (unsigned long long)round, (unsigned long long)k->attempt, me, k->sites);
     return 0;
@@ -196,13 +218,21 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
 
 int site_secagg_send(Session *ss, uint64_t round, const float *x, const uint8_t *meta, size_t mlen,
                      char *err) {
+    for (uint64_t i = 0; i < ss->m.n_params; i++)
+        if (!isfinite(x[i]))
+            return err_set(err, "value %llu of this site's update is not finite; nothing is sent",
+                           (unsigned long long)i);
     memcpy(ss->ef.e, x, ss->m.n_params * sizeof *x); /* nothing of it taken yet */
     for (int tries = 0;; tries++) {
         Attempt a;
         memset(&a, 0, sizeof a);
         int rc = attempt_once(ss, round, x, meta, mlen, &a, err);
         attempt_free(&a);
-        if (rc == 0 || rc == 2) return 0; /* in, or the round moved: WaitRound says which */
+        if (rc == 0) return 0;
+        if (rc == 2) { /* not open (between attempts, committing, moved): WaitRound says which */
+            usleep(1000000);
+            return 0;
+        }
         if (rc < 0) return -1;
         log_info("site", "round %llu: secure aggregation's attempt is over; starting again",
                  (unsigned long long)round);

@@ -265,8 +265,7 @@ static int open_round(Coordinator *co, char *err) {
     r->sum.max_norm = r->set.dp ? 0 : norm_bound(r);
     round_state_set(r, ROUND_OPEN);
     char why[160]; /* a new attempt: secure aggregation's phases start again, with new keys */
-    snprintf(why, sizeof why, "attempt over: round %lld is open as attempt %lld",
-             (long long)r->number, (long long)r->attempt);
+    snprintf(why, sizeof why, "attempt over: round %lld opened again", (long long)r->number);
     secagg_round_reset(r, why);
     log_info("rounds", "round %lld open", (long long)r->number);
     return 0;
@@ -288,6 +287,8 @@ static void fail_round(Coordinator *co, const char *reason) {
     pthread_mutex_unlock(&co->store_lock);
     log_warn("rounds", "round %lld failed (%s); reopening", (long long)r->number, reason);
     r->bytes_down = 0; /* recorded with the failed attempt */
+    /* its secure aggregation's calls told now, whether the next opens or not */
+    secagg_round_reset(r, "attempt over: the attempt failed");
     if (open_round(co, err) != 0)
         log_error("rounds", "cannot reopen round %lld: %s; trying again every second",
                   (long long)r->number, err);
@@ -448,6 +449,7 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
     int64_t number = c->number;
     free(c->kept_owner), free(c->upd), free(c->site);
     free(c);
+    secagg_round_flush(r); /* a new attempt's resets */
     rounds_answer_waiters(co, 0);
     /* after the waiters: the record's sync is nobody's wait */
     if (rc == 0 && co->events) metrics_tensorboard(co, number);

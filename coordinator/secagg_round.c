@@ -35,9 +35,10 @@ typedef struct Parked {
 } Parked;
 
 struct SecaggRound {
-    int64_t attempt; /* the round_id these phases are of */
-    int phase;       /* PH_* */
-    int64_t phase_ms;
+    int64_t attempt;  /* the round_id these phases are of */
+    int phase;        /* PH_* */
+    int64_t phase_ms; /* when the phase began */
+    int64_t first_ms; /* the phase's first arrival (keys, masked updates); 0: none */
     /* the adverts as they come, then the cohort: n of them */
     int n, cap;
     char (*name)[65];
@@ -46,6 +47,8 @@ struct SecaggRound {
     uint8_t *shared, *survived; /* n */
     SecaggEnvelope *env;        /* every envelope of the sites that shared */
     int n_env, cap_env, n_shared, n_masked;
+    uint8_t *revealed; /* n: the survivors whose reveals were taken */
+    int n_revealed, n_revealed_tried; /* and how many; at the last unmasking tried */
     SecaggServer *srv;
     Parked *parked;
     int n_parked, cap_parked;
@@ -104,7 +107,7 @@ static void base_response(const Rounds *r, const SecaggRound *s, int index,
 
 static void state_free(SecaggRound *s) {
     secagg_server_free(s->srv);
-    free(s->name), free(s->ad), free(s->shared), free(s->survived), free(s->env);
+    free(s->name), free(s->ad), free(s->shared), free(s->survived), free(s->env), free(s->revealed);
     free(s->parked);
     memset(s, 0, sizeof *s);
 }
@@ -155,8 +158,46 @@ static int park(SecaggRound *s, NetCall *c, int phase, int index) {
     return 0;
 }
 
-/* Answers the parked calls of phase; KEYS with the cohort, SHARES with the
- * envelopes sealed to each, SURVIVORS with the survivors. */
+/* The answer of phase to cohort site `index`, packed (NULL: out of
+ * memory; never a partial one): KEYS the cohort, SHARES the envelopes
+ * sealed to it, SURVIVORS the survivors, REVEAL nothing more. */
+static uint8_t *answer_of(const Rounds *r, int phase, int index, size_t *len) {
+    const SecaggRound *s = r->sa;
+    Strait__SecAggResponse m;
+    base_response(r, s, index, &m);
+    ProtobufCBinaryData *ads = NULL;
+    Strait__SecAggEnvelope *envs = NULL, **envp = NULL;
+    int ok = 1;
+    if (phase == SA_KEYS) {
+        ok = (ads = calloc((size_t)s->n, sizeof *ads)) != NULL;
+        for (int j = 0; ok && j < s->n; j++)
+            ads[j].data = (uint8_t *)&s->ad[j], ads[j].len = ADVERT_LEN;
+        m.n_adverts = (size_t)s->n, m.adverts = ads;
+    } else if (phase == SA_SHARES) {
+        int k = 0;
+        for (int e = 0; e < s->n_env; e++) k += s->env[e].to == index;
+        envs = calloc((size_t)(k ? k : 1), sizeof *envs);
+        envp = calloc((size_t)(k ? k : 1), sizeof *envp);
+        ok = envs && envp;
+        k = 0;
+        for (int e = 0; ok && e < s->n_env; e++) {
+            if (s->env[e].to != index) continue;
+            strait__sec_agg_envelope__init(&envs[k]);
+            envs[k].from = (uint32_t)s->env[e].from, envs[k].to = (uint32_t)s->env[e].to;
+            envs[k].box.data = (uint8_t *)s->env[e].box, envs[k].box.len = SECAGG_BOX;
+            envp[k] = &envs[k];
+            k++;
+        }
+        m.n_envelopes = (size_t)k, m.envelopes = envp;
+    } else if (phase == SA_SURVIVORS) {
+        m.survived.data = s->survived, m.survived.len = (size_t)s->n;
+    }
+    uint8_t *b = ok ? pack(&m, len) : NULL;
+    free(ads), free(envs), free(envp);
+    return b;
+}
+
+/* Answers the parked calls of phase (answer_of). */
 static void answer_parked(Rounds *r, int phase, SaOut *out) {
     SecaggRound *s = r->sa;
     for (int i = 0; i < s->n_parked;) {
@@ -165,45 +206,15 @@ static void answer_parked(Rounds *r, int phase, SaOut *out) {
             i++;
             continue;
         }
-        if (pk->index < 0) { /* a retried KEYS took its place */
+        if (pk->index < 0) { /* a retried call took its place */
             out_add(out, pk->call, NULL, 0, NET_FAILED_PRECONDITION,
                     "a later SecAgg call of this site took this one's place");
-            *pk = s->parked[--s->n_parked];
-            continue;
-        }
-        Strait__SecAggResponse m;
-        base_response(r, s, pk->index, &m);
-        ProtobufCBinaryData *ads = NULL;
-        uint8_t **adp = NULL;
-        Strait__SecAggEnvelope *envs = NULL, **envp = NULL;
-        if (phase == SA_KEYS) {
-            ads = calloc((size_t)s->n, sizeof *ads);
-            for (int j = 0; ads && j < s->n; j++)
-                ads[j].data = (uint8_t *)&s->ad[j], ads[j].len = ADVERT_LEN;
-            m.n_adverts = ads ? (size_t)s->n : 0, m.adverts = ads;
-        } else if (phase == SA_SHARES) {
-            int k = 0;
-            for (int e = 0; e < s->n_env; e++) k += s->env[e].to == pk->index;
-            envs = calloc((size_t)(k ? k : 1), sizeof *envs);
-            envp = calloc((size_t)(k ? k : 1), sizeof *envp);
-            k = 0;
-            for (int e = 0; envs && envp && e < s->n_env; e++) {
-                if (s->env[e].to != pk->index) continue;
-                strait__sec_agg_envelope__init(&envs[k]);
-                envs[k].from = (uint32_t)s->env[e].from, envs[k].to = (uint32_t)s->env[e].to;
-                envs[k].box.data = s->env[e].box, envs[k].box.len = SECAGG_BOX;
-                envp[k] = &envs[k];
-                k++;
-            }
-            m.n_envelopes = envs && envp ? (size_t)k : 0, m.envelopes = envp;
         } else {
-            m.survived.data = s->survived, m.survived.len = (size_t)s->n;
+            size_t len = 0;
+            uint8_t *b = answer_of(r, phase, pk->index, &len);
+            out_add(out, pk->call, b, len, b ? NET_OK : NET_RESOURCE_EXHAUSTED,
+                    b ? NULL : "out of memory");
         }
-        size_t len;
-        uint8_t *b = pack(&m, &len);
-        out_add(out, pk->call, b, len, b ? NET_OK : NET_RESOURCE_EXHAUSTED,
-                b ? NULL : "out of memory");
-        free(ads), free(adp), free(envs), free(envp);
         *pk = s->parked[--s->n_parked]; /* swapped with the last: look at i again */
     }
 }
@@ -219,6 +230,13 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
         bits = 9;
         while ((1 << (bits - 9)) < s->n && bits < 32) bits++;
     }
+    if (floor((ldexp(1, bits - 1) - 1) / s->n) < 1) {
+        snprintf(why, len,
+                 "secure aggregation: %d bits cannot hold the sum of %d sites; use [privacy] "
+                 "bits = 0 (enough) or more",
+                 bits, s->n);
+        return -1;
+    }
     char ctx[160], err[ERR_LEN];
     snprintf(ctx, sizeof ctx, "%.64s/round-%lld/attempt-%lld", co->name, (long long)r->number,
              (long long)s->attempt);
@@ -226,16 +244,35 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
         snprintf(why, len, "%s", err);
         return -1;
     }
+    /* places on the ring drawn at random (OpenSSL's DRBG): sites that came
+     * in a chosen order cannot choose whose neighbours they are */
+    int *place = malloc((size_t)s->n * sizeof *place);
+    char(*name)[65] = malloc((size_t)s->n * sizeof *name);
+    SecaggAdvert *ad = malloc((size_t)s->n * sizeof *ad);
+    if (!place || !name || !ad) {
+        free(place), free(name), free(ad);
+        snprintf(why, len, "out of memory for secure aggregation's cohort");
+        return -1;
+    }
+    secagg_permutation(place, s->n);
+    for (int i = 0; i < s->n; i++) memcpy(name[place[i]], s->name[i], sizeof *name);
+    for (int i = 0; i < s->n; i++) ad[place[i]] = s->ad[i];
+    for (int k = 0; k < s->n_parked; k++)
+        if (s->parked[k].index >= 0) s->parked[k].index = place[s->parked[k].index];
+    memcpy(s->name, name, (size_t)s->n * sizeof *name);
+    memcpy(s->ad, ad, (size_t)s->n * sizeof *ad);
+    free(place), free(name), free(ad);
     s->shared = calloc((size_t)s->n, 1), s->survived = calloc((size_t)s->n, 1);
-    if (!s->shared || !s->survived) {
+    s->revealed = calloc((size_t)s->n, 1);
+    if (!s->shared || !s->survived || !s->revealed) {
         snprintf(why, len, "out of memory for secure aggregation's cohort");
         return -1;
     }
     log_info("secagg",
              "round %lld attempt %lld: a cohort of %d sites, each with %d neighbours; %d shares "
              "unmask a secret; %d bits a value",
-             (long long)r->number, (long long)s->attempt, s->n, s->p.k, s->p.t, s->p.bits);
-    s->phase = PH_SHARES, s->phase_ms = time_wall_ms();
+             (long long)r->number, (long long)r->attempt, s->n, s->p.k, s->p.t, s->p.bits);
+    s->phase = PH_SHARES, s->phase_ms = time_wall_ms(), s->first_ms = 0;
     answer_parked(r, SA_KEYS, out);
     return 0;
 }
@@ -251,7 +288,7 @@ static int close_shares(Coordinator *co, SaOut *out, char *why, size_t len) {
     }
     log_info("secagg", "round %lld: %d of %d sites shared their seeds", (long long)r->number,
              s->n_shared, s->n);
-    s->phase = PH_MASKED, s->phase_ms = time_wall_ms();
+    s->phase = PH_MASKED, s->phase_ms = time_wall_ms(), s->first_ms = 0;
     answer_parked(r, SA_SHARES, out);
     return 0;
 }
@@ -262,6 +299,12 @@ static int close_masked(Coordinator *co, SaOut *out, char *why, size_t len) {
     char err[ERR_LEN];
     if (secagg_server_close(s->srv, s->survived, err) != 0) {
         snprintf(why, len, "%s", err);
+        return -1;
+    }
+    int64_t quorum = rounds_quorum(co); /* a round's quorum holds for what is summed too */
+    if (s->n_masked < quorum) {
+        snprintf(why, len, "secure aggregation: %d masked updates, fewer than the quorum of %lld",
+                 s->n_masked, (long long)quorum);
         return -1;
     }
     log_info("secagg", "round %lld: %d masked updates in; unmasking", (long long)r->number,
@@ -297,14 +340,18 @@ static int advance(Coordinator *co, int64_t now, SaOut *out, char *why, size_t l
     SecaggRound *s = r->sa;
     int64_t timeout = r->set.secagg_timeout_ms;
     if (s->phase == PH_KEYS && s->n > 0) {
+        /* every active site's keys, or the quorum's by the round's deadline
+         * (or a phase timeout past the first keys, when they came later) */
         int64_t active = rounds_active_sites(co), quorum = rounds_quorum_of(r, active);
-        int all = s->n >= active, late = now >= r->opened_ms + r->set.deadline_ms;
+        int64_t due = r->opened_ms + r->set.deadline_ms;
+        if (s->first_ms + timeout > due) due = s->first_ms + timeout;
+        int all = s->n >= active, late = now >= due;
         if ((all || late) && s->n >= quorum && s->n >= 2) {
             if (fix_cohort(co, out, why, len) != 0) return -1;
         } else if (late) {
             snprintf(why, len,
-                     "secure aggregation: %d sites sent keys by the deadline, fewer "
-                     "than the quorum of %lld",
+                     "secure aggregation: %d sites sent keys by the deadline, fewer than the "
+                     "quorum of %lld",
                      s->n, (long long)(quorum > 2 ? quorum : 2));
             return -1;
         }
@@ -315,19 +362,34 @@ static int advance(Coordinator *co, int64_t now, SaOut *out, char *why, size_t l
             if (close_shares(co, out, why, len) != 0) return -1;
         } else if (late) {
             snprintf(why, len,
-                     "secure aggregation: %d of the cohort's %d sites shared their "
-                     "seeds in time, fewer than %d",
+                     "secure aggregation: %d of the cohort's %d sites shared their seeds in "
+                     "time, fewer than %d",
                      s->n_shared, s->n, s->p.t);
             return -1;
         }
     }
     if (s->phase == PH_MASKED) {
-        int all = s->n_masked == s->n_shared, late = now >= s->phase_ms + timeout;
+        /* the stragglers' timeout runs from the first masked update (its
+         * upload's time is the others' too), the round's deadline past the
+         * shares when none came */
+        int all = s->n_masked == s->n_shared;
+        int late =
+            s->first_ms ? now >= s->first_ms + timeout : now >= s->phase_ms + r->set.deadline_ms;
         if (all || late)
             if (close_masked(co, out, why, len) != 0) return -1;
     }
     if (s->phase == PH_REVEAL) {
-        if (secagg_server_ready(s->srv)) return unmask(co, why, len) == 0 ? 1 : -1;
+        /* tried once every secret has t shares; when shares lie, again with
+         * each survivor's reveal that comes, until they all have */
+        int all = 1;
+        for (int i = 0; i < s->n; i++) all &= !s->survived[i] || s->revealed[i];
+        if (secagg_server_ready(s->srv) && s->n_revealed_tried != s->n_revealed) {
+            s->n_revealed_tried = s->n_revealed;
+            if (unmask(co, why, len) == 0) return 1;
+            if (all) return -1;
+            log_warn("secagg", "round %lld: %s; waiting for the other survivors' shares",
+                     (long long)r->number, why);
+        }
         if (now >= s->phase_ms + timeout) {
             snprintf(why, len,
                      "secure aggregation: too few survivors revealed their shares in "
@@ -396,7 +458,7 @@ const char *secagg_round_add(Coordinator *co, const char *site, const uint8_t *b
         snprintf(why, why_len, "%s", err);
         return "duplicate";
     }
-    s->n_masked++;
+    if (s->n_masked++ == 0) s->first_ms = time_wall_ms();
     return NULL;
 }
 
@@ -408,30 +470,36 @@ int secagg_round_after_push(Coordinator *co, char *why, size_t len) {
 /* ---- the SecAgg call ---------------------------------------------------------------- */
 
 /* Checks and takes a request under rounds.lock. NET_OK with *parked: the
- * call waits; NET_OK without: *resp answers it now; else refused with
- * details. */
+ * call waits; NET_OK without: *now (packed, len) answers it at once; else
+ * refused with details. A retried SHARES, SURVIVORS or REVEAL (its answer
+ * lost) gets the answer the first one got. */
 static NetStatus take(Coordinator *co, NetCall *c, const char *site, const Strait__SecAggRequest *q,
-                      int *parked, Strait__SecAggResponse *resp, char *details, size_t len) {
+                      int *parked, uint8_t **now, size_t *now_len, char *details, size_t len) {
     Rounds *r = &co->rounds;
     SecaggRound *s = r->sa;
     char err[ERR_LEN];
-    *parked = 0;
+    *parked = 0, *now = NULL;
     if (s == NULL) {
         snprintf(details, len, "secure aggregation is off in this federation");
         return NET_FAILED_PRECONDITION;
     }
+    if (r->stop) {
+        snprintf(details, len, "the coordinator is stopping; try again when it is back");
+        return NET_UNAVAILABLE;
+    }
     if (r->state != ROUND_OPEN || q->round != (uint64_t)r->number) {
         snprintf(details, len, "round %llu is not open (the federation is at round %lld, %s)",
                  (unsigned long long)q->round, (long long)r->number,
-                 r->state == ROUND_FINISHED ? "finished" : "waiting");
+                 r->state == ROUND_FINISHED ? "finished" : "between attempts or rounds");
         return NET_FAILED_PRECONDITION;
     }
     if (q->phase != SA_KEYS && q->attempt != (uint64_t)s->attempt) {
-        snprintf(details, len, "attempt over: round %lld is at attempt %lld", (long long)r->number,
-                 (long long)s->attempt);
+        snprintf(details, len, "attempt over: round %lld is at another attempt",
+                 (long long)r->number);
         return NET_FAILED_PRECONDITION;
     }
     int i = find(s, site);
+    int answer_now = -1; /* the phase whose answer goes at once */
     switch (q->phase) {
     case SA_KEYS: {
         if (s->phase != PH_KEYS) {
@@ -470,23 +538,38 @@ static NetStatus take(Coordinator *co, NetCall *c, const char *site, const Strai
             }
             i = s->n++;
             snprintf(s->name[i], sizeof s->name[i], "%s", site);
+            if (s->first_ms == 0) s->first_ms = time_wall_ms();
         } else { /* a retried call: its new keys; the old call is let go */
             for (int k = 0; k < s->n_parked; k++)
                 if (s->parked[k].index == i) s->parked[k].index = -1;
         }
         s->ad[i] = ad;
-        if (park(s, c, SA_KEYS, i) != 0) {
-            snprintf(details, len, "cannot hold the call (too many waiting)");
-            return NET_UNAVAILABLE;
-        }
-        *parked = 1;
-        return NET_OK;
+        break;
     }
     case SA_SHARES: {
-        if (s->phase != PH_SHARES || i < 0 || s->shared[i]) {
-            snprintf(details, len, "attempt over: site %s %s", site,
-                     i < 0 ? "is not in this attempt's cohort" : "cannot share now");
+        if (i < 0 || s->phase < PH_SHARES) {
+            snprintf(details, len, "attempt over: site %s is not in this attempt's cohort", site);
             return NET_FAILED_PRECONDITION;
+        }
+        if (s->shared[i]) { /* a retry: what the first call gets */
+            if (s->phase > PH_SHARES) answer_now = SA_SHARES;
+            for (int k = 0; k < s->n_parked; k++)
+                if (s->parked[k].index == i && s->parked[k].phase == SA_SHARES)
+                    s->parked[k].index = -1;
+            break;
+        }
+        if (s->phase != PH_SHARES) {
+            snprintf(details, len, "attempt over: the shares of this attempt are closed");
+            return NET_FAILED_PRECONDITION;
+        }
+        /* exactly one envelope to each neighbour: a site that shares with
+         * some alone would leave the others' pair masks in the sum */
+        int want = 0;
+        for (int j = 0; j < s->n; j++) want += secagg_neighbours(i, j, s->n, s->p.k);
+        if ((int)q->n_envelopes != want) {
+            snprintf(details, len, "%zu envelopes; site %d has %d neighbours, one each",
+                     q->n_envelopes, i, want);
+            return NET_INVALID_ARGUMENT;
         }
         for (size_t e = 0; e < q->n_envelopes; e++) {
             const Strait__SecAggEnvelope *v = q->envelopes[e];
@@ -519,33 +602,24 @@ static NetStatus take(Coordinator *co, NetCall *c, const char *site, const Strai
             memcpy(d->box, q->envelopes[e]->box.data, SECAGG_BOX);
         }
         s->shared[i] = 1, s->n_shared++;
-        if (park(s, c, SA_SHARES, i) != 0) {
-            snprintf(details, len, "cannot hold the call (too many waiting)");
-            return NET_UNAVAILABLE;
-        }
-        *parked = 1;
-        return NET_OK;
+        break;
     }
     case SA_SURVIVORS:
-        if (i < 0 || (s->phase != PH_MASKED && s->phase != PH_REVEAL)) {
+        if (i < 0 || !s->shared || !s->shared[i] ||
+            (s->phase != PH_MASKED && s->phase != PH_REVEAL)) {
             snprintf(details, len, "attempt over: no masked update of site %s is awaited", site);
             return NET_FAILED_PRECONDITION;
         }
-        if (s->phase == PH_REVEAL) { /* closed already: at once */
-            base_response(r, s, i, resp);
-            resp->survived.data = s->survived, resp->survived.len = (size_t)s->n;
-            return NET_OK;
-        }
-        if (park(s, c, SA_SURVIVORS, i) != 0) {
-            snprintf(details, len, "cannot hold the call (too many waiting)");
-            return NET_UNAVAILABLE;
-        }
-        *parked = 1;
-        return NET_OK;
+        if (s->phase == PH_REVEAL) answer_now = SA_SURVIVORS; /* closed already */
+        break;
     case SA_REVEAL: {
         if (s->phase != PH_REVEAL || i < 0) {
             snprintf(details, len, "attempt over: the sum is not being unmasked");
             return NET_FAILED_PRECONDITION;
+        }
+        if (s->revealed[i]) { /* a retry whose first answer was lost */
+            answer_now = SA_REVEAL;
+            break;
         }
         int n = (int)q->n_reveals;
         if (n > SECAGG_MAX_DEGREE + 1) {
@@ -566,13 +640,27 @@ static NetStatus take(Coordinator *co, NetCall *c, const char *site, const Strai
             snprintf(details, len, "%s", err);
             return NET_INVALID_ARGUMENT;
         }
-        base_response(r, s, i, resp);
-        return NET_OK;
+        s->revealed[i] = 1, s->n_revealed++;
+        answer_now = SA_REVEAL;
+        break;
     }
     default:
         snprintf(details, len, "SecAgg phase %u; use 1 to 4", q->phase);
         return NET_INVALID_ARGUMENT;
     }
+    if (answer_now >= 0) {
+        if ((*now = answer_of(r, answer_now, i, now_len)) == NULL) {
+            snprintf(details, len, "out of memory");
+            return NET_RESOURCE_EXHAUSTED;
+        }
+        return NET_OK;
+    }
+    if (park(s, c, (int)q->phase, i) != 0) {
+        snprintf(details, len, "cannot hold the call (too many waiting); call again");
+        return NET_UNAVAILABLE;
+    }
+    *parked = 1;
+    return NET_OK;
 }
 
 void h_secagg(NetCall *c, void *user) {
@@ -582,16 +670,13 @@ void h_secagg(NetCall *c, void *user) {
     if (coordinator_authorize_site(co, c, &site) != 0) return;
     Strait__SecAggRequest *q;
     READ_REQUEST(c, SecAggRequest, strait__sec_agg_request, q);
-    Strait__SecAggResponse resp;
-    strait__sec_agg_response__init(&resp);
     char details[ERR_LEN], why[ERR_LEN];
     int parked = 0;
+    uint8_t *now = NULL;
+    size_t len = 0;
     RoundClosing *closing = NULL;
     rounds_lock(r);
-    NetStatus st = take(co, c, site.name, q, &parked, &resp, details, sizeof details);
-    /* the response's fields point into the state: packed under the lock */
-    size_t len = 0;
-    uint8_t *b = st == NET_OK && !parked ? pack(&resp, &len) : NULL;
+    NetStatus st = take(co, c, site.name, q, &parked, &now, &len, details, sizeof details);
     if (st == NET_OK) {
         int moved = advance(co, time_wall_ms(), &r->sa_out, why, sizeof why);
         if (moved == 1) closing = rounds_close(co);
@@ -600,15 +685,11 @@ void h_secagg(NetCall *c, void *user) {
     pthread_mutex_unlock(&r->lock);
     strait__sec_agg_request__free_unpacked(q, NULL);
     secagg_round_flush(r);
-    if (st != NET_OK) {
+    if (st != NET_OK)
         net_call_status(c, st, "%s", details);
-    } else if (!parked) {
-        if (b)
-            net_call_send(c, b, len);
-        else
-            net_call_status(c, NET_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    free(b);
+    else if (!parked)
+        net_call_send(c, now, len);
+    free(now);
     if (closing) { /* the commit on this worker, outside the lock */
         if (!parked) net_call_end(c);
         rounds_commit(co, closing);

@@ -266,6 +266,12 @@ static void h_hello(NetCall *c, void *user) {
                         "this site speaks protocol %u and the coordinator needs %d; upgrade "
                         "strait at the site",
                         req->protocol_version, COORD_PROTOCOL_VERSION);
+    } else if (co->rounds.set.secagg && req->protocol_version < COORD_PROTOCOL_SECAGG) {
+        /* an older site would send plain updates, each refused */
+        net_call_status(c, NET_FAILED_PRECONDITION,
+                        "this federation runs secure aggregation, which this site's strait "
+                        "(protocol %u) does not; upgrade strait at the site",
+                        req->protocol_version);
     } else {
         Strait__HelloResponse resp = STRAIT__HELLO_RESPONSE__INIT;
         resp.protocol_version = COORD_PROTOCOL_VERSION;

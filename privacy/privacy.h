@@ -127,6 +127,9 @@ typedef struct SecaggParams {
 /* n, bits and range as chosen; k and t derived (secagg_degree, a majority
  * of each site and its neighbours). */
 int secagg_params(int n, int bits, double range, const char *context, SecaggParams *p, char *err);
+/* A uniform permutation of 0..n-1 into place, from OpenSSL's DRBG: the
+ * cohort's places on the ring. */
+void secagg_permutation(int *place, int n);
 /* 2 ⌈log2 n⌉ (even), at most n − 1 and SECAGG_MAX_DEGREE. */
 int secagg_degree(int n);
 /* The x of the share of owner's secrets that holder holds (1 .. 2 k/2 + 1):
@@ -193,10 +196,13 @@ int secagg_server_reveal(SecaggServer *v, int from, const SecaggReveal *r, int n
 /* 1 when every secret the unmasking needs has t shares. */
 int secagg_server_ready(const SecaggServer *v);
 /* The sum unmasked and dequantized into out (len floats): each survivor's
- * self mask and each dropped site's pair masks taken out, every recovered
- * secret checked against its commitment or public key; *summed gets the
- * number of updates in it. -1 with err naming the site whose secret was
- * short of shares or did not check. */
+ * self mask and each dropped site's pair masks taken out, every secret
+ * recovered from t of its shares that check against its commitment or
+ * public key (other choices of t tried, so shares that lie are stepped
+ * around while the honest ones number t); *summed gets the number of
+ * updates in it. -1 with err naming the site whose secret was short of
+ * shares or could not be made to check; the sum is then untouched, and
+ * more reveals may let a later call succeed. */
 int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err);
 
 /* A masked update's bytes: "SAGM", bits, three zero bytes, the site's

@@ -68,6 +68,16 @@ static int is_neighbour(const SecaggParams *p, int i, int j) {
     return secagg_neighbours(i, j, p->n, p->k);
 }
 
+void secagg_permutation(int *place, int n) {
+    for (int i = 0; i < n; i++) place[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        uint64_t u = 0;
+        if (RAND_bytes((uint8_t *)&u, sizeof u) != 1) abort(); /* no draw is safe without it */
+        int j = (int)(u % (uint64_t)(i + 1)), tmp = place[i];
+        place[i] = place[j], place[j] = tmp;
+    }
+}
+
 /* ---- sealing shares: ChaCha20-Poly1305 under the pair's agreed key --------------- */
 
 /* The sealing key of a pair (the c keys, a context of its own), and the
@@ -426,54 +436,88 @@ int secagg_server_ready(const SecaggServer *v) {
     return 1;
 }
 
+/* Whether secret is site o's: its self seed's commitment (survivor) or
+ * its mask key's public half (dropped). */
+static int secret_checks(const SecaggServer *v, int o, const uint8_t secret[SECAGG_KEY]) {
+    uint8_t check[SECAGG_KEY];
+    if (v->in[o])
+        return commit_seed(secret, check) == 0 &&
+               memcmp(check, v->cohort[o].seed_commit, SECAGG_KEY) == 0;
+    return public_of(secret, check) == 0 && memcmp(check, v->cohort[o].s_pub, SECAGG_KEY) == 0;
+}
+
+/* Site o's secret from t of its g shares that check: the first t, then
+ * other choices of t, so a share that lies is stepped around while the
+ * honest ones number t (at most SUBSETS tries). 0, or -1. */
+#define SUBSETS 20000
+static int recover_secret(const SecaggServer *v, int o, uint8_t secret[SECAGG_KEY]) {
+    int t = v->p.t, g = v->n_got[o], pick[256];
+    const uint8_t(*got)[SECAGG_SHARE] =
+        (const uint8_t(*)[SECAGG_SHARE]) & v->got[(size_t)o * v->width];
+    uint8_t chosen[256][SECAGG_SHARE];
+    char err[ERR_LEN];
+    for (int i = 0; i < t; i++) pick[i] = i;
+    for (int tries = 0; tries < SUBSETS; tries++) {
+        for (int i = 0; i < t; i++) memcpy(chosen[i], got[pick[i]], SECAGG_SHARE);
+        if (shamir_combine((const uint8_t(*)[SECAGG_SHARE])chosen, t, secret, err) == 0 &&
+            secret_checks(v, o, secret)) {
+            OPENSSL_cleanse(chosen, sizeof chosen);
+            return 0;
+        }
+        int i = t - 1; /* the next choice, in lexicographic order */
+        while (i >= 0 && pick[i] == g - t + i) i--;
+        if (i < 0) break;
+        pick[i]++;
+        for (int j = i + 1; j < t; j++) pick[j] = pick[j - 1] + 1;
+    }
+    OPENSSL_cleanse(chosen, sizeof chosen);
+    OPENSSL_cleanse(secret, SECAGG_KEY);
+    return -1;
+}
+
 int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err) {
     const SecaggParams *p = &v->p;
     if (v->phase != 1) return err_set(err, "secure aggregation: not unmasking");
-    for (int o = 0; o < p->n; o++) {
+    /* every secret first, checked: the sum is touched only when all are */
+    uint8_t(*secret)[SECAGG_KEY] = calloc((size_t)p->n, SECAGG_KEY);
+    if (secret == NULL) return err_set(err, "out of memory");
+    int rc = 0;
+    for (int o = 0; o < p->n && rc == 0; o++) {
         if (!v->shared[o]) continue;
         if (v->n_got[o] < p->t)
-            return err_set(err,
-                           "secure aggregation: %d shares of site %d's %s, fewer than %d: the sum "
-                           "cannot be unmasked",
-                           v->n_got[o], o, v->in[o] ? "self seed" : "mask key", p->t);
-        uint8_t secret[SECAGG_KEY], check[SECAGG_KEY];
-        if (shamir_combine((const uint8_t(*)[SECAGG_SHARE]) & v->got[(size_t)o * v->width], p->t,
-                           secret, err) != 0)
-            return -1;
-        int rc = 0;
-        if (v->in[o]) { /* a survivor: its self mask goes */
-            if (commit_seed(secret, check) != 0 ||
-                memcmp(check, v->cohort[o].seed_commit, SECAGG_KEY) != 0)
-                rc = err_set(err,
-                             "secure aggregation: the shares of site %d's self seed do not "
-                             "make the seed it committed to",
-                             o);
-            else
-                rc = secagg_mask(v->sum, v->len, p->bits, secret, -1, err);
-        } else { /* dropped after sharing: the pair masks its neighbours added */
-            SecaggKeys back;
-            memcpy(back.priv, secret, SECAGG_KEY);
-            memcpy(back.pub, v->cohort[o].s_pub, SECAGG_KEY);
-            if (public_of(secret, check) != 0 || memcmp(check, back.pub, SECAGG_KEY) != 0)
-                rc = err_set(err,
-                             "secure aggregation: the shares of site %d's mask key do not "
-                             "make its key",
-                             o);
-            for (int j = 0; j < p->n && rc == 0; j++) {
-                if (!v->in[j] || !is_neighbour(p, o, j)) continue;
-                uint8_t seed[SECAGG_KEY];
-                rc =
-                    mask_seed(&back, v->cohort[j].s_pub, p, seed, err) != 0 ||
-                            secagg_mask(v->sum, v->len, p->bits, seed, -secagg_sign(j, o), err) != 0
-                        ? -1
-                        : 0;
-                OPENSSL_cleanse(seed, sizeof seed);
-            }
-            OPENSSL_cleanse(&back, sizeof back);
-        }
-        OPENSSL_cleanse(secret, sizeof secret);
-        if (rc != 0) return -1;
+            rc = err_set(err,
+                         "secure aggregation: %d shares of site %d's %s, fewer than %d: the sum "
+                         "cannot be unmasked",
+                         v->n_got[o], o, v->in[o] ? "self seed" : "mask key", p->t);
+        else if (recover_secret(v, o, secret[o]) != 0)
+            rc = err_set(err,
+                         "secure aggregation: no %d of the %d shares of site %d's %s make the %s: "
+                         "shares that lie",
+                         p->t, v->n_got[o], o, v->in[o] ? "self seed" : "mask key",
+                         v->in[o] ? "seed it committed to" : "key it advertised");
     }
+    for (int o = 0; o < p->n && rc == 0; o++) {
+        if (!v->shared[o]) continue;
+        if (v->in[o]) { /* a survivor: its self mask goes */
+            rc = secagg_mask(v->sum, v->len, p->bits, secret[o], -1, err);
+            continue;
+        }
+        SecaggKeys back; /* dropped after sharing: the pair masks its neighbours added */
+        memcpy(back.priv, secret[o], SECAGG_KEY);
+        memcpy(back.pub, v->cohort[o].s_pub, SECAGG_KEY);
+        for (int j = 0; j < p->n && rc == 0; j++) {
+            if (!v->in[j] || !is_neighbour(p, o, j)) continue;
+            uint8_t seed[SECAGG_KEY];
+            if (mask_seed(&back, v->cohort[j].s_pub, p, seed, err) != 0 ||
+                secagg_mask(v->sum, v->len, p->bits, seed, -secagg_sign(j, o), err) != 0)
+                rc = -1;
+            OPENSSL_cleanse(seed, sizeof seed);
+        }
+        OPENSSL_cleanse(&back, sizeof back);
+    }
+    OPENSSL_cleanse(secret, (size_t)p->n * SECAGG_KEY);
+    free(secret);
+    if (rc != 0) return -1;
     int alive = 0;
     for (int o = 0; o < p->n; o++) alive += v->in[o];
     secagg_dequantize(v->sum, v->len, p->range, p->bits, p->n, out);

@@ -2426,7 +2426,8 @@ static NetStatus sa_call(SaCall *c) {
  * over the real SecAgg call): a and b send their masked updates; c shares
  * its seeds, then sends only bytes that are not a masked update and drops.
  * The coordinator refuses c's malformed keys and bytes, an envelope to the
- * sender itself and a reveal of a survivor's mask key (with its self seed
+ * sender itself, a's shares sealed to one neighbour of its two, and a
+ * reveal of a survivor's mask key (with its self seed
  * it would unmask that survivor's update alone), waits the phase timeout
  * for c, unmasks a's and b's sum with c's mask key rebuilt from their
  * shares, and commits θ0 + the mean of what a and b sent — what the sites
@@ -2510,6 +2511,11 @@ Test(adversary, secure_aggregation_survives_a_site_that_drops_and_refuses_what_p
     Strait__SecAggEnvelope *to_self_p = &to_self;
     self.q.n_envelopes = 1, self.q.envelopes = &to_self_p;
     cr_assert_eq(sa_call(&self), NET_INVALID_ARGUMENT, "%s", self.details);
+    /* and one envelope of its two: the other neighbour's pair mask would
+     * stay in the sum */
+    self.q.envelopes = pp[0], self.q.n_envelopes = 1;
+    cr_assert_eq(sa_call(&self), NET_INVALID_ARGUMENT, "%s", self.details);
+    cr_assert(strstr(self.details, "one each"), "%s", self.details);
     for (int i = 0; i < 3; i++) {
         memset(&call[i], 0, sizeof call[i]);
         call[i].ch = ch[i];

@@ -561,35 +561,43 @@ Test(federation, secure_aggregation_commits_the_plain_federations_model_to_quant
     r = proc_run(argv);
     cr_assert_eq(r.status, 0, "the secure demo failed: %s %s", r.out, r.err);
     proc_result_free(&r);
-    char db[800], err[ERR_LEN];
+    char db[800], pdb[800], err[ERR_LEN];
     snprintf(db, sizeof db, "%s/fed/%s", sa, STORE_DB_FILE);
-    Store *s = store_open(db, STORE_READONLY, err);
-    cr_assert_not_null(s, "%s", err);
+    snprintf(pdb, sizeof pdb, "%s/fed/%s", plain, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err), *ps = store_open(pdb, STORE_READONLY, err);
+    cr_assert(s && ps, "%s", err);
     /* round 0: the sites trained the same model on the same data, so the
      * models differ by the aggregation alone (after it, Adam's steps turn
      * any difference in a coordinate of no gradient into a step of lr) */
     Model a = load_checkpoint(sa, "fed/checkpoints/round-000000.safetensors");
     Model b = load_checkpoint(plain, "fed/checkpoints/round-000000.safetensors");
-    char pdb[800];
-    snprintf(pdb, sizeof pdb, "%s/fed/%s", plain, STORE_DB_FILE);
-    Store *ps = store_open(pdb, STORE_READONLY, err);
-    cr_assert_not_null(ps, "%s", err);
     double diff = 0, moved = 0;
     for (size_t i = 0; i < a.n_params; i++)
         diff = fmax(diff, fabs((double)a.params[i] - b.params[i]));
-    StoreRound ra, rb;
-    s = store_open(db, STORE_READONLY, err);
-    cr_assert_not_null(s, "%s", err);
     for (int k = 0; k < 2; k++) {
-        cr_assert_eq(store_round_get(s, k, &ra, err), 0, "%s", err);
+        StoreRound ra, rb;
+        cr_assert_eq(store_round_get(s, k, &ra, err), 0, "round %d missing: %s", k, err);
         cr_assert_eq(store_round_get(ps, k, &rb, err), 0, "%s", err);
+        cr_assert_str_eq(ra.state, "committed");
+        cr_assert_eq(ra.participants, 3, "round %d had %lld sites", k, (long long)ra.participants);
         cr_assert_float_eq(ra.eval_loss, rb.eval_loss, 1e-3,
-                           "round %d: %g with secure aggregation, %g "
-                           "without",
-                           k, ra.eval_loss, rb.eval_loss);
+                           "round %d: %g with secure aggregation, %g without", k, ra.eval_loss,
+                           rb.eval_loss);
         if (k == 0) moved = fabs(ra.start_eval_loss - ra.eval_loss);
+        StoreUpdate *ups;
+        size_t nu;
+        cr_assert_eq(store_updates_list(s, ra.id, &ups, &nu, err), 0, "%s", err);
+        cr_assert_eq(nu, 3);
+        for (size_t i = 0; i < nu; i++) {
+            cr_assert_str_eq(ups[i].state, "accepted");
+            cr_assert_str_eq(ups[i].codec, "secagg");
+            cr_assert_eq(ups[i].wire_bytes, 24 + ((int64_t)a.n_params * 28 + 7) / 8,
+                         "a masked update is 28 bits a value and its header");
+        }
+        free(ups);
     }
     store_close(s), store_close(ps);
+    assert_models_identical(sa, 3, 2);
     cr_assert_gt(moved, 0.05, "round 0 did not train");
     cr_assert_lt(diff, 1e-6,
                  "after round 0, with secure aggregation the model is %g from the plain "

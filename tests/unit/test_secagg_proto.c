@@ -8,7 +8,8 @@
  * with its reason; and what a lying or careless peer sends — a tampered
  * or misaddressed envelope, a share of the wrong secret or x, a wrong
  * share, a coordinator that calls a live site dropped — is refused or
- * caught. The masked update's bytes round-trip at every width.
+ * caught (stepped around while the honest shares number t). The masked
+ * update's bytes round-trip at every width.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -250,8 +251,8 @@ Test(secagg_proto, a_reveal_that_would_give_away_a_secret_or_lie_is_refused_or_c
     /* whole: taken, and not twice */
     cr_assert_eq(secagg_server_reveal(f->srv, 0, r, m, err), 0, "%s", err);
     cr_assert_eq(secagg_server_reveal(f->srv, 0, r, m, err), -1);
-    /* a lying share of the right x, from a survivor: the unmasking finds a
-     * secret that is not the one committed to, and says whose */
+    /* a lying share of the right x, from a survivor: the unmasking steps
+     * around it (six shares of site 2's seed, four needed) */
     for (int i = 1; i < 8; i++) {
         if (!f->survived[i]) continue;
         cr_assert_eq(secagg_site_reveal(f->site[i], f->survived, r, &m, err), 0, "%s", err);
@@ -263,8 +264,46 @@ Test(secagg_proto, a_reveal_that_would_give_away_a_secret_or_lie_is_refused_or_c
     cr_assert(secagg_server_ready(f->srv));
     static float sum[LEN];
     int summed;
+    cr_assert_eq(secagg_server_unmask(f->srv, sum, &summed, err), 0, "%s", err);
+    cr_assert_eq(summed, 7);
+    fed_free(f);
+    free(f);
+}
+
+/* Too many shares that lie (three of the six of site 2's seed, four
+ * needed): no four make the committed seed; the unmasking says whose, and
+ * leaves the sum as it was, so more shares could still unmask it. */
+Test(secagg_proto, shares_that_lie_past_the_threshold_are_caught_and_the_sum_is_untouched) {
+    char err[ERR_LEN];
+    Fed *f = calloc(1, sizeof *f);
+    int fate[N_MAX] = {0};
+    fate[3] = AFTER_MASKING;
+    fed_start(f, 8);
+    share(f, fate);
+    mask_and_send(f, fate);
+    cr_assert_eq(secagg_server_close(f->srv, f->survived, err), 0, "%s", err);
+    int lied = 0;
+    for (int i = 0; i < 8; i++) {
+        if (!f->survived[i]) continue;
+        SecaggReveal r[SECAGG_MAX_DEGREE + 1];
+        int m;
+        cr_assert_eq(secagg_site_reveal(f->site[i], f->survived, r, &m, err), 0, "%s", err);
+        for (int e = 0; e < m && lied < 3; e++) {
+            if (r[e].owner != 2 || i == 2) continue;
+            /* each liar its own bytes: equal changes to two shares can
+             * cancel in an interpolation */
+            uint8_t noise[SECAGG_KEY];
+            harness_fill(noise, sizeof noise, 100 + (uint64_t)lied++);
+            for (int b = 0; b < SECAGG_KEY; b++) r[e].share[1 + b] ^= noise[b] | 1;
+        }
+        cr_assert_eq(secagg_server_reveal(f->srv, i, r, m, err), 0, "%s", err);
+    }
+    cr_assert_eq(lied, 3);
+    static float sum[LEN];
+    int summed = -1;
     cr_assert_eq(secagg_server_unmask(f->srv, sum, &summed, err), -1);
     cr_assert(strstr(err, "site 2's self seed") && strstr(err, "committed"), "%s", err);
+    cr_assert_eq(summed, -1);
     fed_free(f);
     free(f);
 }
