@@ -23,7 +23,7 @@
 #define COORD_PROTOCOL_VERSION 1
 /* the sites' protocol that runs secure aggregation's phases */
 #define COORD_PROTOCOL_SECAGG 2
-#define COORD_ADMIN_NAME       "strait-admin"
+#define COORD_ADMIN_NAME      "strait-admin"
 /* the pretrained initial model in a home (strait init --init-from) */
 #define COORD_INIT_MODEL "model/initial.safetensors"
 

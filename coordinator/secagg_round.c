@@ -47,7 +47,7 @@ struct SecaggRound {
     uint8_t *shared, *survived; /* n */
     SecaggEnvelope *env;        /* every envelope of the sites that shared */
     int n_env, cap_env, n_shared, n_masked;
-    uint8_t *revealed; /* n: the survivors whose reveals were taken */
+    uint8_t *revealed;                /* n: the survivors whose reveals were taken */
     int n_revealed, n_revealed_tried; /* and how many; at the last unmasking tried */
     SecaggServer *srv;
     Parked *parked;
