@@ -79,12 +79,17 @@ int secagg_mask(uint32_t *x, uint64_t n, int bits, const uint8_t seed[SECAGG_KEY
             EVP_CIPHER_CTX_free(ctx);
             return err_set(err, "ChaCha20 failed (OpenSSL)");
         }
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
         const uint8_t *b = (const uint8_t *)r; /* little-endian, whatever the host */
-        for (int i = 0; i < k; i++) {
-            uint32_t v = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
-                         (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
-            x[at + i] = (sign > 0 ? x[at + i] + v : x[at + i] - v) & mod;
-        }
+        for (int i = 0; i < k; i++)
+            r[i] = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
+                   (uint32_t)b[4 * i + 3] << 24;
+#endif
+        uint32_t *y = x + at; /* two loops the compiler vectorizes */
+        if (sign > 0)
+            for (int i = 0; i < k; i++) y[i] = (y[i] + r[i]) & mod;
+        else
+            for (int i = 0; i < k; i++) y[i] = (y[i] - r[i]) & mod;
     }
     EVP_CIPHER_CTX_free(ctx);
     return 0;
