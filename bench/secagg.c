@@ -154,7 +154,9 @@ static Cost strait_secagg(int n, uint64_t len, const float *x, int *bits_out) {
     uint8_t *alive = malloc((size_t)n);
     memset(alive, 1, (size_t)n);
     r.survived.data = alive, r.survived.len = (size_t)n;
-    c.down += 2 * strait__sec_agg_response__get_packed_size(&r); /* SURVIVORS, REVEAL */
+    c.down += strait__sec_agg_response__get_packed_size(&r); /* SURVIVORS */
+    r.survived.len = 0;
+    c.down += strait__sec_agg_response__get_packed_size(&r); /* REVEAL's answer */
     free(ads);
     /* the coordinator: every site's masked bytes, the reveals, the unmasking */
     uint8_t *shared = malloc((size_t)n);
@@ -168,17 +170,27 @@ static Cost strait_secagg(int n, uint64_t len, const float *x, int *bits_out) {
         if (secagg_server_add(v, i, blob, blen, err) != 0) die("add", err);
     }
     if (secagg_server_close(v, alive, err) != 0) die("close", err);
-    SecaggReveal rv[SECAGG_MAX_DEGREE + 1];
-    int m, summed;
-    uint64_t reveal_up = 0;
+    SecaggReveal rv[SECAGG_MAX_DEGREE + 1], rv0[SECAGG_MAX_DEGREE + 1];
+    int m, m0 = 0, summed;
     for (int i = 0; i < n; i++) {
         if (secagg_site_reveal(site[i], alive, rv, &m, err) != 0) die("reveal", err);
         if (secagg_server_reveal(v, i, rv, m, err) != 0) die("reveal", err);
-        if (i == 0) reveal_up = (uint64_t)m * (2 + 1 + 2 + SECAGG_SHARE + 2) + 8;
+        if (i == 0) memcpy(rv0, rv, sizeof rv), m0 = m;
     }
     if (secagg_server_unmask(v, out, &summed, err) != 0) die("unmask", err);
     c.coord_cpu = cpu_now() - t;
-    c.up += reveal_up + 8; /* REVEAL and SURVIVORS requests */
+    /* the SURVIVORS and REVEAL requests, as protobuf frames them */
+    q.phase = 3, q.n_envelopes = 0, q.envelopes = NULL;
+    c.up += strait__sec_agg_request__get_packed_size(&q);
+    Strait__SecAggReveal pr[SECAGG_MAX_DEGREE + 1], *prp[SECAGG_MAX_DEGREE + 1];
+    for (int e = 0; e < m0; e++) {
+        strait__sec_agg_reveal__init(&pr[e]);
+        pr[e].owner = (uint32_t)rv0[e].owner, pr[e].key = rv0[e].key;
+        pr[e].share.data = rv0[e].share, pr[e].share.len = SECAGG_SHARE;
+        prp[e] = &pr[e];
+    }
+    q.phase = 4, q.n_reveals = (size_t)m0, q.reveals = prp;
+    c.up += strait__sec_agg_request__get_packed_size(&q);
     secagg_server_free(v);
     for (int i = 0; i < n; i++) secagg_site_free(site[i]);
     free(site), free(ad), free(env), free(n_env), free(blob), free(alive), free(shared), free(out);
