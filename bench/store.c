@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
         StoreCheckpoint ck = {
             rel,  100 << 20, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
             NULL, 0,         NULL,
-            0,    0,         0};
+            0,    0,         0,
+            0,    0};
         CHECK(store_round_aggregating(s, rid, err) == 0, "%s", err);
         CHECK(store_round_commit(s, rid, &ck, 2.4, 25 << 20, time_wall_ms(), err) == 0, "%s", err);
         commit_s += secs(t0);

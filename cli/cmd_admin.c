@@ -443,8 +443,8 @@ int cmd_status(const Command *cmd, int argc, char **argv) {
         else
             printf("last commit  none yet\n");
         if (isfinite(st.dp_epsilon))
-            printf("privacy      \u03b5 %.4g at \u03b4 %g after round %lld (central "
-                   "differential privacy; docs/privacy.md)\n",
+            printf("privacy      \u03b5 %.4g at \u03b4 %g after round %lld (differential "
+                   "privacy; docs/privacy.md)\n",
                    st.dp_epsilon, st.dp_delta, (long long)st.last_commit_round);
         printf("rounds       %lld committed, %lld failed attempts\n",
                (long long)st.totals.rounds_committed, (long long)st.totals.rounds_failed);

@@ -119,6 +119,10 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
                        "the coordinator's SecAgg cohort does not hold together (%u sites, "
                        "%zu adverts, index %u)",
                        k->sites, k->n_adverts, k->index);
+    /* distributed DP: this site clips and adds its share of the noise */
+    if ((k->clip != 0 || k->noise_multiplier != 0) &&
+        secagg_params_dp(&p, k->clip, k->noise_multiplier, (int)k->noise_sites, n, err) != 0)
+        return peer_fault(round, err, "%s", err);
     a->cohort = calloc(k->sites, sizeof *a->cohort);
     if (a->cohort == NULL) return err_set(err, "out of memory");
     for (uint32_t i = 0; i < k->sites; i++) {

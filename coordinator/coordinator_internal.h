@@ -14,6 +14,7 @@
 #include "kernels/formats.h"
 #include "kernels/model.h"
 #include "net/net.h"
+#include "privacy/privacy.h"
 #include "store.h"
 #include "util/util.h"
 
@@ -85,6 +86,9 @@ typedef struct RoundsSettings {
      * dp_noise × dp_clip / n (n: the round's updates), ε at dp_delta
      * accounted, and no round past dp_budget (0: none); dp 0: off */
     int dp;
+    /* dp = distributed: no clip nor noise here; each site clips and adds
+     * its share of Skellam noise under secure aggregation (secagg_round.c) */
+    int dp_distributed;
     double dp_clip, dp_noise, dp_delta, dp_budget;
     /* [privacy] secure_aggregation: each round's updates summed masked
      * (privacy/secagg_proto.c), every value clipped to ±secagg_range at its
@@ -260,9 +264,9 @@ typedef struct Rounds {
                             * could not be read back: no round opens until they are, so
                             * it is set only while UNOPENED */
     NetSpool *spool;       /* owned */
-    /* [privacy] dp: the committed rounds' noise, Σ 1/z² (privacy_epsilon's
-     * account; from the store at start, so a restart forgets no round) */
-    double dp_inv_z2;
+    /* [privacy] dp: the committed rounds' account (from the store at
+     * start, so a restart forgets no round) */
+    PrivacyAccount dp_account;
     /* [privacy] secure_aggregation: the open attempt's phases
      * (secagg_round.c; NULL: off), and its answers to send */
     SecaggRound *sa;
@@ -318,6 +322,10 @@ const char *secagg_round_add(Coordinator *co, const char *site, const uint8_t *b
 int secagg_round_after_push(Coordinator *co, char *why, size_t len);
 /* No lock: the answers made under it sent. */
 void secagg_round_flush(Rounds *r);
+/* dp = distributed, once the attempt is unmasked: the sum's Skellam noise
+ * (variance a value: each summed site's share) and one site's sensitivity
+ * (L1, L2), in the integers' units. -1 when no sum is unmasked. */
+int secagg_round_noise(const Rounds *r, double *mu, double *l1, double *l2);
 int secagg_round_parked(const Rounds *r);
 /* The SecAgg call. */
 void h_secagg(NetCall *c, void *user);
@@ -345,6 +353,9 @@ typedef struct RoundClosing {
     /* no round with a quorum had committed before it (since the coordinator
      * started): no history of norms bounded its updates, only ‖θ₀‖ did */
     int no_history;
+    /* dp = distributed: the sum's Skellam noise (variance a value) and
+     * one site's sensitivity, L1 and L2, in the integers' units */
+    double dp_mu, dp_l1, dp_l2;
 } RoundClosing;
 
 /* What a commit makes and an install puts in place; owned. */
@@ -355,9 +366,9 @@ typedef struct RoundNext {
     Blob delta;           /* the way from θ_r, as it is built (empty: none) */
     Served *delta_served; /* and as it will be served (NULL: none) */
     double theta_norm;
-    int64_t bytes_down; /* served in the round, as recorded by the commit */
-    int state_lost;     /* failed, and the optimizer's state could not be read back */
-    double dp_inv_z2;   /* [privacy] dp: the account with this round in it */
+    int64_t bytes_down;        /* served in the round, as recorded by the commit */
+    int state_lost;            /* failed, and the optimizer's state could not be read back */
+    PrivacyAccount dp_account; /* [privacy] dp: the account with this round in it */
 } RoundNext;
 
 /* Takes the open round for its commit (under rounds.lock): NULL when it is

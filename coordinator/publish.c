@@ -354,7 +354,7 @@ out:
  * honest one does. */
 static int round_aggregate(Coordinator *co, RoundClosing *c, char *err) {
     Rounds *r = &co->rounds;
-    if (r->set.dp) return dp_mean(co, c, err);
+    if (r->set.dp && !r->set.dp_distributed) return dp_mean(co, c, err);
     if (r->set.secagg) return 0; /* unmasked: the sum holds the mean (secagg_round.c) */
     if (r->set.keeps_updates) return robust_mean(co, c, c->sum.sum, err);
     if (!(c->no_history && r->set.robust_start && c->n_reported >= 3))
@@ -515,11 +515,20 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
                           state_sha,
                           0,
                           0,
+                          0,
+                          0,
                           0};
     if (r->set.dp) { /* the account with this round in it */
-        nx->dp_inv_z2 = r->dp_inv_z2 + privacy_spend(r->set.dp_noise);
-        ck.dp_noise = r->set.dp_noise, ck.dp_delta = r->set.dp_delta;
-        ck.dp_epsilon = privacy_epsilon(nx->dp_inv_z2, r->set.dp_delta, NULL);
+        nx->dp_account = r->dp_account;
+        if (r->set.dp_distributed) { /* the sum's Skellam noise, as secagg_round_noise says */
+            privacy_add_skellam(&nx->dp_account, c->dp_mu, c->dp_l1, c->dp_l2);
+            ck.dp_noise = sqrt(c->dp_mu) / c->dp_l2, ck.dp_mu = c->dp_mu, ck.dp_l1 = c->dp_l1;
+        } else {
+            privacy_add_gaussian(&nx->dp_account, r->set.dp_noise);
+            ck.dp_noise = r->set.dp_noise;
+        }
+        ck.dp_delta = r->set.dp_delta;
+        ck.dp_epsilon = privacy_account_epsilon(&nx->dp_account, r->set.dp_delta, NULL);
     }
     /* the bytes served so far: those served from here to the install count
      * toward the next round */
@@ -607,7 +616,7 @@ void round_next_install(Coordinator *co, RoundNext *nx) {
     r->model.params = nx->theta;
     nx->theta = old; /* freed with nx */
     memcpy(r->theta_sha, nx->theta_sha, 32);
-    if (r->set.dp) r->dp_inv_z2 = nx->dp_inv_z2;
+    if (r->set.dp) r->dp_account = nx->dp_account;
     rounds_history_add(r, r->number + 1, r->theta_sha); /* the round it opens */
     served_unref(r->ckpt);                              /* downloads in flight keep theirs */
     r->ckpt = nx->ckpt;

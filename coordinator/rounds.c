@@ -318,7 +318,12 @@ RoundClosing *rounds_close(Coordinator *co) {
     }
     c->number = r->number;
     c->round_id = r->round_id;
-    c->sum = r->sum;      /* moved: the round takes no update from here on */
+    c->sum = r->sum; /* moved: the round takes no update from here on */
+    if (r->set.dp_distributed && secagg_round_noise(r, &c->dp_mu, &c->dp_l1, &c->dp_l2) != 0) {
+        free(c->kept_owner), free(c->upd), free(c->site), free(c), free(evals);
+        fail_round(co, "distributed DP: the round closed with no unmasked sum to account");
+        return NULL;
+    }
     free(r->spare_stage); /* its stage (pages mapped) goes to the next round */
     r->spare_stage = c->sum.stage, c->sum.stage = NULL;
     memset(&r->sum, 0, sizeof r->sum);
@@ -422,7 +427,8 @@ void rounds_commit(Coordinator *co, RoundClosing *c) {
                  (long long)c->number, took, c->n_reported, c->eval);
         if (r->set.dp)
             log_info("privacy", "round %lld: epsilon %.4g at delta %g", (long long)c->number,
-                     privacy_epsilon(r->dp_inv_z2, r->set.dp_delta, NULL), r->set.dp_delta);
+                     privacy_account_epsilon(&r->dp_account, r->set.dp_delta, NULL),
+                     r->set.dp_delta);
         r->number++;
         if (r->number >= r->set.total) {
             round_state_set(r, ROUND_FINISHED);
@@ -910,42 +916,55 @@ static int earlier_model_sha(Coordinator *co, Model *scratch, int64_t round, uin
 /* [privacy] at start (docs/privacy.md): the account of the rounds committed
  * before, the rounds the budget leaves (the federation's total is lowered
  * to them), and a line on what one round costs. Rounds committed without
- * noise have no ε: dp cannot be turned on after them. */
+ * noise have no ε: dp cannot be turned on after them. A distributed round
+ * is planned at its most: the sum's noise at least the quorum's shares
+ * (secagg_round.c) and rounding at its largest (l2 = 11 √P,
+ * secagg_params_dp's floor); what it spent is accounted at its commit. */
 static int privacy_start(Coordinator *co, char *err) {
     Rounds *r = &co->rounds;
     RoundsSettings *s = &r->set;
     int64_t plain;
     pthread_mutex_lock(&co->store_lock);
-    int rc = store_privacy_spent(co->store, &r->dp_inv_z2, &plain, err);
+    int rc = store_privacy_spent(co->store, &r->dp_account, &plain, err);
     pthread_mutex_unlock(&co->store_lock);
     if (rc != 0) return -1;
+    double d = s->dp_delta, z = s->dp_noise;
     if (!s->dp) {
-        if (r->dp_inv_z2 > 0)
+        if (r->dp_account.rdp[PRIVACY_ORDERS - 1] != 0) /* every round adds at order 1024 */
             log_warn("privacy",
                      "[privacy] dp = off after rounds committed with noise: the rounds from "
                      "here on have no differential privacy");
         return 0;
     }
+    const char *mode = s->dp_distributed ? "distributed" : "central";
     if (plain > 0)
         return err_set(err,
-                       "federation.ini: [privacy] dp = central, but %lld committed rounds of this "
+                       "federation.ini: [privacy] dp = %s, but %lld committed rounds of this "
                        "federation had no noise and no epsilon covers them; start a new "
                        "federation with dp on from its first round",
-                       (long long)plain);
-    double z = s->dp_noise, d = s->dp_delta;
-    double one = privacy_epsilon(privacy_spend(z), d, NULL);
-    if (one > DP_WEAK_EPSILON)
+                       mode, (long long)plain);
+    PrivacyAccount one = {{0}}, ahead;
+    if (s->dp_distributed) {
+        double l2 = 11 * sqrt((double)r->model.n_params);
+        privacy_add_skellam(&one, (z * l2) * (z * l2),
+                            fmin(l2 * l2, sqrt((double)r->model.n_params) * l2), l2);
+    } else {
+        privacy_add_gaussian(&one, z);
+    }
+    double spent = privacy_account_epsilon(&r->dp_account, d, NULL);
+    double first = privacy_account_epsilon(&one, d, NULL);
+    if (first > DP_WEAK_EPSILON)
         log_warn("privacy",
                  "one round at noise_multiplier %g gives epsilon %.3g at delta %g: little "
                  "protection (over %g); raise [privacy] noise_multiplier",
-                 z, one, d, DP_WEAK_EPSILON);
+                 z, first, d, DP_WEAK_EPSILON);
     if (s->dp_budget > 0) { /* the most rounds in all within it: ε grows with each */
         int64_t lo = r->number, hi = s->total;
         while (lo < hi) {
             int64_t mid = lo + (hi - lo + 1) / 2;
-            double e = privacy_epsilon(r->dp_inv_z2 + (double)(mid - r->number) * privacy_spend(z),
-                                       d, NULL);
-            if (e <= s->dp_budget)
+            ahead = r->dp_account;
+            privacy_account_add(&ahead, &one, (double)(mid - r->number));
+            if (privacy_account_epsilon(&ahead, d, NULL) <= s->dp_budget)
                 lo = mid;
             else
                 hi = mid - 1;
@@ -955,8 +974,7 @@ static int privacy_start(Coordinator *co, char *err) {
                            "federation.ini: [privacy] epsilon_budget %g at delta %g is spent: "
                            "epsilon is %.4g after %lld rounds and one more would pass it; raise "
                            "the budget or the noise, or end the federation",
-                           s->dp_budget, d, privacy_epsilon(r->dp_inv_z2, d, NULL),
-                           (long long)r->number);
+                           s->dp_budget, d, spent, (long long)r->number);
         if (lo < s->total) {
             log_warn("privacy",
                      "[privacy] epsilon_budget %g at delta %g allows %lld rounds in all of the "
@@ -972,13 +990,14 @@ static int privacy_start(Coordinator *co, char *err) {
              "(noise_multiplier x sqrt of the %llu parameters); with fewer sites it outweighs "
              "the updates (docs/privacy.md)",
              ceil(z * sqrt((double)r->model.n_params)), (unsigned long long)r->model.n_params);
-    log_info(
-        "privacy",
-        "central differential privacy: updates clipped to %g, noise multiplier %g; epsilon "
-        "%.4g at delta %g so far, %.4g after round %lld",
-        s->dp_clip, z, privacy_epsilon(r->dp_inv_z2, d, NULL), d,
-        privacy_epsilon(r->dp_inv_z2 + (double)(s->total - r->number) * privacy_spend(z), d, NULL),
-        (long long)s->total - 1);
+    ahead = r->dp_account;
+    privacy_account_add(&ahead, &one, (double)(s->total - r->number));
+    log_info("privacy",
+             "%s differential privacy: updates clipped to %g%s, noise multiplier %g; epsilon "
+             "%.4g at delta %g so far, %s%.4g after round %lld",
+             mode, s->dp_clip, s->dp_distributed ? " at each site" : "", z, spent, d,
+             s->dp_distributed ? "at most " : "", privacy_account_epsilon(&ahead, d, NULL),
+             (long long)s->total - 1);
     return 0;
 }
 

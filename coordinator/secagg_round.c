@@ -49,6 +49,7 @@ struct SecaggRound {
     int n_env, cap_env, n_shared, n_masked;
     uint8_t *revealed;                /* n: the survivors whose reveals were taken */
     int n_revealed, n_revealed_tried; /* and how many; at the last unmasking tried */
+    int summed;                       /* the updates in the unmasked sum */
     SecaggServer *srv;
     Parked *parked;
     int n_parked, cap_parked;
@@ -101,6 +102,8 @@ static void base_response(const Rounds *r, const SecaggRound *s, int index,
     m->index = (uint32_t)index, m->sites = (uint32_t)s->n;
     m->bits = (uint32_t)s->p.bits, m->range = s->p.range;
     m->context = (char *)s->p.context;
+    m->clip = s->p.clip, m->noise_multiplier = s->p.noise,
+    m->noise_sites = (uint32_t)s->p.noise_sites;
 }
 
 /* ---- the attempt's state ---------------------------------------------------------- */
@@ -229,6 +232,9 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
     if (bits == 0) { /* 255 levels a site over the range, and the sum of them all */
         bits = 9;
         while ((1 << (bits - 9)) < s->n && bits < 32) bits++;
+        if (r->set.dp_distributed) /* and room for the noise, rounding adding at most 1% */
+            bits = secagg_dp_bits(s->n, r->set.secagg_range, r->set.dp_clip, r->set.dp_noise,
+                                  r->model.n_params, bits);
     }
     if (floor((ldexp(1, bits - 1) - 1) / s->n) < 1) {
         snprintf(why, len,
@@ -241,6 +247,15 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
     snprintf(ctx, sizeof ctx, "%.64s/round-%lld/attempt-%lld", co->name, (long long)r->number,
              (long long)s->attempt);
     if (secagg_params(s->n, bits, r->set.secagg_range, ctx, &s->p, err) != 0) {
+        snprintf(why, len, "%s", err);
+        return -1;
+    }
+    /* distributed DP: each site's share of the noise is the quorum's part
+     * of the sum's (a sum is unmasked only with that many in it) */
+    int64_t quorum = rounds_quorum(co);
+    int noise_sites = quorum < 2 ? 2 : quorum > s->n ? s->n : (int)quorum;
+    if (r->set.dp_distributed && secagg_params_dp(&s->p, r->set.dp_clip, r->set.dp_noise,
+                                                  noise_sites, r->model.n_params, err) != 0) {
         snprintf(why, len, "%s", err);
         return -1;
     }
@@ -272,6 +287,12 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
              "round %lld attempt %lld: a cohort of %d sites, each with %d neighbours; %d shares "
              "unmask a secret; %d bits a value",
              (long long)r->number, (long long)r->attempt, s->n, s->p.k, s->p.t, s->p.bits);
+    if (r->set.dp_distributed)
+        log_info("secagg",
+                 "round %lld: each site clips to %g and adds Skellam noise of deviation %.3g "
+                 "(the sum's %.3g with %d in it; sensitivity %.4g in steps of %.3g)",
+                 (long long)r->number, s->p.clip, sqrt(s->p.mu / noise_sites) / s->p.scale,
+                 sqrt(s->p.mu) / s->p.scale, noise_sites, s->p.l2, 1 / s->p.scale);
     s->phase = PH_SHARES, s->phase_ms = time_wall_ms(), s->first_ms = 0;
     answer_parked(r, SA_KEYS, out);
     return 0;
@@ -326,6 +347,7 @@ static int unmask(Coordinator *co, char *why, size_t len) {
     }
     for (uint64_t i = 0; i < r->sum.n; i++) r->sum.sum[i] /= (float)summed;
     r->sum.touched = 1, r->sum.accepted = summed, r->sum.weight = 1;
+    s->summed = summed;
     s->phase = PH_DONE;
     log_info("secagg", "round %lld: the sum of %d masked updates unmasked", (long long)r->number,
              summed);
@@ -415,6 +437,14 @@ int secagg_round_tick(Coordinator *co, int64_t now, char *why, size_t len) {
         }
     }
     return advance(co, now, out, why, len);
+}
+
+int secagg_round_noise(const Rounds *r, double *mu, double *l1, double *l2) {
+    const SecaggRound *s = r->sa;
+    if (s == NULL || s->phase != PH_DONE || s->p.clip <= 0) return -1;
+    /* each summed site added mu / noise_sites */
+    *mu = s->p.mu * s->summed / s->p.noise_sites, *l1 = s->p.l1, *l2 = s->p.l2;
+    return 0;
 }
 
 /* ---- a masked update ---------------------------------------------------------------- */

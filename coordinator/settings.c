@@ -343,17 +343,19 @@ static int read_privacy(const Config *cfg, RoundsSettings *o, char *err) {
                                keys[i]);
         return 0;
     }
-    if (strcmp(dp, "central") != 0)
-        return err_set(err, "federation.ini: [privacy] dp = %s; use off or central", dp);
+    if (strcmp(dp, "central") != 0 && strcmp(dp, "distributed") != 0)
+        return err_set(err, "federation.ini: [privacy] dp = %s; use off, central or distributed",
+                       dp);
     o->dp = 1;
+    o->dp_distributed = strcmp(dp, "distributed") == 0;
     static const char *const needed[] = {"clip", "noise_multiplier", "delta"};
     for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
         if (config_get(cfg, "privacy", needed[i]) == NULL)
             return err_set(err,
-                           "federation.ini: [privacy] dp = central needs %s (clip: the L2 bound "
+                           "federation.ini: [privacy] dp = %s needs %s (clip: the L2 bound "
                            "on one site's update; noise_multiplier: the noise's deviation over "
                            "it; delta: the δ of the (ε, δ) reported)",
-                           needed[i]);
+                           dp, needed[i]);
     if (config_get_double(cfg, "privacy", "clip", 0, &o->dp_clip, err) ||
         config_get_double(cfg, "privacy", "noise_multiplier", 0, &o->dp_noise, err) ||
         config_get_double(cfg, "privacy", "delta", 0, &o->dp_delta, err) ||
@@ -381,10 +383,10 @@ static int read_privacy(const Config *cfg, RoundsSettings *o, char *err) {
                        o->dp_budget);
     if (o->keeps_updates)
         return err_set(err,
-                       "federation.ini: [privacy] dp = central with [rounds] aggregate = %s: "
+                       "federation.ini: [privacy] dp = %s with [rounds] aggregate = %s: "
                        "the noise is calibrated to the mean of clipped updates; use aggregate = "
                        "mean",
-                       aggregate_rule_name(o->rule));
+                       dp, aggregate_rule_name(o->rule));
     /* the fixed clip bounds every update; a gate from the medians of other
      * sites' norms would make one site's acceptance depend on their data */
     o->norm_bound = 0;
@@ -397,6 +399,11 @@ static int read_secagg(const Config *cfg, RoundsSettings *o, char *err) {
     if (config_get_bool(cfg, "privacy", "secure_aggregation", 0, &o->secagg, err) != 0) return -1;
     static const char *const keys[] = {"range", "bits", "phase_timeout"};
     if (!o->secagg) {
+        if (o->dp_distributed)
+            return err_set(err, "federation.ini: [privacy] dp = distributed needs "
+                                "secure_aggregation = on (each site's noise is a share of the "
+                                "sum's, which only secure aggregation keeps from the "
+                                "coordinator); turn it on, or use dp = central");
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             if (config_get(cfg, "privacy", keys[i]) != NULL)
                 return err_set(err,
@@ -425,7 +432,8 @@ static int read_secagg(const Config *cfg, RoundsSettings *o, char *err) {
                        (long long)o->secagg_bits);
     if (o->secagg_timeout_ms < 1000)
         return err_set(err, "federation.ini: [privacy] phase_timeout is at least 1s");
-    const char *why = o->dp              ? "dp = central clips and weighs each update in the clear"
+    const char *why = o->dp && !o->dp_distributed
+                          ? "dp = central clips and weighs each update in the clear"
                       : o->keeps_updates ? "a robust rule needs each update in the clear"
                       : o->async         ? "async rounds merge updates of different rounds"
                       : o->overlap       ? "overlapped rounds take updates of two rounds at once"

@@ -22,13 +22,14 @@
 
 extern const char schema_store_sql[], schema_store_v2_sql[], schema_store_v3_sql[],
     schema_store_v4_sql[], schema_store_v5_sql[], schema_store_v6_sql[], schema_store_v7_sql[],
-    schema_store_v8_sql[], schema_store_v9_sql[], schema_store_v10_sql[], schema_store_v11_sql[];
+    schema_store_v8_sql[], schema_store_v9_sql[], schema_store_v10_sql[], schema_store_v11_sql[],
+    schema_store_v12_sql[];
 
 /* Migration i brings user_version from i to i + 1. Append, never edit. */
 static const char *const migrations[] = {
-    schema_store_sql,    schema_store_v2_sql,  schema_store_v3_sql, schema_store_v4_sql,
-    schema_store_v5_sql, schema_store_v6_sql,  schema_store_v7_sql, schema_store_v8_sql,
-    schema_store_v9_sql, schema_store_v10_sql, schema_store_v11_sql};
+    schema_store_sql,    schema_store_v2_sql,  schema_store_v3_sql,  schema_store_v4_sql,
+    schema_store_v5_sql, schema_store_v6_sql,  schema_store_v7_sql,  schema_store_v8_sql,
+    schema_store_v9_sql, schema_store_v10_sql, schema_store_v11_sql, schema_store_v12_sql};
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "one migration per schema version");
@@ -709,21 +710,24 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
     return 0;
 }
 
-int store_privacy_spent(Store *s, double *inv_z2, int64_t *plain, char *err) {
-    static const char sql[] =
-        "SELECT coalesce(sum(1.0 / (dp_noise * dp_noise)), 0), count(*) - count(dp_noise) "
-        "FROM rounds WHERE state = 'committed'";
+int store_privacy_spent(Store *s, PrivacyAccount *acc, int64_t *plain, char *err) {
+    static const char sql[] = "SELECT dp_noise, dp_mu, dp_l1 FROM rounds WHERE state = 'committed'";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        store_db_error(s, err, "cannot read the privacy account");
-        sqlite3_reset(st);
-        return -1;
+    memset(acc, 0, sizeof *acc);
+    *plain = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        double z = sqlite3_column_double(st, 0), mu = sqlite3_column_double(st, 1);
+        if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+            ++*plain;
+        else if (sqlite3_column_type(st, 1) == SQLITE_NULL) /* central: Gaussian */
+            privacy_add_gaussian(acc, z);
+        else /* distributed: Skellam, its L2 sensitivity √mu / z */
+            privacy_add_skellam(acc, mu, sqlite3_column_double(st, 2), sqrt(mu) / z);
     }
-    *inv_z2 = sqlite3_column_double(st, 0);
-    *plain = sqlite3_column_int64(st, 1);
     sqlite3_reset(st);
-    return 0;
+    return rc == SQLITE_DONE ? 0 : store_db_error(s, err, "cannot read the privacy account");
 }
 
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err) {
@@ -877,7 +881,7 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
     static const char sql_round[] =
         "UPDATE rounds SET state = 'committed', closed_at = ?2, checkpoint_id = ?3, "
         "eval_loss = ?4, bytes_down = ?5, dp_noise = ?6, dp_epsilon = ?7, "
-        "dp_delta = ?8, "
+        "dp_delta = ?8, dp_mu = ?9, dp_l1 = ?10, "
         "participants = (SELECT count(*) FROM updates WHERE round_id = ?1 AND state = 'accepted'), "
         "tokens = (SELECT coalesce(sum(tokens), 0) FROM updates WHERE round_id = ?1 "
         "          AND state = 'accepted'), "
@@ -926,6 +930,8 @@ int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, 
     bind_real_or_null(st, 6, ckpt->dp_noise > 0 ? ckpt->dp_noise : NAN);
     bind_real_or_null(st, 7, ckpt->dp_noise > 0 ? ckpt->dp_epsilon : NAN);
     bind_real_or_null(st, 8, ckpt->dp_noise > 0 ? ckpt->dp_delta : NAN);
+    bind_real_or_null(st, 9, ckpt->dp_noise > 0 && ckpt->dp_mu > 0 ? ckpt->dp_mu : NAN);
+    bind_real_or_null(st, 10, ckpt->dp_noise > 0 && ckpt->dp_mu > 0 ? ckpt->dp_l1 : NAN);
     if (step_done(s, st, err, "cannot commit the round") != 0) return store_rollback(s);
     return store_commit(s, err);
 }

@@ -27,7 +27,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 11
+#include "privacy/privacy.h"
+
+#define STORE_SCHEMA_VERSION 12
 #define STORE_NOT_FOUND      1
 #define STORE_PRUNED         2 /* store_hold: the round's checkpoint was pruned on purpose */
 #define STORE_DB_FILE        "strait.db"   /* inside the federation folder */
@@ -198,6 +200,10 @@ typedef struct StoreCheckpoint {
     /* the noise multiplier the round's mean was given, and ε after it at
      * dp_delta (dp_noise 0: none, all three stored NULL) */
     double dp_noise, dp_epsilon, dp_delta;
+    /* distributed DP (0: a central round, stored NULL): the sum's Skellam
+     * variance and one site's L1 sensitivity, in integers (dp_noise is
+     * then √dp_mu over the L2 sensitivity) */
+    double dp_mu, dp_l1;
 } StoreCheckpoint;
 
 /* Adds n to the refusals of round attempt round_id that were refused
@@ -228,9 +234,10 @@ int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t byt
 
 /* The committed attempt of `number`, else its latest attempt. */
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
-/* The privacy account of the committed rounds: the sum of 1/z² over those
- * given noise (privacy_epsilon's inv_z2) and how many were given none. */
-int store_privacy_spent(Store *s, double *inv_z2, int64_t *plain, char *err);
+/* The privacy account of the committed rounds: each round given noise
+ * added to acc (Gaussian, or Skellam where dp_mu is kept), and how many
+ * were given none. */
+int store_privacy_spent(Store *s, PrivacyAccount *acc, int64_t *plain, char *err);
 int store_round_last_committed(Store *s, StoreRound *out, char *err);
 /* The round now open or aggregating. */
 int store_round_live(Store *s, StoreRound *out, char *err);

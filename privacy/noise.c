@@ -3,10 +3,14 @@
  * DRBG. Box–Muller over 53-bit uniforms in double precision, rounded to
  * float when added: floating-point noise is not the ideal mechanism (its
  * low bits are not uniform; Mironov 2012 showed the attack on Laplace
- * noise), which docs/privacy.md states beside the ε it reports.
+ * noise), which docs/privacy.md states beside the ε it reports. And
+ * Skellam noise on integers for distributed DP: Poisson draws by Knuth's
+ * product (small means) and Hörmann's PTRS (1993; the rest).
  */
 #include <math.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <stdlib.h>
 
 #include "privacy.h"
 #include "util/util.h"
@@ -33,4 +37,60 @@ int privacy_gaussian_add(float *x, uint64_t n, double std, char *err) {
         }
     }
     return 0;
+}
+
+/* Uniforms from the DRBG, drawn a batch at a time. */
+typedef struct Uniforms {
+    uint64_t u[BATCH];
+    int at, failed;
+} Uniforms;
+
+static double uniform(Uniforms *g) { /* [0, 1) */
+    if (g->at == 0 || g->at == BATCH) {
+        if (RAND_bytes((unsigned char *)g->u, (int)sizeof g->u) != 1) g->failed = 1;
+        g->at = 0;
+    }
+    return (g->u[g->at++] >> 11) * 0x1p-53;
+}
+
+/* A Poisson draw of mean lam (0 ≤ lam ≤ 1e18). */
+static int64_t poisson(Uniforms *g, double lam) {
+    if (lam == 0) return 0;
+    if (lam < 10) { /* Knuth: the first k at which a product of uniforms falls under e^−lam */
+        double limit = exp(-lam), p = 1;
+        int64_t k = -1;
+        do p *= 1 - uniform(g), k++;
+        while (p > limit && !g->failed);
+        return k;
+    }
+    /* PTRS: a transformed-rejection hat over the Poisson's mass (Hörmann 1993) */
+    double slam = sqrt(lam), loglam = log(lam);
+    double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+    double inv_alpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
+    for (;;) {
+        double u = uniform(g) - 0.5, v = uniform(g), us = 0.5 - fabs(u);
+        double k = floor((2 * a / us + b) * u + lam + 0.43);
+        if (g->failed) return 0;
+        if (us >= 0.07 && v <= vr) return (int64_t)k;
+        if (k < 0 || (us < 0.013 && v > us)) continue;
+        if (log(v) + log(inv_alpha) - log(a / (us * us) + b) <= -lam + k * loglam - lgamma(k + 1))
+            return (int64_t)k;
+    }
+}
+
+int privacy_skellam_add(uint32_t *x, uint64_t n, double var, int bits, char *err) {
+    if (!(var >= 0 && var <= 1e18) || bits < 8 || bits > 32)
+        return err_set(err, "Skellam noise of variance %g in %d bits: out of range", var, bits);
+    uint32_t mod = bits == 32 ? 0xffffffffu : (1u << bits) - 1;
+    Uniforms *g = malloc(sizeof *g);
+    if (g == NULL) return err_set(err, "out of memory");
+    g->at = 0, g->failed = 0;
+    for (uint64_t i = 0; i < n && !g->failed; i++) {
+        int64_t d = poisson(g, var / 2) - poisson(g, var / 2);
+        x[i] = (uint32_t)((uint64_t)x[i] + (uint64_t)d) & mod;
+    }
+    int failed = g->failed;
+    OPENSSL_cleanse(g, sizeof *g);
+    free(g);
+    return failed ? err_set(err, "OpenSSL's random generator failed; the noise is not whole") : 0;
 }

@@ -29,10 +29,35 @@ static inline double privacy_spend(double z) {
     return 1.0 / (z * z);
 }
 
+/* The account of rounds of different mechanisms: each order's Rényi DP,
+ * the rounds added (they compose by adding), turned into ε as above. */
+typedef struct PrivacyAccount {
+    double rdp[PRIVACY_ORDERS];
+} PrivacyAccount;
+/* One round of the Gaussian mechanism at noise multiplier z: α / (2z²). */
+void privacy_add_gaussian(PrivacyAccount *a, double z);
+/* One round of the Skellam mechanism on integers (Agarwal, Kairouz and
+ * Liu, NeurIPS 2021, Theorem 3.5): noise of variance mu on each coordinate
+ * of the sum (two Poissons of mean mu / 2), one site moving the sum by at
+ * most l2 in L2 norm and l1 in L1, all in the integers' units. Its bound
+ * holds at integer orders: the others get +inf (they never give the least
+ * ε). α l2² / (2 mu) + min(((2α − 1) l2² + 6 l1) / (4 mu²), 3 l1 / (2 mu)). */
+void privacy_add_skellam(PrivacyAccount *a, double mu, double l1, double l2);
+/* a += times × b (the rounds a budget leaves, looked ahead). */
+void privacy_account_add(PrivacyAccount *a, const PrivacyAccount *b, double times);
+/* ε at delta of the account (0 when it holds no round), as privacy_epsilon. */
+double privacy_account_epsilon(const PrivacyAccount *a, double delta, double *order_out);
+
 /* x[i] += N(0, std²) for every i, from OpenSSL's DRBG (never a seeded
  * generator: the noise must not be reproducible by anyone), by Box–Muller
  * over 53-bit uniforms. 0, or -1 with err when the DRBG fails. */
 int privacy_gaussian_add(float *x, uint64_t n, double std, char *err);
+/* x[i] += Skellam(var) modulo 2^bits (bits 8 to 32): the difference of two
+ * Poisson draws of mean var / 2 each, from OpenSSL's DRBG (Knuth's product
+ * below a mean of 10, Hörmann's transformed rejection, PTRS, above: a
+ * sampler in double precision, as numpy's and TensorFlow's are). 0, or -1
+ * with err when the DRBG fails or var is not in [0, 1e18]. */
+int privacy_skellam_add(uint32_t *x, uint64_t n, double var, int bits, char *err);
 
 /* ---- secure aggregation's arithmetic (secagg.c) ------------------------------------
  * SecAgg+ (Bell et al., CCS 2020) over integers modulo 2^bits: each site
@@ -88,17 +113,18 @@ int shamir_split(const uint8_t secret[SECAGG_KEY], int t, int n, uint8_t (*share
 int shamir_combine(const uint8_t (*shares)[SECAGG_SHARE], int k, uint8_t secret[SECAGG_KEY],
                    char *err);
 
-/* The update's values, clipped to [−clip, clip], as integers modulo
- * 2^bits that n_sites of them can be summed in without wrapping: levels L
- * = (2^(bits−1) − 1) / n_sites per clip, stochastic rounding (unbiased),
- * the round's scale shared by every site. secagg_dequantize undoes it on
- * the sum (centred: values above 2^(bits−1) are negative). n_sites is the
- * round's largest cohort, fixed before any site quantizes; a value that is
- * not finite is refused. */
-int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sites, uint32_t *out,
-                    char *err);
-void secagg_dequantize(const uint32_t *sum, uint64_t n, double clip, int bits, int n_sites,
-                       float *out);
+/* The shared scale (integer steps a unit) at which n_sites values within
+ * ±range sum in 2^bits without wrapping: L = ⌊(2^(bits−1) − 1) / n_sites⌋
+ * levels over range; 0 when not one level fits. */
+double secagg_scale(int bits, int n_sites, double range);
+/* The update's values times factor (an L2 clip's; 1: none), clipped to
+ * ±range, as integers modulo 2^bits at the round's shared scale, by
+ * stochastic rounding (unbiased: up with probability the fraction).
+ * secagg_dequantize undoes the scale on a sum (centred: values above
+ * 2^(bits−1) are negative). A value that is not finite is refused. */
+int secagg_quantize(const float *x, uint64_t n, double factor, double range, double scale, int bits,
+                    uint32_t *out, char *err);
+void secagg_dequantize(const uint32_t *sum, uint64_t n, int bits, double scale, float *out);
 
 /* ---- SecAgg+'s protocol at both ends, without the transport (secagg_proto.c) -------
  * An attempt's phases: (1) each site makes its keys and commits to its self
@@ -116,17 +142,39 @@ void secagg_dequantize(const uint32_t *sum, uint64_t n, double clip, int bits, i
 
 /* A round attempt's parameters, the same at every site and the coordinator. */
 typedef struct SecaggParams {
-    int n;             /* the cohort */
-    int k;             /* each site's neighbours (SecAgg+'s degree; n − 1: all) */
-    int t;             /* shares that recover a secret: a majority of a neighbourhood */
-    int bits;          /* values modulo 2^bits */
-    double range;      /* the shared scale: a value is clipped to ±range, range / levels a step */
+    int n;        /* the cohort */
+    int k;        /* each site's neighbours (SecAgg+'s degree; n − 1: all) */
+    int t;        /* shares that recover a secret: a majority of a neighbourhood */
+    int bits;     /* values modulo 2^bits */
+    double range; /* a value is clipped to ±range */
+    double scale; /* integer steps a unit (secagg_scale, or as DP sets it) */
+    /* distributed DP (secagg_params_dp; clip 0: none): each site clips its
+     * update to L2 norm clip and adds Skellam noise of variance mu /
+     * noise_sites a value, so any noise_sites of them sum to noise of
+     * variance mu = (noise × l2)², l2 and l1 the sensitivity in integers */
+    double clip, noise, l2, l1, mu;
+    int noise_sites;
+    uint64_t dim;      /* the update's values */
     char context[160]; /* the federation, round and attempt every key is bound to */
 } SecaggParams;
 
 /* n, bits and range as chosen; k and t derived (secagg_degree, a majority
- * of each site and its neighbours). */
+ * of each site and its neighbours), and the scale (secagg_scale). */
 int secagg_params(int n, int bits, double range, const char *context, SecaggParams *p, char *err);
+/* Distributed DP on p (after secagg_params): clip (L2), noise multiplier z
+ * (> 0), the survivors the round commits with at least (2 to n), dim
+ * values. The scale is remade so that n sites' values within ±range and
+ * the noise's 8 standard deviations fit 2^bits: scale = (2^(bits−1) − 1 −
+ * n − 8z√dim) / (n range + 8z clip); l2 = scale clip + √dim (stochastic
+ * rounding moves each value by less than one), l1 = min(l2², √dim l2), mu =
+ * (z l2)². Refused (err says how many bits would do) when rounding would
+ * add more than a tenth to l2, or range is under one step. */
+int secagg_params_dp(SecaggParams *p, double clip, double z, int noise_sites, uint64_t dim,
+                     char *err);
+/* The fewest bits (from min_bits to 32) at which secagg_params_dp's
+ * rounding adds at most 1% to l2 and range is a step or more; 32 when none
+ * is. */
+int secagg_dp_bits(int n, double range, double clip, double z, uint64_t dim, int min_bits);
 /* A uniform permutation of 0..n-1 into place, from OpenSSL's DRBG: the
  * cohort's places on the ring. */
 void secagg_permutation(int *place, int n);
@@ -188,7 +236,8 @@ void secagg_server_free(SecaggServer *v);
  * first) added to the sum modulo 2^bits. */
 int secagg_server_add(SecaggServer *v, int i, const uint8_t *blob, size_t len, char *err);
 /* The masked updates are in: survived[i] (n) says whose, which every
- * survivor is told. -1 when fewer than t came. */
+ * survivor is told. -1 when fewer than t came, or (distributed DP) fewer
+ * than the noise_sites whose shares of noise make the sum's. */
 int secagg_server_close(SecaggServer *v, uint8_t *survived, char *err);
 /* Phase 4: what site `from` reveals (checked whole: its neighbours' only,
  * the secret the unmasking takes of each, the right x, once). */

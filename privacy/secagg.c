@@ -160,18 +160,18 @@ int shamir_combine(const uint8_t (*shares)[SECAGG_SHARE], int k, uint8_t secret[
 
 /* ---- the round's shared scale ----------------------------------------------------- */
 
-static double levels(int bits, int n_sites) {
-    return floor((ldexp(1, bits - 1) - 1) / n_sites);
+double secagg_scale(int bits, int n_sites, double range) {
+    if (bits < 8 || bits > 32 || n_sites < 1 || !(range > 0)) return 0;
+    return floor((ldexp(1, bits - 1) - 1) / n_sites) / range;
 }
 
-int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sites, uint32_t *out,
-                    char *err) {
-    double L = levels(bits, n_sites);
-    if (bits < 8 || bits > 32 || !(clip > 0) || n_sites < 1 || L < 1)
+int secagg_quantize(const float *x, uint64_t n, double factor, double range, double scale, int bits,
+                    uint32_t *out, char *err) {
+    if (bits < 8 || bits > 32 || !(range > 0) || !(scale * range >= 1) || !(factor > 0))
         return err_set(err,
-                       "secure aggregation cannot sum %d sites in %d bits: use more bits or "
-                       "fewer sites",
-                       n_sites, bits);
+                       "secure aggregation cannot take a value in %d bits at %g steps over ±%g: "
+                       "use more bits or fewer sites",
+                       bits, scale * range, range);
     uint32_t mod = bits == 32 ? 0xffffffffu : (1u << bits) - 1, u[MASK_BATCH];
     for (uint64_t at = 0; at < n; at += MASK_BATCH) {
         int k = (int)(n - at < MASK_BATCH ? n - at : MASK_BATCH);
@@ -182,7 +182,7 @@ int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sit
                 return err_set(err, "value %llu of the update is not finite; nothing is sent",
                                (unsigned long long)(at + i));
         for (int i = 0; i < k; i++) {
-            double v = fmax(-clip, fmin(clip, (double)x[at + i])) / clip * L;
+            double v = fmax(-range, fmin(range, factor * (double)x[at + i])) * scale;
             double lo = floor(v); /* up with probability v − lo: unbiased */
             int64_t q = (int64_t)lo + ((double)u[i] * 0x1p-32 < v - lo);
             out[at + i] = (uint32_t)q & mod;
@@ -191,11 +191,10 @@ int secagg_quantize(const float *x, uint64_t n, double clip, int bits, int n_sit
     return 0;
 }
 
-void secagg_dequantize(const uint32_t *sum, uint64_t n, double clip, int bits, int n_sites,
-                       float *out) {
-    double L = levels(bits, n_sites), half = ldexp(1, bits - 1), full = ldexp(1, bits);
+void secagg_dequantize(const uint32_t *sum, uint64_t n, int bits, double scale, float *out) {
+    double half = ldexp(1, bits - 1), full = ldexp(1, bits);
     for (uint64_t i = 0; i < n; i++) {
         double v = sum[i] >= half ? sum[i] - full : sum[i];
-        out[i] = (float)(v / L * clip);
+        out[i] = (float)(v / scale);
     }
 }

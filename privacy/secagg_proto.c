@@ -11,6 +11,7 @@
  * match their commitment or public key. The masked update's wire format
  * ("SAGM") is here too. docs/privacy.md says what it protects.
  */
+#include <math.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <stdlib.h>
@@ -52,6 +53,13 @@ int secagg_params(int n, int bits, double range, const char *context, SecaggPara
     if (bits < 8 || bits > 32 || !(range > 0))
         return err_set(err, "secure aggregation: %d bits (8 to 32), range %g (> 0)", bits, range);
     p->n = n, p->bits = bits, p->range = range;
+    if ((p->scale = secagg_scale(bits, n, range)) == 0)
+        return err_set(err,
+                       "secure aggregation: %d bits cannot hold the sum of %d sites; use more "
+                       "bits",
+                       bits, n);
+    if (!isfinite(p->scale))
+        return err_set(err, "secure aggregation: range %g is too small", range);
     p->k = secagg_degree(n);
     p->t = neighbourhood(p) / 2 + 1; /* a majority of each neighbourhood */
     if (neighbourhood(p) > 255 || half_width(p) * 2 + 1 > 255)
@@ -61,6 +69,47 @@ int secagg_params(int n, int bits, double range, const char *context, SecaggPara
     if (len >= sizeof p->context)
         return err_set(err, "secure aggregation: a context of %zu bytes", len);
     memcpy(p->context, context, len + 1);
+    return 0;
+}
+
+#define DP_HEADROOM 8.0 /* the noise's standard deviations the modulus holds */
+
+/* the scale at which n values within ±range and the noise fit bits */
+static double dp_scale(int n, int bits, double range, double clip, double z, uint64_t dim) {
+    /* each site's value may round up a step past range */
+    double room = ldexp(1, bits - 1) - 1 - n - DP_HEADROOM * z * sqrt((double)dim);
+    return room / (n * range + DP_HEADROOM * z * clip);
+}
+
+int secagg_dp_bits(int n, double range, double clip, double z, uint64_t dim, int min_bits) {
+    for (int bits = min_bits < 8 ? 8 : min_bits; bits < 32; bits++) {
+        double scale = dp_scale(n, bits, range, clip, z, dim);
+        if (scale * clip >= 100 * sqrt((double)dim) && scale * range >= 1) return bits;
+    }
+    return 32;
+}
+
+int secagg_params_dp(SecaggParams *p, double clip, double z, int noise_sites, uint64_t dim,
+                     char *err) {
+    if (!(clip > 0 && clip <= 1e6) || !(z > 0 && z <= 1e4) || noise_sites < 2 ||
+        noise_sites > p->n || dim < 1)
+        return err_set(err,
+                       "distributed DP: clip %g, noise multiplier %g, noise over %d of %d sites, "
+                       "%llu values: out of range",
+                       clip, z, noise_sites, p->n, (unsigned long long)dim);
+    double scale = dp_scale(p->n, p->bits, p->range, clip, z, dim), root = sqrt((double)dim);
+    if (!(scale * clip >= 10 * root) || !(scale * p->range >= 1))
+        return err_set(err,
+                       "distributed DP: %d bits leave too few steps for %d sites and the noise "
+                       "(rounding would add over a tenth to the sensitivity, or range is under "
+                       "a step); use bits = %d or more",
+                       p->bits, p->n, secagg_dp_bits(p->n, p->range, clip, z, dim, p->bits));
+    double l2 = scale * clip + root, mu = (z * l2) * (z * l2);
+    if (!isfinite(scale) || !isfinite(mu))
+        return err_set(err, "distributed DP: clip %g and range %g give no finite scale", clip,
+                       p->range);
+    p->scale = scale, p->clip = clip, p->noise = z, p->noise_sites = noise_sites, p->dim = dim;
+    p->l2 = l2, p->l1 = fmin(l2 * l2, root * l2), p->mu = mu;
     return 0;
 }
 
@@ -281,8 +330,21 @@ int secagg_site_mask(SecaggSite *s, const SecaggAdvert *cohort, const SecaggEnve
     OPENSSL_cleanse(plain, (size_t)(n_in ? n_in : 1) * sizeof *plain);
     free(plain);
     if (rc != 0) return -1;
-    if (secagg_quantize(x, len, p->range, p->bits, p->n, y, err) != 0) return -1;
-    if (sent) secagg_dequantize(y, len, p->range, p->bits, p->n, sent); /* its share of the sum */
+    double factor = 1; /* distributed DP: the update clipped to L2 norm clip */
+    if (p->clip > 0) {
+        if (len != p->dim)
+            return err_set(err, "distributed DP: an update of %llu values, not the round's %llu",
+                           (unsigned long long)len, (unsigned long long)p->dim);
+        double norm = 0;
+        for (uint64_t i = 0; i < len; i++) norm += (double)x[i] * x[i];
+        norm = sqrt(norm);
+        if (norm > p->clip) factor = p->clip / norm;
+    }
+    if (secagg_quantize(x, len, factor, p->range, p->scale, p->bits, y, err) != 0) return -1;
+    if (sent) secagg_dequantize(y, len, p->bits, p->scale, sent); /* its share of the sum */
+    /* its share of the noise: any noise_sites of the shares make the sum's */
+    if (p->clip > 0 && privacy_skellam_add(y, len, p->mu / p->noise_sites, p->bits, err) != 0)
+        return -1;
     if (secagg_mask(y, len, p->bits, s->self_seed, 1, err) != 0) return -1;
     /* a pair mask with each neighbour that shared: it shared with this site too */
     for (int j = 0; j < p->n; j++) {
@@ -391,6 +453,11 @@ int secagg_server_close(SecaggServer *v, uint8_t *survived, char *err) {
     if (alive < v->p.t)
         return err_set(err, "secure aggregation: %d masked updates, fewer than the %d to unmask",
                        alive, v->p.t);
+    if (v->p.clip > 0 && alive < v->p.noise_sites) /* the sum would have less noise than owed */
+        return err_set(err,
+                       "secure aggregation: %d masked updates, fewer than the %d the noise is "
+                       "shared among",
+                       alive, v->p.noise_sites);
     v->phase = 1;
     return 0;
 }
@@ -520,7 +587,7 @@ int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err) {
     if (rc != 0) return -1;
     int alive = 0;
     for (int o = 0; o < p->n; o++) alive += v->in[o];
-    secagg_dequantize(v->sum, v->len, p->range, p->bits, p->n, out);
+    secagg_dequantize(v->sum, v->len, p->bits, p->scale, out);
     *summed = alive;
     v->phase = 2;
     return 0;

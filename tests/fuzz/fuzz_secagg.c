@@ -6,8 +6,12 @@
  * leak; shares with a zero or repeated x are refused, any others combined;
  * a public key is agreed with or refused (small order); a masked update is
  * added only when it parses, and then exactly as long as it says;
- * envelopes and reveals are refused unless they check.
+ * envelopes and reveals are refused unless they check. And the
+ * coordinator's distributed-DP parameters as a site takes them: refused,
+ * or a scale, sensitivity and noise that fit the modulus, and a masked
+ * update with its share of noise made from them.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +94,32 @@ static void reveals(const uint8_t *data, size_t size) {
     secagg_server_free(v);
 }
 
+/* clip, noise multiplier, range (doubles), noise sites, values (u32),
+ * cohort and bits (bytes): what a SecAgg answer's fields carry */
+static void dp_params(const uint8_t *data, size_t size) {
+    char err[512];
+    double clip, z, range;
+    uint32_t noise_sites, dim;
+    if (size < 34) return;
+    memcpy(&clip, data, 8), memcpy(&z, data + 8, 8), memcpy(&range, data + 16, 8);
+    memcpy(&noise_sites, data + 24, 4), memcpy(&dim, data + 28, 4);
+    int n = data[32], bits = data[33];
+    dim = dim % 64 + 1;
+    SecaggParams p;
+    if (secagg_params(n, bits, range, "fuzz", &p, err) != 0) return;
+    if (secagg_params_dp(&p, clip, z, (int)noise_sites, dim, err) != 0) return;
+    double top = ldexp(1, p.bits - 1) - 1;
+    if (!(p.scale > 0) || !(p.l2 >= sqrt((double)dim)) || !(p.mu >= 0) || !isfinite(p.mu) ||
+        !(n * (p.range * p.scale + 1) + 8 * p.noise * p.l2 <= top * (1 + 1e-9)))
+        abort();
+    float x[64];
+    uint32_t y[64];
+    for (uint32_t i = 0; i < dim; i++) x[i] = (float)(clip * (i % 3 ? 1 : -1));
+    if (secagg_quantize(x, dim, 1, p.range, p.scale, p.bits, y, err) != 0 ||
+        privacy_skellam_add(y, dim, p.mu / p.noise_sites, p.bits, err) != 0)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];
     if (!ready) cohort();
@@ -105,7 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             reveals(data + 1, size - 1);
             return 0;
         default:
-            break;
+            dp_params(data + 1, size - 1);
+            return 0;
         }
     }
     uint8_t secret[SECAGG_KEY];

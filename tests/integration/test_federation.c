@@ -24,6 +24,7 @@
 #include "kernels/model.h"
 #include "kernels/formats.h"
 #include "kernels/train.h"
+#include "privacy/privacy.h"
 #include "security/security.h"
 #include "tests/harness.h"
 #include "util/util.h"
@@ -606,4 +607,117 @@ Test(federation, secure_aggregation_commits_the_plain_federations_model_to_quant
     model_free(&a), model_free(&b);
     harness_rmtree(sa), harness_rmtree(plain);
     free(sa), free(plain);
+}
+
+/* Distributed DP ([privacy] dp = distributed under secure aggregation):
+ * three sites, the noise shared among the quorum's two, so each round's
+ * sum carries three halves of the noise owed. What the round moved the
+ * model by (outer avg at lr 1: minus the mean) is, over the model's
+ * values, noise of mean 0 and the deviation the round's account says —
+ * √(3/2 mu) / scale / 3, mu and scale as privacy/secagg_proto.c derives
+ * them for the cohort, against which the clipped updates' own share is
+ * under 0.1% — so each site added its share, no more and no less (the
+ * whole noise at each site would be 41% over, none 100% under). Each
+ * round's row holds the noise multiplier its sum had, z √(3/2), and ε
+ * after it is the accountant's for the Skellam rounds so far, as strait
+ * rounds reports it. */
+Test(federation, distributed_dp_adds_the_noise_it_accounts_under_secure_aggregation,
+     .timeout = 300) {
+    char *dir = harness_tmpdir("ddp");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--dir",
+                    dir,
+                    "--sites",
+                    "3",
+                    "--rounds",
+                    "2",
+                    "--model",
+                    "tiny",
+                    "--steps",
+                    "5",
+                    "--seed",
+                    "5",
+                    "--set",
+                    "optimizer.outer=avg",
+                    "--set",
+                    "optimizer.lr=1",
+                    "--set",
+                    "codec.downlink=lossless",
+                    "--set",
+                    "rounds.min_sites=2",
+                    "--set",
+                    "privacy.secure_aggregation=on",
+                    "--set",
+                    "privacy.range=0.25",
+                    "--set",
+                    "privacy.dp=distributed",
+                    "--set",
+                    "privacy.clip=0.5",
+                    "--set",
+                    "privacy.noise_multiplier=0.3",
+                    "--set",
+                    "privacy.delta=1e-5",
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "the demo failed: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    Model m0 = load_checkpoint(dir, "fed/checkpoints/round-000000.safetensors");
+    Model m1 = load_checkpoint(dir, "fed/checkpoints/round-000001.safetensors");
+    uint64_t d = m0.n_params;
+    /* the cohort's parameters, as the coordinator and the sites derive them */
+    char err[ERR_LEN];
+    int bits = secagg_dp_bits(3, 0.25, 0.5, 0.3, d, 11);
+    SecaggParams p;
+    cr_assert_eq(secagg_params(3, bits, 0.25, "test", &p, err), 0, "%s", err);
+    cr_assert_eq(secagg_params_dp(&p, 0.5, 0.3, 2, d, err), 0, "%s", err);
+    double mu = p.mu * 3 / 2, want = sqrt(mu) / p.scale / 3, s = 0, s2 = 0;
+    for (uint64_t i = 0; i < d; i++) {
+        double v = (double)m1.params[i] - m0.params[i];
+        s += v, s2 += v * v;
+    }
+    double mean = s / d, sd = sqrt(s2 / d - mean * mean);
+    cr_assert_lt(fabs(mean), 10 * want / sqrt((double)d), "the noise's mean is %g", mean);
+    cr_assert_lt(fabs(sd / want - 1), 0.03,
+                 "round 1 moved the model by %g a value, not the %g of its noise", sd, want);
+    char db[800];
+    snprintf(db, sizeof db, "%s/fed/%s", dir, STORE_DB_FILE);
+    Store *st = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(st, "%s", err);
+    PrivacyAccount acc = {{0}};
+    double eps = 0;
+    for (int k = 0; k < 2; k++) {
+        StoreRound rr;
+        cr_assert_eq(store_round_get(st, k, &rr, err), 0, "%s", err);
+        cr_assert_str_eq(rr.state, "committed");
+        cr_assert_eq(rr.participants, 3);
+        cr_assert_float_eq(rr.dp_noise, 0.3 * sqrt(1.5), 1e-9, "round %d: %g", k, rr.dp_noise);
+        privacy_add_skellam(&acc, mu, p.l1, p.l2);
+        eps = privacy_account_epsilon(&acc, 1e-5, NULL);
+        cr_assert_float_eq(rr.dp_epsilon, eps, 1e-9 * eps, "round %d: epsilon %.10g, not %.10g", k,
+                           rr.dp_epsilon, eps);
+        StoreUpdate *ups;
+        size_t nu;
+        cr_assert_eq(store_updates_list(st, rr.id, &ups, &nu, err), 0, "%s", err);
+        for (size_t i = 0; i < nu; i++)
+            cr_assert_eq(ups[i].wire_bytes, 24 + ((int64_t)d * bits + 7) / 8,
+                         "a masked update of %d bits a value", bits);
+        free(ups);
+    }
+    store_close(st);
+    char fed[800];
+    snprintf(fed, sizeof fed, "%s/fed", dir);
+    char *rargv[] = {(char *)harness_strait_bin(), "rounds", fed, "--json", NULL};
+    r = proc_run(rargv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *last = strrchr(r.out, '{');
+    json_t *o = last ? json_loads(last, 0, NULL) : NULL;
+    cr_assert_not_null(o, "%s", r.out);
+    cr_assert_float_eq(json_real_value(json_object_get(o, "dp_epsilon")), eps, 1e-5 * eps, "%s",
+                       r.out);
+    json_decref(o);
+    proc_result_free(&r);
+    model_free(&m0), model_free(&m1);
+    harness_rmtree(dir);
+    free(dir);
 }

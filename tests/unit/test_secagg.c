@@ -81,7 +81,8 @@ static int round_of(int n, const int *dropped) {
         memcpy(s[i].key_share, all, sizeof all[0] * (size_t)n);
         float x[LEN];
         for (int v = 0; v < LEN; v++) x[v] = (float)sin(0.37 * v + i) * 0.9f;
-        cr_assert_eq(secagg_quantize(x, LEN, 1.0, BITS, n, s[i].q, err), 0, "%s", err);
+        cr_assert_eq(secagg_quantize(x, LEN, 1, 1.0, secagg_scale(BITS, n, 1.0), BITS, s[i].q, err),
+                     0, "%s", err);
         mask_site(s, i, n, k);
     }
     int alive[N_MAX];
@@ -218,8 +219,9 @@ Test(secagg, quantization_is_unbiased_and_sums_without_wrapping) {
     char err[ERR_LEN];
     for (int i = 0; i < M; i++) x[i] = 0.3333f;
     int bits = 16, n = 64;
-    cr_assert_eq(secagg_quantize(x, M, 1.0, bits, n, q, err), 0, "%s", err);
-    secagg_dequantize(q, M, 1.0, bits, n, back);
+    cr_assert_eq(secagg_quantize(x, M, 1, 1.0, secagg_scale(bits, n, 1.0), bits, q, err), 0, "%s",
+                 err);
+    secagg_dequantize(q, M, bits, secagg_scale(bits, n, 1.0), back);
     double level = 1.0 / floor((pow(2, bits - 1) - 1) / n), mean = 0;
     for (int i = 0; i < M; i++) {
         cr_assert_lt(fabs(back[i] - x[i]), level * 1.0001, "%g from %g", back[i], x[i]);
@@ -230,13 +232,16 @@ Test(secagg, quantization_is_unbiased_and_sums_without_wrapping) {
     /* 64 sites each at −clip: the sum is −64 clips, not wrapped */
     uint32_t sum = 0, one;
     float lo = -5.0f, got;
-    cr_assert_eq(secagg_quantize(&lo, 1, 1.0, bits, n, &one, err), 0, "%s", err);
+    cr_assert_eq(secagg_quantize(&lo, 1, 1, 1.0, secagg_scale(bits, n, 1.0), bits, &one, err), 0,
+                 "%s", err);
     for (int i = 0; i < n; i++) sum = (sum + one) & 0xffffu;
-    secagg_dequantize(&sum, 1, 1.0, bits, n, &got);
+    secagg_dequantize(&sum, 1, bits, secagg_scale(bits, n, 1.0), &got);
     cr_assert_float_eq(got, -64.0f, 1e-3, "%g", got);
-    cr_assert_eq(secagg_quantize(x, 1, 1.0, 8, 300, q, err), -1, "300 sites in 8 bits");
+    cr_assert_eq(secagg_quantize(x, 1, 1, 1.0, secagg_scale(8, 300, 1.0), 8, q, err), -1,
+                 "300 sites in 8 bits");
     x[5] = NAN;
-    cr_assert_eq(secagg_quantize(x, 10, 1.0, bits, n, q, err), -1, "a NaN taken");
+    cr_assert_eq(secagg_quantize(x, 10, 1, 1.0, secagg_scale(bits, n, 1.0), bits, q, err), -1,
+                 "a NaN taken");
     cr_assert_not_null(strstr(err, "not finite"), "%s", err);
     free(x), free(back), free(q);
 }

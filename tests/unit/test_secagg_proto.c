@@ -9,7 +9,9 @@
  * or misaddressed envelope, a share of the wrong secret or x, a wrong
  * share, a coordinator that calls a live site dropped — is refused or
  * caught (stepped around while the honest shares number t). The masked
- * update's bytes round-trip at every width.
+ * update's bytes round-trip at every width. Under distributed DP the
+ * parameters bound a site's sensitivity and fit the modulus, and the sum
+ * carries each survivor's share of the noise.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -339,4 +341,104 @@ Test(secagg_proto, masked_updates_round_trip_at_every_width_and_bad_bytes_are_re
     SecaggMasked h;
     cr_assert_eq(secagg_masked_parse(blob, secagg_masked_len(M, 16), &h, err), -1);
     cr_assert_eq(secagg_masked_parse((const uint8_t *)"SAGX", 4, &h, err), -1);
+}
+
+/* ---- distributed DP ------------------------------------------------------------------ */
+
+/* The parameters the round's sites and coordinator share: at the bits
+ * secagg_dp_bits picks, rounding adds at most 1% to the sensitivity; the
+ * sensitivity bounds what a site's clipped and rounded update can be
+ * (an update of any length is clipped to the bound, and stochastic
+ * rounding of a value at the bound's corner moves it by under a step);
+ * n sites at ±range and the noise's 8 deviations fit the modulus; and
+ * too few bits are refused with the bits that would do. */
+Test(secagg_proto, distributed_dp_bounds_the_sensitivity_and_fits_the_modulus) {
+    enum { D = 50000 };
+    char err[ERR_LEN];
+    double clip = 1, z = 0.7, range = 0.02, root = sqrt((double)D);
+    int n = 5, bits = secagg_dp_bits(n, range, clip, z, D, 12);
+    SecaggParams p;
+    cr_assert_eq(secagg_params(n, bits, range, "ctx", &p, err), 0, "%s", err);
+    cr_assert_eq(secagg_params_dp(&p, clip, z, 3, D, err), 0, "%s", err);
+    cr_assert_leq(root / (p.scale * clip), 0.01, "%d bits: rounding adds %g", bits,
+                  root / (p.scale * clip));
+    cr_assert_float_eq(p.l2, p.scale * clip + root, 1e-9 * p.l2);
+    cr_assert_float_eq(p.mu, (z * p.l2) * (z * p.l2), 1e-9 * p.mu);
+    cr_assert_leq(n * (range * p.scale + 1) + 8 * z * p.l2, (ldexp(1, bits - 1) - 1) * (1 + 1e-12),
+                  "the modulus wraps");
+    /* a long update (clipped by its norm) and one at the bound whose values
+     * all sit at the range's corner */
+    float *x = malloc(D * sizeof *x);
+    uint32_t *q = malloc(D * sizeof *q);
+    for (int shape = 0; shape < 2; shape++) {
+        for (int v = 0; v < D; v++)
+            x[v] = shape ? (float)(clip / root) : (float)(3 * sin(0.01 * v));
+        double norm = 0;
+        for (int v = 0; v < D; v++) norm += (double)x[v] * x[v];
+        double factor = sqrt(norm) > clip ? clip / sqrt(norm) : 1;
+        cr_assert_eq(secagg_quantize(x, D, factor, p.range, p.scale, p.bits, q, err), 0, "%s", err);
+        double l2 = 0, l1 = 0, half = ldexp(1, bits - 1), full = ldexp(1, bits);
+        for (int v = 0; v < D; v++) {
+            double c = q[v] >= half ? q[v] - full : q[v];
+            l2 += c * c, l1 += fabs(c);
+        }
+        cr_assert_leq(sqrt(l2), p.l2, "shape %d: L2 %g over the sensitivity %g", shape, sqrt(l2),
+                      p.l2);
+        cr_assert_leq(l1, p.l1, "shape %d: L1 %g over %g", shape, l1, p.l1);
+    }
+    SecaggParams few;
+    cr_assert_eq(secagg_params(n, 12, range, "ctx", &few, err), 0, "%s", err);
+    cr_assert_eq(secagg_params_dp(&few, clip, z, 3, D, err), -1, "12 bits taken");
+    char want[64];
+    snprintf(want, sizeof want, "use bits = %d or more", secagg_dp_bits(n, range, clip, z, D, 12));
+    cr_assert_not_null(strstr(err, want), "%s", err);
+    cr_assert_eq(secagg_params_dp(&few, clip, z, 9, D, err), -1, "noise over more than the cohort");
+    cr_assert_eq(secagg_params_dp(&few, clip, 0, 3, D, err), -1, "no noise");
+    free(x), free(q);
+}
+
+/* A round under distributed DP: each site clips its update to the bound
+ * and adds its share of Skellam noise, so the unmasked sum is what the
+ * survivors sent plus noise of variance mu × survivors / noise_sites a
+ * value (in the integers: the sites' shares summed); its mean is 0. Six
+ * sites, noise shared among three, one dropping after masking: five
+ * shares. With fewer survivors than the noise is shared among, the sum is
+ * refused before anything is revealed. */
+Test(secagg_proto, distributed_dp_sums_each_survivors_share_of_noise) {
+    char err[ERR_LEN];
+    Fed *f = calloc(1, sizeof *f);
+    int fate[6] = {LIVE, LIVE, AFTER_MASKING, LIVE, LIVE, LIVE}, summed = 0;
+    fed_start(f, 6);
+    cr_assert_eq(secagg_params_dp(&f->p, 1.0, 0.5, 3, LEN, err), 0, "%s", err);
+    share(f, fate);
+    mask_and_send(f, fate);
+    static float sum[LEN];
+    cr_assert_eq(reveal_and_unmask(f, sum, &summed, err), 0, "%s", err);
+    cr_assert_eq(summed, 5);
+    double s = 0, s2 = 0, norm = 0;
+    for (int v = 0; v < LEN; v++) {
+        double q = 0;
+        for (int i = 0; i < 6; i++)
+            if (f->survived[i]) q += f->sent[i][v];
+        double e = (sum[v] - q) * f->p.scale; /* the noise, in the integers */
+        s += e, s2 += e * e, norm += (double)f->sent[0][v] * f->sent[0][v];
+    }
+    double mean = s / LEN, var = s2 / LEN - mean * mean, want = f->p.mu * 5 / 3;
+    cr_assert_leq(sqrt(norm), 1.0 + sqrt((double)LEN) / f->p.scale, "site 0 sent %g", sqrt(norm));
+    cr_assert_lt(fabs(mean), 6 * sqrt(want / LEN), "the noise's mean %g", mean);
+    /* six standard errors of the variance (√(2/LEN) of it): 16%; one share
+     * too many or too few is 20% off, the whole noise at each site 100% */
+    cr_assert_lt(fabs(var / want - 1), 6 * sqrt(2.0 / LEN), "the noise's variance is %g of %g",
+                 var / want, 1.0);
+    fed_free(f);
+    memset(f, 0, sizeof *f);
+    int four[6] = {LIVE, AFTER_MASKING, LIVE, AFTER_MASKING, LIVE, LIVE};
+    fed_start(f, 6);
+    cr_assert_eq(secagg_params_dp(&f->p, 1.0, 0.5, 5, LEN, err), 0, "%s", err);
+    share(f, four);
+    mask_and_send(f, four);
+    cr_assert_eq(reveal_and_unmask(f, sum, &summed, err), -1, "4 survivors, noise among 5");
+    cr_assert_not_null(strstr(err, "the noise is shared among"), "%s", err);
+    fed_free(f);
+    free(f);
 }

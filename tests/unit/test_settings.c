@@ -151,6 +151,14 @@ Test(settings, every_bad_value_is_refused_naming_its_key) {
         {"[privacy]\ndp = central\nclip = 1\nnoise_multiplier = 1\ndelta = 1e-5\n"
          "secure_aggregation = on\nrange = 1\n",
          "dp = central"},
+        {"[privacy]\ndp = distributed\nclip = 1\nnoise_multiplier = 1\ndelta = 1e-5\n",
+         "secure_aggregation = on"},
+        {"[privacy]\ndp = distributed\nclip = 1\ndelta = 1e-5\nsecure_aggregation = on\n"
+         "range = 1\n",
+         "noise_multiplier"},
+        {"[rounds]\naggregate = median\n[privacy]\ndp = distributed\nclip = 1\n"
+         "noise_multiplier = 1\ndelta = 1e-5\nsecure_aggregation = on\nrange = 1\n",
+         "aggregate = mean"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RoundsSettings o;
@@ -180,6 +188,26 @@ Test(settings, secure_aggregation_is_read_and_off_by_default) {
     cr_assert(o.secagg_bits == 20 && o.secagg_timeout_ms == 5000);
     cr_assert_eq(read_text("", &o, err), 0, "%s", err);
     cr_assert(!o.secagg);
+}
+
+/* [privacy] dp = distributed: read with secure aggregation, nothing of the
+ * central path's (its clip and noise are the sites'). */
+Test(settings, distributed_dp_is_read_beside_secure_aggregation) {
+    RoundsSettings o;
+    char err[ERR_LEN] = "";
+    cr_assert_eq(read_text("[privacy]\ndp = distributed\nclip = 0.5\nnoise_multiplier = 1.2\n"
+                           "delta = 1e-6\nsecure_aggregation = on\nrange = 0.05\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert(o.dp == 1 && o.dp_distributed == 1 && o.secagg == 1);
+    cr_assert_float_eq(o.dp_clip, 0.5, 0);
+    cr_assert_float_eq(o.dp_noise, 1.2, 0);
+    cr_assert_eq(o.norm_bound, 0);
+    cr_assert_eq(read_text("[privacy]\ndp = central\nclip = 0.5\nnoise_multiplier = 1.2\n"
+                           "delta = 1e-6\n",
+                           &o, err),
+                 0, "%s", err);
+    cr_assert(o.dp == 1 && o.dp_distributed == 0);
 }
 
 /* [privacy] dp = central: read as written, and the norm gate that judges

@@ -352,6 +352,8 @@ static const StoreCheckpoint round0_ckpt = {
     NULL,
     0,
     0,
+    0,
+    0,
     0};
 
 Test(store, round_lifecycle_derives_totals_at_commit) {
@@ -524,7 +526,7 @@ Test(store, constraint_violations_are_errors_not_crashes) {
     StoreUpdate ghost_round = update_of(12345, a, 5, 1.0, "received", NULL);
     cr_assert_eq(store_update_record(fx.store, &ghost_round, NULL, err), -1);
     cr_assert_eq(store_round_open(fx.store, -1, 1000, NULL, err), -1);
-    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc", NULL, 0, NULL, 0, 0, 0};
+    StoreCheckpoint short_hash = {"checkpoints/x", 1, "abc", NULL, 0, NULL, 0, 0, 0, 0, 0};
     cr_assert_eq(store_round_commit(fx.store, r, &short_hash, NAN, 0, 2000, err), -1);
     StoreRound live;
     cr_assert_eq(store_round_live(fx.store, &live, err), 0, "a failed commit left no live round");
