@@ -179,9 +179,13 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     site_upload_as(&ss->s, round, k->attempt, &a->blob, meta, mlen, sha, &refused);
     if (refused) return 1;
     /* taken: the sum holds what it sent if the attempt goes through (its
-     * neighbours' shares unmask it, whatever becomes of this site) */
+     * neighbours' shares unmask it, whatever becomes of this site). Under
+     * distributed DP what the clip took is dropped, not kept: a site whose
+     * updates pass the clip would otherwise carry a residual that grows
+     * each round; only what rounding and the range took is kept */
     float *e = ss->ef.e;
-    for (uint64_t i = 0; i < n; i++) e[i] = x[i] - a->sent[i];
+    float f = (float)secagg_clip_factor(&p, x, n);
+    for (uint64_t i = 0; i < n; i++) e[i] = f * x[i] - a->sent[i];
     /* SURVIVORS, then REVEAL */
     q.phase = SA_SURVIVORS;
     st = call(ss, &q, &a->survivors, details);

@@ -520,8 +520,7 @@ int round_next_build(Coordinator *co, RoundClosing *c, RoundNext *nx, char *err)
                           0};
     if (r->set.dp) { /* the account with this round in it */
         nx->dp_account = r->dp_account;
-        if (r->set.dp_distributed) { /* the sum's Skellam noise, as secagg_round_noise says */
-            privacy_add_skellam(&nx->dp_account, c->dp_mu, c->dp_l1, c->dp_l2);
+        if (r->set.dp_distributed) { /* accounted when its sum was unmasked (secagg_round.c) */
             ck.dp_noise = sqrt(c->dp_mu) / c->dp_l2, ck.dp_mu = c->dp_mu, ck.dp_l1 = c->dp_l1;
         } else {
             privacy_add_gaussian(&nx->dp_account, r->set.dp_noise);

@@ -50,6 +50,7 @@ struct SecaggRound {
     uint8_t *revealed;                /* n: the survivors whose reveals were taken */
     int n_revealed, n_revealed_tried; /* and how many; at the last unmasking tried */
     int summed;                       /* the updates in the unmasked sum */
+    int accounted;                    /* distributed DP: its sum is in the privacy account */
     SecaggServer *srv;
     Parked *parked;
     int n_parked, cap_parked;
@@ -228,13 +229,17 @@ static void answer_parked(Rounds *r, int phase, SaOut *out) {
 static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
     Rounds *r = &co->rounds;
     SecaggRound *s = r->sa;
+    /* distributed DP: each site's share of the noise is the quorum's part
+     * of the sum's (a sum is unmasked only with that many in it) */
+    int64_t quorum = rounds_quorum(co);
+    int noise_sites = quorum < 2 ? 2 : quorum > s->n ? s->n : (int)quorum;
     int bits = (int)r->set.secagg_bits;
     if (bits == 0) { /* 255 levels a site over the range, and the sum of them all */
         bits = 9;
         while ((1 << (bits - 9)) < s->n && bits < 32) bits++;
         if (r->set.dp_distributed) /* and room for the noise, rounding adding at most 1% */
             bits = secagg_dp_bits(s->n, r->set.secagg_range, r->set.dp_clip, r->set.dp_noise,
-                                  r->model.n_params, bits);
+                                  noise_sites, r->model.n_params, bits);
     }
     if (floor((ldexp(1, bits - 1) - 1) / s->n) < 1) {
         snprintf(why, len,
@@ -250,10 +255,6 @@ static int fix_cohort(Coordinator *co, SaOut *out, char *why, size_t len) {
         snprintf(why, len, "%s", err);
         return -1;
     }
-    /* distributed DP: each site's share of the noise is the quorum's part
-     * of the sum's (a sum is unmasked only with that many in it) */
-    int64_t quorum = rounds_quorum(co);
-    int noise_sites = quorum < 2 ? 2 : quorum > s->n ? s->n : (int)quorum;
     if (r->set.dp_distributed && secagg_params_dp(&s->p, r->set.dp_clip, r->set.dp_noise,
                                                   noise_sites, r->model.n_params, err) != 0) {
         snprintf(why, len, "%s", err);
@@ -341,6 +342,34 @@ static int unmask(Coordinator *co, char *why, size_t len) {
     SecaggRound *s = r->sa;
     char err[ERR_LEN];
     int summed = 0;
+    /* distributed DP: the sum is accounted (and stored) before it exists,
+     * once an attempt, whether its round commits or not: a failed commit
+     * does not take back what the coordinator saw */
+    if (r->set.dp_distributed && !s->accounted) {
+        double mu = s->p.mu * s->n_masked / s->p.noise_sites;
+        PrivacyAccount after = r->dp_account;
+        privacy_add_skellam(&after, mu, s->p.l1, s->p.l2);
+        double eps = privacy_account_epsilon(&after, r->set.dp_delta, NULL);
+        if (r->set.dp_budget > 0 && eps > r->set.dp_budget) {
+            snprintf(why, len,
+                     "[privacy] epsilon_budget %g would be passed by this sum (epsilon %.4g): it "
+                     "is not unmasked; raise the budget or end the federation",
+                     r->set.dp_budget, eps);
+            return -1;
+        }
+        pthread_mutex_lock(&co->store_lock);
+        int rc = store_round_noise(co->store, r->round_id, sqrt(mu) / s->p.l2, mu, s->p.l1,
+                                   r->set.dp_delta, err);
+        pthread_mutex_unlock(&co->store_lock);
+        if (rc != 0) {
+            snprintf(why, len,
+                     "distributed DP: the sum's noise cannot be recorded (%s); it is not "
+                     "unmasked",
+                     err);
+            return -1;
+        }
+        r->dp_account = after, s->accounted = 1;
+    }
     if (secagg_server_unmask(s->srv, r->sum.sum, &summed, err) != 0) {
         snprintf(why, len, "%s", err);
         return -1;

@@ -711,7 +711,8 @@ int store_update_record(Store *s, const StoreUpdate *u, int64_t *update_id, char
 }
 
 int store_privacy_spent(Store *s, PrivacyAccount *acc, int64_t *plain, char *err) {
-    static const char sql[] = "SELECT dp_noise, dp_mu, dp_l1 FROM rounds WHERE state = 'committed'";
+    static const char sql[] = "SELECT dp_noise, dp_mu, dp_l1 FROM rounds "
+                              "WHERE state = 'committed' OR dp_mu IS NOT NULL";
     sqlite3_stmt *st = store_stmt(s, sql, err);
     if (st == NULL) return -1;
     memset(acc, 0, sizeof *acc);
@@ -728,6 +729,22 @@ int store_privacy_spent(Store *s, PrivacyAccount *acc, int64_t *plain, char *err
     }
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? 0 : store_db_error(s, err, "cannot read the privacy account");
+}
+
+int store_round_noise(Store *s, int64_t round_id, double dp_noise, double dp_mu, double dp_l1,
+                      double dp_delta, char *err) {
+    static const char sql[] = "UPDATE rounds SET dp_noise = ?2, dp_mu = ?3, dp_l1 = ?4, "
+                              "dp_delta = ?5 WHERE id = ?1 AND state IN ('open', 'aggregating')";
+    sqlite3_stmt *st = store_stmt(s, sql, err);
+    if (st == NULL) return -1;
+    sqlite3_bind_int64(st, 1, round_id);
+    sqlite3_bind_double(st, 2, dp_noise), sqlite3_bind_double(st, 3, dp_mu);
+    sqlite3_bind_double(st, 4, dp_l1), sqlite3_bind_double(st, 5, dp_delta);
+    if (step_done(s, st, err, "cannot record the sum's noise") != 0) return -1;
+    if (sqlite3_changes(s->db) == 0)
+        return err_set(err, "cannot record round attempt %lld's noise: it is not live",
+                       (long long)round_id);
+    return 0;
 }
 
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err) {

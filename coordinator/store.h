@@ -228,15 +228,21 @@ int store_update_reject(Store *s, int64_t update_id, const char *code, const cha
  * weighted train loss, bytes up) are derived from the received updates. */
 int store_round_commit(Store *s, int64_t round_id, const StoreCheckpoint *ckpt, double eval_loss,
                        int64_t bytes_down, int64_t now, char *err);
+/* Distributed DP: the noise of the sum a live round attempt unmasks (as
+ * StoreCheckpoint's fields), recorded before the sum is: it counts in the
+ * privacy account whether the attempt commits or fails. */
+int store_round_noise(Store *s, int64_t round_id, double dp_noise, double dp_mu, double dp_l1,
+                      double dp_delta, char *err);
 /* Fails a live round: its received updates become 'discarded'. */
 int store_round_fail(Store *s, int64_t round_id, const char *reason, int64_t bytes_down,
                      int64_t now, char *err);
 
 /* The committed attempt of `number`, else its latest attempt. */
 int store_round_get(Store *s, int64_t number, StoreRound *out, char *err);
-/* The privacy account of the committed rounds: each round given noise
- * added to acc (Gaussian, or Skellam where dp_mu is kept), and how many
- * were given none. */
+/* The privacy account: each committed round given noise and each attempt
+ * whose noisy sum was unmasked (store_round_noise) added to acc (Gaussian,
+ * or Skellam where dp_mu is kept), and how many committed rounds were
+ * given none. */
 int store_privacy_spent(Store *s, PrivacyAccount *acc, int64_t *plain, char *err);
 int store_round_last_committed(Store *s, StoreRound *out, char *err);
 /* The round now open or aggregating. */

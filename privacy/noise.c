@@ -53,7 +53,19 @@ static double uniform(Uniforms *g) { /* [0, 1) */
     return (g->u[g->at++] >> 11) * 0x1p-53;
 }
 
-/* A Poisson draw of mean lam (0 ≤ lam ≤ 1e18). */
+/* log of the Poisson mass at k ≥ 30 of mean lam, −lam + k log lam −
+ * log k!, as (k − lam) − k log1p((k − lam)/lam) − ½ log 2πk − Stirling's
+ * remainder: the two first terms cancel to O((k − lam)² / lam), so nothing
+ * of size lam is subtracted (the direct form loses all precision at
+ * means past 1e12). */
+static double log_mass(double k, double lam) {
+    double t = k - lam;
+    double stirling = 1 / (12 * k) - 1 / (360 * k * k * k) + 1 / (1260 * k * k * k * k * k);
+    return t - k * log1p(t / lam) - 0.5 * log(2 * M_PI * k) - stirling;
+}
+
+/* A Poisson draw of mean lam (0 ≤ lam ≤ POISSON_MAX: every k near it is a
+ * double exactly). */
 static int64_t poisson(Uniforms *g, double lam) {
     if (lam == 0) return 0;
     if (lam < 10) { /* Knuth: the first k at which a product of uniforms falls under e^−lam */
@@ -73,16 +85,16 @@ static int64_t poisson(Uniforms *g, double lam) {
         if (g->failed) return 0;
         if (us >= 0.07 && v <= vr) return (int64_t)k;
         if (k < 0 || (us < 0.013 && v > us)) continue;
-        if (log(v) + log(inv_alpha) - log(a / (us * us) + b) <= -lam + k * loglam - lgamma(k + 1))
-            return (int64_t)k;
+        double mass = k < 30 ? -lam + k * loglam - lgamma(k + 1) : log_mass(k, lam);
+        if (log(v) + log(inv_alpha) - log(a / (us * us) + b) <= mass) return (int64_t)k;
     }
 }
 
 int privacy_skellam_add(uint32_t *x, uint64_t n, double var, int bits, char *err) {
-    if (!(var >= 0 && var <= 1e18) || bits < 8 || bits > 32)
+    if (!(var >= 0 && var / 2 <= PRIVACY_POISSON_MAX) || bits < 8 || bits > 32)
         return err_set(err, "Skellam noise of variance %g in %d bits: out of range", var, bits);
     uint32_t mod = bits == 32 ? 0xffffffffu : (1u << bits) - 1;
-    Uniforms *g = malloc(sizeof *g);
+    Uniforms *g = calloc(1, sizeof *g);
     if (g == NULL) return err_set(err, "out of memory");
     g->at = 0, g->failed = 0;
     for (uint64_t i = 0; i < n && !g->failed; i++) {

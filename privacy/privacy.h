@@ -52,11 +52,15 @@ double privacy_account_epsilon(const PrivacyAccount *a, double delta, double *or
  * generator: the noise must not be reproducible by anyone), by Box–Muller
  * over 53-bit uniforms. 0, or -1 with err when the DRBG fails. */
 int privacy_gaussian_add(float *x, uint64_t n, double std, char *err);
+/* The largest Poisson mean drawn: 2^48, so every draw near it is a
+ * double exactly. */
+#define PRIVACY_POISSON_MAX 281474976710656.0
 /* x[i] += Skellam(var) modulo 2^bits (bits 8 to 32): the difference of two
  * Poisson draws of mean var / 2 each, from OpenSSL's DRBG (Knuth's product
- * below a mean of 10, Hörmann's transformed rejection, PTRS, above: a
+ * below a mean of 10, Hörmann's transformed rejection, PTRS, above, its
+ * acceptance test in a form that keeps its precision at any mean: a
  * sampler in double precision, as numpy's and TensorFlow's are). 0, or -1
- * with err when the DRBG fails or var is not in [0, 1e18]. */
+ * with err when the DRBG fails or var / 2 is not in [0, PRIVACY_POISSON_MAX]. */
 int privacy_skellam_add(uint32_t *x, uint64_t n, double var, int bits, char *err);
 
 /* ---- secure aggregation's arithmetic (secagg.c) ------------------------------------
@@ -163,18 +167,24 @@ typedef struct SecaggParams {
 int secagg_params(int n, int bits, double range, const char *context, SecaggParams *p, char *err);
 /* Distributed DP on p (after secagg_params): clip (L2), noise multiplier z
  * (> 0), the survivors the round commits with at least (2 to n), dim
- * values. The scale is remade so that n sites' values within ±range and
- * the noise's 8 standard deviations fit 2^bits: scale = (2^(bits−1) − 1 −
- * n − 8z√dim) / (n range + 8z clip); l2 = scale clip + √dim (stochastic
- * rounding moves each value by less than one), l1 = min(l2², √dim l2), mu =
- * (z l2)². Refused (err says how many bits would do) when rounding would
- * add more than a tenth to l2, or range is under one step. */
+ * values. The scale is remade so that n sites' values within ±range (a
+ * step of rounding each) and 8 standard deviations of all n sites' noise
+ * fit 2^bits: with h = 8z √(n / noise_sites), scale = (2^(bits−1) − 1 − n
+ * − h√dim) / (n range + h clip), at most the scale at which a share's
+ * Poisson means reach PRIVACY_POISSON_MAX / 2; l2 = scale clip + √dim
+ * (stochastic rounding moves each value by less than one), l1 = min(l2²,
+ * √dim l2), mu = (z l2)². Refused (err says how many bits would do) when
+ * rounding would add more than a tenth to l2, or range is under one step. */
 int secagg_params_dp(SecaggParams *p, double clip, double z, int noise_sites, uint64_t dim,
                      char *err);
+/* What an update's values are multiplied by to clip it to L2 norm
+ * p->clip (1 within it, or without distributed DP). */
+double secagg_clip_factor(const SecaggParams *p, const float *x, uint64_t len);
 /* The fewest bits (from min_bits to 32) at which secagg_params_dp's
  * rounding adds at most 1% to l2 and range is a step or more; 32 when none
  * is. */
-int secagg_dp_bits(int n, double range, double clip, double z, uint64_t dim, int min_bits);
+int secagg_dp_bits(int n, double range, double clip, double z, int noise_sites, uint64_t dim,
+                   int min_bits);
 /* A uniform permutation of 0..n-1 into place, from OpenSSL's DRBG: the
  * cohort's places on the ring. */
 void secagg_permutation(int *place, int n);
@@ -222,7 +232,8 @@ int secagg_site_mask(SecaggSite *s, const SecaggAdvert *cohort, const SecaggEnve
 /* Phase 4: survived[j] for the cohort (as the coordinator says); the
  * shares it reveals, one per site it holds shares of, into out (room for
  * SECAGG_MAX_DEGREE + 1). Refused when the coordinator counts this site
- * dropped, or fewer than t of its neighbourhood survived. */
+ * dropped, fewer than t of its neighbourhood survived, or (distributed
+ * DP) fewer than noise_sites are in the sum. */
 int secagg_site_reveal(SecaggSite *s, const uint8_t *survived, SecaggReveal *out, int *n_out,
                        char *err);
 

@@ -74,19 +74,35 @@ int secagg_params(int n, int bits, double range, const char *context, SecaggPara
 
 #define DP_HEADROOM 8.0 /* the noise's standard deviations the modulus holds */
 
-/* the scale at which n values within ±range and the noise fit bits */
-static double dp_scale(int n, int bits, double range, double clip, double z, uint64_t dim) {
-    /* each site's value may round up a step past range */
-    double room = ldexp(1, bits - 1) - 1 - n - DP_HEADROOM * z * sqrt((double)dim);
-    return room / (n * range + DP_HEADROOM * z * clip);
+/* The scale at which n values within ±range and the noise fit bits: each
+ * value may round up a step past range, and the noise of all n shares
+ * (deviation z l2 √(n / noise_sites)) fits DP_HEADROOM times. At most
+ * the scale at which a share's Poisson means are PRIVACY_POISSON_MAX / 2
+ * (a wider one gains nothing: rounding already adds under 1e-6 there). */
+static double dp_scale(int n, int bits, double range, double clip, double z, int noise_sites,
+                       uint64_t dim) {
+    double h = DP_HEADROOM * z * sqrt((double)n / noise_sites), root = sqrt((double)dim);
+    double room = ldexp(1, bits - 1) - 1 - n - h * root;
+    double scale = room / (n * range + h * clip);
+    double widest = (sqrt(PRIVACY_POISSON_MAX * noise_sites) / z - root) / clip;
+    return fmin(scale, widest);
 }
 
-int secagg_dp_bits(int n, double range, double clip, double z, uint64_t dim, int min_bits) {
+int secagg_dp_bits(int n, double range, double clip, double z, int noise_sites, uint64_t dim,
+                   int min_bits) {
     for (int bits = min_bits < 8 ? 8 : min_bits; bits < 32; bits++) {
-        double scale = dp_scale(n, bits, range, clip, z, dim);
+        double scale = dp_scale(n, bits, range, clip, z, noise_sites, dim);
         if (scale * clip >= 100 * sqrt((double)dim) && scale * range >= 1) return bits;
     }
     return 32;
+}
+
+double secagg_clip_factor(const SecaggParams *p, const float *x, uint64_t len) {
+    if (!(p->clip > 0)) return 1;
+    double norm = 0;
+    for (uint64_t i = 0; i < len; i++) norm += (double)x[i] * x[i];
+    norm = sqrt(norm);
+    return norm > p->clip ? p->clip / norm : 1; /* NaN: 1, and quantizing refuses it */
 }
 
 int secagg_params_dp(SecaggParams *p, double clip, double z, int noise_sites, uint64_t dim,
@@ -97,13 +113,15 @@ int secagg_params_dp(SecaggParams *p, double clip, double z, int noise_sites, ui
                        "distributed DP: clip %g, noise multiplier %g, noise over %d of %d sites, "
                        "%llu values: out of range",
                        clip, z, noise_sites, p->n, (unsigned long long)dim);
-    double scale = dp_scale(p->n, p->bits, p->range, clip, z, dim), root = sqrt((double)dim);
+    double scale = dp_scale(p->n, p->bits, p->range, clip, z, noise_sites, dim);
+    double root = sqrt((double)dim);
     if (!(scale * clip >= 10 * root) || !(scale * p->range >= 1))
         return err_set(err,
                        "distributed DP: %d bits leave too few steps for %d sites and the noise "
                        "(rounding would add over a tenth to the sensitivity, or range is under "
                        "a step); use bits = %d or more",
-                       p->bits, p->n, secagg_dp_bits(p->n, p->range, clip, z, dim, p->bits));
+                       p->bits, p->n,
+                       secagg_dp_bits(p->n, p->range, clip, z, noise_sites, dim, p->bits));
     double l2 = scale * clip + root, mu = (z * l2) * (z * l2);
     if (!isfinite(scale) || !isfinite(mu))
         return err_set(err, "distributed DP: clip %g and range %g give no finite scale", clip,
@@ -330,16 +348,10 @@ int secagg_site_mask(SecaggSite *s, const SecaggAdvert *cohort, const SecaggEnve
     OPENSSL_cleanse(plain, (size_t)(n_in ? n_in : 1) * sizeof *plain);
     free(plain);
     if (rc != 0) return -1;
-    double factor = 1; /* distributed DP: the update clipped to L2 norm clip */
-    if (p->clip > 0) {
-        if (len != p->dim)
-            return err_set(err, "distributed DP: an update of %llu values, not the round's %llu",
-                           (unsigned long long)len, (unsigned long long)p->dim);
-        double norm = 0;
-        for (uint64_t i = 0; i < len; i++) norm += (double)x[i] * x[i];
-        norm = sqrt(norm);
-        if (norm > p->clip) factor = p->clip / norm;
-    }
+    if (p->clip > 0 && len != p->dim)
+        return err_set(err, "distributed DP: an update of %llu values, not the round's %llu",
+                       (unsigned long long)len, (unsigned long long)p->dim);
+    double factor = secagg_clip_factor(p, x, len);
     if (secagg_quantize(x, len, factor, p->range, p->scale, p->bits, y, err) != 0) return -1;
     if (sent) secagg_dequantize(y, len, p->bits, p->scale, sent); /* its share of the sum */
     /* its share of the noise: any noise_sites of the shares make the sum's */
@@ -374,6 +386,13 @@ int secagg_site_reveal(SecaggSite *s, const uint8_t *survived, SecaggReveal *out
                        "secure aggregation: %d of this site's neighbourhood survived, fewer "
                        "than the %d the unmasking needs; nothing is revealed",
                        alive, p->t);
+    int summed = 0; /* distributed DP: a sum of fewer shares of noise than owed is not unmasked */
+    for (int j = 0; j < p->n; j++) summed += survived[j] != 0;
+    if (p->clip > 0 && summed < p->noise_sites)
+        return err_set(err,
+                       "secure aggregation: the coordinator would sum %d updates, fewer than the "
+                       "%d whose noise makes the sum's; nothing is revealed",
+                       summed, p->noise_sites);
     for (int j = 0; j < p->n; j++) {
         if (!s->holds[j]) continue;
         SecaggReveal *r = &out[(*n_out)++];

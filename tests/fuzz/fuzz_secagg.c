@@ -110,7 +110,9 @@ static void dp_params(const uint8_t *data, size_t size) {
     if (secagg_params_dp(&p, clip, z, (int)noise_sites, dim, err) != 0) return;
     double top = ldexp(1, p.bits - 1) - 1;
     if (!(p.scale > 0) || !(p.l2 >= sqrt((double)dim)) || !(p.mu >= 0) || !isfinite(p.mu) ||
-        !(n * (p.range * p.scale + 1) + 8 * p.noise * p.l2 <= top * (1 + 1e-9)))
+        !(n * (p.range * p.scale + 1) + 8 * p.noise * p.l2 * sqrt((double)n / p.noise_sites) <=
+          top * (1 + 1e-9)) ||
+        !(p.mu / p.noise_sites / 2 <= PRIVACY_POISSON_MAX * (1 + 1e-9)))
         abort();
     float x[64];
     uint32_t y[64];

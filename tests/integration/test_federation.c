@@ -667,7 +667,7 @@ Test(federation, distributed_dp_adds_the_noise_it_accounts_under_secure_aggregat
     uint64_t d = m0.n_params;
     /* the cohort's parameters, as the coordinator and the sites derive them */
     char err[ERR_LEN];
-    int bits = secagg_dp_bits(3, 0.25, 0.5, 0.3, d, 11);
+    int bits = secagg_dp_bits(3, 0.25, 0.5, 0.3, 2, d, 11);
     SecaggParams p;
     cr_assert_eq(secagg_params(3, bits, 0.25, "test", &p, err), 0, "%s", err);
     cr_assert_eq(secagg_params_dp(&p, 0.5, 0.3, 2, d, err), 0, "%s", err);

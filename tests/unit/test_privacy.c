@@ -226,22 +226,31 @@ static double skellam_pmf(double mu, int k) {
     return p;
 }
 
-/* The noise, at variances from under one to a billion: mean 0 and the
- * variance asked, to ten standard errors, at every width; at variance 7
- * (Knuth's product) and 60 (PTRS) the counts of each value against the
- * distribution's mass (chi-square); and taken modulo 2^bits. */
+/* The noise, at variances from under one to 2e14 (Poisson means of 1e14,
+ * near the largest drawn): mean 0 and the variance asked, to ten standard
+ * errors, at every width; at variance 7 (Knuth's product) and 60 (PTRS)
+ * the counts of each value against the distribution's mass (chi-square);
+ * at 2e14 its low four bits uniform (a draw in doubles that lost the
+ * integers would leave them even); taken modulo 2^bits; a variance past
+ * the largest refused. */
 Test(privacy, skellam_noise_has_the_asked_variance_and_shape) {
     enum { N = 1 << 18 };
-    static const double vars[] = {0.6, 7, 60, 3000, 1e9};
+    static const double vars[] = {0.6, 7, 60, 3000, 1e9, 2e14};
     uint32_t *x = malloc(N * sizeof *x);
     char err[ERR_LEN];
-    for (int a = 0; a < 5; a++) {
+    for (int a = 0; a < 6; a++) {
         memset(x, 0, N * sizeof *x);
         cr_assert_eq(privacy_skellam_add(x, N, vars[a], 32, err), 0, "%s", err);
-        double s = 0, s2 = 0;
+        double s = 0, s2 = 0, low[16] = {0};
         for (int i = 0; i < N; i++) {
+            /* 2e14: the deviation is 1.4e7, far inside 2^31 */
             double v = (double)(int32_t)x[i];
-            s += v, s2 += v * v;
+            s += v, s2 += v * v, low[x[i] & 15]++;
+        }
+        if (vars[a] > 1e10) {
+            double chi = 0, want = N / 16.0;
+            for (int b = 0; b < 16; b++) chi += (low[b] - want) * (low[b] - want) / want;
+            cr_assert_lt(chi, 60, "the low four bits: chi-square %g over 16 residues", chi);
         }
         double mean = s / N, var = s2 / N - mean * mean, v0 = vars[a];
         /* the variance's standard error: v √(2/N), and the excess kurtosis 1/v */
@@ -277,6 +286,7 @@ Test(privacy, skellam_noise_has_the_asked_variance_and_shape) {
     }
     cr_assert_gt(below, N / 5, "only %d of %d wrapped below zero", below, N);
     cr_assert_eq(privacy_skellam_add(x, 1, -1, 8, err), -1);
+    cr_assert_eq(privacy_skellam_add(x, 1, 2.01 * PRIVACY_POISSON_MAX, 32, err), -1);
     cr_assert_eq(privacy_skellam_add(x, 1, 1, 33, err), -1);
     free(x);
 }

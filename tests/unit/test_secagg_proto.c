@@ -356,7 +356,7 @@ Test(secagg_proto, distributed_dp_bounds_the_sensitivity_and_fits_the_modulus) {
     enum { D = 50000 };
     char err[ERR_LEN];
     double clip = 1, z = 0.7, range = 0.02, root = sqrt((double)D);
-    int n = 5, bits = secagg_dp_bits(n, range, clip, z, D, 12);
+    int n = 5, bits = secagg_dp_bits(n, range, clip, z, 3, D, 12);
     SecaggParams p;
     cr_assert_eq(secagg_params(n, bits, range, "ctx", &p, err), 0, "%s", err);
     cr_assert_eq(secagg_params_dp(&p, clip, z, 3, D, err), 0, "%s", err);
@@ -364,8 +364,9 @@ Test(secagg_proto, distributed_dp_bounds_the_sensitivity_and_fits_the_modulus) {
                   root / (p.scale * clip));
     cr_assert_float_eq(p.l2, p.scale * clip + root, 1e-9 * p.l2);
     cr_assert_float_eq(p.mu, (z * p.l2) * (z * p.l2), 1e-9 * p.mu);
-    cr_assert_leq(n * (range * p.scale + 1) + 8 * z * p.l2, (ldexp(1, bits - 1) - 1) * (1 + 1e-12),
-                  "the modulus wraps");
+    /* the noise of all five shares (three make mu) */
+    cr_assert_leq(n * (range * p.scale + 1) + 8 * z * p.l2 * sqrt(5.0 / 3),
+                  (ldexp(1, bits - 1) - 1) * (1 + 1e-12), "the modulus wraps");
     /* a long update (clipped by its norm) and one at the bound whose values
      * all sit at the range's corner */
     float *x = malloc(D * sizeof *x);
@@ -390,7 +391,8 @@ Test(secagg_proto, distributed_dp_bounds_the_sensitivity_and_fits_the_modulus) {
     cr_assert_eq(secagg_params(n, 12, range, "ctx", &few, err), 0, "%s", err);
     cr_assert_eq(secagg_params_dp(&few, clip, z, 3, D, err), -1, "12 bits taken");
     char want[64];
-    snprintf(want, sizeof want, "use bits = %d or more", secagg_dp_bits(n, range, clip, z, D, 12));
+    snprintf(want, sizeof want, "use bits = %d or more",
+             secagg_dp_bits(n, range, clip, z, 3, D, 12));
     cr_assert_not_null(strstr(err, want), "%s", err);
     cr_assert_eq(secagg_params_dp(&few, clip, z, 9, D, err), -1, "noise over more than the cohort");
     cr_assert_eq(secagg_params_dp(&few, clip, 0, 3, D, err), -1, "no noise");

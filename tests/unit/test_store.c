@@ -508,6 +508,47 @@ Test(store, failed_round_discards_updates_and_reopens_as_next_attempt) {
     cr_assert_eq(store_round_last_committed(fx.store, &r, err), STORE_NOT_FOUND);
 }
 
+/* The privacy account read back: a committed central round (Gaussian), a
+ * distributed attempt whose sum was unmasked and whose commit failed, and
+ * the distributed round committed after it (Skellam, each), as the
+ * accountant adds them; a round committed without noise is counted
+ * apart; a sum's noise is recorded only on a live attempt. */
+Test(store, the_privacy_account_counts_every_unmasked_sum_and_each_committed_round) {
+    char err[ERR_LEN];
+    int64_t r0, r1a, r1b, r2;
+    StoreCheckpoint ck = round0_ckpt;
+    ck.dp_noise = 1.5, ck.dp_epsilon = 1, ck.dp_delta = 1e-5;
+    cr_assert_eq(store_round_open(fx.store, 0, 1000, &r0, err), 0, "%s", err);
+    cr_assert_eq(store_round_commit(fx.store, r0, &ck, 3.0, 0, 1100, err), 0, "%s", err);
+    cr_assert_eq(store_round_open(fx.store, 1, 1200, &r1a, err), 0, "%s", err);
+    cr_assert_eq(store_round_noise(fx.store, r1a, 0.9, 4e10, 3e7, 1e-5, err), 0, "%s", err);
+    cr_assert_eq(store_round_fail(fx.store, r1a, "the commit failed", 0, 1300, err), 0, "%s", err);
+    cr_assert_eq(store_round_noise(fx.store, r1a, 0.9, 4e10, 3e7, 1e-5, err), -1, "not live");
+    cr_assert_eq(store_round_open(fx.store, 1, 1400, &r1b, err), 0, "%s", err);
+    cr_assert_eq(store_round_noise(fx.store, r1b, 0.8, 5e10, 3e7, 1e-5, err), 0, "%s", err);
+    StoreCheckpoint ck1 = round0_ckpt;
+    ck1.path = "checkpoints/round-000001.safetensors";
+    ck1.dp_noise = 0.8, ck1.dp_epsilon = 2, ck1.dp_delta = 1e-5, ck1.dp_mu = 5e10, ck1.dp_l1 = 3e7;
+    cr_assert_eq(store_round_commit(fx.store, r1b, &ck1, 3.0, 0, 1500, err), 0, "%s", err);
+    PrivacyAccount got, want = {{0}};
+    int64_t plain;
+    cr_assert_eq(store_privacy_spent(fx.store, &got, &plain, err), 0, "%s", err);
+    cr_assert_eq(plain, 0);
+    privacy_add_gaussian(&want, 1.5);
+    privacy_add_skellam(&want, 4e10, 3e7, sqrt(4e10) / 0.9);
+    privacy_add_skellam(&want, 5e10, 3e7, sqrt(5e10) / 0.8);
+    for (int i = 0; i < PRIVACY_ORDERS; i++)
+        cr_assert(got.rdp[i] == want.rdp[i] ||
+                      fabs(got.rdp[i] - want.rdp[i]) <= 1e-12 * want.rdp[i],
+                  "order %g: %.17g, not %.17g", privacy_order(i), got.rdp[i], want.rdp[i]);
+    StoreCheckpoint bare = round0_ckpt;
+    bare.path = "checkpoints/round-000002.safetensors";
+    cr_assert_eq(store_round_open(fx.store, 2, 1600, &r2, err), 0, "%s", err);
+    cr_assert_eq(store_round_commit(fx.store, r2, &bare, 3.0, 0, 1700, err), 0, "%s", err);
+    cr_assert_eq(store_privacy_spent(fx.store, &got, &plain, err), 0, "%s", err);
+    cr_assert_eq(plain, 1, "the round without noise is counted apart");
+}
+
 Test(store, constraint_violations_are_errors_not_crashes) {
     char err[ERR_LEN];
     int64_t a = add_site("alpha");
