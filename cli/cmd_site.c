@@ -206,6 +206,7 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
                                          {"zero", required_argument, NULL, 'Z'},
                                          {"precision", required_argument, NULL, 'Q'},
                                          {"tensorboard", required_argument, NULL, 'E'},
+                                         {"min-noise", required_argument, NULL, 'N'},
                                          {NULL, 0, NULL, 0}};
     const char *data[64];
     SiteRunOptions o = {.data = data};
@@ -253,6 +254,15 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             o.precision_bf16 = optarg[0] == 'b';
         } else if (c == 'E') {
             o.tensorboard = optarg;
+        } else if (c == 'N') { /* a double: the coordinator's is compared with it */
+            char *end;
+            double z = strtod(optarg, &end);
+            if (end == optarg || *end || !(z > 0 && z <= 1000))
+                return cli_usage_error(cmd,
+                                       "--min-noise is a noise multiplier above 0 (at most "
+                                       "1000), not '%s'",
+                                       optarg);
+            o.min_noise = z;
         } else if (c == 'K') {
             if ((o.blocks_off = cli_base_blocks(cmd, optarg)) < 0) return EXIT_USAGE;
         } else if (c == 'x') {

@@ -71,7 +71,7 @@ const Command cli_commands[] = {
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
      "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0] [--precision fp32|bf16] "
-     "[--tensorboard DIR]",
+     "[--tensorboard DIR] [--min-noise Z]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -107,6 +107,9 @@ const Command cli_commands[] = {
      "                train/tokens_per_second (at the site's step count), and each round's\n"
      "                round/eval_loss_before, round/eval_loss_after, round/train_loss,\n"
      "                round/steps (train/grad_norm on CPUs only)\n"
+     "  --min-noise Z this site's own floor on privacy: it sends updates only under secure\n"
+     "                aggregation with distributed DP at a noise multiplier of Z or more,\n"
+     "                and exits saying so when its coordinator asks for less\n"
      "  --seed S      the order the site reads its data in (default: from the clock);\n"
      "                with a federation's fixed model seed, a run that repeats\n",
      cmd_site_run},

@@ -76,6 +76,10 @@ typedef struct SiteRunOptions {
      * none): rank 0 writes each step's loss, learning rate, gradient norm
      * and tokens/s, and each round's held-out loss before and after */
     const char *tensorboard;
+    /* this site's own floor on privacy (0: none): it sends updates only
+     * under secure aggregation with distributed DP at a noise multiplier
+     * of at least min_noise, whatever the coordinator is configured with */
+    double min_noise;
 } SiteRunOptions;
 
 /* The site's loop, round after round, until the federation finishes.

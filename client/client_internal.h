@@ -131,6 +131,7 @@ typedef struct Session {
     size_t share; /* this rank's place in a global batch */
     float lr;
     EventFile *events; /* rank 0, --tensorboard */
+    double min_noise;  /* --min-noise: 0, or the least DP noise it sends under */
     Blob blob;         /* the update being sent */
     /* rank 0's heartbeat thread: it beats every HEARTBEAT_MS while a round
      * trains (beat_round >= 0) and keeps the federation's round its last

@@ -123,6 +123,23 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     if ((k->clip != 0 || k->noise_multiplier != 0) &&
         secagg_params_dp(&p, k->clip, k->noise_multiplier, (int)k->noise_sites, n, err) != 0)
         return peer_fault(round, err, "%s", err);
+    if (ss->min_noise > 0 && !(p.clip > 0 && p.noise >= ss->min_noise))
+        return err_set(err,
+                       "the coordinator asks for %s, under this site's floor of noise multiplier "
+                       "%g (--min-noise): nothing is sent",
+                       p.clip > 0 ? "less noise" : "no differential privacy", ss->min_noise);
+    /* and its losses stay here: they are what the noise hides */
+    uint8_t quiet[192];
+    if (p.clip > 0) {
+        Strait__UpdateMeta *um = strait__update_meta__unpack(NULL, mlen, meta);
+        if (um == NULL) return err_set(err, "this site's update claims do not unpack");
+        um->train_loss = um->eval_loss = um->start_eval_loss = NAN;
+        size_t ql = strait__update_meta__get_packed_size(um);
+        if (ql <= sizeof quiet) strait__update_meta__pack(um, quiet);
+        strait__update_meta__free_unpacked(um, NULL);
+        if (ql > sizeof quiet) return err_set(err, "this site's update claims are %zu bytes", ql);
+        meta = quiet, mlen = ql;
+    }
     a->cohort = calloc(k->sites, sizeof *a->cohort);
     if (a->cohort == NULL) return err_set(err, "out of memory");
     for (uint32_t i = 0; i < k->sites; i++) {

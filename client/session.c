@@ -243,6 +243,14 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if (rk->rank == 0 && site_read(&ss->s, err) != 0) return -1;
     if (rk->rank == 0 && (ss->hr = site_hello(&ss->s, err)) == NULL) return -1;
     if (rk->rank == 0 && beat_start(ss, err) != 0) return -1;
+    ss->min_noise = o->min_noise;
+    if (rk->rank == 0 && o->min_noise > 0 && !ss->hr->secure_aggregation)
+        return err_set(err,
+                       "this site sends updates only under distributed DP (--min-noise %g), and "
+                       "its coordinator runs without secure aggregation; nothing is sent (ask "
+                       "for [privacy] secure_aggregation = on and dp = distributed, or drop "
+                       "--min-noise)",
+                       o->min_noise);
     if (rk->rank == 0 && o->tensorboard) {
         if ((ss->events = events_open(o->tensorboard, err)) == NULL) return -1;
         log_info("site", "TensorBoard's events in %s", events_path(ss->events));

@@ -367,10 +367,13 @@ static int federate(const DemoOptions *o, const char *dir, StoreTotals *tot, int
     if (rc != 0) goto stop;
     *fed_ms = time_wall_ms() - t0;
     rc = reap_sites(pids, o->sites, dir, err);
-    fprintf(out,
-            "\nvalidation loss at the sites (their models after the local steps): %.4f after the "
-            "first round, %.4f after round %d (nats/%s)\n",
-            first, last, o->rounds - 1, o->base ? "token" : "byte");
+    if (isnan(last)) /* distributed DP: the sites keep their losses */
+        fprintf(out, "\nthe sites kept their losses to themselves (distributed DP)\n");
+    else
+        fprintf(out,
+                "\nvalidation loss at the sites (their models after the local steps): %.4f after "
+                "the first round, %.4f after round %d (nats/%s)\n",
+                first, last, o->rounds - 1, o->base ? "token" : "byte");
     fflush(out);
 stop:
     for (int i = 0; i < o->sites; i++)

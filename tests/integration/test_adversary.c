@@ -2631,3 +2631,57 @@ Test(adversary, secure_aggregation_survives_a_site_that_drops_and_refuses_what_p
     for (int i = 0; i < 2; i++) strait__sec_agg_response__free_unpacked(surv[i], NULL);
     model_free(&t);
 }
+
+/* A site's own floor on privacy (--min-noise): against a coordinator
+ * without secure aggregation it sends nothing and says why at start; in a
+ * round whose coordinator asks for less noise than the floor (here 0.5
+ * against 1, the cohort's other member the test) it stops after the keys,
+ * before anything of its update leaves, and says so in one line. */
+Test(adversary, a_site_with_a_privacy_floor_sends_nothing_below_it) {
+    init_federation();
+    start_coordinator();
+    char dir[700], data[800];
+    snprintf(dir, sizeof dir, "%s/s", root);
+    harness_enroll_join(fed, addr, "s", dir);
+    snprintf(data, sizeof data, "%s/data.txt", root);
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 2000; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+    ProcResult r = S("site", "run", dir, "--data", data, "--min-noise", "1");
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "without secure aggregation"), "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+    proc_result_free(&r);
+    cr_assert_eq(proc_stop(coord, 10000), 0);
+    coord = -1;
+    ini_set("privacy", "secure_aggregation", "on");
+    ini_set("privacy", "range", "0.05");
+    ini_set("privacy", "dp", "distributed");
+    ini_set("privacy", "clip", "0.5");
+    ini_set("privacy", "noise_multiplier", "0.5");
+    ini_set("privacy", "delta", "1e-5");
+    start_coordinator();
+    char other[700], err[ERR_LEN];
+    site("t", other, sizeof other);
+    NetChannel *ch = attacker_channel(other, addr);
+    SecaggAdvert ad;
+    SecaggSite *me = secagg_site_new(&ad, err);
+    cr_assert_not_null(me, "%s", err);
+    SaCall keys = {.ch = ch};
+    strait__sec_agg_request__init(&keys.q);
+    keys.q.round = 0, keys.q.phase = 1;
+    keys.q.advert.data = (uint8_t *)&ad, keys.q.advert.len = sizeof ad;
+    pthread_t th;
+    pthread_create(&th, NULL, sa_call_main, &keys);
+    r = S("site", "run", dir, "--data", data, "--min-noise", "1");
+    pthread_join(th, NULL);
+    cr_assert_eq(keys.st, NET_OK, "%s", keys.details);
+    cr_assert(keys.resp->noise_multiplier == 0.5 && keys.resp->clip == 0.5, "the round's DP");
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "under this site's floor"), "%s", r.err);
+    cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
+    proc_result_free(&r);
+    strait__sec_agg_response__free_unpacked(keys.resp, NULL);
+    secagg_site_free(me);
+    net_channel_destroy(ch);
+}

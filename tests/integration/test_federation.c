@@ -620,7 +620,7 @@ Test(federation, secure_aggregation_commits_the_plain_federations_model_to_quant
  * whole noise at each site would be 41% over, none 100% under). Each
  * round's row holds the noise multiplier its sum had, z √(3/2), and ε
  * after it is the accountant's for the Skellam rounds so far, as strait
- * rounds reports it. */
+ * rounds reports it; no site's loss reached the coordinator. */
 Test(federation, distributed_dp_adds_the_noise_it_accounts_under_secure_aggregation,
      .timeout = 300) {
     char *dir = harness_tmpdir("ddp");
@@ -692,6 +692,9 @@ Test(federation, distributed_dp_adds_the_noise_it_accounts_under_secure_aggregat
         cr_assert_str_eq(rr.state, "committed");
         cr_assert_eq(rr.participants, 3);
         cr_assert_float_eq(rr.dp_noise, 0.3 * sqrt(1.5), 1e-9, "round %d: %g", k, rr.dp_noise);
+        /* the sites' losses stayed at the sites: what the noise hides */
+        cr_assert(isnan(rr.eval_loss) && isnan(rr.train_loss), "round %d: losses %g, %g", k,
+                  rr.eval_loss, rr.train_loss);
         privacy_add_skellam(&acc, mu, p.l1, p.l2);
         eps = privacy_account_epsilon(&acc, 1e-5, NULL);
         cr_assert_float_eq(rr.dp_epsilon, eps, 1e-9 * eps, "round %d: epsilon %.10g, not %.10g", k,
