@@ -22,6 +22,10 @@
  * masked update of site 0, its header's index set to each), with every
  * site's real reveals, so its unmasking runs in full. ratio_flower is
  * Flower's CPU over Strait's (above 1: Strait is cheaper).
+ * strait_secagg_dp is the same round under distributed DP: each site
+ * clipped at the update's own norm and adding its share of Skellam noise
+ * at noise multiplier 1, the quorum's n / 2 + 1 shares making the sum's;
+ * dp_bits is the modulus that takes.
  *
  *   build/bench/secagg [--full]   (842,496 values; --full adds GPT-2 124M's
  *                                   124,439,808, at 4 and 16 sites)
@@ -86,13 +90,20 @@ typedef struct Cost {
     uint64_t up, down;
 } Cost;
 
-static Cost strait_secagg(int n, uint64_t len, const float *x, int *bits_out) {
+static Cost strait_secagg(int n, uint64_t len, const float *x, int dp, int *bits_out) {
     char err[ERR_LEN];
-    int bits = 9;
+    int bits = 9, noise_sites = n / 2 + 1;
     while ((1 << (bits - 9)) < n && bits < 32) bits++;
+    double clip = 0;
+    if (dp) { /* clipped at its own norm: the noise, not the clip, is what costs */
+        for (uint64_t i = 0; i < len; i++) clip += (double)x[i] * x[i];
+        clip = sqrt(clip);
+        bits = secagg_dp_bits(n, 0.05, clip, 1.0, noise_sites, len, bits);
+    }
     *bits_out = bits;
     SecaggParams p;
     if (secagg_params(n, bits, 0.05, "bench/round-0/attempt-1", &p, err) != 0) die("params", err);
+    if (dp && secagg_params_dp(&p, clip, 1.0, noise_sites, len, err) != 0) die("dp", err);
     SecaggSite **site = calloc((size_t)n, sizeof *site);
     SecaggAdvert *ad = calloc((size_t)n, sizeof *ad);
     SecaggEnvelope(*env)[SECAGG_MAX_DEGREE] = calloc((size_t)n, sizeof *env);
@@ -225,7 +236,11 @@ static Cost int8_round(int n, uint64_t len, const float *x) {
 }
 
 static Cost strait_secagg_b(int n, uint64_t len, const float *x, int *bits) {
-    return strait_secagg(n, len, x, bits);
+    return strait_secagg(n, len, x, 0, bits);
+}
+
+static Cost strait_secagg_dp_b(int n, uint64_t len, const float *x, int *bits) {
+    return strait_secagg(n, len, x, 1, bits);
 }
 
 static Cost int8_round_b(int n, uint64_t len, const float *x, int *bits) {
@@ -274,11 +289,12 @@ int main(int argc, char **argv) {
         float *x = malloc(len * sizeof *x);
         bench_pseudo_gradient(x, len);
         for (int s = 0; s < cases[k].n_sites; s++) {
-            int n = cases[k].sites[s], bits;
+            int n = cases[k].sites[s], bits, dp_bits;
             /* warm: REPS rounds each, the median's costs reported (the
              * first pays the pages and caches a running site has warm) */
             Cost sa = median_of(n, len, x, &bits, strait_secagg_b),
-                 i8 = median_of(n, len, x, &bits, int8_round_b);
+                 i8 = median_of(n, len, x, &bits, int8_round_b),
+                 dp = median_of(n, len, x, &dp_bits, strait_secagg_dp_b);
             json_t *o = json_object();
             json_object_set_new(o, "bench", json_string("secagg"));
             json_object_set_new(o, "model", json_string(cases[k].model));
@@ -287,6 +303,8 @@ int main(int argc, char **argv) {
             json_object_set_new(o, "bits", json_integer(bits));
             json_object_set_new(o, "strait_secagg", cost_json(&sa));
             json_object_set_new(o, "strait_int8", cost_json(&i8));
+            json_object_set_new(o, "dp_bits", json_integer(dp_bits));
+            json_object_set_new(o, "strait_secagg_dp", cost_json(&dp));
             json_object_set_new(o, "vs_int8_bytes_up", json_real((double)sa.up / (double)i8.up));
             json_object_set_new(o, "vs_int8_coordinator_cpu",
                                 json_real(sa.coord_cpu / i8.coord_cpu));

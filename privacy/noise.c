@@ -64,29 +64,43 @@ static double log_mass(double k, double lam) {
     return t - k * log1p(t / lam) - 0.5 * log(2 * M_PI * k) - stirling;
 }
 
-/* A Poisson draw of mean lam (0 ≤ lam ≤ POISSON_MAX: every k near it is a
+/* A Poisson distribution's constants, computed once for its draws. */
+typedef struct Poisson {
+    double lam, limit;                                    /* Knuth: e^−lam */
+    double loglam, a, b, log_inv_alpha, vr, two_a, shift; /* PTRS */
+} Poisson;
+
+static Poisson poisson_of(double lam) {
+    Poisson p = {.lam = lam, .limit = exp(-lam)};
+    if (lam >= 10) {
+        p.loglam = log(lam);
+        p.b = 0.931 + 2.53 * sqrt(lam), p.a = -0.059 + 0.02483 * p.b;
+        p.log_inv_alpha = log(1.1239 + 1.1328 / (p.b - 3.4)), p.vr = 0.9277 - 3.6224 / (p.b - 2);
+        p.two_a = 2 * p.a, p.shift = lam + 0.43;
+    }
+    return p;
+}
+
+/* A Poisson draw (mean 0 ≤ lam ≤ PRIVACY_POISSON_MAX: every k near it is a
  * double exactly). */
-static int64_t poisson(Uniforms *g, double lam) {
-    if (lam == 0) return 0;
-    if (lam < 10) { /* Knuth: the first k at which a product of uniforms falls under e^−lam */
-        double limit = exp(-lam), p = 1;
+static int64_t poisson(Uniforms *g, const Poisson *p) {
+    if (p->lam == 0) return 0;
+    if (p->lam < 10) { /* Knuth: the first k at which a product of uniforms falls under e^−lam */
+        double prod = 1;
         int64_t k = -1;
-        do p *= 1 - uniform(g), k++;
-        while (p > limit && !g->failed);
+        do prod *= 1 - uniform(g), k++;
+        while (prod > p->limit && !g->failed);
         return k;
     }
     /* PTRS: a transformed-rejection hat over the Poisson's mass (Hörmann 1993) */
-    double slam = sqrt(lam), loglam = log(lam);
-    double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
-    double inv_alpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
     for (;;) {
         double u = uniform(g) - 0.5, v = uniform(g), us = 0.5 - fabs(u);
-        double k = floor((2 * a / us + b) * u + lam + 0.43);
+        double k = floor((p->two_a / us + p->b) * u + p->shift);
         if (g->failed) return 0;
-        if (us >= 0.07 && v <= vr) return (int64_t)k;
+        if (us >= 0.07 && v <= p->vr) return (int64_t)k; /* inside the hat's sure part */
         if (k < 0 || (us < 0.013 && v > us)) continue;
-        double mass = k < 30 ? -lam + k * loglam - lgamma(k + 1) : log_mass(k, lam);
-        if (log(v) + log(inv_alpha) - log(a / (us * us) + b) <= mass) return (int64_t)k;
+        double mass = k < 30 ? -p->lam + k * p->loglam - lgamma(k + 1) : log_mass(k, p->lam);
+        if (log(v) + p->log_inv_alpha - log(p->a / (us * us) + p->b) <= mass) return (int64_t)k;
     }
 }
 
@@ -97,8 +111,9 @@ int privacy_skellam_add(uint32_t *x, uint64_t n, double var, int bits, char *err
     Uniforms *g = calloc(1, sizeof *g);
     if (g == NULL) return err_set(err, "out of memory");
     g->at = 0, g->failed = 0;
+    Poisson half = poisson_of(var / 2);
     for (uint64_t i = 0; i < n && !g->failed; i++) {
-        int64_t d = poisson(g, var / 2) - poisson(g, var / 2);
+        int64_t d = poisson(g, &half) - poisson(g, &half);
         x[i] = (uint32_t)((uint64_t)x[i] + (uint64_t)d) & mod;
     }
     int failed = g->failed;

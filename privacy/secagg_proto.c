@@ -348,8 +348,8 @@ int secagg_site_mask(SecaggSite *s, const SecaggAdvert *cohort, const SecaggEnve
     OPENSSL_cleanse(plain, (size_t)(n_in ? n_in : 1) * sizeof *plain);
     free(plain);
     if (rc != 0) return -1;
-    if (p->clip > 0 && len != p->dim)
-        return err_set(err, "distributed DP: an update of %llu values, not the round's %llu",
+    if (p->clip > 0 && len > p->dim) /* its rounding would pass the sensitivity */
+        return err_set(err, "distributed DP: an update of %llu values, past the round's %llu",
                        (unsigned long long)len, (unsigned long long)p->dim);
     double factor = secagg_clip_factor(p, x, len);
     if (secagg_quantize(x, len, factor, p->range, p->scale, p->bits, y, err) != 0) return -1;
