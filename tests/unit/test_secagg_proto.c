@@ -343,6 +343,86 @@ Test(secagg_proto, masked_updates_round_trip_at_every_width_and_bad_bytes_are_re
     cr_assert_eq(secagg_masked_parse((const uint8_t *)"SAGX", 4, &h, err), -1);
 }
 
+/* What the coordinator holds of one site, over twenty round attempts of the
+ * same update (six sites, all live): its masked values — as unpacked from
+ * the bytes it stores — are uniform modulo 2^bits (a chi-square over 64
+ * bins of all of them) and carry nothing of the update (their correlation
+ * with it, pooled, within four standard errors of 0); and with the site's
+ * self seed rebuilt from the shares its neighbours reveal (all a curious
+ * coordinator learns of it), what is left is as uniform and as
+ * uncorrelated: the pair masks hide the one update, and only the sum
+ * cancels them. */
+Test(secagg_proto, no_single_update_shows_in_what_the_coordinator_holds) {
+    enum { R = 20, BINS = 64 };
+    char err[ERR_LEN];
+    static uint32_t y[LEN], q[LEN];
+    static uint8_t blob[LEN * 4 + 64];
+    double bins[2][BINS] = {{0}}, sxy[2] = {0}, sx = 0, sy[2] = {0}, sxx = 0, syy[2] = {0};
+    int fate[6] = {LIVE, LIVE, LIVE, LIVE, LIVE, LIVE};
+    for (int r = 0; r < R; r++) {
+        Fed *f = calloc(1, sizeof *f);
+        fed_start(f, 6);
+        share(f, fate);
+        for (int i = 0; i < 6; i++) {
+            SecaggEnvelope in[N_MAX];
+            int m = routed(f, i, in);
+            cr_assert_eq(
+                secagg_site_mask(f->site[i], f->ad, in, m, f->x[i], LEN, y, f->sent[i], err), 0,
+                "%s", err);
+            secagg_masked_pack(y, LEN, BITS, (uint32_t)i, 2, blob);
+            cr_assert_eq(secagg_server_add(f->srv, i, blob, secagg_masked_len(LEN, BITS), err), 0,
+                         "%s", err);
+            if (i == 0) { /* the coordinator's copy, from its bytes */
+                memset(q, 0, sizeof q);
+                secagg_masked_add(q, blob);
+            }
+        }
+        cr_assert_eq(secagg_server_close(f->srv, f->survived, err), 0, "%s", err);
+        uint8_t shares[SECAGG_MAX_DEGREE][SECAGG_SHARE];
+        int k = 0;
+        for (int i = 1; i < 6; i++) {
+            SecaggReveal rv[SECAGG_MAX_DEGREE + 1];
+            int m;
+            cr_assert_eq(secagg_site_reveal(f->site[i], f->survived, rv, &m, err), 0, "%s", err);
+            for (int e = 0; e < m; e++)
+                if (rv[e].owner == 0 && rv[e].key == 0)
+                    memcpy(shares[k++], rv[e].share, SECAGG_SHARE);
+        }
+        cr_assert_geq(k, f->p.t, "site 0's self seed has %d shares revealed", k);
+        uint8_t seed[SECAGG_KEY];
+        cr_assert_eq(shamir_combine((const uint8_t(*)[SECAGG_SHARE])shares, k, seed, err), 0, "%s",
+                     err);
+        static uint32_t unself[LEN];
+        memcpy(unself, q, sizeof q);
+        cr_assert_eq(secagg_mask(unself, LEN, BITS, seed, -1, err), 0, "%s", err);
+        for (int v = 0; v < LEN; v++) {
+            double xv = f->sent[0][v];
+            sx += xv, sxx += xv * xv;
+            uint32_t held[2] = {q[v], unself[v]};
+            for (int h = 0; h < 2; h++) {
+                double yv = held[h] * 0x1p-24;
+                bins[h][held[h] >> (BITS - 6)]++;
+                sy[h] += yv, syy[h] += yv * yv, sxy[h] += xv * yv;
+            }
+        }
+        fed_free(f);
+        free(f);
+    }
+    double n = (double)R * LEN, want = n / BINS;
+    for (int h = 0; h < 2; h++) {
+        double chi = 0;
+        for (int b = 0; b < BINS; b++) chi += (bins[h][b] - want) * (bins[h][b] - want) / want;
+        /* 63 degrees of freedom: mean 63, sd 11.2; 120 is past 5 sd */
+        cr_assert_lt(chi, 120, "%s: chi-square %g over %d bins",
+                     h ? "less its self mask" : "masked", chi, BINS);
+        double cov = sxy[h] / n - sx / n * sy[h] / n;
+        double corr =
+            cov / sqrt((sxx / n - sx / n * sx / n) * (syy[h] / n - sy[h] / n * sy[h] / n));
+        cr_assert_lt(fabs(corr), 4 / sqrt(n), "%s: correlation with the update %g",
+                     h ? "less its self mask" : "masked", corr);
+    }
+}
+
 /* ---- distributed DP ------------------------------------------------------------------ */
 
 /* The parameters the round's sites and coordinator share: at the bits
