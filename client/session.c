@@ -291,8 +291,8 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
         rk->rank == 0 ? site_state_load(&ss->s, m, &ss->ef, &saved_round, &saved_pos, err) : 0;
     if (resumed < 0) return -1;
     int gpus = o->cuda ? (o->gpus > 0 ? o->gpus : 1) : 0;
-    /* ZeRO-1 across CPU ranks, when every rank gets a share (as the trainer decides) */
-    int zero = gpus == 0 && !o->unsharded && m->n_params >= (size_t)rk->size * RANKS_ALIGN;
+    /* ZeRO-1 across CPU ranks, as the trainer will decide it */
+    int zero = trainer_will_shard(m->n_params, rk->size, gpus, !o->unsharded);
     share_state(rk, m, &saved_pos, zero);
     ranks_bcast(&resumed, sizeof resumed);
     ss->ef.beta = decay; /* the federation's, whatever the saved state had */

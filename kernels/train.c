@@ -193,6 +193,10 @@ static void fill_from_shares(void *ctx, int k, size_t at, size_t n, void *buf) {
     }
 }
 
+int trainer_will_shard(size_t n_params, int ranks, int gpus, int zero) {
+    return ranks > 1 && gpus == 0 && zero && n_params >= (size_t)ranks * RANKS_ALIGN;
+}
+
 int trainer_sharded(const Trainer *t) {
     return t->shard != NULL;
 }
@@ -271,9 +275,7 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
     t->m = m, t->c = *c, t->B = B, t->T = T, t->replicas = gpus > 0 ? gpus : 1;
     if (ranks > 1 && gpus == 0)
         t->coll = (TrainCollectives){ranks_coll_mean, ranks_coll_root, NULL};
-    /* every rank a share of whole blocks, or none sharded */
-    if (ranks > 1 && gpus == 0 && c->zero && m->n_params >= (size_t)ranks * RANKS_ALIGN)
-        shard_moments(t, rk);
+    if (trainer_will_shard(m->n_params, ranks, gpus, c->zero)) shard_moments(t, rk);
 #ifdef STRAIT_HAVE_CUDA
     uint8_t id[MODEL_CUDA_NCCL_ID_BYTES] = {0};
     int id_ok = 1;

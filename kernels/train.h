@@ -98,6 +98,10 @@ int trainer_set_collectives(Trainer *t, const TrainCollectives *c, char *err);
 int trainer_save_moments(Trainer *t, const char *path, char *err);
 /* whether AdamW's state is sharded across the ranks (ZeRO-1); the same at every rank */
 int trainer_sharded(const Trainer *t);
+/* whether a trainer of n_params values made with zero on, over ranks CPU
+ * ranks (gpus 0) will shard it: every rank a share of whole blocks, or
+ * none (what a caller that moves state before it exists must know) */
+int trainer_will_shard(size_t n_params, int ranks, int gpus, int zero);
 /* What trainer_to_host copies: the parameters, AdamW's state, or both. */
 enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
 /* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */
