@@ -155,8 +155,10 @@ static Cost strait_secagg(int n, uint64_t len, const float *x, int dp, int *bits
     Strait__SecAggResponse r = STRAIT__SEC_AGG_RESPONSE__INIT;
     r.round = 1, r.attempt = 1, r.sites = (uint32_t)n, r.bits = (uint32_t)bits, r.range = 0.05;
     r.context = p.context;
-    ProtobufCBinaryData *ads = calloc((size_t)n, sizeof *ads);
-    for (int j = 0; j < n; j++) ads[j].data = (uint8_t *)&ad[j], ads[j].len = sizeof ad[j];
+    ProtobufCBinaryData *ads = calloc((size_t)n, sizeof *ads); /* its own and its neighbours' */
+    for (int j = 0; j < n; j++)
+        if (j == 0 || secagg_neighbours(0, j, n, p.k))
+            ads[j].data = (uint8_t *)&ad[j], ads[j].len = sizeof ad[j];
     r.n_adverts = (size_t)n, r.adverts = ads;
     c.down += strait__sec_agg_response__get_packed_size(&r); /* KEYS */
     r.n_adverts = 0, r.n_envelopes = (size_t)n_env[0], r.envelopes = pp;

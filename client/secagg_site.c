@@ -142,7 +142,9 @@ static int attempt_once(Session *ss, uint64_t round, const float *x, const uint8
     }
     a->cohort = calloc(k->sites, sizeof *a->cohort);
     if (a->cohort == NULL) return err_set(err, "out of memory");
-    for (uint32_t i = 0; i < k->sites; i++) {
+    for (uint32_t i = 0; i < k->sites; i++) { /* its own and its neighbours'; others empty */
+        int needed = i == k->index || secagg_neighbours((int)k->index, (int)i, p.n, p.k);
+        if (!needed && k->adverts[i].len == 0) continue; /* calloc'd: zeros, never read */
         if (k->adverts[i].len != sizeof *a->cohort)
             return peer_fault(round, err, "the coordinator's SecAgg advert %u is %zu bytes", i,
                               k->adverts[i].len);

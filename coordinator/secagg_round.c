@@ -172,10 +172,11 @@ static uint8_t *answer_of(const Rounds *r, int phase, int index, size_t *len) {
     ProtobufCBinaryData *ads = NULL;
     Strait__SecAggEnvelope *envs = NULL, **envp = NULL;
     int ok = 1;
-    if (phase == SA_KEYS) {
+    if (phase == SA_KEYS) { /* its own and its neighbours' adverts; the others empty */
         ok = (ads = calloc((size_t)s->n, sizeof *ads)) != NULL;
         for (int j = 0; ok && j < s->n; j++)
-            ads[j].data = (uint8_t *)&s->ad[j], ads[j].len = ADVERT_LEN;
+            if (j == index || secagg_neighbours(index, j, s->n, s->p.k))
+                ads[j].data = (uint8_t *)&s->ad[j], ads[j].len = ADVERT_LEN;
         m.n_adverts = (size_t)s->n, m.adverts = ads;
     } else if (phase == SA_SHARES) {
         int k = 0;

@@ -724,3 +724,53 @@ Test(federation, distributed_dp_adds_the_noise_it_accounts_under_secure_aggregat
     harness_rmtree(dir);
     free(dir);
 }
+
+/* Secure aggregation on a sparse graph: ten sites, each with 8 neighbours
+ * of the 9 others (2 log2 n), so each KEYS answer carries only the site's
+ * own and its neighbours' keys; every site shares, masks and reveals from
+ * them, and both rounds commit with all ten, each site holding the
+ * coordinator's model. */
+Test(federation, secure_aggregation_on_a_sparse_graph_commits_every_site, .timeout = 300) {
+    setenv("STRAIT_LOG", "info", 1);
+    char *dir = harness_tmpdir("sparse");
+    char *argv[] = {(char *)harness_strait_bin(),
+                    "demo",
+                    "--dir",
+                    dir,
+                    "--sites",
+                    "10",
+                    "--rounds",
+                    "2",
+                    "--model",
+                    "tiny",
+                    "--steps",
+                    "2",
+                    "--seed",
+                    "3",
+                    "--set",
+                    "privacy.secure_aggregation=on",
+                    "--set",
+                    "privacy.range=0.25",
+                    NULL};
+    ProcResult r = proc_run(argv);
+    cr_assert_eq(r.status, 0, "the demo failed: %s %s", r.out, r.err);
+    proc_result_free(&r);
+    char db[800], err[ERR_LEN], log[800], *text;
+    snprintf(log, sizeof log, "%s/coordinator.log", dir);
+    cr_assert_eq(file_read_all(log, 1 << 24, &text, NULL, err), 0, "%s", err);
+    cr_assert_not_null(strstr(text, "a cohort of 10 sites, each with 8 neighbours"), "%s", text);
+    free(text);
+    snprintf(db, sizeof db, "%s/fed/%s", dir, STORE_DB_FILE);
+    Store *s = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(s, "%s", err);
+    for (int k = 0; k < 2; k++) {
+        StoreRound rr;
+        cr_assert_eq(store_round_get(s, k, &rr, err), 0, "%s", err);
+        cr_assert_str_eq(rr.state, "committed");
+        cr_assert_eq(rr.participants, 10, "round %d: %lld sites", k, (long long)rr.participants);
+    }
+    store_close(s);
+    assert_models_identical(dir, 10, 2);
+    harness_rmtree(dir);
+    free(dir);
+}
