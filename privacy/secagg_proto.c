@@ -174,6 +174,7 @@ static int seal(const uint8_t key[SECAGG_KEY], int from, int to,
              EVP_EncryptFinal_ex(c, box + len, &fin) == 1 &&
              EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, 16, box + 2 * SECAGG_SHARE) == 1;
     EVP_CIPHER_CTX_free(c);
+    cpu_upper_clear(); /* OpenSSL's Poly1305 leaves them dirty (util.h) */
     return ok ? 0 : -1;
 }
 
@@ -192,6 +193,7 @@ static int unseal(const uint8_t key[SECAGG_KEY], int from, int to, const uint8_t
              EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, 16, tag) == 1 &&
              EVP_DecryptFinal_ex(c, plain + len, &fin) == 1;
     EVP_CIPHER_CTX_free(c);
+    cpu_upper_clear(); /* OpenSSL's Poly1305 leaves them dirty (util.h) */
     if (!ok) OPENSSL_cleanse(plain, 2 * SECAGG_SHARE);
     return ok ? 0 : -1;
 }

@@ -5,7 +5,8 @@
  * namespace (proc_start), a line from a child's pipe within a time, and a
  * stop that escalates from SIGTERM to SIGKILL. The one place Strait starts
  * a program: for `strait demo`, the tests, the WAN bed and the benchmarks.
- * Also what the machine has left: its available memory.
+ * Also what the machine has left: its available memory; and the vector
+ * state a library left dirty, cleared.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -172,4 +173,17 @@ void mem_prefer_huge_pages(void *p, size_t bytes) {
     uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
               hi = ((uintptr_t)p + bytes) & ~(huge - 1);
     if (p != NULL && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx"))) static void upper_clear_avx(void) {
+    _mm256_zeroupper();
+}
+#endif
+
+void cpu_upper_clear(void) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx")) upper_clear_avx();
+#endif
 }

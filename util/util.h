@@ -227,6 +227,12 @@ int proc_ended(int pid, int *status);
 /* Bytes of memory the machine can still give without swapping
  * (/proc/meminfo's MemAvailable; free pages where it has none). */
 double mem_available(void);
+/* Clears the vector registers' upper halves (vzeroupper, on x86-64 chips
+ * with AVX; nothing elsewhere). OpenSSL 3.0's ChaCha20-Poly1305 returns
+ * with them dirty, and every SSE instruction the thread runs after it
+ * pays a transition until something clears them (scalar math ran 33x
+ * slower on this Xeon): called after it. */
+void cpu_upper_clear(void);
 /* Asks the kernel to back the 2 MiB-aligned part of [p, p + bytes) with
  * huge pages (transparent huge pages in madvise mode): a model-sized array
  * then takes its first touch in a few hundred faults, not a few hundred
