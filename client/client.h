@@ -14,7 +14,9 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#define CLIENT_PROTOCOL_VERSION 2 /* 2: secure aggregation's phases */
+/* 2: secure aggregation's phases; 3: its KEYS answer with the neighbours'
+ * keys alone, and distributed DP */
+#define CLIENT_PROTOCOL_VERSION 3
 
 typedef struct SiteJoinOptions {
     const char *site_dir;

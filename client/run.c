@@ -166,7 +166,9 @@ int client_run(const SiteRunOptions *o, char *err) {
         return -1;
     }
     if (session_open(ss, o, err) == 0) {
-        if (ss->hr->overlap && ss->rk.size == 1)
+        /* secure aggregation's rounds are the synchronous loop's, whatever
+         * a Hello that claims both says */
+        if (ss->hr->overlap && ss->rk.size == 1 && !ss->hr->secure_aggregation)
             rc = site_loop_overlap(ss, err);
         else {
             if (ss->hr->overlap)

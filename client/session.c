@@ -244,12 +244,12 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     if (rk->rank == 0 && (ss->hr = site_hello(&ss->s, err)) == NULL) return -1;
     if (rk->rank == 0 && beat_start(ss, err) != 0) return -1;
     ss->min_noise = o->min_noise;
-    if (rk->rank == 0 && o->min_noise > 0 && !ss->hr->secure_aggregation)
+    if (rk->rank == 0 && o->min_noise > 0 && (!ss->hr->secure_aggregation || ss->hr->overlap))
         return err_set(err,
                        "this site sends updates only under distributed DP (--min-noise %g), and "
-                       "its coordinator runs without secure aggregation; nothing is sent (ask "
-                       "for [privacy] secure_aggregation = on and dp = distributed, or drop "
-                       "--min-noise)",
+                       "its coordinator runs without secure aggregation (or says it overlaps "
+                       "rounds); nothing is sent (ask for [privacy] secure_aggregation = on and "
+                       "dp = distributed, or drop --min-noise)",
                        o->min_noise);
     if (rk->rank == 0 && o->tensorboard) {
         if ((ss->events = events_open(o->tensorboard, err)) == NULL) return -1;

@@ -263,6 +263,12 @@ int admin_query_status(Store *s, int64_t now, AdminStatus *st, char *err) {
     st->last_eval_loss = rc == 0 ? last.eval_loss : NAN;
     st->dp_epsilon = rc == 0 ? last.dp_epsilon : NAN;
     st->dp_delta = rc == 0 ? last.dp_delta : NAN;
+    if (isfinite(st->dp_epsilon)) { /* and what attempts that failed after unmasking spent */
+        PrivacyAccount acc;
+        int64_t plain;
+        if (store_privacy_spent(s, &acc, &plain, err) != 0) return -1;
+        st->dp_epsilon = privacy_account_epsilon(&acc, st->dp_delta, NULL);
+    }
     if (status_utilization(s, now, st, err) != 0) return -1;
     if (store_disk(s, &st->disk, err) != 0) return -1;
     st->disk_rounds_left =

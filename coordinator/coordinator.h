@@ -21,8 +21,10 @@
 #include "store.h"
 
 #define COORD_PROTOCOL_VERSION 1
-/* the sites' protocol that runs secure aggregation's phases */
-#define COORD_PROTOCOL_SECAGG 2
+/* the sites' protocol that runs secure aggregation's phases as this
+ * coordinator does (3: KEYS answers with the neighbours' keys alone, and
+ * distributed DP's parameters) */
+#define COORD_PROTOCOL_SECAGG 3
 #define COORD_ADMIN_NAME      "strait-admin"
 /* the pretrained initial model in a home (strait init --init-from) */
 #define COORD_INIT_MODEL "model/initial.safetensors"

@@ -267,6 +267,9 @@ typedef struct Rounds {
     /* [privacy] dp: the committed rounds' account (from the store at
      * start, so a restart forgets no round) */
     PrivacyAccount dp_account;
+    /* distributed DP: a sum was not unmasked because it would pass
+     * epsilon_budget (secagg_round.c): the failed attempt ends the federation */
+    int dp_spent;
     /* [privacy] secure_aggregation: the open attempt's phases
      * (secagg_round.c; NULL: off), and its answers to send */
     SecaggRound *sa;

@@ -29,9 +29,10 @@
  *        │ open_round                                       │
  *        ▼          fail_round (no quorum, a revoked        │
  *   ┌─► OPEN ◄──┐   site, the next attempt)                 │
- *   │    │ └────┘                                           │
- *   │    │ rounds_close                                     │
- *   │    ▼                                                  ▼
+ *   │    │ │ └──┘                                           │
+ *   │    │ └── fail_round, the privacy budget spent ────┐   │
+ *   │    │ rounds_close        (distributed DP)         │   │
+ *   │    ▼                                              ▼   ▼
  *   │ COMMITTING ─────── the last round committed ───► FINISHED
  *   │    │ the next round opened, or the commit failed
  *   └────┤ and the round reopened
@@ -45,7 +46,8 @@
  * What each state implies is asserted at every move and whenever a handler
  * takes rounds.lock (rounds_assert_state, as SQLite's assert_pager_state):
  * OPEN has a store row and an allocated sum; COMMITTING's sum has moved
- * to the commit; FINISHED has run every round. What keeps a round from
+ * to the commit; FINISHED has run every round (or every round the privacy
+ * budget allows: its total is lowered to them). What keeps a round from
  * opening is UNOPENED's alone: an optimizer state a failed commit lost
  * (state_lost) and a failed attempt the store has not recorded
  * (unrecorded) are set in no other state.
@@ -80,8 +82,8 @@ int rounds_move_legal(RoundState from, RoundState to) {
         return from == ROUND_OPEN;
     case ROUND_UNOPENED:
         return from != ROUND_FINISHED;
-    case ROUND_FINISHED:
-        return from == ROUND_NONE || from == ROUND_COMMITTING;
+    case ROUND_FINISHED: /* from OPEN: a privacy budget spent by failed attempts */
+        return from == ROUND_NONE || from == ROUND_COMMITTING || from == ROUND_OPEN;
     case ROUND_NONE:
         break;
     }
@@ -289,6 +291,17 @@ static void fail_round(Coordinator *co, const char *reason) {
     r->bytes_down = 0; /* recorded with the failed attempt */
     /* its secure aggregation's calls told now, whether the next opens or not */
     secagg_round_reset(r, "attempt over: the attempt failed");
+    if (r->dp_spent) { /* no sum of this round fits the privacy budget: the federation ends */
+        round_sum_free(&r->sum);
+        r->set.total = r->number;
+        round_state_set(r, ROUND_FINISHED);
+        log_warn("privacy",
+                 "the federation finishes after %lld rounds: [privacy] epsilon_budget %g is "
+                 "spent (failed attempts' sums counted)",
+                 (long long)r->number, r->set.dp_budget);
+        pthread_cond_broadcast(&r->changed);
+        return;
+    }
     if (open_round(co, err) != 0)
         log_error("rounds", "cannot reopen round %lld: %s; trying again every second",
                   (long long)r->number, err);

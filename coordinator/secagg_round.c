@@ -354,8 +354,9 @@ static int unmask(Coordinator *co, char *why, size_t len) {
         if (r->set.dp_budget > 0 && eps > r->set.dp_budget) {
             snprintf(why, len,
                      "[privacy] epsilon_budget %g would be passed by this sum (epsilon %.4g): it "
-                     "is not unmasked; raise the budget or end the federation",
+                     "is not unmasked, and the federation ends",
                      r->set.dp_budget, eps);
+            r->dp_spent = 1;
             return -1;
         }
         pthread_mutex_lock(&co->store_lock);

@@ -230,9 +230,10 @@ static double skellam_pmf(double mu, int k) {
  * near the largest drawn): mean 0 and the variance asked, to ten standard
  * errors, at every width; at variance 7 (Knuth's product) and 60 (PTRS)
  * the counts of each value against the distribution's mass (chi-square);
- * at 2e14 its low four bits uniform (a draw in doubles that lost the
- * integers would leave them even); taken modulo 2^bits; a variance past
- * the largest refused. */
+ * at 2e14 the counts in bands of half a deviation against the normal
+ * law's (the Skellam law's shape there, to 1e-7: what PTRS's acceptance
+ * test must keep, far past where its direct form loses precision);
+ * taken modulo 2^bits; a variance past the largest refused. */
 Test(privacy, skellam_noise_has_the_asked_variance_and_shape) {
     enum { N = 1 << 18 };
     static const double vars[] = {0.6, 7, 60, 3000, 1e9, 2e14};
@@ -241,16 +242,24 @@ Test(privacy, skellam_noise_has_the_asked_variance_and_shape) {
     for (int a = 0; a < 6; a++) {
         memset(x, 0, N * sizeof *x);
         cr_assert_eq(privacy_skellam_add(x, N, vars[a], 32, err), 0, "%s", err);
-        double s = 0, s2 = 0, low[16] = {0};
+        enum { BANDS = 14 }; /* half deviations out to ±3, and the two tails */
+        double s = 0, s2 = 0, band[BANDS] = {0};
         for (int i = 0; i < N; i++) {
             /* 2e14: the deviation is 1.4e7, far inside 2^31 */
-            double v = (double)(int32_t)x[i];
-            s += v, s2 += v * v, low[x[i] & 15]++;
+            double v = (double)(int32_t)x[i], zv = v / sqrt(vars[a]);
+            s += v, s2 += v * v;
+            band[zv < -3 ? 0 : zv >= 3 ? BANDS - 1 : 1 + (int)floor((zv + 3) * 2)]++;
         }
         if (vars[a] > 1e10) {
-            double chi = 0, want = N / 16.0;
-            for (int b = 0; b < 16; b++) chi += (low[b] - want) * (low[b] - want) / want;
-            cr_assert_lt(chi, 60, "the low four bits: chi-square %g over 16 residues", chi);
+            double chi = 0;
+            for (int b = 0; b < BANDS; b++) {
+                double lo = b == 0 ? -INFINITY : -3 + (b - 1) * 0.5;
+                double hi = b == BANDS - 1 ? INFINITY : -3 + b * 0.5;
+                double want = N * 0.5 * (erfc(-hi / M_SQRT2) - erfc(-lo / M_SQRT2));
+                chi += (band[b] - want) * (band[b] - want) / want;
+            }
+            /* 13 degrees of freedom: mean 13, sd 5.1; 45 is past 6 sd */
+            cr_assert_lt(chi, 45, "variance %g: chi-square %g over %d bands", vars[a], chi, BANDS);
         }
         double mean = s / N, var = s2 / N - mean * mean, v0 = vars[a];
         /* the variance's standard error: v √(2/N), and the excess kurtosis 1/v */
