@@ -2681,6 +2681,19 @@ Test(adversary, a_site_with_a_privacy_floor_sends_nothing_below_it) {
     cr_assert_not_null(strstr(r.err, "under this site's floor"), "%s", r.err);
     cr_assert_eq(harness_count_lines(r.err), 1, "%s", r.err);
     proc_result_free(&r);
+    /* nothing of it reached the coordinator: no update in the round's ledger */
+    char db[800];
+    snprintf(db, sizeof db, "%s/%s", fed, STORE_DB_FILE);
+    Store *st = store_open(db, STORE_READONLY, err);
+    cr_assert_not_null(st, "%s", err);
+    StoreRound r0;
+    cr_assert_eq(store_round_get(st, 0, &r0, err), 0, "%s", err);
+    StoreUpdate *ups;
+    size_t nu;
+    cr_assert_eq(store_updates_list(st, r0.id, &ups, &nu, err), 0, "%s", err);
+    cr_assert_eq(nu, 0, "%zu updates recorded (the first from %s)", nu, nu ? ups[0].site_name : "");
+    free(ups);
+    store_close(st);
     strait__sec_agg_response__free_unpacked(keys.resp, NULL);
     secagg_site_free(me);
     net_channel_destroy(ch);
