@@ -262,7 +262,8 @@ int secagg_server_ready(const SecaggServer *v);
  * around while the honest ones number t); *summed gets the number of
  * updates in it. -1 with err naming the site whose secret was short of
  * shares or could not be made to check; the sum is then untouched, and
- * more reveals may let a later call succeed. */
+ * more reveals may let a later call succeed. A failure while the masks are
+ * taken off (OpenSSL's) leaves the sum spoiled: every later call refuses. */
 int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err);
 
 /* A masked update's bytes: "SAGM", bits, three zero bytes, the site's

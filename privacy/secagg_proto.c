@@ -584,6 +584,7 @@ int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err) {
                          p->t, v->n_got[o], o, v->in[o] ? "self seed" : "mask key",
                          v->in[o] ? "seed it committed to" : "key it advertised");
     }
+    int touched = rc == 0; /* the secrets all check: the sum is changed from here on */
     for (int o = 0; o < p->n && rc == 0; o++) {
         if (!v->shared[o]) continue;
         if (v->in[o]) { /* a survivor: its self mask goes */
@@ -605,7 +606,10 @@ int secagg_server_unmask(SecaggServer *v, float *out, int *summed, char *err) {
     }
     OPENSSL_cleanse(secret, (size_t)p->n * SECAGG_KEY);
     free(secret);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        if (touched) v->phase = 3; /* some masks are off: no later call takes them off again */
+        return -1;
+    }
     int alive = 0;
     for (int o = 0; o < p->n; o++) alive += v->in[o];
     secagg_dequantize(v->sum, v->len, p->bits, p->scale, out);
