@@ -49,8 +49,9 @@ struct SecaggRound {
     int n_env, cap_env, n_shared, n_masked;
     uint8_t *revealed;                /* n: the survivors whose reveals were taken */
     int n_revealed, n_revealed_tried; /* and how many; at the last unmasking tried */
-    int summed;                       /* the updates in the unmasked sum */
-    int accounted;                    /* distributed DP: its sum is in the privacy account */
+    /* distributed DP: the noise of the sum it accounted (0: none yet),
+     * each masked update's share of mu / noise_sites */
+    double mu_summed;
     SecaggServer *srv;
     Parked *parked;
     int n_parked, cap_parked;
@@ -346,7 +347,7 @@ static int unmask(Coordinator *co, char *why, size_t len) {
     /* distributed DP: the sum is accounted (and stored) before it exists,
      * once an attempt, whether its round commits or not: a failed commit
      * does not take back what the coordinator saw */
-    if (r->set.dp_distributed && !s->accounted) {
+    if (r->set.dp_distributed && s->mu_summed == 0) {
         double mu = s->p.mu * s->n_masked / s->p.noise_sites;
         PrivacyAccount after = r->dp_account;
         privacy_add_skellam(&after, mu, s->p.l1, s->p.l2);
@@ -370,7 +371,7 @@ static int unmask(Coordinator *co, char *why, size_t len) {
                      err);
             return -1;
         }
-        r->dp_account = after, s->accounted = 1;
+        r->dp_account = after, s->mu_summed = mu;
     }
     if (secagg_server_unmask(s->srv, r->sum.sum, &summed, err) != 0) {
         snprintf(why, len, "%s", err);
@@ -378,7 +379,6 @@ static int unmask(Coordinator *co, char *why, size_t len) {
     }
     for (uint64_t i = 0; i < r->sum.n; i++) r->sum.sum[i] /= (float)summed;
     r->sum.touched = 1, r->sum.accepted = summed, r->sum.weight = 1;
-    s->summed = summed;
     s->phase = PH_DONE;
     log_info("secagg", "round %lld: the sum of %d masked updates unmasked", (long long)r->number,
              summed);
@@ -473,8 +473,7 @@ int secagg_round_tick(Coordinator *co, int64_t now, char *why, size_t len) {
 int secagg_round_noise(const Rounds *r, double *mu, double *l1, double *l2) {
     const SecaggRound *s = r->sa;
     if (s == NULL || s->phase != PH_DONE || s->p.clip <= 0) return -1;
-    /* each summed site added mu / noise_sites */
-    *mu = s->p.mu * s->summed / s->p.noise_sites, *l1 = s->p.l1, *l2 = s->p.l2;
+    *mu = s->mu_summed, *l1 = s->p.l1, *l2 = s->p.l2; /* as unmask accounted it */
     return 0;
 }
 

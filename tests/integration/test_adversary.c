@@ -1625,18 +1625,24 @@ Test(adversary, refusals_and_downloads_are_cheap) {
     model_free(&t);
 }
 
+/* A real site "s" enrolled and joined in dir, and text to train on in data. */
+static void real_site_s(char *dir, size_t dir_len, char *data, size_t data_len) {
+    snprintf(dir, dir_len, "%s/s", root);
+    harness_enroll_join(fed, addr, "s", dir);
+    snprintf(data, data_len, "%s/data.txt", root);
+    FILE *f = fopen(data, "w");
+    cr_assert_not_null(f, "%s", data);
+    for (int i = 0; i < 2000; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+}
+
 /* A site bounds what it builds: a model larger than --max-memory is
  * refused, with the sizes, before any of it is allocated. */
 Test(adversary, a_site_refuses_a_model_larger_than_its_memory) {
     init_federation();
     start_coordinator();
     char dir[700], data[800];
-    snprintf(dir, sizeof dir, "%s/s", root);
-    harness_enroll_join(fed, addr, "s", dir);
-    snprintf(data, sizeof data, "%s/data.txt", root);
-    FILE *f = fopen(data, "w");
-    for (int i = 0; i < 2000; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
-    fclose(f);
+    real_site_s(dir, sizeof dir, data, sizeof data);
     ProcResult r = S("site", "run", dir, "--data", data, "--max-memory", "1M");
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "needs about"), "%s", r.err);
@@ -2641,12 +2647,7 @@ Test(adversary, a_site_with_a_privacy_floor_sends_nothing_below_it) {
     init_federation();
     start_coordinator();
     char dir[700], data[800];
-    snprintf(dir, sizeof dir, "%s/s", root);
-    harness_enroll_join(fed, addr, "s", dir);
-    snprintf(data, sizeof data, "%s/data.txt", root);
-    FILE *f = fopen(data, "w");
-    for (int i = 0; i < 2000; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
-    fclose(f);
+    real_site_s(dir, sizeof dir, data, sizeof data);
     ProcResult r = S("site", "run", dir, "--data", data, "--min-noise", "1");
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "without secure aggregation"), "%s", r.err);
