@@ -65,6 +65,12 @@ static double num(json_t *o, const char *key) {
 /* The global model beats an untrained one after every round, ends better
  * than after the first, and within `bound` × the centralized run's loss. */
 static void check_learning(const char *recipe, int non_iid, double bound) {
+#if defined(__SANITIZE_ADDRESS__)
+    /* what these check is the arithmetic's outcome, which the sanitizers do
+     * not change; the same binaries and paths (demo federations of both
+     * recipes) run under them in the federation suite */
+    cr_skip_test("learning quality is checked in the plain build (minutes under ASan)");
+#endif
     char *root;
     json_t *o = federate(recipe, non_iid, &root);
     double fed = num(o, "val_loss"), central = num(o, "central_val_loss"),
