@@ -8,16 +8,20 @@
  * RSS and model FLOPs utilization against the cores' measured sgemm rate,
  * or, where the training state would not fit, what it needs.
  *
- * GPT-2 124M's baseline is measured in the same run: transformers' own
- * FlaxGPT2LMHeadModel trained on JAX's CPU backend at the same shape,
- * threads and steps (bench/hf_train.py, in make test-hf's venv, which
- * make bench makes; STRAIT_HF_PYTHON names its Python), warm, in a process
- * of its own. llm.c's train_gpt2.c cannot be built here (no network beyond
- * Debian and PyPI): its figures stay beside as references, labelled as
- * such (about 3 900 tokens/s for `small`'s shape; 51 tokens/s and 2.5 GB
- * peak for GPT-2 124M at B 4, T 64 on 2 threads, measured with upstream
- * llm.c on this kind of machine). Each shape runs in a child process so
- * its peak memory is its own.
+ * GPT-2 124M's and SmolLM2-135M's peers are measured in the same run, each
+ * in a process of its own, warm: transformers 5 on PyTorch (CPU) training
+ * the same model in full, torch.compile'd (inductor; the row's "ratio")
+ * and eager, in fp32 beside Strait's fp32 rows and under bf16 autocast
+ * beside its --precision bf16 rows (bench/torch_train.py, in make test-hf's
+ * venv, which make bench B=train makes; STRAIT_PEFT_PYTHON names its
+ * Python); GPT-2's fp32 row also beside transformers' FlaxGPT2LMHeadModel
+ * on JAX's CPU backend (bench/hf_train.py; STRAIT_HF_PYTHON). Every peer
+ * is in the row's "baselines". llm.c's train_gpt2.c cannot be built here
+ * (no network beyond Debian and PyPI): its figures stay beside as
+ * references, labelled as such (about 3 900 tokens/s for `small`'s shape;
+ * 51 tokens/s and 2.5 GB peak for GPT-2 124M at B 4, T 64 on 2 threads,
+ * measured with upstream llm.c on this kind of machine). Each shape runs in
+ * a child process so its peak memory is its own.
  *
  * LoRA rows: adapters of rank 16 (alpha 32) on q and v, A and B both
  * training as PEFT's do, over SmolLM2-135M's and Llama-3.2-1B's shapes
@@ -112,18 +116,49 @@ static double sgemm_flops(int threads) {
     return best;
 }
 
-/* the figures of the peer run_peer measured for this row, when it ran */
+/* The peers run_peer measured for this row, when they ran: slot 0 as
+ * "baseline" and "ratio" (the row's target), every slot in "baselines". */
+#define PEER_SLOTS 3
 static void emit_peer(json_t *o, double tok_s) {
-    const char *name = getenv("STRAIT_BENCH_PEER"), *ptok = getenv("STRAIT_BENCH_PEER_TOK_S"),
-               *prss = getenv("STRAIT_BENCH_PEER_RSS_MB");
-    double peer = ptok ? atof(ptok) : 0;
-    if (name == NULL || peer <= 0) return;
-    char what[300];
-    snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run", name);
-    json_object_set_new(o, "baseline", json_string(what));
-    json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
-    json_object_set_new(o, "baseline_peak_rss_mb", json_real(prss ? atof(prss) : 0));
-    json_object_set_new(o, "ratio", json_real(tok_s / peer));
+    json_t *all = json_array();
+    for (int k = 0; k < PEER_SLOTS; k++) {
+        char vn[3][40];
+        snprintf(vn[0], sizeof vn[0], "STRAIT_BENCH_PEER%d", k);
+        snprintf(vn[1], sizeof vn[1], "STRAIT_BENCH_PEER%d_TOK_S", k);
+        snprintf(vn[2], sizeof vn[2], "STRAIT_BENCH_PEER%d_RSS_MB", k);
+        const char *name = getenv(vn[0]), *ptok = getenv(vn[1]), *prss = getenv(vn[2]);
+        double peer = ptok ? atof(ptok) : 0;
+        if (name == NULL || peer <= 0) continue;
+        char what[300];
+        snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run",
+                 name);
+        double rss = prss ? atof(prss) : 0;
+        if (json_array_size(all) == 0) {
+            json_object_set_new(o, "baseline", json_string(what));
+            json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
+            json_object_set_new(o, "baseline_peak_rss_mb", json_real(rss));
+            json_object_set_new(o, "ratio", json_real(tok_s / peer));
+        }
+        json_array_append_new(all, json_pack("{s:s,s:f,s:f,s:f}", "baseline", what, "tokens_per_s",
+                                             peer, "peak_rss_mb", rss, "ratio", tok_s / peer));
+    }
+    if (json_array_size(all) > 0)
+        json_object_set_new(o, "baselines", all);
+    else
+        json_decref(all);
+}
+
+/* forgets every peer's figures (the next row has its own) */
+static void peers_clear(void) {
+    for (int k = 0; k < PEER_SLOTS; k++) {
+        char vn[40];
+        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d", k);
+        unsetenv(vn);
+        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_TOK_S", k);
+        unsetenv(vn);
+        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_RSS_MB", k);
+        unsetenv(vn);
+    }
 }
 
 static void emit(const char *preset, int B, int T, int threads, double tok_s) {
@@ -169,9 +204,9 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         json_object_set_new(o, "peak_flops_per_s", json_real(peak));
         json_object_set_new(o, "peak", json_string("OpenBLAS sgemm 2048^3 on the same threads"));
         json_object_set_new(o, "mfu", json_real(6.0 * params * tok_s / peak));
+        emit_peer(o, tok_s);
     }
     if (strcmp(preset, "gpt2-124m") == 0) {
-        emit_peer(o, tok_s);
         json_object_set_new(o, "reference",
                             json_string("llm.c train_gpt2.c, reference figure, not measured here"));
         json_object_set_new(o, "reference_tokens_per_s", json_real(LLMC_GPT2_REFERENCE_TOK_S));
@@ -189,17 +224,14 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
 
 /* A peer in Python (the interpreter named by the environment variable
  * py_var, running bench/<script> with args): its JSON line goes out as it
- * is, under case_name with this bench's keys, and its name and figures
- * into the environment the next child reads (emit_peer); without its
- * venv, or when it fails, one line saying why and nothing in the
- * environment. */
-static void run_peer(const char *py_var, const char *venv, const char *script, const char *args,
-                     const char *case_name, int B, int T) {
+ * is, under case_name with this bench's keys, and comes back (the caller
+ * frees it) for peer_set; without its venv, or when it fails, one line
+ * saying why and NULL. */
+static json_t *run_peer(const char *py_var, const char *venv, const char *script, const char *args,
+                        const char *case_name, int B, int T) {
     const char *py = getenv(py_var), *src = getenv("STRAIT_SRC");
     char why[400] = "", cmd[2048], line[4096], last[300] = "";
     json_t *row = NULL;
-    unsetenv("STRAIT_BENCH_PEER"), unsetenv("STRAIT_BENCH_PEER_TOK_S");
-    unsetenv("STRAIT_BENCH_PEER_RSS_MB");
     if (py == NULL || !py[0] || access(py, X_OK) != 0) {
         snprintf(why, sizeof why, "no baseline: %s unset or not runnable (make bench makes %s)",
                  py_var, venv);
@@ -227,31 +259,56 @@ static void run_peer(const char *py_var, const char *venv, const char *script, c
         json_decref(row);
         json_emit_line(
             stdout, json_pack("{s:s,s:s,s:s}", "bench", "train", "case", case_name, "reason", why));
-        return;
+        return NULL;
     }
-    char v[64];
-    setenv("STRAIT_BENCH_PEER", json_string_value(json_object_get(row, "peer")), 1);
-    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "tokens_per_s")));
-    setenv("STRAIT_BENCH_PEER_TOK_S", v, 1);
-    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "peak_rss_mb")));
-    setenv("STRAIT_BENCH_PEER_RSS_MB", v, 1);
     json_t *o = json_pack("{s:s,s:s,s:i,s:i}", "bench", "train", "case", case_name, "B", B, "T", T);
     json_object_update(o, row);
-    json_decref(row);
     json_emit_line(stdout, o);
+    return row;
+}
+
+/* a peer's name and figures (run_peer's row; NULL: none) into the
+ * environment the next child reads, at slot (emit_peer) */
+static void peer_set(int slot, const json_t *row) {
+    if (row == NULL) return;
+    char vn[40], v[64];
+    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d", slot);
+    setenv(vn, json_string_value(json_object_get(row, "peer")), 1);
+    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_TOK_S", slot);
+    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "tokens_per_s")));
+    setenv(vn, v, 1);
+    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_RSS_MB", slot);
+    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "peak_rss_mb")));
+    setenv(vn, v, 1);
 }
 
 /* transformers' GPT-2 124M trained by JAX at B x T on `threads` cores for
  * `steps` timed steps (bench/hf_train.py) */
-static void hf_peer(int B, int T, int threads, int steps) {
+static json_t *flax_peer(int B, int T, int threads, int steps) {
     char args[128];
     snprintf(args, sizeof args, "%d %d %d %d", B, T, threads, steps);
-    run_peer("STRAIT_HF_PYTHON", "build/venv-flax", "hf_train.py", args, "gpt2-124m_transformers",
-             B, T);
+    return run_peer("STRAIT_HF_PYTHON", "build/venv-flax", "hf_train.py", args,
+                    "gpt2-124m_transformers_flax", B, T);
+}
+
+/* transformers on PyTorch training preset's shape in full at B x T, eager
+ * or torch.compile'd, in fp32 or under bf16 autocast (bench/torch_train.py) */
+static json_t *torch_peer(const char *preset, int compiled, int bf16, int B, int T, int threads,
+                          int steps) {
+    ModelConfig c;
+    model_config_preset(preset, &c);
+    char args[512], name[96];
+    snprintf(args, sizeof args, "%s %s %s %d %d %d %d %d %d %d %d %d %d %d %g %g %d",
+             model_arch_name(c.arch), compiled ? "compile" : "eager", bf16 ? "bf16" : "fp32",
+             threads, B, T, steps, c.V, c.C, c.F, c.L, c.NH, c.NKV, c.HD, (double)c.eps,
+             (double)c.rope.theta, c.tied);
+    snprintf(name, sizeof name, "%s%s_torch_%s", preset, bf16 ? "_bf16_products" : "",
+             compiled ? "compile" : "eager");
+    return run_peer("STRAIT_PEFT_PYTHON", "build/venv-hf", "torch_train.py", args, name, B, T);
 }
 
 /* PEFT's LoRA over preset's shape at B x T (bench/peft_train.py) */
-static void peft_peer(const char *preset, int B, int T, int threads, int steps) {
+static json_t *peft_peer(const char *preset, int B, int T, int threads, int steps) {
     ModelConfig c;
     model_config_preset(preset, &c);
     char args[512], name[64];
@@ -259,7 +316,7 @@ static void peft_peer(const char *preset, int B, int T, int threads, int steps) 
              B, T, steps, c.V, c.C, c.F, c.L, c.NH, c.NKV, c.HD, (double)c.eps,
              (double)c.rope.theta, c.tied);
     snprintf(name, sizeof name, "%s_lora_r16_peft", preset);
-    run_peer("STRAIT_PEFT_PYTHON", "build/venv-hf", "peft_train.py", args, name, B, T);
+    return run_peer("STRAIT_PEFT_PYTHON", "build/venv-hf", "peft_train.py", args, name, B, T);
 }
 
 /* Runs this program again as a child for one row (exec, not fork: OpenMP's
@@ -293,11 +350,13 @@ static void lora_bench(int threads, int full) {
         model_config_preset(lora_shapes[k], &cfg);
         cfg.lora = lora_rows();
         if (too_large(&cfg, lora_shapes[k], "lora", model_train_bytes(&cfg, 4, 128, 0))) continue;
-        peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
+        json_t *peer = peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
+        peers_clear();
+        peer_set(0, peer);
+        json_decref(peer);
         run_child(lora_shapes[k], "lora", full);
     }
-    unsetenv("STRAIT_BENCH_PEER"), unsetenv("STRAIT_BENCH_PEER_TOK_S");
-    unsetenv("STRAIT_BENCH_PEER_RSS_MB");
+    peers_clear();
 }
 
 int main(int argc, char **argv) {
@@ -362,7 +421,8 @@ int main(int argc, char **argv) {
      * started by the classifier above, does not survive a fork. A shape
      * whose training state would not fit 80% of the memory available is
      * reported, not run. */
-    hf_peer(4, 64, max_threads < 2 ? max_threads : 2, full ? 10 : 3);
+    int threads = max_threads < 2 ? max_threads : 2, steps = full ? 10 : 3;
+    json_t *flax = flax_peer(4, 64, threads, steps);
     static const struct {
         const char *preset;
         int bf16;
@@ -375,10 +435,28 @@ int main(int argc, char **argv) {
         /* 1: bf16 moments; 2: bf16 products (where the chip has bf16 units) */
         if (shapes[k].bf16 == 2 && !bf16_units()) continue;
         const char *kind = shapes[k].bf16 == 1 ? "bf16" : shapes[k].bf16 == 2 ? "mixed" : "fp32";
-        if (!too_large(&cfg, shapes[k].preset, kind,
-                       model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1)))
-            run_child(shapes[k].preset, kind, full);
+        if (too_large(&cfg, shapes[k].preset, kind,
+                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1)))
+            continue;
+        /* GPT-2 124M and SmolLM2-135M beside transformers on PyTorch,
+         * torch.compile'd (the row's ratio) and eager, at the row's
+         * precision; GPT-2's fp32 row beside Flax too */
+        peers_clear();
+        if (strcmp(shapes[k].preset, "gpt2-124m") == 0 ||
+            strcmp(shapes[k].preset, "smollm2-135m") == 0) {
+            for (int compiled = 1; compiled >= 0; compiled--) {
+                json_t *peer = torch_peer(shapes[k].preset, compiled, shapes[k].bf16 == 2, 4, 64,
+                                          threads, steps);
+                peer_set(1 - compiled, peer);
+                json_decref(peer);
+            }
+            if (strcmp(shapes[k].preset, "gpt2-124m") == 0 && shapes[k].bf16 == 0)
+                peer_set(2, flax);
+        }
+        run_child(shapes[k].preset, kind, full);
     }
+    peers_clear();
+    json_decref(flax);
     lora_bench(max_threads < 2 ? max_threads : 2, full);
     int counts[2] = {1, max_threads};
     for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {
