@@ -191,10 +191,11 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
             break;
         case 'Q':
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
-                return cli_usage_error(cmd,
-                                       "--precision is fp32 or bf16 (the CPU's matmuls in bf16, "
-                                       "sums and everything else in fp32), not '%s'",
-                                       optarg);
+                return cli_usage_error(
+                    cmd,
+                    "--precision is fp32 or bf16 (the matmuls' products in bf16, "
+                    "sums and everything else in fp32), not '%s'",
+                    optarg);
             precision_bf16 = optarg[0] == 'b';
             break;
         case 'P':

@@ -307,14 +307,9 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     /* the dropout masks': the data seed's, each rank's own (they take other batches) */
     tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
     tc.zero = zero;
-    if (o->precision_bf16) { /* the CPU's products in bf16: whole-model training alone */
-        if (gpus > 0 || m->cfg.lora.rank > 0 || !bf16_units())
-            return err_set(err, "%s",
-                           gpus > 0 ? "--precision bf16 is the CPU's; GPUs train in fp32 or TF32"
-                           : m->cfg.lora.rank > 0
-                               ? "the federation trains adapters, whose base is bf16 already"
-                               : "--precision bf16 needs a chip with bf16 instructions (AVX-512 "
-                                 "BF16 or AMX); this one has none: leave it out");
+    if (o->precision_bf16) { /* bf16 products, fp32 sums: whole-model training alone */
+        const char *no = trainer_precision_refusal(gpus, m->cfg.lora.rank > 0);
+        if (no) return err_set(err, "%s", no);
         m->precision_bf16 = 1;
     }
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;

@@ -34,6 +34,13 @@ const Ops *kernels_cuda_ops(void);
  * what make test-gpu compares with the CPU) or TF32 tensor cores (1:
  * inputs rounded to 10 bits of mantissa, sums in fp32; llm.c's default) */
 void kernels_cuda_set_tf32(int on);
+/* Mixed precision on the calling thread's current device: from now on a
+ * matmul (and the classifier) whose weight lies in the table f32 (n values)
+ * reads its bf16 copy h at the same offset, rounds the other input to
+ * bf16 and sums in fp32 — the CPU's --precision bf16 products. h NULL: off. */
+void kernels_cuda_set_mirror(const float *f32, const uint16_t *h, size_t n);
+/* out = x rounded to bf16 (nearest, ties to even: bf16_from_float's) */
+void kernels_cuda_to_bf16(uint16_t *out, const float *x, size_t n, void *stream);
 void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
 /* global L2 norm of grads, scaled down to max_norm if above */

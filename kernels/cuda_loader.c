@@ -171,6 +171,9 @@ FORWARD_VOID(model_cuda_to_host, (ModelCuda * g, Model *host, int what), (g, hos
 FORWARD_VOID(model_cuda_keep_base, (ModelCuda * g), (g))
 FORWARD(const float *, model_cuda_params, (ModelCuda * g, const float **base), (g, base))
 FORWARD_VOID(kernels_cuda_set_tf32, (int on), (on))
+FORWARD_VOID(kernels_cuda_set_mirror, (const float *f32, const uint16_t *h, size_t n), (f32, h, n))
+FORWARD_VOID(kernels_cuda_to_bf16, (uint16_t * out, const float *x, size_t n, void *stream),
+             (out, x, n, stream))
 FORWARD(int, kernels_cuda_copy_checked,
         (float *x, uint64_t n, float *h_out, int take_off, void *stream),
         (x, n, h_out, take_off, stream))

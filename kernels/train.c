@@ -197,6 +197,14 @@ int trainer_will_shard(size_t n_params, int ranks, int gpus, int zero) {
     return ranks > 1 && gpus == 0 && zero && n_params >= (size_t)ranks * RANKS_ALIGN;
 }
 
+const char *trainer_precision_refusal(int gpus, int adapted) {
+    if (adapted) return "with adapters the base is held in bf16 already: leave --precision out";
+    if (gpus == 0 && !bf16_units())
+        return "--precision bf16 needs a chip with bf16 instructions (AVX-512 BF16 or AMX) or a "
+               "GPU; this one has none: train in fp32";
+    return NULL;
+}
+
 int trainer_sharded(const Trainer *t) {
     return t->shard != NULL;
 }
@@ -532,12 +540,10 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     if (j->lora.rank > 0 && model_add_adapters(&m, &j->lora, j->seed, err) != 0) goto out;
     if (j->lora.rank > 0 && !j->init_from) m.cfg.lora.base_seed = (int64_t)j->seed; /* drawn */
     m.moments_bf16 = j->moments_bf16;
-    if (j->precision_bf16 && (j->gpus > 0 || j->lora.rank > 0 || !bf16_units())) {
-        err_set(err, "%s",
-                j->gpus > 0        ? "--precision bf16 is the CPU's; GPUs train in fp32 or TF32"
-                : j->lora.rank > 0 ? "with adapters the base is bf16 already (--lora-base-dtype)"
-                                   : "--precision bf16 needs a chip with bf16 instructions "
-                                     "(AVX-512 BF16 or AMX); this one has none: train in fp32");
+    const char *no_bf16 =
+        j->precision_bf16 ? trainer_precision_refusal(j->gpus, j->lora.rank > 0) : NULL;
+    if (no_bf16) {
+        err_set(err, "%s", no_bf16);
         goto out;
     }
     m.precision_bf16 = j->precision_bf16;

@@ -102,6 +102,11 @@ int trainer_sharded(const Trainer *t);
  * ranks (gpus 0) will shard it: every rank a share of whole blocks, or
  * none (what a caller that moves state before it exists must know) */
 int trainer_will_shard(size_t n_params, int ranks, int gpus, int zero);
+/* Why --precision bf16 (bf16 products, fp32 sums; Model's precision_bf16)
+ * cannot train here, NULL if it can: whole-model training on GPUs (of
+ * compute capability 8.0 or newer, which model_cuda_create checks) or on a
+ * CPU with bf16 instructions; adapters train over a bf16 base already. */
+const char *trainer_precision_refusal(int gpus, int adapted);
 /* What trainer_to_host copies: the parameters, AdamW's state, or both. */
 enum { TRAINER_PARAMS = 1, TRAINER_MOMENTS = 2 };
 /* m takes the GPUs' parameters and/or AdamW's state (what: TRAINER_*) */

@@ -11,6 +11,14 @@
  * holds the frozen base in fp32 and what the rule freezes (A, or A and B),
  * uploaded once, without gradients.
  *
+ * Mixed precision (the host's precision_bf16, whole-model training): each
+ * replica also holds a bf16 copy of its parameters, rounded from the fp32
+ * ones at the start of every step and every held-out pass (after AdamW or
+ * a load from the host wrote them), which the matmuls and the classifier
+ * read (kernels_cuda_set_mirror); everything else, the gradients, AdamW
+ * and its moments stay fp32, so the parameters a site sends stay the fp32
+ * model.
+ *
  * The host Model (model_build) supplies the table, the initial parameters and
  * the activation layout; the graph is the host's own (model_pass_forward
  * and model_pass_backward in the executable, which is linked -rdynamic)
@@ -54,6 +62,7 @@ typedef struct Replica {
     cudaStream_t stream;
     float *params, *grads, *m, *v, *acts, *dacts; /* device, owned */
     float *base, *frozen;  /* device, owned: with adapters, the frozen base and adapters */
+    uint16_t *params16;    /* device, owned: mixed precision's bf16 copy, else NULL */
     int *inputs, *targets; /* device, owned */
 } Replica;
 
@@ -108,6 +117,17 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
         return NULL;
     }
+    for (int i = 0; host->precision_bf16 && i < n_gpus; i++) {
+        cudaDeviceProp prop;
+        cudaCheck(cudaGetDeviceProperties(&prop, i));
+        if (prop.major < 8) {
+            snprintf(err, 512,
+                     "--precision bf16 needs GPUs of compute capability 8.0 or newer (A100, "
+                     "H100); GPU %d (%s) is %d.%d: train in fp32 or TF32",
+                     i, prop.name, prop.major, prop.minor);
+            return NULL;
+        }
+    }
     int adapted = host->cfg.lora.rank > 0;
     if (adapted && (host->base_rounded || host->cpu.f32 != NULL)) {
         snprintf(err, 512,
@@ -138,6 +158,8 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemset(r->m, 0, np));
         cudaCheck(cudaMemset(r->v, 0, np));
+        if (host->precision_bf16 && !adapted)
+            cudaCheck(cudaMalloc((void **)&r->params16, host->n_params * sizeof(uint16_t)));
         if (!adapted) continue;
         size_t nb = host->n_base * sizeof(float);
         cudaCheck(cudaMalloc((void **)&r->base, nb));
@@ -174,7 +196,7 @@ extern "C" void model_cuda_free(ModelCuda *g) {
         cudaCheck(cudaSetDevice(r->device));
         cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
-        cudaFree(r->base), cudaFree(r->frozen);
+        cudaFree(r->base), cudaFree(r->frozen), cudaFree(r->params16);
         cudaStreamDestroy(r->stream);
         if (i == 0) cudaFree(g->base);
 #ifdef STRAIT_HAVE_NCCL
@@ -214,6 +236,16 @@ static Pass replica_pass(const ModelCuda *g, Replica *r, int with_targets) {
     return p;
 }
 
+/* Mixed precision: the replica's bf16 copy made from its parameters as
+ * they are now, and the matmuls pointed at it (on); off after the pass.
+ * Nothing without a copy. */
+static void replica_mirror(const ModelCuda *g, Replica *r, int on) {
+    if (r->params16 == NULL) return;
+    size_t n = g->host->n_params;
+    if (on) kernels_cuda_to_bf16(r->params16, r->params, n, r->stream);
+    kernels_cuda_set_mirror(r->params, on ? r->params16 : NULL, n);
+}
+
 /* One replica's whole step, on its own host thread: its batch up, forward,
  * backward, the gradients averaged with the others (its own communicator:
  * NCCL takes one thread per communicator from ncclCommInitAll), clipping
@@ -239,9 +271,11 @@ static void *replica_step(void *arg) {
     cudaCheck(cudaMemcpyAsync(r->targets, rs->targets + rs->i * bt, bt * sizeof(int),
                               cudaMemcpyHostToDevice, r->stream));
     Pass p = replica_pass(g, r, 1);
+    replica_mirror(g, r, 1);
     rs->loss = model_pass_forward(m, &p);
     cudaCheck(cudaMemsetAsync(r->grads, 0, m->n_params * sizeof(float), r->stream));
     model_pass_backward(m, &p);
+    replica_mirror(g, r, 0);
 #ifdef STRAIT_HAVE_NCCL
     if (g->world > 1) /* in order on the replica's stream: after its backward, before its step */
         ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
@@ -294,7 +328,10 @@ extern "C" float model_cuda_loss(ModelCuda *g, const int *inputs, const int *tar
     cudaCheck(
         cudaMemcpyAsync(r->targets, targets, bt * sizeof(int), cudaMemcpyHostToDevice, r->stream));
     Pass p = replica_pass(g, r, 1);
-    return model_pass_forward(m, &p); /* the loss comes back to the host: in order */
+    replica_mirror(g, r, 1);
+    float loss = model_pass_forward(m, &p); /* the loss comes back to the host: in order */
+    replica_mirror(g, r, 0);
+    return loss;
 }
 
 extern "C" void model_cuda_load_from_host(ModelCuda *g, const Model *host, int what) {

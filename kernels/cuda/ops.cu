@@ -5,6 +5,13 @@
  * heads on strided views) go through cuBLAS in fp32; the rest are plain
  * kernels. Backward ops accumulate (+=) like the CPU ones.
  *
+ * Mixed precision (kernels_cuda_set_mirror): a matmul or classifier whose
+ * weight lies in the device's mirrored table reads the weight's bf16 copy,
+ * rounds its other input (the activation, or dout) to bf16, and sums the
+ * products in fp32 (cublasGemmEx on the tensor cores): the products of the
+ * CPU's --precision bf16 (matmul_forward_bf16, matmul_backward_bf16,
+ * matmul_weight_bf16), in another order of sums.
+ *
  * Row-major buffers meet column-major cuBLAS by reading each row-major
  * matrix as its column-major transpose (llm.c's convention).
  *
@@ -19,6 +26,7 @@
 #include <stdlib.h>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -54,31 +62,110 @@ extern "C" void kernels_cuda_set_tf32(int on) {
     __atomic_store_n(&tf32_wanted, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-static cublasHandle_t blas(void *stream) {
-    static cublasHandle_t handles[16];
-    static int tf32_set[16];
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+#define MAX_DEVICES 16
+
+/* the calling thread's current device, as an index into the tables below */
+static int device_index(void) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 16) {
-        fprintf(stderr, "fatal (%s:%d): device %d beyond the 16 this build drives\n", __FILE__,
-                __LINE__, dev);
+    if (dev < 0 || dev >= MAX_DEVICES) {
+        fprintf(stderr, "fatal (%s:%d): device %d beyond the %d this build drives\n", __FILE__,
+                __LINE__, dev, MAX_DEVICES);
         abort();
     }
+    return dev;
+}
+
+/* kind 0: fp32 products (fp32 to the bit of the CPU's, or TF32 tensor
+ * cores: inputs rounded to 10 bits of mantissa, fp32 sums); kind 1: bf16
+ * inputs with fp32 sums, cuBLAS's default math (tensor cores; the
+ * pedantic mode of kind 0 would keep bf16 products off them) */
+static cublasHandle_t blas_kind(void *stream, int kind) {
+    static cublasHandle_t handles[MAX_DEVICES][2];
+    static int tf32_set[MAX_DEVICES];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int dev = device_index();
     pthread_mutex_lock(&lock);
     int tf32 = __atomic_load_n(&tf32_wanted, __ATOMIC_RELAXED);
-    if (handles[dev] == NULL || tf32_set[dev] != tf32) {
-        if (handles[dev] == NULL) cublasCheck(cublasCreate(&handles[dev]));
-        /* fp32 to the bit of the CPU's products, or TF32 tensor cores
-         * (inputs rounded to 10 bits of mantissa, fp32 sums) */
-        cublasCheck(cublasSetMathMode(handles[dev],
-                                      tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
-        tf32_set[dev] = tf32;
+    if (handles[dev][kind] == NULL) {
+        cublasCheck(cublasCreate(&handles[dev][kind]));
+        if (kind == 1) cublasCheck(cublasSetMathMode(handles[dev][1], CUBLAS_DEFAULT_MATH));
     }
-    cublasHandle_t h = handles[dev];
+    if (kind == 0 && (tf32_set[dev] == 0 || tf32_set[dev] - 1 != tf32)) {
+        cublasCheck(cublasSetMathMode(handles[dev][0],
+                                      tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+        tf32_set[dev] = tf32 + 1;
+    }
+    cublasHandle_t h = handles[dev][kind];
     pthread_mutex_unlock(&lock);
     cublasCheck(cublasSetStream(h, S(stream)));
     return h;
+}
+static cublasHandle_t blas(void *stream) {
+    return blas_kind(stream, 0);
+}
+
+/* ---- mixed precision: the table's bf16 mirror ---------------------------------- */
+
+/* Per device: the table (f32, n values) whose bf16 copy h the matmuls
+ * read, and two scratch buffers for the other input rounded to bf16, grown
+ * as needed. One thread drives a device at a time (as for the handles). */
+typedef struct Mirror {
+    const float *f32;
+    const __nv_bfloat16 *h;
+    size_t n;
+    __nv_bfloat16 *scratch[2];
+    size_t cap[2];
+} Mirror;
+static Mirror mirrors[MAX_DEVICES];
+
+extern "C" void kernels_cuda_set_mirror(const float *f32, const uint16_t *h, size_t n) {
+    Mirror *mr = &mirrors[device_index()];
+    mr->f32 = h ? f32 : NULL;
+    mr->h = (const __nv_bfloat16 *)h;
+    mr->n = h ? n : 0;
+}
+
+/* w's bf16 copy when its len values lie in the device's mirrored table */
+static const __nv_bfloat16 *mirrored(const float *w, size_t len) {
+    const Mirror *mr = &mirrors[device_index()];
+    uintptr_t a = (uintptr_t)w, lo = (uintptr_t)mr->f32;
+    if (mr->h == NULL || a < lo || a + len * sizeof(float) > lo + mr->n * sizeof(float))
+        return NULL;
+    return mr->h + (w - mr->f32);
+}
+
+__global__ void to_bf16_k(__nv_bfloat16 *out, const float *x, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(x[i]); /* to nearest, ties to even: bf16_from_float */
+}
+
+extern "C" void kernels_cuda_to_bf16(uint16_t *out, const float *x, size_t n, void *stream) {
+    if (n == 0) return;
+    to_bf16_k<<<blocks(n, 256), 256, 0, S(stream)>>>((__nv_bfloat16 *)out, x, n);
+    launchCheck();
+}
+
+/* x (n values) rounded to bf16 in the device's scratch k */
+static const __nv_bfloat16 *rounded(int k, const float *x, size_t n, void *stream) {
+    Mirror *mr = &mirrors[device_index()];
+    if (mr->cap[k] < n) { /* cudaFree waits for the work that may still read the old one */
+        cudaCheck(cudaFree(mr->scratch[k]));
+        cudaCheck(cudaMalloc((void **)&mr->scratch[k], n * sizeof(__nv_bfloat16)));
+        mr->cap[k] = n;
+    }
+    kernels_cuda_to_bf16((uint16_t *)mr->scratch[k], x, n, stream);
+    return mr->scratch[k];
+}
+
+/* C (column-major m x n, ldc) = alpha op(A) op(B) + beta C over bf16 A and
+ * B, fp32 C and sums */
+static void gemm_bf16(void *stream, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      float alpha, const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb,
+                      float beta, float *C, int ldc) {
+    cublasCheck(cublasGemmEx(blas_kind(stream, 1), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                             CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- encoder ------------------------------------------------------------------- */
@@ -187,8 +274,13 @@ __global__ void bias_backward_k(float *dbias, const float *dout, int N, int OC) 
 extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight,
                                     const float *bias, int N, int C, int OC, void *stream) {
     const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasSgemm(blas(stream), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp,
-                            C, &zero, out, OC));
+    const __nv_bfloat16 *w16 = mirrored(weight, (size_t)OC * C);
+    if (w16)
+        gemm_bf16(stream, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, w16, C,
+                  rounded(0, inp, (size_t)N * C, stream), C, 0.0f, out, OC);
+    else
+        cublasCheck(cublasSgemm(blas(stream), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C,
+                                inp, C, &zero, out, OC));
     if (bias) {
         add_bias_k<<<blocks((size_t)N * OC, 256), 256, 0, S(stream)>>>(out, bias, (size_t)N, OC);
         launchCheck();
@@ -199,12 +291,22 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
                                      const float *inp, const float *weight, int N, int C, int OC,
                                      void *stream) {
     const float one = 1.0f;
-    cublasHandle_t h = blas(stream);
-    cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one,
-                            dinp, C));
+    const __nv_bfloat16 *w16 = mirrored(weight, (size_t)OC * C);
+    if (w16) { /* dout and inp rounded to bf16, as the CPU's mixed precision rounds them */
+        const __nv_bfloat16 *d16 = rounded(0, dout, (size_t)N * OC, stream);
+        gemm_bf16(stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w16, C, d16, OC, 1.0f, dinp, C);
+        if (dweight)
+            gemm_bf16(stream, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f,
+                      rounded(1, inp, (size_t)N * C, stream), C, d16, OC, 1.0f, dweight, C);
+    } else {
+        cublasHandle_t h = blas(stream);
+        cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC,
+                                &one, dinp, C));
+        if (dweight)
+            cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC,
+                                    &one, dweight, C));
+    }
     if (dweight == NULL) return; /* frozen */
-    cublasCheck(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one,
-                            dweight, C));
     if (dbias) {
         bias_backward_k<<<blocks((size_t)OC, 128), 128, 0, S(stream)>>>(dbias, dout, N, OC);
         launchCheck();

@@ -3,7 +3,8 @@
  * the CPU table's on random inputs (grouped-query attention, rotary
  * embeddings with Llama 3's scaling, RMSNorm and SwiGLU among them), and
  * 50 training steps of `small`, `llama-small` and `qwen2-tiny` on the GPU
- * against the CPU trainer, 30 of LoRA adapters of each rule over a frozen
+ * against the CPU trainer (in fp32, TF32, and with bf16 products: the
+ * CPU's --precision bf16 against the GPU's), 30 of LoRA adapters of each rule over a frozen
  * base, and the held-out evaluator on both. Tolerances: forward ops
  * 1e-4 relative (5e-4 for attention), backward ops 2e-3, losses within 2e-2
  * nats over 50 steps, a held-out score 1e-3 relative (the sums run in other
@@ -132,6 +133,55 @@ Test(cuda_ops, matmul_norms_gelu_swiglu_match_the_cpu) {
 #endif
 }
 
+/* Mixed precision's products: a matmul whose weight lies in the device's
+ * mirrored table reads its bf16 copy and rounds the other input to bf16,
+ * as the CPU's bf16 ops do (each product of two bf16 values is exact in
+ * fp32, so only the order of the sums differs); the CPU's fp32 results lie
+ * farther off than the tolerance, so a GPU that kept fp32 products fails */
+Test(cuda_ops, bf16_products_match_the_cpus_mixed_precision) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    int N = 96, C = 64, OC = 80;
+    size_t nw = (size_t)OC * C;
+    float *x = rnd((size_t)N * C, 1), *w = rnd(nw, 1), *b = rnd(OC, 1);
+    uint16_t *w16 = malloc(nw * 2);
+    bf16_from_float(w16, w, nw);
+    BfWeight bw = {w16, NULL};
+    float *out = calloc((size_t)N * OC, 4), *out32 = calloc((size_t)N * OC, 4);
+    matmul_forward_bf16(out, x, &bw, b, N, C, OC);
+    matmul_forward(out32, x, w, b, N, C, OC);
+    float far = 0;
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        far = fmaxf(far, fabsf(out[i] - out32[i]) / (1.0f + fabsf(out[i])));
+    cr_assert_gt(far, 1e-3f, "bf16 and fp32 products agree to %g: the test cannot tell them apart",
+                 far);
+    float *d_x = dev(x, (size_t)N * C), *d_w = dev(w, nw), *d_b = dev(b, OC);
+    uint16_t *d_w16 = kernels_cuda_alloc(nw * 2);
+    kernels_cuda_to_bf16(d_w16, d_w, nw, NULL);
+    uint16_t *back = malloc(nw * 2);
+    kernels_cuda_to_host(back, d_w16, nw * 2);
+    cr_assert_eq(memcmp(back, w16, nw * 2), 0, "the GPU's bf16 rounding is not the CPU's");
+    kernels_cuda_set_mirror(d_w, d_w16, nw);
+    float *d_out = kernels_cuda_alloc((size_t)N * OC * 4);
+    GPU->matmul_forward(d_out, d_x, d_w, d_b, N, C, OC, NULL);
+    expect_close("bf16 matmul out", out, d_out, (size_t)N * OC, 1e-4f);
+    float *dout = rnd((size_t)N * OC, 1), *dx = rnd((size_t)N * C, 1), *dw = rnd(nw, 1);
+    float *db = rnd(OC, 1); /* accumulated into, as the graph's gradients are */
+    float *d_dout = dev(dout, (size_t)N * OC), *d_dx = dev(dx, (size_t)N * C), *d_dw = dev(dw, nw);
+    float *d_db = dev(db, OC);
+    matmul_backward_bf16(dx, dout, &bw, N, C, OC);
+    matmul_weight_bf16(dw, db, dout, x, N, C, OC);
+    GPU->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL);
+    expect_close("bf16 matmul dinp", dx, d_dx, (size_t)N * C, 1e-4f);
+    expect_close("bf16 matmul dweight", dw, d_dw, nw, 1e-4f);
+    expect_close("bf16 matmul dbias", db, d_db, OC, 1e-4f);
+    /* off: the same weight's products are fp32's again */
+    kernels_cuda_set_mirror(NULL, NULL, 0);
+    GPU->matmul_forward(d_out, d_x, d_w, d_b, N, C, OC, NULL);
+    expect_close("fp32 matmul out after the mirror is off", out32, d_out, (size_t)N * OC, 1e-4f);
+#endif
+}
+
 #ifdef STRAIT_HAVE_CUDA
 /* attention of shape s on both backends, q, k, v in separate buffers (or
  * packed, when kv_in_q) */
@@ -193,13 +243,15 @@ Test(cuda_ops, attention_rope_and_classifier_match_the_cpu) {
 }
 
 #ifdef STRAIT_HAVE_CUDA
-static void fifty_steps(const char *preset, float tol) {
+/* mixed: both trainers with --precision bf16's products */
+static void steps_beside_cpu(const char *preset, float tol, int mixed) {
     ModelConfig cfg;
     cr_assert_eq(model_config_preset(preset, &cfg), 0);
     Model cpu, host;
     char err[ERR_LEN];
     cr_assert_eq(model_build(&cpu, &cfg, 3, err), 0);
     cr_assert_eq(model_build(&host, &cfg, 3, err), 0);
+    cpu.precision_bf16 = host.precision_bf16 = mixed;
     int B = 4, T = 64;
     ModelCuda *g = model_cuda_create(&host, 1, B, T, err);
     cr_assert_not_null(g, "%s", err);
@@ -215,11 +267,14 @@ static void fifty_steps(const char *preset, float tol) {
         model_clip_grad_norm(&cpu, 1.0f);
         model_adamw_step(&cpu, &o, 1e-3f);
         float lg = model_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
-        cr_assert_leq(fabsf(lg - lc), tol, "%s step %d: GPU loss %g, CPU loss %g", preset, s, lg,
-                      lc);
+        cr_assert_leq(fabsf(lg - lc), tol, "%s%s step %d: GPU loss %g, CPU loss %g", preset,
+                      mixed ? " (bf16 products)" : "", s, lg, lc);
     }
     model_cuda_free(g);
     model_free(&cpu), model_free(&host);
+}
+static void fifty_steps(const char *preset, float tol) {
+    steps_beside_cpu(preset, tol, 0);
 }
 #endif
 
@@ -260,6 +315,40 @@ Test(cuda_ops, fifty_steps_with_tf32_matmuls_track_the_cpu_trainer, .timeout = 6
     fifty_steps("small", 5e-2f);
     fifty_steps("llama-small", 5e-2f);
     kernels_cuda_set_tf32(0);
+#endif
+}
+
+/* --precision bf16 on the GPU: the same forward gives another loss than
+ * fp32's (the bf16 copy is read), and 50 steps of `small` and
+ * `llama-small` follow the CPU's own bf16-products run step for step (its
+ * bf16 ops give the same products through sgemm on a chip without bf16
+ * instructions) */
+Test(cuda_ops, fifty_steps_with_bf16_products_track_the_cpu_trainer, .timeout = 600) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("small", &cfg), 0);
+    Model a, b;
+    char err[ERR_LEN];
+    cr_assert_eq(model_build(&a, &cfg, 3, err), 0);
+    cr_assert_eq(model_build(&b, &cfg, 3, err), 0);
+    b.precision_bf16 = 1;
+    int B = 4, T = 64, in[4 * 64], tg[4 * 64];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 31) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+    kernels_cuda_set_tf32(0);
+    ModelCuda *g32 = model_cuda_create(&a, 1, B, T, err),
+              *g16 = model_cuda_create(&b, 1, B, T, err);
+    cr_assert(g32 && g16, "%s", err);
+    float fp32 = model_cuda_loss(g32, in, tg), bf16 = model_cuda_loss(g16, in, tg);
+    cr_assert_neq(memcmp(&fp32, &bf16, sizeof fp32), 0,
+                  "the same forward gave loss %.9g with bf16 products and with fp32", bf16);
+    cr_assert_leq(fabsf(fp32 - bf16), 2e-2f, "bf16 products moved the loss %g -> %g", fp32, bf16);
+    /* the fp32 trainer on the same device is untouched by the other's copy */
+    cr_assert_eq(model_cuda_loss(g32, in, tg), fp32);
+    model_cuda_free(g32), model_cuda_free(g16);
+    model_free(&a), model_free(&b);
+    steps_beside_cpu("small", 5e-2f, 1);
+    steps_beside_cpu("llama-small", 5e-2f, 1);
 #endif
 }
 
