@@ -40,18 +40,20 @@ static double median3(double a, double b, double c) {
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
 
-static double tokens_per_s(int gpus, int B, int T, int steps, int tf32) {
+/* matmul: 0 fp32, 1 TF32, 2 bf16 products with fp32 sums (--precision bf16) */
+static double tokens_per_s(int gpus, int B, int T, int steps, int matmul) {
     ModelConfig cfg;
     model_config_preset("gpt2-124m", &cfg);
     Model m;
     char err[ERR_LEN];
     if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
+    m.precision_bf16 = matmul == 2;
     size_t bt = (size_t)B * T * (size_t)gpus;
     int *in = mallocCheck(sizeof(int) * bt), *tg = mallocCheck(sizeof(int) * bt);
     for (size_t i = 0; i < bt; i++)
         in[i] = (int)((i * 31) % 50257), tg[i] = (int)((i * 17 + 1) % 50257);
     TrainConfig c = train_defaults(3e-4f, steps + 2);
-    c.tf32 = tf32;
+    c.tf32 = matmul == 1;
     Trainer *t = trainer_create(&m, &c, gpus, B, T, err);
     if (t == NULL) DIE("%s", err);
     uint64_t t0 = 0;
@@ -184,20 +186,21 @@ int main(int argc, char **argv) {
     site_round_row(name, "topk", n, x, d_x);
     kernels_cuda_free(d_x), kernels_cuda_free(d_y);
     free(x);
-    /* both matmul precisions: fp32 (what make test-gpu compares with the
-     * CPU) and TF32 tensor cores (the default of strait train and site run
-     * on GPUs, as of llm.c) */
+    /* every matmul precision: fp32 (what make test-gpu compares with the
+     * CPU), TF32 tensor cores (the default of strait train and site run
+     * on GPUs, as of llm.c) and bf16 products (--precision bf16) */
+    static const char *const matmuls[] = {"fp32", "tf32", "bf16"};
     int steps = full ? 20 : 5, B = 4, T = 1024;
-    for (int tf32 = 0; tf32 <= 1; tf32++) {
-        double one = tokens_per_s(1, B, T, steps, tf32);
+    for (int mm = 0; mm <= 2; mm++) {
+        double one = tokens_per_s(1, B, T, steps, mm);
         for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
-            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, tf32);
+            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, mm);
             json_t *o = json_object();
             json_object_set_new(o, "bench", json_string("gpu"));
             json_object_set_new(o, "case", json_string("train"));
             json_object_set_new(o, "device", json_string(name));
             json_object_set_new(o, "model", json_string("gpt2-124m"));
-            json_object_set_new(o, "matmul", json_string(tf32 ? "tf32" : "fp32"));
+            json_object_set_new(o, "matmul", json_string(matmuls[mm]));
             json_object_set_new(o, "B", json_integer(B));
             json_object_set_new(o, "T", json_integer(T));
             json_object_set_new(o, "gpus", json_integer(g));

@@ -17,12 +17,12 @@
 #
 # The device tool's call, from the repository root:
 #   run(command="bash mk/device.sh check", carry=["build/device"], timeout_s=600)
-# Its checks' limits add up to 370 s; each ends far sooner when it works.
+# Its checks' limits add up to 425 s; each ends far sooner when it works.
 # The checks: nvidia-smi and `strait version`; the GPU tests (make test-gpu's
 # binary); the unit tests' CPU-against-GPU codec checks; bench/gpu; a short
-# `strait train --device cuda` (TF32, then fp32 matmuls) beside the same run on
-# the CPU, and LoRA adapters the same way; a two-site `strait demo --device
-# cuda`.
+# `strait train --device cuda` (TF32, fp32 matmuls, bf16 products) beside the
+# same run on the CPU, and LoRA adapters the same way; a two-site `strait
+# demo --device cuda`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -129,7 +129,7 @@ check() {
     : > "$OUT/summary.txt"
     step test-gpu 100 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/gpu_ops" --short-filename --verbose
     step codec-cuda 40 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/unit" --filter 'codec_cuda/*' --verbose
-    step bench-gpu 60 "$bin/bench-gpu"
+    step bench-gpu 80 "$bin/bench-gpu"
     # the same run on the GPU and on the CPU (same seed, data and steps):
     # their losses should track each other
     local f=/usr/share/games/fortunes
@@ -139,8 +139,9 @@ check() {
     # both (one log a step: at most 8 files come back)
     local lora=(--model llama-small --vocab 5000 --lora-rank 8 --lora-base-dtype f32 --steps 40 --val-every 20
         --data "$f/fortunes" --data "$f/literature")
-    step train 60 bash -c "'$bin/strait' train --device cuda ${data[*]} &&
+    step train 75 bash -c "'$bin/strait' train --device cuda ${data[*]} &&
         '$bin/strait' train --device cuda --matmul fp32 ${data[*]} &&
+        '$bin/strait' train --device cuda --precision bf16 ${data[*]} &&
         '$bin/strait' train --device cuda --matmul fp32 ${lora[*]}"
     step train-cpu 40 bash -c "'$bin/strait' train --device cpu ${data[*]} &&
         '$bin/strait' train --device cpu ${lora[*]}"
