@@ -53,7 +53,7 @@ static double tokens_per_s(int gpus, int B, int T, int steps, int matmul) {
     for (size_t i = 0; i < bt; i++)
         in[i] = (int)((i * 31) % 50257), tg[i] = (int)((i * 17 + 1) % 50257);
     TrainConfig c = train_defaults(3e-4f, steps + 2);
-    c.tf32 = matmul == 1;
+    c.tf32 = matmul >= 1; /* bf16: attention's products on TF32, as strait train runs it */
     Trainer *t = trainer_create(&m, &c, gpus, B, T, err);
     if (t == NULL) DIE("%s", err);
     uint64_t t0 = 0;

@@ -198,7 +198,9 @@ int trainer_will_shard(size_t n_params, int ranks, int gpus, int zero) {
 }
 
 const char *trainer_precision_refusal(int gpus, int adapted) {
-    if (adapted) return "with adapters the base is held in bf16 already: leave --precision out";
+    if (adapted)
+        return "--precision bf16 is for whole-model training; with adapters the base's precision "
+               "is --lora-base-dtype's (bf16 by default on CPUs)";
     if (gpus == 0 && !bf16_units())
         return "--precision bf16 needs a chip with bf16 instructions (AVX-512 BF16 or AMX) or a "
                "GPU; this one has none: train in fp32";

@@ -232,15 +232,22 @@ void matmul_weight_bf16(float *dweight, float *dbias, const float *dout, const f
     if (done == 0)
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < (size_t)OC * C; i++) dweight[i] += prod[i];
-    if (done == 0 && dbias != NULL)
+#endif
+    if (done != 0) { /* the same rounded values through sgemm's (it accumulates) */
+        float *dr = mallocCheck((size_t)N * OC * sizeof(float));
+        float *xr = mallocCheck((size_t)N * C * sizeof(float));
+        bf16_round(dr, dout, (size_t)N * OC);
+        bf16_round(xr, inp, (size_t)N * C);
+        matmul_backward(NULL, dweight, NULL, dr, xr, NULL, N, C, OC);
+        free(dr), free(xr);
+    }
+    if (dbias != NULL) /* from dout as it is: a sum, no product */
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < OC; o++) {
             float sum = 0;
             for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + o];
             dbias[o] += sum;
         }
-#endif
-    if (done != 0) matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, C, OC);
 }
 
 /* ---- the classifier over a bf16 output layer ------------------------------ */

@@ -122,8 +122,8 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         cudaCheck(cudaGetDeviceProperties(&prop, i));
         if (prop.major < 8) {
             snprintf(err, 512,
-                     "--precision bf16 needs GPUs of compute capability 8.0 or newer (A100, "
-                     "H100); GPU %d (%s) is %d.%d: train in fp32 or TF32",
+                     "--precision bf16 needs GPUs of compute capability 8.0 or newer; GPU %d "
+                     "(%s) is %d.%d: train in fp32 or TF32",
                      i, prop.name, prop.major, prop.minor);
             return NULL;
         }

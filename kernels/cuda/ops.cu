@@ -109,7 +109,9 @@ static cublasHandle_t blas(void *stream) {
 
 /* Per device: the table (f32, n values) whose bf16 copy h the matmuls
  * read, and two scratch buffers for the other input rounded to bf16, grown
- * as needed. One thread drives a device at a time (as for the handles). */
+ * as needed and kept for the process (as the handles are). Per device, not
+ * per stream: one thread drives a device at a time, one pass after
+ * another (a replica's step thread, or the caller between steps). */
 typedef struct Mirror {
     const float *f32;
     const __nv_bfloat16 *h;
@@ -149,7 +151,8 @@ extern "C" void kernels_cuda_to_bf16(uint16_t *out, const float *x, size_t n, vo
 /* x (n values) rounded to bf16 in the device's scratch k */
 static const __nv_bfloat16 *rounded(int k, const float *x, size_t n, void *stream) {
     Mirror *mr = &mirrors[device_index()];
-    if (mr->cap[k] < n) { /* cudaFree waits for the work that may still read the old one */
+    if (mr->cap[k] < n) { /* what is queued may still read the old one */
+        cudaCheck(cudaStreamSynchronize(S(stream)));
         cudaCheck(cudaFree(mr->scratch[k]));
         cudaCheck(cudaMalloc((void **)&mr->scratch[k], n * sizeof(__nv_bfloat16)));
         mr->cap[k] = n;

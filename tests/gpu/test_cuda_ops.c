@@ -179,6 +179,38 @@ Test(cuda_ops, bf16_products_match_the_cpus_mixed_precision) {
     kernels_cuda_set_mirror(NULL, NULL, 0);
     GPU->matmul_forward(d_out, d_x, d_w, d_b, N, C, OC, NULL);
     expect_close("fp32 matmul out after the mirror is off", out32, d_out, (size_t)N * OC, 1e-4f);
+    /* the classifier's tiles inside a mirrored output layer: the CPU's bf16
+     * classifier (its logits bf16 products, softmax and loss in fp32), two
+     * vocabulary chunks on the GPU; fp32's loss lies farther off */
+    int Nc = 300, V = 5000;
+    size_t nv = (size_t)V * C;
+    float *h = rnd((size_t)Nc * C, 1), *wte = rnd(nv, 0.3f);
+    uint16_t *wte16 = malloc(nv * 2);
+    bf16_from_float(wte16, wte, nv);
+    BfWeight bwte = {wte16, NULL};
+    int *tg = malloc(Nc * sizeof(int));
+    for (int i = 0; i < Nc; i++) tg[i] = (i * 7919) % V;
+    float *lse = calloc(Nc, 4), *dh = calloc((size_t)Nc * C, 4), *dwte = calloc(nv, 4);
+    float loss = classifier_forward_bf16(NULL, lse, h, &bwte, tg, Nc, C, V);
+    classifier_backward_bf16(dh, dwte, h, &bwte, tg, lse, Nc, C, V);
+    float loss32 = classifier_forward(NULL, NULL, h, wte, tg, Nc, C, V);
+    float *d_h = dev(h, (size_t)Nc * C), *d_wte = dev(wte, nv), *d_dh = dzeros((size_t)Nc * C);
+    float *d_dwte = dzeros(nv);
+    uint16_t *d_wte16 = kernels_cuda_alloc(nv * 2);
+    int *d_tg = kernels_cuda_alloc(Nc * sizeof(int));
+    kernels_cuda_to_device(d_tg, tg, Nc * sizeof(int));
+    kernels_cuda_to_bf16(d_wte16, d_wte, nv, NULL);
+    kernels_cuda_set_mirror(d_wte, d_wte16, nv);
+    float gloss = GPU->classifier_forward(NULL, NULL, d_h, d_wte, d_tg, Nc, C, V, NULL);
+    GPU->classifier_backward(d_dh, d_dwte, d_h, d_wte, d_tg, NULL, Nc, C, V, NULL);
+    kernels_cuda_set_mirror(NULL, NULL, 0);
+    cr_assert_gt(fabsf(loss - loss32), 20 * 1e-5f * (1 + fabsf(loss)),
+                 "bf16 and fp32 classifier losses %g and %g: too close to tell apart", loss,
+                 loss32);
+    cr_assert_float_eq(gloss, loss, 1e-5f * (1 + fabsf(loss)), "GPU %g, CPU bf16 %g, CPU fp32 %g",
+                       gloss, loss, loss32);
+    expect_close("bf16 classifier dh", dh, d_dh, (size_t)Nc * C, 1e-4f);
+    expect_close("bf16 classifier dwte", dwte, d_dwte, nv, 1e-4f);
 #endif
 }
 
@@ -343,8 +375,17 @@ Test(cuda_ops, fifty_steps_with_bf16_products_track_the_cpu_trainer, .timeout = 
     cr_assert_neq(memcmp(&fp32, &bf16, sizeof fp32), 0,
                   "the same forward gave loss %.9g with bf16 products and with fp32", bf16);
     cr_assert_leq(fabsf(fp32 - bf16), 2e-2f, "bf16 products moved the loss %g -> %g", fp32, bf16);
-    /* the fp32 trainer on the same device is untouched by the other's copy */
-    cr_assert_eq(model_cuda_loss(g32, in, tg), fp32);
+    /* the fp32 trainer on the same device is untouched by the other's copy
+     * (bf16 products moved the loss by far more than the sums' order can) */
+    float again = model_cuda_loss(g32, in, tg);
+    cr_assert_leq(fabsf(again - fp32), 1e-6f * (1 + fabsf(fp32)), "fp32 loss %g, then %g", fp32,
+                  again);
+    /* the GPU's bf16 loss is the CPU's bf16 one, not fp32's */
+    float cpu32 = model_forward(&a, in, tg, B, T), cpu16 = model_forward(&b, in, tg, B, T);
+    cr_assert_gt(fabsf(cpu16 - cpu32), 1e-4f, "CPU bf16 %g and fp32 %g: too close to tell apart",
+                 cpu16, cpu32);
+    cr_assert_lt(fabsf(bf16 - cpu16), 0.25f * fabsf(cpu16 - cpu32),
+                 "GPU bf16 loss %g, CPU bf16 %g, CPU fp32 %g", bf16, cpu16, cpu32);
     model_cuda_free(g32), model_cuda_free(g16);
     model_free(&a), model_free(&b);
     steps_beside_cpu("small", 5e-2f, 1);

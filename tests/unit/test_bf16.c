@@ -1,7 +1,8 @@
 /*
  * test_bf16.c — a frozen base held in bf16 (kernels/cpu/bf16.c): its
- * matmuls against fp64 sums of the rounded values, forward and backward,
- * on shapes oneDNN blocks and shapes it does not; the classifier over a
+ * matmuls against fp64 sums of the rounded values, forward, backward and
+ * mixed precision's weight gradient, on shapes oneDNN blocks and shapes it
+ * does not; the classifier over a
  * bf16 output layer against the fp32 one's; an adapted model over a
  * bf16 base, against the same model in fp32 (close, not equal: the
  * rounding is applied), training without moving its base; and the
@@ -84,6 +85,30 @@ static void check_path(int N, int C, int OC, int widened) {
             worst = fmax(worst, fabs(dinp[n * C + c] - s) / (mag * 1e-6));
         }
     cr_assert_leq(worst, 1.0, "backward %dx%dx%d: %g of 1e-6 of the terms' size", N, C, OC, worst);
+    /* mixed precision's weight gradient: dweight += doutᵀ · inp over the
+     * rounded values (oneDNN's, or sgemm's over them where it makes no
+     * primitive), dbias += dout's column sums as they are */
+    float *dw = malloc(sizeof(float) * OC * C), *db = malloc(sizeof(float) * OC);
+    for (int i = 0; i < OC * C; i++) dw[i] = 0.25f;
+    for (int i = 0; i < OC; i++) db[i] = -0.5f;
+    matmul_weight_bf16(dw, db, dout, x, N, C, OC);
+    worst = 0;
+    for (int o = 0; o < OC; o++) {
+        double sb = -0.5, magb = 0.5;
+        for (int n = 0; n < N; n++) sb += dout[n * OC + o], magb += fabs(dout[n * OC + o]);
+        worst = fmax(worst, fabs(db[o] - sb) / (magb * 1e-6));
+        for (int c = 0; c < C; c++) {
+            double s = 0.25, mag = 0.25;
+            for (int n = 0; n < N; n++) {
+                double t = (double)r16(dout[n * OC + o]) * r16(x[n * C + c]);
+                s += t, mag += fabs(t);
+            }
+            worst = fmax(worst, fabs(dw[o * C + c] - s) / (mag * 1e-6));
+        }
+    }
+    cr_assert_leq(worst, 1.0, "weight gradient %dx%dx%d: %g of 1e-6 of the terms' size", N, C, OC,
+                  worst);
+    free(dw), free(db);
     free(x), free(w), free(bias), free(out), free(dout), free(dinp), free(w16), free(wf);
 }
 static void check_shape(int N, int C, int OC) {
