@@ -117,34 +117,56 @@ static int omp_threads(void) {
 #endif
 }
 
+/* Each thread's sgemm packs the whole of the operand the split does not
+ * cut, so the split cuts the larger one: by rows of the activations when
+ * they outnumber the weight's rows, else by the weight's rows or columns
+ * (at a site's short batches, B·T of a few hundred against a model's
+ * thousands, the weight is the large one: cut by rows, every thread packed
+ * all of it, and packing took as long as the products). A split changes
+ * which thread makes an output, not how: each output's sum over the inner
+ * dimension runs in OpenBLAS's one order either way. */
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
     assert(N > 0 && C > 0 && OC > 0 && out != inp);
-    int parts = omp_threads(), per = (N + parts - 1) / parts;
+    int parts = omp_threads(), by_rows = N >= OC;
+    int len = by_rows ? N : OC, per = (len + parts - 1) / parts;
 #pragma omp parallel for
     for (int p = 0; p < parts; p++) {
-        int r0 = p * per, rows = N - r0 < per ? N - r0 : per;
-        if (rows <= 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f,
-                    inp + (size_t)r0 * C, C, weight, C, 0.0f, out + (size_t)r0 * OC, OC);
-        if (bias != NULL)
-            for (int n = r0; n < r0 + rows; n++)
-                for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+        int a = p * per, n = len - a < per ? len - a : per;
+        if (n <= 0) continue;
+        if (by_rows)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, OC, C, 1.0f,
+                        inp + (size_t)a * C, C, weight, C, 0.0f, out + (size_t)a * OC, OC);
+        else /* out[:, a:a+n] = inp · weight[a:a+n]ᵀ */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, n, C, 1.0f, inp, C,
+                        weight + (size_t)a * C, C, 0.0f, out + a, OC);
+        if (bias != NULL) {
+            int r0 = by_rows ? a : 0, r1 = by_rows ? a + n : N, o0 = by_rows ? 0 : a,
+                o1 = by_rows ? OC : a + n;
+            for (int r = r0; r < r1; r++)
+                for (int o = o0; o < o1; o++) out[(size_t)r * OC + o] += bias[o];
+        }
     }
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
     assert(N > 0 && C > 0 && OC > 0 && dinp != dout);
-    int parts = omp_threads(), per_n = (N + parts - 1) / parts, per_o = (OC + parts - 1) / parts;
+    int parts = omp_threads(), per_o = (OC + parts - 1) / parts;
+    int in_rows = N >= C, in_len = in_rows ? N : C, per_i = (in_len + parts - 1) / parts;
 #pragma omp parallel for
     for (int p = 0; p < parts; p++) {
-        /* dinp rows (N,C) += dout (N,OC) · weight (OC,C), by blocks of rows
-         * (NULL: made elsewhere, as the bf16 ops make it) */
-        int r0 = p * per_n, rows = N - r0 < per_n ? N - r0 : per_n;
-        if (rows > 0 && dinp != NULL)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
-                        dout + (size_t)r0 * OC, OC, weight, C, 1.0f, dinp + (size_t)r0 * C, C);
+        /* dinp (N,C) += dout (N,OC) · weight (OC,C), by blocks of its rows or
+         * of its columns (NULL: made elsewhere, as the bf16 ops make it) */
+        int a = p * per_i, n = in_len - a < per_i ? in_len - a : per_i;
+        if (n > 0 && dinp != NULL) {
+            if (in_rows)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, OC, 1.0f,
+                            dout + (size_t)a * OC, OC, weight, C, 1.0f, dinp + (size_t)a * C, C);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, n, OC, 1.0f, dout, OC,
+                            weight + a, C, 1.0f, dinp + a, C);
+        }
         /* dweight rows (OC,C) += doutᵀ · inp, by blocks of output channels */
         int o0 = p * per_o, ocs = OC - o0 < per_o ? OC - o0 : per_o;
         if (ocs > 0 && dweight != NULL) { /* NULL: frozen */
@@ -153,7 +175,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
             if (dbias != NULL)
                 for (int o = o0; o < o0 + ocs; o++) {
                     float sum = 0;
-                    for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + o];
+                    for (int n2 = 0; n2 < N; n2++) sum += dout[(size_t)n2 * OC + o];
                     dbias[o] += sum;
                 }
         }
