@@ -351,8 +351,9 @@ $(HF_VENV)/.ok.4:
 	  numpy==2.4.6 safetensors==0.8.0 torch==2.15.0 transformers==5.25.0 tokenizers==0.23.3 gguf==0.19.0 \
 	  accelerate==1.16.0 peft==0.21.2 && touch $@
 
-# bench/train's peer is transformers' Flax GPT-2 on JAX's CPU backend (the
-# figures it has kept): a venv of its own, about 800 MB, made by `make bench`
+# bench/train's peers: transformers on PyTorch, eager and torch.compile'd
+# (make test-hf's venv), and transformers' Flax GPT-2 on JAX's CPU backend
+# (the figures it has kept): a venv of its own, about 800 MB, made by `make bench`
 FLAX_VENV := build/venv-flax
 $(FLAX_VENV)/.ok.1:
 	@echo "  VENV   $(FLAX_VENV) (transformers 4.46.3, flax, jax[cpu] from PyPI, about 800 MB)"
