@@ -116,8 +116,9 @@ static double sgemm_flops(int threads) {
     return best;
 }
 
-/* The peers run_peer measured for this row, when they ran: slot 0 as
- * "baseline" and "ratio" (the row's target), every slot in "baselines". */
+/* The peers run_peer measured for this row, when they ran: slot 0 (the
+ * row's target) as "baseline" and "ratio", every slot in "baselines"; no
+ * "ratio" when slot 0's peer did not run. */
 #define PEER_SLOTS 3
 static void emit_peer(json_t *o, double tok_s) {
     json_t *all = json_array();
@@ -133,7 +134,7 @@ static void emit_peer(json_t *o, double tok_s) {
         snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run",
                  name);
         double rss = prss ? atof(prss) : 0;
-        if (json_array_size(all) == 0) {
+        if (k == 0) { /* the row's target: torch.compile'd (PEFT for the LoRA rows) */
             json_object_set_new(o, "baseline", json_string(what));
             json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
             json_object_set_new(o, "baseline_peak_rss_mb", json_real(rss));

@@ -122,9 +122,10 @@ static int omp_threads(void) {
  * they outnumber the weight's rows, else by the weight's rows or columns
  * (at a site's short batches, B·T of a few hundred against a model's
  * thousands, the weight is the large one: cut by rows, every thread packed
- * all of it, and packing took as long as the products). A split changes
- * which thread makes an output, not how: each output's sum over the inner
- * dimension runs in OpenBLAS's one order either way. */
+ * all of it, and packing took as long as the products). On the golden
+ * test's shapes at 2 threads the bits did not move; a split, like a thread
+ * count, can change which of OpenBLAS's kernels runs a product, and with
+ * it the last bits. */
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC) {
     assert(N > 0 && C > 0 && OC > 0 && out != inp);

@@ -117,6 +117,61 @@ Test(ops, matmul_backward_matches_finite_differences) {
     check_grad_step("matmul db", c.bias, db, c.OC, c.OC, mm_loss, &c, 1e-2, 0.05);
 }
 
+/* The matmuls cut their products across threads by whichever operand is
+ * larger (the activations' rows, or the weight's rows or columns): at 1,
+ * 2, 3 and 7 threads, on shapes that take each cut (fewer rows than
+ * outputs, than inputs, fewer outputs than threads), out, dinp, dweight
+ * and dbias against fp64 sums, accumulating into what was there */
+static void matmul_split_against_fp64(int N, int C, int OC, int threads) {
+    kernels_set_threads(threads);
+    float *x = rvec((size_t)N * C, 1), *w = rvec((size_t)OC * C, 1), *b = rvec(OC, 1);
+    float *dout = rvec((size_t)N * OC, 1), *out = calloc((size_t)N * OC, 4);
+    float *dx = rvec((size_t)N * C, 1), *dw = rvec((size_t)OC * C, 1), *db = rvec(OC, 1);
+    float *dx0 = malloc((size_t)N * C * 4), *dw0 = malloc((size_t)OC * C * 4),
+          *db0 = malloc(OC * 4);
+    memcpy(dx0, dx, (size_t)N * C * 4), memcpy(dw0, dw, (size_t)OC * C * 4),
+        memcpy(db0, db, OC * 4);
+    matmul_forward(out, x, w, b, N, C, OC);
+    matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = b[o];
+            for (int c = 0; c < C; c++) s += (double)x[n * C + c] * w[o * C + c];
+            cr_assert_float_eq(out[n * OC + o], s, 1e-5 * (C + 1), "%dx%dx%d at %d threads: out", N,
+                               C, OC, threads);
+        }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = dx0[n * C + c];
+            for (int o = 0; o < OC; o++) s += (double)dout[n * OC + o] * w[o * C + c];
+            cr_assert_float_eq(dx[n * C + c], s, 1e-5 * (OC + 1), "%dx%dx%d at %d threads: dinp", N,
+                               C, OC, threads);
+        }
+    for (int o = 0; o < OC; o++) {
+        double sb = db0[o];
+        for (int n = 0; n < N; n++) sb += dout[n * OC + o];
+        cr_assert_float_eq(db[o], sb, 1e-5 * (N + 1), "dbias");
+        for (int c = 0; c < C; c++) {
+            double s = dw0[o * C + c];
+            for (int n = 0; n < N; n++) s += (double)dout[n * OC + o] * x[n * C + c];
+            cr_assert_float_eq(dw[o * C + c], s, 1e-5 * (N + 1), "%dx%dx%d at %d threads: dweight",
+                               N, C, OC, threads);
+        }
+    }
+    free(x), free(w), free(b), free(dout), free(out), free(dx), free(dw), free(db);
+    free(dx0), free(dw0), free(db0);
+    kernels_set_threads(1);
+}
+
+Test(ops, matmuls_split_over_threads_by_the_larger_operand_sum_as_fp64) {
+    static const int shapes[][3] = {
+        {40, 24, 96}, {24, 96, 40}, {96, 24, 5}, {3, 7, 2}, {64, 64, 64}};
+    static const int threads[] = {1, 2, 3, 7};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++)
+            matmul_split_against_fp64(shapes[s][0], shapes[s][1], shapes[s][2], threads[t]);
+}
+
 static double att_loss(void *p) {
     OpCtx *c = p;
     AttnShape s = {c->B, c->T, c->NH, c->NH, c->C / c->NH, 3 * c->C, 3 * c->C};
