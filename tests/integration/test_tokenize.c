@@ -94,7 +94,8 @@ static char *train_reference(char **files, int n_files) {
 Test(tokenize, matches_pypi_tokenizers_on_every_fortunes_collection, .timeout = 300) {
 #if defined(__SANITIZE_ADDRESS__)
     /* millions of ids against PyPI's: the plain build checks them; the
-     * sanitizers see the tokenizer in the suites above and in its fuzzers */
+     * sanitizers see the tokenizer in this file's other tests (SmolLM2's
+     * Llama 3 style among them) and in its three fuzzers */
     cr_skip_test("ids against PyPI tokenizers are checked in the plain build (minutes under ASan)");
 #endif
     char *files[1024];
@@ -315,7 +316,8 @@ Test(tokenize, tokenizer_json_matches_pypi_tokenizers_in_gpt2_llama3_and_qwen2_s
      .timeout = 600) {
 #if defined(__SANITIZE_ADDRESS__)
     /* millions of ids against PyPI's: the plain build checks them; the
-     * sanitizers see the tokenizer in the suites above and in its fuzzers */
+     * sanitizers see the tokenizer in this file's other tests (SmolLM2's
+     * Llama 3 style among them) and in its three fuzzers */
     cr_skip_test("ids against PyPI tokenizers are checked in the plain build (minutes under ASan)");
 #endif
     const char *py = getenv("STRAIT_PYTHON"), *src = getenv("STRAIT_SRC");
