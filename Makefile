@@ -105,7 +105,7 @@ LDLIBS := -lgrpc -lgpr -lprotobuf-c -lsqlite3 -lssl -lcrypto -lzstd -lxxhash -lj
 # make coverage: gcov's counters in every object (atomic: the coordinator
 # is threaded), written when each process exits
 ifeq ($(COV),1)
-CFLAGS += -O1 --coverage -fprofile-update=atomic
+CFLAGS += -O1 --coverage -fprofile-update=atomic -DSTRAIT_COVERAGE
 LDFLAGS += --coverage
 endif
 ifeq ($(SAN),1)
