@@ -116,32 +116,41 @@ static double sgemm_flops(int threads) {
     return best;
 }
 
-/* The peers run_peer measured for this row, when they ran: slot 0 (the
- * row's target) as "baseline" and "ratio", every slot in "baselines"; no
- * "ratio" when slot 0's peer did not run. */
+/* The peers measured for a row reach its child through the environment:
+ * slot k's JSON row (run_peer's) in STRAIT_BENCH_PEERk. */
 #define PEER_SLOTS 3
+static void peer_var(char *vn, size_t len, int slot) {
+    snprintf(vn, len, "STRAIT_BENCH_PEER%d", slot);
+}
+
+/* The peers measured for this row, when they ran: slot 0 (the row's
+ * target) as "baseline" and "ratio", every slot in "baselines"; no "ratio"
+ * when slot 0's peer did not run. */
 static void emit_peer(json_t *o, double tok_s) {
     json_t *all = json_array();
     for (int k = 0; k < PEER_SLOTS; k++) {
-        char vn[3][40];
-        snprintf(vn[0], sizeof vn[0], "STRAIT_BENCH_PEER%d", k);
-        snprintf(vn[1], sizeof vn[1], "STRAIT_BENCH_PEER%d_TOK_S", k);
-        snprintf(vn[2], sizeof vn[2], "STRAIT_BENCH_PEER%d_RSS_MB", k);
-        const char *name = getenv(vn[0]), *ptok = getenv(vn[1]), *prss = getenv(vn[2]);
-        double peer = ptok ? atof(ptok) : 0;
-        if (name == NULL || peer <= 0) continue;
-        char what[300];
-        snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run",
-                 name);
-        double rss = prss ? atof(prss) : 0;
-        if (k == 0) { /* the row's target: torch.compile'd (PEFT for the LoRA rows) */
-            json_object_set_new(o, "baseline", json_string(what));
-            json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
-            json_object_set_new(o, "baseline_peak_rss_mb", json_real(rss));
-            json_object_set_new(o, "ratio", json_real(tok_s / peer));
+        char vn[40];
+        peer_var(vn, sizeof vn, k);
+        const char *txt = getenv(vn);
+        json_t *row = txt ? json_loads(txt, 0, NULL) : NULL;
+        const char *name = json_string_value(json_object_get(row, "peer"));
+        double peer = json_number_value(json_object_get(row, "tokens_per_s"));
+        double rss = json_number_value(json_object_get(row, "peak_rss_mb"));
+        if (name != NULL && peer > 0) {
+            char what[300];
+            snprintf(what, sizeof what, "%s, same shape, threads and steps, measured in this run",
+                     name);
+            if (k == 0) { /* the row's target: torch.compile'd (PEFT for the LoRA rows) */
+                json_object_set_new(o, "baseline", json_string(what));
+                json_object_set_new(o, "baseline_tokens_per_s", json_real(peer));
+                json_object_set_new(o, "baseline_peak_rss_mb", json_real(rss));
+                json_object_set_new(o, "ratio", json_real(tok_s / peer));
+            }
+            json_array_append_new(all,
+                                  json_pack("{s:s,s:f,s:f,s:f}", "baseline", what, "tokens_per_s",
+                                            peer, "peak_rss_mb", rss, "ratio", tok_s / peer));
         }
-        json_array_append_new(all, json_pack("{s:s,s:f,s:f,s:f}", "baseline", what, "tokens_per_s",
-                                             peer, "peak_rss_mb", rss, "ratio", tok_s / peer));
+        json_decref(row);
     }
     if (json_array_size(all) > 0)
         json_object_set_new(o, "baselines", all);
@@ -153,11 +162,7 @@ static void emit_peer(json_t *o, double tok_s) {
 static void peers_clear(void) {
     for (int k = 0; k < PEER_SLOTS; k++) {
         char vn[40];
-        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d", k);
-        unsetenv(vn);
-        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_TOK_S", k);
-        unsetenv(vn);
-        snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_RSS_MB", k);
+        peer_var(vn, sizeof vn, k);
         unsetenv(vn);
     }
 }
@@ -268,19 +273,14 @@ static json_t *run_peer(const char *py_var, const char *venv, const char *script
     return row;
 }
 
-/* a peer's name and figures (run_peer's row; NULL: none) into the
- * environment the next child reads, at slot (emit_peer) */
+/* a peer's row (run_peer's; NULL: none) into the environment the next
+ * child reads, at slot (emit_peer) */
 static void peer_set(int slot, const json_t *row) {
     if (row == NULL) return;
-    char vn[40], v[64];
-    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d", slot);
-    setenv(vn, json_string_value(json_object_get(row, "peer")), 1);
-    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_TOK_S", slot);
-    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "tokens_per_s")));
-    setenv(vn, v, 1);
-    snprintf(vn, sizeof vn, "STRAIT_BENCH_PEER%d_RSS_MB", slot);
-    snprintf(v, sizeof v, "%.6g", json_number_value(json_object_get(row, "peak_rss_mb")));
-    setenv(vn, v, 1);
+    char vn[40], *txt = json_dumps(row, JSON_COMPACT);
+    peer_var(vn, sizeof vn, slot);
+    if (txt) setenv(vn, txt, 1);
+    free(txt);
 }
 
 /* transformers' GPT-2 124M trained by JAX at B x T on `threads` cores for

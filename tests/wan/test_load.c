@@ -172,7 +172,8 @@ static void push_round(int n_sites, int threads, int round, const Blob *update) 
     }
     if (retried)
         fprintf(stderr,
-                "load: round %d: %d uploads failed on the wire and were sent again, first %s\n",
+                "load: round %d: uploads failed on the wire and were sent again %d times, "
+                "first %s\n",
                 round, retried, retry_why);
     cr_assert_eq(failed, 0, "round %d: %d uploads refused or lost, first %s", round, failed, why);
 }
