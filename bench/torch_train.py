@@ -2,7 +2,8 @@
 eager or torch.compile'd, the peer of bench/train's whole-model rows, timed
 the way bench/train times Strait's.
 
-    python torch_train.py ARCH MODE PRECISION THREADS B T STEPS V C F L NH NKV HD EPS THETA TIED
+    python torch_train.py ARCH MODE PRECISION THREADS B T STEPS V C F L NH NKV HD EPS THETA TIED \
+        [checkpointing]
 
 ARCH gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM) of that shape, random
 weights, every dropout 0 (Strait has none), fp32 parameters; MODE eager or
@@ -15,7 +16,9 @@ Strait's trainer takes it: forward, cross-entropy on the next token in fp32,
 backward, the gradients clipped to a global norm of 1 (foreach), AdamW
 (fused, PyTorch's fastest on a CPU and the default optimizer of transformers'
 Trainer; lr 1e-3, betas 0.9 and 0.95, eps 1e-8, weight decay 0.1 on the
-matrices alone, as Strait decays them). Ids follow bench/train's pattern. Three warm-up steps (the first compiles the forward, the first
+matrices alone, as Strait decays them). With `checkpointing`, transformers'
+gradient checkpointing (each block's forward run again in its backward), the
+peer of Strait's --recompute. Ids follow bench/train's pattern. Three warm-up steps (the first compiles the forward, the first
 backward the backward), then STEPS timed ones.
 
 One JSON line: tokens per second over the timed steps, the process's peak RSS,
@@ -35,6 +38,7 @@ def main():
     threads, B, T, steps = (int(x) for x in a[3:7])
     V, C, F, L, NH, NKV, HD = (int(x) for x in a[7:14])
     eps, theta, tied = float(a[14]), float(a[15]), a[16] == "1"
+    checkpointing = len(a) > 17 and a[17] == "checkpointing"
     if arch not in ("gpt2", "llama") or mode not in ("eager", "compile") or \
             precision not in ("fp32", "bf16"):
         sys.exit("torch_train.py: ARCH is gpt2 or llama, MODE eager or compile, "
@@ -59,6 +63,8 @@ def main():
                           rope_theta=theta, tie_word_embeddings=tied, attention_bias=False,
                           mlp_bias=False, attention_dropout=0.0)
         m = LlamaForCausalLM(cfg)
+    if checkpointing:
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     m.train()
     groups = [{"params": [p for p in m.parameters() if p.ndim >= 2], "weight_decay": 0.1},
               {"params": [p for p in m.parameters() if p.ndim < 2], "weight_decay": 0.0}]
@@ -84,10 +90,11 @@ def main():
         opt.zero_grad(set_to_none=True)
     secs = time.perf_counter() - t0
     print(json.dumps({
-        "peer": "transformers %s on PyTorch %s (CPU), %s, %s" % (
+        "peer": "transformers %s on PyTorch %s (CPU), %s, %s%s" % (
             transformers.__version__, torch.__version__,
             "torch.compile (inductor)" if mode == "compile" else "eager",
-            "bf16 autocast" if precision == "bf16" else "fp32"),
+            "bf16 autocast" if precision == "bf16" else "fp32",
+            ", gradient checkpointing" if checkpointing else ""),
         "tokens_per_s": steps * n / secs,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "loss": loss.item(),

@@ -31,8 +31,14 @@
  * (bench/peft_train.py, in make test-hf's venv, which make bench B=train
  * makes; STRAIT_PEFT_PYTHON names its Python).
  *
- *   build/bench/train [--full] [--lora]   (--full: more steps; --lora: the
- *                                         LoRA rows alone)
+ * Recompute rows: GPT-2 124M in fp32 at B 4, T 256 on 2 threads at each
+ * --recompute level (every other row runs strait's default, 1): tokens/s,
+ * peak RSS and the activations' bytes, beside transformers on PyTorch
+ * (eager) without and with its gradient checkpointing (each block's
+ * forward run again in the backward) in the same run.
+ *
+ *   build/bench/train [--full] [--lora] [--recompute]   (--full: more steps;
+ *                     --lora, --recompute: those rows alone)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +62,8 @@
 static int bench_bf16;  /* this child keeps AdamW's moments in bf16 */
 static int bench_lora;  /* this child trains the LoRA rows' adapters over a bf16 base */
 static int bench_mixed; /* this child trains with --precision bf16 (bf16 products, fp32 sums) */
+static int bench_recompute = MODEL_RECOMPUTE_ACT; /* this child's --recompute (strait's default) */
+static int bench_recompute_row;                   /* this child is a recompute row */
 #define LORA_RANK 16
 
 /* the LoRA rows' adapters: PEFT's, as bench/peft_train.py makes them */
@@ -77,6 +85,7 @@ static double tokens_per_s(const char *preset, int B, int T, int threads, int st
     if (bench_lora && model_add_adapters(&m, &a, 2, err) != 0) DIE("%s", err);
     m.moments_bf16 = bench_bf16;
     m.precision_bf16 = bench_mixed;
+    m.recompute = bench_recompute;
     kernels_set_threads(threads);
     int *in = mallocCheck(sizeof(int) * (size_t)B * T),
         *tg = mallocCheck(sizeof(int) * (size_t)B * T);
@@ -174,6 +183,8 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
              bench_lora    ? "_lora_r16"
              : bench_mixed ? "_bf16_products"
                            : "");
+    if (bench_recompute_row)
+        snprintf(name, sizeof name, "%s_recompute_%d", preset, bench_recompute);
     json_object_set_new(o, "bench", json_string("train"));
     json_object_set_new(o, "case", json_string(name));
     json_object_set_new(o, "preset", json_string(preset));
@@ -182,8 +193,16 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
     json_object_set_new(o, "threads", json_integer(threads));
     json_object_set_new(o, "tokens_per_s", json_real(tok_s));
     json_object_set_new(o, "peak_rss_mb", json_real(bench_peak_rss_mb()));
+    json_object_set_new(o, "recompute", json_integer(bench_recompute));
     ModelConfig cfg;
-    if (bench_lora && model_config_preset(preset, &cfg) == 0) {
+    if (bench_recompute_row && model_config_preset(preset, &cfg) == 0) {
+        /* the layout's activations and their gradients: what training
+         * holds beyond its 16 bytes a parameter */
+        double acts =
+            model_train_bytes(&cfg, B, T, 0, bench_recompute) - 16.0 * model_config_params(&cfg);
+        json_object_set_new(o, "activations_mb", json_real(acts / 1048576.0));
+        emit_peer(o, tok_s);
+    } else if (bench_lora && model_config_preset(preset, &cfg) == 0) {
         AdapterConfig a = lora_rows();
         cfg.lora = a;
         json_object_set_new(o, "arch", json_string(model_arch_name(cfg.arch)));
@@ -295,16 +314,16 @@ static json_t *flax_peer(int B, int T, int threads, int steps) {
 /* transformers on PyTorch training preset's shape in full at B x T, eager
  * or torch.compile'd, in fp32 or under bf16 autocast (bench/torch_train.py) */
 static json_t *torch_peer(const char *preset, int compiled, int bf16, int B, int T, int threads,
-                          int steps) {
+                          int steps, int checkpointing) {
     ModelConfig c;
     model_config_preset(preset, &c);
     char args[512], name[96];
-    snprintf(args, sizeof args, "%s %s %s %d %d %d %d %d %d %d %d %d %d %d %g %g %d",
+    snprintf(args, sizeof args, "%s %s %s %d %d %d %d %d %d %d %d %d %d %d %g %g %d %s",
              model_arch_name(c.arch), compiled ? "compile" : "eager", bf16 ? "bf16" : "fp32",
              threads, B, T, steps, c.V, c.C, c.F, c.L, c.NH, c.NKV, c.HD, (double)c.eps,
-             (double)c.rope.theta, c.tied);
-    snprintf(name, sizeof name, "%s%s_torch_%s", preset, bf16 ? "_bf16_products" : "",
-             compiled ? "compile" : "eager");
+             (double)c.rope.theta, c.tied, checkpointing ? "checkpointing" : "");
+    snprintf(name, sizeof name, "%s%s_torch_%s%s", preset, bf16 ? "_bf16_products" : "",
+             compiled ? "compile" : "eager", checkpointing ? "_checkpointing" : "");
     return run_peer("STRAIT_PEFT_PYTHON", "build/venv-hf", "torch_train.py", args, name, B, T);
 }
 
@@ -322,7 +341,7 @@ static json_t *peft_peer(const char *preset, int B, int T, int threads, int step
 
 /* Runs this program again as a child for one row (exec, not fork: OpenMP's
  * thread pool, started in the parent, does not survive a fork); what kind:
- * fp32 or bf16 moments, or lora. */
+ * fp32 or bf16 moments, mixed, lora, or recompute0 to recompute2. */
 static void run_child(const char *preset, const char *kind, int full) {
     fflush(stdout);
     char *cargv[] = {"/proc/self/exe",       "--child", (char *)preset, (char *)kind,
@@ -350,7 +369,8 @@ static void lora_bench(int threads, int full) {
         ModelConfig cfg;
         model_config_preset(lora_shapes[k], &cfg);
         cfg.lora = lora_rows();
-        if (too_large(&cfg, lora_shapes[k], "lora", model_train_bytes(&cfg, 4, 128, 0))) continue;
+        if (too_large(&cfg, lora_shapes[k], "lora", model_train_bytes(&cfg, 4, 128, 0, 0)))
+            continue;
         json_t *peer = peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
         peers_clear();
         peer_set(0, peer);
@@ -360,11 +380,31 @@ static void lora_bench(int threads, int full) {
     peers_clear();
 }
 
+/* GPT-2 124M at each --recompute level, beside PyTorch eager without and
+ * with gradient checkpointing */
+#define RECOMPUTE_T 256
+static void recompute_bench(int threads, int full) {
+    int steps = full ? 5 : 2;
+    peers_clear();
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        json_t *peer = torch_peer("gpt2-124m", 0, 0, 4, RECOMPUTE_T, threads, steps, ckpt);
+        peer_set(ckpt, peer);
+        json_decref(peer);
+    }
+    for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
+        char kind[16];
+        snprintf(kind, sizeof kind, "recompute%d", level);
+        run_child("gpt2-124m", kind, full);
+    }
+    peers_clear();
+}
+
 int main(int argc, char **argv) {
-    int full = 0, child = 0, lora_only = 0;
+    int full = 0, child = 0, lora_only = 0, recompute_only = 0;
     for (int i = 1; i < argc; i++) {
         full |= strcmp(argv[i], "--full") == 0;
         lora_only |= strcmp(argv[i], "--lora") == 0;
+        recompute_only |= strcmp(argv[i], "--recompute") == 0;
         child |= i == 1 && strcmp(argv[i], "--child") == 0 && argc > 2;
     }
     log_set_level(LOG_ERROR);
@@ -378,12 +418,19 @@ int main(int argc, char **argv) {
         bench_bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
         bench_lora = argc > 3 && strcmp(argv[3], "lora") == 0;
         bench_mixed = argc > 3 && strcmp(argv[3], "mixed") == 0;
-        int T = bench_lora ? 128 : 64;
-        emit(preset, 4, T, threads, tokens_per_s(preset, 4, T, threads, full ? 10 : 3));
+        if (argc > 3 && strncmp(argv[3], "recompute", 9) == 0)
+            bench_recompute_row = 1, bench_recompute = atoi(argv[3] + 9);
+        int T = bench_lora ? 128 : bench_recompute_row ? RECOMPUTE_T : 64;
+        int steps = bench_recompute_row ? (full ? 5 : 2) : full ? 10 : 3;
+        emit(preset, 4, T, threads, tokens_per_s(preset, 4, T, threads, steps));
         return 0;
     }
     if (lora_only) {
         lora_bench(max_threads < 2 ? max_threads : 2, full);
+        return 0;
+    }
+    if (recompute_only) {
+        recompute_bench(max_threads < 2 ? max_threads : 2, full);
         return 0;
     }
     /* the fused classifier on gpt2-124m shapes: B=4, T=1024, V=50257, C=768 */
@@ -437,7 +484,7 @@ int main(int argc, char **argv) {
         if (shapes[k].bf16 == 2 && !bf16_units()) continue;
         const char *kind = shapes[k].bf16 == 1 ? "bf16" : shapes[k].bf16 == 2 ? "mixed" : "fp32";
         if (too_large(&cfg, shapes[k].preset, kind,
-                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1)))
+                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1, 0)))
             continue;
         /* GPT-2 124M and SmolLM2-135M beside transformers on PyTorch,
          * torch.compile'd (the row's ratio) and eager, at the row's
@@ -447,7 +494,7 @@ int main(int argc, char **argv) {
             strcmp(shapes[k].preset, "smollm2-135m") == 0) {
             for (int compiled = 1; compiled >= 0; compiled--) {
                 json_t *peer = torch_peer(shapes[k].preset, compiled, shapes[k].bf16 == 2, 4, 64,
-                                          threads, steps);
+                                          threads, steps, 0);
                 peer_set(1 - compiled, peer);
                 json_decref(peer);
             }
@@ -459,6 +506,7 @@ int main(int argc, char **argv) {
     peers_clear();
     json_decref(flax);
     lora_bench(max_threads < 2 ? max_threads : 2, full);
+    recompute_bench(max_threads < 2 ? max_threads : 2, full);
     int counts[2] = {1, max_threads};
     for (int k = 0; k < (max_threads > 1 ? 2 : 1); k++) {
         emit("small", 8, 128, counts[k], tokens_per_s("small", 8, 128, counts[k], full ? 50 : 15));

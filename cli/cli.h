@@ -49,6 +49,8 @@ int cli_u64(const Command *cmd, const char *flag, unsigned long long *out);
 int cli_base_blocks(const Command *cmd, const char *value);
 /* --matmul's value: 1 for tf32, 0 for fp32, -2 after a usage error */
 int cli_matmul(const Command *cmd, const char *value);
+/* --recompute's value: MODEL_RECOMPUTE_* (0, 1 or 2), -2 after a usage error */
+int cli_recompute(const Command *cmd, const char *value);
 
 /* The adapters' flags, shared by the commands that take them:
  * --lora-rank N, --lora-alpha A (PEFT's lora_alpha; default the rank, a

@@ -205,11 +205,12 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
                                          {"base-blocks", required_argument, NULL, 'K'},
                                          {"zero", required_argument, NULL, 'Z'},
                                          {"precision", required_argument, NULL, 'Q'},
+                                         {"recompute", required_argument, NULL, 'R'},
                                          {"tensorboard", required_argument, NULL, 'E'},
                                          {"min-noise", required_argument, NULL, 'N'},
                                          {NULL, 0, NULL, 0}};
     const char *data[64];
-    SiteRunOptions o = {.data = data};
+    SiteRunOptions o = {.data = data, .recompute = MODEL_RECOMPUTE_ACT};
     int c, tf32 = -1;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {
@@ -252,6 +253,8 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
                 return cli_usage_error(cmd, "--precision is fp32 or bf16, not '%s'", optarg);
             o.precision_bf16 = optarg[0] == 'b';
+        } else if (c == 'R') {
+            if ((o.recompute = cli_recompute(cmd, optarg)) < 0) return EXIT_USAGE;
         } else if (c == 'E') {
             o.tensorboard = optarg;
         } else if (c == 'N') { /* a double: the coordinator's is compared with it */

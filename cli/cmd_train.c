@@ -116,6 +116,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"adapters", required_argument, NULL, 'P'},
                                          {"base-blocks", required_argument, NULL, 'K'},
                                          {"precision", required_argument, NULL, 'Q'},
+                                         {"recompute", required_argument, NULL, 'R'},
                                          {"tensorboard", required_argument, NULL, 'E'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
@@ -124,7 +125,8 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
     const char *data[64], *preset = "small", *out = NULL, *device = "cpu", *init_from = NULL,
                           *tensorboard = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
-        gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0, precision_bf16 = 0;
+        gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0, precision_bf16 = 0,
+        recompute = MODEL_RECOMPUTE_ACT;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -198,6 +200,9 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     optarg);
             precision_bf16 = optarg[0] == 'b';
             break;
+        case 'R':
+            if ((recompute = cli_recompute(cmd, optarg)) < 0) return EXIT_USAGE;
+            break;
         case 'P':
             adapters = optarg;
             break;
@@ -249,6 +254,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .moments_bf16 = moments_bf16,
                     .blocks_off = blocks_off,
                     .precision_bf16 = precision_bf16,
+                    .recompute = recompute,
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
                     .seed = seed,

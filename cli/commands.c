@@ -71,7 +71,7 @@ const Command cli_commands[] = {
      "SITEDIR --data PATH... [--threads N] [--batch B] [--seq T] [--lr X] [--device cpu|cuda] "
      "[--gpus N] [--matmul tf32|fp32] [--seed S] [--init-from HFDIR] [--max-memory BYTES] "
      "[--moments fp32|bf16] [--base-blocks on|off] [--zero 1|0] [--precision fp32|bf16] "
-     "[--tensorboard DIR] [--min-noise Z]",
+     "[--recompute 0|1|2] [--tensorboard DIR] [--min-noise Z]",
      "train at the site, round after round, until the federation finishes",
      "Each round: the coordinator's model, H local AdamW steps (H from the federation),\n"
      "the compressed difference sent back. Transient failures are retried with backoff.\n\n"
@@ -102,6 +102,9 @@ const Command cli_commands[] = {
      "  --precision P fp32 (default) or bf16: on a CPU with bf16 instructions or a\n"
      "                GPU (compute capability 8.0+), the matmuls' products in bf16 with\n"
      "                fp32 sums (the model, its updates and AdamW stay fp32)\n"
+     "  --recompute K what each layer's backward computes again instead of keeping:\n"
+     "                0 nothing, 1 the MLP's activation (default), 2 also the norms'\n"
+     "                outputs and attention's probabilities; the same steps bit for bit\n"
      "  --tensorboard DIR  TensorBoard's event file, a new one each run in DIR: each\n"
      "                step's train/loss, train/learning_rate, train/grad_norm and\n"
      "                train/tokens_per_second (at the site's step count), and each round's\n"
@@ -126,8 +129,8 @@ const Command cli_commands[] = {
      "--data PATH... [--model PRESET | --init-from HFDIR|FILE.gguf] [--steps N] [--batch B]\n"
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
-     "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16] [--out CKPT]\n"
-     "     [--tensorboard DIR]",
+     "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16]\n"
+     "     [--recompute 0|1|2] [--out CKPT] [--tensorboard DIR]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -149,6 +152,10 @@ const Command cli_commands[] = {
      "                    BF16, AMX) or GPUs (compute capability 8.0+), the matmuls' and\n"
      "                    the classifier's products in bf16 with fp32 sums; parameters,\n"
      "                    gradients, norms and AdamW stay fp32\n"
+     "  --recompute K     what each layer's backward computes again instead of keeping:\n"
+     "                    0 nothing, 1 the MLP's activation (default, as llm.c), 2 also\n"
+     "                    the norms' outputs and attention's probabilities (the T x T\n"
+     "                    tensor a head); the same steps bit for bit, less memory\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"
      "  --lr X            peak learning rate, after warmup, decayed by cosine (default 3e-3)\n"

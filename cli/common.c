@@ -100,6 +100,17 @@ int cli_matmul(const Command *cmd, const char *value) {
     return -2;
 }
 
+int cli_recompute(const Command *cmd, const char *value) {
+    if (value[0] >= '0' && value[0] <= '0' + MODEL_RECOMPUTE_MAX && value[1] == '\0')
+        return value[0] - '0';
+    cli_usage_error(cmd,
+                    "--recompute is 0 (keep every activation), 1 (compute the MLP's activation "
+                    "again in the backward, the default) or 2 (also the norms and attention's "
+                    "probabilities), not '%s'",
+                    value);
+    return -2;
+}
+
 int cli_base_blocks(const Command *cmd, const char *value) {
     if (strcmp(value, "on") == 0) return 0;
     if (strcmp(value, "off") == 0) return 1;

@@ -312,6 +312,7 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
         if (no) return err_set(err, "%s", no);
         m->precision_bf16 = 1;
     }
+    m->recompute = o->recompute;
     if ((ss->trainer = trainer_create_ranks(m, &tc, gpus, B, T, rk, err)) == NULL) return -1;
     if (trainer_sharded(ss->trainer) && rk->rank == 0)
         snprintf(ss->opt_staged, sizeof ss->opt_staged, "%s/state.opt.safetensors",

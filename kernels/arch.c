@@ -183,8 +183,8 @@ double model_adapter_trained(const ModelConfig *c) {
     return adapter_values(c, 1);
 }
 
-double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16) {
-    ActLayout lay = {0};
+double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16, int recompute) {
+    ActLayout lay = {.recompute = recompute};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* what trains: parameters, gradients, AdamW's two moments; a frozen
      * base and frozen adapters their values alone; a step's activations

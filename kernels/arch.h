@@ -183,6 +183,19 @@ static inline void act_add(ActLayout *lay, int a, size_t n, int layers) {
     lay->kind[a] = layers > 0 ? ACT_KIND_LAYER : ACT_KIND_ONCE;
     lay->dstride[a] = n; /* its size, until act_finish */
 }
+/* a per-layer activation one buffer holds for every layer when the pass
+ * recomputes level's activations (lay->recompute >= level; level 0: a
+ * forward's scratch the backward never reads), its gradient in the
+ * layers' shared block as act_add's; kept per layer otherwise */
+static inline void act_add_recomputed(ActLayout *lay, int a, size_t n, int layers, int level) {
+    act_add(lay, a, n, lay->recompute >= level ? 1 : layers);
+    lay->kind[a] = ACT_KIND_LAYER;
+    if (lay->recompute >= level) lay->stride[a] = 0;
+}
+/* whether a layer's backward computes level's activations again */
+static inline int act_recomputes(const Pass *p, int level) {
+    return p->lay->recompute >= level;
+}
 static inline void act_carry(ActLayout *lay, int a) {
     lay->kind[a] = ACT_KIND_CARRY;
 }

@@ -75,21 +75,21 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     assert(B >= 1 && T >= 1);
     lay->len = 0, lay->B = B, lay->T = T;
     act_add(lay, ENCODED, BT * C, 0);
-    act_add(lay, XN1, BT * C, L);
+    act_add_recomputed(lay, XN1, BT * C, L, MODEL_RECOMPUTE_ATTN);
     act_add(lay, RSTD1, BT, L);
     act_add(lay, Q, BT * Qd, L);
     act_add(lay, K, BT * KVd, L);
     act_add(lay, V, BT * KVd, L);
     act_add(lay, ATTY, BT * Qd, L);
-    act_add(lay, PREATT, B * NH * T * T, L);
-    act_add(lay, ATT, B * NH * T * T, L);
+    act_add_recomputed(lay, PREATT, B * NH * T * T, L, 0);
+    act_add_recomputed(lay, ATT, B * NH * T * T, L, MODEL_RECOMPUTE_ATTN);
     act_add(lay, ATTPROJ, BT * C, L);
     act_add(lay, RES2, BT * C, L);
-    act_add(lay, XN2, BT * C, L);
+    act_add_recomputed(lay, XN2, BT * C, L, MODEL_RECOMPUTE_ATTN);
     act_add(lay, RSTD2, BT, L);
     act_add(lay, GATE, BT * F, L);
     act_add(lay, UP, BT * F, L);
-    act_add(lay, SWI, BT * F, L);
+    act_add_recomputed(lay, SWI, BT * F, L, MODEL_RECOMPUTE_ACT);
     act_add(lay, DOWN, BT * C, L);
     act_add(lay, RES3, BT * C, L);
     act_add(lay, ACT_OUT, BT * C, 0);
@@ -149,7 +149,7 @@ static void backward(const Model *m, const Pass *p) {
     int C = c->C, L = c->L, F = c->F, B = p->B, T = p->T, BT = B * T;
     int Qd = c->NH * c->HD, KVd = c->NKV * c->HD;
     assert(c->NKV >= 1 && c->NH % c->NKV == 0 && c->HD % 2 == 0 && p->lay->B == B);
-    float *a = p->acts, *w = p->params, *g = p->grads;
+    float *a = p->acts, *w = p->params, *g = p->grads, eps = c->eps;
     AttnShape as = {B, T, c->NH, c->NKV, c->HD, Qd, KVd};
 #define D(x, l) dact_at(p, x, l)
 #define G(r, l) arch_wg(m, g, r, l) /* NULL: the base is frozen */
@@ -159,6 +159,10 @@ static void backward(const Model *m, const Pass *p) {
         act_layer_start(p, RES3, l);
         float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         float *dx = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
+        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
+            o->rmsnorm_forward(A(XN2, l), A(RSTD2, l), A(RES2, l), W(LN2, l), BT, C, eps, st);
+        if (act_recomputes(p, MODEL_RECOMPUTE_ACT))
+            o->swiglu_forward(A(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F, st);
         o->residual_backward(D(RES2, l), D(DOWN, l), D(RES3, l), (size_t)BT * C, st);
         o->matmul_backward(D(SWI, l), G(DOWN_W, l), NULL, D(DOWN, l), A(SWI, l), W(DOWN_W, l), BT,
                            F, C, st);
@@ -177,6 +181,11 @@ static void backward(const Model *m, const Pass *p) {
         o->matmul_backward(D(ATTY, l), G(OW, l), NULL, D(ATTPROJ, l), A(ATTY, l), W(OW, l), BT, Qd,
                            C, st);
         lora_backward(m, p, LORA_A0, OW, l, A(ATTY, l), D(ATTY, l), D(ATTPROJ, l));
+        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) { /* ATTY's values again, already read */
+            o->rmsnorm_forward(A(XN1, l), A(RSTD1, l), x, W(LN1, l), BT, C, eps, st);
+            o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l),
+                                 &as, st);
+        }
         o->attention_backward(D(Q, l), D(K, l), D(V, l), D(PREATT, l), D(ATT, l), D(ATTY, l),
                               A(Q, l), A(K, l), A(V, l), A(ATT, l), &as, st);
         o->rope_backward(D(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);

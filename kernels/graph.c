@@ -65,6 +65,8 @@ void model_pass_backward(const Model *m, const Pass *p) {
 
 void model_layout(const Model *m, int B, int T, ActLayout *lay) {
     memset(lay, 0, sizeof *lay);
+    assert(m->recompute >= 0 && m->recompute <= MODEL_RECOMPUTE_MAX);
+    lay->recompute = m->recompute;
     m->arch->layout(&m->cfg, B, T, lay);
 }
 

@@ -104,8 +104,8 @@ double model_config_params(const ModelConfig *cfg);
  * touched, so the larger of the two; a chip without bf16 instructions
  * keeps a bf16 base at 4, an fp32 one's figure: the caller asks for that,
  * bf16_units), and a step's activations and their gradients (the
- * architecture's own layout). */
-double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16);
+ * architecture's own layout, those recompute names held once). */
+double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16, int recompute);
 /* The adapters' values of a configuration, every one held (frozen or
  * not), and those that train and travel (0 without adapters). */
 double model_adapter_params(const ModelConfig *cfg);
@@ -164,11 +164,19 @@ typedef struct ParamView {
  * for the gradient that carries the residual stream from a layer to the
  * one below, which alternates between two slots. */
 enum { ACT_OUT, ACT_LOSSES, ACT_LSE, ACT_MAX = 40 };
+/* What a layer's backward computes again from what it keeps (Model's
+ * recompute, --recompute): nothing; the MLP's activation (GELU, SwiGLU:
+ * one elementwise pass a layer, as llm.c's default); also the norms'
+ * outputs and attention's probabilities, the (B, NH, T, T) tensor (a
+ * norm and an attention forward again a layer). Attention's scores
+ * before the softmax are a scratch of the forward at every level. */
+enum { MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_ACT, MODEL_RECOMPUTE_ATTN, MODEL_RECOMPUTE_MAX = 2 };
 typedef struct ActLayout {
     size_t off[ACT_MAX], stride[ACT_MAX], len;
     size_t doff[ACT_MAX], dstride[ACT_MAX], dlen, dlayer;
     unsigned char kind[ACT_MAX]; /* arch.h's ACT_KIND_*: where the gradient lies */
     int B, T;
+    int recompute; /* given to the layout: Model's recompute */
 } ActLayout;
 
 struct Arch;
@@ -233,6 +241,10 @@ typedef struct Model {
      * gradient, the norms, AdamW and the parameters themselves stay fp32 */
     int precision_bf16;
     uint16_t *params16;
+    /* activations the backward computes again instead of keeping one per
+     * layer (MODEL_RECOMPUTE_*; the trainer sets it): the same values, so
+     * the same steps bit for bit, with less memory and a little more work */
+    int recompute;
     /* ZeRO-1 across a site's ranks (the trainer sets it): the moments (m, v
      * or mh, vh) hold the table's [moments_lo, moments_hi) alone, and AdamW
      * updates that part of the parameters; both 0: the whole table */

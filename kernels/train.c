@@ -549,6 +549,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
         goto out;
     }
     m.precision_bf16 = j->precision_bf16;
+    m.recompute = j->recompute;
     m.blocks_off = j->blocks_off;
     TrainJobStart st = {.name = name,
                         .n_params = m.n_params,

@@ -310,6 +310,54 @@ static void fifty_steps(const char *preset, float tol) {
 }
 #endif
 
+/* --recompute on the GPU: 20 steps at each level give the same losses and
+ * parameters to the bit as level 0 (the same kernels on the same values;
+ * a backward that read a recomputed activation without computing it again
+ * would read the last layer's) */
+Test(cuda_ops, recomputed_activations_train_the_same_steps_on_the_gpu, .timeout = 300) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    const char *presets[] = {"small", "llama-small"};
+    for (int k = 0; k < 2; k++) {
+        enum { STEPS = 20 };
+        float loss[MODEL_RECOMPUTE_MAX + 1][STEPS];
+        float *params[MODEL_RECOMPUTE_MAX + 1];
+        size_t n = 0;
+        for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
+            ModelConfig cfg;
+            cr_assert_eq(model_config_preset(presets[k], &cfg), 0);
+            Model host;
+            char err[ERR_LEN];
+            cr_assert_eq(model_build(&host, &cfg, 3, err), 0);
+            host.recompute = level;
+            int B = 4, T = 64, in[4 * 64], tg[4 * 64];
+            ModelCuda *g = model_cuda_create(&host, 1, B, T, err);
+            cr_assert_not_null(g, "%s", err);
+            AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+            for (int s = 0; s < STEPS; s++) {
+                for (int i = 0; i < B * T; i++)
+                    in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+                loss[level][s] = model_cuda_step(g, in, tg, &o, 1e-3f, 1.0f);
+            }
+            model_cuda_to_host(g, &host, TRAINER_PARAMS);
+            n = host.n_params;
+            params[level] = malloc(n * sizeof(float));
+            memcpy(params[level], host.params, n * sizeof(float));
+            model_cuda_free(g);
+            model_free(&host);
+        }
+        for (int level = 1; level <= MODEL_RECOMPUTE_MAX; level++) {
+            cr_assert_eq(memcmp(loss[level], loss[0], sizeof loss[0]), 0,
+                         "%s, --recompute %d: last loss %.9g, not %.9g", presets[k], level,
+                         loss[level][STEPS - 1], loss[0][STEPS - 1]);
+            cr_assert_eq(memcmp(params[level], params[0], n * sizeof(float)), 0,
+                         "%s, --recompute %d: other parameters", presets[k], level);
+        }
+        for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) free(params[level]);
+    }
+#endif
+}
+
 /* one graph, two tables: GPT-2's and the Llama family's blocks */
 Test(cuda_ops, fifty_steps_of_small_and_llama_small_track_the_cpu_trainer, .timeout = 600) {
     need_gpu();

@@ -427,6 +427,42 @@ Test(cli, precision_bf16_trains_where_the_chip_has_bf16_and_is_refused_elsewhere
     proc_result_free(&r);
 }
 
+/* --recompute: each level trains `small` to the same checkpoint, byte
+ * for byte (the layers' activations computed again are the same values);
+ * a level it does not know is refused by both commands, naming the three */
+Test(cli, recompute_levels_train_the_same_checkpoint_and_a_wrong_one_is_refused, .timeout = 120) {
+    const char *data = "/usr/share/games/fortunes/fortunes";
+    ProcResult r = harness_strait("train", "--data", data, "--recompute", "3");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--recompute is 0 (keep every activation), 1"), "stderr: %s",
+                       r.err);
+    proc_result_free(&r);
+    r = harness_strait("site", "run", "/nonexistent", "--data", "x", "--recompute", "all");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "not 'all'"), "stderr: %s", r.err);
+    proc_result_free(&r);
+    char *dir = harness_tmpdir("cli-recompute"), out[3][700], err[ERR_LEN];
+    char *bytes[3];
+    size_t len[3];
+    for (int level = 0; level < 3; level++) {
+        char lv[2] = {(char)('0' + level), 0};
+        snprintf(out[level], sizeof out[level], "%s/r%d.ckpt", dir, level);
+        r = harness_strait("train", "--data", data, "--model", "small", "--steps", "4", "--batch",
+                           "2", "--seq", "64", "--threads", "2", "--recompute", lv, "--out",
+                           out[level]);
+        cr_assert_eq(r.status, 0, "level %d: %s", level, r.err);
+        proc_result_free(&r);
+        cr_assert_eq(file_read_all(out[level], 64u << 20, &bytes[level], &len[level], err), 0, "%s",
+                     err);
+    }
+    for (int level = 1; level < 3; level++)
+        cr_assert(len[level] == len[0] && memcmp(bytes[level], bytes[0], len[0]) == 0,
+                  "--recompute %d wrote another checkpoint than 0", level);
+    for (int level = 0; level < 3; level++) free(bytes[level]);
+    harness_rmtree(dir);
+    free(dir);
+}
+
 /* strait train --tensorboard: a point a step of loss, learning rate,
  * gradient norm and speed, and eval/loss where it validated, with the
  * values its --json lines print (to their six digits); a second run is a

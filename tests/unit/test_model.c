@@ -1201,7 +1201,7 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
     cr_log_info("llama-tiny after %d steps: loss %.4f with fp32 moments, %.4f with bf16", STEPS,
                 l32[STEPS - 1], l16[STEPS - 1]);
     ModelConfig c = a.cfg;
-    double saved = model_train_bytes(&c, 8, 64, 0) - model_train_bytes(&c, 8, 64, 1);
+    double saved = model_train_bytes(&c, 8, 64, 0, 0) - model_train_bytes(&c, 8, 64, 1, 0);
     cr_assert_float_eq(saved, 4.0 * (double)a.n_params, 1.0);
     /* the file keeps bf16 moments as they are; each kind reads the other's */
     char *dir = harness_tmpdir("bf16"), p16[700], p32[700], err[ERR_LEN];
@@ -1232,6 +1232,71 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
     model_free(&a), model_free(&b), model_free(&r16), model_free(&r32);
     harness_rmtree(dir);
     free(dir);
+}
+
+/* ---- recomputed activations ------------------------------------------------------ */
+
+/* case k of the recompute test at a level: a GPT-2, a Llama, a Qwen2 (its
+ * q, k, v biases) of three layers; adapters on every projection with
+ * dropout; GPT-2 with bf16 products where the chip has them */
+static Model recompute_case(int k, int level) {
+    static const char *const presets[] = {"tiny", "llama-tiny", "qwen2-tiny", "llama-tiny", "tiny"};
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset(presets[k], &cfg), 0);
+    cfg.L = 3;
+    Model m;
+    char err[ERR_LEN];
+    cr_assert_eq(model_build(&m, &cfg, 5, err), 0, "%s", err);
+    if (k == 3) {
+        AdapterConfig a = {.rank = 4, .alpha = 8, .targets = LORA_ALL, .dropout = 0.2f};
+        cr_assert_eq(model_add_adapters(&m, &a, 11, err), 0, "%s", err);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.05f * urand(); /* B nonzero */
+        m.drop_seed = 0x5eed;
+    }
+    m.precision_bf16 = k == 4;
+    m.recompute = level;
+    return m;
+}
+
+/* Every level of recomputation trains the same steps to the bit, each
+ * holding less: the MLP's activation once instead of once a layer, then
+ * the norms' outputs and the attention probabilities too. A backward that
+ * read a recomputed activation without computing it again would read the
+ * last layer's. */
+Test(model, recomputed_activations_train_the_same_steps_bit_for_bit_in_less_memory,
+     .timeout = 120) {
+    int B = 2, T = 32, in[64], tg[64];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 37 + 1) % 251, tg[i] = (i * 53 + 9) % 251;
+    const char *names[] = {"gpt2", "llama", "qwen2", "llama with adapters", "gpt2, bf16 products"};
+    for (int k = 0; k < 5; k++) {
+        if (k == 4 && !bf16_units()) continue; /* --precision bf16 refuses such a chip */
+        enum { STEPS = 4 };
+        float want[STEPS], got[STEPS];
+        uint64_t rs0 = rs; /* the adapters' values drawn again for each level */
+        Model ref = recompute_case(k, MODEL_RECOMPUTE_NONE);
+        train_steps(&ref, in, tg, B, T, STEPS, 3e-3f, want);
+        size_t len[MODEL_RECOMPUTE_MAX + 1] = {ref.lay.len};
+        for (int level = 1; level <= MODEL_RECOMPUTE_MAX; level++) {
+            rs = rs0;
+            Model m = recompute_case(k, level);
+            train_steps(&m, in, tg, B, T, STEPS, 3e-3f, got);
+            cr_assert_eq(memcmp(want, got, sizeof want), 0, "%s, level %d: loss %.9g, not %.9g",
+                         names[k], level, got[STEPS - 1], want[STEPS - 1]);
+            cr_assert_eq(memcmp(ref.params, m.params, m.n_params * 4), 0,
+                         "%s, level %d: other parameters", names[k], level);
+            len[level] = m.lay.len;
+            model_free(&m);
+        }
+        /* what each level holds once instead of once a layer */
+        const ModelConfig *c = &ref.cfg;
+        size_t BT = (size_t)B * T, act = k == 0 || k == 4 ? 4 * (size_t)c->C : (size_t)c->F;
+        size_t norms_att = 2 * BT * (size_t)c->C + (size_t)B * c->NH * T * T;
+        cr_assert_eq(len[0] - len[1], (size_t)(c->L - 1) * BT * act, "%s", names[k]);
+        cr_assert_eq(len[1] - len[2], (size_t)(c->L - 1) * norms_att, "%s", names[k]);
+        cr_assert_eq(model_train_bytes(c, B, T, 0, 0) - model_train_bytes(c, B, T, 0, 2),
+                     4.0 * (double)(len[0] - len[2]), "%s", names[k]);
+        model_free(&ref);
+    }
 }
 
 /* ---- checkpoints and shards ------------------------------------------------------ */
@@ -1406,7 +1471,7 @@ Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
     char err[ERR_LEN];
     cr_assert_neq(site_check_memory(&o, &c, err), 0, "a full fine-tune of 1.2B fits 12 GB?");
     cr_assert(strstr(err, "needs about"), "%s", err);
-    double whole = model_train_bytes(&c, 4, 128, 0), n = model_config_params(&c);
+    double whole = model_train_bytes(&c, 4, 128, 0, 0), n = model_config_params(&c);
     c.lora = (AdapterConfig){.rank = 16,
                              .alpha = 32,
                              .targets = LORA_Q | LORA_V,
@@ -1416,11 +1481,11 @@ Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
     cr_assert_eq(site_check_memory(&o, &c, err), 0, "%s", err);
     /* the base loaded at 4 bytes a value, then held at 2 beside the
      * activations: far from 16 bytes a parameter */
-    double lora = model_train_bytes(&c, 4, 128, 0);
+    double lora = model_train_bytes(&c, 4, 128, 0, 0);
     cr_assert_geq(lora, 4.0 * n, "%.0f bytes: less than the loaded base", lora);
     cr_assert_lt(lora, whole / 3, "%.0f bytes of %.0f", lora, whole);
     c.lora.base_bf16 = 0; /* an fp32 base: 4 bytes a value beside the activations */
-    cr_assert_gt(model_train_bytes(&c, 4, 128, 0), lora);
+    cr_assert_gt(model_train_bytes(&c, 4, 128, 0, 0), lora);
 }
 
 /* ZeRO-1's parts in one process: AdamW on two models that keep the
