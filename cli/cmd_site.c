@@ -244,10 +244,11 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
             o.moments_bf16 = strcmp(optarg, "bf16") == 0;
         } else if (c == 'Z') {
             if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
-                return cli_usage_error(cmd,
-                                       "--zero is 1 (each CPU rank keeps its share of AdamW's "
-                                       "state, the default) or 0 (each keeps all of it), not '%s'",
-                                       optarg);
+                return cli_usage_error(
+                    cmd,
+                    "--zero is 1 (each CPU rank or GPU keeps its share of AdamW's "
+                    "state, the default) or 0 (each keeps all of it), not '%s'",
+                    optarg);
             o.unsharded = optarg[0] == '0';
         } else if (c == 'Q') {
             if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)

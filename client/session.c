@@ -306,7 +306,7 @@ int session_open(Session *ss, const SiteRunOptions *o, char *err) {
     TrainConfig tc = train_defaults(ss->lr, ss->H);
     /* the dropout masks': the data seed's, each rank's own (they take other batches) */
     tc.tf32 = o->tf32, tc.seed = seed + (uint64_t)rk->rank * 0x9E3779B97F4A7C15ull;
-    tc.zero = zero;
+    tc.zero = !o->unsharded; /* CPU ranks shard when `zero` says; a process's GPUs too */
     if (o->precision_bf16) { /* bf16 products, fp32 sums: whole-model training alone */
         const char *no = trainer_precision_refusal(gpus, m->cfg.lora.rank > 0);
         if (no) return err_set(err, "%s", no);

@@ -45,6 +45,10 @@ void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n,
                 float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
 /* global L2 norm of grads, scaled down to max_norm if above */
 float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream);
+/* its parts: the sum of x's squares (in double, the same sum every time;
+ * the stream synchronized), and x *= s */
+double sumsq_cuda(const float *x, size_t n, void *stream);
+void scale_cuda(float *x, size_t n, float s, void *stream);
 
 /* The Model on the site's GPUs (kernels/cuda/model_cuda.cu): one replica per
  * device, gradients averaged with NCCL. host gives the table, the initial
@@ -54,11 +58,15 @@ ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err);
 /* The same on one of `ranks` processes (a site under mpirun): every GPU of
  * every rank in one NCCL communicator (global rank rank × n_gpus + i),
  * bootstrapped by rank 0's id (model_cuda_nccl_id), which the caller has
- * broadcast. Never run on a GPU yet. */
+ * broadcast. zero (TrainConfig's) with several GPUs in one process
+ * (ranks 1) shards AdamW's state across them (ZeRO-1): each keeps the
+ * moments of its share of the table, the gradients are reduce-scattered,
+ * each updates its share and the shares are all-gathered; the host's
+ * moments stay whole (model_cuda_to_host gathers them). */
 #define MODEL_CUDA_NCCL_ID_BYTES 128
 int model_cuda_nccl_id(void *id);
 ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank, int ranks,
-                                   const void *nccl_id, char *err);
+                                   const void *nccl_id, int zero, char *err);
 void model_cuda_free(ModelCuda *g);
 /* One step on n_gpus batches of (B, T), one per replica; the mean loss. */
 float model_cuda_step(ModelCuda *g, const int *inputs, const int *targets, const AdamWConfig *o,

@@ -123,13 +123,13 @@ ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err) {
 }
 
 ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank, int ranks,
-                                   const void *nccl_id, char *err) {
-    static ModelCuda *(*fn)(Model *, int, int, int, int, int, const void *, char *);
+                                   const void *nccl_id, int zero, char *err) {
+    static ModelCuda *(*fn)(Model *, int, int, int, int, int, const void *, int, char *);
     if (fn == NULL && (*(void **)&fn = plugin_sym("model_cuda_create_world")) == NULL) {
         err_set(err, "%s", why_not);
         return NULL;
     }
-    return fn(host, n_gpus, B, T, rank, ranks, nccl_id, err);
+    return fn(host, n_gpus, B, T, rank, ranks, nccl_id, zero, err);
 }
 
 int model_cuda_nccl_id(void *id) {

@@ -111,7 +111,7 @@ float lr_schedule(int step, int total, int warmup, float max_lr, float min_lr_fr
 }
 
 TrainConfig train_defaults(float lr, int total_steps) {
-    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0, 0, 0};
+    TrainConfig c = {{0.9f, 0.95f, 1e-8f, 0.1f}, lr, 0.1f, 1.0f, 0, total_steps, 0, 0, 1};
     c.warmup = total_steps / 10 < 100 ? total_steps / 10 : 100;
     return c;
 }
@@ -300,8 +300,9 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
         return NULL;
     }
     if (gpus > 0) kernels_cuda_set_tf32(c->tf32);
-    if (gpus > 0 && (t->gpu = model_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
-                                                      ranks > 1 ? id : NULL, err)) == NULL) {
+    if (gpus > 0 &&
+        (t->gpu = model_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
+                                          ranks > 1 ? id : NULL, c->zero, err)) == NULL) {
         free(t);
         return NULL;
     }

@@ -35,10 +35,12 @@ typedef struct TrainConfig {
     /* the adapters' dropout masks (lora.dropout) are drawn from it and the
      * model's step: a site's data seed (and its rank), so each draws its own */
     uint64_t seed;
-    /* CPU ranks: 1 shards AdamW's moments across them (ZeRO-1: each keeps
-     * and updates its share of the table, the gradients' mean summed at
-     * each share's owner, the updated shares sent to all), bit for bit the
-     * unsharded step; 0: every rank keeps the whole state */
+    /* CPU ranks: 1 (train_defaults') shards AdamW's moments across them
+     * (ZeRO-1: each keeps and updates its share of the table, the
+     * gradients' mean summed at each share's owner, the updated shares sent
+     * to all), bit for bit the unsharded step; several GPUs in one process
+     * shard it over NCCL (model_cuda_create_world); 0: every rank and GPU
+     * keeps the whole state */
     int zero;
 } TrainConfig;
 

@@ -11,6 +11,15 @@
  * holds the frozen base in fp32 and what the rule freezes (A, or A and B),
  * uploaded once, without gradients.
  *
+ * ZeRO-1 over a process's GPUs (shard > 0): the table is cut into equal
+ * shares of `shard` values, one a replica (parameters and gradients padded
+ * with zeros to n_gpus shares, so NCCL's equal counts fit); each replica
+ * keeps the moments of its share alone. A step's gradients are
+ * reduce-scattered (ncclAvg) instead of all-reduced, the clipping norm is
+ * the sum of each share's squares gathered from every replica and added in
+ * replica order (the same norm everywhere), AdamW updates each replica's
+ * share, and the shares are all-gathered into every replica's parameters.
+ *
  * Mixed precision (the host's precision_bf16, whole-model training): each
  * replica also holds a bf16 copy of its parameters, rounded from the fp32
  * ones at the start of every step and every held-out pass (after AdamW or
@@ -63,6 +72,7 @@ typedef struct Replica {
     float *params, *grads, *m, *v, *acts, *dacts; /* device, owned */
     float *base, *frozen;  /* device, owned: with adapters, the frozen base and adapters */
     uint16_t *params16;    /* device, owned: mixed precision's bf16 copy, else NULL */
+    double *parts;         /* device, owned: ZeRO-1's squares of every share, else NULL */
     int *inputs, *targets; /* device, owned */
 } Replica;
 
@@ -74,7 +84,8 @@ struct ModelCuda {
     ncclComm_t comms[MAX_GPUS];
 #endif
     int B, T, step;
-    int world;   /* replicas in the communicator: this process's GPUs x the ranks */
+    int world;    /* replicas in the communicator: this process's GPUs x the ranks */
+    size_t shard; /* ZeRO-1: each replica's share of the table (values); 0: none */
     float *base; /* on replica 0's device: the parameters of the last load (model_cuda_keep_base) */
     ActLayout lay; /* the activations of a (B, T) pass */
 };
@@ -90,11 +101,11 @@ extern "C" int model_cuda_nccl_id(void *id) {
 }
 
 extern "C" ModelCuda *model_cuda_create(Model *host, int n_gpus, int B, int T, char *err) {
-    return model_cuda_create_world(host, n_gpus, B, T, 0, 1, NULL, err);
+    return model_cuda_create_world(host, n_gpus, B, T, 0, 1, NULL, 1, err);
 }
 
 extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, int T, int rank,
-                                              int ranks, const void *nccl_id, char *err) {
+                                              int ranks, const void *nccl_id, int zero, char *err) {
     int have = 0;
     cudaError_t ce = cudaGetDeviceCount(&have);
     if (ce != cudaSuccess || have == 0) {
@@ -140,24 +151,32 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     ModelCuda *g = (ModelCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
     model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
-    size_t np = host->n_params * sizeof(float), na = g->lay.len * sizeof(float);
-    size_t nd = g->lay.dlen * sizeof(float); /* one layer's gradients at a time */
+    size_t n = host->n_params;
+    if (zero && ranks == 1 && n_gpus > 1) /* shares of whole 64-value lines */
+        g->shard = (n + (size_t)n_gpus * 64 - 1) / ((size_t)n_gpus * 64) * 64;
+    size_t padded = g->shard ? g->shard * (size_t)n_gpus : n; /* what NCCL moves */
+    size_t np = n * sizeof(float), na = g->lay.len * sizeof(float);
+    size_t nm = (g->shard ? g->shard : n) * sizeof(float); /* each moment */
+    size_t nd = g->lay.dlen * sizeof(float);               /* one layer's gradients at a time */
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
         r->device = i;
         cudaCheck(cudaSetDevice(i));
         cudaCheck(cudaStreamCreate(&r->stream));
-        cudaCheck(cudaMalloc((void **)&r->params, np));
-        cudaCheck(cudaMalloc((void **)&r->grads, np));
-        cudaCheck(cudaMalloc((void **)&r->m, np));
-        cudaCheck(cudaMalloc((void **)&r->v, np));
+        cudaCheck(cudaMalloc((void **)&r->params, padded * sizeof(float)));
+        cudaCheck(cudaMalloc((void **)&r->grads, padded * sizeof(float)));
+        cudaCheck(cudaMemset(r->params, 0, padded * sizeof(float))); /* the padding stays 0 */
+        cudaCheck(cudaMemset(r->grads, 0, padded * sizeof(float)));
+        cudaCheck(cudaMalloc((void **)&r->m, nm));
+        cudaCheck(cudaMalloc((void **)&r->v, nm));
+        if (g->shard) cudaCheck(cudaMalloc((void **)&r->parts, sizeof(double) * (size_t)n_gpus));
         cudaCheck(cudaMalloc((void **)&r->acts, na));
         cudaCheck(cudaMalloc((void **)&r->dacts, nd));
         cudaCheck(cudaMalloc((void **)&r->inputs, sizeof(int) * (size_t)B * T));
         cudaCheck(cudaMalloc((void **)&r->targets, sizeof(int) * (size_t)B * T));
         cudaCheck(cudaMemcpy(r->params, host->params, np, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemset(r->m, 0, np));
-        cudaCheck(cudaMemset(r->v, 0, np));
+        cudaCheck(cudaMemset(r->m, 0, nm));
+        cudaCheck(cudaMemset(r->v, 0, nm));
         if (host->precision_bf16 && !adapted)
             cudaCheck(cudaMalloc((void **)&r->params16, host->n_params * sizeof(uint16_t)));
         if (!adapted) continue;
@@ -196,7 +215,7 @@ extern "C" void model_cuda_free(ModelCuda *g) {
         cudaCheck(cudaSetDevice(r->device));
         cudaFree(r->params), cudaFree(r->grads), cudaFree(r->m), cudaFree(r->v);
         cudaFree(r->acts), cudaFree(r->dacts), cudaFree(r->inputs), cudaFree(r->targets);
-        cudaFree(r->base), cudaFree(r->frozen), cudaFree(r->params16);
+        cudaFree(r->base), cudaFree(r->frozen), cudaFree(r->params16), cudaFree(r->parts);
         cudaStreamDestroy(r->stream);
         if (i == 0) cudaFree(g->base);
 #ifdef STRAIT_HAVE_NCCL
@@ -259,6 +278,47 @@ typedef struct ReplicaStep {
     float lr, max_norm, loss;
 } ReplicaStep;
 
+/* AdamW on the table's values [lo, hi), whose moments are the replica's
+ * from lo on; decay on matrices only, as on the CPU: per view */
+static void replica_adamw(const ReplicaStep *rs, Replica *r, size_t lo, size_t hi) {
+    const Model *m = rs->g->host;
+    for (int v = 0; v < m->n_views; v++) {
+        const ParamView *pv = &m->views[v];
+        size_t a = pv->offset > lo ? pv->offset : lo;
+        size_t b = pv->offset + pv->numel < hi ? pv->offset + pv->numel : hi;
+        if (a >= b) continue;
+        adamw_cuda(r->params + a, r->grads + a, r->m + (a - lo), r->v + (a - lo), b - a, rs->lr,
+                   rs->o->beta1, rs->o->beta2, rs->o->eps,
+                   pv->ndim >= 2 ? rs->o->weight_decay : 0.0f, rs->g->step + 1, r->stream);
+    }
+}
+
+#ifdef STRAIT_HAVE_NCCL
+/* ZeRO-1's end of a step (see the top): reduce-scatter, the norm from
+ * every share's squares, AdamW on this replica's share, all-gather */
+static void replica_sharded_update(const ReplicaStep *rs, Replica *r) {
+    ModelCuda *g = rs->g;
+    ncclComm_t comm = g->comms[rs->i];
+    size_t S = g->shard, n = g->host->n_params, lo = (size_t)rs->i * S;
+    size_t hi = lo + S < n ? lo + S : n, mine = hi > lo ? hi - lo : 0;
+    ncclCheck(ncclReduceScatter(r->grads, r->grads + lo, S, ncclFloat, ncclAvg, comm, r->stream));
+    double part = sumsq_cuda(r->grads + lo, mine, r->stream), parts[MAX_GPUS], sq = 0;
+    cudaCheck(
+        cudaMemcpyAsync(r->parts + rs->i, &part, sizeof part, cudaMemcpyHostToDevice, r->stream));
+    ncclCheck(ncclAllGather(r->parts + rs->i, r->parts, 1, ncclDouble, comm, r->stream));
+    cudaCheck(cudaMemcpyAsync(parts, r->parts, sizeof(double) * (size_t)g->n,
+                              cudaMemcpyDeviceToHost, r->stream));
+    cudaCheck(cudaStreamSynchronize(r->stream));
+    for (int k = 0; k < g->n; k++) sq += parts[k]; /* replica order: the same everywhere */
+    float norm = (float)sqrt(sq);
+    if (rs->max_norm > 0 && norm > rs->max_norm)
+        scale_cuda(r->grads + lo, mine, rs->max_norm / norm, r->stream);
+    replica_adamw(rs, r, lo, hi);
+    ncclCheck(ncclAllGather(r->params + lo, r->params, S, ncclFloat, comm, r->stream));
+    cudaCheck(cudaStreamSynchronize(r->stream));
+}
+#endif
+
 static void *replica_step(void *arg) {
     ReplicaStep *rs = (ReplicaStep *)arg;
     ModelCuda *g = rs->g;
@@ -277,18 +337,16 @@ static void *replica_step(void *arg) {
     model_pass_backward(m, &p);
     replica_mirror(g, r, 0);
 #ifdef STRAIT_HAVE_NCCL
+    if (g->shard) {
+        replica_sharded_update(rs, r);
+        return NULL;
+    }
     if (g->world > 1) /* in order on the replica's stream: after its backward, before its step */
         ncclCheck(ncclAllReduce(r->grads, r->grads, m->n_params, ncclFloat, ncclAvg,
                                 g->comms[rs->i], r->stream));
 #endif
     clip_grad_norm_cuda(r->grads, m->n_params, rs->max_norm, r->stream);
-    /* decay on matrices only, as on the CPU: per view */
-    for (int v = 0; v < m->n_views; v++) {
-        const ParamView *pv = &m->views[v];
-        adamw_cuda(r->params + pv->offset, r->grads + pv->offset, r->m + pv->offset,
-                   r->v + pv->offset, pv->numel, rs->lr, rs->o->beta1, rs->o->beta2, rs->o->eps,
-                   pv->ndim >= 2 ? rs->o->weight_decay : 0.0f, g->step + 1, r->stream);
-    }
+    replica_adamw(rs, r, 0, m->n_params);
     cudaCheck(cudaStreamSynchronize(r->stream));
     return NULL;
 }
@@ -334,6 +392,14 @@ extern "C" float model_cuda_loss(ModelCuda *g, const int *inputs, const int *tar
     return loss;
 }
 
+/* the table's values replica i keeps moments of: from *lo, the count */
+static size_t replica_share(const ModelCuda *g, int i, size_t *lo) {
+    size_t n = g->host->n_params;
+    if (g->shard == 0) return *lo = 0, n;
+    *lo = (size_t)i * g->shard < n ? (size_t)i * g->shard : n;
+    return *lo + g->shard < n ? g->shard : n - *lo;
+}
+
 extern "C" void model_cuda_load_from_host(ModelCuda *g, const Model *host, int what) {
     size_t np = host->n_params * sizeof(float);
     for (int i = 0; i < g->n; i++) {
@@ -345,12 +411,13 @@ extern "C" void model_cuda_load_from_host(ModelCuda *g, const Model *host, int w
                 cudaCheck(cudaMemcpy(g->base, r->params, np, cudaMemcpyDeviceToDevice));
         }
         if (!(what & TRAINER_MOMENTS)) continue;
+        size_t lo, k = replica_share(g, i, &lo) * sizeof(float); /* its moments' values */
         if (host->m) {
-            cudaCheck(cudaMemcpy(r->m, host->m, np, cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(r->v, host->v, np, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(r->m, host->m + lo, k, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(r->v, host->v + lo, k, cudaMemcpyHostToDevice));
         } else {
-            cudaCheck(cudaMemset(r->m, 0, np));
-            cudaCheck(cudaMemset(r->v, 0, np));
+            cudaCheck(cudaMemset(r->m, 0, k));
+            cudaCheck(cudaMemset(r->v, 0, k));
         }
     }
     if (what & TRAINER_MOMENTS) g->step = host->step;
@@ -379,8 +446,12 @@ extern "C" void model_cuda_to_host(ModelCuda *g, Model *host, int what) {
             host->m = (float *)callocCheck(host->n_params, sizeof(float));
             host->v = (float *)callocCheck(host->n_params, sizeof(float));
         }
-        cudaCheck(cudaMemcpy(host->m, g->r[0].m, np, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(host->v, g->r[0].v, np, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < (g->shard ? g->n : 1); i++) { /* every share, or replica 0's whole */
+            size_t lo, k = replica_share(g, i, &lo) * sizeof(float);
+            cudaCheck(cudaSetDevice(g->r[i].device));
+            cudaCheck(cudaMemcpy(host->m + lo, g->r[i].m, k, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(host->v + lo, g->r[i].v, k, cudaMemcpyDeviceToHost));
+        }
         host->step = g->step;
     }
 }

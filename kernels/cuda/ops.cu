@@ -639,22 +639,30 @@ __global__ void scale_k(float *g, size_t n, float scale) {
     if (i < n) g[i] *= scale;
 }
 
-extern "C" float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream) {
+extern "C" double sumsq_cuda(const float *x, size_t n, void *stream) {
     cudaStream_t st = S(stream);
     double *d, part[1024], h = 0;
+    if (n == 0) return 0;
     int grid = blocks(n, 256) < 1024 ? blocks(n, 256) : 1024;
     cudaCheck(cudaMallocAsync((void **)&d, grid * sizeof(double), st));
-    sumsq_k<<<grid, 256, 0, st>>>(grads, n, d);
+    sumsq_k<<<grid, 256, 0, st>>>(x, n, d);
     launchCheck();
     cudaCheck(cudaMemcpyAsync(part, d, grid * sizeof(double), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaFreeAsync(d, st));
     cudaCheck(cudaStreamSynchronize(st));
     for (int b = 0; b < grid; b++) h += part[b]; /* block order: the same sum everywhere */
-    float norm = (float)sqrt(h);
-    if (max_norm > 0 && norm > max_norm) {
-        scale_k<<<blocks(n, 256), 256, 0, st>>>(grads, n, max_norm / norm);
-        launchCheck();
-    }
+    return h;
+}
+
+extern "C" void scale_cuda(float *x, size_t n, float s, void *stream) {
+    if (n == 0) return;
+    scale_k<<<blocks(n, 256), 256, 0, S(stream)>>>(x, n, s);
+    launchCheck();
+}
+
+extern "C" float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream) {
+    float norm = (float)sqrt(sumsq_cuda(grads, n, stream));
+    if (max_norm > 0 && norm > max_norm) scale_cuda(grads, n, max_norm / norm, stream);
     return norm;
 }
 

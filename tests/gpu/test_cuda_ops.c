@@ -5,7 +5,8 @@
  * 50 training steps of `small`, `llama-small` and `qwen2-tiny` on the GPU
  * against the CPU trainer (in fp32, TF32, and with bf16 products: the
  * CPU's --precision bf16 against the GPU's), 30 of LoRA adapters of each rule over a frozen
- * base, and the held-out evaluator on both. Tolerances: forward ops
+ * base, the held-out evaluator on both, every --recompute level to the bit,
+ * and ZeRO-1 over two GPUs (where there are two). Tolerances: forward ops
  * 1e-4 relative (5e-4 for attention), backward ops 2e-3, losses within 2e-2
  * nats over 50 steps, a held-out score 1e-3 relative (the sums run in other
  * orders). Skipped, and reported as skipped, without a GPU.
@@ -355,6 +356,48 @@ Test(cuda_ops, recomputed_activations_train_the_same_steps_on_the_gpu, .timeout 
         }
         for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) free(params[level]);
     }
+#endif
+}
+
+/* ZeRO-1 over two GPUs of one process (--gpus 2, --zero 1): 10 steps of
+ * `small` take the losses, parameters and AdamW moments of the unsharded
+ * replicas (within 1e-5: NCCL's sums and the norm's run in other orders),
+ * and the moments come back whole from both GPUs' shares. Skipped with
+ * fewer than two GPUs. */
+Test(cuda_ops, zero1_over_two_gpus_steps_as_the_unsharded_replicas, .timeout = 300) {
+    need_gpu();
+#ifdef STRAIT_HAVE_CUDA
+    char why[256];
+    if (kernels_gpu_count(NULL, 0, why, sizeof why) < 2) cr_skip_test("one GPU here");
+    ModelConfig cfg;
+    cr_assert_eq(model_config_preset("small", &cfg), 0);
+    Model a, b;
+    char err[ERR_LEN];
+    cr_assert_eq(model_build(&a, &cfg, 3, err), 0);
+    cr_assert_eq(model_build(&b, &cfg, 3, err), 0);
+    int B = 4, T = 64, in[2 * 4 * 64], tg[2 * 4 * 64];
+    ModelCuda *whole = model_cuda_create_world(&a, 2, B, T, 0, 1, NULL, 0, err);
+    cr_assert_not_null(whole, "%s", err);
+    ModelCuda *shared = model_cuda_create_world(&b, 2, B, T, 0, 1, NULL, 1, err);
+    cr_assert_not_null(shared, "%s", err);
+    AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < 10; s++) {
+        for (int i = 0; i < 2 * B * T; i++)
+            in[i] = (i * 31 + s * 7) % 256, tg[i] = (in[i] * 5 + 1) % 256;
+        float lw = model_cuda_step(whole, in, tg, &o, 1e-3f, 1.0f);
+        float ls = model_cuda_step(shared, in, tg, &o, 1e-3f, 1.0f);
+        cr_assert_float_eq(ls, lw, 1e-5f, "step %d: sharded loss %.9g, unsharded %.9g", s, ls, lw);
+    }
+    model_cuda_to_host(whole, &a, TRAINER_PARAMS | TRAINER_MOMENTS);
+    model_cuda_to_host(shared, &b, TRAINER_PARAMS | TRAINER_MOMENTS);
+    cr_assert_eq(b.step, 10);
+    for (size_t i = 0; i < a.n_params; i++) {
+        cr_assert_float_eq(b.params[i], a.params[i], 1e-5f, "parameter %zu", i);
+        cr_assert_float_eq(b.m[i], a.m[i], 1e-5f * (fabsf(a.m[i]) + 1e-3f), "m[%zu]", i);
+        cr_assert_float_eq(b.v[i], a.v[i], 1e-4f * (fabsf(a.v[i]) + 1e-9f), "v[%zu]", i);
+    }
+    model_cuda_free(whole), model_cuda_free(shared);
+    model_free(&a), model_free(&b);
 #endif
 }
 
