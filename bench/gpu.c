@@ -6,7 +6,10 @@
  * run, whether each blob is byte for byte the CPU's, and training tokens/s
  * of GPT-2 124M with 1 GPU and with every GPU (NCCL), the scaling beside;
  * and a GPU site's end of round (Δ, error feedback, encode) on the host
- * against on the device, same blobs checked.
+ * against on the device, same blobs checked; and GPT-2 124M on one GPU
+ * with TF32 at B 4, 16 and 64 (T 1024) at each --recompute level, with
+ * the device memory in use after the steps (a row whose training state
+ * would not fit 90% of the free memory is reported, not run).
  * Without a GPU (or without a CUDA build) it prints one line saying why and
  * exits 0, so `make bench` runs everywhere.
  *
@@ -40,14 +43,18 @@ static double median3(double a, double b, double c) {
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
 
-/* matmul: 0 fp32, 1 TF32, 2 bf16 products with fp32 sums (--precision bf16) */
-static double tokens_per_s(int gpus, int B, int T, int steps, int matmul) {
+/* matmul: 0 fp32, 1 TF32, 2 bf16 products with fp32 sums (--precision
+ * bf16); recompute: Model's; *used_gb (may be NULL): the device's memory
+ * in use after the steps, before the trainer is freed */
+static double tokens_per_s(int gpus, int B, int T, int steps, int matmul, int recompute,
+                           double *used_gb) {
     ModelConfig cfg;
     model_config_preset("gpt2-124m", &cfg);
     Model m;
     char err[ERR_LEN];
     if (model_build(&m, &cfg, 1, err) != 0) DIE("%s", err);
     m.precision_bf16 = matmul == 2;
+    m.recompute = recompute;
     size_t bt = (size_t)B * T * (size_t)gpus;
     int *in = mallocCheck(sizeof(int) * bt), *tg = mallocCheck(sizeof(int) * bt);
     for (size_t i = 0; i < bt; i++)
@@ -62,6 +69,8 @@ static double tokens_per_s(int gpus, int B, int T, int steps, int matmul) {
         trainer_step(t, in, tg, 3e-4f, NULL);
     }
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
+    size_t used = 0, total = 0;
+    if (used_gb) *used_gb = kernels_cuda_mem(&used, &total) == 0 ? (double)used / 1e9 : NAN;
     trainer_free(t);
     model_free(&m);
     free(in), free(tg);
@@ -192,9 +201,9 @@ int main(int argc, char **argv) {
     static const char *const matmuls[] = {"fp32", "tf32", "bf16"};
     int steps = full ? 20 : 5, B = 4, T = 1024;
     for (int mm = 0; mm <= 2; mm++) {
-        double one = tokens_per_s(1, B, T, steps, mm);
+        double one = tokens_per_s(1, B, T, steps, mm, MODEL_RECOMPUTE_ACT, NULL);
         for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
-            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, mm);
+            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, mm, MODEL_RECOMPUTE_ACT, NULL);
             json_t *o = json_object();
             json_object_set_new(o, "bench", json_string("gpu"));
             json_object_set_new(o, "case", json_string("train"));
@@ -210,6 +219,33 @@ int main(int argc, char **argv) {
             if (g == gpus) break;
         }
     }
+    /* the batch a GPU holds at each --recompute level (TF32, one GPU) */
+    static const int batches[] = {4, 16, 64};
+    ModelConfig cfg;
+    model_config_preset("gpt2-124m", &cfg);
+    for (int b = 0; b < 3; b++)
+        for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
+            size_t used = 0, total = 0;
+            double need = model_train_bytes(&cfg, batches[b], T, 0, level);
+            int fits = kernels_cuda_mem(&used, &total) == 0 && need < 0.9 * (double)(total - used);
+            double gb = NAN, tps = fits ? tokens_per_s(1, batches[b], T, steps, 1, level, &gb) : 0;
+            json_t *o = json_object();
+            json_object_set_new(o, "bench", json_string("gpu"));
+            json_object_set_new(o, "case", json_string("train_recompute"));
+            json_object_set_new(o, "device", json_string(name));
+            json_object_set_new(o, "model", json_string("gpt2-124m"));
+            json_object_set_new(o, "matmul", json_string("tf32"));
+            json_object_set_new(o, "B", json_integer(batches[b]));
+            json_object_set_new(o, "T", json_integer(T));
+            json_object_set_new(o, "recompute", json_integer(level));
+            json_object_set_new(o, "needs_gb", json_real(need / 1e9));
+            json_object_set_new(o, "fits", json_boolean(fits));
+            if (fits) {
+                json_object_set_new(o, "tokens_per_s", json_real(tps));
+                json_object_set_new(o, "device_used_gb", json_real(gb));
+            }
+            json_emit_line(stdout, o);
+        }
     return 0;
 #endif
 }

@@ -25,6 +25,9 @@ void kernels_cuda_to_device(void *d, const void *h, size_t bytes);
 void kernels_cuda_to_host(void *h, const void *d, size_t bytes);
 /* device to device, synchronous: the baseline of the codec kernels' speed */
 void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes);
+/* the current device's memory in use (by every process) and in all, in
+ * bytes: 0, or -1 when CUDA cannot say */
+int kernels_cuda_mem(size_t *used, size_t *total);
 
 /* The CUDA twins of the CPU ops as one Ops table (the plugin's ops_cuda,
  * kernels/cuda/ops.cu, ops_llama.cu): device pointers, a stream. Results

@@ -157,6 +157,9 @@ FORWARD_VOID(adamw_cuda,
              (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, stream))
 FORWARD(float, clip_grad_norm_cuda, (float *grads, size_t n, float max_norm, void *stream),
         (grads, n, max_norm, stream))
+FORWARD(double, sumsq_cuda, (const float *x, size_t n, void *stream), (x, n, stream))
+FORWARD_VOID(scale_cuda, (float *x, size_t n, float s, void *stream), (x, n, s, stream))
+FORWARD(int, kernels_cuda_mem, (size_t * used, size_t *total), (used, total))
 FORWARD_VOID(model_cuda_free, (ModelCuda * g), (g))
 FORWARD(float, model_cuda_step,
         (ModelCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,

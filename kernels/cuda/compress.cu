@@ -43,6 +43,12 @@ extern "C" void *kernels_cuda_alloc(size_t bytes) {
 extern "C" void kernels_cuda_free(void *p) {
     cudaCheck(cudaFree(p));
 }
+extern "C" int kernels_cuda_mem(size_t *used, size_t *total) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return cudaGetLastError(), -1;
+    *used = total_b - free_b, *total = total_b;
+    return 0;
+}
 extern "C" void kernels_cuda_to_device(void *d, const void *h, size_t bytes) {
     cudaCheck(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
 }
