@@ -76,8 +76,10 @@ static struct {
 
 /* the primitive for src (M,K) · weights (K,N) -> dst (M,N), f32 out; the
  * weights are W (N,K) read transposed for FWD, W (K,N) as it is for BWD
- * and WGT, whose src is dout (K,M) read transposed; NULL when oneDNN makes
- * none. Called with dn.lock held. */
+ * and WGT, whose src is dout (K,M) read transposed; BWD and WGT add their
+ * product to dst (a sum post-op: the gradients accumulate, with no
+ * product-sized scratch and no second pass over it); NULL when oneDNN
+ * makes none. Called with dn.lock held. */
 static Prim *prim(int kind, int M, int K, int N) {
     if (dn.state == 0) {
         dn.state =
@@ -106,19 +108,30 @@ static Prim *prim(int kind, int M, int K, int N) {
     dnnl_dims_t ws_fwd = {1, K}, ws_bwd = {N, 1};
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
-    int ok = dnnl_memory_desc_init_by_strides(&q->src, 2, sd, dnnl_bf16, ss) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&q->wei, 2, wd, dnnl_bf16,
-                                              kind == FWD ? ws_fwd : ws_bwd) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&q->dst, 2, dd, dnnl_f32, ds) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &q->src, &q->wei, NULL, &q->dst) == dnnl_success &&
-             dnnl_primitive_desc_create(&pd, &md, NULL, dn.eng, NULL) == dnnl_success &&
-             dnnl_primitive_create(&q->p, pd) == dnnl_success;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    int ok = kind == FWD || (dnnl_post_ops_create(&po) == dnnl_success &&
+                             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+                             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success);
+    ok = ok && dnnl_memory_desc_init_by_strides(&q->src, 2, sd, dnnl_bf16, ss) == dnnl_success &&
+         dnnl_memory_desc_init_by_strides(&q->wei, 2, wd, dnnl_bf16,
+                                          kind == FWD ? ws_fwd : ws_bwd) == dnnl_success &&
+         dnnl_memory_desc_init_by_strides(&q->dst, 2, dd, dnnl_f32, ds) == dnnl_success &&
+         dnnl_matmul_desc_init(&md, &q->src, &q->wei, NULL, &q->dst) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &md, attr, dn.eng, NULL) == dnnl_success &&
+         dnnl_primitive_create(&q->p, pd) == dnnl_success;
     if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (po) dnnl_post_ops_destroy(po);
     if (!ok) q->p = NULL;
     return q->p ? q : NULL;
 }
 
-/* dst (M,N) = src (M,K) bf16 · weights; 0, or -1 when oneDNN could not */
+/* dst (M,N) = src (M,K) bf16 · weights (FWD), or dst += it (BWD, WGT);
+ * 0, or -1 when oneDNN could not and dst is untouched. A primitive that
+ * fails as it runs may have written part of dst: that stops the process
+ * rather than add a product twice. */
 static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w, int M, int K,
                    int N) {
     pthread_mutex_lock(&dn.lock);
@@ -129,10 +142,12 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
         dnnl_memory_create(&mw, &q->wei, dn.eng, (void *)w) == dnnl_success &&
         dnnl_memory_create(&md, &q->dst, dn.eng, dst) == dnnl_success) {
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
-        rc = dnnl_primitive_execute(q->p, dn.st, 3, args) == dnnl_success &&
-                     dnnl_stream_wait(dn.st) == dnnl_success
-                 ? 0
-                 : -1;
+        if (dnnl_primitive_execute(q->p, dn.st, 3, args) != dnnl_success ||
+            dnnl_stream_wait(dn.st) != dnnl_success)
+            DIE("oneDNN's bf16 matmul (%d x %d x %d) failed as it ran; run with --precision "
+                "fp32",
+                M, K, N);
+        rc = 0;
     }
     if (ms) dnnl_memory_destroy(ms);
     if (mw) dnnl_memory_destroy(mw);
@@ -142,12 +157,12 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
 }
 #endif
 
-/* A thread's scratch k (0..3) of at least bytes, kept from call to call:
- * the oneDNN paths' rounded inputs and products are model-sized, and a
+/* A thread's scratch k (S_IN, S_DOUT) of at least bytes, kept from call to
+ * call: the oneDNN paths' rounded inputs are activation-sized, and a
  * fresh allocation of that size each call is a mapping made, faulted in,
  * zeroed and unmapped (with a TLB shootdown on every core) each time. */
 #ifdef STRAIT_HAVE_DNNL
-enum { S_IN, S_DOUT, S_PROD, S_N };
+enum { S_IN, S_DOUT, S_N };
 static void *scratch(int k, size_t bytes) {
     static _Thread_local struct {
         void *p;
@@ -198,14 +213,10 @@ void matmul_backward_bf16(float *dinp, const float *dout, const BfWeight *w, int
     assert(N > 0 && C > 0 && OC > 0 && dinp != dout && (w->h != NULL || w->f != NULL));
     int done = -1;
 #ifdef STRAIT_HAVE_DNNL
-    if (w->h) {
+    if (w->h) { /* dinp += rounded dout · W */
         uint16_t *d = scratch(S_DOUT, (size_t)N * OC * sizeof(uint16_t));
-        float *prod = scratch(S_PROD, (size_t)N * C * sizeof(float));
         bf16_from_float(d, dout, (size_t)N * OC);
-        done = dnnl_mm(BWD, prod, d, w->h, N, OC, C);
-        if (done == 0)
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] += prod[i];
+        done = dnnl_mm(BWD, dinp, d, w->h, N, OC, C);
     }
 #endif
     if (done != 0) { /* dinp += rounded dout · W through sgemm's (it accumulates) */
@@ -225,13 +236,9 @@ void matmul_weight_bf16(float *dweight, float *dbias, const float *dout, const f
 #ifdef STRAIT_HAVE_DNNL
     uint16_t *d = scratch(S_DOUT, (size_t)N * OC * sizeof(uint16_t));
     uint16_t *x = scratch(S_IN, (size_t)N * C * sizeof(uint16_t));
-    float *prod = scratch(S_PROD, (size_t)OC * C * sizeof(float));
     bf16_from_float(d, dout, (size_t)N * OC);
     bf16_from_float(x, inp, (size_t)N * C);
-    done = dnnl_mm(WGT, prod, d, x, OC, N, C);
-    if (done == 0)
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < (size_t)OC * C; i++) dweight[i] += prod[i];
+    done = dnnl_mm(WGT, dweight, d, x, OC, N, C); /* dweight += doutᵀ · x */
 #endif
     if (done != 0) { /* the same rounded values through sgemm's (it accumulates) */
         float *dr = mallocCheck((size_t)N * OC * sizeof(float));
