@@ -8,8 +8,8 @@
  * and a GPU site's end of round (Δ, error feedback, encode) on the host
  * against on the device, same blobs checked; and GPT-2 124M on one GPU
  * with TF32 at B 4, 16 and 64 (T 1024) at each --recompute level, with
- * the device memory in use after the steps (a row whose training state
- * would not fit 90% of the free memory is reported, not run).
+ * what the trainer holds on the GPU after the steps (a row whose training
+ * state would not fit 90% of the free memory is reported, not run).
  * Without a GPU (or without a CUDA build) it prints one line saying why and
  * exits 0, so `make bench` runs everywhere.
  *
@@ -44,10 +44,11 @@ static double median3(double a, double b, double c) {
 }
 
 /* matmul: 0 fp32, 1 TF32, 2 bf16 products with fp32 sums (--precision
- * bf16); recompute: Model's; *used_gb (may be NULL): the device's memory
- * in use after the steps, before the trainer is freed */
+ * bf16); recompute: Model's; *trainer_gb (may be NULL): what GPU 0 holds
+ * after the steps beyond what it held before the trainer (NAN: CUDA could
+ * not say) */
 static double tokens_per_s(int gpus, int B, int T, int steps, int matmul, int recompute,
-                           double *used_gb) {
+                           double *trainer_gb) {
     ModelConfig cfg;
     model_config_preset("gpt2-124m", &cfg);
     Model m;
@@ -61,6 +62,8 @@ static double tokens_per_s(int gpus, int B, int T, int steps, int matmul, int re
         in[i] = (int)((i * 31) % 50257), tg[i] = (int)((i * 17 + 1) % 50257);
     TrainConfig c = train_defaults(3e-4f, steps + 2);
     c.tf32 = matmul >= 1; /* bf16: attention's products on TF32, as strait train runs it */
+    size_t before = 0, after = 0, total = 0;
+    int known = kernels_cuda_mem(0, &before, &total) == 0;
     Trainer *t = trainer_create(&m, &c, gpus, B, T, err);
     if (t == NULL) DIE("%s", err);
     uint64_t t0 = 0;
@@ -69,8 +72,8 @@ static double tokens_per_s(int gpus, int B, int T, int steps, int matmul, int re
         trainer_step(t, in, tg, 3e-4f, NULL);
     }
     double secs = (double)(time_monotonic_ns() - t0) / 1e9;
-    size_t used = 0, total = 0;
-    if (used_gb) *used_gb = kernels_cuda_mem(&used, &total) == 0 ? (double)used / 1e9 : NAN;
+    known = known && kernels_cuda_mem(0, &after, &total) == 0;
+    if (trainer_gb) *trainer_gb = known ? ((double)after - (double)before) / 1e9 : NAN;
     trainer_free(t);
     model_free(&m);
     free(in), free(tg);
@@ -201,9 +204,10 @@ int main(int argc, char **argv) {
     static const char *const matmuls[] = {"fp32", "tf32", "bf16"};
     int steps = full ? 20 : 5, B = 4, T = 1024;
     for (int mm = 0; mm <= 2; mm++) {
-        double one = tokens_per_s(1, B, T, steps, mm, MODEL_RECOMPUTE_ACT, NULL);
+        double one = tokens_per_s(1, B, T, steps, mm, MODEL_RECOMPUTE_DEFAULT, NULL);
         for (int g = 1; g <= gpus; g = g < gpus && 2 * g > gpus ? gpus : 2 * g) {
-            double tps = g == 1 ? one : tokens_per_s(g, B, T, steps, mm, MODEL_RECOMPUTE_ACT, NULL);
+            double tps =
+                g == 1 ? one : tokens_per_s(g, B, T, steps, mm, MODEL_RECOMPUTE_DEFAULT, NULL);
             json_t *o = json_object();
             json_object_set_new(o, "bench", json_string("gpu"));
             json_object_set_new(o, "case", json_string("train"));
@@ -213,6 +217,8 @@ int main(int argc, char **argv) {
             json_object_set_new(o, "B", json_integer(B));
             json_object_set_new(o, "T", json_integer(T));
             json_object_set_new(o, "gpus", json_integer(g));
+            json_object_set_new(o, "recompute", json_integer(MODEL_RECOMPUTE_DEFAULT));
+            json_object_set_new(o, "zero", json_boolean(g > 1)); /* train_defaults' ZeRO-1 */
             json_object_set_new(o, "tokens_per_s", json_real(tps));
             json_object_set_new(o, "scaling_vs_1_gpu", json_real(tps / one));
             json_emit_line(stdout, o);
@@ -227,7 +233,8 @@ int main(int argc, char **argv) {
         for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
             size_t used = 0, total = 0;
             double need = model_train_bytes(&cfg, batches[b], T, 0, level);
-            int fits = kernels_cuda_mem(&used, &total) == 0 && need < 0.9 * (double)(total - used);
+            int known = kernels_cuda_mem(0, &used, &total) == 0; /* unknown: not run */
+            int fits = known && need < 0.9 * (double)(total - used);
             double gb = NAN, tps = fits ? tokens_per_s(1, batches[b], T, steps, 1, level, &gb) : 0;
             json_t *o = json_object();
             json_object_set_new(o, "bench", json_string("gpu"));
@@ -239,10 +246,10 @@ int main(int argc, char **argv) {
             json_object_set_new(o, "T", json_integer(T));
             json_object_set_new(o, "recompute", json_integer(level));
             json_object_set_new(o, "needs_gb", json_real(need / 1e9));
-            json_object_set_new(o, "fits", json_boolean(fits));
+            json_object_set_new(o, "fits", known ? json_boolean(fits) : json_null());
             if (fits) {
                 json_object_set_new(o, "tokens_per_s", json_real(tps));
-                json_object_set_new(o, "device_used_gb", json_real(gb));
+                json_object_set_new(o, "trainer_gb", isnan(gb) ? json_null() : json_real(gb));
             }
             json_emit_line(stdout, o);
         }

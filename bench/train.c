@@ -62,8 +62,8 @@
 static int bench_bf16;  /* this child keeps AdamW's moments in bf16 */
 static int bench_lora;  /* this child trains the LoRA rows' adapters over a bf16 base */
 static int bench_mixed; /* this child trains with --precision bf16 (bf16 products, fp32 sums) */
-static int bench_recompute = MODEL_RECOMPUTE_ACT; /* this child's --recompute (strait's default) */
-static int bench_recompute_row;                   /* this child is a recompute row */
+static int bench_recompute = MODEL_RECOMPUTE_DEFAULT; /* this child's --recompute */
+static int bench_recompute_row;                       /* this child is a recompute row */
 #define LORA_RANK 16
 
 /* the LoRA rows' adapters: PEFT's, as bench/peft_train.py makes them */
@@ -369,7 +369,8 @@ static void lora_bench(int threads, int full) {
         ModelConfig cfg;
         model_config_preset(lora_shapes[k], &cfg);
         cfg.lora = lora_rows();
-        if (too_large(&cfg, lora_shapes[k], "lora", model_train_bytes(&cfg, 4, 128, 0, 0)))
+        if (too_large(&cfg, lora_shapes[k], "lora",
+                      model_train_bytes(&cfg, 4, 128, 0, MODEL_RECOMPUTE_DEFAULT)))
             continue;
         json_t *peer = peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
         peers_clear();
@@ -484,7 +485,7 @@ int main(int argc, char **argv) {
         if (shapes[k].bf16 == 2 && !bf16_units()) continue;
         const char *kind = shapes[k].bf16 == 1 ? "bf16" : shapes[k].bf16 == 2 ? "mixed" : "fp32";
         if (too_large(&cfg, shapes[k].preset, kind,
-                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1, 0)))
+                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1, MODEL_RECOMPUTE_DEFAULT)))
             continue;
         /* GPT-2 124M and SmolLM2-135M beside transformers on PyTorch,
          * torch.compile'd (the row's ratio) and eager, at the row's

@@ -210,7 +210,7 @@ int cmd_site_run(const Command *cmd, int argc, char **argv) {
                                          {"min-noise", required_argument, NULL, 'N'},
                                          {NULL, 0, NULL, 0}};
     const char *data[64];
-    SiteRunOptions o = {.data = data, .recompute = MODEL_RECOMPUTE_ACT};
+    SiteRunOptions o = {.data = data, .recompute = MODEL_RECOMPUTE_DEFAULT};
     int c, tf32 = -1;
     optind = 1;
     while ((c = cli_getopt(cmd, argc, argv, "", opts)) != -1) {

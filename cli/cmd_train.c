@@ -117,6 +117,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                                          {"base-blocks", required_argument, NULL, 'K'},
                                          {"precision", required_argument, NULL, 'Q'},
                                          {"recompute", required_argument, NULL, 'R'},
+                                         {"zero", required_argument, NULL, 'Z'},
                                          {"tensorboard", required_argument, NULL, 'E'},
                                          CLI_LORA_OPTS,
                                          {NULL, 0, NULL, 0}};
@@ -126,7 +127,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                           *tensorboard = NULL;
     int n_data = 0, vocab = 0, steps = 1000, B = 8, T = 0, threads = 0, val_every = 100, json = 0,
         gpus = 1, moments_bf16 = 0, tf32 = -1, blocks_off = 0, precision_bf16 = 0,
-        recompute = MODEL_RECOMPUTE_ACT;
+        recompute = MODEL_RECOMPUTE_DEFAULT, unsharded = 0;
     float lr = 3e-3f;
     unsigned long long seed = 1;
     int c;
@@ -203,6 +204,14 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
         case 'R':
             if ((recompute = cli_recompute(cmd, optarg)) < 0) return EXIT_USAGE;
             break;
+        case 'Z':
+            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
+                return cli_usage_error(cmd,
+                                       "--zero is 1 (each GPU keeps its share of AdamW's state, "
+                                       "the default) or 0 (each keeps all of it), not '%s'",
+                                       optarg);
+            unsharded = optarg[0] == '0';
+            break;
         case 'P':
             adapters = optarg;
             break;
@@ -255,6 +264,7 @@ int cmd_train(const Command *cmd, int argc, char **argv) {
                     .blocks_off = blocks_off,
                     .precision_bf16 = precision_bf16,
                     .recompute = recompute,
+                    .unsharded = unsharded,
                     .tf32 = cuda && tf32 != 0,
                     .lr = lr,
                     .seed = seed,

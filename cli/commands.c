@@ -130,7 +130,7 @@ const Command cli_commands[] = {
      "     [--seq T] [--lr X] [--device cpu|cuda] [--gpus N] [--matmul tf32|fp32]\n"
      "     [--moments fp32|bf16] [--lora-rank R [--lora-alpha A] [--lora-targets q,v]]\n"
      "     [--adapters PEFTDIR] [--base-blocks on|off] [--precision fp32|bf16]\n"
-     "     [--recompute 0|1|2] [--out CKPT] [--tensorboard DIR]",
+     "     [--recompute 0|1|2] [--zero 1|0] [--out CKPT] [--tensorboard DIR]",
      "train a model on local data, without federation (the baseline)",
      "Text files become byte tokens (vocabulary 256); llm.c .bin shards ('strait tokenize')\n"
      "keep their BPE ids, and a preset then takes GPT-2's vocabulary (50257) unless --vocab\n"
@@ -156,6 +156,8 @@ const Command cli_commands[] = {
      "                    0 nothing, 1 the MLP's activation (default, as llm.c), 2 also\n"
      "                    the norms' outputs and attention's probabilities (the T x T\n"
      "                    tensor a head); the same steps bit for bit, less memory\n"
+     "  --zero 1|0        with --gpus N > 1: each GPU keeps its share of AdamW's moments\n"
+     "                    and updates that share (1, the default: ZeRO-1) or all (0)\n"
      "  --batch B         sequences per step (default 8)\n"
      "  --seq T           tokens per sequence (default: the model's context)\n"
      "  --lr X            peak learning rate, after warmup, decayed by cosine (default 3e-3)\n"

@@ -74,7 +74,7 @@ typedef struct SiteRunOptions {
     int unsharded;
     /* the CPU's matmuls and classifier in bf16 (Model's precision_bf16) */
     int precision_bf16;
-    int recompute; /* Model's recompute: MODEL_RECOMPUTE_* */
+    int recompute; /* Model's recompute: MODEL_RECOMPUTE_* (0: keep everything) */
     /* a folder for TensorBoard's event file (a new one each run; NULL:
      * none): rank 0 writes each step's loss, learning rate, gradient norm
      * and tokens/s, and each round's held-out loss before and after */

@@ -324,7 +324,7 @@ int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err
     return err_set(err,
                    "the federation's model (%.3g billion parameters) needs about %.1f GB here "
                    "and this site has %.1f GB%s; run the site on a larger machine, with a "
-                   "smaller --batch, or with --moments bf16",
+                   "smaller --batch, with --recompute 2, or with --moments bf16",
                    n / 1e9, need / 1e9, have / 1e9,
                    o->max_memory ? " (--max-memory)" : " available");
 }

@@ -5,6 +5,7 @@
  * configuration's tensors, its parameter count and its training memory.
  * Nothing here knows one architecture from another.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -184,6 +185,7 @@ double model_adapter_trained(const ModelConfig *c) {
 }
 
 double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16, int recompute) {
+    assert(recompute >= 0 && recompute <= MODEL_RECOMPUTE_MAX);
     ActLayout lay = {.recompute = recompute};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* what trains: parameters, gradients, AdamW's two moments; a frozen

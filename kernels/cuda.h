@@ -19,15 +19,20 @@
  * Each produces the same bytes or floats as its CPU twin in compress/;
  * functions returning int give -1 when the input holds a non-finite value. */
 #ifdef STRAIT_HAVE_CUDA
+/* The interface between strait and its CUDA plugin (libstrait-cuda.so,
+ * which exports it as strait_cuda_plugin_abi): one more whenever a
+ * function here changes its arguments. The loader refuses a plugin of
+ * another, which would be called with the wrong ones. */
+#define STRAIT_CUDA_ABI 2
 void *kernels_cuda_alloc(size_t bytes);
 void kernels_cuda_free(void *p);
 void kernels_cuda_to_device(void *d, const void *h, size_t bytes);
 void kernels_cuda_to_host(void *h, const void *d, size_t bytes);
 /* device to device, synchronous: the baseline of the codec kernels' speed */
 void kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes);
-/* the current device's memory in use (by every process) and in all, in
- * bytes: 0, or -1 when CUDA cannot say */
-int kernels_cuda_mem(size_t *used, size_t *total);
+/* GPU device's memory in use (by every process) and in all, in bytes: 0,
+ * or -1 when CUDA cannot say; the calling thread's device unchanged */
+int kernels_cuda_mem(int device, size_t *used, size_t *total);
 
 /* The CUDA twins of the CPU ops as one Ops table (the plugin's ops_cuda,
  * kernels/cuda/ops.cu, ops_llama.cu): device pointers, a stream. Results
@@ -48,8 +53,9 @@ void adamw_cuda(float *params, const float *grads, float *m, float *v, size_t n,
                 float beta1, float beta2, float eps, float weight_decay, int step, void *stream);
 /* global L2 norm of grads, scaled down to max_norm if above */
 float clip_grad_norm_cuda(float *grads, size_t n, float max_norm, void *stream);
-/* its parts: the sum of x's squares (in double, the same sum every time;
- * the stream synchronized), and x *= s */
+/* its parts: the sum of x's squares (each block's in float, the blocks'
+ * in double in block order: the same sum every time; the stream
+ * synchronized), and x *= s */
 double sumsq_cuda(const float *x, size_t n, void *stream);
 void scale_cuda(float *x, size_t n, float s, void *stream);
 
@@ -81,11 +87,13 @@ int model_cuda_steps(ModelCuda *g);
  * nothing updated (the held-out evaluator on a GPU site). */
 float model_cuda_loss(ModelCuda *g, const int *inputs, const int *targets);
 /* Every replica takes host's parameters (TRAINER_PARAMS) and AdamW state
- * (TRAINER_MOMENTS: m, v, step; zeros when host has taken no step yet). */
+ * (TRAINER_MOMENTS: m, v, step; zeros when host has taken no step yet),
+ * each its share of the moments when they are sharded. */
 void model_cuda_load_from_host(ModelCuda *g, const Model *host, int what);
 /* Replica 0's parameters (TRAINER_PARAMS) and AdamW state (TRAINER_MOMENTS;
- * m, v allocated when absent) into host: what a site saves after its inner
- * steps, and its Δ when it is made on the host. */
+ * m, v allocated when absent; gathered from every replica's share when
+ * sharded) into host: what a site saves after its inner steps, and its Δ
+ * when it is made on the host. */
 void model_cuda_to_host(ModelCuda *g, Model *host, int what);
 /* From now on keep, on replica 0's device, a copy of the parameters every
  * replica holds now and takes at each model_cuda_load_from_host: the round's

@@ -37,6 +37,16 @@ static void *try_open(const char *path) {
         const char *e = dlerror();
         snprintf(why_not, sizeof why_not, "cannot load the CUDA plugin %s: %s", path,
                  e ? e : "unknown error");
+        return NULL;
+    }
+    const int *abi = dlsym(h, "strait_cuda_plugin_abi");
+    if (abi == NULL || *abi != STRAIT_CUDA_ABI) { /* its functions take other arguments */
+        snprintf(why_not, sizeof why_not,
+                 "the CUDA plugin %s is from another build of strait (interface %d, this "
+                 "strait's %d); install the two together (make install)",
+                 path, abi ? *abi : 0, STRAIT_CUDA_ABI);
+        dlclose(h);
+        return NULL;
     }
     return h;
 }
@@ -159,7 +169,7 @@ FORWARD(float, clip_grad_norm_cuda, (float *grads, size_t n, float max_norm, voi
         (grads, n, max_norm, stream))
 FORWARD(double, sumsq_cuda, (const float *x, size_t n, void *stream), (x, n, stream))
 FORWARD_VOID(scale_cuda, (float *x, size_t n, float s, void *stream), (x, n, s, stream))
-FORWARD(int, kernels_cuda_mem, (size_t * used, size_t *total), (used, total))
+FORWARD(int, kernels_cuda_mem, (int device, size_t *used, size_t *total), (device, used, total))
 FORWARD_VOID(model_cuda_free, (ModelCuda * g), (g))
 FORWARD(float, model_cuda_step,
         (ModelCuda * g, const int *inputs, const int *targets, const AdamWConfig *o, float lr,

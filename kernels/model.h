@@ -171,6 +171,9 @@ enum { ACT_OUT, ACT_LOSSES, ACT_LSE, ACT_MAX = 40 };
  * norm and an attention forward again a layer). Attention's scores
  * before the softmax are a scratch of the forward at every level. */
 enum { MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_ACT, MODEL_RECOMPUTE_ATTN, MODEL_RECOMPUTE_MAX = 2 };
+/* the level strait train and strait site run take without --recompute
+ * (a Model, TrainJob or SiteRunOptions made zeroed keeps everything) */
+#define MODEL_RECOMPUTE_DEFAULT MODEL_RECOMPUTE_ACT
 typedef struct ActLayout {
     size_t off[ACT_MAX], stride[ACT_MAX], len;
     size_t doff[ACT_MAX], dstride[ACT_MAX], dlen, dlayer;

@@ -299,13 +299,13 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
         free(t);
         return NULL;
     }
-    if (gpus > 0) kernels_cuda_set_tf32(c->tf32);
     if (gpus > 0 &&
         (t->gpu = model_cuda_create_world(m, gpus, B, T, rk ? rk->rank : 0, ranks,
                                           ranks > 1 ? id : NULL, c->zero, err)) == NULL) {
         free(t);
         return NULL;
     }
+    if (gpus > 0) kernels_cuda_set_tf32(c->tf32); /* once the plugin has answered */
 #endif
     return t;
 }
@@ -562,6 +562,7 @@ int train_job(const TrainJob *j, void (*started)(void *ctx, const TrainJobStart 
     if (started) started(ctx, &st);
     TrainConfig tc = train_defaults(j->lr, j->steps);
     tc.tf32 = j->tf32; /* the dropout masks' seed: train_run's, j->seed */
+    tc.zero = !j->unsharded;
     if (train_run(&m, &tc, train, j->gpus, j->B, T, j->seed, obs, ctx, err) != 0) goto out;
     rc = j->out ? model_save(&m, j->out, j->steps, err) : 0;
 out:

@@ -166,7 +166,8 @@ typedef struct TrainJob {
     int blocks_off;
     /* the CPU's matmuls and classifier in bf16 (Model's precision_bf16) */
     int precision_bf16;
-    int recompute; /* Model's recompute: MODEL_RECOMPUTE_* */
+    int recompute; /* Model's recompute: MODEL_RECOMPUTE_* (0: keep everything) */
+    int unsharded; /* several GPUs keep AdamW's whole state each (TrainConfig's zero 0) */
     float lr;
     uint64_t seed;
     AdapterConfig lora;   /* rank 0: the whole model trains; else adapters over it, frozen */

@@ -43,9 +43,14 @@ extern "C" void *kernels_cuda_alloc(size_t bytes) {
 extern "C" void kernels_cuda_free(void *p) {
     cudaCheck(cudaFree(p));
 }
-extern "C" int kernels_cuda_mem(size_t *used, size_t *total) {
+extern "C" int kernels_cuda_mem(int device, size_t *used, size_t *total) {
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return cudaGetLastError(), -1;
+    int was = 0;
+    if (cudaGetDevice(&was) != cudaSuccess || cudaSetDevice(device) != cudaSuccess)
+        return cudaGetLastError(), -1;
+    cudaError_t rc = cudaMemGetInfo(&free_b, &total_b);
+    cudaSetDevice(was);
+    if (rc != cudaSuccess) return cudaGetLastError(), -1;
     *used = total_b - free_b, *total = total_b;
     return 0;
 }

@@ -13,7 +13,11 @@
 
 extern "C" {
 #include "kernels/device.h"
+#include "kernels/cuda.h"
 }
+
+/* what the loader checks before it calls anything here (cuda.h) */
+extern "C" const int strait_cuda_plugin_abi = STRAIT_CUDA_ABI;
 
 extern "C" int kernels_gpu_count(char *name, size_t name_len, char *why, size_t why_len) {
     if (name && name_len) name[0] = '\0';

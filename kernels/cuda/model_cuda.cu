@@ -205,6 +205,11 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         ncclCheck(ncclCommInitAll(g->comms, n_gpus, devs));
     }
 #endif
+    if (g->shard)
+        log_info("gpu",
+                 "AdamW's moments sharded over %d GPUs (ZeRO-1): %zu values a GPU, not %zu "
+                 "(--zero 0 keeps them whole)",
+                 n_gpus, g->shard, n);
     return g;
 }
 
@@ -421,6 +426,7 @@ extern "C" void model_cuda_load_from_host(ModelCuda *g, const Model *host, int w
         }
     }
     if (what & TRAINER_MOMENTS) g->step = host->step;
+    cudaCheck(cudaSetDevice(g->r[0].device)); /* replica 0's, as the other calls leave it */
 }
 
 extern "C" void model_cuda_keep_base(ModelCuda *g) {
@@ -453,5 +459,6 @@ extern "C" void model_cuda_to_host(ModelCuda *g, Model *host, int what) {
             cudaCheck(cudaMemcpy(host->v + lo, g->r[i].v, k, cudaMemcpyDeviceToHost));
         }
         host->step = g->step;
+        cudaCheck(cudaSetDevice(g->r[0].device)); /* as it found it: replica 0's */
     }
 }

@@ -463,6 +463,26 @@ Test(cli, recompute_levels_train_the_same_checkpoint_and_a_wrong_one_is_refused,
     free(dir);
 }
 
+/* --zero on strait train takes 1 or 0 alone; and a CUDA plugin from another
+ * build (here a library that is no plugin at all), whose functions would
+ * take other arguments, is refused by name before anything of it is called */
+Test(cli, train_zero_is_checked_and_a_foreign_cuda_plugin_is_refused) {
+    const char *data = "/usr/share/games/fortunes/fortunes";
+    ProcResult r = harness_strait("train", "--data", data, "--zero", "2");
+    cr_assert_eq(r.status, 2, "stderr: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "--zero is 1 (each GPU keeps its share"), "stderr: %s", r.err);
+    proc_result_free(&r);
+#ifdef STRAIT_HAVE_CUDA
+    setenv("STRAIT_CUDA_PLUGIN", "/lib/x86_64-linux-gnu/libz.so.1", 1);
+    r = harness_strait("train", "--data", data, "--device", "cuda", "--steps", "1");
+    unsetenv("STRAIT_CUDA_PLUGIN");
+    cr_assert_neq(r.status, 0, "stdout: %s", r.out);
+    cr_assert_not_null(strstr(r.err, "libz.so.1 is from another build of strait (interface 0"),
+                       "stderr: %s", r.err);
+    proc_result_free(&r);
+#endif
+}
+
 /* strait train --tensorboard: a point a step of loss, learning rate,
  * gradient norm and speed, and eval/loss where it validated, with the
  * values its --json lines print (to their six digits); a second run is a

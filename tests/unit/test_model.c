@@ -1292,6 +1292,10 @@ Test(model, recomputed_activations_train_the_same_steps_bit_for_bit_in_less_memo
         size_t BT = (size_t)B * T, act = k == 0 || k == 4 ? 4 * (size_t)c->C : (size_t)c->F;
         size_t norms_att = 2 * BT * (size_t)c->C + (size_t)B * c->NH * T * T;
         cr_assert_eq(len[0] - len[1], (size_t)(c->L - 1) * BT * act, "%s", names[k]);
+        if (k == 0) /* GPT-2's whole layout at 0: the pre-softmax scores held once */
+            cr_assert_eq(len[0],
+                         (size_t)c->L * (18 * BT * c->C + 4 * BT + (size_t)B * c->NH * T * T) +
+                             (size_t)B * c->NH * T * T + 2 * BT * c->C + 4 * BT);
         cr_assert_eq(len[1] - len[2], (size_t)(c->L - 1) * norms_att, "%s", names[k]);
         cr_assert_eq(model_train_bytes(c, B, T, 0, 0) - model_train_bytes(c, B, T, 0, 2),
                      4.0 * (double)(len[0] - len[2]), "%s", names[k]);
