@@ -393,7 +393,7 @@ static void recompute_bench(int threads, int full) {
         json_decref(peer);
     }
     for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
-        char kind[16];
+        char kind[32];
         snprintf(kind, sizeof kind, "recompute%d", level);
         run_child("gpt2-124m", kind, full);
     }
