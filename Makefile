@@ -324,9 +324,10 @@ $(BENCH_VENV)/.ok.1:
 	@echo "  VENV   $(BENCH_VENV) (flwr 1.42.0 and numpy from PyPI)" >&2
 	@python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check flwr==1.42.0 numpy >&2 && touch $@
 
-test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(VENV)/.ok.7 $(SMOLLM2)
+test: $(BIN) $(TEST_BIN) $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BINS) $(GPU_BIN) $(CUDA_PLUGIN) $(VENV)/.ok.7 $(SMOLLM2)
 	@echo "unit tests ($(UNIT_BIN))"
 	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/unit.log $(UNIT_BIN) --short-filename
+	$(Q)$(TEST_ENV) $(GPU_BIN) --short-filename --filter 'cuda_ops/the_cuda_plugin_loads*'
 	@echo "integration tests ($(INTEG_BIN))"
 	$(Q)$(TEST_ENV) mk/suite.sh $(BUILD)/logs/integration.log $(INTEG_BIN) --short-filename
 

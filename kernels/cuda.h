@@ -21,8 +21,12 @@
 #ifdef STRAIT_HAVE_CUDA
 /* The interface between strait and its CUDA plugin (libstrait-cuda.so,
  * which exports it as strait_cuda_plugin_abi): one more whenever a
- * function here changes its arguments. The loader refuses a plugin of
- * another, which would be called with the wrong ones. */
+ * function here changes its arguments, or a struct the plugin reads
+ * (Model, ModelConfig, ActLayout, Pass, Ops) changes its layout. The
+ * loader refuses a plugin of another, which would be called with the
+ * wrong ones. The plugin calls back into the executable that loads it
+ * (model_pass_forward and _backward, die_at, calloc_check): every binary
+ * that loads it must link those (make test runs a check of gpu_ops). */
 #define STRAIT_CUDA_ABI 2
 void *kernels_cuda_alloc(size_t bytes);
 void kernels_cuda_free(void *p);

@@ -41,10 +41,16 @@ static void *try_open(const char *path) {
     }
     const int *abi = dlsym(h, "strait_cuda_plugin_abi");
     if (abi == NULL || *abi != STRAIT_CUDA_ABI) { /* its functions take other arguments */
-        snprintf(why_not, sizeof why_not,
-                 "the CUDA plugin %s is from another build of strait (interface %d, this "
-                 "strait's %d); install the two together (make install)",
-                 path, abi ? *abi : 0, STRAIT_CUDA_ABI);
+        if (abi == NULL)
+            snprintf(why_not, sizeof why_not,
+                     "%s is not a strait CUDA plugin, or one from before its interface was "
+                     "numbered (no strait_cuda_plugin_abi); install strait's own (make install)",
+                     path);
+        else
+            snprintf(why_not, sizeof why_not,
+                     "the CUDA plugin %s is from another build of strait (interface %d, this "
+                     "strait's %d); install the two together (make install)",
+                     path, *abi, STRAIT_CUDA_ABI);
         dlclose(h);
         return NULL;
     }

@@ -306,6 +306,11 @@ Trainer *trainer_create_ranks(Model *m, const TrainConfig *c, int gpus, int B, i
         return NULL;
     }
     if (gpus > 0) kernels_cuda_set_tf32(c->tf32); /* once the plugin has answered */
+    if (gpus > 1 && ranks == 1 && c->zero)        /* model_cuda_create_world's rule */
+        log_info("train",
+                 "AdamW's moments sharded over %d GPUs (ZeRO-1): about %zu values a GPU, not "
+                 "%zu (--zero 0 keeps them whole)",
+                 gpus, (m->n_params + (size_t)gpus - 1) / (size_t)gpus, m->n_params);
 #endif
     return t;
 }

@@ -129,9 +129,10 @@ static Prim *prim(int kind, int M, int K, int N) {
 }
 
 /* dst (M,N) = src (M,K) bf16 · weights (FWD), or dst += it (BWD, WGT);
- * 0, or -1 when oneDNN could not and dst is untouched. A primitive that
- * fails as it runs may have written part of dst: that stops the process
- * rather than add a product twice. */
+ * 0, or -1 when oneDNN could not (dst then holds nothing the caller's
+ * fallback minds). An accumulating primitive that fails as it runs may
+ * have added part of its product: that stops the process rather than add
+ * it twice. */
 static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w, int M, int K,
                    int N) {
     pthread_mutex_lock(&dn.lock);
@@ -142,12 +143,14 @@ static int dnnl_mm(int kind, float *dst, const uint16_t *src, const uint16_t *w,
         dnnl_memory_create(&mw, &q->wei, dn.eng, (void *)w) == dnnl_success &&
         dnnl_memory_create(&md, &q->dst, dn.eng, dst) == dnnl_success) {
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
-        if (dnnl_primitive_execute(q->p, dn.st, 3, args) != dnnl_success ||
-            dnnl_stream_wait(dn.st) != dnnl_success)
-            DIE("oneDNN's bf16 matmul (%d x %d x %d) failed as it ran; run with --precision "
-                "fp32",
+        rc = dnnl_primitive_execute(q->p, dn.st, 3, args) == dnnl_success &&
+                     dnnl_stream_wait(dn.st) == dnnl_success
+                 ? 0
+                 : -1;
+        if (rc != 0 && kind != FWD)
+            DIE("oneDNN's bf16 matmul (%d x %d x %d) failed as it ran, halfway through a "
+                "gradient; train with --precision fp32 (or --lora-base-dtype f32)",
                 M, K, N);
-        rc = 0;
     }
     if (ms) dnnl_memory_destroy(ms);
     if (mw) dnnl_memory_destroy(mw);

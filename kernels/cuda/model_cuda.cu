@@ -205,11 +205,6 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         ncclCheck(ncclCommInitAll(g->comms, n_gpus, devs));
     }
 #endif
-    if (g->shard)
-        log_info("gpu",
-                 "AdamW's moments sharded over %d GPUs (ZeRO-1): %zu values a GPU, not %zu "
-                 "(--zero 0 keeps them whole)",
-                 n_gpus, g->shard, n);
     return g;
 }
 
