@@ -384,6 +384,7 @@ Test(cuda_ops, recomputed_activations_train_the_same_steps_on_the_gpu, .timeout 
  * norm's run in other orders); the moments come back whole from both
  * GPUs' shares, and a sharded trainer that loads them steps as the
  * unsharded one. Skipped with fewer than two GPUs. */
+#ifdef STRAIT_HAVE_CUDA
 static void zero1_steps(ModelCuda *a, ModelCuda *b, int s0, int steps, int B, int T) {
     int *in = malloc(sizeof(int) * 2 * B * T), *tg = malloc(sizeof(int) * 2 * B * T);
     AdamWConfig o = {0.9f, 0.95f, 1e-8f, 0.1f};
@@ -407,6 +408,8 @@ static void zero1_same_state(ModelCuda *ga, Model *a, ModelCuda *gb, Model *b, i
         cr_assert_float_eq(b->v[i], a->v[i], 1e-4f * (fabsf(a->v[i]) + 1e-9f), "v[%zu]", i);
     }
 }
+#endif
+
 Test(cuda_ops, zero1_over_two_gpus_steps_as_the_unsharded_replicas, .timeout = 300) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
