@@ -232,7 +232,8 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 3; b++)
         for (int level = 0; level <= MODEL_RECOMPUTE_MAX; level++) {
             size_t used = 0, total = 0;
-            double need = model_train_bytes(&cfg, batches[b], T, 0, level);
+            double need =
+                model_train_bytes(&cfg, batches[b], T, 0, level, kernels_cuda_ops()->attn_lse);
             int known = kernels_cuda_mem(0, &used, &total) == 0; /* unknown: not run */
             int fits = known && need < 0.9 * (double)(total - used);
             double gb = NAN, tps = fits ? tokens_per_s(1, batches[b], T, steps, 1, level, &gb) : 0;

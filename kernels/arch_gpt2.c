@@ -74,8 +74,7 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, LN1_RSTD, BT, L);
     act_add(lay, QKV, BT * 3 * C, L);
     act_add(lay, ATTY, BT * C, L);
-    act_add_recomputed(lay, PREATT, B * NH * T * T, L, 0);
-    act_add_recomputed(lay, ATT, B * NH * T * T, L, MODEL_RECOMPUTE_ATTN);
+    act_add_attention(lay, PREATT, ATT, B, NH, T, L);
     act_add(lay, ATTPROJ, BT * C, L);
     act_add(lay, RES2, BT * C, L);
     act_add_recomputed(lay, LN2, BT * C, L, MODEL_RECOMPUTE_ATTN);
@@ -157,14 +156,14 @@ static void backward(const Model *m, const Pass *p) {
         o->residual_backward(dresidual, D(ATTPROJ, l), D(RES2, l), sBTC, st);
         o->matmul_backward(D(ATTY, l), G(APW, l), G(APB, l), D(ATTPROJ, l), A(ATTY, l), W(APW, l),
                            BT, C, C, st);
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) { /* ATTY's values again, already read */
+        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
             o->layernorm_forward(A(LN1, l), A(LN1_MEAN, l), A(LN1_RSTD, l), residual, W(LN1W, l),
                                  W(LN1B, l), BT, C, st);
+        if (act_recomputes_attention(p)) /* ATTY's values again, already read */
             o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), qkv, qkv + C, qkv + 2 * C,
                                  &as, st);
-        }
         o->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, D(PREATT, l), D(ATT, l), D(ATTY, l),
-                              qkv, qkv + C, qkv + 2 * C, A(ATT, l), &as, st);
+                              qkv, qkv + C, qkv + 2 * C, A(ATTY, l), A(ATT, l), &as, st);
         o->matmul_backward(D(LN1, l), G(QKVW, l), G(QKVB, l), dqkv, A(LN1, l), W(QKVW, l), BT, C,
                            3 * C, st);
         o->layernorm_backward(dresidual, G(LN1W, l), G(LN1B, l), D(LN1, l), residual, W(LN1W, l),

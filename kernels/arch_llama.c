@@ -81,8 +81,7 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     act_add(lay, K, BT * KVd, L);
     act_add(lay, V, BT * KVd, L);
     act_add(lay, ATTY, BT * Qd, L);
-    act_add_recomputed(lay, PREATT, B * NH * T * T, L, 0);
-    act_add_recomputed(lay, ATT, B * NH * T * T, L, MODEL_RECOMPUTE_ATTN);
+    act_add_attention(lay, PREATT, ATT, B, NH, T, L);
     act_add(lay, ATTPROJ, BT * C, L);
     act_add(lay, RES2, BT * C, L);
     act_add_recomputed(lay, XN2, BT * C, L, MODEL_RECOMPUTE_ATTN);
@@ -181,13 +180,13 @@ static void backward(const Model *m, const Pass *p) {
         o->matmul_backward(D(ATTY, l), G(OW, l), NULL, D(ATTPROJ, l), A(ATTY, l), W(OW, l), BT, Qd,
                            C, st);
         lora_backward(m, p, LORA_A0, OW, l, A(ATTY, l), D(ATTY, l), D(ATTPROJ, l));
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) { /* ATTY's values again, already read */
+        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
             o->rmsnorm_forward(A(XN1, l), A(RSTD1, l), x, W(LN1, l), BT, C, eps, st);
+        if (act_recomputes_attention(p)) /* ATTY's values again, already read */
             o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l),
                                  &as, st);
-        }
         o->attention_backward(D(Q, l), D(K, l), D(V, l), D(PREATT, l), D(ATT, l), D(ATTY, l),
-                              A(Q, l), A(K, l), A(V, l), A(ATT, l), &as, st);
+                              A(Q, l), A(K, l), A(V, l), A(ATTY, l), A(ATT, l), &as, st);
         o->rope_backward(D(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
         o->rope_backward(D(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
         o->matmul_backward(D(XN1, l), G(QW, l), G(QB, l), D(Q, l), A(XN1, l), W(QW, l), BT, C, Qd,

@@ -158,9 +158,9 @@ static void att_f(float *out, float *preatt, float *att, const float *q, const f
     attention_forward(out, preatt, att, q, k, v, s);
 }
 static void att_b(float *dq, float *dk, float *dv, float *dpreatt, float *datt, const float *dout,
-                  const float *q, const float *k, const float *v, const float *att,
-                  const AttnShape *s, void *st) {
-    (void)st;
+                  const float *q, const float *k, const float *v, const float *out,
+                  const float *att, const AttnShape *s, void *st) {
+    (void)st, (void)out;
     attention_backward(dq, dk, dv, dpreatt, datt, dout, q, k, v, att, s);
 }
 static void rope_f(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r, void *st) {

@@ -34,7 +34,10 @@ static __device__ inline float block_sum(float v, float *shared) {
     return s;
 }
 
-/* The op twins behind ops_cuda (ops.cu, ops_llama.cu): ops.h's arguments on
+/* the largest head (HD) attention.cu's kernels take */
+#define ATTN_MAX_HD 256
+
+/* The op twins behind ops_cuda (ops.cu, ops_llama.cu, attention.cu): ops.h's arguments on
  * device pointers, and the stream. */
 extern "C" {
 #include "kernels/ops.h"
@@ -60,7 +63,7 @@ void attention_forward_cuda(float *out, float *preatt, float *att, const float *
                             const float *v, const AttnShape *s, void *stream);
 void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
                              const float *dout, const float *q, const float *k, const float *v,
-                             const float *att, const AttnShape *s, void *stream);
+                             const float *out, const float *att, const AttnShape *s, void *stream);
 void rope_forward_cuda(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
                        void *stream);
 void rope_backward_cuda(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r,

@@ -66,6 +66,8 @@ extern "C" {
 
 #define MAX_GPUS 16
 
+extern "C" const Ops ops_cuda;
+
 typedef struct Replica {
     int device;
     cudaStream_t stream;
@@ -128,6 +130,13 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         snprintf(err, 512, "a GPU trainer on %d ranks needs rank 0's NCCL id", ranks);
         return NULL;
     }
+    if (host->cfg.HD > ATTN_MAX_HD) {
+        snprintf(err, 512,
+                 "attention on the GPU takes heads of up to %d values and this model's have %d; "
+                 "train it with --device cpu",
+                 ATTN_MAX_HD, host->cfg.HD);
+        return NULL;
+    }
     for (int i = 0; host->precision_bf16 && i < n_gpus; i++) {
         cudaDeviceProp prop;
         cudaCheck(cudaGetDeviceProperties(&prop, i));
@@ -150,7 +159,8 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     size_t nf = adapted ? (size_t)model_adapter_params(&host->cfg) - host->n_params : 0;
     ModelCuda *g = (ModelCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
-    model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
+    /* the replicas' own: the host may run other shapes, and holds attention's probabilities */
+    model_layout(host, B, T, ops_cuda.attn_lse, &g->lay);
     size_t n = host->n_params;
     if (zero && ranks == 1 && n_gpus > 1) /* shares of whole 64-value lines */
         g->shard = (n + (size_t)n_gpus * 64 - 1) / ((size_t)n_gpus * 64) * 64;
@@ -224,8 +234,6 @@ extern "C" void model_cuda_free(ModelCuda *g) {
     }
     free(g);
 }
-
-extern "C" const Ops ops_cuda;
 
 /* one pass of the host model's graph on replica r's buffers: with
  * adapters, the frozen base, and the adapters training; the dropout masks

@@ -1,9 +1,9 @@
 /*
  * ops.cu — the CUDA twins of kernels/cpu/ops.c and classifier.c: the same
  * ops with the same argument order and a trailing stream, on device
- * pointers. Matrix products (and attention's, per batch row, batched over
- * heads on strided views) go through cuBLAS in fp32; the rest are plain
- * kernels. Backward ops accumulate (+=) like the CPU ones.
+ * pointers. Matrix products go through cuBLAS in fp32; the rest are plain
+ * kernels; attention is attention.cu's. Backward ops accumulate (+=) like
+ * the CPU ones.
  *
  * Mixed precision (kernels_cuda_set_mirror): a matmul or classifier whose
  * weight lies in the device's mirrored table reads the weight's bf16 copy,
@@ -15,8 +15,8 @@
  * Row-major buffers meet column-major cuBLAS by reading each row-major
  * matrix as its column-major transpose (llm.c's convention).
  *
- * Numerics: the same formulas as the CPU (tanh through expf, the O(T)
- * softmax backward, the tiled online-softmax classifier); sums run in other
+ * Numerics: the same formulas as the CPU (tanh through expf, the tiled
+ * online-softmax classifier); sums run in other
  * orders, so results agree within tolerances, not bit for bit
  * (make test-gpu states them). Reductions over rows use atomics.
  */
@@ -316,109 +316,6 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     }
 }
 
-/* ---- attention ------------------------------------------------------------------- */
-
-/* one block per row (b, h, t) of the scores: causal softmax, masked to 0 */
-__global__ void causal_softmax_k(float *pre, float *att, int T) {
-    __shared__ float sh[32];
-    size_t row = blockIdx.x;
-    int t = (int)(row % T);
-    float *p = pre + row * T, *a = att + row * T;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i <= t; i += blockDim.x) mx = fmaxf(mx, p[i]);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = sh[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) mx = fmaxf(mx, sh[w]);
-    __syncthreads();
-    float s = 0;
-    for (int i = threadIdx.x; i <= t; i += blockDim.x) s += expf(p[i] - mx);
-    float inv = 1.0f / block_sum(s, sh);
-    for (int i = threadIdx.x; i < T; i += blockDim.x) {
-        a[i] = i <= t ? expf(p[i] - mx) * inv : 0.0f;
-        if (i > t) p[i] = 0.0f;
-    }
-}
-
-__global__ void softmax_backward_k(float *dpre, const float *att, const float *datt, int T) {
-    __shared__ float sh[32];
-    size_t row = blockIdx.x;
-    int t = (int)(row % T);
-    const float *a = att + row * T, *da = datt + row * T;
-    float s = 0;
-    for (int i = threadIdx.x; i <= t; i += blockDim.x) s += a[i] * da[i];
-    float ada = block_sum(s, sh);
-    for (int i = threadIdx.x; i <= t; i += blockDim.x) dpre[row * T + i] += a[i] * (da[i] - ada);
-}
-
-/* Query heads h = kh·G + j (G = NH/NKV) read key/value head kh: for each j
- * one strided batch over the NKV heads, so grouped-query attention needs no
- * copy of k and v per query head. The backward's dk and dv accumulate over
- * j in order on the stream. */
-extern "C" void attention_forward_cuda(float *out, float *preatt, float *att, const float *q,
-                                       const float *k, const float *v, const AttnShape *s,
-                                       void *stream) {
-    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
-    float scale = 1.0f / sqrtf((float)hs), one = 1.0f, zero = 0.0f;
-    cublasHandle_t h = blas(stream);
-    long long tt = (long long)T * T;
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < G; j++) {
-            const float *qb = q + (size_t)b * T * s->ldq + (size_t)j * hs;
-            const float *kb = k + (size_t)b * T * s->ldkv;
-            float *pre = preatt + ((size_t)b * NH + j) * T * T;
-            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, kb,
-                                                  s->ldkv, hs, qb, s->ldq, (long long)G * hs, &zero,
-                                                  pre, T, G * tt, NKV));
-        }
-    /* the softmax over every head's rows at once */
-    causal_softmax_k<<<B * NH * T, 128, 0, S(stream)>>>(preatt, att, T);
-    launchCheck();
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < G; j++) {
-            const float *vb = v + (size_t)b * T * s->ldkv;
-            const float *a = att + ((size_t)b * NH + j) * T * T;
-            cublasCheck(cublasSgemmStridedBatched(
-                h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, vb, s->ldkv, hs, a, T, G * tt, &zero,
-                out + (size_t)b * T * C + (size_t)j * hs, C, (long long)G * hs, NKV));
-        }
-}
-
-extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt,
-                                        float *datt, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *att,
-                                        const AttnShape *s, void *stream) {
-    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
-    float scale = 1.0f / sqrtf((float)hs), one = 1.0f;
-    cublasHandle_t h = blas(stream);
-    long long tt = (long long)T * T, qs = (long long)G * hs;
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < G; j++) {
-            size_t ko = (size_t)b * T * s->ldkv, ao = ((size_t)b * NH + j) * T * T;
-            const float *d = dout + (size_t)b * T * C + (size_t)j * hs;
-            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one,
-                                                  v + ko, s->ldkv, hs, d, C, qs, &one, datt + ao, T,
-                                                  G * tt, NKV));
-            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, d, C,
-                                                  qs, att + ao, T, G * tt, &one, dv + ko, s->ldkv,
-                                                  hs, NKV));
-        }
-    softmax_backward_k<<<B * NH * T, 128, 0, S(stream)>>>(dpreatt, att, datt, T);
-    launchCheck();
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < G; j++) {
-            size_t qo = (size_t)b * T * s->ldq + (size_t)j * hs, ko = (size_t)b * T * s->ldkv;
-            size_t ao = ((size_t)b * NH + j) * T * T;
-            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale,
-                                                  k + ko, s->ldkv, hs, dpreatt + ao, T, G * tt,
-                                                  &one, dq + qo, s->ldq, qs, NKV));
-            cublasCheck(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale,
-                                                  q + qo, s->ldq, qs, dpreatt + ao, T, G * tt, &one,
-                                                  dk + ko, s->ldkv, hs, NKV));
-        }
-}
-
 /* ---- GELU and residual --------------------------------------------------------------- */
 
 #define GELU_SCALE 0.7978845608028654f
@@ -688,6 +585,7 @@ static void classifier_backward_cuda(float *dh, float *dw, const float *h, const
 /* in the order of Ops' fields: C++ takes designated initializers only so */
 extern "C" const Ops ops_cuda = {
     .name = "cuda",
+    .attn_lse = 1,
     .zero = zero_cuda,
     .encoder_forward = encoder_forward_cuda,
     .encoder_backward = encoder_backward_cuda,

@@ -232,47 +232,78 @@ Test(cuda_ops, bf16_products_match_the_cpus_mixed_precision) {
 }
 
 #ifdef STRAIT_HAVE_CUDA
-/* attention of shape s on both backends, q, k, v in separate buffers (or
- * packed, when kv_in_q) */
-static void attention_both(int B, int T, int NH, int NKV, int HD) {
-    int Qd = NH * HD, KVd = NKV * HD;
-    AttnShape s = {B, T, NH, NKV, HD, Qd, KVd};
-    size_t nq = (size_t)B * T * Qd, nk = (size_t)B * T * KVd, na = (size_t)B * NH * T * T;
-    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1);
-    float *out = calloc(nq, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
-    float *d_q = dev(q, nq), *d_k = dev(k, nk), *d_v = dev(v, nk), *d_out = dzeros(nq);
-    float *d_pre = dzeros(na), *d_att = dzeros(na);
+/* attention of one shape on both backends: q, k and v in buffers of their
+ * own, or packed in rows of one (GPT-2's fused qkv, here also grouped).
+ * The GPU's flash attention keeps log-sum-exps (Ops.attn_lse), checked
+ * against the CPU's probabilities; its backward twice gives the same
+ * bits. */
+static void attention_both(int B, int T, int NH, int NKV, int HD, int packed) {
+    cr_assert(GPU->attn_lse && !CPU->attn_lse);
+    int Qd = NH * HD, KVd = NKV * HD, W = Qd + 2 * KVd;
+    size_t BT = (size_t)B * T, n = BT * W, na = (size_t)B * NH * T * T, nl = (size_t)B * NH * T;
+    size_t ko = packed ? (size_t)Qd : BT * Qd, vo = packed ? (size_t)Qd + KVd : BT * (Qd + KVd);
+    AttnShape s = {B, T, NH, NKV, HD, packed ? W : Qd, packed ? W : KVd};
+    float *x = rnd(n, 2), *q = x, *k = x + ko, *v = x + vo, *d_x = dev(x, n);
+    float *d_q = d_x, *d_k = d_x + ko, *d_v = d_x + vo;
+    float *out = calloc(BT * Qd, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
+    float *d_out = dzeros(BT * Qd), *d_lse = dzeros(nl);
     CPU->attention_forward(out, pre, att, q, k, v, &s, NULL);
-    GPU->attention_forward(d_out, d_pre, d_att, d_q, d_k, d_v, &s, NULL);
-    expect_close("attention out", out, d_out, nq, 5e-4f);
-    expect_close("attention probabilities", att, d_att, na, 5e-4f);
-    float *dout = rnd(nq, 1), *dq = calloc(nq, 4), *dk = calloc(nk, 4), *dv = calloc(nk, 4);
-    float *dpre = calloc(na, 4), *datt = calloc(na, 4), *d_dout = dev(dout, nq);
-    float *d_dq = dzeros(nq), *d_dk = dzeros(nk), *d_dv = dzeros(nk);
-    float *d_dpre = dzeros(na), *d_datt = dzeros(na);
-    CPU->attention_backward(dq, dk, dv, dpre, datt, dout, q, k, v, att, &s, NULL);
-    GPU->attention_backward(d_dq, d_dk, d_dv, d_dpre, d_datt, d_dout, d_q, d_k, d_v, d_att, &s,
-                            NULL);
-    expect_close("attention dq", dq, d_dq, nq, 2e-3f);
-    expect_close("attention dk", dk, d_dk, nk, 2e-3f);
-    expect_close("attention dv", dv, d_dv, nk, 2e-3f);
+    GPU->attention_forward(d_out, NULL, d_lse, d_q, d_k, d_v, &s, NULL);
+    expect_close("attention out", out, d_out, BT * Qd, 5e-4f);
+    float *lse = malloc(nl * 4); /* each row's log-sum-exp of the CPU's scores */
+    for (size_t r = 0; r < nl; r++) {
+        int t = (int)(r % T);
+        const float *p = pre + r * T;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+        for (int j = 0; j <= t; j++) sum += exp(p[j] - mx);
+        lse[r] = (float)(mx + log(sum));
+    }
+    expect_close("attention log-sum-exp", lse, d_lse, nl, 1e-4f);
+    /* the gradients start from values of their own: the ops add to them */
+    float *dout = rnd(BT * Qd, 1), *dx = rnd(n, 1), *dpre = calloc(na, 4), *datt = calloc(na, 4);
+    float *d_dout = dev(dout, BT * Qd), *d_dx = dev(dx, n), *d_dx2 = dev(dx, n);
+    float *d_ds = dzeros(nl);
+    CPU->attention_backward(dx, dx + ko, dx + vo, dpre, datt, dout, q, k, v, out, att, &s, NULL);
+    GPU->attention_backward(d_dx, d_dx + ko, d_dx + vo, NULL, d_ds, d_dout, d_q, d_k, d_v, d_out,
+                            d_lse, &s, NULL);
+    expect_close("attention dq, dk, dv", dx, d_dx, n, 2e-3f);
+    GPU->attention_backward(d_dx2, d_dx2 + ko, d_dx2 + vo, NULL, d_ds, d_dout, d_q, d_k, d_v, d_out,
+                            d_lse, &s, NULL);
+    float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+    kernels_cuda_to_host(g1, d_dx, n * 4);
+    kernels_cuda_to_host(g2, d_dx2, n * 4);
+    cr_assert(memcmp(g1, g2, n * 4) == 0, "attention's backward gave other bits a second time");
     /* rotary embeddings on q, with Llama 3's scaling */
     RopeConfig r = {500000.0f, 8.0f, 1.0f, 4.0f, 16};
-    CPU->rope_forward(q, B, T, NH, HD, Qd, &r, NULL);
-    GPU->rope_forward(d_q, B, T, NH, HD, Qd, &r, NULL);
-    expect_close("rope", q, d_q, nq, 1e-4f);
-    CPU->rope_backward(q, B, T, NH, HD, Qd, &r, NULL);
-    GPU->rope_backward(d_q, B, T, NH, HD, Qd, &r, NULL);
-    expect_close("rope back", q, d_q, nq, 1e-4f);
+    CPU->rope_forward(q, B, T, NH, HD, s.ldq, &r, NULL);
+    GPU->rope_forward(d_q, B, T, NH, HD, s.ldq, &r, NULL);
+    expect_close("rope", x, d_x, n, 1e-4f);
+    CPU->rope_backward(q, B, T, NH, HD, s.ldq, &r, NULL);
+    GPU->rope_backward(d_q, B, T, NH, HD, s.ldq, &r, NULL);
+    expect_close("rope back", x, d_x, n, 1e-4f);
+    free(x), free(out), free(pre), free(att), free(lse), free(dout), free(dx), free(dpre);
+    free(datt), free(g1), free(g2);
+    kernels_cuda_free(d_x), kernels_cuda_free(d_out), kernels_cuda_free(d_lse);
+    kernels_cuda_free(d_dout), kernels_cuda_free(d_dx), kernels_cuda_free(d_dx2);
+    kernels_cuda_free(d_ds);
 }
 #endif
 
 Test(cuda_ops, attention_rope_and_classifier_match_the_cpu) {
     need_gpu();
 #ifdef STRAIT_HAVE_CUDA
-    attention_both(2, 32, 4, 4, 16); /* multi-head */
-    attention_both(2, 32, 6, 2, 16); /* grouped-query: 3 query heads per key/value head */
-    int N = 300, V = 5000, C = 64;   /* two vocabulary chunks on the GPU, ten on the CPU */
+    attention_both(2, 32, 4, 4, 16, 0); /* multi-head */
+    attention_both(2, 32, 6, 2, 16, 0); /* grouped-query: 3 query heads per key/value head */
+    /* the kernels' head sizes (HD rounded up to 32, 64, 128, 256), rows
+     * past a block's 64 and a tile's keys, T not a multiple of either */
+    attention_both(1, 300, 2, 2, 8, 0);   /* one thread a row, tiles of 128 keys */
+    attention_both(2, 200, 4, 2, 64, 1);  /* packed rows, grouped */
+    attention_both(1, 150, 2, 1, 80, 0);  /* 80 values in groups of 128 */
+    attention_both(1, 70, 2, 2, 128, 1);  /* GPT-2's packed qkv at Llama 3 8B's head */
+    attention_both(1, 40, 1, 1, 256, 0);  /* the largest head, tiles of 16 */
+    attention_both(1, 100, 4, 2, 256, 0); /* and grouped, over blocks of 32 rows */
+    int N = 300, V = 5000, C = 64;        /* two vocabulary chunks on the GPU, ten on the CPU */
     float *h = rnd((size_t)N * C, 1), *wte = rnd((size_t)V * C, 0.3f);
     int *tg = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = (i * 7919) % V;

@@ -501,7 +501,7 @@ Test(model, three_layers_share_their_activations_gradients_and_match_finite_diff
         for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.1f * urand();
         every_tensor_gradient(&m);
         ActLayout lay;
-        model_layout(&m, 4, 64, &lay);
+        model_layout(&m, 4, 64, 0, &lay);
         cr_assert_lt(lay.dlen * 2, lay.len, "%s: gradients of %zu floats for %zu of activations",
                      presets[k], lay.dlen, lay.len);
         model_free(&m);
@@ -1201,7 +1201,7 @@ Test(model, bf16_moments_learn_as_fp32_ones_for_a_quarter_less_memory, .timeout 
     cr_log_info("llama-tiny after %d steps: loss %.4f with fp32 moments, %.4f with bf16", STEPS,
                 l32[STEPS - 1], l16[STEPS - 1]);
     ModelConfig c = a.cfg;
-    double saved = model_train_bytes(&c, 8, 64, 0, 0) - model_train_bytes(&c, 8, 64, 1, 0);
+    double saved = model_train_bytes(&c, 8, 64, 0, 0, 0) - model_train_bytes(&c, 8, 64, 1, 0, 0);
     cr_assert_float_eq(saved, 4.0 * (double)a.n_params, 1.0);
     /* the file keeps bf16 moments as they are; each kind reads the other's */
     char *dir = harness_tmpdir("bf16"), p16[700], p32[700], err[ERR_LEN];
@@ -1297,7 +1297,7 @@ Test(model, recomputed_activations_train_the_same_steps_bit_for_bit_in_less_memo
                          (size_t)c->L * (18 * BT * c->C + 4 * BT + (size_t)B * c->NH * T * T) +
                              (size_t)B * c->NH * T * T + 2 * BT * c->C + 4 * BT);
         cr_assert_eq(len[1] - len[2], (size_t)(c->L - 1) * norms_att, "%s", names[k]);
-        cr_assert_eq(model_train_bytes(c, B, T, 0, 0) - model_train_bytes(c, B, T, 0, 2),
+        cr_assert_eq(model_train_bytes(c, B, T, 0, 0, 0) - model_train_bytes(c, B, T, 0, 2, 0),
                      4.0 * (double)(len[0] - len[2]), "%s", names[k]);
         model_free(&ref);
     }
@@ -1475,7 +1475,7 @@ Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
     char err[ERR_LEN];
     cr_assert_neq(site_check_memory(&o, &c, err), 0, "a full fine-tune of 1.2B fits 12 GB?");
     cr_assert(strstr(err, "needs about"), "%s", err);
-    double whole = model_train_bytes(&c, 4, 128, 0, 0), n = model_config_params(&c);
+    double whole = model_train_bytes(&c, 4, 128, 0, 0, 0), n = model_config_params(&c);
     c.lora = (AdapterConfig){.rank = 16,
                              .alpha = 32,
                              .targets = LORA_Q | LORA_V,
@@ -1485,11 +1485,11 @@ Test(adapters, a_site_holds_the_lora_of_a_model_it_could_not_train_whole) {
     cr_assert_eq(site_check_memory(&o, &c, err), 0, "%s", err);
     /* the base loaded at 4 bytes a value, then held at 2 beside the
      * activations: far from 16 bytes a parameter */
-    double lora = model_train_bytes(&c, 4, 128, 0, 0);
+    double lora = model_train_bytes(&c, 4, 128, 0, 0, 0);
     cr_assert_geq(lora, 4.0 * n, "%.0f bytes: less than the loaded base", lora);
     cr_assert_lt(lora, whole / 3, "%.0f bytes of %.0f", lora, whole);
     c.lora.base_bf16 = 0; /* an fp32 base: 4 bytes a value beside the activations */
-    cr_assert_gt(model_train_bytes(&c, 4, 128, 0, 0), lora);
+    cr_assert_gt(model_train_bytes(&c, 4, 128, 0, 0, 0), lora);
 }
 
 /* ZeRO-1's parts in one process: AdamW on two models that keep the
