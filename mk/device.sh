@@ -17,7 +17,7 @@
 #
 # The device tool's call, from the repository root:
 #   run(command="bash mk/device.sh check", carry=["build/device"], timeout_s=600)
-# Its checks' limits add up to 515 s; each ends far sooner when it works.
+# Its checks' limits add up to 550 s; each ends far sooner when it works.
 # The checks: nvidia-smi and `strait version`; the GPU tests (make test-gpu's
 # binary); the unit tests' CPU-against-GPU codec checks; bench/gpu; a short
 # `strait train --device cuda` (TF32, fp32 matmuls, bf16 products) beside the
@@ -128,6 +128,15 @@ check() {
     } > "$OUT/system.txt" 2>&1
     : > "$OUT/summary.txt"
     step test-gpu 160 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/gpu_ops" --short-filename --verbose
+    # the attention kernels under compute-sanitizer's memcheck, where the
+    # machine's toolkit has it (out-of-bounds reads and writes the
+    # comparisons cannot see)
+    local cs
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
+    if [ -n "$cs" ]; then
+        step memcheck 35 env STRAIT_LOG=error "$cs" --tool memcheck --error-exitcode 1 \
+            "$bin/gpu_ops" --short-filename --filter 'cuda_ops/attention*'
+    fi
     step codec-cuda 40 env STRAIT_LOG=error OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$bin/unit" --filter 'codec_cuda/*' --verbose
     step bench-gpu 110 "$bin/bench-gpu"
     # the same run on the GPU and on the CPU (same seed, data and steps):
