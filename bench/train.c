@@ -199,7 +199,7 @@ static void emit(const char *preset, int B, int T, int threads, double tok_s) {
         /* the layout's activations and their gradients: what training
          * holds beyond its 16 bytes a parameter */
         double acts =
-            model_train_bytes(&cfg, B, T, 0, bench_recompute, 0) - 16.0 * model_config_params(&cfg);
+            model_train_bytes(&cfg, B, T, 0, bench_recompute) - 16.0 * model_config_params(&cfg);
         json_object_set_new(o, "activations_mb", json_real(acts / 1048576.0));
         emit_peer(o, tok_s);
     } else if (bench_lora && model_config_preset(preset, &cfg) == 0) {
@@ -370,7 +370,7 @@ static void lora_bench(int threads, int full) {
         model_config_preset(lora_shapes[k], &cfg);
         cfg.lora = lora_rows();
         if (too_large(&cfg, lora_shapes[k], "lora",
-                      model_train_bytes(&cfg, 4, 128, 0, MODEL_RECOMPUTE_DEFAULT, 0)))
+                      model_train_bytes(&cfg, 4, 128, 0, MODEL_RECOMPUTE_DEFAULT)))
             continue;
         json_t *peer = peft_peer(lora_shapes[k], 4, 128, threads, full ? 10 : 3);
         peers_clear();
@@ -484,9 +484,8 @@ int main(int argc, char **argv) {
         /* 1: bf16 moments; 2: bf16 products (where the chip has bf16 units) */
         if (shapes[k].bf16 == 2 && !bf16_units()) continue;
         const char *kind = shapes[k].bf16 == 1 ? "bf16" : shapes[k].bf16 == 2 ? "mixed" : "fp32";
-        if (too_large(
-                &cfg, shapes[k].preset, kind,
-                model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1, MODEL_RECOMPUTE_DEFAULT, 0)))
+        if (too_large(&cfg, shapes[k].preset, kind,
+                      model_train_bytes(&cfg, 4, 64, shapes[k].bf16 == 1, MODEL_RECOMPUTE_DEFAULT)))
             continue;
         /* GPT-2 124M and SmolLM2-135M beside transformers on PyTorch,
          * torch.compile'd (the row's ratio) and eager, at the row's

@@ -105,8 +105,8 @@ int cli_recompute(const Command *cmd, const char *value) {
         return value[0] - '0';
     cli_usage_error(cmd,
                     "--recompute is 0 (keep every activation), 1 (compute the MLP's activation "
-                    "again in the backward, the default) or 2 (also the norms and attention's "
-                    "probabilities), not '%s'",
+                    "again in the backward, the default) or 2 (also the norms' outputs), "
+                    "not '%s'",
                     value);
     return -2;
 }

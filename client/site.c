@@ -318,8 +318,7 @@ int site_check_memory(const SiteRunOptions *o, const ModelConfig *cfg, char *err
     double travels = cfg->lora.rank > 0 ? model_adapter_trained(cfg) : n;
     ModelConfig held = *cfg; /* without bf16 units, a bf16 base stays at fp32's size */
     if (!bf16_units()) held.lora.base_bf16 = 0;
-    double need =
-        model_train_bytes(&held, B, T, o->moments_bf16, o->recompute, 0) + 4.0 * travels * 4;
+    double need = model_train_bytes(&held, B, T, o->moments_bf16, o->recompute) + 4.0 * travels * 4;
     double have = memory_available(o);
     if (have <= 0 || need <= have) return 0;
     return err_set(err,

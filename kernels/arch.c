@@ -184,10 +184,9 @@ double model_adapter_trained(const ModelConfig *c) {
     return adapter_values(c, 1);
 }
 
-double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16, int recompute,
-                         int attn_lse) {
+double model_train_bytes(const ModelConfig *c, int B, int T, int moments_bf16, int recompute) {
     assert(recompute >= 0 && recompute <= MODEL_RECOMPUTE_MAX);
-    ActLayout lay = {.recompute = recompute, .attn_lse = attn_lse};
+    ActLayout lay = {.recompute = recompute};
     arch_of(c->arch)->layout(c, B, T, &lay);
     /* what trains: parameters, gradients, AdamW's two moments; a frozen
      * base and frozen adapters their values alone; a step's activations

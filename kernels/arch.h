@@ -184,37 +184,16 @@ static inline void act_add(ActLayout *lay, int a, size_t n, int layers) {
     lay->dstride[a] = n; /* its size, until act_finish */
 }
 /* a per-layer activation one buffer holds for every layer when the pass
- * recomputes level's activations (lay->recompute >= level; level 0: a
- * forward's scratch the backward never reads), its gradient in the
- * layers' shared block as act_add's; kept per layer otherwise */
+ * recomputes level's activations (lay->recompute >= level), its gradient
+ * in the layers' shared block as act_add's; kept per layer otherwise */
 static inline void act_add_recomputed(ActLayout *lay, int a, size_t n, int layers, int level) {
     act_add(lay, a, n, lay->recompute >= level ? 1 : layers);
     lay->kind[a] = ACT_KIND_LAYER;
     if (lay->recompute >= level) lay->stride[a] = 0;
 }
-/* Attention's per-layer state, pre and att: with the backend's attn_lse
- * each query row's log-sum-exp (B,NH,T) a layer, never recomputed, no
- * scores, and att's gradient the backward's scratch of B·NH·T; else the
- * probabilities (B,NH,T,T), held once when the level recomputes them, and
- * the scores before the softmax, a forward scratch held once. */
-static inline void act_add_attention(ActLayout *lay, int pre, int att, size_t B, size_t NH,
-                                     size_t T, int L) {
-    if (lay->attn_lse) {
-        act_add_recomputed(lay, pre, 0, L, 0);
-        act_add(lay, att, B * NH * T, L);
-        return;
-    }
-    act_add_recomputed(lay, pre, B * NH * T * T, L, 0);
-    act_add_recomputed(lay, att, B * NH * T * T, L, MODEL_RECOMPUTE_ATTN);
-}
 /* whether a layer's backward computes level's activations again */
 static inline int act_recomputes(const Pass *p, int level) {
     return p->lay->recompute >= level;
-}
-/* whether a layer's backward runs attention's forward again: the
- * probabilities the level recomputes (a log-sum-exp is kept) */
-static inline int act_recomputes_attention(const Pass *p) {
-    return act_recomputes(p, MODEL_RECOMPUTE_ATTN) && !p->lay->attn_lse;
 }
 static inline void act_carry(ActLayout *lay, int a) {
     lay->kind[a] = ACT_KIND_CARRY;

@@ -48,7 +48,6 @@ enum {
     LN1_RSTD,
     QKV,
     ATTY,
-    PREATT,
     ATT,
     ATTPROJ,
     RES2,
@@ -69,15 +68,15 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     assert(B >= 1 && T >= 1);
     lay->len = 0, lay->B = B, lay->T = T;
     act_add(lay, ENCODED, BT * C, 0);
-    act_add_recomputed(lay, LN1, BT * C, L, MODEL_RECOMPUTE_ATTN);
+    act_add_recomputed(lay, LN1, BT * C, L, MODEL_RECOMPUTE_NORM);
     act_add(lay, LN1_MEAN, BT, L);
     act_add(lay, LN1_RSTD, BT, L);
     act_add(lay, QKV, BT * 3 * C, L);
     act_add(lay, ATTY, BT * C, L);
-    act_add_attention(lay, PREATT, ATT, B, NH, T, L);
+    act_add(lay, ATT, B * NH * T, L); /* each query row's log-sum-exp */
     act_add(lay, ATTPROJ, BT * C, L);
     act_add(lay, RES2, BT * C, L);
-    act_add_recomputed(lay, LN2, BT * C, L, MODEL_RECOMPUTE_ATTN);
+    act_add_recomputed(lay, LN2, BT * C, L, MODEL_RECOMPUTE_NORM);
     act_add(lay, LN2_MEAN, BT, L);
     act_add(lay, LN2_RSTD, BT, L);
     act_add(lay, FCH, BT * 4 * C, L);
@@ -109,8 +108,7 @@ static void forward(const Model *m, const Pass *p) {
         o->layernorm_forward(A(LN1, l), A(LN1_MEAN, l), A(LN1_RSTD, l), residual, W(LN1W, l),
                              W(LN1B, l), BT, C, st);
         o->matmul_forward(qkv, A(LN1, l), W(QKVW, l), W(QKVB, l), BT, C, 3 * C, st);
-        o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), qkv, qkv + C, qkv + 2 * C, &as,
-                             st);
+        o->attention_forward(A(ATTY, l), A(ATT, l), qkv, qkv + C, qkv + 2 * C, &as, st);
         o->matmul_forward(A(ATTPROJ, l), A(ATTY, l), W(APW, l), W(APB, l), BT, C, C, st);
         o->residual_forward(A(RES2, l), residual, A(ATTPROJ, l), sBTC, st);
         o->layernorm_forward(A(LN2, l), A(LN2_MEAN, l), A(LN2_RSTD, l), A(RES2, l), W(LN2W, l),
@@ -140,7 +138,7 @@ static void backward(const Model *m, const Pass *p) {
         float *residual = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         float *dresidual = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
         float *qkv = A(QKV, l), *dqkv = D(QKV, l);
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
+        if (act_recomputes(p, MODEL_RECOMPUTE_NORM)) /* what the forward wrote, again */
             o->layernorm_forward(A(LN2, l), A(LN2_MEAN, l), A(LN2_RSTD, l), A(RES2, l), W(LN2W, l),
                                  W(LN2B, l), BT, C, st);
         if (act_recomputes(p, MODEL_RECOMPUTE_ACT))
@@ -156,14 +154,11 @@ static void backward(const Model *m, const Pass *p) {
         o->residual_backward(dresidual, D(ATTPROJ, l), D(RES2, l), sBTC, st);
         o->matmul_backward(D(ATTY, l), G(APW, l), G(APB, l), D(ATTPROJ, l), A(ATTY, l), W(APW, l),
                            BT, C, C, st);
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
+        if (act_recomputes(p, MODEL_RECOMPUTE_NORM)) /* what the forward wrote, again */
             o->layernorm_forward(A(LN1, l), A(LN1_MEAN, l), A(LN1_RSTD, l), residual, W(LN1W, l),
                                  W(LN1B, l), BT, C, st);
-        if (act_recomputes_attention(p)) /* ATTY's values again, already read */
-            o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), qkv, qkv + C, qkv + 2 * C,
-                                 &as, st);
-        o->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, D(PREATT, l), D(ATT, l), D(ATTY, l),
-                              qkv, qkv + C, qkv + 2 * C, A(ATTY, l), A(ATT, l), &as, st);
+        o->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, D(ATT, l), D(ATTY, l), qkv, qkv + C,
+                              qkv + 2 * C, A(ATTY, l), A(ATT, l), &as, st);
         o->matmul_backward(D(LN1, l), G(QKVW, l), G(QKVB, l), dqkv, A(LN1, l), W(QKVW, l), BT, C,
                            3 * C, st);
         o->layernorm_backward(dresidual, G(LN1W, l), G(LN1B, l), D(LN1, l), residual, W(LN1W, l),

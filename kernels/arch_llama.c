@@ -53,7 +53,6 @@ enum {
     K,
     V,
     ATTY,
-    PREATT,
     ATT,
     ATTPROJ,
     RES2,
@@ -75,16 +74,16 @@ static void layout(const ModelConfig *c, int B, int T, ActLayout *lay) {
     assert(B >= 1 && T >= 1);
     lay->len = 0, lay->B = B, lay->T = T;
     act_add(lay, ENCODED, BT * C, 0);
-    act_add_recomputed(lay, XN1, BT * C, L, MODEL_RECOMPUTE_ATTN);
+    act_add_recomputed(lay, XN1, BT * C, L, MODEL_RECOMPUTE_NORM);
     act_add(lay, RSTD1, BT, L);
     act_add(lay, Q, BT * Qd, L);
     act_add(lay, K, BT * KVd, L);
     act_add(lay, V, BT * KVd, L);
     act_add(lay, ATTY, BT * Qd, L);
-    act_add_attention(lay, PREATT, ATT, B, NH, T, L);
+    act_add(lay, ATT, B * NH * T, L); /* each query row's log-sum-exp */
     act_add(lay, ATTPROJ, BT * C, L);
     act_add(lay, RES2, BT * C, L);
-    act_add_recomputed(lay, XN2, BT * C, L, MODEL_RECOMPUTE_ATTN);
+    act_add_recomputed(lay, XN2, BT * C, L, MODEL_RECOMPUTE_NORM);
     act_add(lay, RSTD2, BT, L);
     act_add(lay, GATE, BT * F, L);
     act_add(lay, UP, BT * F, L);
@@ -123,8 +122,7 @@ static void forward(const Model *m, const Pass *p) {
         lora_forward(m, p, LORA_A0, VW, l, A(XN1, l), A(V, l));
         o->rope_forward(A(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
         o->rope_forward(A(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
-        o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l), &as,
-                             st);
+        o->attention_forward(A(ATTY, l), A(ATT, l), A(Q, l), A(K, l), A(V, l), &as, st);
         o->matmul_forward(A(ATTPROJ, l), A(ATTY, l), W(OW, l), NULL, BT, Qd, C, st);
         lora_forward(m, p, LORA_A0, OW, l, A(ATTY, l), A(ATTPROJ, l));
         o->residual_forward(A(RES2, l), x, A(ATTPROJ, l), (size_t)BT * C, st);
@@ -158,7 +156,7 @@ static void backward(const Model *m, const Pass *p) {
         act_layer_start(p, RES3, l);
         float *x = l == 0 ? A(ENCODED, 0) : A(RES3, l - 1);
         float *dx = l == 0 ? D(ENCODED, 0) : D(RES3, l - 1);
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
+        if (act_recomputes(p, MODEL_RECOMPUTE_NORM)) /* what the forward wrote, again */
             o->rmsnorm_forward(A(XN2, l), A(RSTD2, l), A(RES2, l), W(LN2, l), BT, C, eps, st);
         if (act_recomputes(p, MODEL_RECOMPUTE_ACT))
             o->swiglu_forward(A(SWI, l), A(GATE, l), A(UP, l), (size_t)BT * F, st);
@@ -180,13 +178,10 @@ static void backward(const Model *m, const Pass *p) {
         o->matmul_backward(D(ATTY, l), G(OW, l), NULL, D(ATTPROJ, l), A(ATTY, l), W(OW, l), BT, Qd,
                            C, st);
         lora_backward(m, p, LORA_A0, OW, l, A(ATTY, l), D(ATTY, l), D(ATTPROJ, l));
-        if (act_recomputes(p, MODEL_RECOMPUTE_ATTN)) /* what the forward wrote, again */
+        if (act_recomputes(p, MODEL_RECOMPUTE_NORM)) /* what the forward wrote, again */
             o->rmsnorm_forward(A(XN1, l), A(RSTD1, l), x, W(LN1, l), BT, C, eps, st);
-        if (act_recomputes_attention(p)) /* ATTY's values again, already read */
-            o->attention_forward(A(ATTY, l), A(PREATT, l), A(ATT, l), A(Q, l), A(K, l), A(V, l),
-                                 &as, st);
-        o->attention_backward(D(Q, l), D(K, l), D(V, l), D(PREATT, l), D(ATT, l), D(ATTY, l),
-                              A(Q, l), A(K, l), A(V, l), A(ATTY, l), A(ATT, l), &as, st);
+        o->attention_backward(D(Q, l), D(K, l), D(V, l), D(ATT, l), D(ATTY, l), A(Q, l), A(K, l),
+                              A(V, l), A(ATTY, l), A(ATT, l), &as, st);
         o->rope_backward(D(Q, l), B, T, c->NH, c->HD, Qd, &c->rope, st);
         o->rope_backward(D(K, l), B, T, c->NKV, c->HD, KVd, &c->rope, st);
         o->matmul_backward(D(XN1, l), G(QW, l), G(QB, l), D(Q, l), A(XN1, l), W(QW, l), BT, C, Qd,

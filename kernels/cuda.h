@@ -27,7 +27,7 @@
  * wrong ones. The plugin calls back into the executable that loads it
  * (model_pass_forward and _backward, die_at, calloc_check): every binary
  * that loads it must link those (make test runs a check of gpu_ops). */
-#define STRAIT_CUDA_ABI 3
+#define STRAIT_CUDA_ABI 4
 void *kernels_cuda_alloc(size_t bytes);
 void kernels_cuda_free(void *p);
 void kernels_cuda_to_device(void *d, const void *h, size_t bytes);

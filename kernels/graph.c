@@ -63,17 +63,16 @@ void model_pass_backward(const Model *m, const Pass *p) {
 
 /* ---- the host model on the CPU ops --------------------------------------------------- */
 
-void model_layout(const Model *m, int B, int T, int attn_lse, ActLayout *lay) {
+void model_layout(const Model *m, int B, int T, ActLayout *lay) {
     memset(lay, 0, sizeof *lay);
     assert(m->recompute >= 0 && m->recompute <= MODEL_RECOMPUTE_MAX);
     lay->recompute = m->recompute;
-    lay->attn_lse = attn_lse;
     m->arch->layout(&m->cfg, B, T, lay);
 }
 
 /* Activations sized for (B, T): regrown only when a larger pass comes. */
 static void ensure_acts(Model *m, int B, int T) {
-    model_layout(m, B, T, ops_cpu.attn_lse, &m->lay);
+    model_layout(m, B, T, &m->lay);
     if (m->acts && m->lay.len <= m->acts_cap && m->lay.dlen <= m->dacts_cap && B * T <= m->fwd_cap)
         return;
     free(m->acts), free(m->dacts), free(m->inputs), free(m->targets);

@@ -104,10 +104,8 @@ double model_config_params(const ModelConfig *cfg);
  * touched, so the larger of the two; a chip without bf16 instructions
  * keeps a bf16 base at 4, an fp32 one's figure: the caller asks for that,
  * bf16_units), and a step's activations and their gradients (the
- * architecture's own layout, those recompute names held once; attn_lse:
- * a backend's attention that keeps log-sum-exps, the Ops field). */
-double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16, int recompute,
-                         int attn_lse);
+ * architecture's own layout, those recompute names held once). */
+double model_train_bytes(const ModelConfig *cfg, int B, int T, int moments_bf16, int recompute);
 /* The adapters' values of a configuration, every one held (frozen or
  * not), and those that train and travel (0 without adapters). */
 double model_adapter_params(const ModelConfig *cfg);
@@ -169,11 +167,10 @@ enum { ACT_OUT, ACT_LOSSES, ACT_LSE, ACT_MAX = 40 };
 /* What a layer's backward computes again from what it keeps (Model's
  * recompute, --recompute): nothing; the MLP's activation (GELU, SwiGLU:
  * one elementwise pass a layer, as llm.c's default); also the norms'
- * outputs and attention's probabilities, the (B, NH, T, T) tensor (a
- * norm and an attention forward again a layer; a backend whose attention
- * keeps log-sum-exps, Ops.attn_lse, holds no probabilities). Attention's scores
- * before the softmax are a scratch of the forward at every level. */
-enum { MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_ACT, MODEL_RECOMPUTE_ATTN, MODEL_RECOMPUTE_MAX = 2 };
+ * outputs (a norm's forward again, two a layer). Attention keeps each
+ * query row's log-sum-exp at every level and makes its probabilities
+ * again in its backward (ops.h). */
+enum { MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_ACT, MODEL_RECOMPUTE_NORM, MODEL_RECOMPUTE_MAX = 2 };
 /* the level strait train and strait site run take without --recompute
  * (a Model, TrainJob or SiteRunOptions made zeroed keeps everything) */
 #define MODEL_RECOMPUTE_DEFAULT MODEL_RECOMPUTE_ACT
@@ -183,7 +180,6 @@ typedef struct ActLayout {
     unsigned char kind[ACT_MAX]; /* arch.h's ACT_KIND_*: where the gradient lies */
     int B, T;
     int recompute; /* given to the layout: Model's recompute */
-    int attn_lse;  /* given to the layout: the backend's Ops.attn_lse */
 } ActLayout;
 
 struct Arch;
@@ -327,9 +323,8 @@ void model_lora_targets_names(unsigned targets, char *out, size_t cap);
 void model_free(Model *m);
 const ParamView *model_view(const Model *m, const char *name);
 /* The layout of a (B, T) pass's activations (what a GPU replica sizes its
- * buffers by) for a backend whose attention keeps log-sum-exps (attn_lse,
- * the Ops field) or the probabilities. */
-void model_layout(const Model *m, int B, int T, int attn_lse, ActLayout *lay);
+ * buffers by). */
+void model_layout(const Model *m, int B, int T, ActLayout *lay);
 /* inputs, targets (B,T) token ids; targets may be NULL (returns -1). */
 float model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
 void model_zero_grad(Model *m);

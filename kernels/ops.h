@@ -17,10 +17,10 @@
 
 /* Causal attention's shapes: q (B,T,NH·HD) rows of ldq floats, k and v
  * (B,T,NKV·HD) rows of ldkv (GPT-2's packed qkv: all three inside one row
- * of 3C); out (B,T,NH·HD) dense; preatt, att (B,NH,T,T), or with a
- * backend's attn_lse att (B,NH,T) and no preatt (see Ops). Query head h
- * reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is
- * multi-head). */
+ * of 3C); out (B,T,NH·HD) dense; lse (B,NH,T), each query row's
+ * log-sum-exp of its scores, what the forward keeps for the backward in
+ * place of the (B,NH,T,T) probabilities. Query head h reads key/value
+ * head h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head). */
 typedef struct AttnShape {
     int B, T, NH, NKV, HD, ldq, ldkv;
 } AttnShape;
@@ -159,12 +159,13 @@ typedef struct CpuStream {
     uint16_t *scratch;
     size_t scratch_cap;
 } CpuStream;
-void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
-                       const float *v, const AttnShape *s);
-/* dq, dk, dv laid out as q, k, v; datt is scratch */
-void attention_backward(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
-                        const float *dout, const float *q, const float *k, const float *v,
-                        const float *att, const AttnShape *s);
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const AttnShape *s);
+/* dq, dk, dv laid out as q, k, v; out the forward's; scratch (B,NH,T) is
+ * the CUDA op's (the CPU's holds its own, a block of rows a thread) */
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                        const float *q, const float *k, const float *v, const float *out,
+                        const float *lse, const AttnShape *s);
 /* x (B,T,NH,HD) in rows of ld floats, turned in place; the backward turns
  * the gradient back (the rotation's transpose) */
 void rope_forward(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r);
@@ -200,13 +201,6 @@ void classifier_logits(float *logits, const float *h, const float *wte, int C, i
  * (LayerNorm's may not: GPT-2 takes no adapters). */
 typedef struct Ops {
     const char *name;
-    /* Attention keeps each query row's log-sum-exp (att: B,NH,T; preatt
-     * unused, datt the backward's scratch of B·NH·T floats) and makes the
-     * probabilities again in its backward from q, k and it: the CUDA
-     * ops' flash attention. 0: the probabilities (B,NH,T,T) are kept, as
-     * the CPU's reference does. The activation layout follows it
-     * (model_layout). */
-    int attn_lse;
     void (*zero)(float *p, size_t n, void *st);
     void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B,
                             int T, int C, void *st);
@@ -225,12 +219,11 @@ typedef struct Ops {
                            int N, int C, int OC, void *st);
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, void *st);
-    void (*attention_forward)(float *out, float *preatt, float *att, const float *q, const float *k,
+    void (*attention_forward)(float *out, float *lse, const float *q, const float *k,
                               const float *v, const AttnShape *s, void *st);
-    /* out: the forward's output (what attn_lse's backward reads) */
-    void (*attention_backward)(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
-                               const float *dout, const float *q, const float *k, const float *v,
-                               const float *out, const float *att, const AttnShape *s, void *st);
+    void (*attention_backward)(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                               const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, const AttnShape *s, void *st);
     void (*rope_forward)(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
                          void *st);
     void (*rope_backward)(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r,

@@ -14,6 +14,7 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -23,6 +24,7 @@
 
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "util/util.h"
 
 void openblas_set_num_threads(int num_threads); /* OpenBLAS's own, not in cblas.h */
 
@@ -204,88 +206,125 @@ void kernels_set_threads(int n) {
 
 /* ---- causal self-attention ------------------------------------------------ */
 
-/* Per (batch, query head) the products are BLAS calls on strided views of
- * q, k and v; the causal mask is applied to the scores, so the upper
- * triangle is computed and discarded — cheaper in a tuned sgemm than a
- * triangle in plain loops. preatt and att are kept for the backward. The
- * threads split (batch, key/value head): the query heads that share one
- * key/value head run in one thread, so their gradients into it never race. */
-void attention_forward(float *out, float *preatt, float *att, const float *q, const float *k,
-                       const float *v, const AttnShape *s) {
-    assert(s->NKV > 0 && s->NH % s->NKV == 0 && s->HD > 0 && s->T > 0);
-    assert(s->ldq >= s->NH * s->HD && s->ldkv >= s->NKV * s->HD);
-    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int kh = 0; kh < NKV; kh++)
-            for (int j = 0; j < G; j++) {
-                int h = kh * G + j;
-                const float *qh = q + (size_t)b * T * s->ldq + h * hs;
-                const float *kk = k + (size_t)b * T * s->ldkv + kh * hs;
-                const float *vv = v + (size_t)b * T * s->ldkv + kh * hs;
-                float *pre = preatt + ((size_t)b * NH + h) * T * T;
-                float *a = att + ((size_t)b * NH + h) * T * T;
-                /* pre (T,T) = q (T,hs) · kᵀ · scale */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, qh, s->ldq,
-                            kk, s->ldkv, 0.0f, pre, T);
-                for (int t = 0; t < T; t++) {
-                    float *pr = pre + (size_t)t * T, *ar = a + (size_t)t * T, maxv = -INFINITY;
-                    for (int t2 = 0; t2 <= t; t2++) maxv = pr[t2] > maxv ? pr[t2] : maxv;
-                    float sum = 0;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        ar[t2] = expf(pr[t2] - maxv);
-                        sum += ar[t2];
-                    }
-                    float inv = 1.0f / sum;
-                    for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
-                    for (int t2 = t + 1; t2 < T; t2++) ar[t2] = 0.0f, pr[t2] = 0.0f;
-                }
-                /* out (T,hs) = a (T,T) · v (T,hs) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, vv,
-                            s->ldkv, 0.0f, out + (size_t)b * T * C + h * hs, C);
-            }
+/* By blocks of ATTN_ROWS query rows, per (batch, query head): a block's
+ * scores against the keys up to its last row, q·kᵀ·scale (a BLAS call on
+ * strided views), their causal softmax in place, out = p·v, and each row's
+ * log-sum-exp kept; the (T,T) probabilities never are, and the keys after
+ * a block's rows are not multiplied at all. The backward makes a block's
+ * scores and softmax again with the same calls and loops, so its
+ * probabilities are the forward's to the bit (at T <= ATTN_ROWS one block:
+ * the products of a whole (T,T) matrix, as the op once kept). The threads
+ * split (batch, key/value head): the query heads that share one run in one
+ * thread, so their gradients into it never race; each thread's scratch is
+ * a block's scores (forward), and its gradient beside them (backward). */
+#define ATTN_ROWS 64
+
+/* rows r of scores p (rows × n, row r query i0 + r): masked past the
+ * query, softmaxed; lse[r] each row's log-sum-exp */
+static void causal_softmax_rows(float *p, int rows, int n, int i0, float *lse) {
+    for (int r = 0; r < rows; r++) {
+        float *pr = p + (size_t)r * n, maxv = -INFINITY, sum = 0;
+        int t = i0 + r;
+        for (int j = 0; j <= t; j++) maxv = pr[j] > maxv ? pr[j] : maxv;
+        for (int j = 0; j <= t; j++) {
+            pr[j] = expf(pr[j] - maxv);
+            sum += pr[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= t; j++) pr[j] *= inv;
+        for (int j = t + 1; j < n; j++) pr[j] = 0.0f;
+        if (lse) lse[r] = maxv + logf(sum);
+    }
 }
 
-/* datt is used as scratch for the gradient of the probabilities. */
-void attention_backward(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
-                        const float *dout, const float *q, const float *k, const float *v,
-                        const float *att, const AttnShape *s) {
+static void check_shape(const AttnShape *s) {
     assert(s->NKV > 0 && s->NH % s->NKV == 0 && s->HD > 0 && s->T > 0);
     assert(s->ldq >= s->NH * s->HD && s->ldkv >= s->NKV * s->HD);
+    (void)s;
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const AttnShape *s) {
+    check_shape(s);
     int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
+    int R = T < ATTN_ROWS ? T : ATTN_ROWS;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int kh = 0; kh < NKV; kh++)
-            for (int j = 0; j < G; j++) {
-                int h = kh * G + j;
-                size_t qo = (size_t)b * T * s->ldq + h * hs, ko = (size_t)b * T * s->ldkv + kh * hs;
-                const float *qh = q + qo, *kk = k + ko, *vv = v + ko;
-                float *dqh = dq + qo, *dkk = dk + ko, *dvv = dv + ko;
-                const float *a = att + ((size_t)b * NH + h) * T * T;
-                float *da = datt + ((size_t)b * NH + h) * T * T;
-                float *dpre = dpreatt + ((size_t)b * NH + h) * T * T;
-                const float *d = dout + (size_t)b * T * C + h * hs;
-                /* out = a · v:  da += d · vᵀ,  dv += aᵀ · d */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, vv,
-                            s->ldkv, 1.0f, da, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C,
-                            1.0f, dvv, s->ldkv);
-                /* softmax, row by row, O(T): dpre = a ⊙ (da − Σ a·da); masked entries stay 0 */
-                for (int t = 0; t < T; t++) {
-                    const float *ar = a + (size_t)t * T;
-                    const float *dar = da + (size_t)t * T;
-                    float *dpr = dpre + (size_t)t * T, ada = 0;
-                    for (int t2 = 0; t2 <= t; t2++) ada += ar[t2] * dar[t2];
-                    for (int t2 = 0; t2 <= t; t2++) dpr[t2] += ar[t2] * (dar[t2] - ada);
+#pragma omp parallel
+    {
+        float *sc = mallocCheck(sizeof(float) * (size_t)R * T);
+#pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < NKV; kh++)
+                for (int j = 0; j < G; j++) {
+                    int h = kh * G + j;
+                    const float *qh = q + (size_t)b * T * s->ldq + h * hs;
+                    const float *kk = k + (size_t)b * T * s->ldkv + kh * hs;
+                    const float *vv = v + (size_t)b * T * s->ldkv + kh * hs;
+                    float *o = out + (size_t)b * T * C + h * hs;
+                    for (int i0 = 0; i0 < T; i0 += R) {
+                        int rows = T - i0 < R ? T - i0 : R, n = i0 + rows; /* keys 0 .. n-1 */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hs, scale,
+                                    qh + (size_t)i0 * s->ldq, s->ldq, kk, s->ldkv, 0.0f, sc, n);
+                        causal_softmax_rows(sc, rows, n, i0, lse + ((size_t)b * NH + h) * T + i0);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, 1.0f,
+                                    sc, n, vv, s->ldkv, 0.0f, o + (size_t)i0 * C, C);
+                    }
                 }
-                /* pre = q · kᵀ · scale:  dq += dpre · k · scale,  dk += dpreᵀ · q · scale */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpre, T, kk,
-                            s->ldkv, 1.0f, dqh, s->ldq);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpre, T, qh,
-                            s->ldq, 1.0f, dkk, s->ldkv);
-            }
+        free(sc);
+    }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                        const float *q, const float *k, const float *v, const float *out,
+                        const float *lse, const AttnShape *s) {
+    (void)scratch, (void)out, (void)lse; /* the probabilities come again from q and k */
+    check_shape(s);
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->HD, G = NH / NKV, C = NH * hs;
+    int R = T < ATTN_ROWS ? T : ATTN_ROWS;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *a = mallocCheck(sizeof(float) * 2 * (size_t)R * T), *da = a + (size_t)R * T;
+#pragma omp for collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < NKV; kh++)
+                for (int j = 0; j < G; j++) {
+                    int h = kh * G + j;
+                    size_t qo = (size_t)b * T * s->ldq + h * hs;
+                    size_t ko = (size_t)b * T * s->ldkv + kh * hs;
+                    const float *kk = k + ko, *vv = v + ko, *d = dout + (size_t)b * T * C + h * hs;
+                    float *dkk = dk + ko, *dvv = dv + ko;
+                    for (int i0 = 0; i0 < T; i0 += R) {
+                        int rows = T - i0 < R ? T - i0 : R, n = i0 + rows;
+                        const float *qb = q + qo + (size_t)i0 * s->ldq, *db = d + (size_t)i0 * C;
+                        /* the forward's probabilities a (rows, n) again */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hs, scale, qb,
+                                    s->ldq, kk, s->ldkv, 0.0f, a, n);
+                        causal_softmax_rows(a, rows, n, i0, NULL);
+                        /* out = a · v:  da = d · vᵀ,  dv += aᵀ · d */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hs, 1.0f, db,
+                                    C, vv, s->ldkv, 0.0f, da, n);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, a,
+                                    n, db, C, 1.0f, dvv, s->ldkv);
+                        /* softmax, row by row: da = a ⊙ (da − Σ a·da); masked entries 0 */
+                        for (int r = 0; r < rows; r++) {
+                            const float *ar = a + (size_t)r * n;
+                            float *dar = da + (size_t)r * n, ada = 0;
+                            int t = i0 + r;
+                            for (int t2 = 0; t2 <= t; t2++) ada += ar[t2] * dar[t2];
+                            for (int t2 = 0; t2 <= t; t2++) dar[t2] = ar[t2] * (dar[t2] - ada);
+                            for (int t2 = t + 1; t2 < n; t2++) dar[t2] = 0.0f;
+                        }
+                        /* scores = q · kᵀ · scale:  dq += da · k · scale,  dk += daᵀ · q · scale */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, scale,
+                                    da, n, kk, s->ldkv, 1.0f, dq + qo + (size_t)i0 * s->ldq,
+                                    s->ldq);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, da,
+                                    n, qb, s->ldq, 1.0f, dkk, s->ldkv);
+                    }
+                }
+        free(a);
+    }
 }
 
 /* ---- GELU (tanh approximation) and residual -------------------------------- */

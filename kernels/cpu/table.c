@@ -152,16 +152,16 @@ static void mm_b(float *dinp, float *dweight, float *dbias, const float *dout, c
     if (dweight) /* mixed precision: the weight's gradient's products in bf16 too */
         matmul_weight_bf16(dweight, dbias, dout, inp, N, C, OC);
 }
-static void att_f(float *out, float *preatt, float *att, const float *q, const float *k,
-                  const float *v, const AttnShape *s, void *st) {
+static void att_f(float *out, float *lse, const float *q, const float *k, const float *v,
+                  const AttnShape *s, void *st) {
     (void)st;
-    attention_forward(out, preatt, att, q, k, v, s);
+    attention_forward(out, lse, q, k, v, s);
 }
-static void att_b(float *dq, float *dk, float *dv, float *dpreatt, float *datt, const float *dout,
+static void att_b(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                   const float *q, const float *k, const float *v, const float *out,
-                  const float *att, const AttnShape *s, void *st) {
-    (void)st, (void)out;
-    attention_backward(dq, dk, dv, dpreatt, datt, dout, q, k, v, att, s);
+                  const float *lse, const AttnShape *s, void *st) {
+    (void)st;
+    attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, s);
 }
 static void rope_f(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r, void *st) {
     (void)st;

@@ -1,14 +1,14 @@
 /*
  * attention.cu — causal attention on the GPU without the (B, NH, T, T)
  * tensor: FlashAttention-2's scheme in fp32 on the CUDA cores, the CUDA
- * twin of kernels/cpu/ops.c's attention_forward and attention_backward
- * (Ops.attn_lse: the layout holds a log-sum-exp a query row instead of the
- * probabilities).
+ * twin of kernels/cpu/ops.c's attention_forward and attention_backward:
+ * both keep each query row's log-sum-exp for the backward, not the
+ * probabilities.
  *
  * The forward walks the keys by tiles in shared memory with an online
- * softmax and keeps each query row's log-sum-exp (att, B·NH·T floats). The
+ * softmax and keeps each query row's log-sum-exp (lse, B·NH·T floats). The
  * backward makes the probabilities again from it: one kernel by query rows
- * makes dq and each row's Σ dout·out (datt, the scratch), another by key
+ * makes dq and each row's Σ dout·out (the scratch), another by key
  * rows makes dk and dv, summing over the query heads that share a
  * key/value head (grouped-query attention). Every gradient value has one
  * writer and its terms add in a fixed order: no atomics, the same bits
@@ -22,7 +22,7 @@
  * Tiles are FA_TILE floats, rows of HDM: 128 rows at HD 32, 16 at 256.
  *
  * cuDNN's fused attention takes fp16 or bf16 operands only; the GPU's
- * activations are fp32, so this kernel is the fp32 path.
+ * activations are fp32, so these kernels are the fp32 path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -262,47 +262,43 @@ static void backward(float *dq, float *dk, float *dv, float *dsum, const float *
     launchCheck();
 }
 
-/* preatt is unused (Ops.attn_lse); att is each query row's log-sum-exp */
-extern "C" void attention_forward_cuda(float *out, float *preatt, float *att, const float *q,
-                                       const float *k, const float *v, const AttnShape *s,
-                                       void *stream) {
-    (void)preatt;
+extern "C" void attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
+                                       const float *v, const AttnShape *s, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     switch (hdm_of(s->HD)) {
     case 32:
-        forward<32>(out, att, q, k, v, s, st);
+        forward<32>(out, lse, q, k, v, s, st);
         break;
     case 64:
-        forward<64>(out, att, q, k, v, s, st);
+        forward<64>(out, lse, q, k, v, s, st);
         break;
     case 128:
-        forward<128>(out, att, q, k, v, s, st);
+        forward<128>(out, lse, q, k, v, s, st);
         break;
     default:
-        forward<256>(out, att, q, k, v, s, st);
+        forward<256>(out, lse, q, k, v, s, st);
         break;
     }
 }
 
-/* datt: B·NH·T floats of scratch (each row's Σ dout·out); dpreatt unused */
-extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt,
-                                        float *datt, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *out,
-                                        const float *att, const AttnShape *s, void *stream) {
-    (void)dpreatt;
+/* scratch: B·NH·T floats, each query row's Σ dout·out */
+extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch,
+                                        const float *dout, const float *q, const float *k,
+                                        const float *v, const float *out, const float *lse,
+                                        const AttnShape *s, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     switch (hdm_of(s->HD)) {
     case 32:
-        backward<32>(dq, dk, dv, datt, dout, q, k, v, out, att, s, st);
+        backward<32>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, st);
         break;
     case 64:
-        backward<64>(dq, dk, dv, datt, dout, q, k, v, out, att, s, st);
+        backward<64>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, st);
         break;
     case 128:
-        backward<128>(dq, dk, dv, datt, dout, q, k, v, out, att, s, st);
+        backward<128>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, st);
         break;
     default:
-        backward<256>(dq, dk, dv, datt, dout, q, k, v, out, att, s, st);
+        backward<256>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, st);
         break;
     }
 }

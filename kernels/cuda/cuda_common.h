@@ -59,11 +59,11 @@ void matmul_forward_cuda(float *out, const float *inp, const float *weight, cons
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int C, int OC,
                           void *stream);
-void attention_forward_cuda(float *out, float *preatt, float *att, const float *q, const float *k,
-                            const float *v, const AttnShape *s, void *stream);
-void attention_backward_cuda(float *dq, float *dk, float *dv, float *dpreatt, float *datt,
-                             const float *dout, const float *q, const float *k, const float *v,
-                             const float *out, const float *att, const AttnShape *s, void *stream);
+void attention_forward_cuda(float *out, float *lse, const float *q, const float *k, const float *v,
+                            const AttnShape *s, void *stream);
+void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                             const float *q, const float *k, const float *v, const float *out,
+                             const float *lse, const AttnShape *s, void *stream);
 void rope_forward_cuda(float *x, int B, int T, int NH, int HD, int ld, const RopeConfig *r,
                        void *stream);
 void rope_backward_cuda(float *dx, int B, int T, int NH, int HD, int ld, const RopeConfig *r,

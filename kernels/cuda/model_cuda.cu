@@ -159,8 +159,7 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     size_t nf = adapted ? (size_t)model_adapter_params(&host->cfg) - host->n_params : 0;
     ModelCuda *g = (ModelCuda *)calloc(1, sizeof *g);
     g->host = host, g->n = n_gpus, g->B = B, g->T = T, g->world = n_gpus * ranks;
-    /* the replicas' own: the host may run other shapes, and holds attention's probabilities */
-    model_layout(host, B, T, ops_cuda.attn_lse, &g->lay);
+    model_layout(host, B, T, &g->lay); /* the replicas' own: the host may run other shapes */
     size_t n = host->n_params;
     if (zero && ranks == 1 && n_gpus > 1) /* shares of whole 64-value lines */
         g->shard = (n + (size_t)n_gpus * 64 - 1) / ((size_t)n_gpus * 64) * 64;
@@ -168,6 +167,28 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     size_t np = n * sizeof(float), na = g->lay.len * sizeof(float);
     size_t nm = (g->shard ? g->shard : n) * sizeof(float); /* each moment */
     size_t nd = g->lay.dlen * sizeof(float);               /* one layer's gradients at a time */
+    /* what each GPU is about to hold, against what it has free: a model
+     * that does not fit is refused here in a line, not by a fatal
+     * cudaMalloc in the middle of the loop below */
+    double need = 2.0 * padded * sizeof(float) + 2.0 * nm + na + nd + 2.0 * sizeof(int) * B * T +
+                  (g->shard ? sizeof(double) * n_gpus : 0) +
+                  (host->precision_bf16 && !adapted ? n * sizeof(uint16_t) : 0) +
+                  (adapted ? host->n_base * sizeof(float) + nf * sizeof(float) : 0);
+    for (int i = 0; i < n_gpus; i++) {
+        size_t free_b = 0, total = 0;
+        cudaCheck(cudaSetDevice(i));
+        cudaCheck(cudaMemGetInfo(&free_b, &total));
+        if (need <= (double)free_b) continue;
+        const char *more = n_gpus == 1 ? ", or on more GPUs (--gpus N shares AdamW's moments)"
+                           : !g->shard && ranks == 1 ? ", or with --zero 1"
+                                                     : "";
+        snprintf(err, 512,
+                 "training at batch %d x %d needs %.2f GB on each GPU and GPU %d has %.2f GB free "
+                 "of %.2f; train with a smaller --batch or --seq, with --recompute 2%s",
+                 B, T, need / 1e9, i, free_b / 1e9, total / 1e9, more);
+        free(g);
+        return NULL;
+    }
     for (int i = 0; i < n_gpus; i++) {
         Replica *r = &g->r[i];
         r->device = i;

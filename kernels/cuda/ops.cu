@@ -585,7 +585,6 @@ static void classifier_backward_cuda(float *dh, float *dw, const float *h, const
 /* in the order of Ops' fields: C++ takes designated initializers only so */
 extern "C" const Ops ops_cuda = {
     .name = "cuda",
-    .attn_lse = 1,
     .zero = zero_cuda,
     .encoder_forward = encoder_forward_cuda,
     .encoder_backward = encoder_backward_cuda,

@@ -234,41 +234,30 @@ Test(cuda_ops, bf16_products_match_the_cpus_mixed_precision) {
 #ifdef STRAIT_HAVE_CUDA
 /* attention of one shape on both backends: q, k and v in buffers of their
  * own, or packed in rows of one (GPT-2's fused qkv, here also grouped).
- * The GPU's flash attention keeps log-sum-exps (Ops.attn_lse), checked
- * against the CPU's probabilities; its backward twice gives the same
- * bits. */
+ * Both keep each query row's log-sum-exp; the GPU's backward twice gives
+ * the same bits. */
 static void attention_both(int B, int T, int NH, int NKV, int HD, int packed) {
-    cr_assert(GPU->attn_lse && !CPU->attn_lse);
     int Qd = NH * HD, KVd = NKV * HD, W = Qd + 2 * KVd;
-    size_t BT = (size_t)B * T, n = BT * W, na = (size_t)B * NH * T * T, nl = (size_t)B * NH * T;
+    size_t BT = (size_t)B * T, n = BT * W, nl = (size_t)B * NH * T;
     size_t ko = packed ? (size_t)Qd : BT * Qd, vo = packed ? (size_t)Qd + KVd : BT * (Qd + KVd);
     AttnShape s = {B, T, NH, NKV, HD, packed ? W : Qd, packed ? W : KVd};
     float *x = rnd(n, 2), *q = x, *k = x + ko, *v = x + vo, *d_x = dev(x, n);
     float *d_q = d_x, *d_k = d_x + ko, *d_v = d_x + vo;
-    float *out = calloc(BT * Qd, 4), *pre = calloc(na, 4), *att = calloc(na, 4);
-    float *d_out = dzeros(BT * Qd), *d_lse = dzeros(nl);
-    CPU->attention_forward(out, pre, att, q, k, v, &s, NULL);
-    GPU->attention_forward(d_out, NULL, d_lse, d_q, d_k, d_v, &s, NULL);
+    float *out = calloc(BT * Qd, 4), *lse = calloc(nl, 4), *d_out = dzeros(BT * Qd);
+    float *d_lse = dzeros(nl);
+    CPU->attention_forward(out, lse, q, k, v, &s, NULL);
+    GPU->attention_forward(d_out, d_lse, d_q, d_k, d_v, &s, NULL);
     expect_close("attention out", out, d_out, BT * Qd, 5e-4f);
-    float *lse = malloc(nl * 4); /* each row's log-sum-exp of the CPU's scores */
-    for (size_t r = 0; r < nl; r++) {
-        int t = (int)(r % T);
-        const float *p = pre + r * T;
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
-        for (int j = 0; j <= t; j++) sum += exp(p[j] - mx);
-        lse[r] = (float)(mx + log(sum));
-    }
     expect_close("attention log-sum-exp", lse, d_lse, nl, 1e-4f);
     /* the gradients start from values of their own: the ops add to them */
-    float *dout = rnd(BT * Qd, 1), *dx = rnd(n, 1), *dpre = calloc(na, 4), *datt = calloc(na, 4);
+    float *dout = rnd(BT * Qd, 1), *dx = rnd(n, 1);
     float *d_dout = dev(dout, BT * Qd), *d_dx = dev(dx, n), *d_dx2 = dev(dx, n);
     float *d_ds = dzeros(nl);
-    CPU->attention_backward(dx, dx + ko, dx + vo, dpre, datt, dout, q, k, v, out, att, &s, NULL);
-    GPU->attention_backward(d_dx, d_dx + ko, d_dx + vo, NULL, d_ds, d_dout, d_q, d_k, d_v, d_out,
-                            d_lse, &s, NULL);
+    CPU->attention_backward(dx, dx + ko, dx + vo, NULL, dout, q, k, v, out, lse, &s, NULL);
+    GPU->attention_backward(d_dx, d_dx + ko, d_dx + vo, d_ds, d_dout, d_q, d_k, d_v, d_out, d_lse,
+                            &s, NULL);
     expect_close("attention dq, dk, dv", dx, d_dx, n, 2e-3f);
-    GPU->attention_backward(d_dx2, d_dx2 + ko, d_dx2 + vo, NULL, d_ds, d_dout, d_q, d_k, d_v, d_out,
+    GPU->attention_backward(d_dx2, d_dx2 + ko, d_dx2 + vo, d_ds, d_dout, d_q, d_k, d_v, d_out,
                             d_lse, &s, NULL);
     float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
     kernels_cuda_to_host(g1, d_dx, n * 4);
@@ -282,8 +271,7 @@ static void attention_both(int B, int T, int NH, int NKV, int HD, int packed) {
     CPU->rope_backward(q, B, T, NH, HD, s.ldq, &r, NULL);
     GPU->rope_backward(d_q, B, T, NH, HD, s.ldq, &r, NULL);
     expect_close("rope back", x, d_x, n, 1e-4f);
-    free(x), free(out), free(pre), free(att), free(lse), free(dout), free(dx), free(dpre);
-    free(datt), free(g1), free(g2);
+    free(x), free(out), free(lse), free(dout), free(dx), free(g1), free(g2);
     kernels_cuda_free(d_x), kernels_cuda_free(d_out), kernels_cuda_free(d_lse);
     kernels_cuda_free(d_dout), kernels_cuda_free(d_dx), kernels_cuda_free(d_dx2);
     kernels_cuda_free(d_ds);
