@@ -33,6 +33,7 @@
  * and model_pass_backward in the executable, which is linked -rdynamic)
  * run over the CUDA ops table, ops_cuda.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,10 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
     size_t nd = g->lay.dlen * sizeof(float);               /* one layer's gradients at a time */
     /* what each GPU is about to hold, against what it has free: a model
      * that does not fit is refused here in a line, not by a fatal
-     * cudaMalloc in the middle of the loop below */
+     * cudaMalloc in the middle of the loop below. Beside the buffers
+     * below: the round's model a site keeps on GPU 0 (model_cuda_keep_base,
+     * one process), and room for what the ops, cuBLAS and NCCL take as
+     * they run (the larger of 256 MiB and 2% of the GPU) */
     double need = 2.0 * padded * sizeof(float) + 2.0 * nm + na + nd + 2.0 * sizeof(int) * B * T +
                   (g->shard ? sizeof(double) * n_gpus : 0) +
                   (host->precision_bf16 && !adapted ? n * sizeof(uint16_t) : 0) +
@@ -178,14 +182,19 @@ extern "C" ModelCuda *model_cuda_create_world(Model *host, int n_gpus, int B, in
         size_t free_b = 0, total = 0;
         cudaCheck(cudaSetDevice(i));
         cudaCheck(cudaMemGetInfo(&free_b, &total));
-        if (need <= (double)free_b) continue;
-        const char *more = n_gpus == 1 ? ", or on more GPUs (--gpus N shares AdamW's moments)"
-                           : !g->shard && ranks == 1 ? ", or with --zero 1"
-                                                     : "";
+        double room = fmax(256.0 * (1 << 20), 0.02 * (double)total);
+        double here = need + room + (i == 0 && ranks == 1 ? (double)np : 0.0);
+        if (here <= (double)free_b) continue;
+        const char *more = n_gpus == 1 && zero
+                               ? ", or on more GPUs (--gpus N shares AdamW's moments)"
+                           : n_gpus > 1 && !g->shard && ranks == 1 ? ", or with --zero 1"
+                                                                   : "";
         snprintf(err, 512,
-                 "training at batch %d x %d needs %.2f GB on each GPU and GPU %d has %.2f GB free "
-                 "of %.2f; train with a smaller --batch or --seq, with --recompute 2%s",
-                 B, T, need / 1e9, i, free_b / 1e9, total / 1e9, more);
+                 "training at batch %d x %d needs %.2f GB on GPU %d and it has %.2f GB free of "
+                 "%.2f; train with a smaller --batch or --seq%s%s",
+                 B, T, here / 1e9, i, free_b / 1e9, total / 1e9,
+                 host->recompute < MODEL_RECOMPUTE_MAX ? ", with --recompute 2" : "", more);
+        cudaCheck(cudaSetDevice(0)); /* replica 0's, as the other calls leave it */
         free(g);
         return NULL;
     }
